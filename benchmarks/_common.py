@@ -1,0 +1,122 @@
+"""Shared measuring tools for the benchmarks: host timers, device-event timers and the
+results file format. Timing follows the device README's METHOD: warm up, repeat, median.
+
+Device timing uses raw driver events (not gpurt's) so gpurt and its peers are timed by the
+same neutral clock."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+from cuda.bindings import driver as cu
+
+__all__ = ["host_us", "device_ms", "environment", "write_results", "peer", "print_rows"]
+
+
+def host_us(fn: Callable[[], Any], *, number: int = 1000, repeat: int = 15, warmup: int = 200) -> float:
+    """Median host time of one ``fn()`` call in microseconds (``number`` calls per sample)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t0) / number * 1e6)
+    return statistics.median(samples)
+
+
+def _ok(res: tuple) -> Any:
+    if int(res[0]) != 0:
+        raise RuntimeError(f"driver call failed: {res[0]!r}")
+    return res[1] if len(res) == 2 else None
+
+
+def device_ms(fn: Callable[[], Any], stream: int, *, repeat: int = 50, warmup: int = 5,
+              flush: Callable[[], Any] | None = None) -> float:
+    """Median device time in ms of ``fn()`` (work enqueued on ``stream``, a raw handle),
+    measured with driver events recorded around each call on that stream."""
+    start = _ok(cu.cuEventCreate(0))
+    stop = _ok(cu.cuEventCreate(0))
+    try:
+        for _ in range(warmup):
+            fn()
+        _ok(cu.cuStreamSynchronize(stream))
+        samples = []
+        for _ in range(repeat):
+            if flush is not None:
+                flush()
+            _ok(cu.cuEventRecord(start, stream))
+            fn()
+            _ok(cu.cuEventRecord(stop, stream))
+            _ok(cu.cuEventSynchronize(stop))
+            samples.append(float(_ok(cu.cuEventElapsedTime(start, stop))))
+        return statistics.median(samples)
+    finally:
+        cu.cuEventDestroy(start)
+        cu.cuEventDestroy(stop)
+
+
+def peer(name: str) -> Any:
+    """Import a peer library by name, or None when it is not installed."""
+    try:
+        return __import__(name)
+    except Exception:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Device, driver and library versions of this run."""
+    import gpurt
+
+    env: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "gpurt": gpurt.__version__,
+        "cuda_bindings": gpurt._driver.bindings_version(),
+        "driver_cuda_version": gpurt._driver.driver_version(),
+    }
+    if gpurt.is_available():
+        env["device"] = gpurt.get_device_name(0)
+        env["capability"] = list(gpurt.get_device_capability(0))
+    for name in ("torch", "cupy", "cuda.core", "numpy"):
+        mod = peer(name)
+        if mod is not None:
+            mod = sys.modules.get(name, mod)
+            env[name.replace(".", "_")] = getattr(mod, "__version__", "?")
+    return env
+
+
+def write_results(suite: str, rows: list[dict[str, Any]], path: str | None) -> dict[str, Any]:
+    """Write ``{"suite", "env", "rows"}`` as JSON to ``path`` (or $GPURT_BENCH_OUT/suite.json)."""
+    doc = {"suite": suite, "env": environment(), "rows": rows}
+    if path is None and os.environ.get("GPURT_BENCH_OUT"):
+        path = os.path.join(os.environ["GPURT_BENCH_OUT"], f"{suite}.json")
+    if path:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    return doc
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    """Print rows as a rich table (plain text when not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    for k in keys:
+        table.add_column(k)
+    for row in rows:
+        table.add_row(*[f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, "")) for k in keys])
+    Console(width=160).print(table)

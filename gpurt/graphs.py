@@ -1,0 +1,3 @@
+"""graphs (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""memory (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""nvrtc (being written)."""
+
+__all__: list[str] = []

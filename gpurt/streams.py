@@ -1,0 +1,3 @@
+"""streams (being written)."""
+
+__all__: list[str] = []
