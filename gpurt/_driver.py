@@ -146,7 +146,9 @@ def _slow_init() -> None:
         if _forked_child:
             raise CudaUnavailableError(_FORK_HELP, 3)
         if _init_error is not None:
-            raise _init_error
+            # A fresh exception each time: re-raising the cached one would grow its
+            # traceback on every call (device_count() is called over and over).
+            raise CudaUnavailableError(_init_error.description, _init_error.code) from None
         try:
             err = cu.cuInit(0)[0]
         except Exception as exc:  # libcuda.so missing: the bindings raise while loading it

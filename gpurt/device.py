@@ -212,7 +212,9 @@ class device_of(device):
 
     def __init__(self, obj: Any) -> None:
         dev = getattr(obj, "device", None)
-        on_gpu = dev is not None and getattr(dev, "type", "cuda") == "cuda"
+        # numpy >= 2 arrays (Array API) have device == "cpu": a string, not a device object
+        kind = dev.partition(":")[0] if isinstance(dev, str) else getattr(dev, "type", "cuda")
+        on_gpu = dev is not None and kind == "cuda"
         super().__init__(dev if on_gpu else None)
 
 

@@ -1,3 +1,564 @@
-"""streams (being written)."""
+"""Streams and events with torch.cuda's names and meanings.
 
-__all__: list[str] = []
+The current stream is per thread and per device: ``set_stream``, ``with stream(s):`` and
+``with Stream():`` change it for the calling thread only, and a new thread starts on each
+device's default stream (the legacy NULL stream, handle 0). :func:`current_stream` and
+:func:`current_stream_handle` sit on the hot path of every launch and allocation, so they are
+a thread-local lookup and nothing more.
+
+Handles are owned by the object that created them: :meth:`Stream.close` and
+:meth:`Event.close` destroy them at once; a dropped object is released by a
+``weakref.finalize`` that only queues its handle, and the queue is emptied at the next safe
+point (creating or closing a stream or an event), never from a finalizer, a host callback
+or interpreter shutdown. Borrowed handles (:class:`ExternalStream`, default streams) are never
+destroyed by us.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import threading
+import weakref
+from typing import Any, Callable, NamedTuple, Optional
+
+from cuda.bindings import driver as cu
+
+from ._driver import check
+from ._handles import (
+    HOST_FN_PTR,
+    Owned,
+    adopt,
+    call,
+    drop_callback,
+    is_ready,
+    keep_callback,
+    live_handles,  # noqa: F401  (re-exported for leak checks)
+    not_ready,
+    raw_call,
+    release_pending,
+)
+from .device import Device, DeviceLike, _index, current_device, set_device
+
+__all__ = [
+    "Stream",
+    "ExternalStream",
+    "Event",
+    "StreamContext",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "stream",
+]
+
+_NON_BLOCKING = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+_EVENT_DISABLE_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+_EVENT_BLOCKING_SYNC = int(cu.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
+_EVENT_INTERPROCESS = int(cu.CUevent_flags.CU_EVENT_INTERPROCESS)
+_IPC_HANDLE_SIZE = 64  # CU_IPC_HANDLE_SIZE
+
+
+# ---- per-thread current streams ----------------------------------------------------------
+
+
+class _Saved(NamedTuple):
+    """What a ``with`` block replaced, to be put back on exit."""
+
+    owner: object  # the Stream or StreamContext whose block this is
+    prev_device: int
+    prev_stream: Optional["Stream"]  # None: the device's default stream
+    target_device: int
+    target_prev: Optional["Stream"]
+
+
+class _ThreadState:
+    """One thread's current stream per device (unset = default stream), their raw handles
+    for :func:`current_stream_handle`, and the saved states of its open ``with`` blocks."""
+
+    __slots__ = ("streams", "handles", "saved", "__weakref__")
+
+    def __init__(self) -> None:
+        self.streams: dict[int, Stream] = {}
+        self.handles: dict[int, int] = {}
+        self.saved: list[_Saved] = []
+
+    def assign(self, index: int, stream: Optional["Stream"]) -> None:
+        if stream is None:
+            self.streams.pop(index, None)
+            self.handles.pop(index, None)
+        else:
+            self.streams[index] = stream
+            self.handles[index] = stream._ident
+
+
+_states: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
+_states_lock = threading.Lock()
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:  # runs once in every thread that touches _local
+        self.state = _ThreadState()
+        with _states_lock:
+            _states.add(self.state)
+
+
+_local = _Local()
+
+
+def _in_use(stream: "Stream") -> bool:
+    """True when ``stream`` is current on some thread or will be restored by a ``with``."""
+    with _states_lock:
+        states = list(_states)
+    for state in states:
+        if stream in list(state.streams.values()):
+            return True
+        if any(stream in saved for saved in list(state.saved)):
+            return True
+    return False
+
+
+def _enter(owner: object, stream: "Stream") -> None:
+    """Make ``stream`` (and its device) current on this thread, remembering what was."""
+    stream._live()
+    state = _local.state
+    target = stream.device_index
+    prev_device = current_device()
+    saved = _Saved(owner, prev_device, state.streams.get(prev_device), target,
+                   state.streams.get(target))
+    if prev_device != target:
+        set_device(target)
+    state.assign(target, stream)
+    state.saved.append(saved)
+
+
+def _exit(owner: object) -> None:
+    """Undo the latest :func:`_enter` of ``owner`` on this thread."""
+    saved_list = _local.state.saved
+    for position in range(len(saved_list) - 1, -1, -1):
+        if saved_list[position].owner is owner:
+            saved = saved_list.pop(position)
+            break
+    else:
+        return  # __exit__ without __enter__ on this thread
+    state = _local.state
+    state.assign(saved.target_device, saved.target_prev)
+    state.assign(saved.prev_device, saved.prev_stream)
+    if current_device() != saved.prev_device:
+        set_device(saved.prev_device)
+
+
+def current_stream_handle(index: int) -> int:
+    """Raw handle (an int, 0 = legacy default stream) of this thread's current stream on
+    device ``index``. Unchecked, for the launch and allocation hot paths."""
+    return _local.state.handles.get(index, 0)
+
+
+# ---- streams ---------------------------------------------------------------------------------
+
+
+def _as_handle(stream_ptr: Any) -> int:
+    """Raw stream handle from an int, a CUstream or anything with ``__cuda_stream__``."""
+    protocol = getattr(stream_ptr, "__cuda_stream__", None)
+    if protocol is not None:
+        return int(protocol()[1])
+    return int(stream_ptr)
+
+
+class Stream:
+    """A CUDA stream on one device, created non-blocking (wraps cuStreamCreateWithPriority).
+
+    ``priority``: lower is more urgent; values outside :meth:`priority_range` are clamped by
+    the driver. ``with Stream() as s:`` makes ``s`` (and its device) current on this thread
+    and restores what was there on exit; streams are reusable as context managers and nest.
+    """
+
+    __slots__ = ("device_index", "_device", "_handle", "_ident", "_owned", "_finalizer",
+                 "__weakref__")
+
+    def __init__(self, device: DeviceLike = None, priority: int = 0) -> None:
+        index = _index(device)
+        release_pending()
+        handle = call(index, "cuStreamCreateWithPriority", cu.cuStreamCreateWithPriority,
+                      _NON_BLOCKING, operator.index(priority))
+        self._setup(index, handle)
+        owned = Owned(handle, index, "stream", cu.cuStreamDestroy, "cuStreamDestroy")
+        self._owned = owned
+        self._finalizer = adopt(self, owned)
+
+    def _setup(self, index: int, handle: Any) -> None:
+        self.device_index = index
+        self._device = Device(index)
+        self._handle = handle
+        self._ident = int(handle)
+        self._owned: Optional[Owned] = None
+        self._finalizer: Optional[weakref.finalize] = None
+
+    @classmethod
+    def _borrow(cls, index: int, handle: int) -> "Stream":
+        """A Stream over a handle gpurt does not own (never destroyed by us)."""
+        self = cls.__new__(cls)
+        self._setup(index, cu.CUstream(handle))
+        return self
+
+    def _live(self) -> Any:
+        handle = self._handle
+        if handle is None:
+            raise RuntimeError(f"{self!r} was closed; create a new Stream")
+        return handle
+
+    # -- identity --
+    @property
+    def handle(self) -> Any:
+        """The driver's ``CUstream``."""
+        return self._live()
+
+    @property
+    def cuda_stream(self) -> int:
+        """The raw stream handle as an int (0 for the legacy default stream)."""
+        self._live()
+        return self._ident
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def priority(self) -> int:
+        """This stream's priority (wraps cuStreamGetPriority)."""
+        return int(call(self.device_index, "cuStreamGetPriority", cu.cuStreamGetPriority,
+                        self._live()))
+
+    @staticmethod
+    def priority_range(device: DeviceLike = None) -> tuple[int, int]:
+        """(least, greatest) stream priority, e.g. (0, -5) (wraps cuCtxGetStreamPriorityRange)."""
+        least, greatest = call(_index(device), "cuCtxGetStreamPriorityRange",
+                               cu.cuCtxGetStreamPriorityRange)
+        return int(least), int(greatest)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """cuda.core's stream protocol: (version 0, raw handle)."""
+        self._live()
+        return (0, self._ident)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Stream):
+            return NotImplemented
+        return self.device_index == other.device_index and self._ident == other._ident
+
+    def __hash__(self) -> int:
+        return hash((self.device_index, self._ident))
+
+    def __repr__(self) -> str:
+        closed = " (closed)" if self._handle is None else ""
+        return (f"<gpurt.{type(self).__name__} device=cuda:{self.device_index} "
+                f"cuda_stream={self._ident:#x}{closed}>")
+
+    # -- work --
+    def query(self) -> bool:
+        """True when all work submitted so far has completed (wraps cuStreamQuery)."""
+        return is_ready(self.device_index, "cuStreamQuery", cu.cuStreamQuery, self._live())
+
+    def synchronize(self) -> None:
+        """Wait until all work submitted so far has completed (wraps cuStreamSynchronize)."""
+        call(self.device_index, "cuStreamSynchronize", cu.cuStreamSynchronize, self._live())
+
+    def wait_event(self, event: "Event") -> None:
+        """Make future work on this stream wait for ``event`` (wraps cuStreamWaitEvent).
+        The event may belong to another device. A never-recorded event is a no-op."""
+        event.wait(self)
+
+    def wait_stream(self, stream: "Stream") -> None:
+        """Make future work on this stream wait for all work submitted so far to ``stream``."""
+        if stream == self:
+            return
+        event = Event()
+        try:
+            event.record(stream)
+            event.wait(self)
+        finally:
+            event.close()
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        """Record ``event`` (a new one if None) on this stream and return it."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def launch_host_func(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` on a driver thread once the work submitted so far has completed
+        (wraps cuLaunchHostFunc). ``fn`` is kept alive until it ran; it must not call CUDA.
+        An exception it raises is reported through ``sys.unraisablehook``."""
+        if not callable(fn):
+            raise TypeError(f"launch_host_func expects a callable, got {type(fn).__name__}")
+        key = keep_callback(fn)
+        try:
+            call(self.device_index, "cuLaunchHostFunc", cu.cuLaunchHostFunc, self._live(),
+                 HOST_FN_PTR, key)
+        except BaseException:
+            drop_callback(key)
+            raise
+
+    # -- lifetime and context --
+    def close(self) -> None:
+        """Destroy the stream now (wraps cuStreamDestroy; queued work still completes).
+        Idempotent; a no-op for borrowed streams (default stream, ExternalStream)."""
+        owned, finalizer = self._owned, self._finalizer
+        if owned is None or finalizer is None or self._handle is None:
+            return
+        if _in_use(self):
+            raise RuntimeError(f"cannot close {self!r}: it is the current stream of a thread "
+                               "(or will be restored by an open `with` block); leave it first")
+        self._handle = None
+        finalizer.detach()
+        release_pending()
+        owned.release()
+
+    def __enter__(self) -> "Stream":
+        _enter(self, self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _exit(self)
+
+
+class ExternalStream(Stream):
+    """A stream created elsewhere (torch, CuPy, raw driver calls), wrapped by its handle:
+    an int, a CUstream or an object with ``__cuda_stream__``. Never destroyed by us; the
+    caller keeps it alive. ``device`` defaults to the current device, as in torch."""
+
+    __slots__ = ()
+
+    def __init__(self, stream_ptr: Any, device: DeviceLike = None) -> None:
+        self._setup(_index(device), cu.CUstream(_as_handle(stream_ptr)))
+
+
+# ---- events ----------------------------------------------------------------------------------
+
+
+class Event:
+    """A CUDA event. Like torch's, it is created lazily, on the device of the stream it is
+    first recorded on (wraps cuEventCreate); before that, ``query()`` is True and
+    ``wait``/``synchronize`` do nothing. ``interprocess`` events cannot time."""
+
+    __slots__ = ("enable_timing", "blocking", "interprocess", "_flags", "_handle",
+                 "_device_index", "_recorded", "_closed", "_owned", "_finalizer",
+                 "__weakref__")
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False) -> None:
+        if interprocess and enable_timing:
+            raise ValueError("an interprocess Event cannot record timing: "
+                             "pass enable_timing=False")
+        self.enable_timing = bool(enable_timing)
+        self.blocking = bool(blocking)
+        self.interprocess = bool(interprocess)
+        flags = 0 if enable_timing else _EVENT_DISABLE_TIMING
+        if blocking:
+            flags |= _EVENT_BLOCKING_SYNC
+        if interprocess:
+            flags |= _EVENT_INTERPROCESS
+        self._flags = flags
+        self._handle: Any = None
+        self._device_index: Optional[int] = None
+        self._recorded = False
+        self._closed = False
+        self._owned: Optional[Owned] = None
+        self._finalizer: Optional[weakref.finalize] = None
+
+    def _own(self, index: int, handle: Any) -> None:
+        self._handle = handle
+        self._device_index = index
+        self._owned = Owned(handle, index, "event", cu.cuEventDestroy, "cuEventDestroy")
+        self._finalizer = adopt(self, self._owned)
+
+    def _create(self, index: int) -> Any:
+        if self._handle is None:
+            if self._closed:
+                raise RuntimeError(f"{self!r} was closed; create a new Event")
+            release_pending()
+            self._own(index, call(index, "cuEventCreate", cu.cuEventCreate, self._flags))
+        return self._handle
+
+    def _live(self, what: str) -> tuple[int, Any]:
+        """(device index, handle) of a created event, or a RuntimeError naming ``what``."""
+        handle, index = self._handle, self._device_index
+        if handle is None or index is None:
+            state = "was closed" if self._closed else "was never recorded"
+            raise RuntimeError(f"{what}: the event {state}")
+        return index, handle
+
+    @classmethod
+    def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> "Event":
+        """Open an event another process exported with :meth:`ipc_handle`
+        (wraps cuIpcOpenEventHandle)."""
+        data = bytes(handle)
+        if len(data) != _IPC_HANDLE_SIZE:
+            raise ValueError(f"an IPC event handle has {_IPC_HANDLE_SIZE} bytes, got {len(data)}")
+        index = _index(device)
+        ipc = cu.CUipcEventHandle()
+        ctypes.memmove(ipc.getPtr(), data, _IPC_HANDLE_SIZE)
+        event = cls(interprocess=True)
+        release_pending()
+        event._own(index, call(index, "cuIpcOpenEventHandle", cu.cuIpcOpenEventHandle, ipc))
+        event._recorded = True  # recorded (or not) by the exporting process
+        return event
+
+    # -- identity --
+    @property
+    def handle(self) -> Any:
+        """The driver's ``CUevent``, or None before the first record."""
+        return self._handle
+
+    @property
+    def cuda_event(self) -> int:
+        """The raw event handle as an int (0 before the first record, as in torch)."""
+        return 0 if self._handle is None else int(self._handle)
+
+    @property
+    def device(self) -> Optional[Device]:
+        """The event's device, or None before the first record."""
+        return None if self._device_index is None else Device(self._device_index)
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return f"<gpurt.Event {'closed' if self._closed else 'uninitialized'}>"
+        return f"<gpurt.Event {int(self._handle):#x} device=cuda:{self._device_index}>"
+
+    # -- work --
+    def record(self, stream: Optional[Stream] = None) -> None:
+        """Record the event on ``stream`` (default: the current stream) (wraps cuEventRecord)."""
+        if stream is None:
+            stream = current_stream()
+        index = stream.device_index
+        if self._device_index is not None and self._device_index != index:
+            raise ValueError(f"this Event was created on cuda:{self._device_index} and cannot "
+                             f"be recorded on a stream of cuda:{index}")
+        handle = self._create(index)
+        call(index, "cuEventRecord", cu.cuEventRecord, handle, stream._live())
+        self._recorded = True
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        """Make future work on ``stream`` (default: the current stream) wait for this event
+        (wraps cuStreamWaitEvent); any device's stream may wait. No-op before a record."""
+        if self._handle is None and not self._closed:
+            return
+        _, handle = self._live("Event.wait")
+        if stream is None:
+            stream = current_stream()
+        call(stream.device_index, "cuStreamWaitEvent", cu.cuStreamWaitEvent, stream._live(),
+             handle, 0)
+
+    def query(self) -> bool:
+        """True when the recorded work has completed, or nothing was recorded
+        (wraps cuEventQuery)."""
+        if self._handle is None and not self._closed:
+            return True
+        index, handle = self._live("Event.query")
+        return is_ready(index, "cuEventQuery", cu.cuEventQuery, handle)
+
+    def synchronize(self) -> None:
+        """Wait until the recorded work has completed (wraps cuEventSynchronize)."""
+        if self._handle is None and not self._closed:
+            return
+        index, handle = self._live("Event.synchronize")
+        call(index, "cuEventSynchronize", cu.cuEventSynchronize, handle)
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        """Milliseconds between this event and ``end_event``, both recorded with
+        ``enable_timing=True`` and completed (wraps cuEventElapsedTime)."""
+        for role, event in (("start", self), ("end", end_event)):
+            if not event.enable_timing:
+                raise ValueError(f"elapsed_time needs both events created with "
+                                 f"enable_timing=True; the {role} event was not")
+            if not event._recorded:
+                raise RuntimeError(f"elapsed_time needs both events recorded; "
+                                   f"the {role} event was never recorded")
+        index, start = self._live("Event.elapsed_time")
+        _, end = end_event._live("Event.elapsed_time")
+        result = raw_call(index, cu.cuEventElapsedTime, start, end)
+        if not_ready(result):
+            raise RuntimeError("elapsed_time: the recorded work has not completed yet; "
+                               "call end_event.synchronize() first")
+        return float(check(result, "cuEventElapsedTime"))
+
+    def ipc_handle(self) -> bytes:
+        """The 64-byte handle another process opens with :meth:`from_ipc_handle`
+        (wraps cuIpcGetEventHandle). Creates the event on the current device if needed."""
+        if not self.interprocess:
+            raise ValueError("ipc_handle needs an Event created with interprocess=True")
+        index = current_device() if self._device_index is None else self._device_index
+        handle = self._create(index)
+        ipc = call(index, "cuIpcGetEventHandle", cu.cuIpcGetEventHandle, handle)
+        return ctypes.string_at(ipc.getPtr(), _IPC_HANDLE_SIZE)
+
+    def close(self) -> None:
+        """Destroy the event now (wraps cuEventDestroy). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        owned, finalizer = self._owned, self._finalizer
+        self._handle = None
+        if owned is None or finalizer is None:
+            return
+        finalizer.detach()
+        release_pending()
+        owned.release()
+
+
+# ---- current / default streams ------------------------------------------------------------
+
+_defaults: dict[int, Stream] = {}
+
+
+def default_stream(device: DeviceLike = None) -> Stream:
+    """The legacy default (NULL) stream of ``device``, handle 0; never destroyed."""
+    index = current_device() if device is None else _index(device)
+    stream = _defaults.get(index)
+    if stream is None:
+        stream = _defaults.setdefault(index, Stream._borrow(index, 0))
+    return stream
+
+
+def current_stream(device: DeviceLike = None) -> Stream:
+    """This thread's current stream on ``device`` (default: the current device)."""
+    index = current_device() if device is None else _index(device)
+    stream = _local.state.streams.get(index)
+    if stream is None:
+        stream = _defaults.get(index) or default_stream(index)
+    return stream
+
+
+def set_stream(stream: Optional[Stream]) -> None:
+    """Make ``stream`` this thread's current stream on its device and make that device
+    current, as torch does. Prefer ``with stream(s):``, which restores. None is a no-op."""
+    if stream is None:
+        return
+    stream._live()
+    if current_device() != stream.device_index:
+        set_device(stream.device_index)
+    _local.state.assign(stream.device_index, stream)
+
+
+class StreamContext:
+    """Context manager that makes ``stream`` current (and its device) on this thread and
+    restores exactly what was there on exit, also on exceptions. None is a no-op."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: Optional[Stream]) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Optional[Stream]:
+        if self.stream is not None:
+            _enter(self, self.stream)
+        return self.stream
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.stream is not None:
+            _exit(self)
+
+
+def stream(stream: Optional[Stream]) -> StreamContext:
+    """``with gpurt.stream(s):`` -- see :class:`StreamContext`."""
+    return StreamContext(stream)

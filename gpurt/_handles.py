@@ -1,0 +1,169 @@
+"""Plumbing under streams.py: driver calls bound to a device, owned stream/event handles
+with deferred release, and the trampoline that runs Python host callbacks.
+
+Finalizers never call the driver: they queue the handle, and :func:`release_pending` destroys
+queued handles at a safe point (streams.py calls it when it creates or closes a stream or an
+event). A finalizer may fire anywhere -- inside a host callback, where CUDA calls are not
+permitted, or at shutdown -- so this is the only safe place to do it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import ctypes
+import itertools
+import time
+import warnings
+import weakref
+from typing import Any, Callable, Optional
+
+from cuda.bindings import driver as cu
+
+from . import _driver
+from ._driver import CudaError, check
+from .device import bind_context, current_device
+
+__all__: list[str] = []
+
+_NOT_READY = int(cu.CUresult.CUDA_ERROR_NOT_READY)
+
+
+# ---- driver calls on a device ----------------------------------------------------------
+
+
+def raw_call(index: int, fn: Callable[..., tuple], *args: Any) -> tuple:
+    """Call driver ``fn(*args)`` with device ``index``'s context bound and return its raw
+    result tuple. The calling thread's current device is bound again afterwards, so raw
+    driver calls by the user keep seeing the device they chose."""
+    bind_context(index)
+    try:
+        return fn(*args)
+    finally:
+        current = current_device()
+        if current != index:
+            bind_context(current)
+
+
+def call(index: int, name: str, fn: Callable[..., tuple], *args: Any) -> Any:
+    """:func:`raw_call`, then :func:`gpurt._driver.check` on the result."""
+    return check(raw_call(index, fn, *args), name)
+
+
+def is_ready(index: int, name: str, fn: Callable[..., tuple], handle: Any) -> bool:
+    """True when a ``cuStreamQuery``/``cuEventQuery``-style call says the work is done,
+    False on CUDA_ERROR_NOT_READY; any other error raises."""
+    result = raw_call(index, fn, handle)
+    if int(result[0]) == _NOT_READY:
+        return False
+    check(result, name)
+    return True
+
+
+def not_ready(result: tuple) -> bool:
+    """True when a raw result is CUDA_ERROR_NOT_READY."""
+    return int(result[0]) == _NOT_READY
+
+
+# ---- owned handles and their deferred release ------------------------------------------
+
+
+class Owned:
+    """A stream or event handle gpurt created and must destroy exactly once. It holds no
+    reference to the Python object that uses it, so it can outlive it in the queue."""
+
+    __slots__ = ("handle", "index", "kind", "destroy", "name")
+
+    def __init__(self, handle: Any, index: int, kind: str, destroy: Callable[..., tuple],
+                 name: str) -> None:
+        self.handle = handle
+        self.index = index
+        self.kind = kind
+        self.destroy = destroy
+        self.name = name
+        _live[kind] += 1
+
+    def release(self) -> None:
+        """Destroy the handle (skipped in a forked child, where it belongs to the parent)."""
+        try:
+            if not _driver.is_forked_child():
+                call(self.index, self.name, self.destroy, self.handle)
+        finally:
+            _live[self.kind] -= 1
+
+
+_live: collections.Counter[str] = collections.Counter()
+_pending: collections.deque[Owned] = collections.deque()
+
+
+def adopt(owner: object, owned: Owned) -> weakref.finalize:
+    """Queue ``owned`` for release when ``owner`` is collected (never at exit)."""
+    finalizer = weakref.finalize(owner, _pending.append, owned)
+    finalizer.atexit = False
+    return finalizer
+
+
+def release_pending() -> None:
+    """Destroy the handles of collected streams and events; called at safe points."""
+    while _pending:
+        try:
+            owned = _pending.popleft()
+        except IndexError:  # another thread emptied it
+            return
+        try:
+            owned.release()
+        except CudaError as exc:
+            warnings.warn(f"gpurt: releasing a collected {owned.kind} failed: {exc}",
+                          RuntimeWarning, stacklevel=2)
+
+
+def live_handles() -> dict[str, int]:
+    """How many stream and event handles gpurt owns right now (for leak checks)."""
+    return {"stream": _live["stream"], "event": _live["event"]}
+
+
+# ---- host callbacks ------------------------------------------------------------------------
+
+_host_callbacks: dict[int, Callable[[], Any]] = {}
+_callback_keys = itertools.count(1)
+
+
+def _run_host_callback(key: Optional[int]) -> None:
+    """Runs on the driver's callback thread. An exception propagates to ctypes, which
+    reports it through ``sys.unraisablehook`` and carries on: it never crashes the process."""
+    try:
+        callback = _host_callbacks.get(key or 0)
+        if callback is not None:
+            callback()
+    finally:
+        _host_callbacks.pop(key or 0, None)
+
+
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_run_host_callback)  # lives forever
+HOST_FN_PTR = cu.CUhostFn(ctypes.cast(_HOST_FN, ctypes.c_void_p).value)
+
+
+def keep_callback(fn: Callable[[], Any]) -> int:
+    """Hold ``fn`` until the trampoline runs it; the key is the callback's ``userData``."""
+    key = next(_callback_keys)
+    _host_callbacks[key] = fn
+    return key
+
+
+def drop_callback(key: int) -> None:
+    """Forget a callback whose launch failed."""
+    _host_callbacks.pop(key, None)
+
+
+def pending_callbacks() -> int:
+    """How many host callbacks were launched and have not finished yet."""
+    return len(_host_callbacks)
+
+
+@atexit.register
+def _drain_host_callbacks(timeout: float = 5.0) -> None:
+    """At exit, give pending callbacks a moment to run before the interpreter goes away
+    (a callback entering a finalised interpreter would crash it). No driver calls."""
+    deadline = time.monotonic() + timeout
+    while _host_callbacks and time.monotonic() < deadline:
+        time.sleep(0.001)

@@ -1,0 +1,266 @@
+"""Planning for the softmax kernels (softmax.cu): the variants, the choice among them, and
+the shape checks. Pure Python (no driver, no gpurt import), so it is tested on any machine."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "Variant",
+    "RowsView",
+    "choose_variant",
+    "widest_vec",
+    "dtype_code",
+    "rows_view",
+    "SOFTMAX",
+    "LOG_SOFTMAX",
+    "SOFTMAX_BACKWARD",
+    "LOG_SOFTMAX_BACKWARD",
+]
+
+SOURCE_PATH = Path(__file__).with_name("softmax.cu")
+
+# Codes shared with softmax.cu: the DT and OP template parameters.
+DTYPE_CODES = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.float16): 1,
+    np.dtype(ml_dtypes.bfloat16): 2,
+}
+SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD = range(4)
+_OP_NAMES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+
+# Tuning (see benchmarks/notes_softmax.md): a thread holds at most HELD float32 values in
+# registers (about HELD + 24 registers in all), so two or more CTAs share a multiprocessor; an
+# input staged in shared memory adds up to STAGED_BYTES per CTA (two such CTAs fit an SM).
+HELD = 32
+STAGED_BYTES = 64 * 1024
+ROWS_CTA_THREADS = 128  # CTA size when a warp or less handles a row
+CTA_THREADS = (128, 256, 512)  # one CTA per row: the smallest that holds the row
+CLUSTER_THREADS = 512  # CTA size inside a cluster
+MAX_CLUSTER = 8  # the portable cluster size limit
+SPLIT_THREADS = 512
+MAX_GRID_X = 2**31 - 1
+_STORAGE_BYTES = (4, 2, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One compiled form of the kernels: how a row is spread over threads.
+
+    ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
+    each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
+    share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
+    CTAs share a row; bit t of ``stage`` keeps input t in shared memory instead of registers.
+    """
+
+    kind: str
+    dtype: int
+    op: int
+    vec: int
+    items: int
+    group: int
+    threads: int
+    cluster: int = 1
+    stage: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("rows", "cluster", "split"):
+            raise ValueError(f"unknown variant kind {self.kind!r}")
+        if self.dtype not in (0, 1, 2) or self.op not in range(4):
+            raise ValueError(f"dtype must be 0..2 and op 0..3, got {self.dtype}, {self.op}")
+        for name in ("vec", "items", "group", "threads", "cluster"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"Variant.{name} must be a power of two, got {value}")
+        if not 32 <= self.threads <= 1024:
+            raise ValueError(f"Variant.threads must be 32..1024, got {self.threads}")
+        if not (self.group <= 32 or self.group == self.threads):
+            raise ValueError(f"Variant.group must be <= 32 or == threads, got {self.group}")
+        if self.kind != "rows" and self.group != self.threads:
+            raise ValueError(f"a {self.kind} variant uses whole CTAs (group == threads)")
+        if (self.kind == "cluster") != (self.cluster > 1) or self.cluster > MAX_CLUSTER:
+            raise ValueError(f"cluster={self.cluster} does not fit kind {self.kind!r}")
+        if self.vec * _STORAGE_BYTES[self.dtype] > 16:
+            raise ValueError(f"vec={self.vec} is wider than 16 bytes")
+        if self.stage and (self.stage >= 1 << self.inputs
+                           or self.vec * _STORAGE_BYTES[self.dtype] != 16):
+            raise ValueError(f"stage={self.stage} needs 16-byte vectors and existing inputs")
+
+    @property
+    def inputs(self) -> int:
+        """Arrays read: 1 forward (x), 2 backward (y and dy)."""
+        return 2 if self.op >= SOFTMAX_BACKWARD else 1
+
+    @property
+    def columns(self) -> int:
+        """Columns one CTA (or lane group) covers."""
+        return self.group * self.items * self.vec
+
+    @property
+    def capacity(self) -> int:
+        """The longest row this variant handles in one pass (``split``: one chunk)."""
+        return self.columns * self.cluster
+
+    @property
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per CTA, bytes (the staged inputs)."""
+        return bin(self.stage).count("1") * self.items * self.threads * 16
+
+    def names(self) -> tuple[str, ...]:
+        """The kernels' template instantiations (NVRTC name expressions)."""
+        common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
+        if self.kind == "rows":
+            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.stage}>",)
+        if self.kind == "cluster":
+            return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, {self.stage}>",)
+        return (
+            f"softmax_partial<{common}, {self.threads}, {self.stage}>",
+            f"softmax_finish<{common}, {self.threads}, {self.stage}>",
+        )
+
+    def chunks(self, cols: int) -> int:
+        """``split``: chunks per row."""
+        return -(-cols // self.columns)
+
+    def grid(self, rows: int, cols: int) -> int:
+        """CTAs in the launch (each of the two launches for ``split``)."""
+        if self.kind == "rows":
+            return -(-rows // (self.threads // self.group))
+        if self.kind == "cluster":
+            return rows * self.cluster
+        return rows * self.chunks(cols)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def widest_vec(cols: int, itemsize: int, addresses: Sequence[int] = ()) -> int:
+    """The widest access (elements, up to 16 bytes) that divides the row length and to
+    which every base address is aligned."""
+    vec = 16 // itemsize
+    while vec > 1 and (cols % vec or any(a % (vec * itemsize) for a in addresses)):
+        vec //= 2
+    return vec
+
+
+def choose_variant(
+    cols: int,
+    dtype: Any,
+    op: int = SOFTMAX,
+    *,
+    vec: Optional[int] = None,
+    clusters: bool = True,
+) -> Variant:
+    """Pick the variant for rows of ``cols`` elements of ``dtype`` (numpy dtype) and ``op``.
+
+    ``vec`` defaults to the widest access the row length allows (pass the one the pointers
+    allow); ``clusters=False`` for devices without thread-block clusters (before sm_90).
+    In order of preference: a lane group or one CTA holding the row in registers; a cluster
+    doing so; the same with one input staged in shared memory; the two-launch split.
+    """
+    code = dtype_code(dtype)
+    if op not in range(4):
+        raise ValueError(f"op must be 0..3, got {op}")
+    if cols < 1:
+        raise ValueError(f"rows need at least one column, got {cols}")
+    vec = widest_vec(cols, _STORAGE_BYTES[code]) if vec is None else vec
+    inputs = 2 if op >= SOFTMAX_BACKWARD else 1
+    per_thread = max(1, HELD // (inputs * vec))  # vectors of each input a thread holds
+    nvec = -(-cols // vec)
+
+    def fit(kind: str, group: int, threads: int, cluster: int = 1, stage: int = 0) -> Variant:
+        items = _pow2_at_least(-(-nvec // (group * cluster)))
+        return Variant(kind, code, op, vec, items, group, threads, cluster, stage)
+
+    if nvec <= 32 * per_thread:  # a warp or less: aim at half the registers, more lanes
+        group = min(32, _pow2_at_least(-(-nvec // max(1, per_thread // 2))))
+        return fit("rows", group, ROWS_CTA_THREADS)
+    for threads in CTA_THREADS:
+        if threads * per_thread >= nvec:
+            return fit("rows", threads, threads)
+    if not clusters:
+        if 1024 * per_thread >= nvec:
+            return fit("rows", 1024, 1024)
+        return Variant("split", code, op, vec, per_thread, SPLIT_THREADS, SPLIT_THREADS)
+    per_cta = CLUSTER_THREADS * per_thread
+    if nvec <= MAX_CLUSTER * per_cta:
+        return fit("cluster", CLUSTER_THREADS, CLUSTER_THREADS, _pow2_at_least(-(-nvec // per_cta)))
+    if inputs == 2 and vec * _STORAGE_BYTES[code] == 16:
+        # Backward: y staged in shared memory, dy in registers, twice the items per thread.
+        items = min(2 * per_thread, STAGED_BYTES // (CLUSTER_THREADS * 16))
+        per_cta = CLUSTER_THREADS * items
+        if nvec <= MAX_CLUSTER * per_cta:
+            cluster = _pow2_at_least(-(-nvec // per_cta))
+            kind = "cluster" if cluster > 1 else "rows"
+            return fit(kind, CLUSTER_THREADS, CLUSTER_THREADS, cluster, stage=1)
+    return Variant("split", code, op, vec, per_thread, SPLIT_THREADS, SPLIT_THREADS)
+
+
+def dtype_code(dtype: Any) -> int:
+    """The DT code of a numpy dtype; TypeError for dtypes the kernels do not handle."""
+    try:
+        return DTYPE_CODES[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise TypeError(
+            f"softmax supports float32, float16 and bfloat16, got {dtype}"
+        ) from None
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsView:
+    """A C-contiguous array seen as ``rows`` x ``cols`` with the reduction over ``cols``."""
+
+    rows: int
+    cols: int
+
+
+def rows_view(shape: Sequence[int], strides: Optional[Sequence[int]], itemsize: int,
+              dim: int) -> RowsView:
+    """Check that softmax over ``dim`` of a (shape, strides) array is a row-wise reduction
+    over contiguous rows, and return its rows x cols. Raises IndexError / ValueError."""
+    ndim = len(shape)
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, "
+            f"{max(ndim, 1) - 1}], but got {dim})"
+        )
+    if ndim == 0:
+        return RowsView(1, 1)
+    dim %= ndim
+    if any(size != 1 for size in shape[dim + 1:]):
+        raise ValueError(
+            f"softmax over dim={dim} of shape {tuple(shape)}: only the last dimension is "
+            "supported (dimensions after it must have size 1); move the axis last and make "
+            "the array contiguous first (e.g. torch's x.movedim(dim, -1).contiguous())"
+        )
+    if strides is not None and not _c_contiguous(shape, strides, itemsize):
+        raise ValueError(
+            f"softmax needs a C-contiguous array; got shape {tuple(shape)} with strides "
+            f"{tuple(strides)} (make a contiguous copy first)"
+        )
+    cols = int(shape[dim])
+    rows = math.prod(int(s) for s in shape[:dim])
+    if cols >= 2**31:
+        raise ValueError(f"rows of {cols} elements are longer than supported (< 2**31)")
+    return RowsView(rows, cols)
+
+
+def _c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:
+    expected = itemsize
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size == 0:
+            return True
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True

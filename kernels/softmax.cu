@@ -1,0 +1,484 @@
+// Softmax and log-softmax, forward and backward, over the last dimension of a contiguous
+// (rows x cols) tensor of float32, float16 or bfloat16, accumulating in float32.
+//
+// Every variant reads each input element once and writes each output element once: a row is
+// held on chip (in registers) between its reduction and its output. One template body serves
+// all four operations (a Policy says what is reduced and how outputs follow from it) and three
+// ways of spreading a row over threads:
+//   softmax_rows     GROUP <= 32 lanes per row (several rows per CTA, warp shuffles only), or
+//                    GROUP == THREADS (one CTA per row, warp shuffles + one shared-memory step);
+//   softmax_cluster  a thread-block cluster of CLUSTER CTAs per row, each holding a slice; the
+//                    per-CTA partials meet through distributed shared memory (sm_90);
+//   softmax_partial + softmax_finish
+//                    rows too long to hold on chip: each CTA reduces one chunk into a float2
+//                    workspace, a second launch re-reads the chunk, combines the row's
+//                    partials and writes its outputs (three passes of bytes instead of two).
+// Loads and stores are VEC elements wide (16 bytes when the row length and pointers allow).
+//
+// Template parameters: DT (0 float32, 1 float16, 2 bfloat16), OP (0 softmax, 1 log_softmax,
+// 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors per thread), GROUP
+// (threads sharing one row in a CTA), THREADS (per CTA), CLUSTER (CTAs per row).
+// The forward pass is one online max+sum reduction: each thread reduces its values to
+// (max m, sum of exp(x - m)), pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M)), and exp is
+// exp2 of (x - m) * log2(e) (the subtraction first, so large magnitudes keep their accuracy).
+
+#define SM_LOG2E 1.4426950408889634f
+#define SM_NEG_INF (-__int_as_float(0x7f800000))
+
+namespace gpurt_softmax {
+
+// ---- storage types and conversions (no CUDA headers needed) --------------------------------
+
+template <int DT> struct Elem;
+
+template <> struct Elem<0> {
+    typedef float storage;
+    static __device__ __forceinline__ float load(float v) { return v; }
+    static __device__ __forceinline__ float store(float v) { return v; }
+};
+
+template <> struct Elem<1> {
+    typedef unsigned short storage;
+    static __device__ __forceinline__ float load(unsigned short h) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+        return f;
+    }
+    static __device__ __forceinline__ unsigned short store(float f) {
+        unsigned short h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+};
+
+template <> struct Elem<2> {
+    typedef unsigned short storage;
+    static __device__ __forceinline__ float load(unsigned short h) {
+        return __uint_as_float(((unsigned int)h) << 16);
+    }
+    static __device__ __forceinline__ unsigned short store(float f) {
+#if __CUDA_ARCH__ >= 800
+        unsigned short h;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+#else
+        unsigned int u = __float_as_uint(f);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // NaN
+        u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+        return (unsigned short)(u >> 16);
+#endif
+    }
+};
+
+template <int BYTES> struct Raw;
+template <> struct Raw<16> { typedef uint4 type; };
+template <> struct Raw<8> { typedef uint2 type; };
+template <> struct Raw<4> { typedef unsigned int type; };
+template <> struct Raw<2> { typedef unsigned short type; };
+
+// One VEC-wide access: a single load or store instruction of VEC * sizeof(storage) bytes.
+template <int DT, int VEC>
+struct Access {
+    typedef typename Elem<DT>::storage S;
+    typedef typename Raw<VEC * sizeof(S)>::type R;
+    union Bits {
+        R raw;
+        S item[VEC];
+    };
+
+    static __device__ __forceinline__ void unpack(const R& raw, float (&v)[VEC]) {
+        Bits b;
+        b.raw = raw;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[k] = Elem<DT>::load(b.item[k]);
+    }
+    static __device__ __forceinline__ R pack(const float (&v)[VEC]) {
+        Bits b;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) b.item[k] = Elem<DT>::store(v[k]);
+        return b.raw;
+    }
+    static __device__ __forceinline__ void load(const S* p, float (&v)[VEC]) {
+        unpack(*reinterpret_cast<const R*>(p), v);
+    }
+    static __device__ __forceinline__ void store(S* p, const float (&v)[VEC]) {
+        *reinterpret_cast<R*>(p) = pack(v);
+    }
+};
+
+// ---- where a thread's values live ------------------------------------------------------------
+// Input t is held in registers, or (bit t of STAGE) staged in dynamic shared memory by cp.async
+// (16-byte vectors only): staging doubles what a CTA holds on chip when registers run out. Each
+// thread reads back only the shared-memory slots it filled itself, so no barrier is needed.
+
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+    unsigned int addr = (unsigned int)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+#endif
+
+template <int DT, int NIN, int VEC, int ITEMS, int STAGE>
+struct Held {
+    typedef Access<DT, VEC> A;
+    typedef typename A::R R;
+    static_assert(STAGE == 0 || sizeof(R) == 16, "only 16-byte vectors are staged");
+
+    float reg[NIN][ITEMS][VEC];
+    R* slot;  // this thread's first staged vector; then every blockDim.x-th
+
+    static __device__ __forceinline__ bool staged(int t) { return (STAGE >> t) & 1; }
+    static __device__ __forceinline__ int stage_index(int t) { return __popc(STAGE & ((1 << t) - 1)); }
+
+    __device__ __forceinline__ R& staged_vec(int t, int i) const {
+        return slot[(stage_index(t) * ITEMS + i) * blockDim.x];
+    }
+
+    // Vector i of input t as VEC floats.
+    __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
+        if (staged(t)) {
+            A::unpack(staged_vec(t, i), c);
+        } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) c[k] = reg[t][i][k];
+        }
+    }
+};
+
+// ---- what each operation reduces and writes ------------------------------------------------
+// A Policy reduces a thread's values to a float2 partial (what an empty slot holds must not
+// change it), combines partials, and writes one vector of outputs from the row's total.
+
+__device__ __forceinline__ float2 combine_max_sum(float2 a, float2 b) {
+    float m = fmaxf(a.x, b.x);
+    if (m == SM_NEG_INF) return make_float2(m, a.y + b.y);  // no maximum: 0, or NaN from NaNs
+    float s = a.y * exp2f((a.x - m) * SM_LOG2E) + b.y * exp2f((b.x - m) * SM_LOG2E);
+    return make_float2(m, s);
+}
+
+template <int OP> struct Policy;
+
+// Forward: partial = (max m, sum exp(x - m)); outputs from x and the row's (max, sum).
+// A row of only -inf gives NaN like torch (-inf - -inf); NaN inputs give a NaN sum.
+template <int OP>
+struct Forward {
+    static const int NIN = 1;
+    static __device__ __forceinline__ float fill(int) { return SM_NEG_INF; }
+    static __device__ __forceinline__ float2 identity() { return make_float2(SM_NEG_INF, 0.0f); }
+    static __device__ __forceinline__ float2 combine(float2 a, float2 b) {
+        return combine_max_sum(a, b);
+    }
+
+    template <class H, int ITEMS, int VEC>
+    static __device__ __forceinline__ float2 local(const H& h) {
+        float m = SM_NEG_INF;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            float c[VEC];
+            h.item(0, i, c);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
+        }
+        // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
+        const float ref = (m == SM_NEG_INF) ? 0.0f : m;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            float c[VEC];
+            h.item(0, i, c);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) s += exp2f((c[k] - ref) * SM_LOG2E);
+        }
+        return make_float2(m, s);
+    }
+
+    template <class H, int VEC>
+    static __device__ __forceinline__ void finish(const H& h, float2 row, int i, float (&y)[VEC]) {
+        float c[VEC];
+        h.item(0, i, c);
+        if (OP == 0) {
+            const float inv = 1.0f / row.y;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) y[k] = exp2f((c[k] - row.x) * SM_LOG2E) * inv;
+        } else {
+            const float log_sum = logf(row.y);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) y[k] = (c[k] - row.x) - log_sum;
+        }
+    }
+};
+
+// Backward: input 0 = y (forward output), input 1 = dy; partial.x = sum(dy * y) or sum(dy).
+template <int OP>
+struct Backward {
+    static const int NIN = 2;
+    static __device__ __forceinline__ float fill(int) { return 0.0f; }
+    static __device__ __forceinline__ float2 identity() { return make_float2(0.0f, 0.0f); }
+    static __device__ __forceinline__ float2 combine(float2 a, float2 b) {
+        return make_float2(a.x + b.x, 0.0f);
+    }
+
+    template <class H, int ITEMS, int VEC>
+    static __device__ __forceinline__ float2 local(const H& h) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            float y[VEC], dy[VEC];
+            h.item(0, i, y);
+            h.item(1, i, dy);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) s += (OP == 2) ? dy[k] * y[k] : dy[k];
+        }
+        return make_float2(s, 0.0f);
+    }
+
+    template <class H, int VEC>
+    static __device__ __forceinline__ void finish(const H& h, float2 row, int i, float (&dx)[VEC]) {
+        float y[VEC], dy[VEC];
+        h.item(0, i, y);
+        h.item(1, i, dy);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            if (OP == 2) dx[k] = y[k] * (dy[k] - row.x);      // y * (dy - sum(dy * y))
+            else dx[k] = dy[k] - expf(y[k]) * row.x;         // dy - exp(y) * sum(dy)
+        }
+    }
+};
+
+template <> struct Policy<0> : Forward<0> {};
+template <> struct Policy<1> : Forward<1> {};
+template <> struct Policy<2> : Backward<2> {};
+template <> struct Policy<3> : Backward<3> {};
+
+// ---- reductions ------------------------------------------------------------------------------
+
+__device__ __forceinline__ float2 shfl_xor(float2 a, int offset) {
+    return make_float2(__shfl_xor_sync(0xffffffffu, a.x, offset),
+                       __shfl_xor_sync(0xffffffffu, a.y, offset));
+}
+
+// Butterfly over aligned groups of WIDTH lanes: every lane ends with its group's total.
+template <int OP, int WIDTH>
+__device__ __forceinline__ float2 reduce_lanes(float2 a) {
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset /= 2)
+        a = Policy<OP>::combine(a, shfl_xor(a, offset));
+    return a;
+}
+
+// Whole-CTA total, in every thread: warps reduce, then each warp reduces the warp totals.
+template <int OP, int THREADS>
+__device__ __forceinline__ float2 reduce_cta(float2 a) {
+    a = reduce_lanes<OP, 32>(a);
+    if constexpr (THREADS == 32) return a;
+    const int WARPS = THREADS / 32;
+    __shared__ float2 warp_total[WARPS];
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) warp_total[threadIdx.x / 32] = a;
+    __syncthreads();
+    a = lane < WARPS ? warp_total[lane] : Policy<OP>::identity();
+    a = reduce_lanes<OP, (WARPS < 32 ? WARPS : 32)>(a);
+    return make_float2(__shfl_sync(0xffffffffu, a.x, 0), __shfl_sync(0xffffffffu, a.y, 0));
+}
+
+// ---- cluster helpers (sm_90: distributed shared memory) --------------------------------------
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned int cluster_rank() {
+    unsigned int r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Read a float2 at the same shared-memory offset in CTA `rank` of this cluster.
+__device__ __forceinline__ float2 load_peer(const float2* local, unsigned int rank) {
+    unsigned int addr = (unsigned int)__cvta_generic_to_shared(local);
+    unsigned int peer;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(addr), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(v.x), "=f"(v.y) : "r"(peer) : "memory");
+    return v;
+}
+#endif
+
+// ---- the shared body ------------------------------------------------------------------------
+
+// Fill this thread's held values: vector i of input t is columns col0 + (i*GROUP + lane)*VEC.
+// Staged inputs are copied asynchronously and waited for after the register loads are issued.
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int STAGE>
+__device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, STAGE>& h,
+                                         const typename Elem<DT>::storage* const (&in)[2],
+                                         long long base, int col0, int cols, bool live) {
+    typedef Access<DT, VEC> A;
+    const int lane = threadIdx.x % GROUP;
+#if __CUDA_ARCH__ >= 800
+    if (STAGE) {
+#pragma unroll
+        for (int t = 0; t < Policy<OP>::NIN; ++t) {
+            if (!h.staged(t)) continue;
+#pragma unroll
+            for (int i = 0; i < ITEMS; ++i) {
+                const int col = col0 + (i * GROUP + lane) * VEC;
+                if (live && col < cols) {
+                    copy_async_16(&h.staged_vec(t, i), in[t] + base + col);
+                } else {
+                    float c[VEC];
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) c[k] = Policy<OP>::fill(t);
+                    h.staged_vec(t, i) = A::pack(c);
+                }
+            }
+        }
+    }
+#endif
+#pragma unroll
+    for (int t = 0; t < Policy<OP>::NIN; ++t) {
+        if (h.staged(t)) continue;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int col = col0 + (i * GROUP + lane) * VEC;
+            if (live && col < cols) {
+                A::load(in[t] + base + col, h.reg[t][i]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) h.reg[t][i][k] = Policy<OP>::fill(t);
+            }
+        }
+    }
+#if __CUDA_ARCH__ >= 800
+    if (STAGE) copy_async_wait();
+#endif
+}
+
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int STAGE>
+__device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, ITEMS, STAGE>& h,
+                                          float2 total, typename Elem<DT>::storage* out,
+                                          long long base, int col0, int cols, bool live) {
+    const int lane = threadIdx.x % GROUP;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const int col = col0 + (i * GROUP + lane) * VEC;
+        if (live && col < cols) {
+            float y[VEC];
+            Policy<OP>::finish(h, total, i, y);
+            Access<DT, VEC>::store(out + base + col, y);
+        }
+    }
+}
+
+}  // namespace gpurt_softmax
+
+// ---- kernels ---------------------------------------------------------------------------------
+// Arguments: a = x (forward) or y (backward), b = dy (backward; ignored forward), out,
+// rows, cols. Rows are contiguous: row r starts at element r * cols. Dynamic shared memory:
+// popcount(STAGE) * ITEMS * THREADS * 16 bytes.
+
+#define SM_STORAGE typename gpurt_softmax::Elem<DT>::storage
+#define SM_HELD gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, STAGE>
+
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int STAGE>
+__global__ void __launch_bounds__(THREADS)
+softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows, int cols) {
+    using namespace gpurt_softmax;
+    static_assert(GROUP <= 32 || GROUP == THREADS, "GROUP is a lane group or the whole CTA");
+    typedef Policy<OP> P;
+    extern __shared__ uint4 stage_area[];
+    const long long row = (long long)blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
+    const bool live = row < rows;
+    const long long base = row * (long long)cols;
+    const SM_STORAGE* in[2] = {a, b};
+    SM_HELD h;
+    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    load_row<DT, OP, VEC, ITEMS, GROUP, STAGE>(h, in, base, 0, cols, live);
+    float2 total = P::template local<SM_HELD, ITEMS, VEC>(h);
+    if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(total);
+    else total = reduce_cta<OP, THREADS>(total);
+    store_row<DT, OP, VEC, ITEMS, GROUP, STAGE>(h, total, out, base, 0, cols, live);
+}
+
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int STAGE>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
+softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
+                int cols) {
+#if __CUDA_ARCH__ >= 900
+    using namespace gpurt_softmax;
+    typedef Policy<OP> P;
+    extern __shared__ uint4 stage_area[];
+    __shared__ float2 cta_total;
+    const unsigned int rank = cluster_rank();
+    const long long row = blockIdx.x / CLUSTER;
+    const int col0 = (int)rank * (THREADS * ITEMS * VEC);
+    const long long base = row * (long long)cols;
+    const SM_STORAGE* in[2] = {a, b};
+    SM_HELD h;
+    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
+    float2 total = reduce_cta<OP, THREADS>(P::template local<SM_HELD, ITEMS, VEC>(h));
+    if (threadIdx.x == 0) cta_total = total;
+    cluster_arrive();
+    cluster_wait();
+    // Lanes 0..CLUSTER-1 of every warp fetch one CTA's total each and combine them.
+    const unsigned int lane = threadIdx.x % 32;
+    total = lane < CLUSTER ? load_peer(&cta_total, lane) : P::identity();
+    total = reduce_lanes<OP, CLUSTER>(total);
+    total = make_float2(__shfl_sync(0xffffffffu, total.x, 0), __shfl_sync(0xffffffffu, total.y, 0));
+    cluster_arrive();  // done reading peers; their shared memory must outlive this
+    store_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, total, out, base, col0, cols, true);
+    cluster_wait();
+#endif
+}
+
+// Rows longer than a cluster holds: pass 1 writes one float2 partial per (row, chunk).
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int STAGE>
+__global__ void __launch_bounds__(THREADS)
+softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long long rows,
+                int cols, int chunks) {
+    using namespace gpurt_softmax;
+    typedef Policy<OP> P;
+    extern __shared__ uint4 stage_area[];
+    const long long row = blockIdx.x / chunks;
+    const int col0 = (int)(blockIdx.x % chunks) * (THREADS * ITEMS * VEC);
+    const long long base = row * (long long)cols;
+    const SM_STORAGE* in[2] = {a, b};
+    SM_HELD h;
+    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
+    const float2 total = reduce_cta<OP, THREADS>(P::template local<SM_HELD, ITEMS, VEC>(h));
+    if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// Pass 2: chunks in reverse order (the last ones read are likeliest still in L2); each warp
+// combines the row's partials itself, then the chunk's outputs are written.
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int STAGE>
+__global__ void __launch_bounds__(THREADS)
+softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
+               const float2* partials, long long rows, int cols, int chunks) {
+    using namespace gpurt_softmax;
+    typedef Policy<OP> P;
+    extern __shared__ uint4 stage_area[];
+    const unsigned int id = gridDim.x - 1 - blockIdx.x;
+    const long long row = id / chunks;
+    const int col0 = (int)(id % chunks) * (THREADS * ITEMS * VEC);
+    const long long base = row * (long long)cols;
+    const SM_STORAGE* in[2] = {a, b};
+    SM_HELD h;
+    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
+    float2 total = P::identity();
+    for (int c = threadIdx.x % 32; c < chunks; c += 32)
+        total = P::combine(total, partials[row * chunks + c]);
+    total = reduce_lanes<OP, 32>(total);
+    store_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, total, out, base, col0, cols, true);
+}
+
+#undef SM_HELD
+#undef SM_STORAGE

@@ -1,0 +1,224 @@
+"""A pretend two-GPU machine for CPU tests of gpurt's bookkeeping.
+
+``fake_gpus`` makes gpurt believe CUDA is initialised with two devices and records which
+device's context each thread binds. ``fake_driver`` also replaces the ``cuda.bindings.driver``
+functions gpurt.streams calls with :class:`FakeDriver`, which checks handles the way the
+driver does (unknown or destroyed handle -> CUDA_ERROR_INVALID_HANDLE) and runs host
+callbacks on a separate thread, through their real C function pointer, when the stream is
+synchronised. The real driver runs the same code paths in the ``gpu`` tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import itertools
+import threading
+from typing import Any
+
+import pytest
+from cuda.bindings import driver as cu
+
+from gpurt import _driver, _handles, device, streams
+
+OK = cu.CUresult.CUDA_SUCCESS
+BAD_HANDLE = cu.CUresult.CUDA_ERROR_INVALID_HANDLE
+NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
+HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class FakeContexts:
+    """Stands in for device.bind_context: remembers each thread's bound device."""
+
+    def __init__(self) -> None:
+        self._tls = threading.local()
+        self.binds = 0
+
+    def bind(self, index: int) -> None:
+        self._tls.bound = index
+        self.binds += 1
+
+    @property
+    def bound(self) -> int | None:
+        return getattr(self._tls, "bound", None)
+
+
+class FakeDriver:
+    """The driver calls gpurt.streams makes, on bookkeeping only."""
+
+    CUresult = cu.CUresult
+    CUstream = cu.CUstream
+    CUevent = cu.CUevent
+    CUipcEventHandle = cu.CUipcEventHandle
+
+    def __init__(self, contexts: FakeContexts) -> None:
+        self.contexts = contexts
+        self._ids = itertools.count(0x1000, 0x10)
+        self.streams: dict[int, dict[str, Any]] = {}  # handle -> device, flags, priority, alive
+        self.events: dict[int, dict[str, Any]] = {}  # handle -> device, flags, alive
+        self.calls: list[tuple[str, int | None, tuple]] = []  # name, bound device, args
+        self.ready = True  # what queries answer
+        self.fail_host_launch = False
+        self.host_work: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+
+    # -- helpers --
+    def _log(self, name: str, *args: Any) -> None:
+        self.calls.append((name, self.contexts.bound, args))
+
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.calls]
+
+    def _stream_device(self, handle: Any) -> int | None:
+        """Device of a live stream handle (0 = the bound context's NULL stream), or None."""
+        h = int(handle)
+        if h == 0:
+            return self.contexts.bound
+        info = self.streams.get(h)
+        return info["device"] if info and info["alive"] else None
+
+    def _event_ok(self, handle: Any) -> bool:
+        info = self.events.get(int(handle))
+        return bool(info and info["alive"])
+
+    # -- streams --
+    def cuStreamCreateWithPriority(self, flags: int, priority: int) -> tuple:
+        self._log("cuStreamCreateWithPriority", flags, priority)
+        h = next(self._ids)
+        self.streams[h] = {"device": self.contexts.bound, "flags": flags,
+                           "priority": max(-5, min(0, priority)), "alive": True}
+        return OK, cu.CUstream(h)
+
+    def cuStreamDestroy(self, handle: Any) -> tuple:
+        self._log("cuStreamDestroy", int(handle))
+        info = self.streams.get(int(handle))
+        if not info or not info["alive"]:
+            return (BAD_HANDLE,)
+        info["alive"] = False
+        return (OK,)
+
+    def cuStreamGetPriority(self, handle: Any) -> tuple:
+        if self._stream_device(handle) is None:
+            return (BAD_HANDLE,)
+        info = self.streams.get(int(handle))
+        return OK, (info["priority"] if info else 0)
+
+    def cuCtxGetStreamPriorityRange(self) -> tuple:
+        return OK, 0, -5
+
+    def cuStreamQuery(self, handle: Any) -> tuple:
+        self._log("cuStreamQuery", int(handle))
+        if self._stream_device(handle) is None:
+            return (BAD_HANDLE,)
+        return (OK,) if self.ready else (NOT_READY,)
+
+    def cuStreamSynchronize(self, handle: Any) -> tuple:
+        self._log("cuStreamSynchronize", int(handle))
+        if self._stream_device(handle) is None:
+            return (BAD_HANDLE,)
+        work = self.host_work.pop(int(handle), [])
+        worker = threading.Thread(target=self._run_host_work, args=(work,))
+        worker.start()
+        worker.join()
+        return (OK,)
+
+    @staticmethod
+    def _run_host_work(work: list[tuple[int, int]]) -> None:
+        for fn_ptr, user_data in work:  # like the driver's callback thread, in order
+            HOST_FN(fn_ptr)(user_data)
+
+    def cuLaunchHostFunc(self, handle: Any, fn: Any, user_data: int) -> tuple:
+        self._log("cuLaunchHostFunc", int(handle))
+        if self.fail_host_launch or self._stream_device(handle) is None:
+            return (BAD_HANDLE,)
+        self.host_work[int(handle)].append((int(fn), int(user_data)))
+        return (OK,)
+
+    # -- events --
+    def cuEventCreate(self, flags: int) -> tuple:
+        self._log("cuEventCreate", flags)
+        h = next(self._ids)
+        self.events[h] = {"device": self.contexts.bound, "flags": flags, "alive": True}
+        return OK, cu.CUevent(h)
+
+    def cuEventDestroy(self, handle: Any) -> tuple:
+        self._log("cuEventDestroy", int(handle))
+        info = self.events.get(int(handle))
+        if not info or not info["alive"]:
+            return (BAD_HANDLE,)
+        info["alive"] = False
+        return (OK,)
+
+    def cuEventRecord(self, event: Any, stream: Any) -> tuple:
+        self._log("cuEventRecord", int(event), int(stream))
+        device_of_stream = self._stream_device(stream)
+        if not self._event_ok(event) or device_of_stream is None:
+            return (BAD_HANDLE,)
+        if self.events[int(event)]["device"] != device_of_stream:
+            return (cu.CUresult.CUDA_ERROR_INVALID_CONTEXT,)
+        return (OK,)
+
+    def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple:
+        self._log("cuStreamWaitEvent", int(stream), int(event))
+        if not self._event_ok(event) or self._stream_device(stream) is None:
+            return (BAD_HANDLE,)
+        return (OK,)
+
+    def cuEventQuery(self, event: Any) -> tuple:
+        self._log("cuEventQuery", int(event))
+        if not self._event_ok(event):
+            return (BAD_HANDLE,)
+        return (OK,) if self.ready else (NOT_READY,)
+
+    def cuEventSynchronize(self, event: Any) -> tuple:
+        self._log("cuEventSynchronize", int(event))
+        return (OK,) if self._event_ok(event) else (BAD_HANDLE,)
+
+    def cuEventElapsedTime(self, start: Any, end: Any) -> tuple:
+        self._log("cuEventElapsedTime", int(start), int(end))
+        if not (self._event_ok(start) and self._event_ok(end)):
+            return (BAD_HANDLE,)
+        return (OK, 1.5) if self.ready else (NOT_READY,)
+
+    def cuIpcGetEventHandle(self, event: Any) -> tuple:
+        if not self._event_ok(event):
+            return (BAD_HANDLE,)
+        ipc = cu.CUipcEventHandle()
+        data = int(event).to_bytes(8, "little") * 8
+        ctypes.memmove(ipc.getPtr(), data, len(data))
+        return OK, ipc
+
+    def cuIpcOpenEventHandle(self, ipc: Any) -> tuple:
+        data = ctypes.string_at(ipc.getPtr(), 64)
+        source = int.from_bytes(data[:8], "little")
+        if not self._event_ok(source):
+            return (cu.CUresult.CUDA_ERROR_INVALID_VALUE,)
+        self._log("cuIpcOpenEventHandle", source)
+        h = next(self._ids)
+        self.events[h] = {"device": self.contexts.bound, "flags": self.events[source]["flags"],
+                          "alive": True, "opened_from": source}
+        return OK, cu.CUevent(h)
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> FakeContexts:
+    """gpurt sees two initialised devices; context binds are recorded, not made."""
+    contexts = FakeContexts()
+    monkeypatch.setattr(_driver, "_initialized", True)
+    monkeypatch.setattr(_driver, "_forked_child", False)
+    monkeypatch.setattr(device, "_count", 2)
+    monkeypatch.setattr(device, "_tls", threading.local())
+    monkeypatch.setattr(device, "bind_context", contexts.bind)
+    monkeypatch.setattr(_handles, "bind_context", contexts.bind)
+    return contexts
+
+
+@pytest.fixture
+def fake_driver(fake_gpus: FakeContexts, monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
+    """:func:`fake_gpus` plus a fake driver under gpurt.streams, with fresh stream state."""
+    driver = FakeDriver(fake_gpus)
+    monkeypatch.setattr(streams, "cu", driver)
+    monkeypatch.setattr(streams, "_local", streams._Local())
+    monkeypatch.setattr(streams, "_defaults", {})
+    monkeypatch.setattr(_handles, "_pending", collections.deque())
+    monkeypatch.setattr(_handles, "_live", collections.Counter())
+    return driver
