@@ -7,8 +7,8 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from rich.console import Console
 
@@ -98,10 +98,10 @@ def _cmd_bench(argv: list[str]) -> int:
 # Commands whose arguments all belong to the program they hand over to (so `--help` and
 # options go through untouched): name -> (handler, help).
 _PASSTHROUGH: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "memviz": (_cmd_memviz, "render a memory snapshot: memviz SNAPSHOT -o out.html "
-               "[--png out.png]"),
-    "bench": (_cmd_bench, "run the benchmark suites (benchmarks/run_all.py) on the GPU; "
-              "arguments go to run_all.py"),
+    "memviz": (_cmd_memviz, ("render a memory snapshot: memviz SNAPSHOT -o out.html "
+                             "[--png out.png]")),
+    "bench": (_cmd_bench, ("run the benchmark suites (benchmarks/run_all.py) on the GPU; "
+                           "arguments go to run_all.py")),
 }
 
 
@@ -111,9 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str,
-                **kwargs: object) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=help, description=help, **kwargs)  # type: ignore[arg-type]
+    def command(name: str, handler: Callable[[argparse.Namespace], int],
+                text: str) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=text, description=text)
         cmd.set_defaults(handler=handler)
         return cmd
 

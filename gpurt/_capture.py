@@ -1,10 +1,12 @@
 """Bookkeeping behind gpurt.graphs: capture modes, capture errors with a clear message, and
 the safe release of captured graphs.
 
-Releasing a graph destroys its driver handles, synchronizes if it was replayed (a replay in
-flight may still use its memory) and hands its private pool back to the allocator. While any
-capture is underway those calls are illegal (or would stall), so releases that happen then,
-mostly from garbage collection, are queued and run when the last capture ends.
+Releasing a graph destroys its driver handles and hands its private pool back to the
+allocator. A replay still in flight is safe: the driver frees a destroyed executable graph
+when it completes, and the allocator returns a released pool's segments only through
+empty_cache (cuMemFree waits for the device). While any capture is underway even these calls
+are avoided, so releases that happen then, mostly from garbage collection, are queued and
+run when the last capture ends.
 """
 
 from __future__ import annotations
@@ -129,14 +131,13 @@ def pool_id(pool: Any) -> PoolId:
 class GraphState:
     """What releasing a captured graph needs; its finalizer holds this, never the graph."""
 
-    __slots__ = ("device", "graph", "exec", "pools", "replayed", "keepalive")
+    __slots__ = ("device", "graph", "exec", "pools", "keepalive")
 
     def __init__(self, device: int, graph: Any, exec_: Any, pool: PoolId) -> None:
         self.device = device
         self.graph = graph
         self.exec = exec_
         self.pools = [pool]  # the graph's own pool, then pools retained by update()
-        self.replayed = False
         self.keepalive: dict[Any, Any] = {}  # objects the graph's kernels now point into
 
 
@@ -190,8 +191,6 @@ def _destroy(state: GraphState, warn: bool) -> None:
     problems: list[str] = []
     try:
         bind_context(state.device)
-        if state.replayed:  # a replay in flight may still write into the pool released below
-            check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
         check(cu.cuGraphExecDestroy(state.exec), "cuGraphExecDestroy")
         check(cu.cuGraphDestroy(state.graph), "cuGraphDestroy")
     except Exception as exc:

@@ -7,7 +7,7 @@ The tour is a list of :class:`Step`; a step without ``run`` is announced but not
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,7 +16,7 @@ from rich.panel import Panel
 from ._driver import CudaError
 from .device import current_device, get_arch, get_device_name, init, is_available, mem_get_info
 
-__all__ = ["Step", "STEPS", "run"]
+__all__ = ["STEPS", "Step", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Step:
 
     title: str
     what: str
-    run: Optional[Callable[[Console], None]] = None
+    run: Callable[[Console], None] | None = None
 
 
 def _pick_device(console: Console) -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import threading
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+
+from . import _dtypes
 
 __all__: list[str] = []  # internal module
 
@@ -95,30 +95,12 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
-# ---- dtypes: one table, both directions ------------------------------------------------
+# ---- dtypes: the table in gpurt._dtypes, both directions -------------------------------
 
-# DLDataTypeCode: kDLInt=0, kDLUInt=1, kDLFloat=2, kDLBfloat=4, kDLComplex=5, kDLBool=6
-_TABLE: list[tuple[np.dtype, int]] = [
-    (np.dtype(np.bool_), 6),
-    (np.dtype(np.int8), 0),
-    (np.dtype(np.int16), 0),
-    (np.dtype(np.int32), 0),
-    (np.dtype(np.int64), 0),
-    (np.dtype(np.uint8), 1),
-    (np.dtype(np.uint16), 1),
-    (np.dtype(np.uint32), 1),
-    (np.dtype(np.uint64), 1),
-    (np.dtype(np.float16), 2),
-    (np.dtype(np.float32), 2),
-    (np.dtype(np.float64), 2),
-    (np.dtype(ml_dtypes.bfloat16), 4),
-    (np.dtype(np.complex64), 5),
-    (np.dtype(np.complex128), 5),
-]
-SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(dt for dt, _ in _TABLE)
-_TO_DL: dict[np.dtype, tuple[int, int]] = {dt: (code, dt.itemsize * 8) for dt, code in _TABLE}
+_TO_DL: dict[np.dtype, tuple[int, int]] = {
+    dt: (code, dt.itemsize * 8) for dt, code in _dtypes.DLPACK_CODES.items()
+}
 _FROM_DL: dict[tuple[int, int], np.dtype] = {v: k for k, v in _TO_DL.items()}
-_FROM_DL[(1, 8)] = _FROM_DL.get((1, 8), np.dtype(np.uint8))  # uint8 stays uint8
 
 
 def to_dl_dtype(dtype: np.dtype) -> tuple[int, int]:
@@ -142,9 +124,9 @@ def from_dl_dtype(code: int, bits: int, lanes: int) -> np.dtype:
 # ---- capsules through the C API (own prototypes: never mutate ctypes.pythonapi) --------
 
 _api = ctypes.pythonapi
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
-    ("PyCapsule_New", _api)
-)
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", _api))
 _capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_IsValid", _api)
 )
@@ -165,7 +147,6 @@ USED_NAME_VERSIONED = b"used_dltensor_versioned"
 # Exports alive on the consumer's side: address of the managed struct -> (struct, the
 # shape/strides buffer, the object kept alive). The deleter pops the entry.
 _exports: dict[int, tuple[Any, Any, Any]] = {}
-_exports_lock = threading.Lock()
 
 
 def _release_export(address: int | None, _pop: Any = _exports.pop) -> None:
@@ -173,7 +154,7 @@ def _release_export(address: int | None, _pop: Any = _exports.pop) -> None:
     try:
         if address:
             _pop(address, None)
-    except BaseException:  # a deleter must never raise into C
+    except Exception:  # a deleter must never raise into C
         pass
 
 
@@ -184,7 +165,7 @@ def _capsule_destructor(capsule: int | None) -> None:
             if _capsule_is_valid(capsule, name):
                 _release_export(_capsule_get_pointer(capsule, name))
                 return
-    except BaseException:
+    except Exception:
         pass
 
 
@@ -252,8 +233,7 @@ def export_capsule(
     managed.manager_ctx = None
     managed.deleter = _DELETER_ADDRESS
     address = ctypes.addressof(managed)
-    with _exports_lock:
-        _exports[address] = (managed, dims, keep_alive)
+    _exports[address] = (managed, dims, keep_alive)
     try:
         return _capsule_new(address, name, _DESTRUCTOR_ADDRESS)
     except BaseException:

@@ -5,7 +5,8 @@ single-stream capture lists its kernels in launch order). Each kernel node is a
 :class:`KernelNode`; ``set_args``/``set_arg`` pack new values against the kernel's real
 parameter layout (``cuFuncGetParamInfo``) and apply them to the executable graph with
 ``cuGraphExecKernelNodeSetParams`` (and to the graph node, so later reads and debug dumps
-agree). The packing rules live in :func:`pack_arg`, a pure function.
+agree). Values are packed by the parameter sizes (:func:`pack_arg`, a pure function), or by
+the declared parameter types when the gpurt Kernel is given (``Kernel.pack``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cuda.bindings import driver as cu
 
 from ._driver import CudaError, check
 from .device import bind_context
+from .nvrtc import Kernel
 
 if TYPE_CHECKING:  # only for type hints; graphs.py imports this module, not the reverse
     from .graphs import CUDAGraph
@@ -174,6 +176,16 @@ class KernelNode:
         return check(cu.cuGraphKernelNodeGetParams(self._node), "cuGraphKernelNodeGetParams")
 
     @property
+    def name(self) -> str:
+        """The kernel's (possibly mangled) name (wraps cuFuncGetName / cuKernelGetName)."""
+        p = self._params()
+        if int(p.func):
+            raw = check(cu.cuFuncGetName(p.func), "cuFuncGetName")
+        else:
+            raw = check(cu.cuKernelGetName(p.kern), "cuKernelGetName")
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    @property
     def grid(self) -> tuple[int, int, int]:
         p = self._params()
         return (int(p.gridDimX), int(p.gridDimY), int(p.gridDimZ))
@@ -198,15 +210,26 @@ class KernelNode:
         params = self._params()
         return tuple(self._current(params, self._param_layout(params)))
 
-    def set_args(self, *args: Any) -> None:
-        """Replace every argument; values are packed by :func:`pack_arg` rules."""
+    def set_args(self, *args: Any, kernel: Kernel | None = None) -> None:
+        """Replace every argument. Given the gpurt ``kernel`` this node launches, values
+        are converted by its declared parameter types, exactly as a launch would;
+        otherwise by the parameter sizes (:func:`pack_arg`)."""
         params = self._params()
         layout = self._param_layout(params)
         if len(args) != len(layout):
             raise TypeError(
                 f"kernel node {self.index} takes {len(layout)} arguments, got {len(args)}"
             )
-        values = [pack_arg(v, size, i) for i, (v, (_, size)) in enumerate(zip(args, layout))]
+        if kernel is None:
+            values = [pack_arg(v, size, i) for i, (v, (_, size)) in enumerate(zip(args, layout))]
+        else:
+            raw = kernel.pack(*args, device=self._graph._live().device)
+            if layout and len(raw) < layout[-1][0] + layout[-1][1]:
+                raise TypeError(
+                    f"kernel node {self.index}: {kernel!r} packs {len(raw)} bytes of "
+                    "arguments, fewer than this node's kernel takes; is it the same kernel?"
+                )
+            values = [raw[offset: offset + size] for offset, size in layout]
         self._apply(params, values, dict(enumerate(args)))
 
     def set_arg(self, position: int, value: Any) -> None:

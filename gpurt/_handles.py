@@ -16,7 +16,8 @@ import itertools
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from cuda.bindings import driver as cu
 
@@ -72,7 +73,7 @@ class Owned:
     """A stream or event handle gpurt created and must destroy exactly once. It holds no
     reference to the Python object that uses it, so it can outlive it in the queue."""
 
-    __slots__ = ("handle", "index", "kind", "destroy", "name")
+    __slots__ = ("destroy", "handle", "index", "kind", "name")
 
     def __init__(self, handle: Any, index: int, kind: str, destroy: Callable[..., tuple],
                  name: str) -> None:
@@ -124,39 +125,48 @@ def live_handles() -> dict[str, int]:
 
 # ---- host callbacks ------------------------------------------------------------------------
 
-_host_callbacks: dict[int, Callable[[], Any]] = {}
+_host_callbacks: dict[int, Callable[[], Any]] = {}  # one-shot: dropped once they ran
+_graph_callbacks: dict[int, Callable[[], Any]] = {}  # captured into graphs: run on every replay
 _callback_keys = itertools.count(1)
 
 
-def _run_host_callback(key: Optional[int]) -> None:
+def _run_host_callback(key: int | None) -> None:
     """Runs on the driver's callback thread. An exception propagates to ctypes, which
     reports it through ``sys.unraisablehook`` and carries on: it never crashes the process."""
+    key = key or 0
+    captured = _graph_callbacks.get(key)
+    if captured is not None:
+        captured()
+        return
     try:
-        callback = _host_callbacks.get(key or 0)
+        callback = _host_callbacks.get(key)
         if callback is not None:
             callback()
     finally:
-        _host_callbacks.pop(key or 0, None)
+        _host_callbacks.pop(key, None)
 
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_run_host_callback)  # lives forever
 HOST_FN_PTR = cu.CUhostFn(ctypes.cast(_HOST_FN, ctypes.c_void_p).value)
 
 
-def keep_callback(fn: Callable[[], Any]) -> int:
-    """Hold ``fn`` until the trampoline runs it; the key is the callback's ``userData``."""
+def keep_callback(fn: Callable[[], Any], *, captured: bool = False) -> int:
+    """Hold ``fn`` for the trampoline; the key is the callback's ``userData``. A one-shot
+    callback is dropped once it ran; a ``captured`` one (launched into a graph being
+    captured) runs on every replay, so it is kept for the life of the process."""
     key = next(_callback_keys)
-    _host_callbacks[key] = fn
+    (_graph_callbacks if captured else _host_callbacks)[key] = fn
     return key
 
 
 def drop_callback(key: int) -> None:
     """Forget a callback whose launch failed."""
     _host_callbacks.pop(key, None)
+    _graph_callbacks.pop(key, None)
 
 
 def pending_callbacks() -> int:
-    """How many host callbacks were launched and have not finished yet."""
+    """How many one-shot host callbacks were launched and have not finished yet."""
     return len(_host_callbacks)
 
 

@@ -11,7 +11,8 @@ import importlib.metadata
 import os
 import platform
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cuda.bindings import nvrtc as _nvrtc
 from rich.console import Console
@@ -60,10 +61,10 @@ _ENV_VARS = ("CUDA_VISIBLE_DEVICES", "GPURT_CACHE_DIR", "GPURT_CACHE_DISABLE", "
 
 # what still works without a GPU: (needs NVRTC, text)
 _WORKS_WITHOUT_GPU = [
-    (True, "compiling kernels ahead of time with NVRTC: gpurt compile FILE.cu --arch sm_90 "
-     "(or gpurt.compile(source, arch='sm_90') from Python)"),
-    (True, "the kernel cache: compiled kernels are kept on disk under $GPURT_CACHE_DIR "
-     "(default ~/.cache/gpurt/kernels), so each is compiled once"),
+    (True, ("compiling kernels ahead of time with NVRTC: gpurt compile FILE.cu --arch sm_90 "
+            "(or gpurt.compile(source, arch='sm_90') from Python)")),
+    (True, ("the kernel cache: compiled kernels are kept on disk under $GPURT_CACHE_DIR "
+            "(default ~/.cache/gpurt/kernels), so each is compiled once")),
     (False, "import gpurt and the test suite (the GPU tests are skipped with the reason)"),
 ]
 
@@ -211,7 +212,8 @@ def _software_table(report: dict[str, Any]) -> Table:
     else:
         table.add_row("NVRTC", f"[red]n/a[/red]: {escape(nvrtc['error'])}")
     for dist, version in report["packages"].items():
-        table.add_row(_PACKAGES[dist], escape(version) if version else "[yellow]not installed[/yellow]")
+        text = escape(version) if version else "[yellow]not installed[/yellow]"
+        table.add_row(_PACKAGES[dist], text)
     for key, value in report["environment"].items():
         table.add_row(f"${key}", escape(value))
     return table

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 __all__: list[str] = []  # internal module
 
@@ -141,9 +142,13 @@ def basic_index(shape: Shape, strides: Shape, key: Any) -> tuple[int, Shape, Sha
         dim, stride = shape[axis], strides[axis]
         if isinstance(item, slice):
             start, stop, step = item.indices(dim)
-            new_shape.append(len(range(start, stop, step)))
-            new_strides.append(stride * step)
-            offset += start * stride
+            length = len(range(start, stop, step))
+            new_shape.append(length)
+            if length:
+                new_strides.append(stride * step)
+                offset += start * stride
+            else:  # an empty slice keeps the axis' stride and moves nothing, like numpy
+                new_strides.append(stride)
         else:
             if isinstance(item, bool):
                 raise TypeError("boolean indices are not supported (only basic indexing)")

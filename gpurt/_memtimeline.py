@@ -157,10 +157,7 @@ def _build(device: int, trace: Sequence[Mapping[str, Any]],
     steps = sum(1 for e in trace if e.get("action") in ("alloc", close))
     times = _step_times(trace, close, steps)
 
-    drawn = sorted(allocations, key=lambda a: (-a.size, a.index))[:max_bands]
-    for a in allocations:
-        a.drawn = False
-    for a in drawn:
+    for a in _choose_drawn(allocations, max_bands):
         a.drawn = True
 
     stack: list[Allocation] = []  # drawn, live, in allocation order (bottom first)
@@ -176,6 +173,7 @@ def _build(device: int, trace: Sequence[Mapping[str, Any]],
     envelope: list[tuple[float, int, int]] = []
     for step in range(steps + 1):
         slides = False  # a drawn band ends: those above slide down until the next step
+        envelope.append((step, drawn_total, drawn_total + other_total))
         freed = by_end.get(step)
         if freed is not None and freed.drawn:
             freed.path.append((step, offsets[freed.index]))
@@ -184,10 +182,9 @@ def _build(device: int, trace: Sequence[Mapping[str, Any]],
                 old = offsets[above.index]
                 offsets[above.index] = new = old - freed.size
                 above.path += [(step, old), (step + 1, new)]
+            slides = position < len(stack) - 1 or other_total > 0  # anything above it?
             del stack[position]
-            envelope.append((step, drawn_total, drawn_total + other_total))
             drawn_total -= freed.size
-            slides = True
         elif freed is not None:
             other_total -= freed.size
         for a in by_start.get(step, ()):
@@ -207,6 +204,18 @@ def _build(device: int, trace: Sequence[Mapping[str, Any]],
     reserved = _reserved(trace, segments, close, steps)
     markers = _markers(trace, close, steps)
     return Timeline(device, steps, times, allocations, totals, reserved, envelope, markers, close)
+
+
+def _choose_drawn(allocations: Sequence[Allocation], max_bands: int) -> list[Allocation]:
+    """The largest allocations, but the leak suspects first (up to half the bands): they
+    are what the picture is for, and a merged band would hide them."""
+    for a in allocations:
+        a.drawn = False
+    by_size = sorted(allocations, key=lambda a: (-a.size, a.index))
+    chosen = [a for a in by_size if a.leak_suspect][: max_bands // 2]
+    picked = {a.index for a in chosen}
+    chosen += [a for a in by_size if a.index not in picked][: max_bands - len(chosen)]
+    return chosen
 
 
 def _allocations(trace: Sequence[Mapping[str, Any]], segments: Sequence[Mapping[str, Any]],

@@ -53,7 +53,8 @@ tr.row:hover { background: #f1f5ff; cursor: default; }
 <p class="explain">Each coloured band is one allocation, from the moment it was allocated to the
 moment it was freed; its height is its size. Bands are stacked in allocation order, so the top
 edge is the total allocated memory and a freed band lets everything above it slide down.
-Colour = the line of code that allocated it. <span class="leak">Red-hatched bands were still
+Colour = the line of code that allocated it; faded bands were allocated before recording
+began. <span class="leak">Red-hatched bands were still
 allocated when the trace ended</span>: leak suspects. Dashed line: memory reserved by the
 caching allocator. Scroll to zoom, drag to pan, double-click to reset; hover for details.</p>
 </header>
@@ -74,8 +75,8 @@ function fmtBytes(n) {
   return i === 0 ? n.toFixed(0) + " B" : n.toFixed(n >= 100 ? 0 : n >= 10 ? 1 : 2) + " " + u[i];
 }
 function fmtMs(us) {
-  const ms = us / 1000;
-  return Math.abs(ms) >= 100 ? ms.toFixed(0) + " ms" : ms.toFixed(ms >= 10 ? 1 : 2) + " ms";
+  const ms = us / 1000, digits = Math.abs(ms) >= 100 ? 0 : Math.abs(ms) >= 10 ? 1 : 3;
+  return parseFloat(ms.toFixed(digits)) + " ms";
 }
 function el(name, attrs, parent) {
   const e = document.createElementNS(NS, name);
@@ -98,16 +99,18 @@ function niceTicks(lo, hi, n) {
   for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) out.push(v);
   return out;
 }
-function byteTicks(hi) {
-  let unit = 1;
-  while (hi / unit >= 1024 * 4 && unit < Math.pow(1024, 4)) unit *= 1024;
-  return niceTicks(0, hi / unit, 6).map(v => v * unit);
+function byteTicks(hi) {  // [bytes, label] in one unit: 0, 0.5, 1, 1.5 GiB ...
+  const names = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (hi / Math.pow(1024, i) >= 2 * 1024 && i < names.length - 1) i++;
+  const unit = Math.pow(1024, i);
+  return niceTicks(0, hi / unit, 6).map(v => [v * unit, parseFloat(v.toFixed(3)) + " " + names[i]]);
 }
 
 function Chart(tl, root) {
   const self = this;
   this.tl = tl;
-  this.mode = "events";
+  this.mode = location.hash === "#time" ? "time" : "events";
   this.showReserved = true;
   const xmax = tl.steps + 1;
   this.view = [0, xmax];
@@ -217,13 +220,13 @@ Chart.prototype.draw = function () {
   this.buttons.time.className = this.mode === "time" ? "on" : "";
   for (const old of svg.querySelectorAll("g")) old.remove();
   const grid = el("g", {}, svg), axes = el("g", {class: "axis"}, svg);
-  const plot = el("g", {"clip-path": `url(#clip${tl.device})`}, svg);
+  const plot = el("g", {"clip-path": `url(#clip${tl.device})`}, svg), notes = el("g", {}, svg);
   const x0 = M.l, x1 = W - M.r, y0 = H - M.b;
 
-  for (const v of byteTicks(this.ytop)) {
+  for (const [v, label] of byteTicks(this.ytop)) {
     const y = this.Y(v);
     el("line", {x1: x0, x2: x1, y1: y, y2: y, class: "grid"}, grid);
-    el("text", {x: x0 - 6, y: y + 4, "text-anchor": "end"}, axes).textContent = fmtBytes(v);
+    el("text", {x: x0 - 6, y: y + 4, "text-anchor": "end"}, axes).textContent = label;
   }
   const [a, b] = this.view;
   if (this.mode === "time") {
@@ -237,7 +240,8 @@ Chart.prototype.draw = function () {
     for (const v of niceTicks(a, b, 10)) {
       const px = this.X(v);
       el("line", {x1: px, x2: px, y1: y0, y2: y0 + 4}, axes);
-      el("text", {x: px, y: y0 + 17, "text-anchor": "middle"}, axes).textContent = String(Math.round(v));
+      const label = el("text", {x: px, y: y0 + 17, "text-anchor": "middle"}, axes);
+      label.textContent = String(Math.round(v));
     }
   }
   el("text", {x: (x0 + x1) / 2, y: H - 6, "text-anchor": "middle"}, axes).textContent =
@@ -249,13 +253,17 @@ Chart.prototype.draw = function () {
   for (const band of tl.bands) {
     const color = tl.callsites[band.c].color;
     const path = el("path", {d: this.bandPath(band), fill: color, class: "band"}, plot);
+    if (band.t0 === null) path.setAttribute("fill-opacity", "0.5");  // from before the trace
     path.dataset.band = band.i;
     this.paths.push(path);
-    if (band.leak) el("path", {d: path.getAttribute("d"), fill: `url(#hatch${tl.device})`,
-                               stroke: "#d62728", "stroke-width": 1, "pointer-events": "none"}, plot);
-    else if (band.pend) el("path", {d: path.getAttribute("d"), fill: "none", stroke: "#e08a00",
-                                    "stroke-width": 1.2, "stroke-dasharray": "3,2",
-                                    "pointer-events": "none"}, plot);
+    const outline = {d: path.getAttribute("d"), "pointer-events": "none"};
+    if (band.leak) {
+      el("path", {...outline, fill: `url(#hatch${tl.device})`, stroke: "#d62728",
+                  "stroke-width": 1}, plot);
+    } else if (band.pend) {
+      el("path", {...outline, fill: "none", stroke: "#e08a00", "stroke-width": 1.2,
+                  "stroke-dasharray": "3,2"}, plot);
+    }
   }
   const env = tl.envelope;
   if (tl.merged_count > 0) {
@@ -265,20 +273,26 @@ Chart.prototype.draw = function () {
                           class: "band"}, plot);
     o.dataset.band = "merged";
   }
-  el("path", {d: "M" + env.map(p => `${this.X(p[0]).toFixed(1)},${this.Y(p[2]).toFixed(1)}`).join("L"),
-              fill: "none", stroke: "#222", "stroke-width": 1.1, "pointer-events": "none"}, plot);
+  const line = (points, y) => "M" + points.map(
+    p => `${this.X(p[0]).toFixed(1)},${this.Y(p[y]).toFixed(1)}`).join("L");
+  el("path", {d: line(env, 2), fill: "none", stroke: "#222", "stroke-width": 1.1,
+              "pointer-events": "none"}, plot);
   if (tl.reserved && this.showReserved) {
-    el("path", {d: "M" + tl.reserved.map(p => `${this.X(p[0]).toFixed(1)},${this.Y(p[1]).toFixed(1)}`).join("L"),
-                fill: "none", stroke: "#555", "stroke-width": 1.3, "stroke-dasharray": "6,4",
-                "pointer-events": "none"}, plot);
+    el("path", {d: line(tl.reserved, 1), fill: "none", stroke: "#555", "stroke-width": 1.3,
+                "stroke-dasharray": "6,4", "pointer-events": "none"}, plot);
   }
+  const labels = [];  // [x, row] of marker labels drawn, so close ones stack downwards
   for (const [x, t, kind] of tl.markers) {
-    const px = this.X(x);
+    const px = this.X(this.mode === "time" ? this.tToStep(t) : x);
     if (px < x0 || px > x1) continue;
     const color = kind === "oom" ? "#d62728" : "#777";
     el("line", {x1: px, x2: px, y1: M.t, y2: y0, stroke: color, "stroke-width": 1.2,
                 "stroke-dasharray": kind === "oom" ? "" : "2,3"}, plot);
-    const label = el("text", {x: px + 3, y: M.t + 11, fill: color, "font-size": 11}, plot);
+    let row = 0;
+    while (labels.some(([lx, r]) => r === row && Math.abs(lx - px) < 90)) row++;
+    labels.push([px, row]);
+    const label = el("text", {x: px + 3, y: M.t + 11 + 13 * row, fill: color, "font-size": 11},
+                     plot);
     label.textContent = kind === "oom" ? "out of memory" : "empty_cache";
   }
   // right margin: what is still allocated at the end
@@ -290,12 +304,13 @@ Chart.prototype.draw = function () {
       const hi = Math.max(...leaks.map(bd => bd.p[bd.p.length - 1] + bd.s));
       const mid = (this.Y(lo) + this.Y(hi)) / 2;
       el("path", {d: `M${gx},${this.Y(lo)}h5V${this.Y(hi)}h-5`, fill: "none", stroke: "#d62728",
-                  "stroke-width": 2}, axes);
-      el("text", {x: gx + 10, y: mid - 2, fill: "#c00", "font-weight": 600}, axes).textContent = "never freed";
-      el("text", {x: gx + 10, y: mid + 12, fill: "#c00"}, axes).textContent =
+                  "stroke-width": 2}, notes);
+      el("text", {x: gx + 10, y: mid - 2, fill: "#c00", "font-weight": 600, "font-size": 12},
+         notes).textContent = "never freed";
+      el("text", {x: gx + 10, y: mid + 12, fill: "#c00", "font-size": 11}, notes).textContent =
         `${tl.leak_count} allocs, ${fmtBytes(tl.leak_bytes)}`;
     }
-    const tt = el("text", {x: gx, y: this.Y(end[2]) - 6, fill: "#222"}, axes);
+    const tt = el("text", {x: gx, y: this.Y(end[2]) - 6, fill: "#222", "font-size": 11}, notes);
     tt.textContent = "total " + fmtBytes(end[2]);
   }
   const peak = tl.peak;
@@ -330,11 +345,15 @@ Chart.prototype.hover = function (ev) {
   } else {
     const b = tl.bandIndex[id];
     this.highlight(x => x === b);
-    const life = b.t0 === null ? "allocated before the trace began" : `allocated at ${fmtMs(b.t0 - tl.t0)} (event ${b.st})`;
+    const life = b.t0 === null ? "allocated before the trace began"
+      : `allocated at ${fmtMs(b.t0 - tl.t0)} (event ${b.st})`;
     let end;
-    if (b.leak) end = `<span class="leak">never freed: still allocated at the end of the trace</span>`;
-    else if (b.pend) end = `<span class="pending">freed by the program, release still pending at the end</span>`;
-    else if (b.en === null) end = "still allocated at the end (allocated before the trace)";
+    if (b.leak) {
+      end = `<span class="leak">never freed: still allocated at the end of the trace</span>`;
+    } else if (b.pend) {
+      end = `<span class="pending">freed by the program, release still pending at the end</span>`;
+    }
+    else if (b.en === null) end = "still allocated at the end";
     else end = `freed at ${fmtMs(b.t1 - tl.t0)} (event ${b.en})`;
     const frames = b.f.map(i => tl.frames[i]).join("\n") || "(no stack recorded)";
     text = `<b>${fmtBytes(b.s)}</b> at ${b.a} · stream ${b.stream}<br>${life}<br>${end}` +
@@ -355,7 +374,11 @@ function table(headers, rows, onHover, chart) {
     const tr = html("tr", undefined, "row");
     for (const c of r.cells) {
       const td = html("td", undefined, c.cls || "");
-      if (c.swatch) { const s = html("span", undefined, "sw"); s.style.background = c.swatch; td.appendChild(s); }
+      if (c.swatch) {
+        const swatch = html("span", undefined, "sw");
+        swatch.style.background = c.swatch;
+        td.appendChild(swatch);
+      }
       td.append(c.text);
       tr.appendChild(td);
     }
@@ -381,7 +404,8 @@ for (const tl of DATA.timelines) {
   card("peak allocated", fmtBytes(tl.peak.bytes));
   card("allocated at the end", fmtBytes(tl.end_bytes));
   if (tl.reserved) card("reserved at the end", fmtBytes(tl.reserved[tl.reserved.length - 1][1]));
-  card("never freed (leak suspects)", `${tl.leak_count} · ${fmtBytes(tl.leak_bytes)}`, tl.leak_count > 0);
+  card("never freed (leak suspects)", `${tl.leak_count} · ${fmtBytes(tl.leak_bytes)}`,
+       tl.leak_count > 0);
   if (tl.oom_count) card("out-of-memory events", String(tl.oom_count), true);
   root.appendChild(cards);
   for (const n of tl.notices) root.appendChild(html("p", n, "notice"));
@@ -389,7 +413,8 @@ for (const tl of DATA.timelines) {
   const tables = html("div", undefined, "tables");
   root.appendChild(tables);
 
-  const leakSites = tl.callsites.filter(c => c.leak_count > 0).sort((p, q) => q.leak_bytes - p.leak_bytes);
+  const leakSites = tl.callsites.filter(c => c.leak_count > 0)
+    .sort((p, q) => q.leak_bytes - p.leak_bytes);
   if (leakSites.length) {
     const box = html("div");
     box.appendChild(html("h2", "Never freed, by the line that allocated it", "leak"));

@@ -21,8 +21,9 @@ class CType:
     Itanium code, e.g. ``f``), a class by name, or something unknown."""
 
     spelling: str
-    kind: str  # 'pointer' | 'builtin' | 'class' | 'unknown'
+    kind: str  # 'pointer' | 'builtin' | 'class' | 'pack' | 'unknown'
     code: str = ""  # builtin code or class name
+    items: tuple[CType, ...] = ()  # the types of a template parameter pack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +130,7 @@ _QUALIFIERS = re.compile(
     r"enum|typename|register)\b|__align__\s*\([^)]*\)|alignas\s*\([^)]*\)|\[\[.*?\]\]"
 )
 _IDENT = re.compile(r"[A-Za-z_]\w*$")
+_FUNCTION_POINTER = re.compile(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)")
 _TYPE_WORDS = {"unsigned", "signed", "int", "long", "short", "char", "float", "double", "bool",
                "void", "half"}
 
@@ -184,6 +186,10 @@ def declared_params(source: str, name: str) -> list[tuple[str, str]] | None:
 def _split_param(text: str) -> tuple[str, str]:
     """('float*', 'x') from 'const float* __restrict__ x = nullptr'."""
     text = _split_top(text.replace("=", ",", 1))[0] if "=" in text else text
+    function_pointer = _FUNCTION_POINTER.search(text)
+    if function_pointer:  # int (*fn)(int)
+        name = function_pointer.group(1)
+        return text.replace(function_pointer.group(0), "(*)"), name
     array = text.endswith("]")
     if array:
         text = text[: text.index("[")].rstrip()
@@ -245,9 +251,10 @@ class _Demangler:
         is_template = self.function_name()
         if is_template:
             self.type()  # the return type comes first for templates
-        params = []
+        params: list[CType] = []
         while self.i < len(self.s) and self.peek() != ".":
-            params.append(self.type())
+            param = self.type()
+            params.extend(param.items if param.kind == "pack" else (param,))
         if len(params) == 1 and params[0].kind == "builtin" and params[0].code == "v":
             return []
         return params
@@ -316,11 +323,13 @@ class _Demangler:
             elif code == "X":
                 self.skip_expression()
                 args.append(CType("<expression>", "unknown"))
-            elif code == "J":
+            elif code == "J":  # a parameter pack: one argument holding its types
                 self.take()
+                items = []
                 while self.peek() != "E":
-                    args.append(self.type())
+                    items.append(self.type())
                 self.take()
+                args.append(CType("...", "pack", items=tuple(items)))
             else:
                 args.append(self.type())
         self.take()  # E
@@ -416,7 +425,11 @@ class _Demangler:
                 quals += self.take()
             inner = self.type()
             words = " ".join(w for q, w in (("K", "const"), ("V", "volatile")) if q in quals)
-            result = dataclasses.replace(inner, spelling=f"{words} {inner.spelling}".strip())
+            if inner.kind == "pointer":  # 'float* const', not 'const float*'
+                spelling = f"{inner.spelling} {words}"
+            else:
+                spelling = f"{words} {inner.spelling}"
+            result = dataclasses.replace(inner, spelling=spelling.strip())
             self.subs.append(result)
             return result
         if code == "T":

@@ -105,8 +105,8 @@ def key_averages(records: Sequence[TraceRecord], sort_by: str = "total") -> list
 
 
 def render_table(records: Sequence[TraceRecord], sort_by: str = "total",
-                 row_limit: int | None = None, dropped: int = 0) -> Table:
-    """A rich table of :func:`key_averages`."""
+                 row_limit: int | None = None, notes: Sequence[str] = ()) -> Table:
+    """A rich table of :func:`key_averages`, ``notes`` added to its caption."""
     stats = key_averages(records, sort_by)
     kernels = sum(1 for r in records if r.kind == "kernel")
     ranges = sum(1 for r in records if r.kind == "range")
@@ -124,13 +124,11 @@ def render_table(records: Sequence[TraceRecord], sort_by: str = "total",
             *(f"{v:.4f}" if timed else "-" for v in (s.total_ms, s.mean_ms, s.min_ms, s.max_ms)),
             f"{100 * s.share:.1f}%" if timed else "-",
         )
-    notes = [f"share: kernels of all kernel time ({kernel_ms:.4f} ms), "
-             f"ranges of the profiled span ({span_ms:.4f} ms)"]
+    caption = [f"share: kernels of all kernel time ({kernel_ms:.4f} ms), "
+               f"ranges of the profiled span ({span_ms:.4f} ms)"]
     if len(shown) < len(stats):
-        notes.append(f"{len(stats) - len(shown)} more rows not shown")
-    if dropped:
-        notes.append(f"{dropped} ranges still open at the end were left out")
-    table.caption = "; ".join(notes)
+        caption.append(f"{len(stats) - len(shown)} more rows not shown")
+    table.caption = "; ".join([*caption, *notes])
     table.caption_justify = "left"
     return table
 
@@ -213,9 +211,9 @@ def _meta(what: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
 class ProfileResult:
     """Finished records of a profile, with the views on them."""
 
-    def __init__(self, records: Sequence[TraceRecord], dropped: int = 0) -> None:
+    def __init__(self, records: Sequence[TraceRecord], notes: Sequence[str] = ()) -> None:
         self.records: list[TraceRecord] = sorted(records, key=lambda r: r.start_us)
-        self.dropped = dropped
+        self.notes = list(notes)  # what the table should mention: records left out ...
 
     def key_averages(self, sort_by: str = "total") -> list[Stat]:
         """Per-name statistics, largest total first (see :func:`key_averages`)."""
@@ -226,13 +224,13 @@ class ProfileResult:
         """The statistics as text (a rich table rendered without colour)."""
         out = io.StringIO()
         Console(file=out, width=width, color_system=None).print(
-            render_table(self.records, sort_by, row_limit, self.dropped))
+            render_table(self.records, sort_by, row_limit, self.notes))
         return out.getvalue()
 
     def print(self, sort_by: str = "total", row_limit: int | None = None,
               console: Console | None = None) -> None:
         """Print the statistics table (to ``console``, default stdout)."""
-        (console or Console()).print(render_table(self.records, sort_by, row_limit, self.dropped))
+        (console or Console()).print(render_table(self.records, sort_by, row_limit, self.notes))
 
     def chrome_trace(self) -> dict[str, Any]:
         return chrome_trace(self.records)

@@ -2,10 +2,11 @@
 zero-copy interop through ``__cuda_array_interface__`` (v3) and DLPack, both ways.
 
 An :class:`Array` is metadata (``ptr``, ``shape``, byte ``strides``, numpy ``dtype``,
-``device``, the ``stream`` it was made on) plus a reference to what owns its memory: a
-small owner object whose death returns the block to the caching allocator
-(``gpurt.memory``), the foreign array it views, or a consumed DLPack tensor. Views share
-the owner, so memory lives exactly as long as the last array that uses it.
+``device``, the ``stream`` it was made on) plus a reference to what keeps its memory
+alive. The array that allocated or imported the memory is its owner: its death returns
+the block to the caching allocator (``gpurt.memory``) or releases the consumed DLPack
+tensor; views hold the owner (or the foreign CAI array), so memory lives exactly as long
+as the last array over it.
 
 Copies are stream ordered on the destination array's stream (the source array's stream
 is made to wait first when it differs) and go through ``cuMemcpy*Async``; a copy that
@@ -15,117 +16,91 @@ asynchronous when the host buffer is pinned; the driver makes pageable copies sa
 
 from __future__ import annotations
 
+import numbers
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
-from cuda.bindings import driver as cu
 
-from . import _dlpack, _driver, _layout, memory, streams
+from . import _copy, _dlpack, _interop, _layout, memory, streams
 from ._dlpack import DLDeviceType
-from ._driver import check
-from .device import Device, DeviceLike, _index, bind_context, current_device
+from ._dtypes import CACHE as _DTYPES
+from ._dtypes import as_dtype as _as_dtype
+from ._dtypes import (  # noqa: F401 (re-exported through __all__)
+    bfloat16,
+    bool_,
+    complex64,
+    complex128,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .device import Device, DeviceLike, _index, bind_context
 
 __all__ = [
-    "Array",
-    "empty",
-    "zeros",
-    "full",
-    "empty_like",
-    "zeros_like",
-    "full_like",
-    "asarray",
-    "from_numpy",
-    "from_dlpack",
-    "bool_",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
+    "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",
+    "from_numpy", "from_dlpack",
+    # dtypes, as numpy dtype objects
+    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
 ]
 
-# ---- dtypes ----------------------------------------------------------------------------
-
-(bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
- float16, float32, float64, bfloat16, complex64, complex128) = _dlpack.SUPPORTED_DTYPES
-
-# Every spelling seen so far -> numpy dtype; the hot path is one dict lookup.
-_DTYPES: dict[Any, np.dtype] = {float: float64, int: int64, bool: bool_, complex: complex128}
-for _dt in _dlpack.SUPPORTED_DTYPES:
-    _DTYPES[_dt] = _DTYPES[_dt.type] = _DTYPES[_dt.name] = _dt
-_DTYPES["<V2"] = bfloat16  # ml_dtypes' and torch's __cuda_array_interface__ typestr for bf16
-
-
-def _as_dtype(dtype: Any) -> np.dtype:
-    """A supported numpy dtype from a numpy dtype/type, a name, or a torch dtype."""
-    try:
-        return _DTYPES[dtype]
-    except (KeyError, TypeError):
-        pass
-    name = str(dtype)
-    if name.startswith("torch."):  # torch.float32 -> float32 without importing torch
-        resolved = _DTYPES.get(name[6:])
-    else:
-        try:
-            resolved = _DTYPES.get(np.dtype(dtype))
-        except TypeError:
-            resolved = None
-    if resolved is None:
-        names = ", ".join(dt.name for dt in _dlpack.SUPPORTED_DTYPES)
-        raise TypeError(f"unsupported dtype {dtype!r}; gpurt arrays hold one of: {names}")
-    try:
-        _DTYPES[dtype] = resolved
-    except TypeError:  # unhashable spelling: fine, just not cached
-        pass
-    return resolved
-
-
 # ---- ownership -------------------------------------------------------------------------
+#
+# The array that made or imported an allocation (the root, ``_owner is None``) owns it;
+# every view holds the root in ``_owner`` (or, for a foreign array's views, the foreign
+# object), so the memory lives exactly as long as the last array over it. The root's
+# death runs one finalizer: a weak reference with a callback, weakref.finalize's own
+# mechanism at a third of its cost (every ``gpurt.empty`` pays it), kept alive by a
+# registry until it has run.
 
 
-class _Owner:
-    """What every array over one allocation holds (the base and all its views); when
-    the last of them dies, the owner's finalizer releases the memory."""
+class _FreeBlock(weakref.ref):
+    """Returns a root array's block to the caching allocator when the root dies."""
 
-    __slots__ = ("__weakref__",)
-
-
-class _Finalizer(weakref.ref):
-    """A weak reference to an :class:`_Owner` that calls ``release(arg)`` when the owner
-    dies: weakref.finalize's mechanism at a third of its cost, because every
-    ``gpurt.empty`` pays it. The registry keeps it alive until it has run."""
-
-    __slots__ = ("release", "arg")
+    __slots__ = ("ptr",)
+    ptr: int
 
 
-_finalizers: set[_Finalizer] = set()
+class _ReleaseImport(weakref.ref):
+    """Calls a consumed DLPack tensor's deleter when the root array over it dies."""
+
+    __slots__ = ("imported",)
+    imported: _dlpack.Imported
 
 
-def _finalize(ref: _Finalizer, _discard: Any = _finalizers.discard) -> None:
+_finalizers: set[weakref.ref] = set()
+
+
+def _free_block(ref: _FreeBlock, _discard: Any = _finalizers.discard) -> None:
     _discard(ref)
     try:
-        ref.release(ref.arg)
-    except BaseException:  # finalizers never raise into whatever code dropped the array
+        memory.caching_allocator_delete(ref.ptr)
+    except Exception:  # finalizers never raise into whatever code dropped the array
         pass
 
 
-def _new_owner(release: Any, arg: Any) -> _Owner:
-    owner = _Owner()
-    ref = _Finalizer(owner, _finalize)
-    ref.release = release
-    ref.arg = arg
-    _finalizers.add(ref)
-    return owner
+def _release_import(ref: _ReleaseImport, _discard: Any = _finalizers.discard) -> None:
+    _discard(ref)
+    try:
+        ref.imported.release()
+    except Exception:
+        pass
+
+
+def _owner_of(array: Array) -> Any:
+    """What keeps ``array``'s memory alive: the object its views must hold."""
+    owner = array._owner
+    return array if owner is None else owner
 
 
 _devices: dict[int, Device] = {}
@@ -155,6 +130,8 @@ class Array:
     dtype: np.dtype
     device: Device
     stream: Any  # gpurt.Stream
+    _owner: Any  # None for the owner itself; views hold the owner (or the CAI producer)
+    _contiguous: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -210,12 +187,24 @@ class Array:
 
     def _view(self, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Array:
         return _make(self.ptr + offset, shape, strides, self.dtype, self.device, self.stream,
-                     self._owner,
-                     _layout.is_contiguous(shape, strides, self.dtype.itemsize))
+                     _owner_of(self), _layout.is_contiguous(shape, strides, self.dtype.itemsize))
 
     def __getitem__(self, key: Any) -> Array:
         """Basic indexing (ints, slices with steps, ``...``, ``None``): a view, no copy."""
-        return self._view(*_layout.basic_index(self.shape, self.strides, key))
+        shape, strides = self.shape, self.strides
+        if shape and self._contiguous:  # a row or a block of rows stays contiguous
+            kind = type(key)
+            if kind is int and -shape[0] <= key < shape[0]:
+                offset = (key + shape[0] if key < 0 else key) * strides[0]
+                return _make(self.ptr + offset, shape[1:], strides[1:], self.dtype,
+                             self.device, self.stream, _owner_of(self), True)
+            if kind is slice and key.step is None:
+                start, stop, _ = key.indices(shape[0])
+                if stop > start:
+                    return _make(self.ptr + start * strides[0], (stop - start,) + shape[1:],
+                                 strides, self.dtype, self.device, self.stream,
+                                 _owner_of(self), True)
+        return self._view(*_layout.basic_index(shape, strides, key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         target = self[key]
@@ -239,7 +228,7 @@ class Array:
         """``view(*shape)``: a reshaped view of a contiguous array (never copies);
         ``view(dtype)``: the same bytes as another dtype (the last dimension rescales
         when the item sizes differ)."""
-        if len(args) == 1 and not isinstance(args[0], (int, tuple, list)):
+        if len(args) == 1 and not isinstance(args[0], (numbers.Integral, tuple, list)):
             return self._view_as_dtype(_as_dtype(args[0]))
         if not self._contiguous:
             raise ValueError(
@@ -260,7 +249,7 @@ class Array:
                 )
             shape = shape[:-1] + (shape[-1] * old // new,)
             strides = _layout.contiguous_strides(shape, new)
-        return _make(self.ptr, shape, strides, dtype, self.device, self.stream, self._owner,
+        return _make(self.ptr, shape, strides, dtype, self.device, self.stream, _owner_of(self),
                      self._contiguous)
 
     def transpose(self, *axes: Any) -> Array:
@@ -299,9 +288,9 @@ class Array:
         if device_src is not None:
             _copy_device(self, device_src)
             return self
-        if isinstance(src, np.ndarray):
-            host = src
-        else:
+        if hasattr(src, "dtype"):  # an array-like keeps its dtype, which must match
+            host = np.asarray(src)
+        else:  # a (nested) sequence of numbers becomes this array's dtype
             host = np.asarray(src, dtype=self.dtype)
         _check_match(self, host.dtype, host.shape, "copy_")
         if not host.flags.c_contiguous:
@@ -347,7 +336,7 @@ class Array:
         if not self._contiguous:
             return self.copy_(full(self.shape, value, self.dtype, self.device.index, self.stream))
         bind_context(self.device.index)
-        _memset(self.ptr, pattern, self.size, self.stream.cuda_stream)
+        _copy.fill(self.ptr, pattern, self.size, self.stream.cuda_stream)
         return self
 
     def zero_(self) -> Array:
@@ -425,13 +414,9 @@ def _make(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.
 
 
 def _contiguous_layout(shape: Any, itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(shape, strides, nbytes) of a new C-contiguous array; an int or a 1-2-d tuple of
-    plain ints takes a short path."""
-    kind = type(shape)
-    if kind is int:
-        if shape >= 0:
-            return (shape,), (itemsize,), shape * itemsize
-    elif kind is tuple:
+    """(shape, strides, nbytes) of a new C-contiguous array; 1-2-d tuples of plain ints
+    take a short path."""
+    if type(shape) is tuple:
         rank = len(shape)
         if rank == 2:
             rows, cols = shape
@@ -467,19 +452,27 @@ def empty(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: A
         dt = _DTYPES[dtype]
     except (KeyError, TypeError):
         dt = _as_dtype(dtype)
-    dims, strides, nbytes = _contiguous_layout(shape, dt.itemsize)
+    itemsize = dt.itemsize
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    if type(shape) is int and shape >= 0:  # the commonest call, inlined
+        dims, strides, nbytes = (shape,), (itemsize,), shape * itemsize
+    else:
+        dims, strides, nbytes = _contiguous_layout(shape, itemsize)
     if stream is None and device is None:
         stream = streams.current_stream()
         index = stream.device_index
     else:
         index, stream = _target(device, stream)
-    if nbytes:
-        ptr = memory.caching_allocator_alloc(nbytes, index, stream)
-        owner: Any = _new_owner(memory.caching_allocator_delete, ptr)
-    else:
-        ptr, owner = 0, None
-    return _make(ptr, dims, strides, dt, _devices.get(index) or _device(index), stream, owner,
-                 True)
+    device_obj = _devices.get(index) or _device(index)
+    if not nbytes:
+        return _make(0, dims, strides, dt, device_obj, stream, None, True)
+    ptr = memory.caching_allocator_alloc(nbytes, index, stream)
+    array = _make(ptr, dims, strides, dt, device_obj, stream, None, True)
+    ref = _FreeBlock(array, _free_block)
+    ref.ptr = ptr
+    _finalizers.add(ref)
+    return array
 
 
 def zeros(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: Any = None) -> Array:
@@ -487,8 +480,7 @@ def zeros(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: A
     array = empty(shape, dtype, device, stream)
     if array.ptr:
         bind_context(array.device.index)
-        check(cu.cuMemsetD8Async(array.ptr, 0, array.nbytes, array.stream.cuda_stream),
-              "cuMemsetD8Async")
+        _copy.fill(array.ptr, b"\0", array.nbytes, array.stream.cuda_stream)
     return array
 
 
@@ -576,142 +568,40 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None, stream: Any 
     return empty(host.shape, host.dtype, device, stream).copy_(host)
 
 
-# ---- importing foreign device arrays ---------------------------------------------------
+# ---- foreign device arrays -------------------------------------------------------------
+
+
+def _wrap(foreign: _interop.Foreign) -> Array:
+    """The root Array over a foreign array: it holds the CAI producer, or releases the
+    consumed DLPack tensor when it dies."""
+    array = _make(foreign.ptr, foreign.shape, foreign.strides, foreign.dtype,
+                  _device(foreign.device_index), foreign.stream, foreign.keep,
+                  _layout.is_contiguous(foreign.shape, foreign.strides, foreign.dtype.itemsize))
+    if foreign.imported is not None:
+        ref = _ReleaseImport(array, _release_import)
+        ref.imported = foreign.imported
+        _finalizers.add(ref)
+    return array
 
 
 def _device_view(obj: Any, stream: Any) -> Array | None:
     """A zero-copy Array over a foreign device array, or None when ``obj`` is host data."""
-    try:
-        cai = obj.__cuda_array_interface__
-    except AttributeError:
-        cai = None
-    except Exception:
-        if not hasattr(obj, "__dlpack__"):
-            raise
-        cai = None  # e.g. a dtype the producer cannot describe here: DLPack may
-    if cai is not None:
-        return _from_cuda_array_interface(obj, cai, stream)
-    dlpack_device = getattr(obj, "__dlpack_device__", None)
-    if dlpack_device is not None and hasattr(obj, "__dlpack__"):
-        if int(dlpack_device()[0]) == DLDeviceType.kDLCUDA:
-            return from_dlpack(obj, stream=stream)
-    return None
-
-
-def _pointer_device(ptr: int) -> int:
-    """Ordinal of the device that owns ``ptr``; TypeError for host memory."""
-    _driver.init()
-    attr = cu.CUpointer_attribute
-    err, kind = cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
-    # An error here means the driver does not know the address: it is not CUDA memory.
-    if int(err) != 0 or int(kind) == int(cu.CUmemorytype.CU_MEMORYTYPE_HOST):
-        where = "host memory" if int(err) == 0 else "not memory the CUDA driver knows"
-        raise TypeError(f"address {ptr:#x} is {where}; a device array is needed here")
-    return int(check(cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
-                     "cuPointerGetAttribute"))
-
-
-def _from_cuda_array_interface(obj: Any, cai: dict[str, Any], stream: Any) -> Array:
-    """Zero-copy view of a CUDA Array Interface producer (kept alive by the view); our
-    stream waits for the producer's ``stream`` (v3) before anything uses the data."""
-    if cai.get("mask") is not None:
-        raise ValueError("masked arrays (a 'mask' in __cuda_array_interface__) are not supported")
-    shape = _layout.normalize_shape(cai["shape"])
-    dtype = _as_dtype(cai["typestr"])
-    ptr = int(cai["data"][0] or 0)
-    raw_strides = cai.get("strides")
-    if raw_strides is None:
-        strides = _layout.contiguous_strides(shape, dtype.itemsize)
-    else:
-        strides = tuple(int(s) for s in raw_strides)
-        if len(strides) != len(shape):
-            raise ValueError(f"__cuda_array_interface__ strides {strides} do not match {shape}")
-    if ptr:
-        index = _pointer_device(ptr)
-        if stream is not None and stream.device_index != index:
-            raise ValueError(f"the array lives on cuda:{index}, the stream on another device")
-        if stream is None:
-            stream = streams.current_stream(index)
-    else:
-        index, stream = _target(None, stream)
-    producer = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
-    if producer is not None:
-        if int(producer) == 0:
-            raise ValueError("__cuda_array_interface__ stream 0 is not allowed (1 means the "
-                             "legacy default stream)")
-        _wait_for(index, stream.cuda_stream, int(producer))
-    return _make(ptr, shape, strides, dtype, _device(index), stream, obj,
-                 _layout.is_contiguous(shape, strides, dtype.itemsize))
+    foreign = _interop.describe(obj, stream)
+    return None if foreign is None else _wrap(foreign)
 
 
 def from_dlpack(obj: Any, *, device: DeviceLike = None, copy: bool | None = None,
                 stream: Any = None) -> Array:
     """Zero-copy Array over a DLPack producer's CUDA memory (anything with ``__dlpack__``,
-    or a capsule). The producer makes our stream wait for its work; its memory is
-    released through its deleter when the last view dies. ``copy=True`` copies."""
-    if type(obj).__name__ == "PyCapsule":
-        imported = _dlpack.consume_capsule(obj)
-    else:
-        if not hasattr(obj, "__dlpack__"):
-            raise TypeError(f"{type(obj).__name__} does not support DLPack (no __dlpack__)")
-        dev_type, dev_id = (int(x) for x in obj.__dlpack_device__())
-        if dev_type != DLDeviceType.kDLCUDA:
-            raise TypeError(
-                f"from_dlpack needs a CUDA device array; this {type(obj).__name__} is on "
-                f"{_dlpack.device_type_name(dev_type)} (use gpurt.asarray to copy host data)"
-            )
-        if stream is None:
-            stream = streams.current_stream(dev_id)
-        elif stream.device_index != dev_id:
-            raise ValueError(f"the array lives on cuda:{dev_id}, the stream on another device")
-        handle = stream.cuda_stream or 1  # 1: the legacy default stream in DLPack terms
-        try:
-            capsule = obj.__dlpack__(stream=handle, max_version=_dlpack.VERSION)
-        except TypeError:  # a producer older than DLPack 1.0's keywords
-            capsule = obj.__dlpack__(stream=handle)
-        imported = _dlpack.consume_capsule(capsule)
-    try:
-        array = _from_imported(imported, stream)
-    except BaseException:
-        imported.release()
-        raise
+    or a capsule). The producer orders its work before ``stream`` (default: the current
+    stream); its deleter runs when the last view dies. ``copy=True`` copies."""
+    array = _wrap(_interop.from_dlpack(obj, stream))
     if device is not None and _index(device) != array.device.index:
         raise ValueError(f"the array lives on {array.device}, not on device {device!r}")
     return array.clone() if copy else array
 
 
-def _from_imported(imported: _dlpack.Imported, stream: Any) -> Array:
-    if imported.device_type != DLDeviceType.kDLCUDA:
-        raise TypeError(
-            "from_dlpack needs a CUDA device tensor; this one is on "
-            f"{_dlpack.device_type_name(imported.device_type)}"
-        )
-    index = imported.device_id
-    if stream is None:
-        stream = streams.current_stream(index)
-    owner = _new_owner(_dlpack.Imported.release, imported)
-    return _make(imported.data, imported.shape, imported.strides, imported.dtype,
-                 _device(index), stream, owner,
-                 _layout.is_contiguous(imported.shape, imported.strides, imported.dtype.itemsize))
-
-
-# ---- driver work -----------------------------------------------------------------------
-
-
-def _wait_for(index: int, consumer: int, producer: int) -> None:
-    """Make stream ``consumer`` wait for the work queued so far on ``producer`` (raw
-    handles; 0 and 1 both mean the legacy default stream): an event recorded on the
-    producer and waited on by the consumer (cuEventRecord + cuStreamWaitEvent)."""
-    if consumer == producer or (consumer <= 1 and producer <= 1):
-        return
-    bind_context(index)
-    flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-    event = check(cu.cuEventCreate(flags), "cuEventCreate")
-    try:
-        check(cu.cuEventRecord(event, producer), "cuEventRecord")
-        check(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
-    finally:
-        check(cu.cuEventDestroy(event), "cuEventDestroy")
+# ---- copies ----------------------------------------------------------------------------
 
 
 def _check_match(dst: Array, dtype: np.dtype, shape: tuple[int, ...], what: str) -> None:
@@ -725,35 +615,11 @@ def _check_match(dst: Array, dtype: np.dtype, shape: tuple[int, ...], what: str)
                          f"the other side is {tuple(shape)}")
 
 
-_MT_HOST = cu.CUmemorytype.CU_MEMORYTYPE_HOST
-_MT_DEVICE = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
-
-
-def _run_copies(copies: list[_layout.Copy], dst: int, dst_device: bool, src: int,
-                src_device: bool, stream: int) -> None:
-    """Issue planned copies: cuMemcpy{HtoD,DtoH,DtoD}Async rows, cuMemcpy2DAsync blocks."""
-    for c in copies:
-        d, s = dst + c.dst_offset, src + c.src_offset
-        if c.height == 1:
-            if dst_device and src_device:
-                check(cu.cuMemcpyDtoDAsync(d, s, c.width, stream), "cuMemcpyDtoDAsync")
-            elif dst_device:
-                check(cu.cuMemcpyHtoDAsync(d, s, c.width, stream), "cuMemcpyHtoDAsync")
-            else:
-                check(cu.cuMemcpyDtoHAsync(d, s, c.width, stream), "cuMemcpyDtoHAsync")
-            continue
-        params = cu.CUDA_MEMCPY2D()
-        if src_device:
-            params.srcMemoryType, params.srcDevice = _MT_DEVICE, s
-        else:
-            params.srcMemoryType, params.srcHost = _MT_HOST, s
-        if dst_device:
-            params.dstMemoryType, params.dstDevice = _MT_DEVICE, d
-        else:
-            params.dstMemoryType, params.dstHost = _MT_HOST, d
-        params.srcPitch, params.dstPitch = c.src_pitch, c.dst_pitch
-        params.WidthInBytes, params.Height = c.width, c.height
-        check(cu.cuMemcpy2DAsync(params, stream), "cuMemcpy2DAsync")
+def _wait_for(index: int, consumer: int, producer: int) -> None:
+    """Order stream ``consumer`` after the work queued on ``producer`` (device ``index``)."""
+    if consumer != producer:
+        bind_context(index)
+        _copy.wait_for(consumer, producer)
 
 
 def _copy_device(dst: Array, src: Array) -> None:
@@ -763,18 +629,15 @@ def _copy_device(dst: Array, src: Array) -> None:
     if src.device.index != index:
         raise ValueError(f"copy_: the arrays live on different devices ({src.device} -> "
                          f"{dst.device}); cross-device copies are not supported here")
-    if not dst.ptr or not src.size:
+    if not src.size:
         return
-    if src._owner is dst._owner and _overlap(dst, src):
+    if _owner_of(src) is _owner_of(dst) and _overlap(dst, src):
         src = src.clone()
     stream = dst.stream.cuda_stream
     _wait_for(index, stream, src.stream.cuda_stream)
     bind_context(index)
-    if dst._contiguous and src._contiguous:
-        check(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, dst.nbytes, stream), "cuMemcpyDtoDAsync")
-    else:
-        copies = _layout.plan_copy(dst.shape, dst.strides, src.strides, dst.itemsize)
-        _run_copies(copies, dst.ptr, True, src.ptr, True, stream)
+    _copy.copy(dst.ptr, True, dst.strides, src.ptr, True, src.strides, dst.shape,
+               dst.dtype.itemsize, stream)
 
 
 def _overlap(a: Array, b: Array) -> bool:
@@ -784,44 +647,19 @@ def _overlap(a: Array, b: Array) -> bool:
 
 
 def _host_copy(array: Array, host: np.ndarray, to_device: bool, non_blocking: bool) -> None:
-    """Copy between ``array`` and the C-contiguous ``host`` buffer on the array's stream;
-    waits for it unless ``non_blocking``."""
+    """Copy between ``array`` and the ``host`` buffer (same shape and dtype) on the
+    array's stream; waits for completion unless ``non_blocking``."""
     if not array.size:
         return
     bind_context(array.device.index)
     stream = array.stream.cuda_stream
     host_ptr = host.ctypes.data
-    if array._contiguous:
-        if to_device:
-            check(cu.cuMemcpyHtoDAsync(array.ptr, host_ptr, array.nbytes, stream),
-                  "cuMemcpyHtoDAsync")
-        else:
-            check(cu.cuMemcpyDtoHAsync(host_ptr, array.ptr, array.nbytes, stream),
-                  "cuMemcpyDtoHAsync")
-    elif to_device:
-        copies = _layout.plan_copy(array.shape, array.strides, host.strides, array.itemsize)
-        _run_copies(copies, array.ptr, True, host_ptr, False, stream)
+    itemsize = array.dtype.itemsize
+    if to_device:
+        _copy.copy(array.ptr, True, array.strides, host_ptr, False, host.strides, array.shape,
+                   itemsize, stream)
     else:
-        copies = _layout.plan_copy(array.shape, host.strides, array.strides, array.itemsize)
-        _run_copies(copies, host_ptr, False, array.ptr, True, stream)
+        _copy.copy(host_ptr, False, host.strides, array.ptr, True, array.strides, array.shape,
+                   itemsize, stream)
     if not non_blocking:
-        check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
-
-
-def _memset(ptr: int, pattern: bytes, count: int, stream: int) -> None:
-    """Fill ``count`` contiguous items with the item bytes ``pattern``, using the widest
-    unit the pattern repeats in (8/16/32 bits) or one pitched 32-bit memset per word."""
-    size = len(pattern)
-    if pattern == pattern[:1] * size:
-        check(cu.cuMemsetD8Async(ptr, pattern[0], count * size, stream), "cuMemsetD8Async")
-    elif size % 2 == 0 and pattern == pattern[:2] * (size // 2):
-        value = int.from_bytes(pattern[:2], "little")
-        check(cu.cuMemsetD16Async(ptr, value, count * size // 2, stream), "cuMemsetD16Async")
-    elif size % 4 == 0 and pattern == pattern[:4] * (size // 4):
-        value = int.from_bytes(pattern[:4], "little")
-        check(cu.cuMemsetD32Async(ptr, value, count * size // 4, stream), "cuMemsetD32Async")
-    else:  # 8- or 16-byte items: word w of every item, items ``size`` bytes apart
-        for word in range(size // 4):
-            value = int.from_bytes(pattern[4 * word: 4 * word + 4], "little")
-            check(cu.cuMemsetD2D32Async(ptr + 4 * word, size, value, 1, count, stream),
-                  "cuMemsetD2D32Async")
+        _copy.synchronize(stream)

@@ -8,6 +8,7 @@ context bound to a thread follows it lazily through :func:`bind_context`.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Any, Callable, Union
 
@@ -147,6 +148,19 @@ def _index(device: Any) -> int:
     if not 0 <= index < count:
         raise ValueError(f"invalid device ordinal {index}: valid devices are 0..{count - 1}")
     return index
+
+
+def _forget_contexts_after_fork() -> None:
+    """In a child forked after CUDA was initialised, no context the parent bound is valid:
+    forget them, so the next call goes through _driver.init() and raises its clear fork
+    error instead of reaching the driver (whose behaviour in such a child is undefined)."""
+    global _tls
+    if _driver.is_forked_child():  # set by _driver's own at-fork hook, which runs first
+        _tls = threading.local()
+        _primary.clear()
+
+
+os.register_at_fork(after_in_child=_forget_contexts_after_fork)
 
 
 def primary_context(index: int) -> Any:

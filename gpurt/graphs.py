@@ -23,13 +23,13 @@ from cuda.bindings import driver as cu
 
 from . import _capture
 from . import _driver
-from . import device as _device
 from . import memory as _memory
 from . import streams as _streams
 from ._capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
 from ._driver import CudaError, check
 from ._graph_nodes import KernelNode, kernel_nodes_of
-from .device import bind_context, current_device
+from .array import Array
+from .device import bind_context, current_device, synchronize
 
 __all__ = [
     "CUDAGraph",
@@ -49,7 +49,7 @@ _INSTANTIATE_FLAGS = int(
     cu.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
 )
 _DOT_VERBOSE = int(cu.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)
-_LEGACY_STREAMS = (0, 1, 2)  # NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+_LEGACY_STREAMS = (0, 1)  # the NULL stream and CU_STREAM_LEGACY: not capturable
 
 
 # ---- CUDAGraph -----------------------------------------------------------------------
@@ -106,16 +106,21 @@ class CUDAGraph:
         pool_id = _memory.new_pool_id() if pool is None else _capture.pool_id(pool)
         _capture.drain_deferred()
         bind_context(index)
+        capture = _Capture(stream, index, pool_id)
         _memory.retain_pool(index, pool_id)
-        _memory.begin_allocate_to_pool(index, pool_id, int(stream.cuda_stream))
+        try:
+            _memory.begin_allocate_to_pool(index, pool_id, int(stream.cuda_stream))
+        except BaseException:
+            _memory.release_pool(index, pool_id)
+            raise
         _capture.capture_started()
         try:
             check(cu.cuStreamBeginCapture(stream.handle, mode), "cuStreamBeginCapture")
         except BaseException:
-            self._stop_pool_routing(_Capture(stream, index, pool_id))
+            self._stop_pool_routing(capture)
             _memory.release_pool(index, pool_id)
             raise
-        self._capturing = _Capture(stream, index, pool_id)
+        self._capturing = capture
 
     def capture_end(self) -> None:
         """End the capture and instantiate the graph (wraps cuStreamEndCapture and
@@ -203,11 +208,10 @@ class CUDAGraph:
             cu.cuGraphLaunch(state.exec, _streams.current_stream_handle(state.device)),
             "cuGraphLaunch",
         )
-        state.replayed = True
 
     def reset(self) -> None:
-        """Destroy the graph and give its private memory back (cuGraphExecDestroy,
-        cuGraphDestroy; synchronizes first if it was replayed). The object can capture again."""
+        """Destroy the graph (cuGraphExecDestroy, cuGraphDestroy) and release its private
+        pool, whose memory the next empty_cache() returns. The object can capture again."""
         if self._capturing is not None:
             raise RuntimeError("reset() during capture: call capture_end() first")
         state, finalizer = self._state, self._finalizer
@@ -402,7 +406,7 @@ class graph:
         self._stream_ctx = _streams.stream(self.capture_stream)  # also makes its device current
 
     def __enter__(self) -> CUDAGraph:
-        _device.synchronize(self.capture_stream.device_index)
+        synchronize(self.capture_stream.device_index)
         gc.collect()  # run pending finalizers now rather than during capture
         _memory.empty_cache()
         self._stream_ctx.__enter__()
@@ -436,7 +440,8 @@ class graph:
 class GraphedCallable:
     """A function captured once into a CUDA graph. Calling it copies the new inputs into the
     static input arrays (on the current stream), replays the graph, and returns the static
-    outputs: the same objects every call, overwritten by the next call."""
+    outputs: the same objects every call, overwritten by the next call. Arguments that are
+    not gpurt Arrays were baked into the graph: they must be passed again unchanged."""
 
     def __init__(self, fn: Callable[..., Any], cuda_graph: CUDAGraph,
                  static_inputs: tuple[Any, ...], static_outputs: Any) -> None:
@@ -444,7 +449,7 @@ class GraphedCallable:
         self.graph = cuda_graph
         self.static_inputs = static_inputs
         self.static_outputs = static_outputs
-        self._is_array = tuple(_is_device_array(a) for a in static_inputs)
+        self._is_array = tuple(isinstance(a, Array) for a in static_inputs)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__qualname__", repr(self.fn))
@@ -464,14 +469,10 @@ class GraphedCallable:
             elif not _same_constant(new, static):
                 raise ValueError(
                     f"argument {i} ({new!r}) differs from the value {static!r} the graph was "
-                    "captured with; non-array arguments are baked into the graph"
+                    "captured with; arguments other than gpurt Arrays are baked into the graph"
                 )
         self.graph.replay()
         return self.static_outputs
-
-
-def _is_device_array(obj: Any) -> bool:
-    return hasattr(obj, "__cuda_array_interface__")
 
 
 def _same_constant(a: Any, b: Any) -> bool:
@@ -481,33 +482,38 @@ def _same_constant(a: Any, b: Any) -> bool:
         return False
 
 
-def _copy_input(static: Any, new: Any, position: int) -> None:
-    """Copy ``new`` into the static input array, ordered on the current stream."""
+def _copy_input(static: Array, new: Any, position: int) -> None:
+    """Copy ``new`` into the static input array so that a replay on the current stream
+    sees it: a device-to-device copy on the current stream (after ``new``'s own stream)
+    for contiguous gpurt Arrays, else ``static.copy_(new)`` (host data, foreign device
+    arrays, strided views) followed by a wait."""
     shape = tuple(getattr(new, "shape", ()))
-    if shape != tuple(static.shape):
-        raise ValueError(
-            f"argument {position}: expected shape {tuple(static.shape)}, got {shape}"
-        )
-    dtype = getattr(new, "dtype", None)
-    if type(new) is type(static) and dtype != static.dtype:
-        raise ValueError(f"argument {position}: expected dtype {static.dtype}, got {dtype}")
-    if (
-        type(new) is type(static)
-        and new.device == static.device
-        and new.is_contiguous()
-        and static.is_contiguous()
-    ):
+    if shape != static.shape:
+        raise ValueError(f"argument {position}: expected shape {static.shape}, got {shape}")
+    is_array = isinstance(new, Array)
+    if is_array and new.dtype != static.dtype:
+        raise ValueError(f"argument {position}: expected dtype {static.dtype}, got {new.dtype}")
+    index = static.device.index
+    current = _streams.current_stream(index)
+    if is_array and new.device == static.device and new.is_contiguous() and static.is_contiguous():
+        _order_after(current, new.stream)
         if static.nbytes:
-            index = static.device.index
             bind_context(index)
             check(
-                cu.cuMemcpyDtoDAsync(
-                    static.ptr, new.ptr, static.nbytes, _streams.current_stream_handle(index)
-                ),
+                cu.cuMemcpyDtoDAsync(static.ptr, new.ptr, static.nbytes, current.cuda_stream),
                 "cuMemcpyDtoDAsync",
             )
         return
-    static.copy_(new)
+    static.copy_(new)  # on static's own stream
+    _order_after(current, static.stream)
+
+
+def _order_after(consumer: Any, producer: Any) -> None:
+    """Make ``consumer`` wait for the work queued on ``producer`` unless they are the same
+    stream (the legacy default stream under either of its handles, 0 and 1)."""
+    a, b = int(consumer.cuda_stream), int(producer.cuda_stream)
+    if a != b and not (a <= 1 and b <= 1):
+        consumer.wait_stream(producer)
 
 
 def make_graphed_callables(
@@ -524,7 +530,7 @@ def make_graphed_callables(
     callables made together must be called in the order given.
 
     Returns a :class:`GraphedCallable`, or a tuple of them for a sequence of functions.
-    Non-array arguments are constants baked into the graph."""
+    Arguments other than gpurt Arrays are constants baked into the graph."""
     single = callable(callables)
     fns = (callables,) if single else tuple(callables)  # type: ignore[arg-type]
     all_args = (sample_args,) if single else tuple(sample_args)  # type: ignore[arg-type]
@@ -538,12 +544,12 @@ def make_graphed_callables(
     if num_warmup_iters < 0:
         raise ValueError(f"num_warmup_iters must be >= 0, got {num_warmup_iters}")
     index = current_device()
-    _device.synchronize(index)
+    synchronize(index)
     with _streams.stream(_streams.Stream(index)):
         for fn, args in zip(fns, all_args):
             for _ in range(num_warmup_iters):
                 fn(*args)
-    _device.synchronize(index)
+    synchronize(index)
     shared_pool = graph_pool_handle() if pool is None else _capture.pool_id(pool)
     graphed = []
     for fn, args in zip(fns, all_args):

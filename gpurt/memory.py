@@ -1,3 +1,340 @@
-"""memory (being written)."""
+"""Device memory: the caching allocator, its statistics and history (torch.cuda's names).
 
-__all__: list[str] = []
+One allocator per device, created on first use from ``GPURT_ALLOC_CONF`` (torch's
+PYTORCH_CUDA_ALLOC_CONF keys; see gpurt/_allocconf.py) and ``GPURT_NO_CACHING=1``. The
+default backend is gpurt's port of torch's caching allocator (gpurt/_allocator.py), whose
+statistics match ``torch.cuda.memory_stats()`` key for key; ``backend:cudaMallocAsync``
+uses CUDA's stream-ordered pool instead. Everything here returns zeros/empty before CUDA is
+initialised instead of failing. Pinned host memory has its own cache (gpurt/_pinned.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+from typing import Any, Union
+
+from . import _allocconf
+from . import _memstats as ms
+from . import streams as _streams
+from ._allocator import CachingAllocator
+from ._backends import AsyncAllocator, DriverBackend
+from ._driver import is_initialized
+from ._memhistory import HistorySettings
+from ._memsummary import summary_table
+from ._pinned import *  # noqa: F401,F403
+from ._pinned import __all__ as _pinned_all
+from .device import _index, current_device, device_count
+
+__all__ = [
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "record_stream",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "empty_cache",
+    "memory_summary",
+    "memory_snapshot",
+    "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",
+    "get_allocator_backend",
+    "AllocatorConfigError",
+    *_pinned_all,
+]
+
+AllocatorConfigError = _allocconf.AllocatorConfigError
+Allocator = Union[CachingAllocator, AsyncAllocator]
+PoolId = tuple  # (int, int), like torch's graph_pool_handle()
+
+_lock = threading.Lock()
+_allocators: dict[int, Allocator] = {}
+_only: list[Allocator] = []  # the allocator while exactly one exists (fast free path)
+_config: _allocconf.AllocatorConfig | None = None
+_history = HistorySettings()
+_pool_ids = itertools.count(1)
+
+
+def _settings() -> _allocconf.AllocatorConfig:
+    global _config
+    if _config is None:
+        _config = _allocconf.from_environment()
+    return _config
+
+
+def _create(index: int) -> Allocator:
+    with _lock:
+        allocator = _allocators.get(index)
+        if allocator is None:
+            config = _settings()
+            if config.backend == "cudaMallocAsync":
+                allocator = AsyncAllocator(index, _history)
+            else:
+                allocator = CachingAllocator(index, DriverBackend(index), config, _history)
+            _allocators[index] = allocator
+            _only[:] = [allocator] if len(_allocators) == 1 else []
+    return allocator
+
+
+def _allocator(device: Any = None) -> Allocator:
+    index = current_device() if device is None else _index(device)
+    return _allocators.get(index) or _create(index)
+
+
+def _stream_handle(stream: Any, index: int) -> int:
+    """Raw handle of a gpurt/torch/CuPy stream, an int handle, or None (current stream)."""
+    if stream is None:
+        return _streams.current_stream_handle(index)
+    if isinstance(stream, int):
+        return stream
+    handle = getattr(stream, "cuda_stream", None)  # gpurt and torch streams
+    if handle is None and hasattr(stream, "__cuda_stream__"):
+        handle = stream.__cuda_stream__()[1]
+    if handle is None:
+        handle = getattr(stream, "ptr", None)  # CuPy
+    if handle is None:
+        raise TypeError(f"expected a stream (gpurt.Stream, a raw handle or None), got {stream!r}")
+    return int(handle)
+
+
+# ---- allocation ----------------------------------------------------------------------
+
+
+def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -> int:
+    """Allocate ``size`` bytes on ``device`` for use on ``stream`` (default: the current
+    stream of that device) from the caching allocator; returns the device pointer.
+    Raises gpurt.OutOfMemoryError when even freeing the cache does not help."""
+    index = current_device() if device is None else _index(device)
+    allocator = _allocators.get(index) or _create(index)
+    if stream is None:
+        handle = _streams.current_stream_handle(index)
+    else:
+        handle = _stream_handle(stream, index)
+    return allocator.malloc(size, handle)
+
+
+def caching_allocator_delete(ptr: int) -> None:
+    """Free memory from :func:`caching_allocator_alloc`. Safe to call from finalizers: it
+    never calls the driver (deferred work runs at the next allocation)."""
+    if _only:
+        _only[0].free(ptr)
+        return
+    for allocator in list(_allocators.values()):
+        if ptr in getattr(allocator, "_allocated", ()) or ptr in getattr(allocator, "_live", ()):
+            allocator.free(ptr)
+            return
+    if ptr:
+        raise ValueError(f"0x{ptr:x} was not allocated by gpurt's caching allocator")
+
+
+def _data_ptr(obj: Any) -> int:
+    if isinstance(obj, int):
+        return obj
+    if hasattr(obj, "data_ptr"):
+        return int(obj.data_ptr())
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is not None:
+        return int(interface["data"][0])
+    raise TypeError(f"expected a device pointer or array, got {type(obj).__name__}")
+
+
+def record_stream(obj: Any, stream: Any) -> None:
+    """Mark the allocation behind ``obj`` (a pointer, or anything with ``data_ptr()`` or
+    ``__cuda_array_interface__``) as used on ``stream``: when it is freed, its memory is
+    reused only after the work queued on ``stream`` up to then has completed."""
+    ptr = _data_ptr(obj)
+    for allocator in list(_allocators.values()):
+        try:
+            allocator.record_stream(ptr, _stream_handle(stream, allocator.device))
+            return
+        except ValueError:
+            continue
+    raise ValueError(f"0x{ptr:x} is not inside memory from gpurt's caching allocator")
+
+
+# ---- statistics ----------------------------------------------------------------------
+
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+    """Allocator statistics of ``device`` as nested dicts (torch's layout); {} before CUDA
+    is initialised."""
+    if not is_initialized():
+        return {}
+    index = current_device() if device is None else _index(device)
+    allocator = _allocators.get(index)
+    if allocator is None:
+        return ms.empty_nested_stats(_settings().max_split_size_stat)
+    return allocator.nested_stats()
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    """Allocator statistics of ``device`` with torch's flat keys, sorted, e.g.
+    ``'allocated_bytes.all.current'``; {} before CUDA is initialised."""
+    return ms.flatten(memory_stats_as_nested_dict(device))
+
+
+def memory_allocated(device: Any = None) -> int:
+    """Bytes currently allocated to callers on ``device``."""
+    return int(memory_stats(device).get("allocated_bytes.all.current", 0))
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    """Peak of :func:`memory_allocated` since start or the last reset."""
+    return int(memory_stats(device).get("allocated_bytes.all.peak", 0))
+
+
+def memory_reserved(device: Any = None) -> int:
+    """Bytes reserved from the driver by the allocator on ``device`` (cached included)."""
+    return int(memory_stats(device).get("reserved_bytes.all.current", 0))
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    """Peak of :func:`memory_reserved` since start or the last reset."""
+    return int(memory_stats(device).get("reserved_bytes.all.peak", 0))
+
+
+def _existing(device: Any) -> Allocator | None:
+    if not is_initialized():
+        return None
+    index = current_device() if device is None else _index(device)
+    return _allocators.get(index)
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    """Make every "peak" statistic equal its current value."""
+    allocator = _existing(device)
+    if allocator is not None:
+        allocator.reset_peak_stats()
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    """Deprecated torch name of :func:`reset_peak_memory_stats`."""
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    """Zero the "allocated"/"freed" totals and the event counters (num_ooms, ...)."""
+    allocator = _existing(device)
+    if allocator is not None:
+        allocator.reset_accumulated_stats()
+
+
+def empty_cache() -> None:
+    """Return cached, unused device memory of every device to the driver (synchronizes
+    with outstanding cross-stream uses first). Waits until graph captures end."""
+    for allocator in list(_allocators.values()):
+        allocator.empty_cache()
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Limit this process's allocator on ``device`` to ``fraction`` of its total memory;
+    going over raises OutOfMemoryError (wraps cuMemGetInfo for the total)."""
+    if not isinstance(fraction, float):
+        raise TypeError(f"fraction must be a float, got {type(fraction).__name__}")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be within [0, 1], got {fraction}")
+    _allocator(device).set_memory_fraction(fraction)
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    """The fraction set by :func:`set_per_process_memory_fraction` (1.0 by default)."""
+    allocator = _existing(device)
+    return 1.0 if allocator is None else allocator.memory_fraction
+
+
+def get_allocator_backend() -> str:
+    """'native' or 'cudaMallocAsync', from GPURT_ALLOC_CONF."""
+    return _settings().backend
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A table of the allocator's statistics like torch.cuda.memory_summary(): readable in
+    a terminal and as plain text."""
+    index = current_device() if device is None and is_initialized() else (
+        0 if device is None else _index(device))
+    stats = memory_stats(index) or ms.flatten(ms.empty_nested_stats())
+    return summary_table(stats, index, abbreviated)
+
+
+# ---- snapshots and history -----------------------------------------------------------
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """Every device's segments with their blocks and states, like torch.cuda.memory_snapshot()."""
+    segments: list[dict[str, Any]] = []
+    for index in sorted(_allocators):
+        segments += _allocators[index].snapshot()
+    return segments
+
+
+def _record_memory_history(enabled: Any = "all", context: Any = "all", stacks: str = "python",
+                           max_entries: int = 100000, device: Any = None) -> None:
+    """Start (or with ``enabled=None`` stop and clear) recording allocator events and the
+    Python frames behind them, in a ring buffer of ``max_entries`` per device.
+    ``enabled``: "all" (events + live-block frames) or "state" (frames only)."""
+    _history.configure(enabled, context, stacks, max_entries)
+    for allocator in list(_allocators.values()):
+        allocator.trace.resize(_history.max_entries)
+        if not _history.enabled:
+            allocator.trace.clear()
+
+
+def _snapshot(device: Any = None) -> dict[str, Any]:
+    """{"segments": [...], "device_traces": [[...] per device]} as JSON-ready dicts."""
+    if not is_initialized():
+        return {"segments": [], "device_traces": []}
+    traces = []
+    for index in range(device_count()):
+        allocator = _allocators.get(index)
+        traces.append(allocator.trace.as_json() if allocator is not None else [])
+    return {"segments": memory_snapshot(), "device_traces": traces}
+
+
+def _dump_snapshot(filename: str | os.PathLike[str] = "gpurt_snapshot.json") -> None:
+    """Write :func:`_snapshot` as JSON (never pickle) to ``filename``."""
+    with open(filename, "w") as fh:
+        json.dump(_snapshot(), fh)
+
+
+# ---- graph-private pools (used by gpurt.graphs) --------------------------------------
+
+
+def new_pool_id() -> PoolId:
+    """A fresh private-pool id, like torch's graph_pool_handle() value."""
+    return (0, next(_pool_ids))
+
+
+def begin_allocate_to_pool(device_index: int, pool_id: PoolId, stream_handle: int) -> None:
+    """Until :func:`end_allocate_to_pool`, allocations on ``stream_handle`` (a capturing
+    stream) come from private pool ``pool_id`` (created if new, with no reference)."""
+    _allocator(device_index).begin_allocate_to_pool(pool_id, int(stream_handle))
+
+
+def end_allocate_to_pool(device_index: int, pool_id: PoolId) -> None:
+    """Stop routing allocations to ``pool_id``; deferred frees and events run afterwards."""
+    _allocator(device_index).end_allocate_to_pool(pool_id)
+
+
+def retain_pool(device_index: int, pool_id: PoolId) -> None:
+    """Add a reference to private pool ``pool_id`` (created if new)."""
+    _allocator(device_index).retain_pool(pool_id)
+
+
+def release_pool(device_index: int, pool_id: PoolId) -> None:
+    """Drop a reference; at zero the pool's unused segments go back to the driver at the
+    next empty_cache (or out-of-memory retry), as in torch."""
+    _allocator(device_index).release_pool(pool_id)
+
+
+def captures_underway(device_index: int) -> bool:
+    """True while some capture routes allocations of ``device_index`` to a private pool."""
+    allocator = _allocators.get(device_index)
+    return allocator is not None and allocator.captures_underway()

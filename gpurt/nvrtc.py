@@ -1,3 +1,385 @@
-"""nvrtc (being written)."""
+"""Compile CUDA C++ at run time with NVRTC, cached in memory and on disk.
 
-__all__: list[str] = []
+``compile(source, ...)`` returns a :class:`Module` of compiled code (a cubin for the exact
+device architecture by default, PTX only when asked); ``module["name"]`` (or a name
+expression such as ``module["f<float, 128>"]``) returns a :class:`~gpurt.Kernel`. With an
+explicit ``arch`` nothing needs a GPU, so kernels can be compiled and cached ahead of time.
+See ``gpurt/_kcache.py`` for the caches and ``gpurt/launch.py`` for launching.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import threading
+import weakref
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+from cuda.bindings import driver as cu
+from cuda.bindings import nvrtc as _nvrtc
+
+from . import _kcache
+from ._driver import CudaError, check
+from ._kcache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
+from .device import get_arch
+from .launch import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
+
+__all__ = [
+    "compile",
+    "compile_file",
+    "Module",
+    "Kernel",
+    "RawKernel",
+    "LaunchConfig",
+    "CompileError",
+    "add_launch_hook",
+    "remove_launch_hook",
+]
+
+Headers = Union[Mapping[str, str], Iterable[tuple[str, str]], None]
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+[af]?)$")
+_ARCH_OPTION = re.compile(r"^(-arch|--gpu-architecture)(=|$)")
+_LOG_LINE = re.compile(r"^(?P<file>[^\n()]+)\((?P<line>\d+)\): (?P<what>error|warning|remark)",
+                       re.M)
+_MISSING_HEADER = re.compile(r'could not open source file "(?P<name>[^"]+)"')
+_UNLOADABLE = {"CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_NO_BINARY_FOR_GPU",
+               "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"}
+
+
+class CompileError(CudaError):
+    """NVRTC could not compile a program. ``log`` holds NVRTC's messages, ``options`` the
+    options used and ``source`` the program; ``str()`` shows the log and, with line numbers,
+    the source lines the log points at."""
+
+    def __init__(self, error: CudaError, log: str, source: str, options: Sequence[str],
+                 program_name: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(error.code, error.name, error.description, "nvrtcCompileProgram")
+        self.log = log
+        self.source = source
+        self.options = tuple(options)
+        self.program_name = program_name
+        self.headers = dict(headers or {})
+
+    def __str__(self) -> str:
+        parts = [f"{self.name}: NVRTC could not compile {self.program_name!r} "
+                 f"(options: {' '.join(self.options)})", self.log.rstrip()]
+        excerpt = self.excerpt()
+        if excerpt:
+            parts += ["", "source lines the log points at:", excerpt]
+        missing = _MISSING_HEADER.search(self.log)
+        if missing and missing["name"].startswith(("cuda", "cub/", "thrust/", "nv/", "crt/")):
+            parts += ["", f"hint: CUDA's header {missing['name']!r} was not found; install the "
+                      "NVIDIA wheels that ship them (nvidia-cuda-runtime for cuda_fp16.h/"
+                      "cuda_bf16.h, nvidia-cuda-cccl for cuda/std and CUB) or set CUDA_HOME"]
+        return "\n".join(parts)
+
+    def excerpt(self, context: int = 1, limit: int = 8) -> str:
+        """The source lines named in the log (``context`` lines around each), numbered."""
+        files = {self.program_name: self.source, **self.headers}
+        shown: list[str] = []
+        seen: set[tuple[str, int]] = set()
+        for match in _LOG_LINE.finditer(self.log):
+            name, line = match["file"].strip(), int(match["line"])
+            text = files.get(name) or files.get(os.path.basename(name))
+            if text is None or (name, line) in seen or len(seen) >= limit:
+                continue
+            seen.add((name, line))
+            lines = text.splitlines()
+            first, last = max(1, line - context), min(len(lines), line + context)
+            shown.append(f"--- {name}:{line} ({match['what']})")
+            for number in range(first, last + 1):
+                mark = ">" if number == line else " "
+                shown.append(f"{mark}{number:5d} | {lines[number - 1]}")
+        return "\n".join(shown)
+
+
+# ---- modules ----------------------------------------------------------------------------
+
+
+def _unload(holder: list[Any]) -> None:
+    """Finalizer: unload a library; never raises (the driver may be gone at exit)."""
+    library = holder[0]
+    holder[0] = None
+    if library is not None:
+        try:
+            cu.cuLibraryUnload(library)
+        except Exception:
+            pass
+
+
+class Module:
+    """Compiled code and its kernels: ``module["name"]`` / ``get_function(name)``.
+
+    ``code`` is the cubin (or PTX), ``kind`` says which, ``lowered_names`` maps each name
+    expression to its mangled name and ``log`` holds NVRTC's warnings. The code is loaded
+    (cuLibraryLoadData, context-independent) on the first launch of one of its kernels."""
+
+    def __init__(self, entry: Entry, arch: str, source: str | None, options: Sequence[str] = (),
+                 program_name: str = "kernel.cu", rebuild: Any = None) -> None:
+        self.code = entry.binary
+        self.kind = entry.kind
+        self.arch = arch
+        self.lowered_names = dict(entry.lowered)
+        self.log = entry.log
+        self.source = source
+        self.options = tuple(options)
+        self.program_name = program_name
+        self._rebuild = rebuild
+        self._kernels: dict[str, Kernel] = {}
+        self._lock = threading.Lock()
+        self._holder: list[Any] = [None]
+        finalizer = weakref.finalize(self, _unload, self._holder)
+        finalizer.atexit = False
+
+    def __repr__(self) -> str:
+        return f"<gpurt.Module {self.program_name} {self.kind} {self.arch}, {len(self.code)} bytes>"
+
+    def get_function(self, name: str) -> Kernel:
+        """The kernel called ``name``: an extern "C" name, a name expression given to
+        :func:`compile`, or a mangled name."""
+        kernel = self._kernels.get(name)
+        if kernel is None:
+            symbol = self.lowered_names.get(name)
+            if symbol is None:
+                if any(ch in name for ch in "<>:(& "):
+                    known = ", ".join(map(repr, self.lowered_names)) or "none"
+                    raise KeyError(f"{name!r} is not one of this module's name expressions "
+                                   f"({known}); pass it in compile(..., name_expressions=[...])")
+                symbol = name
+            kernel = self._kernels.setdefault(name, Kernel(self, name, symbol))
+        return kernel
+
+    __getitem__ = get_function
+
+    def library(self) -> Any:
+        """The loaded CUlibrary (cuLibraryLoadData on first call). A cached binary that the
+        driver refuses is deleted from the disk cache, recompiled and loaded once more."""
+        library = self._holder[0]
+        if library is not None:
+            return library
+        with self._lock:
+            if self._holder[0] is None:
+                try:
+                    self._holder[0] = self._load_data()
+                except CudaError as err:
+                    if err.name not in _UNLOADABLE or self._rebuild is None:
+                        raise _explain_load_error(err, self) from err
+                    self.code = self._rebuild()
+                    self._rebuild = None
+                    self._holder[0] = self._load_data()
+        return self._holder[0]
+
+    def _load_data(self) -> Any:
+        return check(cu.cuLibraryLoadData(self.code, None, None, 0, None, None, 0),
+                     "cuLibraryLoadData")
+
+
+def _explain_load_error(err: CudaError, module: Module) -> CudaError:
+    if err.name == "CUDA_ERROR_UNSUPPORTED_PTX_VERSION":
+        hint = ("this PTX comes from an NVRTC newer than the driver; compile a cubin "
+                "(the default, ptx=False) or use an NVRTC no newer than the driver")
+    elif err.name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE"):
+        hint = f"the code was compiled for {module.arch}, which this device cannot run"
+    else:
+        return err
+    return CudaError(err.code, err.name, f"{err.description}: {hint}", err.call)
+
+
+# ---- compiling ----------------------------------------------------------------------------
+
+
+def _normalize_arch(arch: Any, ptx: bool) -> str:
+    text = str(arch).strip()
+    if text.isdigit():
+        text = f"sm_{text}"
+    if _ARCH.match(text) is None:
+        raise ValueError(f"invalid arch {arch!r}: expected e.g. 'sm_90', 'sm_90a' or 'compute_90'")
+    if ptx and text.startswith("sm_"):
+        text = "compute_" + text[3:]
+    return text
+
+
+def _split_arch(options: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """Pull an -arch/--gpu-architecture option out of ``options``."""
+    arch, rest = None, []
+    items = iter(options)
+    for option in items:
+        match = _ARCH_OPTION.match(option)
+        if match is None:
+            rest.append(option)
+        elif match.group(2) == "=":
+            arch = option[match.end():]
+        else:
+            arch = next(items, None)
+    return arch, tuple(rest)
+
+
+def _headers(headers: Headers) -> tuple[tuple[str, str], ...]:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple(sorted((str(name), str(text)) for name, text in items))
+
+
+def _gpurt_version() -> str:
+    package = sys.modules.get(__package__ or "gpurt")
+    return str(getattr(package, "__version__", "unknown"))
+
+
+def compile(source: str, options: Sequence[str] | str = (), name_expressions: Sequence[str] = (),
+            headers: Headers = None, include_paths: Sequence[str | os.PathLike[str]] = (),
+            arch: str | None = None, ptx: bool = False, *,
+            program_name: str = "kernel.cu") -> Module:
+    """Compile CUDA C++ ``source`` with NVRTC into a :class:`Module`.
+
+    ``arch`` defaults to the current device's exact architecture (``gpurt.get_arch()``);
+    give it ('sm_90', 'sm_90a', 'compute_90' for PTX) to compile without a GPU. ``ptx=True``
+    asks for PTX instead of a cubin. ``name_expressions`` (e.g. ``"f<float, 128>"``) make
+    template kernels reachable by those names; ``headers`` maps include names to sources;
+    ``include_paths`` are searched before CUDA's own headers. ``-std=c++17`` is the default.
+    Results are cached in memory and on disk; raises :class:`CompileError` with the log."""
+    opts = (options,) if isinstance(options, str) else tuple(options)
+    exprs = tuple(name_expressions)
+    hdrs = _headers(headers)
+    incs = tuple(os.path.abspath(os.fspath(p)) for p in include_paths)
+    option_arch, opts = _split_arch(opts)
+    if arch is not None and option_arch is not None and option_arch != arch:
+        raise ValueError(f"arch={arch!r} conflicts with the option -arch={option_arch}")
+    arch = _normalize_arch(arch or option_arch or get_arch(), ptx)
+    ptx = arch.startswith("compute_")
+    if not any(o.startswith(("-std", "--std")) for o in opts):
+        opts = ("-std=c++17", *opts)
+    digests = tuple(_kcache.include_digest(p) for p in incs)
+    memory_key = (source, opts, exprs, hdrs, incs, digests, arch, program_name)
+    module = _kcache.memory_get(memory_key)
+    if module is not None:
+        return module
+
+    directory = cache_dir()
+    tools = _kcache.toolchain(directory)
+    key = _kcache.make_key({
+        "schema": _kcache.SCHEMA, "gpurt": _gpurt_version(), "nvrtc": tools.nvrtc_version,
+        "toolchain": tools.digest, "arch": arch, "options": opts, "program": program_name,
+        "source": source, "name_expressions": sorted(exprs), "headers": hdrs,
+        "include_dirs": list(zip(incs, digests)),
+    })
+    nvrtc_options = (f"-arch={arch}", *opts, *(f"-I{p}" for p in incs),
+                     *(f"-I{p}" for p in tools.include_dirs))
+    build = functools.partial(_build, source, program_name, nvrtc_options, exprs, hdrs, ptx)
+
+    entry = _kcache.load(directory, key) if _kcache.usable(directory) else None
+    if entry is None:
+        entry = build()
+        if directory is not None:
+            _kcache.store(directory, key, entry)
+
+    def rebuild() -> bytes:
+        """Replace a cached binary the driver refused (see Module.library)."""
+        fresh = build()
+        if directory is not None:
+            _kcache.discard(directory, key)
+            _kcache.store(directory, key, fresh)
+        return fresh.binary
+
+    module = Module(entry, arch, source, opts, program_name, rebuild=rebuild)
+    _kcache.memory_put(memory_key, module)
+    return module
+
+
+def _program_log(program: Any) -> str:
+    size = check(_nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+    buffer = b" " * size
+    check(_nvrtc.nvrtcGetProgramLog(program, buffer), "nvrtcGetProgramLog")
+    return buffer.rstrip(b"\0").decode(errors="replace").strip()
+
+
+def _build(source: str, program_name: str, options: tuple[str, ...], exprs: tuple[str, ...],
+           headers: tuple[tuple[str, str], ...], ptx: bool) -> Entry:
+    """Run NVRTC once; the program is destroyed on every path."""
+    program = check(_nvrtc.nvrtcCreateProgram(
+        source.encode(), program_name.encode(), len(headers),
+        [text.encode() for _, text in headers], [name.encode() for name, _ in headers]),
+        "nvrtcCreateProgram")
+    try:
+        for expr in exprs:
+            check(_nvrtc.nvrtcAddNameExpression(program, expr.encode()), "nvrtcAddNameExpression")
+        try:
+            check(_nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options]),
+                  "nvrtcCompileProgram")
+        except CudaError as err:
+            if err.name not in ("NVRTC_ERROR_COMPILATION", "NVRTC_ERROR_INVALID_OPTION"):
+                raise
+            raise CompileError(err, _program_log(program), source, options, program_name,
+                               dict(headers)) from err
+        log = _program_log(program)
+        if ptx:
+            size = check(_nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
+            binary = b" " * size
+            check(_nvrtc.nvrtcGetPTX(program, binary), "nvrtcGetPTX")
+        else:
+            size = check(_nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+            binary = b" " * size
+            check(_nvrtc.nvrtcGetCUBIN(program, binary), "nvrtcGetCUBIN")
+        lowered = {
+            expr: check(_nvrtc.nvrtcGetLoweredName(program, expr.encode()),
+                        "nvrtcGetLoweredName").decode()
+            for expr in exprs
+        }
+    finally:
+        check(_nvrtc.nvrtcDestroyProgram(program), "nvrtcDestroyProgram")
+    return Entry(bytes(binary), "ptx" if ptx else "cubin", lowered, log)
+
+
+def compile_file(path: str, arch: str, options: Sequence[str] = (),
+                 output: str | None = None) -> str:
+    """Compile the CUDA file ``path`` for ``arch`` ('sm_90' -> cubin, 'compute_90' -> PTX),
+    write the result to ``output`` (default: ``path`` with .cubin/.ptx) and return that path.
+    The file's folder is an include path. Used by ``gpurt compile``."""
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    folder = os.path.dirname(os.path.abspath(path))
+    module = compile(source, options, include_paths=(folder,), arch=arch,
+                     program_name=os.path.basename(path))
+    if output is None:
+        output = os.path.splitext(path)[0] + (".ptx" if module.kind == "ptx" else ".cubin")
+    data = module.code.rstrip(b"\0") if module.kind == "ptx" else module.code
+    tmp = f"{output}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, output)
+    return output
+
+
+class RawKernel:
+    """One kernel from source, compiled on first use: ``RawKernel(src, "add")(grid, block,
+    args)``. ``name`` may be an extern "C" name, a C++ name or a template instance such as
+    ``"f<float>"`` (it is passed to NVRTC as a name expression)."""
+
+    def __init__(self, source: str, name: str, options: Sequence[str] = (), headers: Headers = None,
+                 include_paths: Sequence[str] = (), arch: str | None = None) -> None:
+        self.source = source
+        self.name = name
+        self.options = tuple(options)
+        self.headers = headers
+        self.include_paths = tuple(include_paths)
+        self.arch = arch
+
+    @functools.cached_property
+    def kernel(self) -> Kernel:
+        """The compiled :class:`Kernel` (compiles on first access)."""
+        module = compile(self.source, self.options, (self.name,), self.headers,
+                         self.include_paths, self.arch)
+        return module[self.name]
+
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        self.kernel(grid, block, args, shared_mem, stream)
+
+    def launch(self, config: LaunchConfig, *args: Any, stream: Any = None) -> None:
+        self.kernel.launch(config, *args, stream=stream)
+
+    def __repr__(self) -> str:
+        return f"<gpurt.RawKernel {self.name!r}>"

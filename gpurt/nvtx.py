@@ -119,28 +119,32 @@ class _Depth(threading.local):
 
 _UNBOUND: Any = object()  # the native domain is looked up on first use, not at import
 _bind_lock = threading.Lock()
-_warned_missing = False
+_warned = False  # one warning per process when NVTX cannot be used
 _range_ids = itertools.count(1)  # ids for range_start when no tool hands them out
 _domains: dict[str | None, Domain] = {}
 
 
+def _warn_once(why: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"gpurt.nvtx: {why}, so ranges are counted but not sent to profiling "
+                      "tools (pip install nvtx)", RuntimeWarning, stacklevel=5)
+
+
 def _native_domain(name: str | None) -> Any:
     """The ``nvtx`` package's domain when a tool is listening, else None."""
-    global _warned_missing
     if _nvtx is None:
-        if not _warned_missing:
-            _warned_missing = True
-            warnings.warn(
-                "gpurt.nvtx: the 'nvtx' package is not installed, so ranges are counted but "
-                "not sent to profiling tools (pip install nvtx)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+        _warn_once("the 'nvtx' package is not installed")
         return None
-    if not _nvtx.enabled():
+    try:
+        if not _nvtx.enabled():
+            return None
+        native = _nvtx.get_domain(name)
+        return native if isinstance(native, _nvtx.Domain) else None
+    except Exception as exc:  # an nvtx package too old or broken: count, do not fail
+        _warn_once(f"the 'nvtx' package cannot be used ({exc.__class__.__name__}: {exc})")
         return None
-    native = _nvtx.get_domain(name)
-    return native if isinstance(native, _nvtx.Domain) else None
 
 
 class Domain:
@@ -165,7 +169,7 @@ class Domain:
             self.name = name
             self._depth = _Depth()
             self._native = _UNBOUND
-            self._attributes: dict[tuple[str, int | None], Any] = {}
+            self._attributes: dict[tuple[str, ColorLike], Any] = {}
             _domains[name] = self
             return self
 
@@ -263,12 +267,12 @@ class Domain:
 
     def _event_attributes(self, native: Any, msg: str, color: ColorLike) -> Any:
         key = (msg, color)
-        attributes = self._attributes.get(key)  # type: ignore[arg-type]
+        attributes = self._attributes.get(key)
         if attributes is None:
             if len(self._attributes) >= _ATTRIBUTE_CACHE_LIMIT:
                 self._attributes.clear()
             attributes = native.get_event_attributes(message=msg, color=to_argb(color))
-            self._attributes[key] = attributes  # type: ignore[index]
+            self._attributes[key] = attributes
         return attributes
 
 

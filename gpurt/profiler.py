@@ -14,6 +14,7 @@ two ``cuEventRecord`` calls each and no event creation.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Sequence
@@ -21,11 +22,12 @@ from typing import Any, Sequence
 from cuda.bindings import driver as cu
 from rich.console import Console
 
-from . import device as _device
 from . import nvrtc as _nvrtc
 from . import nvtx
 from . import streams as _streams
-from ._driver import check
+from ._driver import CudaError, check
+from .device import bind_context, current_device
+from .device import synchronize as synchronize_device
 from ._trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 
 __all__ = [
@@ -47,13 +49,13 @@ _POOL_LIMIT = 8192  # events kept per device between profiles
 def start() -> None:
     """Begin the capture range of an attached profiler (wraps cuProfilerStart), e.g.
     ``nsys profile --capture-range=cudaProfilerApi``."""
-    _device.bind_context(_device.current_device())
+    bind_context(current_device())
     check(cu.cuProfilerStart(), "cuProfilerStart")
 
 
 def stop() -> None:
     """End the capture range begun by :func:`start` (wraps cuProfilerStop)."""
-    _device.bind_context(_device.current_device())
+    bind_context(current_device())
     check(cu.cuProfilerStop(), "cuProfilerStop")
 
 
@@ -122,7 +124,8 @@ class Profile:
         self._host_origin = 0
         self._external: dict[tuple[int, int], _streams.ExternalStream] = {}
         self._records: list[TraceRecord] = []
-        self._dropped = 0
+        self._left_open = 0  # ranges still open when the profile ended
+        self._untimed = 0  # pairs whose events could not be read
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -134,10 +137,10 @@ class Profile:
             nvtx._set_observer(previous)
             raise RuntimeError("another gpurt.profiler.profile() is already active")
         try:
-            index = _device.current_device()
-            _device.synchronize(index)  # so the origin event runs at once
-            self._host_origin = time.perf_counter_ns()
+            index = current_device()
+            synchronize_device(index)  # so the origin event runs at once
             self._origin(index, _streams.current_stream())
+            self._host_origin = self._origins[index][1]
         except BaseException:
             nvtx._set_observer(None)
             raise
@@ -155,7 +158,7 @@ class Profile:
             self._open.clear()
             self._started.clear()
             self._launching.clear()
-        self._dropped += sum(1 for p in unfinished if p.kind == "range")
+        self._left_open += sum(1 for p in unfinished if p.kind == "range")
         self._collect(unfinished)
         for index, (event, _) in self._origins.items():
             _pool.give(index, [event])
@@ -170,10 +173,17 @@ class Profile:
     def result(self) -> ProfileResult:
         """Everything finished so far, read from the device (synchronises once)."""
         self._collect()
-        return ProfileResult(self._records, self._dropped)
+        notes = []
+        if self._left_open:
+            notes.append(f"{self._left_open} ranges still open at the end were left out")
+        if self._untimed:
+            notes.append(f"{self._untimed} records could not be timed (events recorded "
+                         "during CUDA graph capture never run)")
+        return ProfileResult(self._records, notes)
 
     @property
     def records(self) -> list[TraceRecord]:
+        """The timed records so far, by device start time."""
         return self.result.records
 
     def key_averages(self, sort_by: str = "total") -> list[Stat]:
@@ -184,7 +194,7 @@ class Profile:
         """The statistics as a text table."""
         return self.result.table(sort_by or self.sort_by, row_limit or self.row_limit)
 
-    def export_chrome_trace(self, path: str) -> str:
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """Write a Chrome-trace JSON file (Perfetto, chrome://tracing); returns the path."""
         return self.result.export_chrome_trace(path)
 
@@ -195,15 +205,21 @@ class Profile:
         if not finished and not discard:
             return
         for index in {p.device for p in (*finished, *discard)}:
-            _device.synchronize(index)
+            synchronize_device(index)
         host_origin = self._host_origin
         for p in finished:
             origin, origin_host_ns = self._origins[p.device]
             offset_us = (origin_host_ns - host_origin) / 1000.0
+            try:
+                start_ms = origin.elapsed_time(p.begin)
+                duration_ms = p.begin.elapsed_time(p.end) if p.end is not None else 0.0
+            except (CudaError, RuntimeError):  # e.g. recorded into a graph being captured
+                self._untimed += 1
+                continue
             self._records.append(TraceRecord(
                 name=p.name, kind=p.kind, device=p.device, stream=p.stream,
-                start_us=offset_us + 1000.0 * origin.elapsed_time(p.begin),
-                duration_us=1000.0 * p.begin.elapsed_time(p.end) if p.end is not None else 0.0,
+                start_us=offset_us + 1000.0 * start_ms,
+                duration_us=1000.0 * max(0.0, duration_ms),
                 thread=p.thread,
                 host_start_us=(p.host_begin - host_origin) / 1000.0,
                 host_duration_us=(p.host_end - p.host_begin) / 1000.0,

@@ -20,7 +20,8 @@ import ctypes
 import operator
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from cuda.bindings import driver as cu
 
@@ -41,9 +42,9 @@ from ._handles import (
 from .device import Device, DeviceLike, _index, current_device, set_device
 
 __all__ = [
-    "Stream",
-    "ExternalStream",
     "Event",
+    "ExternalStream",
+    "Stream",
     "StreamContext",
     "current_stream",
     "default_stream",
@@ -55,6 +56,7 @@ _NON_BLOCKING = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
 _EVENT_DISABLE_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
 _EVENT_BLOCKING_SYNC = int(cu.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
 _EVENT_INTERPROCESS = int(cu.CUevent_flags.CU_EVENT_INTERPROCESS)
+_CAPTURE_NONE = int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 _IPC_HANDLE_SIZE = 64  # CU_IPC_HANDLE_SIZE
 
 
@@ -66,23 +68,23 @@ class _Saved(NamedTuple):
 
     owner: object  # the Stream or StreamContext whose block this is
     prev_device: int
-    prev_stream: Optional["Stream"]  # None: the device's default stream
+    prev_stream: Stream | None  # None: the device's default stream
     target_device: int
-    target_prev: Optional["Stream"]
+    target_prev: Stream | None
 
 
 class _ThreadState:
     """One thread's current stream per device (unset = default stream), their raw handles
     for :func:`current_stream_handle`, and the saved states of its open ``with`` blocks."""
 
-    __slots__ = ("streams", "handles", "saved", "__weakref__")
+    __slots__ = ("__weakref__", "handles", "saved", "streams")
 
     def __init__(self) -> None:
         self.streams: dict[int, Stream] = {}
         self.handles: dict[int, int] = {}
         self.saved: list[_Saved] = []
 
-    def assign(self, index: int, stream: Optional["Stream"]) -> None:
+    def assign(self, index: int, stream: Stream | None) -> None:
         if stream is None:
             self.streams.pop(index, None)
             self.handles.pop(index, None)
@@ -105,7 +107,7 @@ class _Local(threading.local):
 _local = _Local()
 
 
-def _in_use(stream: "Stream") -> bool:
+def _in_use(stream: Stream) -> bool:
     """True when ``stream`` is current on some thread or will be restored by a ``with``."""
     with _states_lock:
         states = list(_states)
@@ -117,7 +119,7 @@ def _in_use(stream: "Stream") -> bool:
     return False
 
 
-def _enter(owner: object, stream: "Stream") -> None:
+def _enter(owner: object, stream: Stream) -> None:
     """Make ``stream`` (and its device) current on this thread, remembering what was."""
     stream._live()
     state = _local.state
@@ -172,35 +174,42 @@ class Stream:
     and restores what was there on exit; streams are reusable as context managers and nest.
     """
 
-    __slots__ = ("device_index", "_device", "_handle", "_ident", "_owned", "_finalizer",
-                 "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_device",
+        "_finalizer",
+        "_handle",
+        "_ident",
+        "_owned",
+        "device_index",
+    )
 
     def __init__(self, device: DeviceLike = None, priority: int = 0) -> None:
         index = _index(device)
         release_pending()
         handle = call(index, "cuStreamCreateWithPriority", cu.cuStreamCreateWithPriority,
                       _NON_BLOCKING, operator.index(priority))
-        self._setup(index, handle)
-        owned = Owned(handle, index, "stream", cu.cuStreamDestroy, "cuStreamDestroy")
-        self._owned = owned
-        self._finalizer = adopt(self, owned)
+        self._setup(index, handle,
+                    Owned(handle, index, "stream", cu.cuStreamDestroy, "cuStreamDestroy"))
 
-    def _setup(self, index: int, handle: Any) -> None:
+    def _setup(self, index: int, handle: Any, owned: Owned | None = None) -> None:
+        """Fill in a new Stream; ``owned`` is None for handles gpurt must not destroy."""
         self.device_index = index
         self._device = Device(index)
         self._handle = handle
         self._ident = int(handle)
-        self._owned: Optional[Owned] = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self._owned = owned
+        self._finalizer = None if owned is None else adopt(self, owned)
 
     @classmethod
-    def _borrow(cls, index: int, handle: int) -> "Stream":
+    def _borrow(cls, index: int, handle: int) -> Stream:
         """A Stream over a handle gpurt does not own (never destroyed by us)."""
         self = cls.__new__(cls)
         self._setup(index, cu.CUstream(handle))
         return self
 
     def _live(self) -> Any:
+        """The handle, or a clear error once the stream was closed."""
         handle = self._handle
         if handle is None:
             raise RuntimeError(f"{self!r} was closed; create a new Stream")
@@ -220,6 +229,7 @@ class Stream:
 
     @property
     def device(self) -> Device:
+        """The device this stream belongs to."""
         return self._device
 
     @property
@@ -262,12 +272,12 @@ class Stream:
         """Wait until all work submitted so far has completed (wraps cuStreamSynchronize)."""
         call(self.device_index, "cuStreamSynchronize", cu.cuStreamSynchronize, self._live())
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: Event) -> None:
         """Make future work on this stream wait for ``event`` (wraps cuStreamWaitEvent).
         The event may belong to another device. A never-recorded event is a no-op."""
         event.wait(self)
 
-    def wait_stream(self, stream: "Stream") -> None:
+    def wait_stream(self, stream: Stream) -> None:
         """Make future work on this stream wait for all work submitted so far to ``stream``."""
         if stream == self:
             return
@@ -278,7 +288,7 @@ class Stream:
         finally:
             event.close()
 
-    def record_event(self, event: Optional["Event"] = None) -> "Event":
+    def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if None) on this stream and return it."""
         if event is None:
             event = Event()
@@ -288,12 +298,15 @@ class Stream:
     def launch_host_func(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` on a driver thread once the work submitted so far has completed
         (wraps cuLaunchHostFunc). ``fn`` is kept alive until it ran; it must not call CUDA.
-        An exception it raises is reported through ``sys.unraisablehook``."""
+        An exception it raises is reported through ``sys.unraisablehook``. Launched while
+        the stream captures a CUDA graph, ``fn`` runs on every replay and is kept for good."""
         if not callable(fn):
             raise TypeError(f"launch_host_func expects a callable, got {type(fn).__name__}")
-        key = keep_callback(fn)
+        handle = self._live()
+        status = call(self.device_index, "cuStreamIsCapturing", cu.cuStreamIsCapturing, handle)
+        key = keep_callback(fn, captured=int(status) != _CAPTURE_NONE)
         try:
-            call(self.device_index, "cuLaunchHostFunc", cu.cuLaunchHostFunc, self._live(),
+            call(self.device_index, "cuLaunchHostFunc", cu.cuLaunchHostFunc, handle,
                  HOST_FN_PTR, key)
         except BaseException:
             drop_callback(key)
@@ -314,7 +327,7 @@ class Stream:
         release_pending()
         owned.release()
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         _enter(self, self)
         return self
 
@@ -341,9 +354,19 @@ class Event:
     first recorded on (wraps cuEventCreate); before that, ``query()`` is True and
     ``wait``/``synchronize`` do nothing. ``interprocess`` events cannot time."""
 
-    __slots__ = ("enable_timing", "blocking", "interprocess", "_flags", "_handle",
-                 "_device_index", "_recorded", "_closed", "_owned", "_finalizer",
-                 "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_device_index",
+        "_finalizer",
+        "_flags",
+        "_handle",
+        "_owned",
+        "_recorded",
+        "blocking",
+        "enable_timing",
+        "interprocess",
+    )
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False) -> None:
@@ -360,11 +383,11 @@ class Event:
             flags |= _EVENT_INTERPROCESS
         self._flags = flags
         self._handle: Any = None
-        self._device_index: Optional[int] = None
+        self._device_index: int | None = None
         self._recorded = False
         self._closed = False
-        self._owned: Optional[Owned] = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self._owned: Owned | None = None
+        self._finalizer: weakref.finalize | None = None
 
     def _own(self, index: int, handle: Any) -> None:
         self._handle = handle
@@ -389,7 +412,7 @@ class Event:
         return index, handle
 
     @classmethod
-    def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> "Event":
+    def from_ipc_handle(cls, device: DeviceLike, handle: bytes) -> Event:
         """Open an event another process exported with :meth:`ipc_handle`
         (wraps cuIpcOpenEventHandle)."""
         data = bytes(handle)
@@ -416,7 +439,7 @@ class Event:
         return 0 if self._handle is None else int(self._handle)
 
     @property
-    def device(self) -> Optional[Device]:
+    def device(self) -> Device | None:
         """The event's device, or None before the first record."""
         return None if self._device_index is None else Device(self._device_index)
 
@@ -426,7 +449,7 @@ class Event:
         return f"<gpurt.Event {int(self._handle):#x} device=cuda:{self._device_index}>"
 
     # -- work --
-    def record(self, stream: Optional[Stream] = None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         """Record the event on ``stream`` (default: the current stream) (wraps cuEventRecord)."""
         if stream is None:
             stream = current_stream()
@@ -434,11 +457,11 @@ class Event:
         if self._device_index is not None and self._device_index != index:
             raise ValueError(f"this Event was created on cuda:{self._device_index} and cannot "
                              f"be recorded on a stream of cuda:{index}")
-        handle = self._create(index)
-        call(index, "cuEventRecord", cu.cuEventRecord, handle, stream._live())
+        stream_handle = stream._live()
+        call(index, "cuEventRecord", cu.cuEventRecord, self._create(index), stream_handle)
         self._recorded = True
 
-    def wait(self, stream: Optional[Stream] = None) -> None:
+    def wait(self, stream: Stream | None = None) -> None:
         """Make future work on ``stream`` (default: the current stream) wait for this event
         (wraps cuStreamWaitEvent); any device's stream may wait. No-op before a record."""
         if self._handle is None and not self._closed:
@@ -464,7 +487,7 @@ class Event:
         index, handle = self._live("Event.synchronize")
         call(index, "cuEventSynchronize", cu.cuEventSynchronize, handle)
 
-    def elapsed_time(self, end_event: "Event") -> float:
+    def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event and ``end_event``, both recorded with
         ``enable_timing=True`` and completed (wraps cuEventElapsedTime)."""
         for role, event in (("start", self), ("end", end_event)):
@@ -529,7 +552,7 @@ def current_stream(device: DeviceLike = None) -> Stream:
     return stream
 
 
-def set_stream(stream: Optional[Stream]) -> None:
+def set_stream(stream: Stream | None) -> None:
     """Make ``stream`` this thread's current stream on its device and make that device
     current, as torch does. Prefer ``with stream(s):``, which restores. None is a no-op."""
     if stream is None:
@@ -546,10 +569,10 @@ class StreamContext:
 
     __slots__ = ("stream",)
 
-    def __init__(self, stream: Optional[Stream]) -> None:
+    def __init__(self, stream: Stream | None) -> None:
         self.stream = stream
 
-    def __enter__(self) -> Optional[Stream]:
+    def __enter__(self) -> Stream | None:
         if self.stream is not None:
             _enter(self, self.stream)
         return self.stream
@@ -559,6 +582,6 @@ class StreamContext:
             _exit(self)
 
 
-def stream(stream: Optional[Stream]) -> StreamContext:
+def stream(stream: Stream | None) -> StreamContext:
     """``with gpurt.stream(s):`` -- see :class:`StreamContext`."""
     return StreamContext(stream)

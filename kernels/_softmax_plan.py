@@ -46,6 +46,7 @@ CLUSTER_THREADS = 512  # CTA size inside a cluster
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
+KINDS = ("rows", "stream", "cluster", "split")
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -53,10 +54,11 @@ _STORAGE_BYTES = (4, 2, 2)
 class Variant:
     """One compiled form of the kernels: how a row is spread over threads.
 
-    ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
+    ``kind`` is ``rows``, ``stream``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
     each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
     share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
-    CTAs share a row; bit t of ``stage`` keeps input t in shared memory instead of registers.
+    CTAs share a row; bit t of ``stage`` keeps input t in shared memory instead of registers;
+    ``min_blocks`` CTAs per multiprocessor bound the registers (``rows`` and ``stream``).
     """
 
     kind: str
@@ -68,10 +70,11 @@ class Variant:
     threads: int
     cluster: int = 1
     stage: int = 0
+    min_blocks: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in ("rows", "cluster", "split"):
-            raise ValueError(f"unknown variant kind {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown variant kind {self.kind!r} (one of {KINDS})")
         if self.dtype not in (0, 1, 2) or self.op not in range(4):
             raise ValueError(f"dtype must be 0..2 and op 0..3, got {self.dtype}, {self.op}")
         for name in ("vec", "items", "group", "threads", "cluster"):
@@ -80,17 +83,22 @@ class Variant:
                 raise ValueError(f"Variant.{name} must be a power of two, got {value}")
         if not 32 <= self.threads <= 1024:
             raise ValueError(f"Variant.threads must be 32..1024, got {self.threads}")
-        if not (self.group <= 32 or self.group == self.threads):
-            raise ValueError(f"Variant.group must be <= 32 or == threads, got {self.group}")
+        if self.group > self.threads or (self.group > 32 and self.threads // self.group > 15):
+            raise ValueError(f"Variant.group={self.group} does not fit {self.threads} threads")
         if self.kind != "rows" and self.group != self.threads:
             raise ValueError(f"a {self.kind} variant uses whole CTAs (group == threads)")
         if (self.kind == "cluster") != (self.cluster > 1) or self.cluster > MAX_CLUSTER:
             raise ValueError(f"cluster={self.cluster} does not fit kind {self.kind!r}")
-        if self.vec * _STORAGE_BYTES[self.dtype] > 16:
+        width = self.vec * _STORAGE_BYTES[self.dtype]
+        if width > 16:
             raise ValueError(f"vec={self.vec} is wider than 16 bytes")
-        if self.stage and (self.stage >= 1 << self.inputs
-                           or self.vec * _STORAGE_BYTES[self.dtype] != 16):
+        if self.stage and (self.stage >= 1 << self.inputs or width != 16 or self.kind == "stream"):
             raise ValueError(f"stage={self.stage} needs 16-byte vectors and existing inputs")
+        if self.kind == "stream" and width != 16:
+            raise ValueError("a stream variant needs 16-byte vectors")
+        if self.min_blocks != 1 and (self.kind not in ("rows", "stream")
+                                     or not 1 <= self.min_blocks * self.threads <= 2048):
+            raise ValueError(f"min_blocks={self.min_blocks} does not fit this variant")
 
     @property
     def inputs(self) -> int:
@@ -109,14 +117,19 @@ class Variant:
 
     @property
     def shared_mem(self) -> int:
-        """Dynamic shared memory per CTA, bytes (the staged inputs)."""
-        return bin(self.stage).count("1") * self.items * self.threads * 16
+        """Dynamic shared memory per CTA, bytes: the staged inputs (``stream``: two buffers
+        of every input)."""
+        staged = 2 * self.inputs if self.kind == "stream" else bin(self.stage).count("1")
+        return staged * self.items * self.threads * 16
 
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
         common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
         if self.kind == "rows":
-            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.stage}>",)
+            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.stage}, "
+                    f"{self.min_blocks}>",)
+        if self.kind == "stream":
+            return (f"softmax_stream<{common}, {self.threads}, {self.min_blocks}>",)
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, {self.stage}>",)
         return (
@@ -128,10 +141,15 @@ class Variant:
         """``split``: chunks per row."""
         return -(-cols // self.columns)
 
-    def grid(self, rows: int, cols: int) -> int:
-        """CTAs in the launch (each of the two launches for ``split``)."""
+    def grid(self, rows: int, cols: int, resident: int = 0) -> int:
+        """CTAs in the launch (each of the two launches for ``split``); ``stream`` launches
+        at most ``resident`` CTAs (the device's resident CTA count for this kernel)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
+        if self.kind == "stream":
+            if resident < 1:
+                raise ValueError("a stream variant needs the resident CTA count")
+            return min(rows, resident)
         if self.kind == "cluster":
             return rows * self.cluster
         return rows * self.chunks(cols)

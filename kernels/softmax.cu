@@ -1,23 +1,28 @@
 // Softmax and log-softmax, forward and backward, over the last dimension of a contiguous
 // (rows x cols) tensor of float32, float16 or bfloat16, accumulating in float32.
 //
-// Every variant reads each input element once and writes each output element once: a row is
-// held on chip (in registers) between its reduction and its output. One template body serves
-// all four operations (a Policy says what is reduced and how outputs follow from it) and three
-// ways of spreading a row over threads:
-//   softmax_rows     GROUP <= 32 lanes per row (several rows per CTA, warp shuffles only), or
-//                    GROUP == THREADS (one CTA per row, warp shuffles + one shared-memory step);
+// Every variant but the split one reads each input element once and writes each output
+// element once: a row stays on chip (registers or shared memory) between its reduction and
+// its outputs. One template body serves the four operations (a Policy says what is reduced
+// and how outputs follow from it) and these ways of spreading rows over threads:
+//   softmax_rows     GROUP threads per row, THREADS / GROUP rows per CTA. GROUP <= 32: warp
+//                    shuffles only; GROUP < THREADS: shuffles + a named barrier per group;
+//                    GROUP == THREADS: one CTA per row.
+//   softmax_stream   persistent CTAs, one row at a time, the next row already on its way into
+//                    shared memory (cp.async, two buffers) while this one is reduced and written.
 //   softmax_cluster  a thread-block cluster of CLUSTER CTAs per row, each holding a slice; the
-//                    per-CTA partials meet through distributed shared memory (sm_90);
+//                    per-CTA partials meet through distributed shared memory (sm_90).
 //   softmax_partial + softmax_finish
-//                    rows too long to hold on chip: each CTA reduces one chunk into a float2
+//                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
 //                    partials and writes its outputs (three passes of bytes instead of two).
-// Loads and stores are VEC elements wide (16 bytes when the row length and pointers allow).
+// Loads and stores are VEC elements wide (16 bytes when the row length and pointers allow);
+// 16-bit types stay packed in registers and are widened to float32 where they are used.
 //
 // Template parameters: DT (0 float32, 1 float16, 2 bfloat16), OP (0 softmax, 1 log_softmax,
-// 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors per thread), GROUP
-// (threads sharing one row in a CTA), THREADS (per CTA), CLUSTER (CTAs per row).
+// 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors of each input per thread),
+// GROUP (threads per row in a CTA), THREADS (per CTA), CLUSTER (CTAs per row), STAGE (bit t:
+// input t lives in shared memory rather than registers).
 // The forward pass is one online max+sum reduction: each thread reduces its values to
 // (max m, sum of exp(x - m)), pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M)), and exp is
 // exp2 of (x - m) * log2(e) (the subtraction first, so large magnitudes keep their accuracy).
@@ -98,26 +103,28 @@ struct Access {
         for (int k = 0; k < VEC; ++k) b.item[k] = Elem<DT>::store(v[k]);
         return b.raw;
     }
-    static __device__ __forceinline__ void load(const S* p, float (&v)[VEC]) {
-        unpack(*reinterpret_cast<const R*>(p), v);
-    }
+    static __device__ __forceinline__ R load(const S* p) { return *reinterpret_cast<const R*>(p); }
     static __device__ __forceinline__ void store(S* p, const float (&v)[VEC]) {
         *reinterpret_cast<R*>(p) = pack(v);
     }
 };
 
 // ---- where a thread's values live ------------------------------------------------------------
-// Input t is held in registers, or (bit t of STAGE) staged in dynamic shared memory by cp.async
-// (16-byte vectors only): staging doubles what a CTA holds on chip when registers run out. Each
-// thread reads back only the shared-memory slots it filled itself, so no barrier is needed.
+// Input t is held in registers as loaded (packed), or (bit t of STAGE) staged in dynamic shared
+// memory by cp.async (16-byte vectors only). Each thread reads back only the shared-memory
+// slots it filled itself, so staging needs no barrier.
 
 #if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
     unsigned int addr = (unsigned int)__cvta_generic_to_shared(shared);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(global) : "memory");
 }
+__device__ __forceinline__ void copy_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int PENDING>
 __device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
 #endif
 
@@ -127,8 +134,8 @@ struct Held {
     typedef typename A::R R;
     static_assert(STAGE == 0 || sizeof(R) == 16, "only 16-byte vectors are staged");
 
-    float reg[NIN][ITEMS][VEC];
-    R* slot;  // this thread's first staged vector; then every blockDim.x-th
+    R reg[NIN][ITEMS];
+    R* slot;  // this thread's first staged vector; the next ones every blockDim.x
 
     static __device__ __forceinline__ bool staged(int t) { return (STAGE >> t) & 1; }
     static __device__ __forceinline__ int stage_index(int t) { return __popc(STAGE & ((1 << t) - 1)); }
@@ -139,12 +146,8 @@ struct Held {
 
     // Vector i of input t as VEC floats.
     __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
-        if (staged(t)) {
-            A::unpack(staged_vec(t, i), c);
-        } else {
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) c[k] = reg[t][i][k];
-        }
+        if (staged(t)) A::unpack(staged_vec(t, i), c);
+        else A::unpack(reg[t][i], c);
     }
 };
 
@@ -172,30 +175,43 @@ struct Forward {
         return combine_max_sum(a, b);
     }
 
-    template <class H, int ITEMS, int VEC>
+    // 16-bit inputs: online over steps of 8 values, so only one step's widened values are
+    // live; each step's (max, sum exp(x - max)) is folded into the running pair. float32
+    // values are in registers anyway: one step, a max pass and a sum pass.
+    template <int ITEMS, int VEC, class H>
     static __device__ __forceinline__ float2 local(const H& h) {
-        float m = SM_NEG_INF;
+        const bool packed = sizeof(typename H::A::S) < 4;
+        const int STEP = !packed ? ITEMS : (VEC >= 8 || ITEMS * VEC <= 8) ? 1 : 8 / VEC;
+        float2 acc = identity();
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            float c[VEC];
-            h.item(0, i, c);
+        for (int i0 = 0; i0 < ITEMS; i0 += STEP) {
+            float c[STEP][VEC];
+            float m = SM_NEG_INF;
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
+            for (int j = 0; j < STEP; ++j) {
+                if (i0 + j < ITEMS) {
+                    h.item(0, i0 + j, c[j]);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) c[j][k] = SM_NEG_INF;
+                }
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[j][k]);
+            }
+            // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
+            const float ref = (m == SM_NEG_INF) ? 0.0f : m;
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < STEP; ++j) {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) s += exp2f((c[j][k] - ref) * SM_LOG2E);
+            }
+            acc = (i0 == 0) ? make_float2(m, s) : combine(acc, make_float2(m, s));
         }
-        // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
-        const float ref = (m == SM_NEG_INF) ? 0.0f : m;
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            float c[VEC];
-            h.item(0, i, c);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) s += exp2f((c[k] - ref) * SM_LOG2E);
-        }
-        return make_float2(m, s);
+        return acc;
     }
 
-    template <class H, int VEC>
+    template <int VEC, class H>
     static __device__ __forceinline__ void finish(const H& h, float2 row, int i, float (&y)[VEC]) {
         float c[VEC];
         h.item(0, i, c);
@@ -221,7 +237,7 @@ struct Backward {
         return make_float2(a.x + b.x, 0.0f);
     }
 
-    template <class H, int ITEMS, int VEC>
+    template <int ITEMS, int VEC, class H>
     static __device__ __forceinline__ float2 local(const H& h) {
         float s = 0.0f;
 #pragma unroll
@@ -235,7 +251,7 @@ struct Backward {
         return make_float2(s, 0.0f);
     }
 
-    template <class H, int VEC>
+    template <int VEC, class H>
     static __device__ __forceinline__ void finish(const H& h, float2 row, int i, float (&dx)[VEC]) {
         float y[VEC], dy[VEC];
         h.item(0, i, y);
@@ -260,6 +276,10 @@ __device__ __forceinline__ float2 shfl_xor(float2 a, int offset) {
                        __shfl_xor_sync(0xffffffffu, a.y, offset));
 }
 
+__device__ __forceinline__ float2 shfl_lane0(float2 a) {
+    return make_float2(__shfl_sync(0xffffffffu, a.x, 0), __shfl_sync(0xffffffffu, a.y, 0));
+}
+
 // Butterfly over aligned groups of WIDTH lanes: every lane ends with its group's total.
 template <int OP, int WIDTH>
 __device__ __forceinline__ float2 reduce_lanes(float2 a) {
@@ -269,19 +289,26 @@ __device__ __forceinline__ float2 reduce_lanes(float2 a) {
     return a;
 }
 
-// Whole-CTA total, in every thread: warps reduce, then each warp reduces the warp totals.
-template <int OP, int THREADS>
-__device__ __forceinline__ float2 reduce_cta(float2 a) {
+// Total over each group of GROUP consecutive threads (a multiple of 32), in every thread:
+// warps reduce, warp totals meet in `warp_total` (THREADS / 32 slots), a barrier (the CTA's,
+// or a named one per group) orders them, then each warp reduces its group's warp totals.
+// Callers that reduce again reuse `warp_total` only after another barrier of theirs.
+template <int OP, int GROUP, int THREADS>
+__device__ __forceinline__ float2 reduce_warps(float2 a, float2* warp_total) {
     a = reduce_lanes<OP, 32>(a);
-    if constexpr (THREADS == 32) return a;
-    const int WARPS = THREADS / 32;
-    __shared__ float2 warp_total[WARPS];
+    if constexpr (GROUP == 32) return a;
+    const int WARPS = GROUP / 32;
     const int lane = threadIdx.x % 32;
-    if (lane == 0) warp_total[threadIdx.x / 32] = a;
-    __syncthreads();
-    a = lane < WARPS ? warp_total[lane] : Policy<OP>::identity();
-    a = reduce_lanes<OP, (WARPS < 32 ? WARPS : 32)>(a);
-    return make_float2(__shfl_sync(0xffffffffu, a.x, 0), __shfl_sync(0xffffffffu, a.y, 0));
+    const int warp = threadIdx.x / 32;
+    const int first = warp - warp % WARPS;  // the group's first warp
+    if (lane == 0) warp_total[warp] = a;
+    if constexpr (GROUP == THREADS) {
+        __syncthreads();
+    } else {
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / WARPS), "n"(GROUP) : "memory");
+    }
+    a = lane < WARPS ? warp_total[first + lane] : Policy<OP>::identity();
+    return shfl_lane0(reduce_lanes<OP, WARPS>(a));
 }
 
 // ---- cluster helpers (sm_90: distributed shared memory) --------------------------------------
@@ -308,55 +335,53 @@ __device__ __forceinline__ float2 load_peer(const float2* local, unsigned int ra
                  : "=f"(v.x), "=f"(v.y) : "r"(peer) : "memory");
     return v;
 }
+// The cluster's total from each CTA's `total`: published in `slot`, exchanged after a cluster
+// barrier. A CTA must not exit (or rewrite `slot`) before its peers have read it: callers end
+// with another cluster barrier, or use a second slot for the next row.
+template <int OP, int CLUSTER>
+__device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
+    if (threadIdx.x == 0) *slot = total;
+    cluster_arrive();
+    cluster_wait();
+    const unsigned int lane = threadIdx.x % 32;
+    total = lane < CLUSTER ? load_peer(slot, lane) : Policy<OP>::identity();
+    return shfl_lane0(reduce_lanes<OP, CLUSTER>(total));
+}
 #endif
 
 // ---- the shared body ------------------------------------------------------------------------
 
-// Fill this thread's held values: vector i of input t is columns col0 + (i*GROUP + lane)*VEC.
-// Staged inputs are copied asynchronously and waited for after the register loads are issued.
+// Start filling this thread's held values: vector i of input t holds columns
+// col0 + (i*GROUP + lane)*VEC. Register inputs are loaded; staged inputs are copied
+// asynchronously (the caller commits and waits for them).
 template <int DT, int OP, int VEC, int ITEMS, int GROUP, int STAGE>
 __device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, STAGE>& h,
                                          const typename Elem<DT>::storage* const (&in)[2],
                                          long long base, int col0, int cols, bool live) {
     typedef Access<DT, VEC> A;
     const int lane = threadIdx.x % GROUP;
-#if __CUDA_ARCH__ >= 800
-    if (STAGE) {
+    float empty[VEC];
 #pragma unroll
-        for (int t = 0; t < Policy<OP>::NIN; ++t) {
-            if (!h.staged(t)) continue;
-#pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                const int col = col0 + (i * GROUP + lane) * VEC;
-                if (live && col < cols) {
-                    copy_async_16(&h.staged_vec(t, i), in[t] + base + col);
-                } else {
-                    float c[VEC];
-#pragma unroll
-                    for (int k = 0; k < VEC; ++k) c[k] = Policy<OP>::fill(t);
-                    h.staged_vec(t, i) = A::pack(c);
-                }
-            }
-        }
-    }
-#endif
+    for (int k = 0; k < VEC; ++k) empty[k] = 0.0f;
 #pragma unroll
     for (int t = 0; t < Policy<OP>::NIN; ++t) {
-        if (h.staged(t)) continue;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) empty[k] = Policy<OP>::fill(t);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int col = col0 + (i * GROUP + lane) * VEC;
-            if (live && col < cols) {
-                A::load(in[t] + base + col, h.reg[t][i]);
+            const bool inside = live && col < cols;
+            if (h.staged(t)) {
+#if __CUDA_ARCH__ >= 800
+                if (inside) copy_async_16(&h.staged_vec(t, i), in[t] + base + col);
+                else h.staged_vec(t, i) = A::pack(empty);
+#endif
             } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) h.reg[t][i][k] = Policy<OP>::fill(t);
+                if (inside) h.reg[t][i] = A::load(in[t] + base + col);
+                else h.reg[t][i] = A::pack(empty);
             }
         }
     }
-#if __CUDA_ARCH__ >= 800
-    if (STAGE) copy_async_wait();
-#endif
 }
 
 template <int DT, int OP, int VEC, int ITEMS, int GROUP, int STAGE>
@@ -375,34 +400,89 @@ __device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, I
     }
 }
 
+template <int DT, int OP, int VEC, int ITEMS, int STAGE>
+__device__ __forceinline__ void wait_staged() {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (STAGE != 0) {
+        copy_async_commit();
+        copy_async_wait<0>();
+    }
+#endif
+}
+
 }  // namespace gpurt_softmax
 
 // ---- kernels ---------------------------------------------------------------------------------
 // Arguments: a = x (forward) or y (backward), b = dy (backward; ignored forward), out,
 // rows, cols. Rows are contiguous: row r starts at element r * cols. Dynamic shared memory:
-// popcount(STAGE) * ITEMS * THREADS * 16 bytes.
+// popcount(STAGE) * ITEMS * THREADS * 16 bytes (softmax_stream: twice NIN * ITEMS * THREADS * 16).
 
 #define SM_STORAGE typename gpurt_softmax::Elem<DT>::storage
-#define SM_HELD gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, STAGE>
+#define SM_HELD(STAGE_BITS) \
+    gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, STAGE_BITS>
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int STAGE>
-__global__ void __launch_bounds__(THREADS)
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int STAGE, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB)
 softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows, int cols) {
     using namespace gpurt_softmax;
-    static_assert(GROUP <= 32 || GROUP == THREADS, "GROUP is a lane group or the whole CTA");
+    static_assert(GROUP <= 32 || (GROUP % 32 == 0 && THREADS % GROUP == 0 && THREADS / GROUP <= 15),
+                  "GROUP is a lane group, whole warps (at most 15 groups), or the whole CTA");
     typedef Policy<OP> P;
+    typedef SM_HELD(STAGE) H;
     extern __shared__ uint4 stage_area[];
+    __shared__ float2 warp_total[THREADS / 32];
     const long long row = (long long)blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool live = row < rows;
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    H h;
+    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
     load_row<DT, OP, VEC, ITEMS, GROUP, STAGE>(h, in, base, 0, cols, live);
-    float2 total = P::template local<SM_HELD, ITEMS, VEC>(h);
+    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
+    float2 total = P::template local<ITEMS, VEC>(h);
     if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(total);
-    else total = reduce_cta<OP, THREADS>(total);
+    else total = reduce_warps<OP, GROUP, THREADS>(total, warp_total);
     store_row<DT, OP, VEC, ITEMS, GROUP, STAGE>(h, total, out, base, 0, cols, live);
+}
+
+// Persistent CTAs (grid <= resident CTAs), rows blockIdx.x, blockIdx.x + gridDim.x, ...: the
+// next row streams into the other shared-memory buffer while this one is reduced and written.
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB)
+softmax_stream(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
+               int cols) {
+#if __CUDA_ARCH__ >= 800
+    using namespace gpurt_softmax;
+    typedef Policy<OP> P;
+    const int ALL = (1 << P::NIN) - 1;
+    const int BUFFER = P::NIN * ITEMS * THREADS;  // vectors per buffer
+    typedef SM_HELD(ALL) H;
+    extern __shared__ uint4 stage_area[];
+    __shared__ float2 warp_total[2][THREADS / 32];  // by row parity: one barrier per row
+    const SM_STORAGE* in[2] = {a, b};
+    typename H::R* const first = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
+    long long row = blockIdx.x;
+    H next;
+    next.slot = first;
+    load_row<DT, OP, VEC, ITEMS, THREADS, ALL>(next, in, row * (long long)cols, 0, cols,
+                                               row < rows);
+    copy_async_commit();
+    for (int parity = 0; row < rows; row += gridDim.x, parity ^= 1) {
+        const long long after = row + gridDim.x;
+        next.slot = first + (parity ^ 1) * BUFFER;
+        load_row<DT, OP, VEC, ITEMS, THREADS, ALL>(next, in, after * (long long)cols, 0, cols,
+                                                   after < rows);
+        copy_async_commit();
+        copy_async_wait<1>();  // this row's copies are done; the next row's may still fly
+        H h;
+        h.slot = first + parity * BUFFER;
+        float2 total = P::template local<ITEMS, VEC>(h);
+        total = reduce_warps<OP, THREADS, THREADS>(total, warp_total[parity]);
+        store_row<DT, OP, VEC, ITEMS, THREADS, ALL>(h, total, out, row * (long long)cols, 0, cols,
+                                                    true);
+    }
+    copy_async_wait<0>();
+#endif
 }
 
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int STAGE>
@@ -412,25 +492,20 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
 #if __CUDA_ARCH__ >= 900
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
+    typedef SM_HELD(STAGE) H;
     extern __shared__ uint4 stage_area[];
+    __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 cta_total;
-    const unsigned int rank = cluster_rank();
     const long long row = blockIdx.x / CLUSTER;
-    const int col0 = (int)rank * (THREADS * ITEMS * VEC);
+    const int col0 = (int)cluster_rank() * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    H h;
+    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
     load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
-    float2 total = reduce_cta<OP, THREADS>(P::template local<SM_HELD, ITEMS, VEC>(h));
-    if (threadIdx.x == 0) cta_total = total;
-    cluster_arrive();
-    cluster_wait();
-    // Lanes 0..CLUSTER-1 of every warp fetch one CTA's total each and combine them.
-    const unsigned int lane = threadIdx.x % 32;
-    total = lane < CLUSTER ? load_peer(&cta_total, lane) : P::identity();
-    total = reduce_lanes<OP, CLUSTER>(total);
-    total = make_float2(__shfl_sync(0xffffffffu, total.x, 0), __shfl_sync(0xffffffffu, total.y, 0));
+    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
+    float2 total = reduce_warps<OP, THREADS, THREADS>(P::template local<ITEMS, VEC>(h), warp_total);
+    total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
     cluster_arrive();  // done reading peers; their shared memory must outlive this
     store_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, total, out, base, col0, cols, true);
     cluster_wait();
@@ -444,15 +519,19 @@ softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long
                 int cols, int chunks) {
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
+    typedef SM_HELD(STAGE) H;
     extern __shared__ uint4 stage_area[];
+    __shared__ float2 warp_total[THREADS / 32];
     const long long row = blockIdx.x / chunks;
     const int col0 = (int)(blockIdx.x % chunks) * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    H h;
+    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
     load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
-    const float2 total = reduce_cta<OP, THREADS>(P::template local<SM_HELD, ITEMS, VEC>(h));
+    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
+    const float2 total =
+        reduce_warps<OP, THREADS, THREADS>(P::template local<ITEMS, VEC>(h), warp_total);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
@@ -464,15 +543,17 @@ softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
                const float2* partials, long long rows, int cols, int chunks) {
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
+    typedef SM_HELD(STAGE) H;
     extern __shared__ uint4 stage_area[];
     const unsigned int id = gridDim.x - 1 - blockIdx.x;
     const long long row = id / chunks;
     const int col0 = (int)(id % chunks) * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    h.slot = reinterpret_cast<typename SM_HELD::R*>(stage_area) + threadIdx.x;
+    H h;
+    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
     load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
+    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
     float2 total = P::identity();
     for (int c = threadIdx.x % 32; c < chunks; c += 32)
         total = P::combine(total, partials[row * chunks + c]);

@@ -165,8 +165,10 @@ def print_table(out: Path) -> None:
         if summary.get("timed_out"):
             print(f"  STOPPED by the time limit while running: "
                   f"{summary.get('running_when_stopped')}")
+        if summary["failed_tests"]:
+            print("  failed or errored:")
         for test in summary["failed_tests"][:30]:
-            print(f"  FAILED {test}: {summary['failure_reasons'].get(test, '')[:120]}")
+            print(f"  - {test}: {summary['failure_reasons'].get(test, '')[:120]}")
         if len(summary["failed_tests"]) > 30:
             print(f"  ... and {len(summary['failed_tests']) - 30} more (see pytest.log)")
     if bench and bench["runs"]:

@@ -1,17 +1,19 @@
 """A pretend two-GPU machine for CPU tests of gpurt's bookkeeping.
 
-``fake_gpus`` makes gpurt believe CUDA is initialised with two devices and records which
-device's context each thread binds. ``fake_driver`` also replaces the ``cuda.bindings.driver``
-functions gpurt.streams calls with :class:`FakeDriver`, which checks handles the way the
-driver does (unknown or destroyed handle -> CUDA_ERROR_INVALID_HANDLE) and runs host
-callbacks on a separate thread, through their real C function pointer, when the stream is
-synchronised. The real driver runs the same code paths in the ``gpu`` tests.
+The ``fake_gpus`` fixture makes gpurt believe CUDA is initialised with two devices and
+records which device's context each thread binds. The ``fake_driver`` fixture also replaces
+the ``cuda.bindings.driver`` functions gpurt.streams calls with :class:`FakeDriver`, which
+checks handles the way the driver does (unknown or destroyed handle ->
+CUDA_ERROR_INVALID_HANDLE) and runs host callbacks on a separate thread, through their real
+C function pointer, when the stream is synchronised. The real driver runs the same code
+paths in the ``gpu`` tests.
 """
 
 from __future__ import annotations
 
 import collections
 import ctypes
+import importlib
 import itertools
 import threading
 from typing import Any
@@ -19,7 +21,10 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cu
 
-from gpurt import _driver, _handles, device, streams
+from gpurt import _driver, _handles, streams
+
+# gpurt.device is the torch-style `device` context manager; the module is reached by name
+device_module = importlib.import_module("gpurt.device")
 
 OK = cu.CUresult.CUDA_SUCCESS
 BAD_HANDLE = cu.CUresult.CUDA_ERROR_INVALID_HANDLE
@@ -59,6 +64,7 @@ class FakeDriver:
         self.calls: list[tuple[str, int | None, tuple]] = []  # name, bound device, args
         self.ready = True  # what queries answer
         self.fail_host_launch = False
+        self.capturing: set[int] = set()  # stream handles that pretend to capture a graph
         self.host_work: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
 
     # -- helpers --
@@ -121,10 +127,22 @@ class FakeDriver:
         worker.join()
         return (OK,)
 
+    def replay_host_work(self, handle: int) -> None:
+        """Run a stream's launched host functions without forgetting them (a graph replay)."""
+        self._run_host_work(self.host_work[handle])
+
     @staticmethod
     def _run_host_work(work: list[tuple[int, int]]) -> None:
         for fn_ptr, user_data in work:  # like the driver's callback thread, in order
             HOST_FN(fn_ptr)(user_data)
+
+    def cuStreamIsCapturing(self, handle: Any) -> tuple:
+        if self._stream_device(handle) is None:
+            return (BAD_HANDLE,)
+        status = cu.CUstreamCaptureStatus
+        capturing = int(handle) in self.capturing
+        return OK, (status.CU_STREAM_CAPTURE_STATUS_ACTIVE if capturing
+                    else status.CU_STREAM_CAPTURE_STATUS_NONE)
 
     def cuLaunchHostFunc(self, handle: Any, fn: Any, user_data: int) -> tuple:
         self._log("cuLaunchHostFunc", int(handle))
@@ -199,21 +217,21 @@ class FakeDriver:
         return OK, cu.CUevent(h)
 
 
-@pytest.fixture
-def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> FakeContexts:
+@pytest.fixture(name="fake_gpus")
+def fake_gpus_fixture(monkeypatch: pytest.MonkeyPatch) -> FakeContexts:
     """gpurt sees two initialised devices; context binds are recorded, not made."""
     contexts = FakeContexts()
     monkeypatch.setattr(_driver, "_initialized", True)
     monkeypatch.setattr(_driver, "_forked_child", False)
-    monkeypatch.setattr(device, "_count", 2)
-    monkeypatch.setattr(device, "_tls", threading.local())
-    monkeypatch.setattr(device, "bind_context", contexts.bind)
+    monkeypatch.setattr(device_module, "_count", 2)
+    monkeypatch.setattr(device_module, "_tls", threading.local())
+    monkeypatch.setattr(device_module, "bind_context", contexts.bind)
     monkeypatch.setattr(_handles, "bind_context", contexts.bind)
     return contexts
 
 
-@pytest.fixture
-def fake_driver(fake_gpus: FakeContexts, monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
+@pytest.fixture(name="fake_driver")
+def fake_driver_fixture(fake_gpus: FakeContexts, monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
     """:func:`fake_gpus` plus a fake driver under gpurt.streams, with fresh stream state."""
     driver = FakeDriver(fake_gpus)
     monkeypatch.setattr(streams, "cu", driver)
@@ -222,3 +240,9 @@ def fake_driver(fake_gpus: FakeContexts, monkeypatch: pytest.MonkeyPatch) -> Fak
     monkeypatch.setattr(_handles, "_pending", collections.deque())
     monkeypatch.setattr(_handles, "_live", collections.Counter())
     return driver
+
+
+# Importable under the fixtures' own names too (tests/_graph_fakes.py does so); a test module
+# that imports the *_fixture names instead keeps its parameters from shadowing an import.
+fake_gpus = fake_gpus_fixture
+fake_driver = fake_driver_fixture

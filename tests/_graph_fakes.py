@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cu
 
-from _fakes import FakeDriver, fake_driver, fake_gpus  # noqa: F401  (fixtures)
-from gpurt import _capture, _graph_nodes, device, graphs
+from _fakes import FakeDriver, fake_driver, fake_gpus  # noqa: F401  (fixtures used below)
+from gpurt import _capture, _graph_nodes, graphs
 
 OK = cu.CUresult.CUDA_SUCCESS
 INVALID_VALUE = cu.CUresult.CUDA_ERROR_INVALID_VALUE
@@ -62,6 +62,7 @@ class FakeGraphDriver:
         self.begin_result = OK
         self.thread_modes: dict[int, Any] = {}
         self.exec_params: dict[tuple[int, int], list[bytes]] = {}  # (exec, node) -> args
+        self.copies: list[tuple[int, int, int, int]] = []  # dst, src, bytes, stream
 
     # -- test helpers --
     def launch_kernel(self, stream: Any, sizes: list[int], values: list[bytes]) -> None:
@@ -149,10 +150,6 @@ class FakeGraphDriver:
         info["alive"] = False
         return (OK,)
 
-    def cuCtxSynchronize(self) -> tuple:
-        self.calls.append("cuCtxSynchronize")
-        return (OK,)
-
     def cuGraphGetNodes(self, graph: Any, count: int = 0) -> tuple:
         info = self._graph(graph)
         if info is None:
@@ -187,6 +184,9 @@ class FakeGraphDriver:
         params.kernelParams = ctypes.addressof(kernel._pointers)
         return OK, params
 
+    def cuFuncGetName(self, func: Any) -> tuple:
+        return OK, f"kernel_{int(func):x}".encode()
+
     def cuFuncGetParamInfo(self, func: Any, index: int) -> tuple:
         layout = self._kernel(int(func)).layout
         if index >= len(layout):
@@ -204,6 +204,10 @@ class FakeGraphDriver:
 
     def cuGraphKernelNodeSetParams(self, node: Any, params: Any) -> tuple:
         self._kernel(node).set(self._read_args(node, params))
+        return (OK,)
+
+    def cuMemcpyDtoDAsync(self, dst: int, src: int, nbytes: int, stream: Any) -> tuple:
+        self.copies.append((int(dst), int(src), int(nbytes), int(stream)))
         return (OK,)
 
     def cuGraphDebugDotPrint(self, graph: Any, path: bytes, flags: int) -> tuple:
@@ -260,8 +264,11 @@ class FakeGraphs:
 
 
 @pytest.fixture
-def fake_graphs(fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> FakeGraphs:  # noqa: F811
-    """A fake driver and allocator under gpurt.graphs, with fresh capture bookkeeping."""
+def fake_graphs(
+    fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> FakeGraphs:
+    """The streams helper's ``fake_driver`` (two pretend devices, fake streams) plus a
+    fake graph driver and allocator under gpurt.graphs, with fresh capture bookkeeping."""
     driver = FakeGraphDriver(fake_driver)
     pools = FakePools()
     for module in (graphs, _capture, _graph_nodes):
@@ -269,7 +276,7 @@ def fake_graphs(fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Fak
         monkeypatch.setattr(module, "bind_context", fake_driver.contexts.bind)
     monkeypatch.setattr(graphs, "_memory", pools)
     monkeypatch.setattr(_capture, "_memory", pools)
-    monkeypatch.setattr(device, "synchronize", lambda index=None: driver.calls.append("sync"))
+    monkeypatch.setattr(graphs, "synchronize", lambda index=None: driver.calls.append("sync"))
     monkeypatch.setattr(graphs, "_capture_streams", {})
     monkeypatch.setattr(_capture, "_deferred", collections.deque())
     monkeypatch.setattr(_capture, "_active_captures", 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
 import shutil
@@ -12,13 +14,15 @@ from typing import Any
 
 import pytest
 from cuda.bindings import nvrtc as cuda_nvrtc
+from rich.console import Console
 
 import gpurt
 import gpurt.__main__ as cli
-from gpurt import nvrtc
+from gpurt import _info, nvrtc
 from gpurt._driver import CudaError
 
 HAS_GPU = gpurt.is_available()
+_BROKEN = cuda_nvrtc.nvrtcResult.NVRTC_ERROR_INTERNAL_ERROR
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="checks what happens on a machine without a GPU")
 needs_compile_file = pytest.mark.skipif(
     not hasattr(nvrtc, "compile_file"), reason="gpurt.nvrtc.compile_file is not written yet"
@@ -86,6 +90,7 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     script = shutil.which("gpurt", path=os.path.dirname(sys.executable))
     if script is None:
         pytest.skip("no gpurt console script beside this interpreter (not pip-installed)")
+    assert script is not None
     res = subprocess.run([script, "--help"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0 and "compile" in res.stdout
@@ -157,6 +162,38 @@ def test_info_reports_environment(monkeypatch: pytest.MonkeyPatch,
     assert info_json(capsys)["environment"]["GPURT_CACHE_DIR"] == "/tmp/some [odd] dir"
     assert cli.main(["info"]) == 0  # brackets are printed, not read as rich markup
     assert "/tmp/some [odd] dir" in capsys.readouterr().out
+
+
+def test_info_when_nvrtc_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_info._nvrtc, "nvrtcVersion", lambda: (_BROKEN, 0, 0))
+    report = _info.collect()
+    assert report["nvrtc"]["version"] is None and report["nvrtc"]["error"]
+    assert any(item.startswith("NVRTC cannot be used") for item in report["missing"])
+    assert not any("gpurt compile" in item for item in report["works_without_gpu"])
+
+
+def test_info_renders_a_device(capsys: pytest.CaptureFixture[str]) -> None:
+    """The device table, from a made-up device (so it is checked without a GPU too)."""
+    fields = {f.name: f.type for f in dataclasses.fields(gpurt.DeviceProperties)}
+    values: dict[str, Any] = {name: (name != "is_integrated") if kind in (bool, "bool") else 7
+                              for name, kind in fields.items()}
+    values.update(index=0, name="Made-up GPU [test]", uuid="0-1", total_memory=80 * 2**30,
+                  clock_rate=1_980_000, major=9, minor=0)
+    report = _info.collect()
+    report["devices"] = [{
+        "index": 0, "name": values["name"], "arch": "sm_90",
+        "properties": dataclasses.asdict(gpurt.DeviceProperties(**values)),
+        "memory": {"free": 60 * 2**30, "total": 80 * 2**30},
+        "nvml": {"temperature": {"value": 41, "unit": "C"},
+                 "power_draw": {"error": "NVML down"}},
+    }]
+    console = Console(file=io.StringIO(), width=300)
+    _info.render(report, console)
+    out = console.file.getvalue()
+    assert "cuda:0  Made-up GPU [test]  (sm_90)" in out
+    assert "60.0 GiB / 80.0 GiB" in out
+    assert "41 C" in out and "n/a (NVML down)" in out
+    assert "1980 MHz" in out and "is_integrated" in out
 
 
 # ---- compile ---------------------------------------------------------------------------
@@ -276,7 +313,12 @@ def test_bench_without_run_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_memviz_hands_every_argument_over(monkeypatch: pytest.MonkeyPatch) -> None:
     memviz = pytest.importorskip("gpurt.memviz")
     seen: list[list[str]] = []
-    monkeypatch.setattr(memviz, "memviz_main", lambda argv: seen.append(argv) or 0)
+
+    def fake_main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 0
+
+    monkeypatch.setattr(memviz, "memviz_main", fake_main)
     argv = ["snap.json", "-o", "out.html", "--png", "out.png"]
     assert cli.main(["memviz", *argv]) == 0
     assert seen == [argv]
@@ -291,6 +333,7 @@ def test_info_json_on_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     driver = report["driver"]
     assert driver["available"] is True and driver["error"] is None
     version = gpurt._driver.driver_version()
+    assert version is not None
     assert driver["cuda_version"] == f"{version // 1000}.{version % 1000 // 10}"
     assert len(report["devices"]) == driver["device_count"] == gpurt.device_count()
     assert report["missing"] == [] and report["works_without_gpu"] == []

@@ -145,7 +145,9 @@ def run_check(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess[
     wrapper = bin_dir / "python3"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPURT_CACHE_DIR")}
+    # PYTHONPATH stays: gpu-check puts its own copy of gpurt in front of it, and on the GPU
+    # machine it holds the wheels (nvtx) that the outer gpu-check installed.
+    env = {k: v for k, v in os.environ.items() if k != "GPURT_CACHE_DIR"}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(["bash", str(tree / "scripts" / "gpu-check"), str(out), *args],
                           cwd=tree.parent, env=env, capture_output=True, text=True,

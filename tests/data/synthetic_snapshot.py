@@ -57,7 +57,10 @@ class ToyAllocator:
                 if length >= size:
                     seg["free"][i] = (start + size, length - size)
                     return self._hand_out(start, size, seg, stack)
-        seg_size = 2 * MiB if small else 20 * MiB if size < 10 * MiB else -(-size // (2 * MiB)) * 2 * MiB
+        if small:
+            seg_size = 2 * MiB
+        else:
+            seg_size = 20 * MiB if size < 10 * MiB else -(-size // (2 * MiB)) * 2 * MiB
         seg = {"address": self.next_base, "size": seg_size, "small": small,
                "free": [(self.next_base, seg_size)]}
         self.next_base += seg_size + 0x200000
@@ -67,7 +70,8 @@ class ToyAllocator:
 
     def _hand_out(self, addr: int, size: int, seg: dict[str, Any],
                   stack: list[dict[str, Any]]) -> int:
-        self.live[addr] = {"size": size, "segment": seg, "frames": stack, "state": "active_allocated"}
+        self.live[addr] = {"size": size, "segment": seg, "frames": stack,
+                           "state": "active_allocated"}
         self._event("alloc", addr, size, stack)
         return addr
 

@@ -1,0 +1,255 @@
+"""Kernel arguments: converting Python values by the declared parameter types, and the
+per-kernel plan that packs them into one parameter buffer with a single ``struct.pack_into``.
+
+Scalars need no converter: ``struct`` converts Python ints and floats (and numpy scalars)
+to the declared C type and range-checks them (a Python float sent to a ``float`` parameter
+is packed as a float32). Pointers, bfloat16, vector types and by-value structs convert here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import struct
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from ._driver import check
+from ._params import Param
+from .array import Array, from_dlpack
+
+__all__ = ["Plan", "build_plan", "pointer"]
+
+_KDL_CUDA_TYPES = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+
+def _check_device(what: str, on: int, index: int | None) -> None:
+    if index is not None and on != index:
+        raise ValueError(f"{what} is on cuda:{on} but the kernel is launched on cuda:{index}")
+
+
+def pointer(value: Any, index: int | None) -> int:
+    """A device address from an Array, a foreign device array, a raw int pointer or None."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a pointer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Array):
+        _check_device("the array", value.device.index, index)
+        return int(value.ptr)
+    if isinstance(value, np.ndarray):
+        raise TypeError("a numpy array lives on the host; pass a device array "
+                        "(gpurt.asarray(x)) or a device pointer")
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, ctypes.c_void_p):
+        return int(value.value or 0)
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if interface is not None:
+        ptr = int(interface["data"][0])
+        _check_foreign_device(value, ptr, index)
+        return ptr
+    if hasattr(value, "__dlpack__"):
+        kind, on = value.__dlpack_device__()
+        if int(kind) not in _KDL_CUDA_TYPES:
+            raise TypeError(f"{type(value).__name__} is not in device memory (DLPack device "
+                            f"type {int(kind)}); pass a device array")
+        _check_device(f"the {type(value).__name__}", int(on), index)
+        return int(from_dlpack(value).ptr)
+    raise TypeError(f"expected a device array, a pointer (int) or None, got {type(value).__name__}")
+
+
+def _check_foreign_device(value: Any, ptr: int, index: int | None) -> None:
+    """Device check for a ``__cuda_array_interface__`` object (by DLPack device or by asking
+    the driver where the pointer lives)."""
+    if index is None or ptr == 0:
+        return
+    where = getattr(value, "__dlpack_device__", None)
+    if where is not None:
+        on = int(where()[1])
+    else:
+        attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        on = int(check(cu.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+    _check_device(f"the {type(value).__name__}", on, index)
+
+
+def _float_to_bfloat16_bits(value: Any) -> int:
+    """The bfloat16 bit pattern nearest to ``value`` (round to nearest even)."""
+    if isinstance(value, (np.generic, np.ndarray)) and value.dtype.name == "bfloat16":
+        return int(np.asarray(value).view(np.uint16))
+    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x007FFFFF:
+        return (bits >> 16) | 0x40  # NaN stays NaN
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _as_bytes(value: Any, size: int) -> bytes:
+    try:
+        data = bytes(memoryview(value).cast("B"))
+    except TypeError:
+        raise TypeError(f"expected {size} bytes (bytes, a buffer or a ctypes struct), "
+                        f"got {type(value).__name__}") from None
+    if len(data) != size:
+        raise ValueError(f"expected exactly {size} bytes, got {len(data)}")
+    return data
+
+
+def _vector_converter(param: Param) -> Callable[[Any], bytes]:
+    vector = struct.Struct("<" + param.fmt)
+    count = len(param.fmt)
+
+    def convert(value: Any) -> bytes:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return _as_bytes(value, vector.size)
+        items = tuple(value)
+        if len(items) != count:
+            raise ValueError(f"expected {count} components, got {len(items)}")
+        return vector.pack(*items)
+
+    return convert
+
+
+def _bytes_converter(param: Param, size: int) -> Callable[[Any], bytes]:
+    """By-value structs take bytes of their exact size; parameters known only by their size
+    (no declaration found) also take ints and, at 8 bytes, anything a pointer takes."""
+
+    def convert(value: Any) -> bytes:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return _as_bytes(value, size)
+        if isinstance(value, int) and not isinstance(value, bool) and size in (1, 2, 4, 8):
+            return value.to_bytes(size, "little", signed=value < 0)
+        if param.kind == "opaque" and size == 8:
+            return pointer(value, None).to_bytes(8, "little")
+        return _as_bytes(value, size)
+
+    return convert
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, (bool, int, np.bool_, np.integer)):
+        return bool(value)
+    raise TypeError(f"expected a bool, got {type(value).__name__}")
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+
+def _field(param: Param) -> str:
+    """The struct code of one parameter in the buffer."""
+    return param.fmt if param.kind in ("pointer", "scalar", "bfloat16") else f"{param.size}s"
+
+
+def _converter(param: Param) -> Callable[[Any], Any] | None:
+    """The converter of a non-pointer parameter; None where ``struct`` converts alone."""
+    if param.kind == "bfloat16":
+        return _float_to_bfloat16_bits
+    if param.kind == "vector":
+        return _vector_converter(param)
+    if param.kind in ("bytes", "opaque"):
+        return _bytes_converter(param, param.size)
+    if param.fmt == "?":
+        return _bool
+    return None
+
+
+class Plan:
+    """How to turn a kernel's arguments into its parameter buffer.
+
+    ``fill(buffer, args, index)`` is compiled once per plan from a few lines of generated
+    Python specialised to the signature (see ``source``): it unpacks ``args`` (wrong counts
+    raise ValueError), turns pointer arguments into addresses (a gpurt Array on device
+    ``index`` inline, anything else through :func:`pointer`), runs the converters and packs
+    everything with one ``struct.pack_into``. Launch overhead is dominated by this step,
+    and the specialised code takes less than half the time of a generic loop."""
+
+    __slots__ = ("params", "offsets", "size", "converters", "source", "fill")
+
+    def __init__(self, params: list[Param], offsets: list[int], size: int) -> None:
+        self.params = tuple(params)
+        self.offsets = tuple(offsets)
+        self.size = size
+        fmt, at = "<", 0
+        names, values = [], []
+        self.converters: dict[int, Callable[[Any], Any]] = {}
+        for param, offset in zip(params, offsets):
+            fmt += "x" * (offset - at) + _field(param)
+            at = offset + param.size
+            arg = f"a{param.index}"
+            names.append(arg)
+            convert = _converter(param)
+            if param.kind == "pointer":
+                values.append(f"{arg}.ptr if type({arg}) is Array and {arg}.device.index == index "
+                              f"else pointer({arg}, index)")
+            elif convert is not None:
+                self.converters[param.index] = convert
+                values.append(f"convert{param.index}({arg})")
+            else:
+                values.append(arg)
+        if names:
+            unpack = f"    {', '.join(names)}, = args\n"
+        else:
+            unpack = "    if len(args):\n        raise ValueError('too many arguments')\n"
+        self.source = (
+            "def fill(buffer, args, index):\n"
+            + unpack
+            + "    pack_into(buffer, 0" + "".join(f",\n        {v}" for v in values) + ")\n"
+        )
+        namespace: dict[str, Any] = {
+            "Array": Array, "pointer": pointer, "pack_into": struct.Struct(fmt).pack_into,
+            **{f"convert{i}": fn for i, fn in self.converters.items()},
+        }
+        exec(compile(self.source, f"<gpurt argument plan {fmt}>", "exec"), namespace)
+        self.fill: Callable[[Any, Sequence[Any], int | None], None] = namespace["fill"]
+
+    def diagnose(self, args: Sequence[Any], index: int | None) -> tuple[Param, Any, Exception] | None:
+        """The first (parameter, value, error) whose argument does not convert or pack."""
+        for param, value in zip(self.params, args):
+            try:
+                if param.kind == "pointer":
+                    value = pointer(value, index)
+                elif param.index in self.converters:
+                    value = self.converters[param.index](value)
+                struct.pack("<" + _field(param), value)
+            except (TypeError, ValueError, OverflowError, struct.error) as exc:
+                return param, value, exc
+        return None
+
+
+def _computed_offsets(params: list[Param]) -> tuple[list[int], int]:
+    offsets, at = [], 0
+    for param in params:
+        at = (at + param.align - 1) // param.align * param.align
+        offsets.append(at)
+        at += param.size
+    return offsets, at
+
+
+def build_plan(kernel: str, params: list[Param] | None,
+               layout: list[tuple[int, int]] | None) -> Plan:
+    """The plan from the declared parameters, laid out by the driver's parameter info
+    (offset, size) where available, else by the C ABI."""
+    if layout is not None:
+        if params is None or len(params) != len(layout):
+            params = [Param(i, "", f"<{size}-byte parameter>", "opaque", "", size, 1)
+                      for i, (_, size) in enumerate(layout)]
+        fixed = []
+        for param, (_, size) in zip(params, layout):
+            if param.size != size:  # an unknown struct, or a type we mis-sized: trust the driver
+                param = dataclasses.replace(param, kind="bytes", fmt="", size=size, align=1)
+            fixed.append(param)
+        offsets = [offset for offset, _ in layout]
+        end = max((o + s for o, s in layout), default=0)
+        return Plan(fixed, offsets, end)
+    if params is None:
+        raise TypeError(f"cannot tell the parameters of kernel {kernel!r}: declare it in the "
+                        "source (extern \"C\" __global__ ...) or get it through name_expressions")
+    unsized = [p for p in params if p.size == 0]
+    if unsized:
+        raise TypeError(f"kernel {kernel!r}: {unsized[0].describe()} has a type gpurt cannot size "
+                        "without the driver's parameter info (CUDA 12.4+)")
+    offsets, end = _computed_offsets(params)
+    return Plan(params, offsets, end)

@@ -1,0 +1,120 @@
+"""Stream-ordered memory traffic over raw addresses: strided copies between device and
+host memory, fills, the event handshake that orders one stream after another, and which
+device an address belongs to.
+
+Callers (gpurt.array) bind the right context first and pass raw stream handles. Every
+driver result goes through ``_driver.check``.
+"""
+
+from __future__ import annotations
+
+from cuda.bindings import driver as cu
+
+from . import _layout
+from ._driver import check
+from .device import bind_context, current_device
+
+__all__: list[str] = []  # internal module
+
+_HOST = cu.CUmemorytype.CU_MEMORYTYPE_HOST
+_DEVICE = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+_NO_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+
+
+def wait_for(consumer: int, producer: int) -> None:
+    """Make stream ``consumer`` wait for the work queued so far on ``producer`` (raw
+    handles; 0 and 1 both mean the legacy default stream) through an event
+    (cuEventRecord + cuStreamWaitEvent). Nothing to do when they are the same stream."""
+    if consumer == producer or (consumer <= 1 and producer <= 1):
+        return
+    event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
+    try:
+        check(cu.cuEventRecord(event, producer), "cuEventRecord")
+        check(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
+    finally:
+        check(cu.cuEventDestroy(event), "cuEventDestroy")
+
+
+def _copy_rows(dst: int, dst_on_device: bool, src: int, src_on_device: bool, nbytes: int,
+               stream: int) -> None:
+    if dst_on_device and src_on_device:
+        check(cu.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
+    elif dst_on_device:
+        check(cu.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
+    elif src_on_device:
+        check(cu.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
+    else:
+        raise ValueError("host-to-host copies are numpy's job")
+
+
+def copy(dst: int, dst_on_device: bool, dst_strides: tuple[int, ...], src: int,
+         src_on_device: bool, src_strides: tuple[int, ...], shape: tuple[int, ...],
+         itemsize: int, stream: int) -> None:
+    """Copy the strided array ``src`` into ``dst`` (same shape) on ``stream``: one
+    cuMemcpy{HtoD,DtoH,DtoD}Async when both are contiguous, else the copies planned by
+    :func:`gpurt._layout.plan_copy` (rows, and pitched blocks through cuMemcpy2DAsync)."""
+    size = _layout.prod(shape)
+    if not size:
+        return
+    if _layout.is_contiguous(shape, dst_strides, itemsize) and _layout.is_contiguous(
+        shape, src_strides, itemsize
+    ):
+        _copy_rows(dst, dst_on_device, src, src_on_device, size * itemsize, stream)
+        return
+    for c in _layout.plan_copy(shape, dst_strides, src_strides, itemsize):
+        d, s = dst + c.dst_offset, src + c.src_offset
+        if c.height == 1:
+            _copy_rows(d, dst_on_device, s, src_on_device, c.width, stream)
+            continue
+        params = cu.CUDA_MEMCPY2D()
+        if src_on_device:
+            params.srcMemoryType, params.srcDevice = _DEVICE, s
+        else:
+            params.srcMemoryType, params.srcHost = _HOST, s
+        if dst_on_device:
+            params.dstMemoryType, params.dstDevice = _DEVICE, d
+        else:
+            params.dstMemoryType, params.dstHost = _HOST, d
+        params.srcPitch, params.dstPitch = c.src_pitch, c.dst_pitch
+        params.WidthInBytes, params.Height = c.width, c.height
+        check(cu.cuMemcpy2DAsync(params, stream), "cuMemcpy2DAsync")
+
+
+def fill(ptr: int, pattern: bytes, count: int, stream: int) -> None:
+    """Fill ``count`` contiguous items with the item bytes ``pattern`` on ``stream``: one
+    cuMemsetD8/D16/D32Async in the widest unit the pattern repeats in, else (8- and
+    16-byte items) one pitched cuMemsetD2D32Async per 32-bit word of the item."""
+    size = len(pattern)
+    if pattern == pattern[:1] * size:
+        check(cu.cuMemsetD8Async(ptr, pattern[0], count * size, stream), "cuMemsetD8Async")
+    elif size % 2 == 0 and pattern == pattern[:2] * (size // 2):
+        value = int.from_bytes(pattern[:2], "little")
+        check(cu.cuMemsetD16Async(ptr, value, count * size // 2, stream), "cuMemsetD16Async")
+    elif size % 4 == 0 and pattern == pattern[:4] * (size // 4):
+        value = int.from_bytes(pattern[:4], "little")
+        check(cu.cuMemsetD32Async(ptr, value, count * size // 4, stream), "cuMemsetD32Async")
+    else:  # word w of every item: a column of 32-bit values ``size`` bytes apart
+        for word in range(size // 4):
+            value = int.from_bytes(pattern[4 * word: 4 * word + 4], "little")
+            check(cu.cuMemsetD2D32Async(ptr + 4 * word, size, value, 1, count, stream),
+                  "cuMemsetD2D32Async")
+
+
+def synchronize(stream: int) -> None:
+    """Wait until everything queued on ``stream`` has finished (cuStreamSynchronize)."""
+    check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+
+def pointer_device(ptr: int) -> int:
+    """Ordinal of the device whose memory ``ptr`` is (cuPointerGetAttribute); TypeError
+    for host memory, pinned or not."""
+    bind_context(current_device())  # initialises CUDA; the query wants a current context
+    attr = cu.CUpointer_attribute
+    err, kind = cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+    # Not through check(): an error here only means the driver does not know the address.
+    if int(err) != 0 or int(kind) == int(_HOST):
+        where = "host memory" if int(err) == 0 else "not memory the CUDA driver knows"
+        raise TypeError(f"address {ptr:#x} is {where}; a device array is needed here")
+    ordinal = check(cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
+                    "cuPointerGetAttribute")
+    return int(ordinal)

@@ -1,0 +1,478 @@
+"""Kernels and launches: launch configuration, argument packing by declared type, hooks.
+
+Launching is the hot path. Each kernel keeps a plan built once (per parameter: its ABI offset,
+a ``struct`` code and, where needed, a converter), and each thread fills its own preallocated
+parameter buffer with one ``struct.pack_into`` before ``cuLaunchKernel``. Errors in the
+arguments (count, types, ranges, arrays on another device) are raised before anything is
+launched, naming the parameter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import operator
+import struct
+import threading
+from typing import Any, Callable, Sequence, Union
+
+import numpy as np
+from cuda.bindings import driver as cu
+
+from ._args import Plan, build_plan, pointer
+from ._driver import CudaError, check
+from ._params import Param, kernel_params
+from .array import Array
+from .device import bind_context, current_device
+from .streams import current_stream_handle
+
+__all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "remove_launch_hook"]
+
+Dims = Union[int, Sequence[int]]
+LaunchHook = Callable[["Kernel", int, str], None]
+
+_A = cu.CUfunction_attribute
+_MAX_DYNAMIC_SHARED = _A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_cuLaunchKernel = cu.cuLaunchKernel  # looked up once: it is on the hot path
+_DIM_LIMITS = {"grid": (2**31 - 1, 65535, 65535), "block": (1024, 1024, 64)}
+
+# ---- launch configuration -------------------------------------------------------------------
+
+
+def _dims3(value: Any, what: str) -> tuple[int, int, int]:
+    """``value`` (int or 1-3 ints) as a validated 3-tuple."""
+    items = [value] if isinstance(value, (int, np.integer)) else value
+    try:
+        dims = [operator.index(v) for v in items]
+    except TypeError:
+        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}") from None
+    if not 1 <= len(dims) <= 3 or any(isinstance(v, bool) for v in items):
+        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
+    dims += [1] * (3 - len(dims))
+    limits = _DIM_LIMITS.get(what)
+    for axis, size in enumerate(dims):
+        if size < 1:
+            raise ValueError(f"{what} dimensions must be >= 1, got {value!r}")
+        if limits and size > limits[axis]:
+            raise ValueError(f"{what} dimension {'xyz'[axis]} is at most {limits[axis]}, got {value!r}")
+    if what == "block" and dims[0] * dims[1] * dims[2] > 1024:
+        raise ValueError(f"a block holds at most 1024 threads, got {value!r}")
+    return dims[0], dims[1], dims[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """How to launch a kernel: grid and block (ints or tuples, stored as 3-tuples), dynamic
+    shared memory in bytes, thread-block cluster dims (sm_90+) and cooperative launch (grid-wide
+    sync). Validated on construction; clusters and cooperative launches use cuLaunchKernelEx."""
+
+    grid: Dims
+    block: Dims
+    shared_mem: int = 0
+    cluster: Dims | None = None
+    cooperative: bool = False
+
+    def __post_init__(self) -> None:
+        grid = _dims3(self.grid, "grid")
+        object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "block", _dims3(self.block, "block"))
+        if isinstance(self.shared_mem, bool) or not isinstance(self.shared_mem, (int, np.integer)):
+            raise TypeError(f"shared_mem must be an int (bytes), got {self.shared_mem!r}")
+        if self.shared_mem < 0:
+            raise ValueError(f"shared_mem must be >= 0 bytes, got {self.shared_mem}")
+        object.__setattr__(self, "shared_mem", int(self.shared_mem))
+        if self.cluster is not None:
+            cluster = _dims3(self.cluster, "cluster")
+            if any(g % c for g, c in zip(grid, cluster)):
+                raise ValueError(f"grid {grid} must be a multiple of the cluster dims {cluster}")
+            object.__setattr__(self, "cluster", cluster)
+        if not isinstance(self.cooperative, bool):
+            raise TypeError(f"cooperative must be a bool, got {self.cooperative!r}")
+
+
+_ex_attributes: dict[LaunchConfig, list[Any]] = {}
+
+
+def _launch_attributes(config: LaunchConfig) -> list[Any]:
+    """The CUlaunchAttribute list of a cluster/cooperative config (built once per config)."""
+    attrs = _ex_attributes.get(config)
+    if attrs is None:
+        attrs = []
+        if config.cluster is not None:
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dims = attr.value.clusterDim
+            dims.x, dims.y, dims.z = config.cluster
+            attrs.append(attr)
+        if config.cooperative:
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            attr.value.cooperative = 1
+            attrs.append(attr)
+        _ex_attributes[config] = attrs
+    return attrs
+
+
+# ---- launch hooks ----------------------------------------------------------------------------
+
+_hooks: tuple[LaunchHook, ...] = ()
+_hooks_lock = threading.Lock()
+
+
+def add_launch_hook(fn: LaunchHook) -> None:
+    """Call ``fn(kernel, stream_handle, phase)`` around every launch, with phase "begin"
+    right before the driver call and "end" right after it (also when it fails)."""
+    global _hooks
+    with _hooks_lock:
+        _hooks = (*_hooks, fn)
+
+
+def remove_launch_hook(fn: LaunchHook) -> None:
+    """Stop calling ``fn``; a hook that is not registered is ignored."""
+    global _hooks
+    with _hooks_lock:
+        hooks = list(_hooks)
+        if fn in hooks:
+            hooks.remove(fn)
+        _hooks = tuple(hooks)
+
+
+def _driver_layout(handle: Any, expected: int | None) -> list[tuple[int, int]] | None:
+    """(offset, size) of every parameter from cuKernelGetParamInfo, or None where the driver
+    or bindings predate it. The result code is read directly: CUDA_ERROR_INVALID_VALUE past
+    the last parameter is how the driver says there are no more."""
+    get_info = getattr(cu, "cuKernelGetParamInfo", None)
+    if get_info is None:
+        return None
+    layout: list[tuple[int, int]] = []
+    while expected is None or len(layout) <= expected:
+        err, offset, size = get_info(handle, len(layout))
+        if err == cu.CUresult.CUDA_ERROR_INVALID_VALUE:
+            return layout
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None  # not supported by this driver: fall back to the computed layout
+        layout.append((int(offset), int(size)))
+    return layout  # more parameters than declared: keep the driver's view
+
+
+# ---- kernels ----------------------------------------------------------------------------------
+
+
+class _Loaded:
+    """A kernel's function on one device and the dynamic shared memory it may use there."""
+
+    __slots__ = ("function", "max_dynamic_shared")
+
+    def __init__(self, function: Any, max_dynamic_shared: int) -> None:
+        self.function = function
+        self.max_dynamic_shared = max_dynamic_shared
+
+
+class _FuncAttribute:
+    """A read-only kernel attribute on the current device (wraps cuFuncGetAttribute)."""
+
+    def __init__(self, attr: Any, doc: str) -> None:
+        self.attr = attr
+        self.__doc__ = f"{doc} ({attr.name})"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, kernel: Kernel | None, owner: type | None = None) -> Any:
+        if kernel is None:
+            return self
+        return kernel.attribute(self.attr)
+
+
+class Kernel:
+    """A ``__global__`` function of a compiled :class:`~gpurt.Module`, launched with
+    ``kernel(grid, block, args, shared_mem=0, stream=None)`` or
+    ``kernel.launch(LaunchConfig(...), *args)``. Loaded lazily on each device it runs on.
+
+    Arguments are converted by the kernel's declared parameter types (``params``)."""
+
+    num_regs = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_NUM_REGS, "registers per thread")
+    shared_size_bytes = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                       "static shared memory per block")
+    const_size_bytes = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, "constant memory")
+    local_size_bytes = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+                                      "local memory per thread")
+    max_threads_per_block = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                           "largest block this kernel can be launched with")
+    max_dynamic_shared_size_bytes = _FuncAttribute(_MAX_DYNAMIC_SHARED,
+                                                   "dynamic shared memory allowed now")
+    ptx_version = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_PTX_VERSION, "PTX version, e.g. 90")
+    binary_version = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_BINARY_VERSION, "SASS version, e.g. 90")
+
+    def __init__(self, module: Any, name: str, symbol: str) -> None:
+        self.module = module
+        self.name = name
+        self.symbol = symbol
+        self.params: list[Param] | None = kernel_params(symbol, module.source, name)
+        self._lock = threading.Lock()
+        self._loaded: dict[int, _Loaded] = {}
+        self._handle: Any = None
+        self._plan: Plan | None = None
+        self._tls = threading.local()
+
+    def __repr__(self) -> str:
+        if self.params is None:
+            return f"<gpurt.Kernel {self.name!r}>"
+        sig = ", ".join(f"{p.type} {p.name}".strip() for p in self.params)
+        return f"<gpurt.Kernel {self.name}({sig})>"
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def _load(self, index: int) -> _Loaded:
+        """Load the kernel on device ``index`` (cuLibraryGetKernel, cuKernelGetFunction)."""
+        with self._lock:
+            loaded = self._loaded.get(index)
+            if loaded is not None:
+                return loaded
+            bind_context(index)
+            if self._handle is None:
+                library = self.module.library()
+                try:
+                    handle = check(cu.cuLibraryGetKernel(library, self.symbol.encode()),
+                                   "cuLibraryGetKernel")
+                except CudaError as err:
+                    if err.name != "CUDA_ERROR_NOT_FOUND":
+                        raise
+                    raise CudaError(err.code, err.name, f"no kernel {self.symbol!r} in the "
+                                    "module: C++ kernels (not extern \"C\") need their name in "
+                                    "compile(..., name_expressions=[...])",
+                                    "cuLibraryGetKernel") from None
+                expected = None if self.params is None else len(self.params)
+                self._plan = build_plan(self.name, self.params, _driver_layout(handle, expected))
+                self._handle = handle
+            function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+            limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function), "cuFuncGetAttribute")
+            loaded = _Loaded(function, int(limit))
+            self._loaded = {**self._loaded, index: loaded}  # readers never take the lock
+            return loaded
+
+    def _raise_shared_limit(self, loaded: _Loaded, nbytes: int) -> None:
+        """Allow ``nbytes`` of dynamic shared memory; the limit only ever grows, under a lock,
+        so a concurrent launch that needs more is never undercut."""
+        with self._lock:
+            if nbytes <= loaded.max_dynamic_shared:
+                return
+            try:
+                check(cu.cuFuncSetAttribute(loaded.function, _MAX_DYNAMIC_SHARED, nbytes),
+                      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            except CudaError as err:
+                static = self.shared_size_bytes
+                raise ValueError(f"kernel {self.name!r}: {nbytes} bytes of dynamic shared memory "
+                                 f"are more than the device allows (this kernel already uses "
+                                 f"{static} bytes of static shared memory): {err}") from err
+            loaded.max_dynamic_shared = nbytes
+
+    def _function(self, device: Any = None) -> Any:
+        index = current_device() if device is None else operator.index(device)
+        loaded = self._loaded.get(index) or self._load(index)
+        bind_context(index)
+        return loaded.function
+
+    # -- arguments -------------------------------------------------------------------------------
+
+    def _thread_buffers(self, plan: Plan) -> tuple[Any, int]:
+        """This thread's parameter buffer and the address of its void* array (made once)."""
+        buffer = ctypes.create_string_buffer(max(plan.size, 1))
+        base = ctypes.addressof(buffer)
+        pointers = (ctypes.c_void_p * max(len(plan.offsets), 1))(*[base + o for o in plan.offsets])
+        self._tls.state = (buffer, ctypes.addressof(pointers), pointers)
+        return buffer, ctypes.addressof(pointers)
+
+    def _fill(self, args: Sequence[Any], index: int) -> int:
+        """Pack ``args`` into this thread's buffer (the kernel is loaded); return kernelParams."""
+        plan = self._plan
+        assert plan is not None
+        try:
+            buffer, address, _ = self._tls.state
+        except AttributeError:
+            buffer, address = self._thread_buffers(plan)
+        self._pack_into(plan, buffer, args, index)
+        return address
+
+    def _pack_into(self, plan: Plan, buffer: Any, args: Sequence[Any], index: int | None) -> None:
+        try:
+            plan.fill(buffer, args, index)
+        except (TypeError, ValueError, OverflowError, struct.error) as exc:
+            raise self._argument_error(plan, args, index) from exc
+
+    def _count_error(self, args: Sequence[Any], plan: Plan) -> TypeError:
+        sig = ", ".join(f"{p.type} {p.name}".strip() for p in plan.params)
+        return TypeError(f"kernel {self.name!r} takes {len(plan.params)} arguments ({sig}), "
+                         f"got {len(args)}")
+
+    def _argument_error(self, plan: Plan, args: Sequence[Any], index: int | None) -> Exception:
+        """The error for the first argument that does not convert, naming its parameter."""
+        if not isinstance(args, (tuple, list)):
+            return TypeError(f"kernel {self.name!r}: args must be a tuple of arguments, "
+                             f"got {type(args).__name__}")
+        if len(args) != len(plan.params):
+            return self._count_error(args, plan)
+        found = plan.diagnose(args, index)
+        if found is None:
+            return TypeError(f"kernel {self.name!r}: the arguments do not fit its parameters")
+        param, value, exc = found
+        text = str(exc)
+        kind = OverflowError if isinstance(exc, OverflowError) or "<=" in text or "range" in text else (
+            ValueError if isinstance(exc, ValueError) else TypeError)
+        got = f"{type(value).__name__} {value!r}"[:80]
+        return kind(f"kernel {self.name!r}: {param.describe()} cannot take {got}: {text}")
+
+    def pack(self, *args: Any, device: int | None = None) -> bytes:
+        """The parameter buffer a launch with ``args`` would pass (each parameter at its ABI
+        offset), with the launch's conversions and errors; arrays are checked against
+        ``device`` when given. Needs no GPU. For tests, debugging and graph builders."""
+        plan = self._plan or build_plan(self.name, self.params, None)
+        buffer = ctypes.create_string_buffer(max(plan.size, 1))
+        self._pack_into(plan, buffer, args, device)
+        return bytes(buffer.raw[: plan.size])
+
+    # -- launching -------------------------------------------------------------------------------
+
+    def _prepare(self, shared_mem: int, stream: Any) -> tuple[int, _Loaded, int]:
+        """(device index, loaded kernel, stream handle) of a launch on this thread."""
+        index = current_device()
+        loaded = self._on_device(index, shared_mem)
+        handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
+        return index, loaded, handle
+
+    def _on_device(self, index: int, shared_mem: int) -> _Loaded:
+        """The kernel loaded on device ``index`` (made current on this thread), allowed
+        ``shared_mem`` bytes of dynamic shared memory."""
+        loaded = self._loaded.get(index)
+        if loaded is None:
+            loaded = self._load(index)
+        bind_context(index)
+        try:
+            over = shared_mem > loaded.max_dynamic_shared
+        except TypeError:
+            LaunchConfig(1, 1, shared_mem)  # raises the clear error
+            raise
+        if over:
+            self._raise_shared_limit(loaded, shared_mem)
+        return loaded
+
+    def __call__(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        """Launch on ``stream`` (default: the current stream of the current device) with
+        ``args`` converted by the declared parameter types (wraps cuLaunchKernel)."""
+        # The hot path. Only the first launch on a device, dynamic shared memory, launch
+        # hooks and errors leave this function; the lines that fill the parameter buffer
+        # repeat _fill's on purpose (a method call is a tenth of the Python overhead here).
+        index = current_device()
+        loaded = self._loaded.get(index)
+        if loaded is None or shared_mem:
+            loaded = self._on_device(index, shared_mem)
+        else:
+            bind_context(index)
+        handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
+        plan: Plan = self._plan  # type: ignore[assignment]  # set by _load
+        try:
+            buffer, params, _ = self._tls.state
+        except AttributeError:
+            buffer, params = self._thread_buffers(plan)
+        try:
+            plan.fill(buffer, args, index)
+        except (TypeError, ValueError, OverflowError, struct.error) as exc:
+            raise self._argument_error(plan, args, index) from exc  # noqa: B904 (as _pack_into)
+        try:
+            gx, gy, gz = (grid, 1, 1) if type(grid) is int else grid
+            bx, by, bz = (block, 1, 1) if type(block) is int else block
+        except (TypeError, ValueError):
+            (gx, gy, gz), (bx, by, bz) = _dims3(grid, "grid"), _dims3(block, "block")
+        try:
+            if _hooks:
+                result = self._hooked(_cuLaunchKernel, handle, loaded.function, gx, gy, gz,
+                                      bx, by, bz, shared_mem, handle, params, 0)
+            else:
+                result = _cuLaunchKernel(loaded.function, gx, gy, gz, bx, by, bz, shared_mem,
+                                         handle, params, 0)
+        except (TypeError, OverflowError):
+            LaunchConfig(grid, block, shared_mem)  # raises the clear error
+            raise
+        if result[0]:
+            LaunchConfig(grid, block, shared_mem)
+            check(result, f"cuLaunchKernel({self.name})")
+
+    def launch(self, config: LaunchConfig, *args: Any, stream: Any = None) -> None:
+        """Launch with a :class:`LaunchConfig`; clusters and cooperative launches go through
+        cuLaunchKernelEx, plain ones through cuLaunchKernel."""
+        if config.cluster is None and not config.cooperative:
+            self(config.grid, config.block, args, config.shared_mem, stream)
+            return
+        index, loaded, handle = self._prepare(config.shared_mem, stream)
+        params = self._fill(args, index)
+        launch_config = cu.CUlaunchConfig()
+        launch_config.gridDimX, launch_config.gridDimY, launch_config.gridDimZ = config.grid
+        launch_config.blockDimX, launch_config.blockDimY, launch_config.blockDimZ = config.block
+        launch_config.sharedMemBytes = config.shared_mem
+        launch_config.hStream = cu.CUstream(handle)
+        attrs = _launch_attributes(config)
+        launch_config.attrs = attrs
+        launch_config.numAttrs = len(attrs)
+        if _hooks:
+            result = self._hooked(cu.cuLaunchKernelEx, handle, launch_config, loaded.function,
+                                  params, 0)
+        else:
+            result = cu.cuLaunchKernelEx(launch_config, loaded.function, params, 0)
+        check(result, f"cuLaunchKernelEx({self.name})")
+
+    def _hooked(self, driver_call: Callable[..., tuple], handle: int, *call_args: Any) -> tuple:
+        """``driver_call(*call_args)`` between the hooks' "begin" and "end" calls."""
+        hooks = _hooks
+        for hook in hooks:
+            hook(self, handle, "begin")
+        try:
+            return driver_call(*call_args)
+        finally:
+            for hook in hooks:
+                hook(self, handle, "end")
+
+    # -- attributes and occupancy ------------------------------------------------------------------
+
+    def attribute(self, attr: Any, device: int | None = None) -> int:
+        """A CUfunction_attribute of this kernel on ``device`` (wraps cuFuncGetAttribute)."""
+        return int(check(cu.cuFuncGetAttribute(attr, self._function(device)), "cuFuncGetAttribute"))
+
+    def attributes(self, device: int | None = None) -> dict[str, int]:
+        """Every attribute above (num_regs, shared_size_bytes, ...) as a dict."""
+        table = {name: value for name, value in vars(Kernel).items()
+                 if isinstance(value, _FuncAttribute)}
+        return {name: self.attribute(value.attr, device) for name, value in table.items()}
+
+    def max_active_blocks_per_multiprocessor(self, block: Dims, shared_mem: int = 0) -> int:
+        """Blocks of ``block`` threads that fit on one SM at once, on the current device
+        (wraps cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
+        bx, by, bz = _dims3(block, "block")
+        return int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            self._function(), bx * by * bz, shared_mem), "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+    def suggested_block_size(self, shared_mem: int = 0, max_block_size: int = 0) -> int:
+        """The block size that maximises occupancy on the current device (wraps
+        cuOccupancyMaxPotentialBlockSize with a fixed dynamic shared memory size)."""
+        _, block = check(cu.cuOccupancyMaxPotentialBlockSize(
+            self._function(), None, shared_mem, max_block_size), "cuOccupancyMaxPotentialBlockSize")
+        return int(block)
+
+
+def _stream_handle(stream: Any) -> int:
+    """The raw handle of a gpurt/torch/CuPy/cuda.core stream, a CUstream or an int."""
+    if isinstance(stream, int):
+        return stream
+    handle = getattr(stream, "cuda_stream", None)  # gpurt.Stream, torch.cuda.Stream
+    if handle is not None:
+        return int(handle)
+    protocol = getattr(stream, "__cuda_stream__", None)  # cuda.core's protocol
+    if protocol is not None:
+        return int(protocol()[1])
+    if isinstance(stream, cu.CUstream):
+        return int(stream)
+    handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
+    if isinstance(handle, int):
+        return handle
+    raise TypeError(f"expected a stream (gpurt.Stream, an object with __cuda_stream__, or an int "
+                    f"handle), got {type(stream).__name__}")

@@ -1,0 +1,150 @@
+// Shared pieces of the GEMM kernels (included by gemm_simt.cu, gemm_mma.cu, gemm_wgmma.cu).
+//
+// Problem: C[M,N] = alpha * A[M,K] @ B[K,N] + beta * Cin[M,N], fp32 accumulation.
+// Every operand is a row/column-major view: element (i, j) of A lives at A + i*lda + j when A is
+// K-major (A_K, row-major M x K) and at A + j*lda + i when it is M-major (column-major); B is
+// K-major (B_K: B[k][n] at B + n*ldb + k) or N-major (B + k*ldb + n). C is always row-major
+// (the host swaps the operands for a column-major output). 16-bit types travel as raw
+// `unsigned short` bits and are converted with PTX, so no CUDA header has to be parsed.
+#pragma once
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+// Element type codes (template parameter DT): the same numbers as kernels/_gemm_tune.py.
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+
+template <int DT> struct Elem { typedef u16 T; };
+template <> struct Elem<DT_F32> { typedef float T; };
+
+__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
+
+__device__ __forceinline__ float f16_to_f32(u16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+
+template <int DT> __device__ __forceinline__ float to_f32(typename Elem<DT>::T v);
+template <> __device__ __forceinline__ float to_f32<DT_F32>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<DT_F16>(u16 v) { return f16_to_f32(v); }
+template <> __device__ __forceinline__ float to_f32<DT_BF16>(u16 v) { return bf16_to_f32(v); }
+
+// Two floats -> two 16-bit values packed in 32 bits (lo in the low half), round to nearest.
+template <int DT> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<DT_F16>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+template <> __device__ __forceinline__ u32 pack2<DT_BF16>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+template <int DT> __device__ __forceinline__ typename Elem<DT>::T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<DT_F32>(float v) { return v; }
+template <> __device__ __forceinline__ u16 from_f32<DT_F16>(float v) {
+    return (u16)(pack2<DT_F16>(v, 0.f) & 0xffffu);
+}
+template <> __device__ __forceinline__ u16 from_f32<DT_BF16>(float v) {
+    return (u16)(pack2<DT_BF16>(v, 0.f) & 0xffffu);
+}
+
+// The epilogue arguments every kernel takes. `partial` != nullptr means split-K: the kernel
+// writes raw fp32 sums for its K slice to partial[blockIdx.z][M][N] and gemm_splitk_reduce
+// applies alpha/beta afterwards.
+struct Epilogue {
+    float alpha;
+    float beta;
+};
+
+// out(r, c..c+1) = alpha * acc + beta * cin, for a pair of adjacent columns (c even or not).
+// `pair_ok`: C's base and row pitch are even (in elements) and its base 4-byte aligned for
+// 16-bit types (8 for fp32), so a pair at an even column is stored with one instruction.
+template <int DT>
+__device__ __forceinline__ void store_pair(typename Elem<DT>::T* __restrict__ C,
+                                           const typename Elem<DT>::T* __restrict__ Cin,
+                                           float* __restrict__ partial, int M, int N, i64 ldc,
+                                           i64 ldcin, float alpha, float beta, int r, int c,
+                                           float v0, float v1, bool pair_ok) {
+    typedef typename Elem<DT>::T T;
+    if (r >= M || c >= N) return;
+    if (partial != nullptr) {
+        float* p = partial + (i64)blockIdx.z * M * N + (i64)r * N + c;
+        if (c + 1 < N && (((i64)r * N + c) & 1) == 0) {
+            *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+        } else {
+            p[0] = v0;
+            if (c + 1 < N) p[1] = v1;
+        }
+        return;
+    }
+    v0 *= alpha;
+    v1 *= alpha;
+    if (beta != 0.f) {
+        const T* src = Cin + (i64)r * ldcin + c;
+        v0 += beta * to_f32<DT>(src[0]);
+        if (c + 1 < N) v1 += beta * to_f32<DT>(src[1]);
+    }
+    T* dst = C + (i64)r * ldc + c;
+    if (c + 1 < N && pair_ok && (c & 1) == 0) {
+        if constexpr (DT == DT_F32) {
+            *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+        } else {
+            *reinterpret_cast<u32*>(dst) = pack2<DT>(v0, v1);
+        }
+    } else {
+        dst[0] = from_f32<DT>(v0);
+        if (c + 1 < N) dst[1] = from_f32<DT>(v1);
+    }
+}
+
+// Split-K, second pass: C = alpha * sum_s partial[s] + beta * Cin (one thread per element).
+template <int DT>
+__global__ void gemm_splitk_reduce(const float* __restrict__ partial,
+                                   typename Elem<DT>::T* __restrict__ C,
+                                   const typename Elem<DT>::T* __restrict__ Cin, int M, int N,
+                                   i64 ldc, i64 ldcin, int splits, float alpha, float beta) {
+    i64 total = (i64)M * N;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (i64)gridDim.x * blockDim.x) {
+        float sum = 0.f;
+        for (int s = 0; s < splits; ++s) sum += partial[(i64)s * total + i];
+        int r = (int)(i / N), c = (int)(i % N);
+        float v = alpha * sum;
+        if (beta != 0.f) v += beta * to_f32<DT>(Cin[(i64)r * ldcin + c]);
+        C[(i64)r * ldc + c] = from_f32<DT>(v);
+    }
+}
+
+// The K range [k_begin, k_end) of split `blockIdx.z` out of gridDim.z, in whole multiples of BK.
+template <int BK>
+__device__ __forceinline__ void split_range(int K, int& k_begin, int& k_end) {
+    int tiles = (K + BK - 1) / BK;
+    int per = (tiles + gridDim.z - 1) / gridDim.z;
+    k_begin = min(K, (int)blockIdx.z * per * BK);
+    k_end = min(K, k_begin + per * BK);
+}
+
+// The tile order of a flat grid: groups of GROUP_M tile rows swept column by column, so the
+// CTAs running at one time share A rows and B columns in L2.
+__device__ __forceinline__ void grouped_tile(int tile, int tiles_m, int tiles_n, int group_m,
+                                             int& tm, int& tn) {
+    int per_group = group_m * tiles_n;
+    int group = tile / per_group;
+    int first = group * group_m;
+    int rows = min(tiles_m - first, group_m);
+    int in_group = tile - group * per_group;
+    tm = first + in_group % rows;
+    tn = in_group / rows;
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}

@@ -1,0 +1,313 @@
+"""Test helpers for the allocator core: a fake host-memory backend and a deliberately
+naive model of torch's caching allocator (plain lists and one Stat object per statistic),
+which the optimized core must agree with on every statistic and every pointer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpurt import _memstats as ms
+from gpurt._allocconf import UNLIMITED, AllocatorConfig, divisions_for, roundup_power2_next_division
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+class FakeBackend:
+    """Segments are address ranges in a pretend address space with a capacity; streams
+    have a work counter, events complete when the test says so (or on synchronize)."""
+
+    def __init__(self, capacity: int = 1 << 34) -> None:
+        self.capacity = capacity
+        self.next = 1 << 40
+        self.live: dict[int, int] = {}
+        self.queued: dict[int, int] = {}  # stream -> work items enqueued
+        self.done: dict[int, int] = {}  # stream -> work items completed
+        self.events_created = 0
+        self.calls: list[str] = []
+        self.capturing_calls = 0
+
+    def used(self) -> int:
+        return sum(self.live.values())
+
+    def malloc(self, size: int, capturing: bool) -> int | None:
+        self.calls.append("malloc")
+        if capturing:
+            self.capturing_calls += 1
+        if self.used() + size > self.capacity:
+            return None
+        ptr = self.next
+        self.next += size + 2 * MiB  # a gap, so separate segments never look contiguous
+        self.live[ptr] = size
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        self.calls.append("free")
+        del self.live[ptr]
+
+    def mem_get_info(self) -> tuple[int, int]:
+        return self.capacity - self.used(), self.capacity
+
+    def launch(self, stream: int) -> None:
+        self.queued[stream] = self.queued.get(stream, 0) + 1
+
+    def complete(self, stream: int) -> None:
+        self.done[stream] = self.queued.get(stream, 0)
+
+    def event_create(self) -> list:
+        self.events_created += 1
+        return [0, 0]
+
+    def event_record(self, event: list, stream: int) -> None:
+        self.calls.append("event_record")
+        event[0], event[1] = stream, self.queued.get(stream, 0)
+
+    def event_query(self, event: list) -> bool:
+        self.calls.append("event_query")
+        return self.done.get(event[0], 0) >= event[1]
+
+    def event_synchronize(self, event: list) -> None:
+        self.calls.append("event_synchronize")
+        self.done[event[0]] = max(self.done.get(event[0], 0), event[1])
+
+    def event_destroy(self, event: list) -> None:
+        pass
+
+    def oom_error(self, message: str) -> BaseException:
+        return MemoryError(message)
+
+
+class _Block:
+    def __init__(self, ptr: int, size: int, stream: int, small: bool) -> None:
+        self.ptr, self.size, self.stream, self.small = ptr, size, stream, small
+        self.requested = 0
+        self.allocated = False
+        self.pending = False
+        self.segment = ptr  # base address of the segment
+
+
+class NaiveTorchModel:
+    """torch's policy, written as plainly as possible (slow, obviously right)."""
+
+    def __init__(self, backend: FakeBackend, config: AllocatorConfig = AllocatorConfig()) -> None:
+        self.backend = backend
+        self.config = config
+        self.blocks: list[_Block] = []  # every block of every segment
+        self.segment_sizes: dict[int, int] = {}
+        self.stats = {(f, p): ms.Stat() for f in ms.POOL_FAMILIES for p in ms.POOL_TYPES}
+        self.oversize = {f: ms.Stat() for f in ("oversize_allocations", "oversize_segments")}
+        self.counters = dict.fromkeys(("num_alloc_retries", "num_ooms", "num_sync_all_streams",
+                                       "num_device_alloc", "num_device_free"), 0)
+        self.uses: dict[int, set[int]] = {}  # ptr of allocated block -> other streams
+        self.unrecorded: list[tuple[_Block, set[int]]] = []  # events wait for a safe point
+        self.events: dict[int, list[tuple[int, _Block]]] = {}  # stream -> (work count, block)
+        self.event_count: dict[int, int] = {}  # id(block) -> outstanding events
+
+    # -- statistics
+    def _change(self, small: bool, family: str, amount: int) -> None:
+        for pool in ("all", "small_pool" if small else "large_pool"):
+            stat = self.stats[(family, pool)]
+            if amount > 0:
+                stat.increase(amount)
+            elif amount < 0:
+                stat.decrease(-amount)
+
+    def nested(self) -> dict[str, Any]:
+        max_split = -1 if self.config.max_split_size == UNLIMITED else self.config.max_split_size
+        out: dict[str, Any] = dict(self.counters, max_split_size=max_split)
+        for f in ms.POOL_FAMILIES:
+            out[f] = {p: self.stats[(f, p)].as_dict() for p in ms.POOL_TYPES}
+        for f, stat in self.oversize.items():
+            out[f] = stat.as_dict()
+        return out
+
+    # -- structure helpers
+    def _segment(self, base: int) -> list[_Block]:
+        return sorted((b for b in self.blocks if b.segment == base), key=lambda b: b.ptr)
+
+    def _is_split(self, block: _Block) -> bool:
+        return len(self._segment(block.segment)) > 1
+
+    def _free_list(self, small: bool, stream: int) -> list[_Block]:
+        free = [b for b in self.blocks if not b.allocated and not b.pending
+                and b.small == small and b.stream == stream]
+        return sorted(free, key=lambda b: (b.size, b.ptr))
+
+    def _round(self, size: int) -> int:
+        if size < 512:
+            return 512
+        d = divisions_for(self.config, size)
+        if d > 1 and size > 512 * d:
+            return roundup_power2_next_division(size, d)
+        return (size + 511) // 512 * 512
+
+    # -- operations
+    def malloc(self, size: int, stream: int) -> int:
+        if size == 0:
+            return 0
+        self.process_events()
+        rsize = self._round(size)
+        small = rsize <= MiB
+        max_split = self.config.max_split_size
+        block = None
+        fits = [b for b in self._free_list(small, stream) if b.size >= rsize]
+        if fits:
+            cand = fits[0]
+            ok = not (rsize < max_split and cand.size >= max_split)
+            ok = ok and not (rsize >= max_split and cand.size >= rsize + self.config.max_non_split_rounding_size)
+            block = cand if ok else None
+        if block is None:
+            alloc = 2 * MiB if small else (20 * MiB if rsize < 10 * MiB else -(-rsize // (2 * MiB)) * 2 * MiB)
+            block = self._alloc_segment(alloc, stream, small, retry=False)
+            if block is None and self._release_available(small, stream, rsize):
+                block = self._alloc_segment(alloc, stream, small, retry=False)
+            if block is None:
+                self.empty_cache()
+                block = self._alloc_segment(alloc, stream, small, retry=True)
+            if block is None:
+                self.counters["num_ooms"] += 1
+                raise MemoryError("out of memory")
+        remaining = block.size - rsize
+        split = remaining >= 512 if small else (remaining > MiB and rsize < max_split)
+        was_split = self._is_split(block)
+        if split:
+            rest = _Block(block.ptr + rsize, remaining, stream, small)
+            rest.segment = block.segment
+            self.blocks.append(rest)
+            block.size = rsize
+            if was_split:
+                self._change(small, "inactive_split_bytes", -rsize)
+            else:
+                self._change(small, "inactive_split_bytes", remaining)
+                self._change(small, "inactive_split", 1)
+        elif was_split:
+            self._change(small, "inactive_split_bytes", -block.size)
+            self._change(small, "inactive_split", -1)
+        block.allocated = True
+        block.requested = size
+        for f, v in (("allocation", 1), ("allocated_bytes", block.size), ("active", 1),
+                     ("active_bytes", block.size), ("requested_bytes", size)):
+            self._change(small, f, v)
+        if block.size >= max_split:
+            self.oversize["oversize_allocations"].increase(1)
+        return block.ptr
+
+    def _alloc_segment(self, size: int, stream: int, small: bool, retry: bool) -> _Block | None:
+        if retry:
+            self.counters["num_alloc_retries"] += 1
+        ptr = self.backend.malloc(size, False)
+        if ptr is None:
+            return None
+        block = _Block(ptr, size, stream, small)
+        self.blocks.append(block)
+        self.segment_sizes[ptr] = size
+        self._change(small, "segment", 1)
+        self._change(small, "reserved_bytes", size)
+        if size >= self.config.max_split_size:
+            self.oversize["oversize_segments"].increase(1)
+        self.counters["num_device_alloc"] += 1
+        return block
+
+    def _release(self, block: _Block) -> None:
+        self.backend.free(block.ptr)
+        self.blocks.remove(block)
+        del self.segment_sizes[block.ptr]
+        self._change(block.small, "segment", -1)
+        self._change(block.small, "reserved_bytes", -block.size)
+        if block.size >= self.config.max_split_size:
+            self.oversize["oversize_segments"].decrease(1)
+        self.counters["num_device_free"] += 1
+
+    def _release_available(self, small: bool, stream: int, rsize: int) -> bool:
+        max_split = self.config.max_split_size
+        if max_split == UNLIMITED:
+            return False
+        free = self._free_list(small, stream)
+        key = max(rsize, max_split)
+        fits = [b for b in free if b.size >= key]
+        if fits:
+            self._release(fits[0])
+            return True
+        released = 0
+        for b in reversed(free):
+            if released >= key or b.size < max_split:
+                break
+            released += b.size
+            self._release(b)
+        return released >= key
+
+    def free(self, ptr: int) -> None:
+        block = next(b for b in self.blocks if b.ptr == ptr and b.allocated)
+        block.allocated = False
+        self._change(block.small, "allocation", -1)
+        self._change(block.small, "allocated_bytes", -block.size)
+        if block.size >= self.config.max_split_size:
+            self.oversize["oversize_allocations"].decrease(1)
+        uses = self.uses.pop(ptr, set())
+        if uses:
+            block.pending = True
+            self.unrecorded.append((block, uses))  # the core records at its next safe point
+            return
+        self._free_block(block)
+
+    def _free_block(self, block: _Block) -> None:
+        block.pending = False
+        original, requested = block.size, block.requested
+        seg = self._segment(block.segment)
+        i = seg.index(block)
+        net_n = net_b = 0
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(seg):
+                other = seg[j]
+                if not other.allocated and not other.pending:
+                    block.ptr = min(block.ptr, other.ptr)
+                    block.size += other.size
+                    self.blocks.remove(other)
+                    net_n -= 1
+                    net_b -= other.size
+        if self._is_split(block):
+            net_n += 1
+            net_b += block.size
+        self._change(block.small, "inactive_split", net_n)
+        self._change(block.small, "inactive_split_bytes", net_b)
+        self._change(block.small, "active", -1)
+        self._change(block.small, "active_bytes", -original)
+        self._change(block.small, "requested_bytes", -requested)
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        block = next(b for b in self.blocks if b.ptr == ptr and b.allocated)
+        if stream != block.stream:
+            self.uses.setdefault(ptr, set()).add(stream)
+
+    def _record_pending(self) -> None:
+        for block, uses in self.unrecorded:
+            for stream in uses:
+                self.events.setdefault(stream, []).append((self.backend.queued.get(stream, 0), block))
+            self.event_count[id(block)] = len(uses)
+        self.unrecorded = []
+
+    def _event_done(self, block: _Block) -> None:
+        self.event_count[id(block)] -= 1
+        if self.event_count[id(block)] == 0:
+            del self.event_count[id(block)]
+            self._free_block(block)
+
+    def process_events(self) -> None:
+        self._record_pending()
+        for stream in list(self.events):
+            queue = self.events[stream]
+            while queue and self.backend.done.get(stream, 0) >= queue[0][0]:
+                self._event_done(queue.pop(0)[1])
+            if not queue:
+                del self.events[stream]
+
+    def empty_cache(self) -> None:
+        self.counters["num_sync_all_streams"] += 1
+        self._record_pending()
+        for stream, queue in self.events.items():
+            for count, block in queue:
+                self.backend.done[stream] = max(self.backend.done.get(stream, 0), count)
+                self._event_done(block)
+        self.events.clear()
+        for block in list(self.blocks):
+            if not block.allocated and not block.pending and len(self._segment(block.segment)) == 1:
+                self._release(block)

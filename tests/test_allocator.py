@@ -1,0 +1,588 @@
+"""The allocator core (gpurt/_allocator.py) on a CPU, over a fake host-memory backend.
+
+The same core runs on the GPU over cuMemAlloc (tests/test_memory.py replays traces through
+it and torch). Here: torch's policy rule by rule, property tests with hypothesis (no
+overlap, every block inside a segment, statistics equal a recount, nothing handed out
+twice, OOM leaves things consistent), and agreement with a naive model of torch's
+allocator on every statistic and pointer."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from allocator_model import KiB, MiB, FakeBackend, NaiveTorchModel
+from gpurt import _memstats as ms
+from gpurt._allocator import CAPTURES, CachingAllocator
+from gpurt._allocconf import AllocatorConfig, parse
+from gpurt._memhistory import HistorySettings
+
+S0, S1, S2 = 0, 7, 9  # stream handles
+
+
+def make(config: AllocatorConfig = AllocatorConfig(), capacity: int = 1 << 34,
+         history: HistorySettings | None = None) -> tuple[CachingAllocator, FakeBackend]:
+    backend = FakeBackend(capacity)
+    return CachingAllocator(0, backend, config, history), backend
+
+
+def flat(allocator: CachingAllocator) -> dict:
+    return ms.flatten(allocator.nested_stats())
+
+
+def recount(allocator: CachingAllocator, backend: FakeBackend) -> None:
+    """Check the structure and that every current statistic equals a recount."""
+    expect = {(f, p): 0 for f in ms.POOL_FAMILIES for p in ("small_pool", "large_pool")}
+    segments = allocator.segments()
+    assert {c[0].ptr: sum(b.size for b in c) for c in segments} == backend.live
+    seen = set()
+    for chain in segments:
+        pool = "small_pool" if chain[0].pool.is_small else "large_pool"
+        expect[("segment", pool)] += 1
+        expect[("reserved_bytes", pool)] += sum(b.size for b in chain)
+        for i, block in enumerate(chain):
+            assert block.ptr not in seen, "a block appears twice"
+            seen.add(block.ptr)
+            if i:
+                assert chain[i - 1].ptr + chain[i - 1].size == block.ptr, "gap or overlap"
+                assert chain[i - 1].next is block and block.prev is chain[i - 1]
+            assert block.stream == chain[0].stream and block.pool is chain[0].pool
+            assert block.size > 0 and block.size % 512 == 0
+            if block.is_free:
+                assert not block.allocated
+                index = block.pool.by_stream[block.stream]
+                assert index.buckets[block.size].count(block) == 1
+                if i and chain[i - 1].is_free:
+                    raise AssertionError("two free neighbours were not merged")
+                if len(chain) > 1:
+                    expect[("inactive_split", pool)] += 1
+                    expect[("inactive_split_bytes", pool)] += block.size
+            else:
+                expect[("active", pool)] += 1
+                expect[("active_bytes", pool)] += block.size
+                expect[("requested_bytes", pool)] += block.requested
+                if block.allocated:
+                    expect[("allocation", pool)] += 1
+                    expect[("allocated_bytes", pool)] += block.size
+    stats = flat(allocator)
+    for (family, pool), value in expect.items():
+        assert stats[f"{family}.{pool}.current"] == value, (family, pool)
+        other = "large_pool" if pool == "small_pool" else "small_pool"
+        assert stats[f"{family}.all.current"] == value + expect[(family, other)]
+    for key, value in stats.items():
+        if key.endswith(".peak"):
+            assert value >= stats[key[:-5] + ".current"], key
+
+
+# ---- torch's policy, rule by rule ---------------------------------------------------------
+
+
+def test_rounding_and_segment_sizes():
+    a, backend = make()
+    sizes = {}
+    for request in (1, 511, 512, 513, 1 * MiB, 1 * MiB + 1, 9 * MiB, 10 * MiB, 10 * MiB + 1):
+        ptr = a.malloc(request, S0)
+        sizes[request] = a.allocation_size_of(ptr)
+        a.free(ptr)
+        a.empty_cache()
+    assert sizes[1] == sizes[511] == sizes[512] == 512
+    assert sizes[513] == 1024
+    assert sizes[1 * MiB] == 1 * MiB
+    assert sizes[1 * MiB + 1] == 1 * MiB + 512
+    assert sizes[10 * MiB + 1] == 10 * MiB + 512  # split from a 12 MiB segment
+    a.malloc(4 * KiB, S0)
+    a.malloc(10 * MiB + 1, S0)
+    a.malloc(2 * MiB, S0)  # does not fit the 2 MiB - 512 B left of the 12 MiB segment
+    assert sorted(backend.live.values()) == [2 * MiB, 12 * MiB, 20 * MiB]
+
+
+def test_zero_and_negative_sizes():
+    a, backend = make()
+    assert a.malloc(0, S0) == 0
+    a.free(0)
+    with pytest.raises(ValueError):
+        a.malloc(-1, S0)
+    assert not backend.live
+
+
+def test_small_blocks_share_a_segment_and_merge_back():
+    a, backend = make()
+    p = [a.malloc(1000, S0) for _ in range(4)]
+    assert len(backend.live) == 1
+    assert [x - p[0] for x in p] == [0, 1024, 2048, 3072]
+    stats = flat(a)
+    assert stats["inactive_split.small_pool.current"] == 1
+    assert stats["inactive_split_bytes.small_pool.current"] == 2 * MiB - 4096
+    for ptr in (p[1], p[3], p[0], p[2]):
+        a.free(ptr)
+        recount(a, backend)
+    stats = flat(a)
+    assert stats["inactive_split.all.current"] == 0
+    assert stats["allocation.all.current"] == 0
+    assert stats["reserved_bytes.all.current"] == 2 * MiB
+
+
+def test_large_split_rule():
+    a, backend = make()
+    x = a.malloc(19 * MiB, S0)  # 1 MiB left in the 20 MiB segment: not worth a split
+    assert a.allocation_size_of(x) == 20 * MiB
+    y = a.malloc(18 * MiB, S0)  # 2 MiB left: split
+    assert a.allocation_size_of(y) == 18 * MiB
+    stats = flat(a)
+    assert stats["allocated_bytes.large_pool.current"] == 38 * MiB
+    assert stats["requested_bytes.large_pool.current"] == 37 * MiB
+    recount(a, backend)
+
+
+def test_best_fit_smallest_then_lowest_address():
+    a, backend = make()
+    blocks = [a.malloc(s, S0) for s in (3 * MiB, 2 * MiB, 3 * MiB, 2 * MiB, 4 * MiB)]
+    keep = a.malloc(2 * MiB, S0)
+    for ptr in blocks[::2]:  # free 3, 3, 4 MiB (separated by live 2 MiB blocks)
+        a.free(ptr)
+    assert a.malloc(3 * MiB, S0) == blocks[0]
+    assert a.malloc(3 * MiB, S0) == blocks[2]
+    assert a.malloc(3 * MiB + 512, S0) == blocks[4]
+    del keep
+    recount(a, backend)
+
+
+def test_blocks_stay_with_their_stream():
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    a.free(p)
+    q = a.malloc(4 * KiB, S1)
+    assert len(backend.live) == 2 and q != p
+    assert a.malloc(4 * KiB, S0) == p
+    recount(a, backend)
+
+
+# ---- record_stream ------------------------------------------------------------------------
+
+
+def test_record_stream_defers_reuse_until_the_event_completes():
+    a, backend = make()
+    p = a.malloc(8 * KiB, S0)
+    a.record_stream(p, S1)
+    a.record_stream(p, S0)  # the allocation stream itself needs nothing
+    backend.launch(S1)
+    calls = list(backend.calls)
+    a.free(p)
+    assert backend.calls == calls, "free() must not call the backend"
+    stats = flat(a)
+    assert stats["allocated_bytes.all.current"] == 0
+    assert stats["active_bytes.all.current"] == 8 * KiB  # pending, still active
+    state = {b["state"] for s in a.snapshot() for b in s["blocks"] if b["address"] == p}
+    assert state == {"active_pending_free"}
+    q = a.malloc(8 * KiB, S0)  # records the event; the block is not free yet
+    assert q != p
+    backend.complete(S1)
+    a.free(q)
+    r = a.malloc(8 * KiB, S0)  # event done: p comes back (lowest address)
+    assert r == p
+    recount(a, backend)
+
+
+def test_record_stream_of_an_interior_pointer_and_errors():
+    a, _ = make()
+    p = a.malloc(64 * KiB, S0)
+    a.record_stream(p + 100, S2)
+    with pytest.raises(ValueError):
+        a.record_stream(p + 64 * KiB + 1 << 30, S2)
+    a.free(p)
+    with pytest.raises(ValueError, match="already freed"):
+        a.free(p)
+
+
+def test_empty_cache_synchronizes_pending_blocks():
+    a, backend = make()
+    p = a.malloc(3 * MiB, S0)
+    a.record_stream(p, S1)
+    backend.launch(S1)
+    a.free(p)
+    a.empty_cache()
+    stats = flat(a)
+    assert stats["reserved_bytes.all.current"] == 0
+    assert stats["active.all.current"] == 0
+    assert stats["num_sync_all_streams"] == 1
+    assert "event_synchronize" in backend.calls
+
+
+# ---- out of memory ------------------------------------------------------------------------
+
+
+def test_oom_frees_cache_retries_then_raises_consistently():
+    a, backend = make(capacity=64 * MiB)
+    cached = a.malloc(30 * MiB, S0)
+    a.free(cached)  # cached, unused
+    big = a.malloc(50 * MiB, S0)  # needs the cache released, then a retry
+    stats = flat(a)
+    assert stats["num_alloc_retries"] == 1 and stats["num_device_free"] == 1
+    before = {k: v for k, v in flat(a).items()}
+    with pytest.raises(MemoryError) as info:
+        a.malloc(40 * MiB, S0)
+    message = str(info.value)
+    for text in ("Tried to allocate 40.00 MiB", "total capacity of 64.00 MiB",
+                 "14.00 MiB is free", "50.00 MiB is allocated", "reserved by gpurt"):
+        assert text in message, (text, message)
+    after = flat(a)
+    assert after["num_ooms"] == 1
+    assert {k: v for k, v in after.items() if "num_" not in k} == {
+        k: v for k, v in before.items() if "num_" not in k}
+    recount(a, backend)
+    a.free(big)
+    assert a.malloc(40 * MiB, S0)  # usable afterwards
+    recount(a, backend)
+
+
+def test_oom_message_hints_at_fragmentation():
+    a, _ = make(capacity=44 * MiB)
+    keep = [a.malloc(12 * MiB, S0), a.malloc(12 * MiB, S0)]
+    parts = [a.malloc(2 * MiB, S0) for _ in range(10)]  # split 20 MiB segments
+    for ptr in parts[::2]:
+        a.free(ptr)
+    with pytest.raises(MemoryError, match="fragmented"):
+        a.malloc(4 * MiB, S0)
+    del keep
+
+
+def test_per_process_fraction_limits_reserved_memory():
+    a, _ = make(capacity=100 * MiB)
+    a.set_memory_fraction(0.5)
+    a.malloc(40 * MiB, S0)
+    with pytest.raises(MemoryError, match="50.00 MiB allowed"):
+        a.malloc(20 * MiB, S0)
+    assert a.memory_fraction == 0.5
+
+
+# ---- configuration: max_split_size, rounding, garbage collection --------------------------
+
+
+def test_max_split_size_keeps_oversize_blocks_whole():
+    a, backend = make(parse("max_split_size_mb:40"))
+    p = a.malloc(100 * MiB, S0)
+    a.free(p)
+    q = a.malloc(30 * MiB, S0)  # smaller than max_split: never carved from the 100 MiB block
+    assert q != p
+    r = a.malloc(90 * MiB, S0)  # oversize request: the 100 MiB block is within 20 MiB
+    assert r == p and a.allocation_size_of(r) == 100 * MiB
+    stats = flat(a)
+    assert stats["max_split_size"] == 40 * MiB
+    assert stats["oversize_allocations.current"] == 1
+    assert stats["oversize_segments.current"] == 1
+    a.free(r)
+    s = a.malloc(60 * MiB, S0)  # 100 >= 60 + 20: a new segment
+    assert s != p
+    recount(a, backend)
+
+
+def test_oversize_cached_blocks_are_released_before_a_full_flush():
+    a, backend = make(parse("max_split_size_mb:20"), capacity=120 * MiB)
+    small = a.malloc(4 * MiB, S0)  # 20 MiB segment
+    a.free(small)
+    for ptr in [a.malloc(30 * MiB, S0) for _ in range(3)]:
+        a.free(ptr)
+    a.malloc(60 * MiB, S0)  # released two 30 MiB oversize blocks, kept the rest
+    stats = flat(a)
+    assert stats["num_alloc_retries"] == 0
+    assert stats["num_device_free"] == 2
+    recount(a, backend)
+
+
+def test_roundup_power2_divisions():
+    a, _ = make(parse("roundup_power2_divisions:4"))
+    assert a.allocation_size_of(a.malloc(1200 * KiB, S0)) == 1280 * KiB
+    # torch's list form: "K:v" sets the interval of K MiB (and all below, for the first
+    # entry); ">:v" sets the last named interval and everything above.
+    b, _ = make(parse("roundup_power2_divisions:[1:1,2:1,>:2]"))
+    assert b.allocation_size_of(b.malloc(1200 * KiB, S0)) == 1200 * KiB  # 1 MiB interval: off
+    assert b.allocation_size_of(b.malloc(5 * MiB, S0)) == 6 * MiB
+
+
+def test_garbage_collection_frees_old_cached_blocks():
+    a, backend = make(parse("garbage_collection_threshold:0.5"), capacity=100 * MiB)
+    a.set_memory_fraction(1.0)
+    old = [a.malloc(14 * MiB, S0) for _ in range(4)]
+    for ptr in old:
+        a.free(ptr)
+    for _ in range(5):  # age the cached blocks
+        a.free(a.malloc(4 * KiB, S0))
+    a.malloc(30 * MiB, S0)  # reserved 58 MiB > 50 MiB threshold: collect before growing
+    stats = flat(a)
+    assert stats["num_device_free"] >= 1
+    assert stats["num_alloc_retries"] == 0
+    recount(a, backend)
+
+
+def test_uncached_mode_returns_segments_at_the_next_call():
+    a, backend = make(AllocatorConfig(caching=False))
+    p = a.malloc(4 * KiB, S0)
+    q = a.malloc(4 * KiB, S0)
+    assert len(backend.live) == 2 and backend.live[p] == 4 * KiB
+    a.free(p)
+    assert "free" not in backend.calls  # frees never call the backend
+    a.malloc(8 * KiB, S0)
+    assert p not in backend.live and q in backend.live
+
+
+# ---- graph-private pools ------------------------------------------------------------------
+
+
+def test_private_pool_routing_and_release():
+    a, backend = make()
+    pool = (0, 1)
+    a.retain_pool(pool)
+    a.begin_allocate_to_pool(pool, S1)
+    assert a.captures_underway() and CAPTURES.count == 1
+    try:
+        eager = a.malloc(4 * KiB, S0)  # other streams keep using the default pools
+        g1 = a.malloc(4 * KiB, S1)
+        g2 = a.malloc(3 * MiB, S1)
+        a.free(g1)  # back to the private pool
+        g3 = a.malloc(4 * KiB, S1)
+        assert g3 == g1
+        a.empty_cache()  # illegal during capture: deferred
+        assert "free" not in backend.calls
+    finally:
+        a.end_allocate_to_pool(pool)
+    assert CAPTURES.count == 0
+    assert len(backend.live) == 3
+    a.free(g3)
+    a.free(g2)
+    other = a.malloc(4 * KiB, S1)  # eager on the same stream: never from the private pool
+    assert backend.live.get(other - (other - min(backend.live)) ) is not None
+    assert other not in (g1, g2, g3)
+    stats = flat(a)
+    assert stats["segment.all.current"] == 4  # deferred empty_cache kept what is in use
+    a.release_pool(pool)
+    a.empty_cache()
+    assert all(p not in backend.live for p in (g1, g2))
+    with pytest.raises(RuntimeError):
+        a.release_pool(pool)
+    a.free(eager)
+    a.free(other)
+    a.empty_cache()
+    assert not backend.live
+    recount(a, backend)
+
+
+def test_frees_with_stream_uses_wait_for_the_capture_to_end():
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    a.record_stream(p, S2)
+    a.retain_pool((0, 2))
+    a.begin_allocate_to_pool((0, 2), S1)
+    try:
+        a.free(p)
+        a.malloc(4 * KiB, S1)
+        assert "event_record" not in backend.calls and "event_query" not in backend.calls
+        with pytest.raises(RuntimeError):
+            a.begin_allocate_to_pool((0, 2), S1)
+    finally:
+        a.end_allocate_to_pool((0, 2))
+    with pytest.raises(RuntimeError):
+        a.end_allocate_to_pool((0, 2))
+    a.malloc(512, S0)
+    assert "event_record" in backend.calls
+
+
+# ---- finalizers, threads, history ---------------------------------------------------------
+
+
+def test_free_with_the_lock_held_is_queued_and_done_later():
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    with a._lock:  # as if a finalizer ran inside an allocator call
+        a.free(p)
+        assert a._queued
+    assert flat(a)["allocation.all.current"] == 0  # statistics drain the queue
+    q = a.malloc(4 * KiB, S0)
+    assert q == p
+    recount(a, backend)
+
+
+def test_threads_hammering_malloc_and_free():
+    a, backend = make()
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            sizes = [512 * (1 + (seed * 7 + i * 13) % 4000) for i in range(300)]
+            live = []
+            for i, size in enumerate(sizes):
+                live.append(a.malloc(size, S0 if i % 2 else S1))
+                if len(live) > 20:
+                    a.free(live.pop(0))
+            for ptr in live:
+                a.free(ptr)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    a.flush()
+    assert flat(a)["allocation.all.current"] == 0
+    recount(a, backend)
+    a.empty_cache()
+    assert not backend.live
+
+
+def test_history_records_events_and_frames():
+    history = HistorySettings()
+    history.configure("all", "all", "python", 100)
+    a, _ = make(history=history)
+    p = a.malloc(4 * KiB, S0)
+    snapshot = a.snapshot()
+    block = next(b for s in snapshot for b in s["blocks"] if b["address"] == p)
+    assert block["state"] == "active_allocated"
+    assert any(f["name"] == "test_history_records_events_and_frames" for f in block["frames"])
+    a.free(p)
+    a.empty_cache()
+    actions = [e["action"] for e in a.trace.as_json()]
+    assert actions == ["segment_alloc", "alloc", "free_requested", "free_completed",
+                       "empty_cache", "segment_free"]
+    assert all(e["time_us"] > 0 for e in a.trace.as_json())
+    history.configure(None, None, "python", 1)
+    assert not history.enabled
+
+
+def test_snapshot_layout():
+    a, _ = make()
+    p = a.malloc(4 * KiB, S0)
+    (segment,) = a.snapshot()
+    assert segment["segment_type"] == "small" and segment["total_size"] == 2 * MiB
+    assert segment["allocated_size"] == 4 * KiB and segment["active_size"] == 4 * KiB
+    assert segment["segment_pool_id"] == [0, 0] and segment["stream"] == S0
+    assert [b["state"] for b in segment["blocks"]] == ["active_allocated", "inactive"]
+    assert segment["blocks"][0]["address"] == p == segment["address"]
+
+
+def test_peaks_and_resets_follow_torch():
+    a, _ = make()
+    p = a.malloc(3 * MiB, S0)
+    a.free(p)
+    q = a.malloc(1 * MiB, S0)
+    stats = flat(a)
+    assert stats["allocated_bytes.all.peak"] == 3 * MiB
+    assert stats["allocated_bytes.all.allocated"] == 4 * MiB
+    assert stats["allocated_bytes.all.freed"] == 3 * MiB
+    a.reset_peak_stats()
+    assert flat(a)["allocated_bytes.all.peak"] == 1 * MiB
+    a.reset_accumulated_stats()
+    stats = flat(a)
+    assert stats["allocated_bytes.all.allocated"] == 0 == stats["allocated_bytes.all.freed"]
+    assert stats["num_device_alloc"] == 0
+    a.free(q)
+    stats = flat(a)
+    assert stats["allocated_bytes.all.freed"] == 1 * MiB
+    assert stats["allocated_bytes.all.current"] == 0
+
+
+# ---- property tests: random traces --------------------------------------------------------
+
+sizes = st.one_of(
+    st.integers(1, 4 * KiB),
+    st.integers(4 * KiB, 1 * MiB + 4 * KiB),
+    st.integers(1 * MiB, 12 * MiB),
+    st.integers(12 * MiB, 48 * MiB),
+)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("malloc"), sizes, st.sampled_from([S0, S0, S0, S1])),
+        st.tuples(st.just("free"), st.integers(0, 10**6), st.none()),
+        st.tuples(st.just("record"), st.integers(0, 10**6), st.sampled_from([S1, S2])),
+        st.tuples(st.just("launch"), st.sampled_from([S1, S2]), st.none()),
+        st.tuples(st.just("complete"), st.sampled_from([S1, S2]), st.none()),
+        st.tuples(st.just("empty_cache"), st.none(), st.none()),
+    ),
+    min_size=10,
+    max_size=150,
+)
+configs = st.sampled_from(["", "max_split_size_mb:24", "roundup_power2_divisions:4",
+                           "max_split_size_mb:20,roundup_power2_divisions:[1:2,8:4,>:1]"])
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(trace=ops, conf=configs, capacity=st.sampled_from([96 * MiB, 1 << 34]))
+def test_random_traces_match_the_naive_torch_model(trace, conf, capacity):
+    replay(trace, conf, capacity)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_long_random_traces_match_the_naive_torch_model(seed):
+    """Long traces reach states that short hypothesis examples rarely do."""
+    rng = random.Random(seed)
+    trace = []
+    for _ in range(1500):
+        kind = rng.random()
+        if kind < 0.45:
+            band = rng.choice([(1, 4 * KiB), (4 * KiB, 1 * MiB + 4 * KiB), (1 * MiB, 12 * MiB),
+                               (12 * MiB, 40 * MiB)])
+            trace.append(("malloc", rng.randint(*band), rng.choice([S0, S0, S0, S1])))
+        elif kind < 0.85:
+            trace.append(("free", rng.randrange(10**6), None))
+        elif kind < 0.9:
+            trace.append(("record", rng.randrange(10**6), rng.choice([S1, S2])))
+        elif kind < 0.99:
+            trace.append((rng.choice(["launch", "complete"]), rng.choice([S1, S2]), None))
+        else:
+            trace.append(("empty_cache", None, None))
+    replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4"][seed % 3],
+           [256 * MiB, 1 << 34][seed % 2], check_every=25)
+
+
+def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
+    config = parse(conf)
+    a, backend = make(config, capacity)
+    model_backend = FakeBackend(capacity)
+    model = NaiveTorchModel(model_backend, config)
+    live: list[int] = []
+    for op, x, y in trace:
+        if op == "malloc":
+            got = expected = None
+            try:
+                got = a.malloc(x, y)
+            except MemoryError:
+                pass
+            try:
+                expected = model.malloc(x, y)
+            except MemoryError:
+                pass
+            assert got == expected
+            if got:
+                live.append(got)
+        elif op == "free" and live:
+            ptr = live.pop(x % len(live))
+            a.free(ptr)
+            model.free(ptr)
+        elif op == "record" and live:
+            ptr = live[x % len(live)]
+            a.record_stream(ptr, y)
+            model.record_stream(ptr, y)
+        elif op in ("launch", "complete"):
+            getattr(backend, op)(x)
+            getattr(model_backend, op)(x)
+        elif op == "empty_cache":
+            a.empty_cache()
+            model.empty_cache()
+        if check_every == 1 or op == "empty_cache" or len(live) % check_every == 0:
+            assert flat(a) == ms.flatten(model.nested())
+            recount(a, backend)
+    assert flat(a) == ms.flatten(model.nested())
+    for ptr in live:
+        a.free(ptr)
+    for stream in (S1, S2):
+        backend.complete(stream)
+    a.empty_cache()
+    stats = flat(a)
+    assert stats["reserved_bytes.all.current"] == 0 and not backend.live
+    assert stats["active.all.current"] == 0 and stats["allocation.all.current"] == 0

@@ -1,0 +1,385 @@
+"""Devices (gpurt/device.py): index parsing, the per-thread current device, the ``device``
+context managers, properties (checked against torch and CuPy where installed) and NVML."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import operator
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+# the fake_* fixtures are used by name
+from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
+from cuda.bindings import driver as cu
+
+import gpurt
+from gpurt._driver import CudaUnavailableError, check
+
+dev = importlib.import_module("gpurt.device")  # gpurt.device is the context manager
+NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
+MiB = 1 << 20
+
+# every public name of gpurt.device and the test(s) that exercise it on the real driver
+COVERED = {
+    "Device": "test_gpu_public_functions",
+    "DeviceProperties": "test_gpu_properties_are_sane",
+    "is_available": "test_gpu_public_functions",
+    "is_initialized": "test_gpu_public_functions",
+    "init": "test_gpu_public_functions",
+    "device_count": "test_gpu_public_functions",
+    "current_device": "test_gpu_current_device_is_per_thread",
+    "set_device": "test_gpu_current_device_is_per_thread",
+    "device": "test_gpu_device_context_restores",
+    "device_of": "test_gpu_device_context_restores",
+    "get_device_name": "test_gpu_public_functions",
+    "get_device_capability": "test_gpu_public_functions",
+    "get_device_properties": "test_gpu_properties_match_torch",
+    "get_arch": "test_gpu_public_functions",
+    "synchronize": "test_gpu_public_functions",
+    "mem_get_info": "test_gpu_mem_get_info",
+    "can_device_access_peer": "test_gpu_public_functions",
+    "utilization": "test_gpu_nvml_readings",
+    "temperature": "test_gpu_nvml_readings",
+    "power_draw": "test_gpu_nvml_readings",
+    "clock_rate": "test_gpu_nvml_readings",
+    "memory_usage": "test_gpu_nvml_readings",
+}
+
+
+def in_thread(fn: Callable[[], Any]) -> Any:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001  (handed back to the test thread)
+            out["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(30)
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def test_every_public_name_has_a_gpu_test() -> None:
+    assert set(COVERED) == set(dev.__all__)
+    for test in set(COVERED.values()):
+        assert callable(globals()[test]), test
+
+
+# ================================ CPU ================================
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ("cpu", ValueError), ("cuda:x", ValueError), ("cuda:-1", ValueError),
+        ("CUDA:0", ValueError), ("cuda:0:1", ValueError), (" cuda:0", ValueError),
+        (True, TypeError), (1.0, TypeError), ([0], TypeError),
+        (types.SimpleNamespace(type="cpu", index=0), TypeError),
+    ],
+)
+def test_bad_device_specs_fail_before_touching_the_driver(bad: Any, error: type) -> None:
+    with pytest.raises(error):
+        dev._index(bad)
+
+
+@NO_DRIVER
+def test_valid_specs_need_the_driver() -> None:
+    for spec in (0, "cuda", "cuda:0", None):
+        with pytest.raises(CudaUnavailableError, match="no NVIDIA driver"):
+            dev._index(spec)
+
+
+def test_index_parsing(fake_gpus: FakeContexts) -> None:
+    torch_like = types.SimpleNamespace(type="cuda", index=1)
+    assert [dev._index(x) for x in (None, 0, 1, "cuda", "cuda:1", gpurt.Device(1), torch_like)] \
+        == [0, 0, 1, 0, 1, 1, 1]
+    gpurt.set_device(1)
+    assert dev._index(None) == dev._index("cuda") == 1
+    assert dev._index(types.SimpleNamespace(type="cuda", index=None)) == 1
+    for bad in (2, -1, "cuda:2", types.SimpleNamespace(type="cuda", index=5)):
+        with pytest.raises(ValueError, match=r"valid devices are 0\.\.1"):
+            dev._index(bad)
+
+
+def test_device_object(fake_gpus: FakeContexts) -> None:
+    d = gpurt.Device("cuda:1")
+    assert d == gpurt.Device(1) and d != gpurt.Device(0) and hash(d) == hash(gpurt.Device(1))
+    assert repr(d) == "device(type='cuda', index=1)" and str(d) == "cuda:1"
+    assert d.type == "cuda" and operator.index(d) == 1 and [10, 11][d] == 11
+    assert gpurt.Device().index == 0
+    assert d != "cuda:1"
+
+
+def test_current_device_is_per_thread(fake_gpus: FakeContexts) -> None:
+    gpurt.set_device(1)
+    assert gpurt.current_device() == 1 and fake_gpus.bound == 1
+
+    def other() -> tuple[int, int, int | None]:
+        first = gpurt.current_device()  # a new thread starts on device 0, like the runtime
+        gpurt.set_device(1)
+        gpurt.set_device(0)
+        return first, gpurt.current_device(), fake_gpus.bound
+
+    assert in_thread(other) == (0, 0, 0)
+    assert gpurt.current_device() == 1 and fake_gpus.bound == 1
+
+
+def test_device_context_restores_on_exception_and_nests(fake_gpus: FakeContexts) -> None:
+    with gpurt.device(1):
+        assert gpurt.current_device() == 1
+        with gpurt.device("cuda:0"):
+            assert gpurt.current_device() == 0 and fake_gpus.bound == 0
+        assert gpurt.current_device() == 1 and fake_gpus.bound == 1
+    assert gpurt.current_device() == 0
+    with pytest.raises(LookupError), gpurt.device(1):
+        raise LookupError("boom")
+    assert gpurt.current_device() == 0 and fake_gpus.bound == 0
+    with gpurt.device(None):
+        assert gpurt.current_device() == 0
+    ctx = gpurt.device(1)
+    with ctx:
+        assert in_thread(gpurt.current_device) == 0  # other threads are unaffected
+    assert gpurt.current_device() == 0
+
+
+def test_device_of(fake_gpus: FakeContexts) -> None:
+    on_gpu = types.SimpleNamespace(device=gpurt.Device(1))
+    with gpurt.device_of(on_gpu):
+        assert gpurt.current_device() == 1
+    with gpurt.device_of(types.SimpleNamespace(device="cuda:1")):
+        assert gpurt.current_device() == 1
+    for host in (np.zeros(3), object(), types.SimpleNamespace(device="cpu"),
+                 types.SimpleNamespace(device=types.SimpleNamespace(type="cpu", index=None))):
+        with gpurt.device_of(host):
+            assert gpurt.current_device() == 0
+    assert gpurt.current_device() == 0
+
+
+def test_device_properties_type() -> None:
+    names = [field.name for field in dataclasses.fields(gpurt.DeviceProperties)]
+    torch_names = {
+        "name", "major", "minor", "total_memory", "multi_processor_count",
+        "max_threads_per_multi_processor", "warp_size", "regs_per_multiprocessor",
+        "shared_memory_per_block", "shared_memory_per_block_optin",
+        "shared_memory_per_multiprocessor", "L2_cache_size", "uuid", "pci_bus_id",
+        "pci_device_id", "pci_domain_id", "is_integrated", "is_multi_gpu_board",
+        "clock_rate", "memory_clock_rate", "memory_bus_width", "max_threads_per_block",
+    }
+    assert torch_names <= set(names)
+    values = {name: (1 if field.type in (int, "int") else "x") for name, field in
+              ((f.name, f) for f in dataclasses.fields(gpurt.DeviceProperties))}
+    props = gpurt.DeviceProperties(**values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        props.major = 9  # type: ignore[misc]
+    assert repr(props).startswith("DeviceProperties(name=")
+
+
+@NO_DRIVER
+def test_nvml_readings_without_a_driver_raise_clearly() -> None:
+    for reading in (gpurt.utilization, gpurt.temperature, gpurt.power_draw,
+                    gpurt.clock_rate, gpurt.memory_usage):
+        with pytest.raises(CudaUnavailableError):
+            reading()
+
+
+# ================================ GPU ================================
+
+gpu = pytest.mark.usefixtures("gpu_state")
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_public_functions() -> None:
+    gpurt.init()
+    gpurt.init()
+    assert gpurt.is_available() and gpurt.is_initialized()
+    count = gpurt.device_count()
+    assert count >= 1
+    props = gpurt.get_device_properties(0)
+    assert gpurt.Device(0).properties is props is gpurt.get_device_properties("cuda:0")
+    assert gpurt.get_device_name() == props.name and props.name
+    assert gpurt.get_device_capability(0) == (props.major, props.minor) and props.major >= 5
+    assert gpurt.get_arch() == f"sm_{props.major}{props.minor}"
+    gpurt.synchronize()
+    gpurt.synchronize("cuda:0")
+    assert gpurt.can_device_access_peer(0, 0) is False
+    if count >= 2:
+        assert isinstance(gpurt.can_device_access_peer(0, 1), bool)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_properties_are_sane() -> None:
+    props = gpurt.get_device_properties()
+    assert isinstance(props, gpurt.DeviceProperties)
+    assert props.total_memory > 1024 * MiB and props.warp_size == 32
+    assert props.multi_processor_count > 0 and props.L2_cache_size > 0
+    assert props.max_threads_per_block == 1024 and props.shared_memory_per_block == 48 * 1024
+    assert props.shared_memory_per_block_optin >= props.shared_memory_per_block
+    assert len(props.uuid) == 36 and props.uuid.count("-") == 4
+    assert props.clock_rate > 0 and props.memory_bus_width > 0
+    assert isinstance(props.is_integrated, bool)
+
+
+def _normal_uuid(value: Any) -> str:
+    text = value.hex() if isinstance(value, (bytes, bytearray)) else str(value)
+    return text.lower().removeprefix("gpu-").replace("-", "")
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_properties_match_torch() -> None:
+    torch = pytest.importorskip("torch")
+    ours = gpurt.get_device_properties(0)
+    theirs = torch.cuda.get_device_properties(0)
+    compared = []
+    for field in dataclasses.fields(ours):
+        if field.name in ("uuid", "index") or not hasattr(theirs, field.name):
+            continue
+        assert getattr(ours, field.name) == getattr(theirs, field.name), field.name
+        compared.append(field.name)
+    assert len(compared) >= 12, compared
+    if hasattr(theirs, "uuid"):
+        assert _normal_uuid(ours.uuid) == _normal_uuid(theirs.uuid)
+    assert gpurt.device_count() == torch.cuda.device_count()
+    assert gpurt.get_device_capability(0) == torch.cuda.get_device_capability(0)
+    assert gpurt.get_device_name(0) == torch.cuda.get_device_name(0)
+
+
+CUPY_KEYS = {
+    "total_memory": "totalGlobalMem", "major": "major", "minor": "minor",
+    "multi_processor_count": "multiProcessorCount",
+    "max_threads_per_multi_processor": "maxThreadsPerMultiProcessor",
+    "max_threads_per_block": "maxThreadsPerBlock", "warp_size": "warpSize",
+    "regs_per_multiprocessor": "regsPerMultiprocessor", "regs_per_block": "regsPerBlock",
+    "shared_memory_per_block": "sharedMemPerBlock",
+    "shared_memory_per_block_optin": "sharedMemPerBlockOptin",
+    "shared_memory_per_multiprocessor": "sharedMemPerMultiprocessor",
+    "L2_cache_size": "l2CacheSize", "persisting_l2_cache_max_size": "persistingL2CacheMaxSize",
+    "pci_bus_id": "pciBusID", "pci_device_id": "pciDeviceID", "pci_domain_id": "pciDomainID",
+    "is_integrated": "integrated", "is_multi_gpu_board": "isMultiGpuBoard",
+    "clock_rate": "clockRate", "memory_clock_rate": "memoryClockRate",
+    "memory_bus_width": "memoryBusWidth", "async_engine_count": "asyncEngineCount",
+    "concurrent_kernels": "concurrentKernels", "cooperative_launch": "cooperativeLaunch",
+    "max_blocks_per_multi_processor": "maxBlocksPerMultiProcessor",
+    "unified_addressing": "unifiedAddressing", "memory_pools_supported": "memoryPoolsSupported",
+}
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_properties_match_cupy() -> None:
+    cupy = pytest.importorskip("cupy")
+    ours = gpurt.get_device_properties(0)
+    theirs = cupy.cuda.runtime.getDeviceProperties(0)
+    compared = []
+    for field, key in CUPY_KEYS.items():
+        if key in theirs:
+            assert getattr(ours, field) == theirs[key], (field, key)
+            compared.append(field)
+    assert len(compared) >= 12, compared
+    name = theirs["name"]
+    assert ours.name == (name.decode() if isinstance(name, bytes) else name)
+    if "uuid" in theirs:
+        assert _normal_uuid(ours.uuid) == _normal_uuid(bytes(theirs["uuid"]))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_invalid_ordinal_names_the_range() -> None:
+    count = gpurt.device_count()
+    pattern = rf"valid devices are 0\.\.{count - 1}"
+    for bad in (count, -1, f"cuda:{count}"):
+        with pytest.raises(ValueError, match=pattern):
+            gpurt.set_device(bad)
+        with pytest.raises(ValueError, match=pattern):
+            gpurt.get_device_properties(bad)
+    assert gpurt.current_device() == 0
+
+
+def _bound_context() -> int:
+    return int(check(cu.cuCtxGetCurrent()))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_current_device_is_per_thread() -> None:
+    gpurt.set_device(0)
+    primary = int(dev.primary_context(0))
+    assert _bound_context() == primary
+
+    def other() -> tuple[int, int]:
+        index = gpurt.current_device()
+        gpurt.synchronize()  # binds the primary context on this thread
+        return index, _bound_context()
+
+    assert in_thread(other) == (0, primary)
+    if gpurt.device_count() >= 2:
+        gpurt.set_device(1)
+        assert in_thread(gpurt.current_device) == 0
+        assert _bound_context() == int(dev.primary_context(1))
+        gpurt.set_device(0)
+    assert gpurt.current_device() == 0 and _bound_context() == primary
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_device_context_restores() -> None:
+    last = gpurt.device_count() - 1
+    with pytest.raises(RuntimeError), gpurt.device(last):
+        assert gpurt.current_device() == last
+        raise RuntimeError("boom")
+    assert gpurt.current_device() == 0
+    assert _bound_context() == int(dev.primary_context(0))
+    with gpurt.device_of(types.SimpleNamespace(device=gpurt.Device(last))):
+        assert gpurt.current_device() == last
+        assert in_thread(gpurt.current_device) == 0
+    with gpurt.device_of(np.ones(2)):
+        assert gpurt.current_device() == 0
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_mem_get_info() -> None:
+    free, total = gpurt.mem_get_info()
+    assert 0 < free <= total == gpurt.get_device_properties(0).total_memory
+    buffer = check(cu.cuMemAlloc(256 * MiB))
+    try:
+        after, _ = gpurt.mem_get_info(0)
+        assert after <= free - 200 * MiB
+    finally:
+        check(cu.cuMemFree(buffer))
+    try:
+        import torch
+    except ImportError:
+        return
+    torch_free, torch_total = torch.cuda.mem_get_info(0)
+    assert torch_total == total and abs(torch_free - free) < total // 10
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_nvml_readings() -> None:
+    try:
+        readings = {
+            "utilization": gpurt.utilization(), "memory_usage": gpurt.memory_usage(),
+            "temperature": gpurt.temperature(), "power_draw": gpurt.power_draw(),
+            "clock_rate": gpurt.clock_rate(0),
+        }
+    except CudaUnavailableError as exc:
+        pytest.skip(f"NVML is not usable here: {exc}")
+    assert 0 <= readings["utilization"] <= 100
+    assert 0 <= readings["memory_usage"] <= 100
+    assert 5 <= readings["temperature"] <= 120  # degrees C
+    assert 1_000 <= readings["power_draw"] <= 2_000_000  # mW
+    assert 100 <= readings["clock_rate"] <= 5_000  # MHz
