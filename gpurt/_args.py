@@ -183,7 +183,7 @@ class Plan:
             convert = _converter(param)
             if param.kind == "pointer":
                 values.append(f"{arg}.ptr if type({arg}) is Array and {arg}.device.index == index "
-                              f"else pointer({arg}, index)")
+                              f"else {arg} if type({arg}) is int else pointer({arg}, index)")
             elif convert is not None:
                 self.converters[param.index] = convert
                 values.append(f"convert{param.index}({arg})")

@@ -8,7 +8,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__: list[str] = []  # internal module; gpurt.array re-exports the names
+# The dtype names, re-exported by gpurt.array (gpurt.float32 ...) as numpy dtype objects.
+__all__ = [
+    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+]
 
 bool_ = np.dtype(np.bool_)
 int8 = np.dtype(np.int8)

@@ -13,6 +13,7 @@ import atexit
 import collections
 import ctypes
 import itertools
+import sys
 import time
 import warnings
 import weakref
@@ -147,7 +148,24 @@ def _run_host_callback(key: int | None) -> None:
 
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_run_host_callback)  # lives forever
-HOST_FN_PTR = cu.CUhostFn(ctypes.cast(_HOST_FN, ctypes.c_void_p).value)
+_HOST_FN_ADDRESS = ctypes.cast(_HOST_FN, ctypes.c_void_p).value
+_libcuda_launch_host_func: Any = None
+
+
+def launch_host_func(stream: Any, key: int) -> tuple:
+    """``cuLaunchHostFunc(stream, trampoline, key)`` called on libcuda directly, returning
+    the bindings' ``(CUresult,)`` shape for :func:`check`. The cuda.bindings wrapper frees
+    its per-launch record after the first call, so a host node captured into a graph would
+    read freed memory on its second replay; our trampoline needs no such record."""
+    global _libcuda_launch_host_func
+    if _libcuda_launch_host_func is None:
+        lib = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+        fn = lib.cuLaunchHostFunc
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        _libcuda_launch_host_func = fn
+    rc = _libcuda_launch_host_func(int(stream), _HOST_FN_ADDRESS, key)
+    return (cu.CUresult(rc),)
 
 
 def keep_callback(fn: Callable[[], Any], *, captured: bool = False) -> int:

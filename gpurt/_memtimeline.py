@@ -24,7 +24,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIVE_STATES = ("active_allocated", "active_pending_free")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # compared by identity: the stack looks bands up by it
 class Allocation:
     """One allocation's life. ``path`` is its band's lower edge: (step, offset in bytes)
     points; the band starts at ``start`` and ends at ``end`` (None: alive at the end)."""

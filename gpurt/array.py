@@ -23,35 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from . import _copy, _dlpack, _interop, _layout, memory, streams
+from . import _copy, _dlpack, _dtypes, _interop, _layout, memory, streams
 from ._dlpack import DLDeviceType
+from ._dtypes import *  # noqa: F403 (the dtype names, re-exported below)
 from ._dtypes import CACHE as _DTYPES
 from ._dtypes import as_dtype as _as_dtype
-from ._dtypes import (  # noqa: F401 (re-exported through __all__)
-    bfloat16,
-    bool_,
-    complex64,
-    complex128,
-    float16,
-    float32,
-    float64,
-    int8,
-    int16,
-    int32,
-    int64,
-    uint8,
-    uint16,
-    uint32,
-    uint64,
-)
 from .device import Device, DeviceLike, _index, bind_context
 
 __all__ = [
     "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",
-    "from_numpy", "from_dlpack",
-    # dtypes, as numpy dtype objects
-    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "from_numpy", "from_dlpack", *_dtypes.__all__,
 ]
 
 # ---- ownership -------------------------------------------------------------------------
@@ -365,8 +346,9 @@ class Array:
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
         return (DLDeviceType.kDLCUDA, self.device.index)
 
-    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
-                   dl_device: Any = None, copy: bool | None = None) -> Any:
+    def __dlpack__(self, stream: int | None = None, *,
+                   max_version: tuple[int, int] | None = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:
         """Export as a DLPack capsule (zero-copy unless ``copy``). ``stream`` is the
         consumer's stream: it is made to wait for this array's stream (None means the
         legacy default stream, -1 means no synchronisation)."""
@@ -413,23 +395,6 @@ def _make(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.
 # ---- factories -------------------------------------------------------------------------
 
 
-def _contiguous_layout(shape: Any, itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(shape, strides, nbytes) of a new C-contiguous array; 1-2-d tuples of plain ints
-    take a short path."""
-    if type(shape) is tuple:
-        rank = len(shape)
-        if rank == 2:
-            rows, cols = shape
-            if type(rows) is int and type(cols) is int and rows >= 0 and cols >= 0:
-                return shape, (cols * itemsize, itemsize), rows * cols * itemsize
-        elif rank == 1:
-            (count,) = shape
-            if type(count) is int and count >= 0:
-                return shape, (itemsize,), count * itemsize
-    dims = _layout.normalize_shape(shape)
-    return dims, _layout.contiguous_strides(dims, itemsize), _layout.prod(dims) * itemsize
-
-
 def _target(device: DeviceLike, stream: Any) -> tuple[int, Any]:
     """(device index, stream) for a new array: the stream's device, the given device's
     current stream, or the current device and stream."""
@@ -445,7 +410,8 @@ def _target(device: DeviceLike, stream: Any) -> tuple[int, Any]:
     return index, stream
 
 
-def empty(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: Any = None) -> Array:
+def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
+          stream: Any = None) -> Array:
     """A new uninitialised C-contiguous array from the caching allocator, on ``device``
     (default: current) and ``stream`` (default: that device's current stream)."""
     try:
@@ -458,7 +424,7 @@ def empty(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: A
     if type(shape) is int and shape >= 0:  # the commonest call, inlined
         dims, strides, nbytes = (shape,), (itemsize,), shape * itemsize
     else:
-        dims, strides, nbytes = _contiguous_layout(shape, itemsize)
+        dims, strides, nbytes = _layout.contiguous_layout(shape, itemsize)
     if stream is None and device is None:
         stream = streams.current_stream()
         index = stream.device_index
@@ -475,7 +441,8 @@ def empty(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: A
     return array
 
 
-def zeros(shape: Any, dtype: Any = float32, device: DeviceLike = None, stream: Any = None) -> Array:
+def zeros(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
+          stream: Any = None) -> Array:
     """A new array of zeros (cuMemsetD8Async on its stream)."""
     array = empty(shape, dtype, device, stream)
     if array.ptr:
@@ -489,12 +456,12 @@ def _scalar_dtype(value: Any) -> np.dtype:
     if isinstance(value, np.generic):
         return _as_dtype(value.dtype)
     if isinstance(value, bool):
-        return bool_
+        return _dtypes.bool_
     if isinstance(value, int):
-        return int64
+        return _dtypes.int64
     if isinstance(value, complex):
-        return complex64
-    return float32
+        return _dtypes.complex64
+    return _dtypes.float32
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = None,
@@ -631,13 +598,16 @@ def _copy_device(dst: Array, src: Array) -> None:
                          f"{dst.device}); cross-device copies are not supported here")
     if not src.size:
         return
-    if _owner_of(src) is _owner_of(dst) and _overlap(dst, src):
+    overlapping = _owner_of(src) is _owner_of(dst) and _overlap(dst, src)
+    if overlapping:  # copy through a temporary, as numpy's assignment semantics require
         src = src.clone()
     stream = dst.stream.cuda_stream
     _wait_for(index, stream, src.stream.cuda_stream)
     bind_context(index)
     _copy.copy(dst.ptr, True, dst.strides, src.ptr, True, src.strides, dst.shape,
                dst.dtype.itemsize, stream)
+    if overlapping and src.stream.cuda_stream != stream:
+        src.record_stream(dst.stream)  # the temporary is read on dst's stream
 
 
 def _overlap(a: Array, b: Array) -> bool:

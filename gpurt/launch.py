@@ -380,8 +380,14 @@ class Kernel:
         except (TypeError, ValueError, OverflowError, struct.error) as exc:
             raise self._argument_error(plan, args, index) from exc  # noqa: B904 (as _pack_into)
         try:
-            gx, gy, gz = (grid, 1, 1) if type(grid) is int else grid
-            bx, by, bz = (block, 1, 1) if type(block) is int else block
+            if type(grid) is int:
+                gx, gy, gz = grid, 1, 1
+            else:
+                gx, gy, gz = grid
+            if type(block) is int:
+                bx, by, bz = block, 1, 1
+            else:
+                bx, by, bz = block
         except (TypeError, ValueError):
             (gx, gy, gz), (bx, by, bz) = _dims3(grid, "grid"), _dims3(block, "block")
         try:

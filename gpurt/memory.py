@@ -18,7 +18,6 @@ from typing import Any, Union
 
 from . import _allocconf
 from . import _memstats as ms
-from . import streams as _streams
 from ._allocator import CachingAllocator
 from ._backends import AsyncAllocator, DriverBackend
 from ._driver import is_initialized
@@ -27,6 +26,7 @@ from ._memsummary import summary_table
 from ._pinned import *  # noqa: F401,F403
 from ._pinned import __all__ as _pinned_all
 from .device import _index, current_device, device_count
+from .streams import current_stream_handle
 
 __all__ = [
     "caching_allocator_alloc",
@@ -92,7 +92,7 @@ def _allocator(device: Any = None) -> Allocator:
 def _stream_handle(stream: Any, index: int) -> int:
     """Raw handle of a gpurt/torch/CuPy stream, an int handle, or None (current stream)."""
     if stream is None:
-        return _streams.current_stream_handle(index)
+        return current_stream_handle(index)
     if isinstance(stream, int):
         return stream
     handle = getattr(stream, "cuda_stream", None)  # gpurt and torch streams
@@ -112,10 +112,17 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
     """Allocate ``size`` bytes on ``device`` for use on ``stream`` (default: the current
     stream of that device) from the caching allocator; returns the device pointer.
     Raises gpurt.OutOfMemoryError when even freeing the cache does not help."""
-    index = current_device() if device is None else _index(device)
+    if device is None:
+        index = current_device()
+    elif type(device) is int and device in _allocators:  # validated when it was created
+        index = device
+    else:
+        index = _index(device)
     allocator = _allocators.get(index) or _create(index)
     if stream is None:
-        handle = _streams.current_stream_handle(index)
+        handle = current_stream_handle(index)
+    elif type(stream) is int:
+        handle = stream
     else:
         handle = _stream_handle(stream, index)
     return allocator.malloc(size, handle)

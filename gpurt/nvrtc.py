@@ -15,13 +15,13 @@ import re
 import sys
 import threading
 import weakref
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc as _nvrtc
 
 from . import _kcache
-from ._driver import CudaError, check
+from ._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 from ._kcache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from .device import get_arch
 from .launch import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
@@ -45,8 +45,6 @@ _ARCH_OPTION = re.compile(r"^(-arch|--gpu-architecture)(=|$)")
 _LOG_LINE = re.compile(r"^(?P<file>[^\n()]+)\((?P<line>\d+)\): (?P<what>error|warning|remark)",
                        re.M)
 _MISSING_HEADER = re.compile(r'could not open source file "(?P<name>[^"]+)"')
-_UNLOADABLE = {"CUDA_ERROR_INVALID_IMAGE", "CUDA_ERROR_INVALID_PTX", "CUDA_ERROR_NO_BINARY_FOR_GPU",
-               "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"}
 
 
 class CompileError(CudaError):
@@ -118,7 +116,8 @@ class Module:
     (cuLibraryLoadData, context-independent) on the first launch of one of its kernels."""
 
     def __init__(self, entry: Entry, arch: str, source: str | None, options: Sequence[str] = (),
-                 program_name: str = "kernel.cu", rebuild: Any = None) -> None:
+                 program_name: str = "kernel.cu",
+                 rebuild: Callable[[], bytes] | None = None) -> None:
         self.code = entry.binary
         self.kind = entry.kind
         self.arch = arch
@@ -156,7 +155,7 @@ class Module:
 
     def library(self) -> Any:
         """The loaded CUlibrary (cuLibraryLoadData on first call). A cached binary that the
-        driver refuses is deleted from the disk cache, recompiled and loaded once more."""
+        driver refuses is recompiled (and replaced on disk) and loaded once more."""
         library = self._holder[0]
         if library is not None:
             return library
@@ -165,7 +164,8 @@ class Module:
                 try:
                     self._holder[0] = self._load_data()
                 except CudaError as err:
-                    if err.name not in _UNLOADABLE or self._rebuild is None:
+                    if self._rebuild is None or isinstance(err, (OutOfMemoryError,
+                                                                 CudaUnavailableError)):
                         raise _explain_load_error(err, self) from err
                     self.code = self._rebuild()
                     self._rebuild = None
@@ -271,20 +271,20 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
     build = functools.partial(_build, source, program_name, nvrtc_options, exprs, hdrs, ptx)
 
     entry = _kcache.load(directory, key) if _kcache.usable(directory) else None
+    from_disk = entry is not None
     if entry is None:
         entry = build()
         if directory is not None:
             _kcache.store(directory, key, entry)
 
     def rebuild() -> bytes:
-        """Replace a cached binary the driver refused (see Module.library)."""
+        """Replace a cached binary that the driver refused (see Module.library)."""
         fresh = build()
         if directory is not None:
-            _kcache.discard(directory, key)
             _kcache.store(directory, key, fresh)
         return fresh.binary
 
-    module = Module(entry, arch, source, opts, program_name, rebuild=rebuild)
+    module = Module(entry, arch, source, opts, program_name, rebuild if from_disk else None)
     _kcache.memory_put(memory_key, module)
     return module
 

@@ -27,7 +27,7 @@ from cuda.bindings import driver as cu
 
 from ._driver import check
 from ._handles import (
-    HOST_FN_PTR,
+    launch_host_func,
     Owned,
     adopt,
     call,
@@ -306,8 +306,7 @@ class Stream:
         status = call(self.device_index, "cuStreamIsCapturing", cu.cuStreamIsCapturing, handle)
         key = keep_callback(fn, captured=int(status) != _CAPTURE_NONE)
         try:
-            call(self.device_index, "cuLaunchHostFunc", cu.cuLaunchHostFunc, handle,
-                 HOST_FN_PTR, key)
+            call(self.device_index, "cuLaunchHostFunc", launch_host_func, handle, key)
         except BaseException:
             drop_callback(key)
             raise

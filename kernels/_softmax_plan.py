@@ -46,7 +46,7 @@ CLUSTER_THREADS = 512  # CTA size inside a cluster
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
-KINDS = ("rows", "stream", "cluster", "split")
+KINDS = ("rows", "cluster", "split")
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -54,11 +54,10 @@ _STORAGE_BYTES = (4, 2, 2)
 class Variant:
     """One compiled form of the kernels: how a row is spread over threads.
 
-    ``kind`` is ``rows``, ``stream``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
+    ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
     each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
     share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
-    CTAs share a row; bit t of ``stage`` keeps input t in shared memory instead of registers;
-    ``min_blocks`` CTAs per multiprocessor bound the registers (``rows`` and ``stream``).
+    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers (``rows``).
     """
 
     kind: str
@@ -69,7 +68,6 @@ class Variant:
     group: int
     threads: int
     cluster: int = 1
-    stage: int = 0
     min_blocks: int = 1
 
     def __post_init__(self) -> None:
@@ -89,14 +87,9 @@ class Variant:
             raise ValueError(f"a {self.kind} variant uses whole CTAs (group == threads)")
         if (self.kind == "cluster") != (self.cluster > 1) or self.cluster > MAX_CLUSTER:
             raise ValueError(f"cluster={self.cluster} does not fit kind {self.kind!r}")
-        width = self.vec * _STORAGE_BYTES[self.dtype]
-        if width > 16:
+        if self.vec * _STORAGE_BYTES[self.dtype] > 16:
             raise ValueError(f"vec={self.vec} is wider than 16 bytes")
-        if self.stage and (self.stage >= 1 << self.inputs or width != 16 or self.kind == "stream"):
-            raise ValueError(f"stage={self.stage} needs 16-byte vectors and existing inputs")
-        if self.kind == "stream" and width != 16:
-            raise ValueError("a stream variant needs 16-byte vectors")
-        if self.min_blocks != 1 and (self.kind not in ("rows", "stream")
+        if self.min_blocks != 1 and (self.kind != "rows"
                                      or not 1 <= self.min_blocks * self.threads <= 2048):
             raise ValueError(f"min_blocks={self.min_blocks} does not fit this variant")
 
@@ -115,41 +108,24 @@ class Variant:
         """The longest row this variant handles in one pass (``split``: one chunk)."""
         return self.columns * self.cluster
 
-    @property
-    def shared_mem(self) -> int:
-        """Dynamic shared memory per CTA, bytes: the staged inputs (``stream``: two buffers
-        of every input)."""
-        staged = 2 * self.inputs if self.kind == "stream" else bin(self.stage).count("1")
-        return staged * self.items * self.threads * 16
-
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
         common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
         if self.kind == "rows":
-            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.stage}, "
-                    f"{self.min_blocks}>",)
-        if self.kind == "stream":
-            return (f"softmax_stream<{common}, {self.threads}, {self.min_blocks}>",)
+            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}>",)
         if self.kind == "cluster":
-            return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, {self.stage}>",)
-        return (
-            f"softmax_partial<{common}, {self.threads}, {self.stage}>",
-            f"softmax_finish<{common}, {self.threads}, {self.stage}>",
-        )
+            return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}>",)
+        return (f"softmax_partial<{common}, {self.threads}>",
+                f"softmax_finish<{common}, {self.threads}>")
 
     def chunks(self, cols: int) -> int:
         """``split``: chunks per row."""
         return -(-cols // self.columns)
 
-    def grid(self, rows: int, cols: int, resident: int = 0) -> int:
-        """CTAs in the launch (each of the two launches for ``split``); ``stream`` launches
-        at most ``resident`` CTAs (the device's resident CTA count for this kernel)."""
+    def grid(self, rows: int, cols: int) -> int:
+        """CTAs in the launch (each of the two launches for ``split``)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
-        if self.kind == "stream":
-            if resident < 1:
-                raise ValueError("a stream variant needs the resident CTA count")
-            return min(rows, resident)
         if self.kind == "cluster":
             return rows * self.cluster
         return rows * self.chunks(cols)

@@ -2,14 +2,12 @@
 // (rows x cols) tensor of float32, float16 or bfloat16, accumulating in float32.
 //
 // Every variant but the split one reads each input element once and writes each output
-// element once: a row stays on chip (registers or shared memory) between its reduction and
-// its outputs. One template body serves the four operations (a Policy says what is reduced
-// and how outputs follow from it) and these ways of spreading rows over threads:
+// element once: a row stays in registers between its reduction and its outputs. One template
+// body serves the four operations (a Policy says what is reduced and how outputs follow from
+// it) and these ways of spreading rows over threads:
 //   softmax_rows     GROUP threads per row, THREADS / GROUP rows per CTA. GROUP <= 32: warp
 //                    shuffles only; GROUP < THREADS: shuffles + a named barrier per group;
 //                    GROUP == THREADS: one CTA per row.
-//   softmax_stream   persistent CTAs, one row at a time, the next row already on its way into
-//                    shared memory (cp.async, two buffers) while this one is reduced and written.
 //   softmax_cluster  a thread-block cluster of CLUSTER CTAs per row, each holding a slice; the
 //                    per-CTA partials meet through distributed shared memory (sm_90).
 //   softmax_partial + softmax_finish
@@ -21,16 +19,29 @@
 //
 // Template parameters: DT (0 float32, 1 float16, 2 bfloat16), OP (0 softmax, 1 log_softmax,
 // 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors of each input per thread),
-// GROUP (threads per row in a CTA), THREADS (per CTA), CLUSTER (CTAs per row), STAGE (bit t:
-// input t lives in shared memory rather than registers).
+// GROUP (threads per row in a CTA), THREADS (per CTA), MINB (CTAs per multiprocessor the
+// registers must allow), CLUSTER (CTAs per row).
 // The forward pass is one online max+sum reduction: each thread reduces its values to
 // (max m, sum of exp(x - m)), pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M)), and exp is
 // exp2 of (x - m) * log2(e) (the subtraction first, so large magnitudes keep their accuracy).
+// Build options: -DSOFTMAX_FAST_EXP (flush-to-zero exp2), -DSOFTMAX_STREAMING (cache hints).
 
 #define SM_LOG2E 1.4426950408889634f
 #define SM_NEG_INF (-__int_as_float(0x7f800000))
 
 namespace gpurt_softmax {
+
+// 2^x for the per-element exponentials. SOFTMAX_FAST_EXP: one MUFU.EX2 that flushes results
+// below 2^-126 to zero (outputs under 1.2e-38 become 0).
+__device__ __forceinline__ float exp2_elem(float x) {
+#ifdef SOFTMAX_FAST_EXP
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
 
 // ---- storage types and conversions (no CUDA headers needed) --------------------------------
 
@@ -103,51 +114,46 @@ struct Access {
         for (int k = 0; k < VEC; ++k) b.item[k] = Elem<DT>::store(v[k]);
         return b.raw;
     }
-    static __device__ __forceinline__ R load(const S* p) { return *reinterpret_cast<const R*>(p); }
+    static __device__ __forceinline__ R load(const S* p) {
+#ifdef SOFTMAX_STREAMING
+        if constexpr (sizeof(R) == 16) {
+            uint4 r;
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+            return r;
+        }
+#endif
+        return *reinterpret_cast<const R*>(p);
+    }
     static __device__ __forceinline__ void store(S* p, const float (&v)[VEC]) {
+#ifdef SOFTMAX_STREAMING
+        if constexpr (sizeof(R) == 16) {
+            const uint4 r = pack(v);
+            asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                         :: "l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+            return;
+        }
+#endif
         *reinterpret_cast<R*>(p) = pack(v);
     }
 };
 
 // ---- where a thread's values live ------------------------------------------------------------
-// Input t is held in registers as loaded (packed), or (bit t of STAGE) staged in dynamic shared
-// memory by cp.async (16-byte vectors only). Each thread reads back only the shared-memory
-// slots it filled itself, so staging needs no barrier.
+// In registers, as loaded: 16-bit types stay packed and are widened where they are used.
 
-#if __CUDA_ARCH__ >= 800
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-    unsigned int addr = (unsigned int)__cvta_generic_to_shared(shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(global) : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int PENDING>
-__device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
-}
-#endif
-
-template <int DT, int NIN, int VEC, int ITEMS, int STAGE>
+template <int DT, int NIN, int VEC, int ITEMS>
 struct Held {
     typedef Access<DT, VEC> A;
     typedef typename A::R R;
-    static_assert(STAGE == 0 || sizeof(R) == 16, "only 16-byte vectors are staged");
-
     R reg[NIN][ITEMS];
-    R* slot;  // this thread's first staged vector; the next ones every blockDim.x
-
-    static __device__ __forceinline__ bool staged(int t) { return (STAGE >> t) & 1; }
-    static __device__ __forceinline__ int stage_index(int t) { return __popc(STAGE & ((1 << t) - 1)); }
-
-    __device__ __forceinline__ R& staged_vec(int t, int i) const {
-        return slot[(stage_index(t) * ITEMS + i) * blockDim.x];
-    }
 
     // Vector i of input t as VEC floats.
     __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
-        if (staged(t)) A::unpack(staged_vec(t, i), c);
-        else A::unpack(reg[t][i], c);
+        A::unpack(reg[t][i], c);
+    }
+    // Replace vector i of input t (float32 inputs keep intermediate values in place).
+    __device__ __forceinline__ void set_item(int t, int i, const float (&c)[VEC]) {
+        reg[t][i] = A::pack(c);
     }
 };
 
@@ -177,9 +183,10 @@ struct Forward {
 
     // 16-bit inputs: online over steps of 8 values, so only one step's widened values are
     // live; each step's (max, sum exp(x - max)) is folded into the running pair. float32
-    // values are in registers anyway: one step, a max pass and a sum pass.
+    // values are in registers anyway: one step, a max pass and a sum pass whose exp(x - m)
+    // replace x (softmax), so the outputs need one multiplication each.
     template <int ITEMS, int VEC, class H>
-    static __device__ __forceinline__ float2 local(const H& h) {
+    static __device__ __forceinline__ float2 local(H& h) {
         const bool packed = sizeof(typename H::A::S) < 4;
         const int STEP = !packed ? ITEMS : (VEC >= 8 || ITEMS * VEC <= 8) ? 1 : 8 / VEC;
         float2 acc = identity();
@@ -199,26 +206,44 @@ struct Forward {
                 for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[j][k]);
             }
             // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
-            const float ref = (m == SM_NEG_INF) ? 0.0f : m;
+            const float ref = reference(m);
             float s = 0.0f;
 #pragma unroll
             for (int j = 0; j < STEP; ++j) {
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) s += exp2f((c[j][k] - ref) * SM_LOG2E);
+                for (int k = 0; k < VEC; ++k) {
+                    c[j][k] = exp2_elem((c[j][k] - ref) * SM_LOG2E);
+                    s += c[j][k];
+                }
+                if (OP == 0 && !packed && i0 + j < ITEMS) h.set_item(0, i0 + j, c[j]);
             }
             acc = (i0 == 0) ? make_float2(m, s) : combine(acc, make_float2(m, s));
         }
         return acc;
     }
 
+    static __device__ __forceinline__ float reference(float m) {
+        return m == SM_NEG_INF ? 0.0f : m;
+    }
+
+    // own: this thread's partial (float32 softmax: its exps are relative to own's maximum).
     template <int VEC, class H>
-    static __device__ __forceinline__ void finish(const H& h, float2 row, int i, float (&y)[VEC]) {
+    static __device__ __forceinline__ void finish(const H& h, float2 own, float2 row, int i,
+                                                  float (&y)[VEC]) {
+        const bool in_place = sizeof(typename H::A::S) == 4;
         float c[VEC];
         h.item(0, i, c);
         if (OP == 0) {
             const float inv = 1.0f / row.y;
+            if (in_place) {
+                // A row of only -inf: -inf - -inf gives NaN, like torch.
+                const float scale = exp2f((reference(own.x) - row.x) * SM_LOG2E) * inv;
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) y[k] = exp2f((c[k] - row.x) * SM_LOG2E) * inv;
+                for (int k = 0; k < VEC; ++k) y[k] = c[k] * scale;
+            } else {
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) y[k] = exp2_elem((c[k] - row.x) * SM_LOG2E) * inv;
+            }
         } else {
             const float log_sum = logf(row.y);
 #pragma unroll
@@ -238,7 +263,7 @@ struct Backward {
     }
 
     template <int ITEMS, int VEC, class H>
-    static __device__ __forceinline__ float2 local(const H& h) {
+    static __device__ __forceinline__ float2 local(H& h) {
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
@@ -252,7 +277,8 @@ struct Backward {
     }
 
     template <int VEC, class H>
-    static __device__ __forceinline__ void finish(const H& h, float2 row, int i, float (&dx)[VEC]) {
+    static __device__ __forceinline__ void finish(const H& h, float2, float2 row, int i,
+                                                  float (&dx)[VEC]) {
         float y[VEC], dy[VEC];
         h.item(0, i, y);
         h.item(1, i, dy);
@@ -351,42 +377,32 @@ __device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
 
 // ---- the shared body ------------------------------------------------------------------------
 
-// Start filling this thread's held values: vector i of input t holds columns
-// col0 + (i*GROUP + lane)*VEC. Register inputs are loaded; staged inputs are copied
-// asynchronously (the caller commits and waits for them).
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int STAGE>
-__device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, STAGE>& h,
+// Load this thread's values: vector i of input t holds columns col0 + (i*GROUP + lane)*VEC;
+// slots past the row's end hold the policy's neutral value.
+template <int DT, int OP, int VEC, int ITEMS, int GROUP>
+__device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS>& h,
                                          const typename Elem<DT>::storage* const (&in)[2],
                                          long long base, int col0, int cols, bool live) {
     typedef Access<DT, VEC> A;
     const int lane = threadIdx.x % GROUP;
-    float empty[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) empty[k] = 0.0f;
 #pragma unroll
     for (int t = 0; t < Policy<OP>::NIN; ++t) {
+        float empty[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; ++k) empty[k] = Policy<OP>::fill(t);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int col = col0 + (i * GROUP + lane) * VEC;
-            const bool inside = live && col < cols;
-            if (h.staged(t)) {
-#if __CUDA_ARCH__ >= 800
-                if (inside) copy_async_16(&h.staged_vec(t, i), in[t] + base + col);
-                else h.staged_vec(t, i) = A::pack(empty);
-#endif
-            } else {
-                if (inside) h.reg[t][i] = A::load(in[t] + base + col);
-                else h.reg[t][i] = A::pack(empty);
-            }
+            if (live && col < cols) h.reg[t][i] = A::load(in[t] + base + col);
+            else h.reg[t][i] = A::pack(empty);
         }
     }
 }
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int STAGE>
-__device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, ITEMS, STAGE>& h,
-                                          float2 total, typename Elem<DT>::storage* out,
+template <int DT, int OP, int VEC, int ITEMS, int GROUP>
+__device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, ITEMS>& h,
+                                          float2 own, float2 total,
+                                          typename Elem<DT>::storage* out,
                                           long long base, int col0, int cols, bool live) {
     const int lane = threadIdx.x % GROUP;
 #pragma unroll
@@ -394,142 +410,80 @@ __device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, I
         const int col = col0 + (i * GROUP + lane) * VEC;
         if (live && col < cols) {
             float y[VEC];
-            Policy<OP>::finish(h, total, i, y);
+            Policy<OP>::finish(h, own, total, i, y);
             Access<DT, VEC>::store(out + base + col, y);
         }
     }
-}
-
-template <int DT, int OP, int VEC, int ITEMS, int STAGE>
-__device__ __forceinline__ void wait_staged() {
-#if __CUDA_ARCH__ >= 800
-    if constexpr (STAGE != 0) {
-        copy_async_commit();
-        copy_async_wait<0>();
-    }
-#endif
 }
 
 }  // namespace gpurt_softmax
 
 // ---- kernels ---------------------------------------------------------------------------------
 // Arguments: a = x (forward) or y (backward), b = dy (backward; ignored forward), out,
-// rows, cols. Rows are contiguous: row r starts at element r * cols. Dynamic shared memory:
-// popcount(STAGE) * ITEMS * THREADS * 16 bytes (softmax_stream: twice NIN * ITEMS * THREADS * 16).
+// rows, cols. Rows are contiguous: row r starts at element r * cols.
 
 #define SM_STORAGE typename gpurt_softmax::Elem<DT>::storage
-#define SM_HELD(STAGE_BITS) \
-    gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, STAGE_BITS>
+#define SM_HELD gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS>
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int STAGE, int MINB>
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int MINB>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows, int cols) {
     using namespace gpurt_softmax;
     static_assert(GROUP <= 32 || (GROUP % 32 == 0 && THREADS % GROUP == 0 && THREADS / GROUP <= 15),
                   "GROUP is a lane group, whole warps (at most 15 groups), or the whole CTA");
     typedef Policy<OP> P;
-    typedef SM_HELD(STAGE) H;
-    extern __shared__ uint4 stage_area[];
     __shared__ float2 warp_total[THREADS / 32];
     const long long row = (long long)blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool live = row < rows;
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    H h;
-    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
-    load_row<DT, OP, VEC, ITEMS, GROUP, STAGE>(h, in, base, 0, cols, live);
-    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
-    float2 total = P::template local<ITEMS, VEC>(h);
-    if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(total);
-    else total = reduce_warps<OP, GROUP, THREADS>(total, warp_total);
-    store_row<DT, OP, VEC, ITEMS, GROUP, STAGE>(h, total, out, base, 0, cols, live);
+    SM_HELD h;
+    load_row<DT, OP, VEC, ITEMS, GROUP>(h, in, base, 0, cols, live);
+    const float2 own = P::template local<ITEMS, VEC>(h);
+    float2 total;
+    if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(own);
+    else total = reduce_warps<OP, GROUP, THREADS>(own, warp_total);
+    store_row<DT, OP, VEC, ITEMS, GROUP>(h, own, total, out, base, 0, cols, live);
 }
 
-// Persistent CTAs (grid <= resident CTAs), rows blockIdx.x, blockIdx.x + gridDim.x, ...: the
-// next row streams into the other shared-memory buffer while this one is reduced and written.
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB>
-__global__ void __launch_bounds__(THREADS, MINB)
-softmax_stream(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
-               int cols) {
-#if __CUDA_ARCH__ >= 800
-    using namespace gpurt_softmax;
-    typedef Policy<OP> P;
-    const int ALL = (1 << P::NIN) - 1;
-    const int BUFFER = P::NIN * ITEMS * THREADS;  // vectors per buffer
-    typedef SM_HELD(ALL) H;
-    extern __shared__ uint4 stage_area[];
-    __shared__ float2 warp_total[2][THREADS / 32];  // by row parity: one barrier per row
-    const SM_STORAGE* in[2] = {a, b};
-    typename H::R* const first = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
-    long long row = blockIdx.x;
-    H next;
-    next.slot = first;
-    load_row<DT, OP, VEC, ITEMS, THREADS, ALL>(next, in, row * (long long)cols, 0, cols,
-                                               row < rows);
-    copy_async_commit();
-    for (int parity = 0; row < rows; row += gridDim.x, parity ^= 1) {
-        const long long after = row + gridDim.x;
-        next.slot = first + (parity ^ 1) * BUFFER;
-        load_row<DT, OP, VEC, ITEMS, THREADS, ALL>(next, in, after * (long long)cols, 0, cols,
-                                                   after < rows);
-        copy_async_commit();
-        copy_async_wait<1>();  // this row's copies are done; the next row's may still fly
-        H h;
-        h.slot = first + parity * BUFFER;
-        float2 total = P::template local<ITEMS, VEC>(h);
-        total = reduce_warps<OP, THREADS, THREADS>(total, warp_total[parity]);
-        store_row<DT, OP, VEC, ITEMS, THREADS, ALL>(h, total, out, row * (long long)cols, 0, cols,
-                                                    true);
-    }
-    copy_async_wait<0>();
-#endif
-}
-
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int STAGE>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
 softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
                 int cols) {
 #if __CUDA_ARCH__ >= 900
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
-    typedef SM_HELD(STAGE) H;
-    extern __shared__ uint4 stage_area[];
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 cta_total;
     const long long row = blockIdx.x / CLUSTER;
     const int col0 = (int)cluster_rank() * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    H h;
-    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
-    load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
-    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
-    float2 total = reduce_warps<OP, THREADS, THREADS>(P::template local<ITEMS, VEC>(h), warp_total);
+    SM_HELD h;
+    load_row<DT, OP, VEC, ITEMS, THREADS>(h, in, base, col0, cols, true);
+    const float2 own = P::template local<ITEMS, VEC>(h);
+    float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
     total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
     cluster_arrive();  // done reading peers; their shared memory must outlive this
-    store_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, total, out, base, col0, cols, true);
+    store_row<DT, OP, VEC, ITEMS, THREADS>(h, own, total, out, base, col0, cols, true);
     cluster_wait();
 #endif
 }
 
 // Rows longer than a cluster holds: pass 1 writes one float2 partial per (row, chunk).
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int STAGE>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS>
 __global__ void __launch_bounds__(THREADS)
 softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long long rows,
                 int cols, int chunks) {
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
-    typedef SM_HELD(STAGE) H;
-    extern __shared__ uint4 stage_area[];
     __shared__ float2 warp_total[THREADS / 32];
     const long long row = blockIdx.x / chunks;
     const int col0 = (int)(blockIdx.x % chunks) * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    H h;
-    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
-    load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
-    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
+    SM_HELD h;
+    load_row<DT, OP, VEC, ITEMS, THREADS>(h, in, base, col0, cols, true);
     const float2 total =
         reduce_warps<OP, THREADS, THREADS>(P::template local<ITEMS, VEC>(h), warp_total);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
@@ -537,28 +491,25 @@ softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long
 
 // Pass 2: chunks in reverse order (the last ones read are likeliest still in L2); each warp
 // combines the row's partials itself, then the chunk's outputs are written.
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int STAGE>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS>
 __global__ void __launch_bounds__(THREADS)
 softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
                const float2* partials, long long rows, int cols, int chunks) {
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
-    typedef SM_HELD(STAGE) H;
-    extern __shared__ uint4 stage_area[];
     const unsigned int id = gridDim.x - 1 - blockIdx.x;
     const long long row = id / chunks;
     const int col0 = (int)(id % chunks) * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    H h;
-    h.slot = reinterpret_cast<typename H::R*>(stage_area) + threadIdx.x;
-    load_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, in, base, col0, cols, true);
-    wait_staged<DT, OP, VEC, ITEMS, STAGE>();
+    SM_HELD h;
+    load_row<DT, OP, VEC, ITEMS, THREADS>(h, in, base, col0, cols, true);
+    const float2 own = P::template local<ITEMS, VEC>(h);
     float2 total = P::identity();
     for (int c = threadIdx.x % 32; c < chunks; c += 32)
         total = P::combine(total, partials[row * chunks + c]);
     total = reduce_lanes<OP, 32>(total);
-    store_row<DT, OP, VEC, ITEMS, THREADS, STAGE>(h, total, out, base, col0, cols, true);
+    store_row<DT, OP, VEC, ITEMS, THREADS>(h, own, total, out, base, col0, cols, true);
 }
 
 #undef SM_HELD

@@ -235,6 +235,11 @@ def fake_driver_fixture(fake_gpus: FakeContexts, monkeypatch: pytest.MonkeyPatch
     """:func:`fake_gpus` plus a fake driver under gpurt.streams, with fresh stream state."""
     driver = FakeDriver(fake_gpus)
     monkeypatch.setattr(streams, "cu", driver)
+    monkeypatch.setattr(
+        streams,
+        "launch_host_func",
+        lambda handle, key: driver.cuLaunchHostFunc(handle, _handles._HOST_FN_ADDRESS, key),
+    )
     monkeypatch.setattr(streams, "_local", streams._Local())
     monkeypatch.setattr(streams, "_defaults", {})
     monkeypatch.setattr(_handles, "_pending", collections.deque())

@@ -3,6 +3,9 @@ current device and stream restored after them."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 import gpurt
@@ -26,3 +29,11 @@ def gpu_state():
     before = gpurt.current_device()
     yield
     gpurt.set_device(before)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With GPURT_INSTAFAIL=1 (scripts/gpu-check sets it), print each failure as it happens,
+    so a later crash of the process cannot take the report of earlier failures with it."""
+    if report.failed and os.environ.get("GPURT_INSTAFAIL"):
+        sys.stderr.write(f"\n--- FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+        sys.stderr.flush()

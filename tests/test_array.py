@@ -493,8 +493,10 @@ class FakeStream:
 
 
 class FakeAllocator:
+    bases = iter(range(1 << 32, 1 << 48, 1 << 32))  # disjoint per test: stale frees miss
+
     def __init__(self) -> None:
-        self.next = 0x10000
+        self.next = next(self.bases)
         self.live: dict[int, int] = {}
         self.freed: list[int] = []
         self.calls: list[tuple] = []
@@ -531,7 +533,7 @@ def test_empty_metadata(fake_gpu):
     a = gpurt.empty((3, 4), gpurt.float16)
     assert a.shape == (3, 4) and a.strides == (8, 2) and a.dtype == np.float16
     assert (a.ndim, a.size, a.itemsize, a.nbytes) == (2, 12, 2, 24)
-    assert a.ptr == a.data_ptr() == 0x10000 and a.is_contiguous()
+    assert a.ptr == a.data_ptr() and a.ptr % 512 == 0 and a.is_contiguous()
     assert a.device.index == 0 and a.stream is fake_gpu.stream
     assert fake_gpu.calls == [(24, 0, fake_gpu.stream)]
     assert len(a) == 3
@@ -618,8 +620,8 @@ def test_views_match_numpy(fake_gpu):
         a[[0, 1]]
     with pytest.raises(IndexError, match="out of bounds"):
         a[4]
-    row = a[:, 1:3][2]  # the short paths only serve contiguous arrays
-    assert row.strides == host[:, 1:3][2].strides and not row.is_contiguous()
+    row = a[:, :, 1:3][2]  # the short paths only serve contiguous arrays
+    assert row.strides == host[:, :, 1:3][2].strides and not row.is_contiguous()
 
 
 def test_reshape_and_view(fake_gpu):
@@ -821,17 +823,20 @@ def pinned():
 
 
 class HeldStream:
-    """A gpurt Stream held back by cuStreamWaitValue32 on a pinned flag until release()."""
+    """A gpurt Stream that ``hold()`` blocks with cuStreamWaitValue32 on a pinned flag
+    until ``release()``. Allocate everything before holding: nothing that might
+    synchronize may run while a stream is held."""
 
     def __init__(self, pinned) -> None:
-        from cuda.bindings import driver as cu
-
-        self.cu = cu
         self.stream = gpurt.Stream()
         self.flag = pinned((1,), np.uint32)
         self.flag[0] = 0
-        res = cu.cuStreamWaitValue32(self.stream.cuda_stream, self.flag.ctypes.data, 1,
-                                     cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+
+    def hold(self) -> None:
+        from cuda.bindings import driver as cu
+
+        geq = cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ
+        res = cu.cuStreamWaitValue32(self.stream.cuda_stream, self.flag.ctypes.data, 1, geq)
         if int(res[0]) != 0:
             pytest.skip(f"cuStreamWaitValue32 unavailable here: {res[0]!r}")
 
@@ -839,6 +844,7 @@ class HeldStream:
         self.flag[0] = 1
 
     def __enter__(self) -> HeldStream:
+        self.hold()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -961,8 +967,9 @@ def test_gpu_async_copies_from_pinned(gpu_state, rng, pinned):
     src[...] = x
     dst = pinned(x.shape, x.dtype)
     dst.view(np.uint8)[...] = 0xA5
-    with HeldStream(pinned) as held:
-        a = gpurt.empty(x.shape, gpurt.float32, stream=held.stream)
+    held = HeldStream(pinned)
+    a = gpurt.empty(x.shape, gpurt.float32, stream=held.stream)
+    with held:
         t0 = time.perf_counter()
         a.copy_(src, non_blocking=True)
         a.to_numpy(out=dst, non_blocking=True)
@@ -1027,41 +1034,43 @@ def test_gpu_errors(gpu_state, rng, pinned):
 
 @gpu
 def test_gpu_cai_stream_field_honoured(gpu_state, pinned):
-    with HeldStream(pinned) as held:
-        producer = gpurt.empty(1024, gpurt.int32, stream=held.stream)
+    held = HeldStream(pinned)
+    producer = gpurt.empty(1024, gpurt.int32, stream=held.stream)
+    consumer_stream = gpurt.Stream()
+    out = pinned((1024,), np.int32)
+    out[...] = -1
+    with held:
         producer.fill_(7)  # queued behind the held wait
 
         class Foreign:
-            __cuda_array_interface__ = producer.__cuda_array_interface__
+            __cuda_array_interface__ = producer.__cuda_array_interface__  # noqa: RUF012
 
         assert Foreign.__cuda_array_interface__["stream"] == held.stream.cuda_stream
-        consumer_stream = gpurt.Stream()
         view = gpurt.asarray(Foreign(), stream=consumer_stream)
         assert view.ptr == producer.ptr and view.stream is consumer_stream
-        out = pinned((1024,), np.int32)
-        out[...] = -1
         view.to_numpy(out=out, non_blocking=True)
         assert _not_done(consumer_stream.cuda_stream)  # waits for the producer's stream
         held.release()
         consumer_stream.synchronize()
-        _equal(out.copy(), np.full(1024, 7, np.int32))
+    _equal(out.copy(), np.full(1024, 7, np.int32))
 
 
 @gpu
 def test_gpu_dlpack_stream_handshake(gpu_state, pinned):
-    with HeldStream(pinned) as held:
-        producer = gpurt.empty(256, gpurt.float32, stream=held.stream)
+    held = HeldStream(pinned)
+    producer = gpurt.empty(256, gpurt.float32, stream=held.stream)
+    consumer_stream = gpurt.Stream()
+    out = pinned((256,), np.float32)
+    out[...] = 0
+    with held:
         producer.fill_(1.5)
-        consumer_stream = gpurt.Stream()
         view = gpurt.from_dlpack(producer, stream=consumer_stream)
-        assert view.ptr == producer.ptr
-        out = pinned((256,), np.float32)
-        out[...] = 0
+        assert view.ptr == producer.ptr and view.stream is consumer_stream
         view.to_numpy(out=out, non_blocking=True)
-        assert _not_done(consumer_stream.cuda_stream)
+        assert _not_done(consumer_stream.cuda_stream)  # the producer ordered its stream first
         held.release()
         consumer_stream.synchronize()
-        _equal(out.copy(), np.full(256, 1.5, np.float32))
+    _equal(out.copy(), np.full(256, 1.5, np.float32))
 
 
 # ---- peers ---------------------------------------------------------------------------

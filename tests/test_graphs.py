@@ -636,8 +636,14 @@ rng = np.random.default_rng()
 
 @pytest.fixture(scope="module")
 def k():
+    """The test kernels, compiled and loaded on the device (loading is not captured)."""
     module = gpurt.compile(SOURCE)
-    return types.SimpleNamespace(axpb=module["axpb"], mul=module["mul"])
+    kernels = types.SimpleNamespace(axpb=module["axpb"], mul=module["mul"])
+    a = gpurt.zeros(256)
+    axpb(kernels, a, a, 1.0, 0.0, n=256)
+    kernels.mul(1, 256, (a, a, a, np.int32(256)))
+    gpurt.synchronize()
+    return kernels
 
 
 @pytest.fixture

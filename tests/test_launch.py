@@ -337,3 +337,430 @@ def test_kernel_repr_and_lookup_errors(decls):
 def test_launch_without_gpu_raises_clearly(decls):
     with pytest.raises(gpurt.CudaUnavailableError):
         decls["noargs"](1, 1, ())
+
+
+# ---- on the GPU --------------------------------------------------------------------------------
+
+GPU_SRC = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+struct Pair { int a; double b; };
+
+extern "C" __global__ void axpy(float a, const float* x, const float* y, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i] + y[i];
+}
+
+extern "C" __global__ void echo(unsigned long long* out, const float* p, const float* maybe_null,
+                                float f, double d, int i, unsigned long long u, short s,
+                                bool flag, __half h, __nv_bfloat16 bf, float2 v, Pair pair) {
+    out[0] = (unsigned long long)p;
+    out[1] = maybe_null == nullptr;
+    out[2] = __float_as_uint(f);
+    out[3] = (unsigned long long)__double_as_longlong(d);
+    out[4] = (unsigned long long)(long long)i;
+    out[5] = u;
+    out[6] = (unsigned long long)(long long)s;
+    out[7] = flag;
+    out[8] = __half_as_ushort(h);
+    out[9] = __bfloat16_as_ushort(bf);
+    out[10] = __float_as_uint(v.x);
+    out[11] = __float_as_uint(v.y);
+    out[12] = (unsigned long long)(long long)pair.a;
+    out[13] = (unsigned long long)__double_as_longlong(pair.b);
+}
+
+extern "C" __global__ void rowsum_shared(const float* x, float* out, int n) {
+    extern __shared__ float row[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = x[(size_t)blockIdx.x * n + i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int i = n - 1; i >= 0; --i) total += row[i];  // reads what other threads wrote
+        out[blockIdx.x] = (float)total;
+    }
+}
+
+extern "C" __global__ void grid_shift(const int* in, int* tmp, int* out) {
+    cg::grid_group grid = cg::this_grid();
+    unsigned long long i = grid.thread_rank(), total = grid.size();
+    tmp[i] = in[i] * 2;
+    grid.sync();  // every block's tmp is written before anyone reads a neighbour's
+    out[i] = tmp[(i + 1) % total];
+}
+
+extern "C" __global__ void cluster_ids(unsigned* out) {
+    unsigned rank, id;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(id));
+    if (threadIdx.x == 0) { out[2 * blockIdx.x] = rank; out[2 * blockIdx.x + 1] = id; }
+}
+
+template <typename T> __global__ void scale(T* out, const T* x, T s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] * s;
+}
+"""
+SCALES = ["scale<float>", "scale<double>"]
+
+
+@pytest.fixture(scope="module")
+def gpu_module():
+    return gpurt.compile(GPU_SRC, name_expressions=SCALES)
+
+
+def random(n, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(n).astype(dtype)
+
+
+def poisoned(n, dtype=np.float32):
+    """A device array full of a value no kernel here writes (NaN / all ones)."""
+    fill = np.nan if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
+    return gpurt.asarray(np.full(n, fill, dtype=dtype))
+
+
+def blocks(n, threads=256):
+    return (n + threads - 1) // threads
+
+
+@pytest.mark.gpu
+def test_axpy_against_numpy(gpu_module, gpu_state):
+    n = 10007
+    x, y = random(n, seed=1), random(n, seed=2)
+    out = poisoned(n)
+    gpu_module["axpy"](blocks(n), 256, (1.7, gpurt.asarray(x), gpurt.asarray(y), out, n))
+    expected = np.float32(1.7).astype(np.float64) * x + y
+    np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_every_argument_kind_arrives(gpu_module, gpu_state):
+    x = gpurt.asarray(random(4))
+    pair = struct.pack("<i4xd", -7, 2.5)
+    out = poisoned(16, np.uint64)
+    kernel = gpu_module["echo"]
+    kernel(1, 1, (out, x, None, 0.1, 0.1, -5, 2**63 + 5, -3, True, 1.5, 3.0, (1.0, -2.0), pair))
+    got = out.to_numpy()
+    assert got[0] == x.ptr and got[1] == 1
+    assert got[2] == np.float32(0.1).view(np.uint32)  # a Python float to float: float32
+    assert got[3] == np.float64(0.1).view(np.uint64)
+    assert got[4].view(np.int64) == -5 and got[5] == 2**63 + 5 and got[6].view(np.int64) == -3
+    assert got[7] == 1 and got[8] == np.float16(1.5).view(np.uint16)
+    assert got[9] == np.array(3.0, ml_dtypes.bfloat16).view(np.uint16)
+    assert got[10] == np.float32(1.0).view(np.uint32) and got[11] == np.float32(-2.0).view(np.uint32)
+    assert got[12].view(np.int64) == -7 and got[13] == np.float64(2.5).view(np.uint64)
+    # numpy scalars and a raw pointer
+    kernel(1, 1, (out, x.ptr, x, np.float32(0.25), np.float64(-1.0), np.int32(9), np.uint64(1),
+                  np.int16(2), np.bool_(False), np.float16(-0.5), 1.0, (0.0, 0.0), pair))
+    got = out.to_numpy()
+    assert got[0] == x.ptr and got[1] == 0 and got[2] == np.float32(0.25).view(np.uint32)
+    assert got[4] == 9 and got[7] == 0 and got[8] == np.float16(-0.5).view(np.uint16)
+
+
+@pytest.mark.gpu
+def test_templates_against_numpy(gpu_module, gpu_state):
+    n = 5000
+    for expr, dtype in zip(SCALES, (np.float32, np.float64)):
+        x = random(n, dtype, seed=3)
+        out = poisoned(n, dtype)
+        gpu_module[expr](blocks(n), 256, (out, gpurt.asarray(x), 0.3, n))
+        np.testing.assert_allclose(out.to_numpy(), x * dtype(0.3), rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_torch_and_cupy_arrays(gpu_module, gpu_state):
+    n = 4097
+    x, y = random(n, seed=4), random(n, seed=5)
+    expected = np.float32(0.5).astype(np.float64) * x + y
+    ran = 0
+    torch = _maybe("torch")
+    if torch is not None:
+        tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+        tout = torch.full((n,), float("nan"), device="cuda")
+        gpu_module["axpy"](blocks(n), 256, (0.5, tx, ty, tout, n))
+        np.testing.assert_allclose(tout.cpu().numpy(), expected, rtol=1e-6, atol=1e-6)
+
+        class OnlyDLPack:  # a producer with __dlpack__ but no __cuda_array_interface__
+            def __init__(self, tensor):
+                self.tensor = tensor
+
+            def __dlpack__(self, **kwargs):
+                return self.tensor.__dlpack__(**kwargs)
+
+            def __dlpack_device__(self):
+                return self.tensor.__dlpack_device__()
+
+        tout.fill_(float("nan"))
+        gpu_module["axpy"](blocks(n), 256, (0.5, OnlyDLPack(tx), ty, tout, n))
+        np.testing.assert_allclose(tout.cpu().numpy(), expected, rtol=1e-6, atol=1e-6)
+        ran += 1
+    cupy = _maybe("cupy")
+    if cupy is not None:
+        cx, cy = cupy.asarray(x), cupy.asarray(y)
+        cout = cupy.full(n, cupy.nan, dtype=cupy.float32)
+        gpu_module["axpy"](blocks(n), 256, (0.5, cx, cy, cout, n))
+        np.testing.assert_allclose(cupy.asnumpy(cout), expected, rtol=1e-6, atol=1e-6)
+        ran += 1
+    if not ran:
+        pytest.skip("neither torch nor cupy is installed")
+
+
+def _maybe(name):
+    try:
+        return __import__(name)
+    except Exception:
+        return None
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_memory_above_48k(gpu_module, gpu_state):
+    kernel = gpu_module["rowsum_shared"]
+    optin = gpurt.get_device_properties().shared_memory_per_block_optin - kernel.shared_size_bytes
+    n = min(24000, optin // 4)  # 96000 bytes where the device allows it
+    assert n * 4 > 48 * 1024, "the device cannot test > 48 KiB of dynamic shared memory"
+    rows = 6
+    x = random(rows * n, seed=6)
+    out = poisoned(rows)
+    kernel(rows, 256, (gpurt.asarray(x), out, n), shared_mem=n * 4)
+    expected = x.reshape(rows, n).astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-4, atol=1e-3)
+    assert kernel.max_dynamic_shared_size_bytes >= n * 4
+    small = 1000
+    out2 = poisoned(rows)
+    kernel(rows, 128, (gpurt.asarray(x[: rows * small]), out2, small), shared_mem=small * 4)
+    assert kernel.max_dynamic_shared_size_bytes >= n * 4  # never lowered
+    np.testing.assert_allclose(out2.to_numpy(),
+                               x[: rows * small].reshape(rows, small).astype(np.float64).sum(1),
+                               rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="dynamic shared memory"):
+        kernel(1, 32, (gpurt.asarray(x), out, n), shared_mem=optin + 4096)
+
+
+@pytest.mark.gpu
+def test_shared_memory_limit_under_concurrent_launches(gpu_state):
+    module = gpurt.compile(unique_rowsum())
+    kernel = module["rowsum_shared"]
+    optin = gpurt.get_device_properties().shared_memory_per_block_optin
+    sizes = [n for n in (13000, 16000, 20000, 24000) if n * 4 <= optin]
+    x = random(2 * max(sizes), seed=7)
+    dx = gpurt.asarray(x)
+    errors = []
+
+    def run(n):
+        try:
+            gpurt.set_device(0)
+            for _ in range(20):
+                out = poisoned(2)
+                kernel(2, 256, (dx, out, n), shared_mem=n * 4)
+                expected = x[: 2 * n].reshape(2, n).astype(np.float64).sum(1)
+                np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-4, atol=1e-3)
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in sizes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert kernel.max_dynamic_shared_size_bytes >= max(sizes) * 4
+
+
+def unique_rowsum() -> str:
+    """rowsum_shared in a program of its own, so its shared memory limit starts fresh."""
+    start = GPU_SRC.index('extern "C" __global__ void rowsum_shared')
+    end = GPU_SRC.index('extern "C" __global__ void grid_shift')
+    return "// rowsum_shared alone\n" + GPU_SRC[start:end]
+
+
+@pytest.mark.gpu
+def test_cooperative_launch_syncs_the_grid(gpu_module, gpu_state):
+    props = gpurt.get_device_properties()
+    if not props.cooperative_launch:
+        pytest.skip("the device has no cooperative launch")
+    kernel = gpu_module["grid_shift"]
+    per_sm = kernel.max_active_blocks_per_multiprocessor(256)
+    assert per_sm >= 1
+    grid = props.multi_processor_count * per_sm
+    total = grid * 256
+    data = np.random.default_rng(8).integers(-1000, 1000, total, dtype=np.int32)
+    tmp, out = poisoned(total, np.int32), poisoned(total, np.int32)
+    kernel.launch(gpurt.LaunchConfig(grid, 256, cooperative=True), gpurt.asarray(data), tmp, out)
+    np.testing.assert_array_equal(out.to_numpy(), np.roll(data * 2, -1))
+    with pytest.raises(gpurt.CudaError, match="COOPERATIVE"):
+        kernel.launch(gpurt.LaunchConfig(grid * 4, 256, cooperative=True),
+                      gpurt.asarray(np.zeros(total * 4, np.int32)), tmp, out)
+    gpurt.synchronize()
+
+
+@pytest.mark.gpu
+def test_clusters_on_sm90(gpu_module, gpu_state):
+    if gpurt.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90 or newer")
+    kernel = gpu_module["cluster_ids"]
+    for size in (2, 4):
+        out = poisoned(16, np.uint32)
+        kernel.launch(gpurt.LaunchConfig(8, 32, cluster=(size, 1, 1)), out)
+        got = out.to_numpy().reshape(8, 2)
+        np.testing.assert_array_equal(got[:, 0], np.arange(8) % size)  # %cluster_ctarank
+        np.testing.assert_array_equal(got[:, 1], np.arange(8) // size)  # %clusterid.x
+    out = poisoned(16, np.uint32)
+    kernel(8, 32, (out,))  # without a cluster each block is its own cluster
+    np.testing.assert_array_equal(out.to_numpy().reshape(8, 2)[:, 0], np.zeros(8))
+
+
+@pytest.mark.gpu
+def test_errors_are_raised_before_launch(gpu_module, gpu_state):
+    kernel = gpu_module["axpy"]
+    n = 256
+    x = gpurt.asarray(random(n))
+    out = poisoned(n)
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        kernel(1, 256, (1.0, x, x, out))
+    with pytest.raises(TypeError, match=r"argument 4 \(n: int\)"):
+        kernel(1, 256, (1.0, x, x, out, 256.0))
+    with pytest.raises(TypeError, match=r"argument 1 \(x: const float\*\).*host"):
+        kernel(1, 256, (1.0, np.zeros(n, np.float32), x, out, n))
+    with pytest.raises(ValueError, match="1024 threads"):
+        kernel(1, 2048, (1.0, x, x, out, n))
+    with pytest.raises(ValueError, match="grid"):
+        kernel(0, 256, (1.0, x, x, out, n))
+    gpurt.synchronize()
+    assert np.isnan(out.to_numpy()).all()  # nothing ran
+    if gpurt.device_count() > 1:
+        with gpurt.device(1):
+            other = gpurt.asarray(random(n))
+        with pytest.raises(ValueError, match=r"argument 1 \(x: const float\*\).*cuda:1"):
+            kernel(1, 256, (1.0, other, x, out, n))
+
+
+@pytest.mark.gpu
+def test_default_stream_is_the_current_stream(gpu_module, gpu_state):
+    kernel = gpu_module["scale<float>"]
+    n = 1024
+    x = gpurt.asarray(random(n, seed=9))
+    seen = []
+
+    def hook(k, handle, phase):
+        seen.append((k, handle, phase))
+
+    gpurt.add_launch_hook(hook)
+    try:
+        kernel(blocks(n), 256, (poisoned(n), x, 2.0, n))
+        with gpurt.Stream() as side:
+            out = poisoned(n)
+            kernel(blocks(n), 256, (out, x, 2.0, n))
+            side.synchronize()
+            np.testing.assert_allclose(out.to_numpy(), x.to_numpy() * 2.0, rtol=1e-6)
+        kernel(blocks(n), 256, (out, x, 3.0, n), stream=side)
+        kernel(blocks(n), 256, (out, x, 4.0, n), stream=side.cuda_stream)
+        side.synchronize()
+    finally:
+        gpurt.remove_launch_hook(hook)
+    default = gpurt.current_stream().cuda_stream
+    assert [(h, p) for _, h, p in seen] == [
+        (default, "begin"), (default, "end"), (side.cuda_stream, "begin"),
+        (side.cuda_stream, "end"), (side.cuda_stream, "begin"), (side.cuda_stream, "end"),
+        (side.cuda_stream, "begin"), (side.cuda_stream, "end")]
+    assert all(k is kernel for k, _, _ in seen)
+    np.testing.assert_allclose(out.to_numpy(), x.to_numpy() * 4.0, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_threads_launch_at_once(gpu_module, gpu_state):
+    kernel = gpu_module["scale<float>"]
+    n = 2048
+    x = random(n, seed=10)
+    dx = gpurt.asarray(x)
+    errors = []
+
+    def run(factor):
+        try:
+            outs = [poisoned(n) for _ in range(4)]
+            for i in range(50):
+                kernel(blocks(n), 256, (outs[i % 4], dx, float(factor), n))
+            gpurt.synchronize()
+            for out in outs:
+                np.testing.assert_allclose(out.to_numpy(), x * np.float32(factor), rtol=1e-6)
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f,)) for f in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+@pytest.mark.gpu
+def test_attributes_and_occupancy(gpu_module, gpu_state):
+    kernel = gpu_module["axpy"]
+    attrs = kernel.attributes()
+    assert set(attrs) >= {"num_regs", "shared_size_bytes", "const_size_bytes",
+                          "local_size_bytes", "max_threads_per_block"}
+    assert 0 < kernel.num_regs <= 255 and 0 < kernel.max_threads_per_block <= 1024
+    major, minor = gpurt.get_device_capability()
+    assert kernel.binary_version == major * 10 + minor
+    assert 1 <= kernel.max_active_blocks_per_multiprocessor(256) <= 2048 // 256
+    block = kernel.suggested_block_size()
+    assert block % 32 == 0 and 0 < block <= 1024
+    assert gpu_module["rowsum_shared"].max_active_blocks_per_multiprocessor(256, 64 * 1024) >= 1
+
+
+@pytest.mark.gpu
+def test_ptx_module_runs(gpu_state):
+    major, minor = gpurt.get_device_capability()
+    module = gpurt.compile(GPU_SRC, arch=f"compute_{major}{minor}")
+    n = 300
+    x, y = random(n, seed=11), random(n, seed=12)
+    out = poisoned(n)
+    try:
+        module["axpy"](blocks(n), 256, (2.0, gpurt.asarray(x), gpurt.asarray(y), out, n))
+    except gpurt.CudaError as err:
+        if err.name == "CUDA_ERROR_UNSUPPORTED_PTX_VERSION":
+            pytest.skip(f"NVRTC is newer than the driver: {err}")
+        raise
+    np.testing.assert_allclose(out.to_numpy(), 2.0 * x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_unloadable_cache_entry_is_recompiled(tmp_path, monkeypatch, gpu_state):
+    from gpurt import _kcache, nvrtc
+
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("GPURT_CACHE_DISABLE", raising=False)
+    source = f"// {tmp_path.name}\n" + GPU_SRC
+    module = gpurt.compile(source)
+    [entry] = tmp_path.glob("*.kernel")
+    good = module.code
+    bad = _kcache.Entry(b"\x7fELF" + b"\x00" * 256, "cubin", {}, "")  # whole, but unloadable
+    entry.write_bytes(_kcache.encode(entry.stem, bad))
+    nvrtc.clear_cache()
+    try:
+        module = gpurt.compile(source)
+        assert module.code == bad.binary
+        n = 64
+        out = poisoned(n)
+        x = random(n, seed=13)
+        module["axpy"](1, 64, (1.0, gpurt.asarray(x), gpurt.asarray(x), out, n))
+        np.testing.assert_allclose(out.to_numpy(), 2.0 * x, rtol=1e-6)
+        assert _kcache.decode(entry.stem, entry.read_bytes()).binary == good
+    finally:
+        nvrtc.clear_cache()
+
+
+@pytest.mark.gpu
+def test_each_device_loads_its_own_function(gpu_module, gpu_state):
+    if gpurt.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    kernel = gpu_module["scale<float>"]
+    n = 512
+    x = random(n, seed=14)
+    for index in range(2):
+        with gpurt.device(index):
+            out = poisoned(n)
+            kernel(blocks(n), 256, (out, gpurt.asarray(x), 5.0, n))
+            np.testing.assert_allclose(out.to_numpy(), x * np.float32(5.0), rtol=1e-6)

@@ -1,0 +1,363 @@
+"""GEMM tile configurations: what each kernel variant is, which ones a problem may use, the
+heuristic choice, and the autotuner that times the candidates once per (device, dtype, layout,
+shape bucket) and remembers the winner on disk next to gpurt's kernel cache.
+
+Plain Python with no GPU calls, so all of it is tested on a CPU; kernels/gemm.py does the
+compiling, launching and timing. ``GPURT_GEMM_AUTOTUNE=0`` turns the tuner off (heuristics
+only, the results file is neither read nor written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import threading
+import warnings
+from typing import Any, Callable, Optional
+
+__all__ = [
+    "DT_F32", "DT_F16", "DT_BF16", "DT_TF32", "Config", "Problem", "eligible", "candidates",
+    "heuristic", "Tuner", "autotune_enabled",
+]
+
+# Element type codes shared with gemm_common.cu (DT_TF32: fp32 data on the TF32 tensor cores).
+DT_F32, DT_F16, DT_BF16, DT_TF32 = 0, 1, 2, 3
+_DT_NAMES = {DT_F32: "float32", DT_F16: "float16", DT_BF16: "bfloat16", DT_TF32: "tf32"}
+
+# Tuning a problem below this many multiply-adds costs more than it could ever save.
+TUNE_MIN_MACS = 1 << 27
+_SCHEMA = 1
+_FILE_NAME = "gemm-tune-v1.json"
+
+# ---- configurations ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+) or 'wgmma'
+    (TMA + wgmma, sm_90a). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
+    ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
+    partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order."""
+
+    kernel: str
+    bm: int
+    bn: int
+    bk: int
+    wm: int = 0
+    wn: int = 0
+    stages: int = 2
+    split_k: int = 1
+    group_m: int = 8
+
+    def __post_init__(self) -> None:
+        if self.kernel not in ("simt", "mma", "wgmma"):
+            raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
+        if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
+            raise ValueError(f"invalid GEMM config {self}")
+        if self.kernel == "wgmma" and (self.bm, self.bk) != (128, 64) or \
+                self.kernel == "wgmma" and self.bn not in (128, 256):
+            raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles, not {self}")
+        if self.kernel == "wgmma" and self.split_k != 1:
+            raise ValueError("the wgmma kernel does not split K")
+        if self.kernel == "simt" and (self.bk != 8 or self.bm % 32 or self.bn % 64):
+            raise ValueError(f"simt tiles are (32 i) x (64 j) x 8, not {self}")
+        if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
+                                     or self.wn % 16 or self.bk % 16):
+            raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
+
+    @property
+    def threads(self) -> int:
+        if self.kernel == "wgmma":
+            return 384
+        if self.kernel == "simt":
+            return (self.bm // 32) * (self.bn // 64) * 32
+        return (self.bm // self.wm) * (self.bn // self.wn) * 32
+
+    def shared_mem(self, a_kmajor: bool, b_kmajor: bool, itemsize: int = 2) -> int:
+        """Dynamic shared memory in bytes (the simt kernel's is static: 0)."""
+        if self.kernel == "simt":
+            return 0
+        if self.kernel == "wgmma":
+            stage = (self.bm + self.bn) * self.bk * 2
+            return self.stages * stage + 2 * 8 * self.stages + 1024
+        pad = 8 if itemsize == 2 else 4
+        a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)
+        b = self.bn * (self.bk + pad) if b_kmajor else self.bk * (self.bn + pad)
+        return self.stages * (a + b) * itemsize
+
+    @property
+    def source(self) -> str:
+        """The CUDA file holding this kernel."""
+        return f"gemm_{self.kernel}.cu"
+
+    def name_expression(self, dt: int, a_kmajor: bool, b_kmajor: bool, vec: bool) -> str:
+        """The template instantiation for gpurt.compile(name_expressions=...)."""
+        ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
+        if self.kernel == "simt":
+            return f"gemm_simt<{self.bm}, {self.bn}, {ak}, {bk_}, {v}>"
+        if self.kernel == "wgmma":
+            return f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}>"
+        return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
+                f"{self.stages}, {ak}, {bk_}, {v}>")
+
+    def tiles(self, m: int, n: int) -> int:
+        return -(-m // self.bm) * -(-n // self.bn)
+
+    def label(self) -> str:
+        text = f"{self.kernel} {self.bm}x{self.bn}x{self.bk}"
+        if self.kernel == "mma":
+            text += f" w{self.wm}x{self.wn}"
+        if self.kernel != "simt":
+            text += f" s{self.stages}"
+        if self.split_k > 1:
+            text += f" split{self.split_k}"
+        return text + f" g{self.group_m}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Config:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What the choice depends on: sizes, element type, operand layouts (K-major or not),
+    alignment (``vec``: 16-byte rows for vector loads; ``tma``: rows fit TMA's rules) and the
+    device (compute capability, SM count, shared memory per block)."""
+
+    m: int
+    n: int
+    k: int
+    dt: int
+    a_kmajor: bool
+    b_kmajor: bool
+    vec: bool
+    tma: bool
+    capability: tuple[int, int]
+    sm_count: int
+    max_shared: int = 227 * 1024
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.n * self.k
+
+
+def _split_for(problem: Problem, config: Config) -> int:
+    """How many K slices fill the device when the tile grid alone does not (1 = no split)."""
+    tiles = config.tiles(problem.m, problem.n)
+    if tiles * 2 >= problem.sm_count or problem.k < 512:
+        return 1
+    split = min(-(-problem.sm_count // tiles), problem.k // 256, 16)
+    return max(split, 1)
+
+
+# Base candidates per kernel, before split-K is applied.
+_SIMT = (Config("simt", 128, 128, 8), Config("simt", 64, 128, 8), Config("simt", 64, 64, 8))
+_MMA = (
+    Config("mma", 128, 128, 32, 64, 64, stages=4),
+    Config("mma", 128, 256, 32, 64, 64, stages=3),
+    Config("mma", 64, 128, 32, 32, 64, stages=4),
+    Config("mma", 64, 64, 32, 32, 32, stages=4),
+)
+_TF32 = (
+    Config("mma", 128, 128, 16, 64, 64, stages=4),
+    Config("mma", 64, 64, 16, 32, 32, stages=4),
+)
+_WGMMA = (
+    Config("wgmma", 128, 256, 64, stages=4, group_m=8),
+    Config("wgmma", 128, 128, 64, stages=6, group_m=8),
+    Config("wgmma", 128, 256, 64, stages=4, group_m=16),
+)
+
+
+def eligible(problem: Problem, config: Config) -> bool:
+    """Whether ``config`` can run ``problem`` on its device."""
+    major, minor = problem.capability
+    sixteen = problem.dt in (DT_F16, DT_BF16)
+    if config.kernel == "simt":
+        ok = problem.dt == DT_F32
+    elif config.kernel == "mma":
+        ok = (sixteen or problem.dt == DT_TF32) and major >= 8
+        ok = ok and (config.bk == 16) == (problem.dt == DT_TF32)
+    else:
+        ok = sixteen and (major, minor) == (9, 0) and problem.tma and problem.k >= 1
+    itemsize = 4 if problem.dt in (DT_F32, DT_TF32) else 2
+    fits = config.shared_mem(problem.a_kmajor, problem.b_kmajor, itemsize) <= problem.max_shared
+    return ok and fits
+
+
+def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
+    out = []
+    for config in base:
+        split = _split_for(problem, config) if config.kernel != "wgmma" else 1
+        out.append(dataclasses.replace(config, split_k=split))
+    return out
+
+
+def candidates(problem: Problem) -> list[Config]:
+    """Every config worth timing for ``problem``, best guess first."""
+    if problem.dt == DT_F32:
+        pool = _with_split(problem, _SIMT)
+    elif problem.dt == DT_TF32:
+        pool = _with_split(problem, _TF32)
+    else:
+        pool = list(_WGMMA) + _with_split(problem, _MMA)
+    found = [c for c in pool if eligible(problem, c)]
+    first = heuristic(problem)
+    return [first] + [c for c in found if c != first]
+
+
+def heuristic(problem: Problem) -> Config:
+    """The config to use without timing anything."""
+    m, n = problem.m, problem.n
+    if problem.dt == DT_F32:
+        base = _SIMT[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[2]
+        return dataclasses.replace(base, split_k=_split_for(problem, base))
+    if problem.dt == DT_TF32:
+        base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
+        return dataclasses.replace(base, split_k=_split_for(problem, base))
+    wide = _WGMMA[0] if n > 128 else _WGMMA[1]
+    small_grid = wide.tiles(m, n) * 2 < problem.sm_count and problem.k >= 1024
+    if eligible(problem, wide) and not small_grid:
+        return wide
+    big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
+    return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+# ---- the autotuner -------------------------------------------------------------------------------
+
+
+def autotune_enabled() -> bool:
+    """False when ``GPURT_GEMM_AUTOTUNE`` is 0/false/off/no."""
+    value = os.environ.get("GPURT_GEMM_AUTOTUNE", "1").strip().lower()
+    return value not in ("0", "false", "off", "no")
+
+
+def _bucket(value: int) -> int:
+    """The power of two at or above ``value`` (shapes within a bucket share a tuning result)."""
+    return 1 << max(0, (value - 1).bit_length())
+
+
+def problem_key(problem: Problem, device: str, source_digest: str) -> str:
+    """The results file key: device, kernels' source, dtype, layout, alignment, shape bucket."""
+    layout = ("K" if problem.a_kmajor else "M") + ("K" if problem.b_kmajor else "N")
+    align = ("tma" if problem.tma else "vec") if problem.vec else "any"
+    shape = f"{_bucket(problem.m)}x{_bucket(problem.n)}x{_bucket(problem.k)}"
+    return "|".join([device, source_digest, _DT_NAMES[problem.dt], layout, align, shape])
+
+
+class Tuner:
+    """Chooses configs by timing the candidates once per key; results are kept in memory and
+    in ``<directory>/gemm-tune-v1.json`` (a 0700 folder, atomic writes, merged with what other
+    processes wrote meanwhile). ``directory=None`` keeps them in memory only."""
+
+    def __init__(self, directory: Optional[str]) -> None:
+        self.directory = directory
+        self._results: dict[str, dict[str, Any]] = {}
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Optional[str]:
+        return None if self.directory is None else os.path.join(self.directory, _FILE_NAME)
+
+    def _read_file(self) -> dict[str, dict[str, Any]]:
+        path = self.path
+        if path is None or not os.path.exists(path):
+            return {}
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            if doc.get("schema") != _SCHEMA or not isinstance(doc.get("results"), dict):
+                return {}
+            return {k: v for k, v in doc["results"].items() if isinstance(v, dict)}
+        except (OSError, ValueError):
+            return {}  # unreadable or corrupt: tune again and overwrite it
+
+    def _write_file(self) -> None:
+        if self.directory is None:
+            return
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            merged = {**self._read_file(), **self._results}
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-gemm-", dir=self.directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump({"schema": _SCHEMA, "results": merged}, fh, indent=1, sort_keys=True)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)  # type: ignore[arg-type]
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as exc:
+            warnings.warn(f"gpurt: could not save GEMM tuning results in {self.directory}: {exc}",
+                          RuntimeWarning, stacklevel=3)
+            self.directory = None
+
+    def lookup(self, key: str) -> Optional[Config]:
+        """The remembered config for ``key``, or None."""
+        with self._lock:
+            if not self._loaded:
+                self._results = {**self._read_file(), **self._results}
+                self._loaded = True
+            found = self._results.get(key)
+        if found is None:
+            return None
+        try:
+            return Config.from_json(found["config"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def choose(self, key: str, configs: list[Config],
+               time_ms: Callable[[Config], Optional[float]]) -> Config:
+        """The remembered winner for ``key``, else the fastest of ``configs`` by ``time_ms``
+        (None or an exception: that config cannot run and is skipped), remembered."""
+        known = self.lookup(key)
+        if known is not None and known in configs:
+            return known
+        timings: dict[str, float] = {}
+        best: Optional[Config] = None
+        best_ms = float("inf")
+        for config in configs:
+            try:
+                ms = time_ms(config)
+            except Exception as exc:  # a variant that fails to compile or launch is skipped
+                warnings.warn(f"gpurt: GEMM variant {config.label()} failed while tuning: {exc}",
+                              RuntimeWarning, stacklevel=2)
+                ms = None
+            if ms is None:
+                continue
+            timings[config.label()] = round(ms, 5)
+            if ms < best_ms:
+                best, best_ms = config, ms
+        if best is None:
+            return configs[0]
+        with self._lock:
+            self._results[key] = {"config": best.to_json(), "ms": round(best_ms, 5),
+                                  "timings_ms": timings}
+            self._write_file()
+        return best
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        """A copy of every result known to this process (after loading the file)."""
+        self.lookup("")
+        with self._lock:
+            return json.loads(json.dumps(self._results))
+
+    def clear(self) -> None:
+        """Forget the results, in memory and on disk."""
+        with self._lock:
+            self._results = {}
+            self._loaded = True
+            path = self.path
+            if path is not None and os.path.exists(path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass

@@ -1,0 +1,253 @@
+// bf16/fp16 GEMM for Hopper (sm_90a): TMA loads, wgmma, warp specialisation, persistent grid.
+//
+// A CTA of 3 warpgroups: warpgroup 0 produces (one thread issues the TMA copies of each K tile
+// into a STAGES-deep ring of shared memory and gives its other registers away with setmaxnreg),
+// warpgroups 1 and 2 consume (each multiplies a 64 x BN half of the 128 x BN tile with
+// m64nBNk16 wgmma, accumulating in registers, then writes its half out). The ring is guarded by
+// two mbarriers per stage: `full` completes when the TMA bytes have landed (expect_tx), `empty`
+// when all 8 consumer warps have finished reading the stage; both are waited on by phase parity.
+// The consumers keep one wgmma group in flight and release the previous stage when it retires.
+//
+// The grid is persistent (one CTA per SM): CTA b takes tiles b, b + gridDim.x, ... in grouped
+// order (group_m tile rows swept column by column, see grouped_tile) so concurrently running
+// tiles share their A rows and B columns in L2; the producer runs ahead into the next tile
+// while the consumers write the last one out.
+//
+// Tiles are 128 x BN x 64 of 16-bit elements with 128-byte swizzle: TMA writes them swizzled
+// and the wgmma descriptors read them back with the same swizzle. K-major operands come as one
+// box [rows][64 k] per stage; M/N-major ones as boxes [64 k][64 mn] side by side (wgmma
+// transpose bit set). TMA zero-fills outside the matrix, so edge tiles need no special code;
+// the epilogue masks its stores. The host (kernels/gemm.py) encodes the tensor maps and only
+// sends problems whose rows are 16-byte aligned (a TMA requirement).
+#include "gemm_common.cu"
+
+namespace wg {
+
+constexpr int BM = 128;
+constexpr int BK = 64;
+constexpr int THREADS = 384;
+constexpr int CONSUMER_WARPS = 8;
+constexpr int CHUNK_BYTES = 64 * 128;  // one [64][64] box of 16-bit elements
+
+// A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TmaDesc {
+    u64 opaque[16];
+};
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+// 2-D TMA load of the box at (inner, outer) element coordinates into dst, completing on bar.
+__device__ __forceinline__ void tma_load(u32 dst, const TmaDesc* map, int inner, int outer,
+                                         u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(inner), "r"(outer), "r"(bar)
+        : "memory");
+}
+
+// Shared-memory matrix descriptor with 128-byte swizzle. Offsets in bytes (stored >> 4).
+__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
+           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// Accumulator operand lists of the m64n128 / m64n256 wgmma (generated, 8 per line).
+#define WG_OUT_0_64 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WG_OUT_64_128 \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WG_REG_64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REG_128 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+#define WG_ASM(SHAPE, TY, SETP, REGS, TAIL, ...)                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SETP ", 0;\n"                             \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" REGS "}, " TAIL \
+                 : __VA_ARGS__                                                                 \
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB))
+
+// d (+)= A(64 x 16) * B(16 x N); scale_d = 0 ignores d's old value. TA/TB: M/N-major operand.
+template <int N, int DT, int TA, int TB>
+__device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
+    static_assert(N == 128 || N == 256, "BN is 128 or 256");
+    if constexpr (N == 128 && DT == DT_BF16) {
+        WG_ASM("m64n128k16", "bf16", "%66", WG_REG_64, "%64, %65, p, 1, 1, %67, %68;\n}\n",
+               WG_OUT_0_64);
+    } else if constexpr (N == 128) {
+        WG_ASM("m64n128k16", "f16", "%66", WG_REG_64, "%64, %65, p, 1, 1, %67, %68;\n}\n",
+               WG_OUT_0_64);
+    } else if constexpr (DT == DT_BF16) {
+        WG_ASM("m64n256k16", "bf16", "%130", WG_REG_128, "%128, %129, p, 1, 1, %131, %132;\n}\n",
+               WG_OUT_0_64, WG_OUT_64_128);
+    } else {
+        WG_ASM("m64n256k16", "f16", "%130", WG_REG_128, "%128, %129, p, 1, 1, %131, %132;\n}\n",
+               WG_OUT_0_64, WG_OUT_64_128);
+    }
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace wg
+
+template <int DT, int BN, int STAGES, bool A_K, bool B_K>
+__global__ void __launch_bounds__(wg::THREADS, 1)
+gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
+           u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc,
+           i64 ldcin, float alpha, float beta, int group_m, int pair_ok) {
+    using namespace wg;
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
+    const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
+    const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
+    const u32 full_bar = b_ring + STAGES * B_BYTES, empty_bar = full_bar + STAGES * 8;
+
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n, k_tiles = (K + BK - 1) / BK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full_bar + 8 * s, 1);
+            mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                grouped_tile(tile, tiles_m, tiles_n, group_m, tm, tn);
+                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
+                    const u32 full = full_bar + 8 * s;
+                    mbar_expect_tx(full, A_BYTES + B_BYTES);
+                    const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
+                    const int k0 = kt * BK;
+                    if (A_K) {
+                        tma_load(a_dst, &tma_a, k0, tm * BM, full);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < BM / 64; ++j)
+                            tma_load(a_dst + j * CHUNK_BYTES, &tma_a, tm * BM + j * 64, k0, full);
+                    }
+                    if (B_K) {
+                        tma_load(b_dst, &tma_b, k0, tn * BN, full);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < BN / 64; ++j)
+                            tma_load(b_dst + j * CHUNK_BYTES, &tma_b, tn * BN + j * 64, k0, full);
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int half = warpgroup - 1;  // rows [64 * half, 64 * half + 64) of the tile
+        const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+        // Descriptor constants: K-major tiles step 32 bytes per 16 k inside the swizzle atom;
+        // M/N-major tiles step 16 rows of 128 bytes, and their 64-wide chunks are CHUNK_BYTES apart.
+        constexpr u32 A_STEP = A_K ? 32 : 2048, B_STEP = B_K ? 32 : 2048;
+        constexpr u32 A_LBO = A_K ? 16 : CHUNK_BYTES, B_LBO = B_K ? 16 : CHUNK_BYTES;
+        const u32 a_half = A_K ? half * 64 * 128 : half * CHUNK_BYTES;
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int tm, tn;
+            grouped_tile(tile, tiles_m, tiles_n, group_m, tm, tn);
+            float d[BN / 2];
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+            int prev = 0;
+            for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                const int s = it % STAGES;
+                mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+                const u32 a_tile = a_ring + s * A_BYTES + a_half, b_tile = b_ring + s * B_BYTES;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; ++kk) {
+                    const u64 da = make_desc(a_tile + kk * A_STEP, A_LBO, 1024);
+                    const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, 1024);
+                    wgmma<BN, DT, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+                }
+                wgmma_commit();
+                if (kt > 0) {
+                    wgmma_wait<1>();
+                    if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                }
+                prev = s;
+            }
+            wgmma_wait<0>();
+            if (lane == 0 && k_tiles > 0) mbar_arrive(empty_bar + 8 * prev);
+
+            // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
+            const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
+            const int c = tn * BN + (lane % 4) * 2;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c + 8 * j,
+                               d[4 * j], d[4 * j + 1], pair_ok != 0);
+                store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r + 8, c + 8 * j,
+                               d[4 * j + 2], d[4 * j + 3], pair_ok != 0);
+            }
+        }
+    }
+}
