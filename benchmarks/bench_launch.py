@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from _common import host_us, peer, print_rows, write_results
@@ -42,8 +43,9 @@ def _row(what: str, lib: str, fn: Callable[[], Any], sync: Callable[[], Any]) ->
 
 
 def gpurt_rows() -> list[dict[str, Any]]:
-    import gpurt
     from cuda.bindings import driver as cu
+
+    import gpurt
 
     module = gpurt.compile(SOURCE)
     kernel = module["add_one"]
@@ -114,8 +116,7 @@ def cuda_core_rows() -> list[dict[str, Any]]:
         from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
     except ImportError:
         try:
-            from cuda.core.experimental import (Device, LaunchConfig, Program, ProgramOptions,
-                                                launch)
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
         except ImportError:
             return []
     import gpurt
@@ -124,7 +125,8 @@ def cuda_core_rows() -> list[dict[str, Any]]:
     device.set_current()
     stream = device.create_stream()
     options = ProgramOptions(arch=gpurt.get_arch(0))
-    kernel = Program(SOURCE, code_type="c++", options=options).compile("cubin").get_kernel("add_one")
+    program = Program(SOURCE, code_type="c++", options=options)
+    kernel = program.compile("cubin").get_kernel("add_one")
     x = device.allocate(4 * N, stream=stream)
     y = device.allocate(4 * N, stream=stream)
     n = np.int32(N)

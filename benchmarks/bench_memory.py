@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from _common import host_us, peer, print_rows, write_results
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -81,6 +83,7 @@ def core_rows(allocator: Any, lib: str) -> list[dict[str, Any]]:
 def gpu_speed_rows() -> list[dict[str, Any]]:
     import gpurt
     from cuda.bindings import driver as cu
+    from gpurt.device import bind_context
 
     gpurt.init()
     rows: list[dict[str, Any]] = []
@@ -92,7 +95,7 @@ def gpu_speed_rows() -> list[dict[str, Any]]:
     if hasattr(gpurt, "empty"):
         for n, label in SIZES:
             rows.append(_row(f"alloc+free {label}", "gpurt.empty+del",
-                             lambda n=n: gpurt.empty(n, gpurt.uint8 if hasattr(gpurt, "uint8") else "uint8")))
+                             lambda n=n: gpurt.empty(n, np.uint8)))
     cupy = peer("cupy")
     if cupy is not None:
         pool = cupy.cuda.MemoryPool()
@@ -105,7 +108,7 @@ def gpu_speed_rows() -> list[dict[str, Any]]:
         for n, label in SIZES:
             rows.append(_row(f"alloc+free {label}", "torch.empty+del",
                              lambda n=n: torch.empty(n, dtype=torch.uint8, device="cuda")))
-    gpurt.device.bind_context(0)
+    bind_context(0)
     stream = cu.cuStreamCreate(1)[1]
     for n, label in SIZES:
         def async_pair(n: int = n) -> None:
@@ -113,15 +116,19 @@ def gpu_speed_rows() -> list[dict[str, Any]]:
             cu.cuMemFreeAsync(ptr, stream)
         rows.append(_row(f"alloc+free {label}", "cuMemAllocAsync+FreeAsync", async_pair))
     cu.cuStreamSynchronize(stream)
-    core = peer("cuda.core.experimental") or peer("cuda.core")
-    device_cls = getattr(core, "Device", None) if core is not None else None
+    device_cls = None
+    for name in ("cuda.core", "cuda.core.experimental"):
+        if peer(name) is not None:
+            device_cls = getattr(sys.modules[name], "Device", None)
+            if device_cls is not None:
+                break
     if device_cls is not None:
         dev = device_cls()
         dev.set_current()
         for n, label in SIZES:
             rows.append(_row(f"alloc+free {label}", "cuda.core allocate+close",
                              lambda n=n: dev.allocate(n).close()))
-    gpurt.device.bind_context(0)
+    bind_context(0)
     return rows
 
 

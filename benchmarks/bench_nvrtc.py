@@ -122,7 +122,9 @@ def main() -> None:
     import gpurt
 
     arch = args.arch or (gpurt.get_arch() if gpurt.is_available() else "sm_90")
-    rows = gpurt_rows(arch) + cupy_rows()
+    with tempfile.TemporaryDirectory(prefix="gpurt-bench-") as folder:
+        os.environ["GPURT_CACHE_DIR"] = folder  # cold compiles must not fill the user's cache
+        rows = gpurt_rows(arch) + cupy_rows()
     for row in rows:
         row["arch"] = arch
     print_rows("NVRTC compile and kernel cache", rows)

@@ -60,14 +60,15 @@ def ok(result: tuple) -> Any:
 class Kernels:
     """All requested name expressions compiled in one NVRTC program (cached in /tmp)."""
 
-    def __init__(self, names: list[str], arch: str) -> None:
+    def __init__(self, names: list[str], arch: str, options: tuple[str, ...] = ()) -> None:
         source = plan.SOURCE_PATH.read_text()
-        key = hashlib.sha256((source + arch + "\n".join(sorted(names))).encode()).hexdigest()[:16]
+        text = source + arch + "\n".join(sorted(names)) + " ".join(options)
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
         cache = Path(f"/tmp/softmax_dev_{key}.json")
         if cache.exists():
             doc = json.loads(cache.read_text())
         else:
-            doc = self._compile(source, sorted(set(names)), arch)
+            doc = self._compile(source, sorted(set(names)), arch, options)
             cache.write_text(json.dumps(doc))
         self.resources = doc["resources"]
         self._image = np.frombuffer(bytes.fromhex(doc["cubin"]), dtype=np.uint8).copy()
@@ -76,13 +77,14 @@ class Kernels:
                           for n, low in doc["lowered"].items()}
 
     @staticmethod
-    def _compile(source: str, names: list[str], arch: str) -> dict:
+    def _compile(source: str, names: list[str], arch: str, options: tuple[str, ...] = ()) -> dict:
         t0 = time.time()
         prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), b"softmax.cu", 0, [], []))
         try:
             for n in names:
                 ok(nvrtc.nvrtcAddNameExpression(prog, n.encode()))
-            opts = [f"-arch={arch}".encode(), b"-std=c++17", b"--ptxas-options=-v"]
+            opts = [f"-arch={arch}".encode(), b"-std=c++17", b"--ptxas-options=-v",
+                    *(o.encode() for o in options)]
             res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
             size = ok(nvrtc.nvrtcGetProgramLogSize(prog))
             log = b" " * size
@@ -109,27 +111,13 @@ class Kernels:
         return {"cubin": cubin.hex(), "lowered": lowered, "resources": resources}
 
 
-def resident_ctas(func: Any, threads: int, smem: int) -> int:
-    per_sm = ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(func, threads, smem))
-    return per_sm * torch.cuda.get_device_properties(0).multi_processor_count
-
-
 def launcher(kernels: Kernels, variant: Any, a: torch.Tensor, b: torch.Tensor,
-             out: torch.Tensor, rows: int, cols: int, stream: int = 0,
-             resident: int = 0) -> Callable[[], None]:
-    """A closure that launches ``variant`` (both launches for split) with packed arguments;
-    ``resident`` caps a stream variant's grid (default: what the device holds)."""
+             out: torch.Tensor, rows: int, cols: int, stream: int = 0) -> Callable[[], None]:
+    """A closure that launches ``variant`` (both launches for split) with packed arguments."""
     if variant.kind != "split" and variant.capacity < cols:
         raise ValueError(f"{variant} holds {variant.capacity} < {cols} columns")
     funcs = [kernels.functions[n] for n in variant.names()]
-    smem = variant.shared_mem
-    for f in funcs:
-        if smem > 48 * 1024:
-            ok(cu.cuFuncSetAttribute(
-                f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
-    if variant.kind == "stream" and not resident:
-        resident = resident_ctas(funcs[0], variant.threads, smem)
-    grid = variant.grid(rows, cols, resident)
+    grid = variant.grid(rows, cols)
     ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (a, b, out)]
     r, c = ctypes.c_int64(rows), ctypes.c_int32(cols)
     if variant.kind == "split":
@@ -140,14 +128,12 @@ def launcher(kernels: Kernels, variant: Any, a: torch.Tensor, b: torch.Tensor,
     else:
         partials = None
         arglists = [[*ptrs, r, c]]
-    packed = []
-    for args in arglists:
-        arr = (ctypes.c_void_p * len(args))(*[ctypes.addressof(x) for x in args])
-        packed.append(arr)
+    packed = [(ctypes.c_void_p * len(args))(*[ctypes.addressof(x) for x in args])
+              for args in arglists]
 
     def run() -> None:
         for f, arr in zip(funcs, packed):
-            ok(cu.cuLaunchKernel(f, grid, 1, 1, variant.threads, 1, 1, smem, stream,
+            ok(cu.cuLaunchKernel(f, grid, 1, 1, variant.threads, 1, 1, 0, stream,
                                  ctypes.addressof(arr), 0))
 
     run.keep = (ptrs, r, c, arglists, packed, partials)  # type: ignore[attr-defined]
@@ -245,8 +231,7 @@ def run_check(kernels: Kernels, cases: list, results: list) -> int:
         dt = TORCH_DTYPES[variant.dtype]
         a, b, ref, size = make_inputs(variant.op, rows, cols, dt, gen, scale)
         out = torch.full((rows, cols), 12345.0, dtype=dt, device="cuda")
-        # stream variants: 7 CTAs, so each loops over ~10 rows (both buffers, the tail)
-        launcher(kernels, variant, a, b, out, rows, cols, resident=7)()
+        launcher(kernels, variant, a, b, out, rows, cols)()
         torch.cuda.synchronize()
         err, why = compare(out, ref, size)
         passed = not why and err < TOL[variant.dtype]
@@ -264,51 +249,48 @@ def run_check(kernels: Kernels, cases: list, results: list) -> int:
 
 
 def V(kind: str, dt: int, op: int, vec: int, items: int, group: int, threads: int,
-      cluster: int = 1, stage: int = 0, min_blocks: int = 1) -> Any:
-    return Variant(kind, dt, op, vec, items, group, threads, cluster, stage, min_blocks)
+      cluster: int = 1, min_blocks: int = 1) -> Any:
+    return Variant(kind, dt, op, vec, items, group, threads, cluster, min_blocks)
+
+
+BUILDS = {"base": (), "fastexp": ("-DSOFTMAX_FAST_EXP",), "streaming": ("-DSOFTMAX_STREAMING",),
+          "both": ("-DSOFTMAX_FAST_EXP", "-DSOFTMAX_STREAMING")}
 
 
 def sweep_sets() -> list[tuple[int, int, int, int, list]]:
-    """(rows, cols, dtype, op, candidate variants); the chooser's pick is added first."""
+    """(rows, cols, dtype, op, other candidates); the chooser's pick is timed first, in
+    every build, the candidates in the base build."""
     f, b = 0, 2
     return [
-        (4096, 8192, 0, f, [V("rows", 0, f, 4, 4, 512, 512), V("rows", 0, f, 4, 8, 256, 1024),
-                            V("rows", 0, f, 4, 8, 256, 256, min_blocks=5),
-                            V("rows", 0, f, 4, 4, 512, 512, min_blocks=4),
-                            V("rows", 0, f, 4, 4, 512, 1024, min_blocks=2),
-                            V("stream", 0, f, 4, 8, 256, 256, min_blocks=3),
-                            V("rows", 0, f, 4, 4, 512, 1024), V("stream", 0, f, 4, 8, 256, 256),
-                            V("stream", 0, f, 4, 4, 512, 512), V("stream", 0, f, 4, 16, 128, 128),
-                            V("stream", 0, f, 4, 2, 1024, 1024)]),
-        (65536, 1024, 0, f, [V("rows", 0, f, 4, 2, 128, 128), V("rows", 0, f, 4, 8, 32, 128),
-                             V("stream", 0, f, 4, 2, 128, 128), V("stream", 0, f, 4, 4, 64, 64),
-                             V("stream", 0, f, 4, 1, 256, 256)]),
-        (8192, 32768, 0, f, [V("rows", 0, f, 4, 8, 1024, 1024), V("cluster", 0, f, 4, 8, 512, 512, 2)]),
-        (1024, 131072, 0, f, [V("cluster", 0, f, 4, 8, 1024, 1024, 4), V("cluster", 0, f, 4, 8, 512, 512, 8),
-                              V("cluster", 0, f, 4, 4, 1024, 1024, 8)]),
-        (16384, 4096, 2, f, [V("rows", 2, f, 8, 4, 128, 128), V("rows", 2, f, 8, 8, 64, 64),
-                             V("rows", 2, f, 8, 4, 128, 128, min_blocks=16),
-                             V("rows", 2, f, 8, 2, 256, 256, min_blocks=8),
-                             V("rows", 2, f, 8, 1, 512, 512, min_blocks=4),
-                             V("rows", 2, f, 8, 4, 128, 128, min_blocks=12),
-                             V("rows", 2, f, 8, 8, 64, 64, min_blocks=24),
-                             V("stream", 2, f, 8, 4, 128, 128, min_blocks=12),
-                             V("rows", 2, f, 8, 4, 128, 512), V("rows", 2, f, 8, 2, 256, 1024),
-                             V("rows", 2, f, 8, 8, 64, 512), V("stream", 2, f, 8, 4, 128, 128),
-                             V("stream", 2, f, 8, 2, 256, 256), V("stream", 2, f, 8, 8, 64, 64)]),
-        (16384, 4096, 1, f, [V("stream", 1, f, 8, 4, 128, 128), V("rows", 1, f, 8, 4, 128, 128, min_blocks=16)]),
-        (4096, 8192, 0, 1, [V("stream", 0, 1, 4, 8, 256, 256), V("rows", 0, 1, 4, 4, 512, 512, min_blocks=4)]),
+        (4096, 8192, 0, f, [V("rows", 0, f, 4, 8, 256, 256), V("rows", 0, f, 4, 4, 512, 512, 1, 4)]),
+        (65536, 1024, 0, f, [V("rows", 0, f, 4, 8, 32, 128)]),
+        (8192, 32768, 0, f, []),
+        (1024, 131072, 0, f, [V("cluster", 0, f, 4, 8, 512, 512, 8), V("cluster", 0, f, 4, 4, 1024, 1024, 8)]),
+        (16384, 4096, 2, f, [V("rows", 2, f, 8, 8, 64, 64), V("rows", 2, f, 8, 2, 256, 256)]),
+        (16384, 4096, 1, f, []),
+        (4096, 8192, 0, 1, []),
         (64, 1_000_000, 0, f, []),
-        # backward
-        (4096, 8192, 0, b, [V("rows", 0, b, 4, 4, 512, 512), V("stream", 0, b, 4, 4, 512, 512),
-                            V("stream", 0, b, 4, 8, 256, 256)]),
-        (65536, 1024, 0, b, [V("rows", 0, b, 4, 2, 128, 128), V("stream", 0, b, 4, 2, 128, 128)]),
-        (8192, 32768, 0, b, [V("rows", 0, b, 4, 8, 1024, 1024, 1, 1), V("cluster", 0, b, 4, 4, 256, 256, 8)]),
-        (1024, 131072, 0, b, [V("cluster", 0, b, 4, 4, 1024, 1024, 8), V("cluster", 0, b, 4, 8, 1024, 1024, 4, 1),
-                              V("cluster", 0, b, 4, 8, 512, 512, 8, 1)]),
-        (16384, 4096, 2, b, [V("rows", 2, b, 8, 1, 512, 512), V("stream", 2, b, 8, 2, 256, 256)]),
+        (4096, 8192, 0, b, []),
+        (65536, 1024, 0, b, [V("rows", 0, b, 4, 1, 256, 256)]),
+        (8192, 32768, 0, b, [V("cluster", 0, b, 4, 4, 512, 512, 4), V("cluster", 0, b, 4, 4, 256, 256, 8)]),
+        (1024, 131072, 0, b, []),
+        (16384, 4096, 2, b, [V("rows", 2, b, 8, 1, 512, 512), V("rows", 2, b, 8, 2, 256, 256)]),
         (4096, 8192, 0, 3, []),
+        (16384, 4096, 2, 3, []),
     ]
+
+
+_SCRATCH: list[torch.Tensor] = []
+
+
+def timed(fn: Callable[[], Any], stream: int, repeat: int = 40) -> float:
+    """device_ms with a 512 MiB memset before each call: the device is busy while the host
+    launches (host launch time is not counted) and the inputs leave L2."""
+    if not _SCRATCH:
+        _SCRATCH.append(torch.empty(512 << 20, dtype=torch.uint8, device="cuda"))
+    scratch = _SCRATCH[0]
+    flush = lambda: ok(cu.cuMemsetD8Async(scratch.data_ptr(), 0, scratch.numel(), stream))  # noqa: E731
+    return device_ms(fn, stream, repeat=repeat, flush=flush)
 
 
 def measure_copy(stream: int) -> dict[str, float]:
@@ -317,11 +299,14 @@ def measure_copy(stream: int) -> dict[str, float]:
         n = mib << 20
         src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
+        ms = timed(lambda: ok(cu.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), n, stream)),
+                   stream, repeat=30)
+        out[f"memcpy_{mib}MiB_GBps"] = 2 * n / ms / 1e6
+        ms = timed(lambda: dst.copy_(src), stream, repeat=30)
+        out[f"torch_copy_{mib}MiB_GBps"] = 2 * n / ms / 1e6
         ms = device_ms(lambda: ok(cu.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), n, stream)),
                        stream, repeat=30)
-        out[f"memcpy_{mib}MiB_GBps"] = 2 * n / ms / 1e6
-        ms = device_ms(lambda: dst.copy_(src), stream, repeat=30)
-        out[f"torch_copy_{mib}MiB_GBps"] = 2 * n / ms / 1e6
+        out[f"memcpy_{mib}MiB_noflush_GBps"] = 2 * n / ms / 1e6
         del src, dst
     return out
 
@@ -336,11 +321,11 @@ def torch_fn(op: int, a: torch.Tensor, b: torch.Tensor) -> Callable[[], Any]:
     return lambda: torch._log_softmax_backward_data(b, a, -1, a.dtype)
 
 
-def run_sweep(kernels: Kernels, results: dict) -> None:
+def run_sweep(builds: dict[str, Kernels], results: dict) -> None:
     stream = torch.cuda.current_stream().cuda_stream
     copy = measure_copy(stream)
     results["copy"] = copy
-    ceiling = max(copy.values())
+    ceiling = max(v for k, v in copy.items() if "noflush" not in k)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     rows_out = []
@@ -353,29 +338,36 @@ def run_sweep(kernels: Kernels, results: dict) -> None:
             a = torch.randn(rows, cols, generator=gen, device="cuda", dtype=torch.float32).to(tdt)
         passes = 2 if op < 2 else 3
         nbytes = passes * rows * cols * a.element_size()
-        ms = device_ms(torch_fn(op, a, b), stream, repeat=30)
+        ms = timed(torch_fn(op, a, b), stream, repeat=30)
         torch_gbps = nbytes / ms / 1e6
         chosen = plan.choose_variant(cols, NP_DTYPES[dt], op)
-        # the chosen one first and again last: the spread of a repeat says what is noise
-        for variant in [chosen] + [v for v in candidates if v != chosen] + [chosen]:
+        # the chosen one in every build, the others in the base build, the chosen one again
+        # last: the spread of that repeat says what is noise
+        runs = [(name, chosen) for name in builds]
+        runs += [("base", v) for v in candidates if v != chosen] + [("base", chosen)]
+        for build, variant in runs:
+            kernels = builds[build]
             out = torch.empty_like(a)
             fn = launcher(kernels, variant, a, b, out, rows, cols, stream)
             try:
-                ms = device_ms(fn, stream, repeat=40)
+                ms = timed(fn, stream)
             except Exception as exc:  # record and go on
-                rows_out.append({"shape": f"{rows}x{cols}", "variant": variant.names()[0], "error": str(exc)})
+                rows_out.append({"shape": f"{rows}x{cols}", "variant": variant.names()[0],
+                                 "build": build, "error": str(exc)})
                 print(f"ERROR {variant.names()[0]}: {exc}", flush=True)
                 continue
             gbps = nbytes / ms / 1e6
             row = {"shape": f"{rows}x{cols}", "dtype": str(tdt).replace("torch.", ""),
-                   "op": op, "variant": variant.names()[0], "chosen": variant == chosen,
-                   "ms": ms, "GBps": gbps, "pct_copy": 100 * gbps / ceiling,
-                   "torch_GBps": torch_gbps, "vs_torch": gbps / torch_gbps,
+                   "op": op, "variant": variant.names()[0], "build": build,
+                   "chosen": variant == chosen, "ms": ms, "GBps": gbps,
+                   "pct_copy": 100 * gbps / ceiling, "torch_GBps": torch_gbps,
+                   "vs_torch": gbps / torch_gbps,
                    "resources": kernels.resources.get(variant.names()[0], "")}
             rows_out.append(row)
-            print(f"{row['shape']:>13} {row['dtype']:>8} op{op} {'*' if row['chosen'] else ' '} "
-                  f"{variant.names()[0]:<42} {gbps:7.0f} GB/s {row['pct_copy']:5.1f}% "
-                  f"torch {torch_gbps:6.0f} x{row['vs_torch']:.2f}", flush=True)
+            print(f"{row['shape']:>11} {row['dtype'][:4]} op{op} {'*' if row['chosen'] else ' '}"
+                  f"{build[:5]:>5} {variant.names()[0][8:]:<28} {gbps:5.0f} "
+                  f"{row['pct_copy']:5.1f}% torch {torch_gbps:5.0f} x{row['vs_torch']:.2f}",
+                  flush=True)
             del out, fn
         del a, b
         torch.cuda.empty_cache()
@@ -385,7 +377,9 @@ def run_sweep(kernels: Kernels, results: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("check", "sweep"))
-    parser.add_argument("--kinds", default="rows,stream,cluster,split")
+    parser.add_argument("--kinds", default="rows,cluster,split")
+    parser.add_argument("--build", default="base", choices=sorted(BUILDS),
+                        help="check: the build options to check")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     torch.cuda.init()
@@ -400,10 +394,10 @@ def main() -> int:
     for rows, cols, dt, op, cands in sweeps:
         for v in [plan.choose_variant(cols, NP_DTYPES[dt], op), *cands]:
             names.update(v.names())
-    kernels = Kernels(sorted(names), arch)
     results: dict[str, Any] = {"device": props.name, "arch": arch, "torch": torch.__version__,
                                "nvrtc": ok(nvrtc.nvrtcVersion())}
     if args.mode == "check":
+        kernels = Kernels(sorted(names), arch, BUILDS[args.build])
         checks: list = []
         failures = run_check(kernels, cases, checks)
         results["checks"] = checks
@@ -411,11 +405,12 @@ def main() -> int:
         for c in checks:
             dt = int(c["variant"].split("<")[1].split(",")[0])
             worst[dt] = max(worst.get(dt, 0.0), c["rel_err"])
-        print(f"check {args.kinds}: {len(checks) - failures}/{len(checks)} passed; "
+        print(f"check {args.kinds} {args.build}: {len(checks) - failures}/{len(checks)} passed; "
               f"worst rel err by dtype {worst}", flush=True)
     else:
-        run_sweep(kernels, results)
-    name = f"softmax_dev_{args.mode}_{args.kinds.replace(',', '-') if args.mode == 'check' else 'all'}.json"
+        run_sweep({b: Kernels(sorted(names), arch, o) for b, o in BUILDS.items()}, results)
+    tag = f"{args.kinds.replace(',', '-')}_{args.build}" if args.mode == "check" else "all"
+    name = f"softmax_dev_{args.mode}_{tag}.json"
     Path(args.out, name).write_text(json.dumps(results, indent=1))
     return 0
 

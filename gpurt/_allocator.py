@@ -1,19 +1,17 @@
 """The caching allocator's bookkeeping core: PyTorch's native policy over a raw backend.
 
-Pure Python, no driver: it runs over a small :class:`Backend` (malloc/free of segments,
+Pure Python, no driver: it runs over a small :class:`~gpurt._segments.Backend` (segments,
 events, mem_get_info), so the same code is tested on a CPU over host memory and used on the
 GPU over cuMemAlloc. The policy is torch's CUDACachingAllocator, decision for decision:
 
 - sizes round up to 512 B (or to power-of-two divisions, ``roundup_power2_divisions``);
   requests <= 1 MiB come from the small pool in 2 MiB segments, larger ones from the large
-  pool in 20 MiB segments below 10 MiB, else rounded up to 2 MiB;
+  pool in 20 MiB segments below 10 MiB, else rounded up to 2 MiB (gpurt/_segments.py);
 - best fit by (stream, size, address); a block is split when the rest is worth keeping
   (>= 512 B in the small pool, > 1 MiB in the large pool, and never blocks of
   ``max_split_size`` or more); freed neighbours merge; blocks never change stream;
 - a block used on other streams (``record_stream``) is reused only after events recorded
   on those streams at free time have completed;
-- when the backend is out of memory: free cached oversize blocks, then all cached unsplit
-  blocks (after synchronizing outstanding events), retry, and only then raise;
 - during graph capture, allocations on a capturing stream come from that graph's private
   pool, and everything unsafe while capturing (freeing segments, event queries, syncs) waits
   until no capture is underway.
@@ -21,27 +19,31 @@ GPU over cuMemAlloc. The policy is torch's CUDACachingAllocator, decision for de
 Frees never call the backend: ``free`` only moves bookkeeping, so it is safe from
 finalizers; if the lock is busy (another thread, or a finalizer run by the garbage collector
 inside an allocator call) the pointer is queued and freed at the next call.
+
+The hot path. Python pays for every call and attribute, so ``malloc`` and ``free`` are
+written out in full, statistics are packed integers (gpurt/_memstats.py), and the commonest
+pattern, freeing a block and asking again for the same size on the same stream, is served
+from a *parked* block: when the last allocation was cut from free block F (leaving rest R)
+and is freed again with nothing else touched in between, torch would merge it back into F
+and hand out the same address next time. The allocator remembers that instead of doing it:
+F (or R) is *parked*, free in every sense but not yet in the free-block index, and the
+statistics change by the exact vectors the full path computed. Any other operation first
+*unparks* (merges and indexes for real), so all other code sees ordinary state.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Deque, Iterator, Protocol
+from typing import Any, Deque
 
 from . import _memstats as ms
-from ._allocconf import UNLIMITED, AllocatorConfig, divisions_for, roundup_power2_next_division
-from ._blocks import Block, BlockPool, FreeBlocks, PrivatePool
-from ._memhistory import DeviceTrace, HistorySettings, capture_frames, frames_json
+from ._allocconf import AllocatorConfig
+from ._blocks import Block
+from ._memhistory import HistorySettings, capture_frames
+from ._segments import CAPTURES, MIN_BLOCK, SMALL_SIZE, Backend, SegmentCache
 
 __all__: list[str] = []
-
-MIN_BLOCK = 512  # every size is rounded up to a multiple of this
-SMALL_SIZE = 1 << 20  # largest request served by the small pool
-SMALL_BUFFER = 2 << 20  # small pool segment size
-MIN_LARGE_ALLOC = 10 << 20  # requests below this share 20 MiB segments
-ROUND_LARGE = 2 << 20  # larger segments are rounded up to this
-LARGE_BUFFER = 20 << 20
 
 _BIAS = ms.BIAS
 _ALLOC_COUNTS = ms.ALLOC_COUNTS
@@ -51,91 +53,42 @@ _SPLIT = ms.SPLIT
 _SPLIT_BYTES = ms.SPLIT_BYTES
 
 
-class Backend(Protocol):
-    """What the allocator needs from the device (real: cuMemAlloc & co; tests: host memory)."""
-
-    def malloc(self, size: int, capturing: bool) -> int | None:
-        """A new segment of ``size`` bytes, or None when out of memory. ``capturing``: a
-        graph capture is underway somewhere (use relaxed capture mode for the call)."""
-
-    def free(self, ptr: int) -> None: ...
-    def mem_get_info(self) -> tuple[int, int]: ...
-    def event_create(self) -> Any: ...
-    def event_record(self, event: Any, stream: int) -> None: ...
-    def event_query(self, event: Any) -> bool: ...
-    def event_synchronize(self, event: Any) -> None: ...
-    def event_destroy(self, event: Any) -> None: ...
-
-    def oom_error(self, message: str) -> BaseException:
-        """The exception to raise when the allocator gives up."""
-
-
-class _Captures:
-    """Graph captures underway in the whole process: while any is, no allocator does
-    anything that is illegal during a (global-mode) capture."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def add(self, n: int) -> None:
-        with self._lock:
-            self.count += n
-
-
-CAPTURES = _Captures()
-
-
-def allocation_size(size: int) -> int:
-    """Segment size for a rounded request (torch's get_allocation_size)."""
-    if size <= SMALL_SIZE:
-        return SMALL_BUFFER
-    if size < MIN_LARGE_ALLOC:
-        return LARGE_BUFFER
-    return (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
-
-
-class CachingAllocator:
+class CachingAllocator(SegmentCache):
     """The caching allocator of one device. Thread-safe (one lock)."""
 
     def __init__(self, device: int, backend: Backend, config: AllocatorConfig,
                  history: HistorySettings | None = None) -> None:
-        self.device = device
-        self.backend = backend
-        self.config = config
-        self.stats = ms.DeviceStats()
-        self._small = BlockPool(True, self.stats.small)
-        self._large = BlockPool(False, self.stats.large)
+        super().__init__(device, backend, config, history)
+        self._lock = threading.Lock()
         self._allocated: dict[int, Block] = {}
-        self._segments: dict[int, tuple[int, Any]] = {}  # base -> (size, frames)
-        self._private: dict[Any, PrivatePool] = {}
-        self._captures: list[tuple[Any, int]] = []  # (pool id, capturing stream)
         self._events: dict[int, Deque[tuple[Any, Block]]] = {}
         self._event_pool: list[Any] = []
         self._needs_events: list[Block] = []  # freed with stream uses, events not recorded yet
         self._queued: Deque[int] = collections.deque()  # frees that could not take the lock
+        self._queued_releases: Deque[Any] = collections.deque()  # release_pool, likewise
         self._work = False  # deferred work waits (events, empty_cache, uncached frees)
         self._empty_cache_wanted = False
-        self._spare: list[Block] = []  # recycled Block objects
-        self._lock = threading.Lock()
-        self._reserved = 0  # torch's total_allocated_memory
-        self._fraction = 1.0
-        self._allowed = 0  # torch's allowed_memory_maximum, when a fraction is set
-        self._fraction_set = False
-        self.history = history if history is not None else HistorySettings()
-        self.trace = DeviceTrace(self.history.max_entries)
-        self._max_split = config.max_split_size
         self._round_pow2 = config.rounds_to_power2
-        self._caching = config.caching
         self._gc_counting = False
+        self._plain = config.caching  # no capture, no garbage collection: parking allowed
+        # The parked block (see the module docstring): ``_hot`` (at ``_hot_ptr``) was cut
+        # from free block F for a request of ``_hot_size`` bytes on ``_hot_stream``, leaving
+        # ``_hot_rest`` (or None). ``_hot_free``: F is free (parked whole); else ``_hot`` is
+        # allocated (but not in ``_allocated``: see owns) and ``_hot_rest`` is parked.
+        # ``_hot_inc``/``_hot_dec``/``_hot_delta``: the allocation's statistics vectors.
+        self._hot: Block | None = None
+        self._hot_rest: Block | None = None
+        self._hot_ptr = -1
+        self._hot_free = False
+        self._hot_size = -1
+        self._hot_stream = -1
+        self._hot_stats: ms.PoolStats | None = None
+        self._hot_inc = self._hot_dec = self._hot_delta = 0
 
     # ---- allocation ------------------------------------------------------------------
 
     def malloc(self, size: int, stream: int) -> int:
-        """A device pointer to ``size`` bytes for use on ``stream`` (0 for size 0).
-
-        The hot path is written out in one function on purpose: every Python call and
-        attribute lookup shows in the allocation time."""
+        """A device pointer to ``size`` bytes for use on ``stream`` (0 for size 0)."""
         if size <= 0:
             if size == 0:
                 return 0
@@ -143,300 +96,139 @@ class CachingAllocator:
         lock = self._lock
         lock.acquire()
         try:
-            if self._work or self._queued:
+            if self._work:
                 self._service()
-            if size < MIN_BLOCK:
-                rsize = MIN_BLOCK
-            elif self._round_pow2:
-                rsize = self._round(size)
-            else:
-                rsize = (size + MIN_BLOCK - 1) & -MIN_BLOCK
-            if self._captures:
-                pool = self._capture_pool(rsize, stream)
-            else:
-                pool = self._small if rsize <= SMALL_SIZE else self._large
-            if self._gc_counting:
-                pool.gc_calls += 1
-            block = None
-            index = pool.by_stream.get(stream)
-            if index is not None and self._caching:
-                buckets = index.buckets
-                bucket = buckets.get(rsize)
-                if bucket:  # exact fit: the lowest address of this size
-                    block = bucket[0]
-                    del bucket[0]
-                else:
-                    block = index.lower_bound(rsize)
-                    if block is not None:
-                        max_split = self._max_split
-                        if rsize < max_split:
-                            if block.size >= max_split:
-                                block = None  # no oversize block for a smaller request
-                        elif block.size >= rsize + self.config.max_non_split_rounding_size:
-                            block = None
-                        if block is not None:
-                            bucket = buckets[block.size]
-                            if bucket[0] is block:
-                                del bucket[0]
-                            else:
-                                bucket.remove(block)
-            if block is None:
-                block = self._new_segment(pool, rsize, stream)
-            block.is_free = False
-
-            # alloc_found_block: split off the rest if worth keeping, then count.
-            remaining = block.size - rsize
-            if pool.is_small:
-                split = remaining >= MIN_BLOCK
-            else:
-                split = remaining > SMALL_SIZE and rsize < self._max_split
-            was_split = block.prev is not None or block.next is not None
-            if split:
-                rest = self._spare.pop() if self._spare else Block(0, 0, 0, pool)
-                rest.ptr = block.ptr + rsize
-                rest.size = remaining
-                rest.stream = stream
-                rest.pool = pool
-                rest.requested = 0
-                rest.prev = block
-                rest.next = after = block.next
-                if after is not None:
-                    after.prev = rest
-                block.next = rest
-                block.size = rsize
-                if index is None:
-                    index = pool.by_stream[stream] = FreeBlocks()
-                bucket = index.buckets.get(remaining)
-                if bucket is not None and (not bucket or bucket[-1].ptr < rest.ptr):
-                    bucket.append(rest)
-                else:
-                    index.add(rest)
-                rest.is_free = True
-                rest.gc_base = pool.gc_calls
-                if was_split:
-                    increase = 0
-                    decrease = rsize * _SPLIT_BYTES  # an inactive split block shrinks
-                else:
-                    increase = _SPLIT + remaining * _SPLIT_BYTES  # a new inactive split block
-                    decrease = 0
-            elif was_split:
-                increase = 0
-                decrease = _SPLIT + block.size * _SPLIT_BYTES  # an inactive split turns active
-            else:
-                increase = decrease = 0
-            used = block.size  # more than rsize when the rest was not worth splitting off
-            if block.requested == size and block.vector_size == used:
-                vector = block.last_vector  # the same request again: reuse its counts
-            else:
-                vector = _ALLOC_COUNTS + used * _ALLOC_BYTES + (size << _REQUESTED_SHIFT)
-                if used >= self._max_split:
-                    vector += ms.OVERSIZE_ALLOCATION
-                block.requested = size
-                block.vector_size = used
-                block.last_vector = vector
-            block.allocated = True
-            block.vector = vector
-            ptr = block.ptr
-            self._allocated[ptr] = block
-            stats = pool.stats
-            increase += vector
-            delta = decrease - increase
-            stats.inc += increase
-            slack = stats.slack + delta
-            stats.slack = slack
-            device_stats = self.stats
-            all_slack = device_stats.all_slack + delta
-            device_stats.all_slack = all_slack
-            if (slack & all_slack & _BIAS) != _BIAS:
-                device_stats.refresh_peaks()
-            if self.history.alloc_frames:
-                self._record_alloc(block, size)
-            return ptr
+            if (self._hot_free and size == self._hot_size and stream == self._hot_stream
+                    and not self.history.on):
+                block = self._hot  # the parked block again: same address, same counts
+                self._hot_free = False
+                block.allocated = True
+                block.is_free = False
+                delta = self._hot_delta
+                stats = self._hot_stats
+                stats.inc += self._hot_inc
+                slack = stats.slack + delta
+                stats.slack = slack
+                device_stats = self.stats
+                all_slack = device_stats.all_slack + delta
+                device_stats.all_slack = all_slack
+                if (slack & all_slack & _BIAS) != _BIAS:
+                    device_stats.refresh_peaks()
+                return block.ptr
+            return self._malloc(size, stream)
         finally:
             if self._queued:
                 self._drain_queue()
             lock.release()
 
-    def _round(self, size: int) -> int:
-        divisions = divisions_for(self.config, size)
-        if divisions > 1 and size > MIN_BLOCK * divisions:
-            return roundup_power2_next_division(size, divisions)
-        return (size + MIN_BLOCK - 1) & -MIN_BLOCK
-
-    def _capture_pool(self, rsize: int, stream: int) -> BlockPool:
-        for pool_id, capturing in self._captures:
-            if capturing == stream:
-                private = self._private[pool_id]
-                return private.small if rsize <= SMALL_SIZE else private.large
-        return self._small if rsize <= SMALL_SIZE else self._large
-
-    def _insert_free(self, pool: BlockPool, block: Block) -> None:
-        index = pool.by_stream.get(block.stream)
-        if index is None:
-            index = pool.by_stream[block.stream] = FreeBlocks()
-        index.add(block)
-        block.is_free = True
-        block.gc_base = pool.gc_calls
-
-    def _remove_free(self, block: Block) -> None:
-        block.pool.by_stream[block.stream].remove(block)
+    def _malloc(self, size: int, stream: int) -> int:
+        """The full allocation path (torch's malloc + alloc_found_block)."""
+        if self._hot is not None:
+            self._unpark()
+        if size < MIN_BLOCK:
+            rsize = MIN_BLOCK
+        elif self._round_pow2:
+            rsize = self._round(size)
+        else:
+            rsize = (size + MIN_BLOCK - 1) & -MIN_BLOCK
+        if self._captures:
+            pool = self._capture_pool(rsize, stream)
+        else:
+            pool = self._small if rsize <= SMALL_SIZE else self._large
+        if self._gc_counting:
+            pool.gc_calls += 1
+        block = None
+        index = pool.by_stream.get(stream)
+        if index is not None and self._caching:
+            block = index.lower_bound(rsize)
+            if block is not None:
+                max_split = self._max_split
+                if rsize < max_split:
+                    if block.size >= max_split:
+                        block = None  # no oversize block for a smaller request
+                elif block.size >= rsize + self.config.max_non_split_rounding_size:
+                    block = None
+                if block is not None:
+                    index.remove(block)
+        from_cache = block is not None
+        if block is None:
+            block = self._new_segment(pool, rsize, stream)
         block.is_free = False
 
-    # ---- new segments, out of memory -------------------------------------------------
+        # alloc_found_block: split off the rest if worth keeping, then count.
+        remaining = block.size - rsize
+        if pool.is_small:
+            split = remaining >= MIN_BLOCK
+        else:
+            split = remaining > SMALL_SIZE and rsize < self._max_split
+        was_split = block.prev is not None or block.next is not None
+        rest = None
+        increase = decrease = 0
+        if split:
+            rest = self._spare.pop() if self._spare else Block(0, 0, 0, pool)
+            rest.ptr = block.ptr + rsize
+            rest.size = remaining
+            rest.stream = stream
+            rest.pool = pool
+            rest.requested = 0
+            rest.prev = block
+            rest.next = after = block.next
+            if after is not None:
+                after.prev = rest
+            block.next = rest
+            block.size = rsize
+            rest.is_free = True
+            if was_split:
+                decrease = rsize * _SPLIT_BYTES  # an inactive split block shrinks
+            else:
+                increase = _SPLIT + remaining * _SPLIT_BYTES  # a new inactive split block
+        elif was_split:
+            decrease = _SPLIT + block.size * _SPLIT_BYTES  # an inactive split turns active
+        used = block.size  # more than rsize when the rest was not worth splitting off
+        vector = _ALLOC_COUNTS + used * _ALLOC_BYTES + (size << _REQUESTED_SHIFT)
+        if used >= self._max_split:
+            vector += ms.OVERSIZE_ALLOCATION
+        increase += vector
+        block.allocated = True
+        block.requested = size
+        block.vector = vector
+        ptr = block.ptr
+        self.stats.change(pool.stats, increase, decrease)
+        if from_cache and self._plain and not self._captures:
+            # park the rest: the next free of this block can restore F without the index
+            self._hot, self._hot_rest, self._hot_ptr, self._hot_free = block, rest, ptr, False
+            self._hot_size, self._hot_stream, self._hot_stats = size, stream, pool.stats
+            self._hot_inc, self._hot_dec = increase, decrease
+            self._hot_delta = decrease - increase
+        else:
+            self._allocated[ptr] = block
+            if rest is not None:
+                self._insert_free(pool, rest)
+        if self.history.alloc_frames:
+            block.frames = frames = capture_frames()
+            if self.history.trace:
+                self.trace.record("alloc", ptr, size, stream, frames)
+        return ptr
 
-    def _new_segment(self, pool: BlockPool, rsize: int, stream: int) -> Block:
-        """A fresh segment for ``rsize``, releasing cached memory and retrying as torch
-        does; raises the backend's OOM error when nothing helps."""
-        size = allocation_size(rsize) if self._caching else rsize
-        safe = CAPTURES.count == 0
-        if self._fraction_set and self.config.garbage_collection_threshold > 0 and safe:
-            self._garbage_collect()
-        block = self._alloc_segment(pool, size, stream, retry=False)
-        if block is None and safe and self._release_available(pool, rsize, stream):
-            block = self._alloc_segment(pool, size, stream, retry=False)
-        if block is None and safe:
-            self._release_cached_blocks()
-            block = self._alloc_segment(pool, size, stream, retry=True)
-        if block is None:
-            raise self._out_of_memory(pool, rsize, size, stream)
-        return block
-
-    def _alloc_segment(self, pool: BlockPool, size: int, stream: int, retry: bool) -> Block | None:
-        if retry:
-            self.stats.num_alloc_retries += 1
-        if self._fraction_set and self._reserved + size > self._allowed:
-            return None
-        ptr = self.backend.malloc(size, CAPTURES.count > 0)
-        if ptr is None:
-            return None
-        if pool.owner is not None:
-            pool.owner.segments += 1
-        self._reserved += size
-        block = Block(ptr, size, stream, pool)
-        frames = capture_frames() if self.history.alloc_frames else None
-        self._segments[ptr] = (size, frames)
-        vector = ms.SEGMENT + size * ms.RESERVED_BYTES
-        if size >= self._max_split:
-            vector += ms.OVERSIZE_SEGMENT
-        self.stats.change(pool.stats, vector, 0)
-        self.stats.num_device_alloc += 1
-        if self.history.trace:
-            self.trace.record("segment_alloc", ptr, size, stream, frames)
-        return block
-
-    def _release_segment(self, block: Block) -> None:
-        """Give a free, unsplit block (a whole segment) back to the backend."""
-        self.backend.free(block.ptr)
-        self._remove_free(block)
-        pool = block.pool
-        if pool.owner is not None:
-            pool.owner.segments -= 1
-        self._reserved -= block.size
-        del self._segments[block.ptr]
-        vector = ms.SEGMENT + block.size * ms.RESERVED_BYTES
-        if block.size >= self._max_split:
-            vector += ms.OVERSIZE_SEGMENT
-        self.stats.change(pool.stats, 0, vector)
-        self.stats.num_device_free += 1
-        if self.history.trace:
-            frames = capture_frames() if self.history.free_frames else None
-            self.trace.record("segment_free", block.ptr, block.size, block.stream, frames)
-
-    def _release_available(self, pool: BlockPool, rsize: int, stream: int) -> bool:
-        """Free cached oversize blocks of this stream, enough for ``rsize`` if possible
-        (torch's release_available_cached_blocks)."""
-        if self._max_split == UNLIMITED:
-            return False
-        index = pool.by_stream.get(stream)
-        if index is None:
-            return False
-        key = max(rsize, self._max_split)
-        block = index.lower_bound(key)
-        if block is not None:
-            self._release_segment(block)
-            return True
-        released = 0
-        for block in reversed(list(index)):
-            if released >= key or block.size < self._max_split:
-                break
-            released += block.size
-            self._release_segment(block)
-        return released >= key
-
-    def _release_cached_blocks(self) -> None:
-        """Synchronize outstanding events, then free every cached unsplit block, also of
-        private pools no graph uses any more (torch's release_cached_blocks)."""
-        self._synchronize_and_free_events()
-        for pool in (self._large, self._small):
-            self._release_unsplit(pool)
-        for pool_id, private in list(self._private.items()):
-            if private.use_count == 0 and not self._capturing_to(pool_id):
-                self._release_unsplit(private.small)
-                self._release_unsplit(private.large)
-                if private.segments == 0:
-                    del self._private[pool_id]
-
-    def _release_unsplit(self, pool: BlockPool) -> None:
-        for block in list(pool.free_blocks()):
-            if block.prev is None and block.next is None:
-                self._release_segment(block)
-
-    def _garbage_collect(self) -> None:
-        """Free old unsplit large blocks once reserved memory passes the threshold
-        fraction of the allowed memory (torch's garbage_collect_cached_blocks)."""
-        threshold = int(self.config.garbage_collection_threshold * self._allowed)
-        if self._reserved <= threshold:
-            return
-        target = self._reserved - threshold
-        pool = self._large
-        candidates = [b for b in pool.free_blocks() if b.prev is None and b.next is None]
-        if not candidates:
-            return
-        total_age = sum(pool.gc_calls - b.gc_base for b in candidates)
-        count = len(candidates)
-        reclaimed = 0
-        freed = True
-        while reclaimed < target and freed and count > 0:
-            age_threshold = total_age / count
-            freed = False
-            for block in list(pool.free_blocks()):
-                age = pool.gc_calls - block.gc_base
-                if block.prev is None and block.next is None and age >= age_threshold:
-                    freed = True
-                    reclaimed += block.size
-                    total_age -= age
-                    count -= 1
-                    self._release_segment(block)
-
-    def _out_of_memory(self, pool: BlockPool, rsize: int, size: int, stream: int) -> BaseException:
-        free, total = self.backend.mem_get_info()
-        self.stats.num_ooms += 1
-        if self.history.trace:
-            self.trace.record("oom", free, rsize, stream, capture_frames())
-        allocated = self.stats.current("allocated_bytes")
-        reserved = self.stats.current("reserved_bytes")
-        private_free = sum(p.small.free_bytes() + p.large.free_bytes()
-                           for p in self._private.values())
-        fmt = ms.format_size
-        allowed = f"{fmt(self._allowed)} allowed; " if self._fraction_set else ""
-        private = (f"with {fmt(private_free)} cached in private pools (CUDA graphs), "
-                   if private_free else "")
-        unallocated = reserved - allocated - private_free
-        message = (
-            f"CUDA out of memory. Tried to allocate {fmt(rsize)} (a {fmt(size)} "
-            f"{pool.kind}-pool segment). GPU {self.device} has a total capacity of "
-            f"{fmt(total)} of which {fmt(free)} is free. {allowed}Of the allocated memory "
-            f"{fmt(allocated)} is allocated by gpurt, {private}and {fmt(unallocated)} is "
-            "reserved by gpurt but unallocated."
-        )
-        if unallocated >= rsize:
-            message += (
-                " Reserved but unallocated memory is at least the request: the cache is "
-                "fragmented. GPURT_ALLOC_CONF=max_split_size_mb:<N> (or "
-                "garbage_collection_threshold:<0..1>) stops large cached blocks from being "
-                "split; gpurt.empty_cache() returns unused cached memory."
-            )
-        return self.backend.oom_error(message)
+    def _unpark(self) -> None:
+        """Make the parked block ordinary: merge and index it as the full path would."""
+        block, rest = self._hot, self._hot_rest
+        self._hot = self._hot_rest = None
+        self._hot_ptr = -1
+        if self._hot_free:  # F = block + rest, free
+            self._hot_free = False
+            if rest is not None:
+                block.size += rest.size
+                block.next = after = rest.next
+                if after is not None:
+                    after.prev = block
+                rest.prev = rest.next = rest.frames = None
+                self._spare.append(rest)
+            self._insert_free(block.pool, block)
+        else:  # block allocated, rest free
+            self._allocated[block.ptr] = block
+            if rest is not None:
+                self._insert_free(rest.pool, rest)
 
     # ---- free ------------------------------------------------------------------------
 
@@ -447,15 +239,28 @@ class CachingAllocator:
         lock = self._lock
         if not lock.acquire(False):
             self._queued.append(ptr)
+            self._work = True
             return
         try:
-            block = self._allocated.get(ptr)
-            if block is None or block.stream_uses or self.history.trace or not self._caching:
-                self._free(ptr)
-            else:
-                del self._allocated[ptr]
+            if ptr == self._hot_ptr and not self._hot_free and not self._hot.stream_uses \
+                    and not self.history.on:
+                block = self._hot  # back to F: the exact reverse of the allocation
                 block.allocated = False
-                self._free_block(block)
+                block.is_free = True
+                self._hot_free = True
+                delta = -self._hot_delta
+                stats = self._hot_stats
+                slack = stats.slack + delta
+                stats.slack = slack
+                device_stats = self.stats
+                all_slack = device_stats.all_slack + delta
+                device_stats.all_slack = all_slack
+                if self._hot_dec:
+                    stats.inc += self._hot_dec
+                    if (slack & all_slack & _BIAS) != _BIAS:
+                        device_stats.refresh_peaks()
+            else:
+                self._free(ptr)
         finally:
             if self._queued:
                 self._drain_queue()
@@ -465,13 +270,22 @@ class CachingAllocator:
         queued = self._queued
         while queued:
             ptr = queued.popleft()
+            if not ptr:
+                continue  # the wake-up left by a queued release_pool
             try:
                 self._free(ptr)
             except ValueError:
                 pass  # a bad pointer from a finalizer: nobody to tell
+        while self._queued_releases:
+            try:
+                self._release_pool(self._queued_releases.popleft())
+            except RuntimeError:
+                pass
 
     def _free(self, ptr: int) -> None:
-        """free() in full: history, stream uses, the uncached mode."""
+        """The full free path: history, stream uses, the uncached mode."""
+        if self._hot is not None:
+            self._unpark()
         block = self._allocated.pop(ptr, None)
         if block is None:
             raise ValueError(
@@ -499,21 +313,14 @@ class CachingAllocator:
             self._work = True  # return the segment to the backend at the next safe point
 
     def _free_block(self, block: Block) -> None:
-        """Return a block to its pool, merging free neighbours, and count it (torch's
-        free_block; written out like malloc because frees are as hot)."""
+        """Return a block to its pool, merging free neighbours (torch's free_block)."""
+        if self._hot is not None:
+            self._unpark()
         pool = block.pool
-        index = pool.by_stream.get(block.stream)
-        if index is None:
-            index = pool.by_stream[block.stream] = FreeBlocks()
-        buckets = index.buckets
         splits = split_bytes = 0
         prev = block.prev
         if prev is not None and prev.is_free:
-            bucket = buckets[prev.size]
-            if bucket[0] is prev:
-                del bucket[0]
-            else:
-                bucket.remove(prev)
+            self._remove_free(prev)
             block.ptr = prev.ptr
             block.size += prev.size
             block.prev = before = prev.prev
@@ -525,11 +332,7 @@ class CachingAllocator:
             self._spare.append(prev)
         after = block.next
         if after is not None and after.is_free:
-            bucket = buckets[after.size]
-            if bucket[0] is after:
-                del bucket[0]
-            else:
-                bucket.remove(after)
+            self._remove_free(after)
             block.size += after.size
             block.next = beyond = after.next
             if beyond is not None:
@@ -538,41 +341,21 @@ class CachingAllocator:
             split_bytes -= after.size
             after.prev = after.next = after.frames = None
             self._spare.append(after)
-        size = block.size
-        bucket = buckets.get(size)
-        if bucket is not None and (not bucket or bucket[-1].ptr < block.ptr):
-            bucket.append(block)
-        else:
-            index.add(block)
-        block.is_free = True
-        block.gc_base = pool.gc_calls
+        self._insert_free(pool, block)
         if block.prev is not None or block.next is not None:
             splits += 1
-            split_bytes += size
-        decrease = block.vector
+            split_bytes += block.size
+        increase, decrease = 0, block.vector
         block.vector = 0
-        increase = 0
-        if splits:
-            if splits > 0:
-                increase = splits * _SPLIT
-            else:
-                decrease -= splits * _SPLIT
-        if split_bytes:
-            if split_bytes > 0:
-                increase += split_bytes * _SPLIT_BYTES
-            else:
-                decrease -= split_bytes * _SPLIT_BYTES
-        stats = pool.stats
-        device_stats = self.stats
-        delta = decrease - increase
-        slack = stats.slack + delta
-        stats.slack = slack
-        all_slack = device_stats.all_slack + delta
-        device_stats.all_slack = all_slack
-        if increase:
-            stats.inc += increase
-            if (slack & all_slack & _BIAS) != _BIAS:
-                device_stats.refresh_peaks()
+        if splits > 0:
+            increase = splits * _SPLIT
+        elif splits < 0:
+            decrease -= splits * _SPLIT
+        if split_bytes > 0:
+            increase += split_bytes * _SPLIT_BYTES
+        elif split_bytes < 0:
+            decrease -= split_bytes * _SPLIT_BYTES
+        self.stats.change(pool.stats, increase, decrease)
         if self.history.trace:
             frames = capture_frames() if self.history.free_frames else block.frames
             self.trace.record("free_completed", block.ptr, block.requested, block.stream, frames)
@@ -583,6 +366,8 @@ class CachingAllocator:
     def record_stream(self, ptr: int, stream: int) -> None:
         """Mark the allocation holding ``ptr`` as used on ``stream`` (torch's recordStream)."""
         with self._lock:
+            if self._hot is not None:
+                self._unpark()
             block = self._allocated.get(ptr) or self._block_containing(ptr)
             if block is None:
                 raise ValueError(
@@ -594,6 +379,10 @@ class CachingAllocator:
             if block.stream_uses is None:
                 block.stream_uses = set()
             block.stream_uses.add(stream)
+
+    def owns(self, ptr: int) -> bool:
+        """True when ``ptr`` is a live allocation of this allocator."""
+        return ptr in self._allocated or (ptr == self._hot_ptr and not self._hot_free)
 
     def _block_containing(self, ptr: int) -> Block | None:
         for block in self._allocated.values():
@@ -618,13 +407,7 @@ class CachingAllocator:
                 self._release_unsplit(self._small)
                 self._release_unsplit(self._large)
         self._work = bool(self._needs_events or self._events or self._empty_cache_wanted
-                          or self._uncached_leftovers())
-
-    def _uncached_leftovers(self) -> bool:
-        if self._caching:
-            return False
-        return any(True for _ in self._small.free_blocks()) or any(
-            True for _ in self._large.free_blocks())
+                          or (not self._caching and bool(super()._all_blocks())))
 
     def _insert_events(self) -> None:
         blocks, self._needs_events = self._needs_events, []
@@ -666,6 +449,12 @@ class CachingAllocator:
                     self._free_block(block)
         self._events.clear()
 
+    def _release_cached_blocks(self) -> None:
+        if self._hot is not None:
+            self._unpark()
+        self._synchronize_and_free_events()
+        super()._release_cached_blocks()
+
     # ---- cache control ---------------------------------------------------------------
 
     def empty_cache(self) -> None:
@@ -691,10 +480,13 @@ class CachingAllocator:
         """Cap this process's reserved memory at ``fraction`` of the device's total."""
         _, total = self.backend.mem_get_info()
         with self._lock:
+            if self._hot is not None:
+                self._unpark()
             self._fraction = fraction
             self._allowed = int(fraction * total)
             self._fraction_set = True
             self._gc_counting = self.config.garbage_collection_threshold > 0
+            self._plain = self._caching and not self._gc_counting
 
     @property
     def memory_fraction(self) -> float:
@@ -716,8 +508,11 @@ class CachingAllocator:
             return self.stats.as_nested_dict(self.config.max_split_size_stat)
 
     def allocation_size_of(self, ptr: int) -> int:
-        """Size of the block allocated at ``ptr`` (for callers that track bytes)."""
-        block = self._allocated.get(ptr)
+        """Size of the block allocated at ``ptr``."""
+        if ptr == self._hot_ptr and not self._hot_free:
+            block: Block | None = self._hot
+        else:
+            block = self._allocated.get(ptr)
         if block is None:
             raise ValueError(f"0x{ptr:x} is not a live allocation on device {self.device}")
         return block.size
@@ -729,6 +524,8 @@ class CachingAllocator:
         with self._lock:
             if self._capturing_to(pool_id):
                 raise RuntimeError(f"already allocating to private pool {pool_id!r}")
+            if self._hot is not None:
+                self._unpark()
             self._private_pool(pool_id)
             self._captures.append((pool_id, stream))
             CAPTURES.add(1)
@@ -751,40 +548,36 @@ class CachingAllocator:
     def release_pool(self, pool_id: Any) -> None:
         """One reference less. At zero, the pool's cached segments are freed by the next
         empty_cache (or an out-of-memory retry), as torch does; blocks still allocated
-        return to the pool when freed and are released the same way."""
-        with self._lock:
-            private = self._private.get(pool_id)
-            if private is None or private.use_count <= 0:
-                raise RuntimeError(f"release_pool: private pool {pool_id!r} is not retained")
-            private.use_count -= 1
-            if private.use_count == 0 and private.segments == 0 and not self._capturing_to(pool_id):
-                del self._private[pool_id]
+        return to the pool when freed and are released the same way. Safe from finalizers
+        (queued like a free when the lock is busy)."""
+        if not self._lock.acquire(False):
+            self._queued_releases.append(pool_id)
+            self._queued.append(0)  # makes the next call drain the queues
+            self._work = True
+            return
+        try:
+            self._release_pool(pool_id)
+        finally:
+            if self._queued:
+                self._drain_queue()
+            self._lock.release()
+
+    def _release_pool(self, pool_id: Any) -> None:
+        private = self._private.get(pool_id)
+        if private is None or private.use_count <= 0:
+            raise RuntimeError(f"release_pool: private pool {pool_id!r} is not retained")
+        private.use_count -= 1
+        if private.use_count == 0 and private.segments == 0 and not self._capturing_to(pool_id):
+            del self._private[pool_id]
 
     def captures_underway(self) -> bool:
         return bool(self._captures)
 
-    def _capturing_to(self, pool_id: Any) -> bool:
-        return any(pid == pool_id for pid, _ in self._captures)
-
-    def _private_pool(self, pool_id: Any) -> PrivatePool:
-        private = self._private.get(pool_id)
-        if private is None:
-            private = self._private[pool_id] = PrivatePool(pool_id, self.stats.small,
-                                                           self.stats.large)
-        return private
-
     # ---- inspection ------------------------------------------------------------------
 
-    def _pools(self) -> Iterator[BlockPool]:
-        yield self._small
-        yield self._large
-        for private in self._private.values():
-            yield private.small
-            yield private.large
-
-    def all_blocks(self) -> list[Block]:
+    def _all_blocks(self) -> list[Block]:
         """Every block: free, allocated and pending."""
-        blocks = [b for pool in self._pools() for b in pool.free_blocks()]
+        blocks = super()._all_blocks()
         blocks += self._allocated.values()
         blocks += self._needs_events
         seen = {id(b) for b in blocks}
@@ -798,56 +591,15 @@ class CachingAllocator:
     def segments(self) -> list[tuple[Block, ...]]:
         """Each segment as its blocks in address order."""
         with self._lock:
-            return self._segment_blocks()
-
-    def _segment_blocks(self) -> list[tuple[Block, ...]]:
-        by_ptr = {b.ptr: b for b in self.all_blocks()}
-        result = []
-        for base in sorted(self._segments):
-            chain = []
-            block: Block | None = by_ptr[base]
-            while block is not None:
-                chain.append(block)
-                block = block.next
-            result.append(tuple(chain))
-        return result
+            if self._hot is not None:
+                self._unpark()
+            return self._segment_chains(self._all_blocks())
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Segments with their blocks, as torch.cuda.memory_snapshot() lists them."""
         with self._lock:
             if self._queued:
                 self._drain_queue()
-            pool_ids = {}
-            for private in self._private.values():
-                pool_ids[id(private.small)] = pool_ids[id(private.large)] = private.id
-            segments = []
-            for chain in self._segment_blocks():
-                head = chain[0]
-                size, frames = self._segments[head.ptr]
-                blocks = []
-                allocated = active = requested = 0
-                for b in chain:
-                    state = ("active_allocated" if b.allocated else
-                             "inactive" if b.is_free else "active_pending_free")
-                    blocks.append({"address": b.ptr, "size": b.size,
-                                   "requested_size": b.requested, "state": state,
-                                   "frames": frames_json(b.frames)})
-                    if b.allocated:
-                        allocated += b.size
-                    if not b.is_free:
-                        active += b.size
-                        requested += b.requested
-                pool_id = pool_ids.get(id(head.pool), (0, 0))
-                segments.append({
-                    "device": self.device, "address": head.ptr, "total_size": size,
-                    "allocated_size": allocated, "active_size": active,
-                    "requested_size": requested, "stream": head.stream,
-                    "segment_type": head.pool.kind, "segment_pool_id": list(pool_id),
-                    "is_expandable": False, "frames": frames_json(frames), "blocks": blocks,
-                })
-            return segments
-
-    def _record_alloc(self, block: Block, size: int) -> None:
-        block.frames = frames = capture_frames()
-        if self.history.trace:
-            self.trace.record("alloc", block.ptr, size, block.stream, frames)
+            if self._hot is not None:
+                self._unpark()
+            return self._snapshot_dicts(self._all_blocks())

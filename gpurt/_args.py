@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import struct
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from cuda.bindings import driver as cu
@@ -50,7 +51,7 @@ def pointer(value: Any, index: int | None) -> int:
         return int(value.value or 0)
     interface = getattr(value, "__cuda_array_interface__", None)
     if interface is not None:
-        ptr = int(interface["data"][0])
+        ptr = int(interface["data"][0] or 0)
         _check_foreign_device(value, ptr, index)
         return ptr
     if hasattr(value, "__dlpack__"):
@@ -118,12 +119,11 @@ def _bytes_converter(param: Param, size: int) -> Callable[[Any], bytes]:
     (no declaration found) also take ints and, at 8 bytes, anything a pointer takes."""
 
     def convert(value: Any) -> bytes:
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return _as_bytes(value, size)
-        if isinstance(value, int) and not isinstance(value, bool) and size in (1, 2, 4, 8):
-            return value.to_bytes(size, "little", signed=value < 0)
-        if param.kind == "opaque" and size == 8:
-            return pointer(value, None).to_bytes(8, "little")
+        if param.kind == "opaque" and not isinstance(value, (bytes, bytearray, memoryview)):
+            if isinstance(value, int) and not isinstance(value, bool) and size in (1, 2, 4, 8):
+                return value.to_bytes(size, "little", signed=value < 0)
+            if size == 8:
+                return pointer(value, None).to_bytes(8, "little")
         return _as_bytes(value, size)
 
     return convert
@@ -195,6 +195,8 @@ class Plan:
             unpack = "    if len(args):\n        raise ValueError('too many arguments')\n"
         self.source = (
             "def fill(buffer, args, index):\n"
+            "    if type(args) is not tuple and type(args) is not list:\n"
+            "        raise TypeError('args must be a tuple')\n"  # an Array would unpack itself
             + unpack
             + "    pack_into(buffer, 0" + "".join(f",\n        {v}" for v in values) + ")\n"
         )
@@ -205,7 +207,8 @@ class Plan:
         exec(compile(self.source, f"<gpurt argument plan {fmt}>", "exec"), namespace)
         self.fill: Callable[[Any, Sequence[Any], int | None], None] = namespace["fill"]
 
-    def diagnose(self, args: Sequence[Any], index: int | None) -> tuple[Param, Any, Exception] | None:
+    def diagnose(self, args: Sequence[Any],
+                 index: int | None) -> tuple[Param, Any, Exception] | None:
         """The first (parameter, value, error) whose argument does not convert or pack."""
         for param, value in zip(self.params, args):
             try:

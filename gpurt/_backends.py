@@ -195,6 +195,9 @@ class AsyncAllocator:
         with self._lock:
             self._drain()
 
+    def owns(self, ptr: int) -> bool:
+        return ptr in self._live
+
     def record_stream(self, ptr: int, stream: int) -> None:
         with self._lock:
             entry = self._live.get(ptr) or next(

@@ -26,6 +26,7 @@ import time
 import warnings
 from typing import Any
 
+from cuda import pathfinder
 from cuda.bindings import nvrtc as _nvrtc
 
 from ._driver import bindings_version, check
@@ -208,9 +209,15 @@ def store(directory: str, key: str, entry: Entry) -> None:
     """Write ``entry`` for ``key``; on an unusable folder, warn once and carry on."""
     if directory in _unusable:
         return
+    data = encode(key, entry)
     try:
-        _ensure_dir(directory)
-        _write_atomic(entry_path(directory, key), encode(key, entry))
+        try:
+            _ensure_dir(directory)
+            _write_atomic(entry_path(directory, key), data)
+        except FileNotFoundError:  # the folder was removed while we ran: make it again
+            _made.discard(directory)
+            _ensure_dir(directory)
+            _write_atomic(entry_path(directory, key), data)
     except OSError as exc:
         _degrade(directory, exc)
 
@@ -296,10 +303,6 @@ _HEADER_LIBS = ("cudart", "cccl")  # cuda_fp16.h/cuda_bf16.h/cuda_runtime.h, the
 def _find_header_dir(lib: str) -> str | None:
     """CUDA header folder ``lib`` from the NVIDIA wheels (or a CUDA toolkit) via
     cuda.pathfinder; None when absent or when cuda.pathfinder is too old to say."""
-    try:
-        from cuda import pathfinder
-    except ImportError:
-        return None
     find = getattr(pathfinder, "find_nvidia_header_directory", None)
     if find is None:
         return None
@@ -328,9 +331,7 @@ def _sentinels(include_dirs: tuple[str, ...]) -> list[str]:
             if os.path.exists(candidate):
                 paths.append(candidate)
     try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        paths.append(str(load_nvidia_dynamic_lib("nvrtc").abs_path))
+        paths.append(str(pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path))
     except Exception:  # the stamp is an extra guard only
         pass
     return paths

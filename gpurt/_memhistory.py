@@ -48,13 +48,14 @@ class HistorySettings:
     ``trace``: keep the event ring buffer; ``alloc_frames``: remember frames of allocations;
     ``free_frames``: also of frees (context="all")."""
 
-    __slots__ = ("trace", "alloc_frames", "free_frames", "max_entries")
+    __slots__ = ("trace", "alloc_frames", "free_frames", "max_entries", "on")
 
     def __init__(self) -> None:
         self.trace = False
         self.alloc_frames = False
         self.free_frames = False
         self.max_entries = 1
+        self.on = False  # anything recorded at all (one check on the allocation hot path)
 
     def configure(self, enabled: Any, context: Any, stacks: str, max_entries: int) -> None:
         """torch's argument meanings: enabled None|'state'|'all' (bools accepted),
@@ -76,10 +77,11 @@ class HistorySettings:
         self.alloc_frames = on and context is not None
         self.free_frames = on and context == "all"
         self.max_entries = int(max_entries)
+        self.on = self.trace or self.alloc_frames
 
     @property
     def enabled(self) -> bool:
-        return self.trace or self.alloc_frames
+        return self.on
 
 
 class DeviceTrace:

@@ -58,8 +58,9 @@ def summary_table(stats: dict[str, Any], device: int, abbreviated: bool = False)
     table.add_column("Metric", no_wrap=True)
     for heading in ("Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"):
         table.add_column(heading, justify="right", no_wrap=True)
-    pools = (("all", ""),) if abbreviated else (
-        ("all", ""), ("large_pool", "      from large pool"), ("small_pool", "      from small pool"))
+    pools: tuple[tuple[str, str], ...] = (("all", ""),)
+    if not abbreviated:
+        pools += (("large_pool", "      from large pool"), ("small_pool", "      from small pool"))
     for family, label, in_bytes in _ROWS:
         fmt = format_bytes if in_bytes else format_count
         for pool, sublabel in pools:

@@ -221,7 +221,6 @@ def ctype_from_text(text: str) -> CType:
 
 # ---- Itanium C++ ABI mangled names ---------------------------------------------------------
 
-_BASE36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _STD_ABBREV = {"a": "std::allocator", "b": "std::basic_string", "s": "std::string",
                "i": "std::istream", "o": "std::ostream", "d": "std::iostream"}
 

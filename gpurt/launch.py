@@ -14,21 +14,21 @@ import dataclasses
 import operator
 import struct
 import threading
-from typing import Any, Callable, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 from cuda.bindings import driver as cu
 
-from ._args import Plan, build_plan, pointer
+from ._args import Plan, build_plan
 from ._driver import CudaError, check
 from ._params import Param, kernel_params
-from .array import Array
-from .device import bind_context, current_device
+from .device import _index, bind_context, current_device
 from .streams import current_stream_handle
 
 __all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "remove_launch_hook"]
 
-Dims = Union[int, Sequence[int]]
+Dims = int | Sequence[int]
 LaunchHook = Callable[["Kernel", int, str], None]
 
 _A = cu.CUfunction_attribute
@@ -54,7 +54,8 @@ def _dims3(value: Any, what: str) -> tuple[int, int, int]:
         if size < 1:
             raise ValueError(f"{what} dimensions must be >= 1, got {value!r}")
         if limits and size > limits[axis]:
-            raise ValueError(f"{what} dimension {'xyz'[axis]} is at most {limits[axis]}, got {value!r}")
+            raise ValueError(f"{what} dimension {'xyz'[axis]} is at most {limits[axis]}, "
+                             f"got {value!r}")
     if what == "block" and dims[0] * dims[1] * dims[2] > 1024:
         raise ValueError(f"a block holds at most 1024 threads, got {value!r}")
     return dims[0], dims[1], dims[2]
@@ -90,26 +91,32 @@ class LaunchConfig:
             raise TypeError(f"cooperative must be a bool, got {self.cooperative!r}")
 
 
-_ex_attributes: dict[LaunchConfig, list[Any]] = {}
+def _triple(dims: Dims | None) -> tuple[int, int, int]:
+    """A LaunchConfig field, which __post_init__ made a 3-tuple (for the type checker)."""
+    return cast("tuple[int, int, int]", dims)
+
+
+_ex_attributes: dict[tuple[Any, bool], list[Any]] = {}
 
 
 def _launch_attributes(config: LaunchConfig) -> list[Any]:
-    """The CUlaunchAttribute list of a cluster/cooperative config (built once per config)."""
-    attrs = _ex_attributes.get(config)
+    """The CUlaunchAttribute list of a cluster/cooperative config (built once per kind)."""
+    key = (config.cluster, config.cooperative)
+    attrs = _ex_attributes.get(key)
     if attrs is None:
         attrs = []
         if config.cluster is not None:
             attr = cu.CUlaunchAttribute()
             attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             dims = attr.value.clusterDim
-            dims.x, dims.y, dims.z = config.cluster
+            dims.x, dims.y, dims.z = _triple(config.cluster)
             attrs.append(attr)
         if config.cooperative:
             attr = cu.CUlaunchAttribute()
             attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
             attr.value.cooperative = 1
             attrs.append(attr)
-        _ex_attributes[config] = attrs
+        _ex_attributes[key] = attrs
     return attrs
 
 
@@ -189,7 +196,9 @@ class Kernel:
     ``kernel(grid, block, args, shared_mem=0, stream=None)`` or
     ``kernel.launch(LaunchConfig(...), *args)``. Loaded lazily on each device it runs on.
 
-    Arguments are converted by the kernel's declared parameter types (``params``)."""
+    Arguments are converted by the kernel's declared parameter types (``params``). Foreign
+    arrays (torch, CuPy, ...) are passed as they are: as with CuPy's RawKernel, work pending on
+    their producer's stream must be ordered before the launch stream by the caller."""
 
     num_regs = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_NUM_REGS, "registers per thread")
     shared_size_bytes = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
@@ -246,7 +255,8 @@ class Kernel:
                 self._plan = build_plan(self.name, self.params, _driver_layout(handle, expected))
                 self._handle = handle
             function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
-            limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function), "cuFuncGetAttribute")
+            limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function),
+                          "cuFuncGetAttribute")
             loaded = _Loaded(function, int(limit))
             self._loaded = {**self._loaded, index: loaded}  # readers never take the lock
             return loaded
@@ -261,14 +271,16 @@ class Kernel:
                 check(cu.cuFuncSetAttribute(loaded.function, _MAX_DYNAMIC_SHARED, nbytes),
                       "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
             except CudaError as err:
-                static = self.shared_size_bytes
+                static = check(cu.cuFuncGetAttribute(_A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                                     loaded.function), "cuFuncGetAttribute")
                 raise ValueError(f"kernel {self.name!r}: {nbytes} bytes of dynamic shared memory "
                                  f"are more than the device allows (this kernel already uses "
                                  f"{static} bytes of static shared memory): {err}") from err
             loaded.max_dynamic_shared = nbytes
 
     def _function(self, device: Any = None) -> Any:
-        index = current_device() if device is None else operator.index(device)
+        """The CUfunction on ``device`` (default: the current one), made current there."""
+        index = _index(device)
         loaded = self._loaded.get(index) or self._load(index)
         bind_context(index)
         return loaded.function
@@ -317,8 +329,12 @@ class Kernel:
             return TypeError(f"kernel {self.name!r}: the arguments do not fit its parameters")
         param, value, exc = found
         text = str(exc)
-        kind = OverflowError if isinstance(exc, OverflowError) or "<=" in text or "range" in text else (
-            ValueError if isinstance(exc, ValueError) else TypeError)
+        if isinstance(exc, OverflowError) or "<=" in text or "range" in text:
+            kind: type[Exception] = OverflowError  # struct's range errors say "<=" / "range"
+        elif isinstance(exc, ValueError):
+            kind = ValueError
+        else:
+            kind = TypeError
         got = f"{type(value).__name__} {value!r}"[:80]
         return kind(f"kernel {self.name!r}: {param.describe()} cannot take {got}: {text}")
 
@@ -360,9 +376,9 @@ class Kernel:
                  stream: Any = None) -> None:
         """Launch on ``stream`` (default: the current stream of the current device) with
         ``args`` converted by the declared parameter types (wraps cuLaunchKernel)."""
-        # The hot path. Only the first launch on a device, dynamic shared memory, launch
-        # hooks and errors leave this function; the lines that fill the parameter buffer
-        # repeat _fill's on purpose (a method call is a tenth of the Python overhead here).
+        # The hot path: only the first launch on a device, dynamic shared memory, hooks and
+        # errors leave this function. It repeats _fill's few lines on purpose: a method call
+        # is a tenth of gpurt's whole overhead per launch.
         index = current_device()
         loaded = self._loaded.get(index)
         if loaded is None or shared_mem:
@@ -378,13 +394,13 @@ class Kernel:
         try:
             plan.fill(buffer, args, index)
         except (TypeError, ValueError, OverflowError, struct.error) as exc:
-            raise self._argument_error(plan, args, index) from exc  # noqa: B904 (as _pack_into)
+            raise self._argument_error(plan, args, index) from exc
         try:
-            if type(grid) is int:
+            if isinstance(grid, int):
                 gx, gy, gz = grid, 1, 1
             else:
                 gx, gy, gz = grid
-            if type(block) is int:
+            if isinstance(block, int):
                 bx, by, bz = block, 1, 1
             else:
                 bx, by, bz = block
@@ -412,19 +428,18 @@ class Kernel:
             return
         index, loaded, handle = self._prepare(config.shared_mem, stream)
         params = self._fill(args, index)
-        launch_config = cu.CUlaunchConfig()
-        launch_config.gridDimX, launch_config.gridDimY, launch_config.gridDimZ = config.grid
-        launch_config.blockDimX, launch_config.blockDimY, launch_config.blockDimZ = config.block
-        launch_config.sharedMemBytes = config.shared_mem
-        launch_config.hStream = cu.CUstream(handle)
+        ex = cu.CUlaunchConfig()
+        ex.gridDimX, ex.gridDimY, ex.gridDimZ = _triple(config.grid)
+        ex.blockDimX, ex.blockDimY, ex.blockDimZ = _triple(config.block)
+        ex.sharedMemBytes = config.shared_mem
+        ex.hStream = cu.CUstream(handle)
         attrs = _launch_attributes(config)
-        launch_config.attrs = attrs
-        launch_config.numAttrs = len(attrs)
+        ex.attrs = attrs
+        ex.numAttrs = len(attrs)
         if _hooks:
-            result = self._hooked(cu.cuLaunchKernelEx, handle, launch_config, loaded.function,
-                                  params, 0)
+            result = self._hooked(cu.cuLaunchKernelEx, handle, ex, loaded.function, params, 0)
         else:
-            result = cu.cuLaunchKernelEx(launch_config, loaded.function, params, 0)
+            result = cu.cuLaunchKernelEx(ex, loaded.function, params, 0)
         check(result, f"cuLaunchKernelEx({self.name})")
 
     def _hooked(self, driver_call: Callable[..., tuple], handle: int, *call_args: Any) -> tuple:
@@ -454,8 +469,9 @@ class Kernel:
         """Blocks of ``block`` threads that fit on one SM at once, on the current device
         (wraps cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
         bx, by, bz = _dims3(block, "block")
-        return int(check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            self._function(), bx * by * bz, shared_mem), "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+        result = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._function(), bx * by * bz,
+                                                                shared_mem)
+        return int(check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
 
     def suggested_block_size(self, shared_mem: int = 0, max_block_size: int = 0) -> int:
         """The block size that maximises occupancy on the current device (wraps

@@ -57,7 +57,7 @@ PoolId = tuple  # (int, int), like torch's graph_pool_handle()
 
 _lock = threading.Lock()
 _allocators: dict[int, Allocator] = {}
-_only: list[Allocator] = []  # the allocator while exactly one exists (fast free path)
+_only: list[Any] = []  # the free method while exactly one allocator exists (fast path)
 _config: _allocconf.AllocatorConfig | None = None
 _history = HistorySettings()
 _pool_ids = itertools.count(1)
@@ -80,7 +80,7 @@ def _create(index: int) -> Allocator:
             else:
                 allocator = CachingAllocator(index, DriverBackend(index), config, _history)
             _allocators[index] = allocator
-            _only[:] = [allocator] if len(_allocators) == 1 else []
+            _only[:] = [allocator.free] if len(_allocators) == 1 else []
     return allocator
 
 
@@ -113,6 +113,10 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
     stream of that device) from the caching allocator; returns the device pointer.
     Raises gpurt.OutOfMemoryError when even freeing the cache does not help."""
     if device is None:
+        if stream is None:  # the commonest call
+            index = current_device()
+            allocator = _allocators.get(index) or _create(index)
+            return allocator.malloc(size, current_stream_handle(index))
         index = current_device()
     elif type(device) is int and device in _allocators:  # validated when it was created
         index = device
@@ -132,10 +136,10 @@ def caching_allocator_delete(ptr: int) -> None:
     """Free memory from :func:`caching_allocator_alloc`. Safe to call from finalizers: it
     never calls the driver (deferred work runs at the next allocation)."""
     if _only:
-        _only[0].free(ptr)
+        _only[0](ptr)
         return
     for allocator in list(_allocators.values()):
-        if ptr in getattr(allocator, "_allocated", ()) or ptr in getattr(allocator, "_live", ()):
+        if allocator.owns(ptr):
             allocator.free(ptr)
             return
     if ptr:

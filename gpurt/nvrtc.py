@@ -15,7 +15,8 @@ import re
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc as _nvrtc
@@ -38,10 +39,11 @@ __all__ = [
     "remove_launch_hook",
 ]
 
-Headers = Union[Mapping[str, str], Iterable[tuple[str, str]], None]
+Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+[af]?)$")
 _ARCH_OPTION = re.compile(r"^(-arch|--gpu-architecture)(=|$)")
+_INCLUDE_OPTION = re.compile(r"^(-I|--include-path=|--include-path$)")
 _LOG_LINE = re.compile(r"^(?P<file>[^\n()]+)\((?P<line>\d+)\): (?P<what>error|warning|remark)",
                        re.M)
 _MISSING_HEADER = re.compile(r'could not open source file "(?P<name>[^"]+)"')
@@ -217,11 +219,47 @@ def _split_arch(options: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     return arch, tuple(rest)
 
 
+def _split_includes(options: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Pull -I/--include-path options out of ``options``, so that the cache fingerprints
+    those folders like ``include_paths``."""
+    paths, rest = [], []
+    items = iter(options)
+    for option in items:
+        match = _INCLUDE_OPTION.match(option)
+        if match is None:
+            rest.append(option)
+        else:
+            paths.append(option[match.end():] or next(items, ""))
+    return tuple(p for p in paths if p), tuple(rest)
+
+
 def _headers(headers: Headers) -> tuple[tuple[str, str], ...]:
     if not headers:
         return ()
     items = headers.items() if isinstance(headers, Mapping) else headers
     return tuple(sorted((str(name), str(text)) for name, text in items))
+
+
+def _canonical(options: Sequence[str] | str, include_paths: Sequence[Any], arch: str | None,
+               ptx: bool) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """(options, include folders, arch) of a request: -I and -arch options pulled out,
+    the arch resolved (default: the current device's) and -std=c++17 added if absent."""
+    opts = (options,) if isinstance(options, str) else tuple(options)
+    option_includes, opts = _split_includes(opts)
+    incs = tuple(os.path.abspath(os.fspath(p)) for p in (*include_paths, *option_includes))
+    option_arch, opts = _split_arch(opts)
+    if arch is not None and option_arch is not None and option_arch != arch:
+        raise ValueError(f"arch={arch!r} conflicts with the option -arch={option_arch}")
+    arch = _normalize_arch(arch or option_arch or get_arch(), ptx)
+    if not any(o.startswith(("-std", "--std")) for o in opts):
+        opts = ("-std=c++17", *opts)
+    return opts, incs, arch
+
+
+def _nvrtc_options(arch: str, opts: tuple[str, ...], incs: tuple[str, ...],
+                   tools: _kcache.Toolchain) -> tuple[str, ...]:
+    """The options NVRTC gets: the arch, the user's, then include folders, CUDA's last."""
+    return (f"-arch={arch}", *opts, *(f"-I{p}" for p in (*incs, *tools.include_dirs)))
 
 
 def _gpurt_version() -> str:
@@ -239,19 +277,13 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
     give it ('sm_90', 'sm_90a', 'compute_90' for PTX) to compile without a GPU. ``ptx=True``
     asks for PTX instead of a cubin. ``name_expressions`` (e.g. ``"f<float, 128>"``) make
     template kernels reachable by those names; ``headers`` maps include names to sources;
-    ``include_paths`` are searched before CUDA's own headers. ``-std=c++17`` is the default.
-    Results are cached in memory and on disk; raises :class:`CompileError` with the log."""
-    opts = (options,) if isinstance(options, str) else tuple(options)
+    ``include_paths`` (and -I options) are searched before CUDA's own headers, and their files
+    are part of the cache key (re-checked at most once a second). ``-std=c++17`` is the
+    default. Results are cached in memory and on disk; raises :class:`CompileError`."""
+    opts, incs, arch = _canonical(options, include_paths, arch, ptx)
+    ptx = arch.startswith("compute_")
     exprs = tuple(name_expressions)
     hdrs = _headers(headers)
-    incs = tuple(os.path.abspath(os.fspath(p)) for p in include_paths)
-    option_arch, opts = _split_arch(opts)
-    if arch is not None and option_arch is not None and option_arch != arch:
-        raise ValueError(f"arch={arch!r} conflicts with the option -arch={option_arch}")
-    arch = _normalize_arch(arch or option_arch or get_arch(), ptx)
-    ptx = arch.startswith("compute_")
-    if not any(o.startswith(("-std", "--std")) for o in opts):
-        opts = ("-std=c++17", *opts)
     digests = tuple(_kcache.include_digest(p) for p in incs)
     memory_key = (source, opts, exprs, hdrs, incs, digests, arch, program_name)
     module = _kcache.memory_get(memory_key)
@@ -266,11 +298,12 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
         "source": source, "name_expressions": sorted(exprs), "headers": hdrs,
         "include_dirs": list(zip(incs, digests)),
     })
-    nvrtc_options = (f"-arch={arch}", *opts, *(f"-I{p}" for p in incs),
-                     *(f"-I{p}" for p in tools.include_dirs))
-    build = functools.partial(_build, source, program_name, nvrtc_options, exprs, hdrs, ptx)
+    build = functools.partial(_build, source, program_name,
+                              _nvrtc_options(arch, opts, incs, tools), exprs, hdrs, ptx)
 
-    entry = _kcache.load(directory, key) if _kcache.usable(directory) else None
+    entry = None
+    if directory is not None and _kcache.usable(directory):
+        entry = _kcache.load(directory, key)
     from_disk = entry is not None
     if entry is None:
         entry = build()
@@ -337,15 +370,18 @@ def compile_file(path: str, arch: str, options: Sequence[str] = (),
                  output: str | None = None) -> str:
     """Compile the CUDA file ``path`` for ``arch`` ('sm_90' -> cubin, 'compute_90' -> PTX),
     write the result to ``output`` (default: ``path`` with .cubin/.ptx) and return that path.
-    The file's folder is an include path. Used by ``gpurt compile``."""
+    The file's folder is an include path. NVRTC always runs (the kernel caches serve
+    compile(); a file's folder may be too big to fingerprint). Used by ``gpurt compile``."""
     with open(path, encoding="utf-8") as fh:
         source = fh.read()
     folder = os.path.dirname(os.path.abspath(path))
-    module = compile(source, options, include_paths=(folder,), arch=arch,
-                     program_name=os.path.basename(path))
+    opts, incs, arch = _canonical(options, (folder,), arch, False)
+    tools = _kcache.toolchain(cache_dir())
+    entry = _build(source, os.path.basename(path), _nvrtc_options(arch, opts, incs, tools), (),
+                   (), arch.startswith("compute_"))
     if output is None:
-        output = os.path.splitext(path)[0] + (".ptx" if module.kind == "ptx" else ".cubin")
-    data = module.code.rstrip(b"\0") if module.kind == "ptx" else module.code
+        output = os.path.splitext(path)[0] + (".ptx" if entry.kind == "ptx" else ".cubin")
+    data = entry.binary.rstrip(b"\0") if entry.kind == "ptx" else entry.binary
     tmp = f"{output}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:
         fh.write(data)

@@ -1,3 +1,10 @@
-"""Bundled kernels written against gpurt's public API (installed as ``gpurt.kernels``)."""
+"""Bundled kernels written against gpurt's public API (installed as ``gpurt.kernels``).
 
-__all__: list[str] = []
+``from gpurt.kernels import softmax`` gives the function; the module behind it (variants,
+``precompile``) is ``importlib.import_module("gpurt.kernels.softmax")``.
+"""
+
+from .softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
+from .gemm import gemm
+
+__all__: list[str] = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"]

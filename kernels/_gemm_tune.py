@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 __all__ = [
     "DT_F32", "DT_F16", "DT_BF16", "DT_TF32", "Config", "Problem", "eligible", "candidates",
-    "heuristic", "Tuner", "autotune_enabled",
+    "heuristic", "Tuner", "autotune_enabled", "disabled_kernels",
 ]
 
 # Element type codes shared with gemm_common.cu (DT_TF32: fp32 data on the TF32 tensor cores).
@@ -175,8 +175,17 @@ _WGMMA = (
 )
 
 
+def disabled_kernels() -> frozenset[str]:
+    """Kernel families turned off with ``GPURT_GEMM_DISABLE`` (comma list: simt, mma, wgmma),
+    for debugging and for comparing paths; gemm then uses the others."""
+    text = os.environ.get("GPURT_GEMM_DISABLE", "")
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
 def eligible(problem: Problem, config: Config) -> bool:
     """Whether ``config`` can run ``problem`` on its device."""
+    if config.kernel in disabled_kernels():
+        return False
     major, minor = problem.capability
     sixteen = problem.dt in (DT_F16, DT_BF16)
     if config.kernel == "simt":

@@ -35,14 +35,16 @@ DTYPE_CODES = {
 SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD = range(4)
 _OP_NAMES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 
-# Tuning (see benchmarks/notes_softmax.md): a thread holds at most HELD float32 values in
-# registers (about HELD + 24 registers in all), so two or more CTAs share a multiprocessor; an
-# input staged in shared memory adds up to STAGED_BYTES per CTA (two such CTAs fit an SM).
+# Tuning, from the measurements in benchmarks/notes_softmax.md. A thread holds its vectors in
+# registers: at most HELD values (all inputs together; the compiler keeps 16-bit values
+# widened to float32, so they count as much as float32 ones).
+# Vectors per thread (ITEMS_BY_VECTORS) grow with the row: many small CTAs for short rows,
+# up to 1024 threads x 8 vectors (128 KiB of float32) for one CTA, then clusters of those.
 HELD = 32
-STAGED_BYTES = 64 * 1024
-ROWS_CTA_THREADS = 128  # CTA size when a warp or less handles a row
-CTA_THREADS = (128, 256, 512)  # one CTA per row: the smallest that holds the row
-CLUSTER_THREADS = 512  # CTA size inside a cluster
+ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, items); else 8
+LARGE_ITEMS = 8
+GROUP_ROWS_THREADS = 128  # CTA size when lane groups of <= 32 share it
+MAX_THREADS = 1024
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
@@ -156,8 +158,8 @@ def choose_variant(
 
     ``vec`` defaults to the widest access the row length allows (pass the one the pointers
     allow); ``clusters=False`` for devices without thread-block clusters (before sm_90).
-    In order of preference: a lane group or one CTA holding the row in registers; a cluster
-    doing so; the same with one input staged in shared memory; the two-launch split.
+    Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
+    a cluster of up to 8 such CTAs; longer still, the two-launch split.
     """
     code = dtype_code(dtype)
     if op not in range(4):
@@ -166,35 +168,30 @@ def choose_variant(
         raise ValueError(f"rows need at least one column, got {cols}")
     vec = widest_vec(cols, _STORAGE_BYTES[code]) if vec is None else vec
     inputs = 2 if op >= SOFTMAX_BACKWARD else 1
-    per_thread = max(1, HELD // (inputs * vec))  # vectors of each input a thread holds
+    # vectors of each input a thread holds; narrow (odd-length or misaligned) accesses need
+    # an address per value, so they hold half as many
+    held = HELD if vec * _STORAGE_BYTES[code] == 16 else HELD // 2
+    most = max(1, held // (inputs * vec))
     nvec = -(-cols // vec)
 
-    def fit(kind: str, group: int, threads: int, cluster: int = 1, stage: int = 0) -> Variant:
+    def fit(kind: str, group: int, threads: int, cluster: int = 1) -> Variant:
         items = _pow2_at_least(-(-nvec // (group * cluster)))
-        return Variant(kind, code, op, vec, items, group, threads, cluster, stage)
+        return Variant(kind, code, op, vec, items, group, threads, cluster)
 
-    if nvec <= 32 * per_thread:  # a warp or less: aim at half the registers, more lanes
-        group = min(32, _pow2_at_least(-(-nvec // max(1, per_thread // 2))))
-        return fit("rows", group, ROWS_CTA_THREADS)
-    for threads in CTA_THREADS:
-        if threads * per_thread >= nvec:
-            return fit("rows", threads, threads)
-    if not clusters:
-        if 1024 * per_thread >= nvec:
-            return fit("rows", 1024, 1024)
-        return Variant("split", code, op, vec, per_thread, SPLIT_THREADS, SPLIT_THREADS)
-    per_cta = CLUSTER_THREADS * per_thread
-    if nvec <= MAX_CLUSTER * per_cta:
-        return fit("cluster", CLUSTER_THREADS, CLUSTER_THREADS, _pow2_at_least(-(-nvec // per_cta)))
-    if inputs == 2 and vec * _STORAGE_BYTES[code] == 16:
-        # Backward: y staged in shared memory, dy in registers, twice the items per thread.
-        items = min(2 * per_thread, STAGED_BYTES // (CLUSTER_THREADS * 16))
-        per_cta = CLUSTER_THREADS * items
-        if nvec <= MAX_CLUSTER * per_cta:
-            cluster = _pow2_at_least(-(-nvec // per_cta))
-            kind = "cluster" if cluster > 1 else "rows"
-            return fit(kind, CLUSTER_THREADS, CLUSTER_THREADS, cluster, stage=1)
-    return Variant("split", code, op, vec, per_thread, SPLIT_THREADS, SPLIT_THREADS)
+    items = next((n for limit, n in ITEMS_BY_VECTORS if nvec <= limit), LARGE_ITEMS)
+    items = min(items, most)
+    if nvec <= 32 * items:  # a warp or less per row: lane groups, several rows per CTA
+        group = min(32, _pow2_at_least(-(-nvec // items)))
+        return fit("rows", group, GROUP_ROWS_THREADS)
+    threads = _pow2_at_least(-(-nvec // items))
+    if threads <= MAX_THREADS:
+        return fit("rows", threads, threads)
+    cluster = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
+    if cluster == 1:  # one CTA still holds it, with more vectors per thread
+        return fit("rows", MAX_THREADS, MAX_THREADS)
+    if clusters and cluster <= MAX_CLUSTER:
+        return fit("cluster", MAX_THREADS, MAX_THREADS, cluster)
+    return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS)
 
 
 def dtype_code(dtype: Any) -> int:

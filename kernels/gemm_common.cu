@@ -14,12 +14,17 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 // Element type codes (template parameter DT): the same numbers as kernels/_gemm_tune.py.
+// DT_TF32: fp32 data multiplied on the TF32 tensor cores.
 #define DT_F32 0
 #define DT_F16 1
 #define DT_BF16 2
+#define DT_TF32 3
 
 template <int DT> struct Elem { typedef u16 T; };
 template <> struct Elem<DT_F32> { typedef float T; };
+template <> struct Elem<DT_TF32> { typedef float T; };
+
+__host__ __device__ constexpr bool is_f32(int dt) { return dt == DT_F32 || dt == DT_TF32; }
 
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
 
@@ -31,6 +36,7 @@ __device__ __forceinline__ float f16_to_f32(u16 v) {
 
 template <int DT> __device__ __forceinline__ float to_f32(typename Elem<DT>::T v);
 template <> __device__ __forceinline__ float to_f32<DT_F32>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<DT_TF32>(float v) { return v; }
 template <> __device__ __forceinline__ float to_f32<DT_F16>(u16 v) { return f16_to_f32(v); }
 template <> __device__ __forceinline__ float to_f32<DT_BF16>(u16 v) { return bf16_to_f32(v); }
 
@@ -49,6 +55,7 @@ template <> __device__ __forceinline__ u32 pack2<DT_BF16>(float lo, float hi) {
 
 template <int DT> __device__ __forceinline__ typename Elem<DT>::T from_f32(float v);
 template <> __device__ __forceinline__ float from_f32<DT_F32>(float v) { return v; }
+template <> __device__ __forceinline__ float from_f32<DT_TF32>(float v) { return v; }
 template <> __device__ __forceinline__ u16 from_f32<DT_F16>(float v) {
     return (u16)(pack2<DT_F16>(v, 0.f) & 0xffffu);
 }
@@ -94,7 +101,7 @@ __device__ __forceinline__ void store_pair(typename Elem<DT>::T* __restrict__ C,
     }
     T* dst = C + (i64)r * ldc + c;
     if (c + 1 < N && pair_ok && (c & 1) == 0) {
-        if constexpr (DT == DT_F32) {
+        if constexpr (is_f32(DT)) {
             *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
         } else {
             *reinterpret_cast<u32*>(dst) = pack2<DT>(v0, v1);

@@ -1,24 +1,25 @@
-// fp16/bf16 GEMM on the tensor cores with mma.sync (sm_80 and newer): the portable path, and
-// the one Hopper uses for shapes the wgmma kernel does not take (unaligned rows, split-K).
+// fp16/bf16 (and TF32) GEMM on the tensor cores with mma.sync (sm_80 and newer): the portable
+// path, and the one Hopper uses for shapes the wgmma kernel does not take (unaligned rows,
+// split-K).
 //
 // A CTA computes a BM x BN tile with (BM/WM) x (BN/WN) warps, each a WM x WN tile of
-// m16n8k16 products accumulated in fp32. K tiles of BK stream through a STAGES-deep ring of
-// shared memory filled with cp.async (16 bytes, zero-filled past the matrix edge) and read with
-// ldmatrix (.trans for M/N-major operands). Rows are padded by 8 elements, which keeps both
-// the 16-byte copies and the ldmatrix phases free of bank conflicts. VEC=false (a row pitch or
-// base not a multiple of 16 bytes) loads element by element instead of cp.async.
+// m16n8k16 (TF32: m16n8k8) products accumulated in fp32. K tiles of BK stream through a
+// STAGES-deep ring of shared memory filled with cp.async (16 bytes, zero-filled past the
+// matrix edge). 16-bit fragments are read with ldmatrix (.trans for M/N-major operands), TF32
+// ones with 32-bit loads (rounded with cvt.rna.tf32). Rows are padded by 16 bytes, which keeps
+// the copies and the fragment reads free of bank conflicts. VEC=false (a row pitch or base
+// not a multiple of 16 bytes) loads element by element instead of cp.async.
 // Layouts, epilogue and split-K conventions: gemm_common.cu.
 #include "gemm_common.cu"
 
 namespace mma {
 
-constexpr int PAD = 8;
-
-// Elements of one stage of an operand tile (MN x BK), padded.
-template <int MN, int BK, bool KMAJ>
+// Elements of one stage of an operand tile (MN x BK) of E, rows padded by 16 bytes.
+template <typename E, int MN, int BK, bool KMAJ>
 struct TileShape {
-    static constexpr int ROWS = KMAJ ? MN : BK;      // smem rows
-    static constexpr int COLS = (KMAJ ? BK : MN) + PAD;  // smem row pitch in elements
+    static constexpr int VEC = 16 / sizeof(E);             // elements per 16-byte chunk
+    static constexpr int ROWS = KMAJ ? MN : BK;            // smem rows
+    static constexpr int COLS = (KMAJ ? BK : MN) + VEC;    // smem row pitch in elements
     static constexpr int ELEMS = ROWS * COLS;
 };
 
@@ -32,37 +33,36 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 // Copy the operand tile at (mn0, k0) into one stage. P is KMAJ (P[mn][k] at mn*ld + k) or
 // MN-major (P[k][mn] at k*ld + mn); `extent` is M or N.
-template <int MN, int BK, int THREADS, bool KMAJ, bool VEC>
-__device__ __forceinline__ void load_tile(u16* stage, const u16* __restrict__ P, i64 ld, int mn0,
+template <typename E, int MN, int BK, int THREADS, bool KMAJ, bool VEC>
+__device__ __forceinline__ void load_tile(E* stage, const E* __restrict__ P, i64 ld, int mn0,
                                           int extent, int k0, int k_end, int tid) {
-    typedef TileShape<MN, BK, KMAJ> S;
-    constexpr int PER_ROW = (KMAJ ? BK : MN) / 8;  // 16-byte chunks per smem row
+    typedef TileShape<E, MN, BK, KMAJ> S;
+    constexpr int W = S::VEC;
+    constexpr int PER_ROW = (KMAJ ? BK : MN) / W;  // 16-byte chunks per smem row
     constexpr int CHUNKS = S::ROWS * PER_ROW;
     static_assert(CHUNKS % THREADS == 0, "tile chunks do not divide among threads");
 #pragma unroll
     for (int i = 0; i < CHUNKS / THREADS; ++i) {
         const int q = tid + i * THREADS;
-        const int row = q / PER_ROW, col = (q % PER_ROW) * 8;
+        const int row = q / PER_ROW, col = (q % PER_ROW) * W;
         // (outer index, inner index) in the matrix, the inner one contiguous
         const int outer = KMAJ ? mn0 + row : k0 + row;
         const int inner = KMAJ ? k0 + col : mn0 + col;
         const int outer_end = KMAJ ? extent : k_end;
         const int inner_end = KMAJ ? k_end : extent;
-        u16* dst = stage + row * S::COLS + col;
-        const u16* src = P + (i64)outer * ld + inner;
-        int valid = (outer < outer_end) ? min(max(inner_end - inner, 0), 8) : 0;
+        E* dst = stage + row * S::COLS + col;
+        const E* src = P + (i64)outer * ld + inner;
+        int valid = (outer < outer_end) ? min(max(inner_end - inner, 0), W) : 0;
         if (VEC) {
-            cp_async16(smem_addr(dst), valid > 0 ? src : P, valid * 2);
+            cp_async16(smem_addr(dst), valid > 0 ? src : P, valid * (int)sizeof(E));
         } else {
-            u16 v[8];
+            union {
+                uint4 packed;
+                E v[W];
+            } chunk;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = j < valid ? src[j] : (u16)0;
-            uint4 packed;
-            packed.x = v[0] | ((u32)v[1] << 16);
-            packed.y = v[2] | ((u32)v[3] << 16);
-            packed.z = v[4] | ((u32)v[5] << 16);
-            packed.w = v[6] | ((u32)v[7] << 16);
-            *reinterpret_cast<uint4*>(dst) = packed;
+            for (int j = 0; j < W; ++j) chunk.v[j] = j < valid ? src[j] : (E)0;
+            *reinterpret_cast<uint4*>(dst) = chunk.packed;
         }
     }
 }
@@ -95,23 +95,41 @@ __device__ __forceinline__ void mma16816(float* d, const u32* a, const u32* b) {
     }
 }
 
+__device__ __forceinline__ void mma1688_tf32(float* d, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ u32 to_tf32(float v) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+    return r;
+}
+
 }  // namespace mma
 
 template <int DT, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-gemm_mma(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__ C,
-         const u16* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K, i64 lda,
-         i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta, int group_m, int pair_ok) {
+gemm_mma(const typename Elem<DT>::T* __restrict__ A, const typename Elem<DT>::T* __restrict__ B,
+         typename Elem<DT>::T* __restrict__ C, const typename Elem<DT>::T* __restrict__ Cin,
+         float* __restrict__ partial, int M, int N, int K, i64 lda, i64 ldb, i64 ldc, i64 ldcin,
+         float alpha, float beta, int group_m, int pair_ok) {
     using namespace mma;
+    typedef typename Elem<DT>::T E;
+    constexpr bool TF32 = DT == DT_TF32;
+    constexpr int KSTEP = TF32 ? 8 : 16;
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / WM) * WARPS_N * 32;
     constexpr int MI = WM / 16, NI = WN / 8;
     static_assert(NI % 2 == 0 && BK % 16 == 0, "warp tile must be 16k x 16n multiples");
-    typedef TileShape<BM, BK, A_K> SA;
-    typedef TileShape<BN, BK, B_K> SB;
-    extern __shared__ __align__(16) u16 smem[];
-    u16* a_stages = smem;
-    u16* b_stages = smem + STAGES * SA::ELEMS;
+    typedef TileShape<E, BM, BK, A_K> SA;
+    typedef TileShape<E, BN, BK, B_K> SB;
+    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    E* a_stages = reinterpret_cast<E*>(smem_bytes);
+    E* b_stages = a_stages + STAGES * SA::ELEMS;
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     int tm, tn;
@@ -134,10 +152,10 @@ gemm_mma(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__
 
     auto load_stage = [&](int stage, int kt) {
         const int k0 = k_begin + kt * BK;
-        load_tile<BM, BK, THREADS, A_K, VEC>(a_stages + stage * SA::ELEMS, A, lda, m0, M, k0,
-                                             k_end, tid);
-        load_tile<BN, BK, THREADS, B_K, VEC>(b_stages + stage * SB::ELEMS, B, ldb, n0, N, k0,
-                                             k_end, tid);
+        load_tile<E, BM, BK, THREADS, A_K, VEC>(a_stages + stage * SA::ELEMS, A, lda, m0, M, k0,
+                                                k_end, tid);
+        load_tile<E, BN, BK, THREADS, B_K, VEC>(b_stages + stage * SB::ELEMS, B, ldb, n0, N, k0,
+                                                k_end, tid);
     };
 
 #pragma unroll
@@ -146,18 +164,29 @@ gemm_mma(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__
         cp_async_commit();
     }
 
-    // Per-lane ldmatrix offsets (in elements) inside a stage, before the mi/ni/kk terms.
-    // A fragment (16 x 16): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15), lane l feeds matrix
-    // l/8, row l%8. K-major smem [m][k]: row m = (l%8) + 8*((l/8)%2), k = 8*(l/16).
-    // M-major smem [k][m] with .trans: k = (l%8) + 8*(l/16), m = 8*((l/8)%2).
+    // Per-lane fragment offsets (in elements) inside a stage, before the mi/ni/kk terms.
+    // 16-bit, ldmatrix.x4: an A fragment (16 x 16) is matrices (rows 0-7 | 8-15) x
+    // (k 0-7 | 8-15), lane l feeding matrix l/8, row l%8. K-major smem [m][k]: row
+    // m = (l%8) + 8*((l/8)%2), k = 8*(l/16); M-major smem [k][m] with .trans: k = (l%8) +
+    // 8*(l/16), m = 8*((l/8)%2). A B fragment pair (16k x 16n) is matrices (k 0-7, n 0-7),
+    // (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15): N-major smem [k][n] with .trans:
+    // k = (l%8) + 8*((l/8)%2), n = 8*(l/16); K-major smem [n][k]: n = (l%8) + 8*(l/16),
+    // k = 8*((l/8)%2).
+    // TF32, 32-bit loads: lane l holds A (g, t), (g+8, t), (g, t+4), (g+8, t+4) and
+    // B (k t, n g), (k t+4, n g) with g = l/4, t = l%4.
     const int l8 = lane % 8, lhi = (lane / 8) % 2, lq = lane / 16;
-    const int a_off = A_K ? (wm + l8 + 8 * lhi) * SA::COLS + 8 * lq
-                          : (l8 + 8 * lq) * SA::COLS + wm + 8 * lhi;
-    // B fragment pair (16k x 16n): matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15),
-    // (k 8-15, n 8-15). N-major smem [k][n] with .trans: k = (l%8) + 8*((l/8)%2), n = 8*(l/16).
-    // K-major smem [n][k]: n = (l%8) + 8*(l/16), k = 8*((l/8)%2).
-    const int b_off = B_K ? (wn + l8 + 8 * lq) * SB::COLS + 8 * lhi
-                          : (l8 + 8 * lhi) * SB::COLS + wn + 8 * lq;
+    const int g = lane / 4, t = lane % 4;
+    int a_off, b_off;
+    if constexpr (TF32) {
+        a_off = A_K ? (wm + g) * SA::COLS + t : t * SA::COLS + wm + g;
+        b_off = B_K ? (wn + g) * SB::COLS + t : t * SB::COLS + wn + g;
+    } else {
+        a_off = A_K ? (wm + l8 + 8 * lhi) * SA::COLS + 8 * lq : (l8 + 8 * lq) * SA::COLS + wm + 8 * lhi;
+        b_off = B_K ? (wn + l8 + 8 * lq) * SB::COLS + 8 * lhi : (l8 + 8 * lhi) * SB::COLS + wn + 8 * lq;
+    }
+    // Element offset of (mn, k) inside an operand's stage.
+    auto at_a = [](int mm, int kk) { return A_K ? mm * SA::COLS + kk : kk * SA::COLS + mm; };
+    auto at_b = [](int nn, int kk) { return B_K ? nn * SB::COLS + kk : kk * SB::COLS + nn; };
 
     for (int kt = 0; kt < k_tiles; ++kt) {
         cp_async_wait<STAGES - 2>();
@@ -168,30 +197,52 @@ gemm_mma(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__
             cp_async_commit();
         }
         const int stage = kt % STAGES;
-        const u32 a_base = smem_addr(a_stages + stage * SA::ELEMS + a_off);
-        const u32 b_base = smem_addr(b_stages + stage * SB::ELEMS + b_off);
+        const E* a_tile = a_stages + stage * SA::ELEMS + a_off;
+        const E* b_tile = b_stages + stage * SB::ELEMS + b_off;
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
+        for (int kk = 0; kk < BK; kk += KSTEP) {
             u32 af[MI][4], bf[NI][2];
+            if constexpr (TF32) {
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
-                const int off = A_K ? (i * 16) * SA::COLS + kk : kk * SA::COLS + i * 16;
-                ldmatrix_x4<!A_K>(a_base + off * 2, af[i][0], af[i][1], af[i][2], af[i][3]);
+                for (int i = 0; i < MI; ++i) {
+                    const float* p = reinterpret_cast<const float*>(a_tile) + at_a(i * 16, kk);
+                    af[i][0] = to_tf32(p[0]);
+                    af[i][1] = to_tf32(p[at_a(8, 0)]);
+                    af[i][2] = to_tf32(p[at_a(0, 4)]);
+                    af[i][3] = to_tf32(p[at_a(8, 4)]);
+                }
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const float* p = reinterpret_cast<const float*>(b_tile) + at_b(j * 8, kk);
+                    bf[j][0] = to_tf32(p[0]);
+                    bf[j][1] = to_tf32(p[at_b(0, 4)]);
+                }
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) mma1688_tf32(acc[i][j], af[i], bf[j]);
+            } else {
+                const u32 a_base = smem_addr(a_tile), b_base = smem_addr(b_tile);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    ldmatrix_x4<!A_K>(a_base + at_a(i * 16, kk) * 2, af[i][0], af[i][1], af[i][2],
+                                      af[i][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < NI; j += 2) {
+                    ldmatrix_x4<!B_K>(b_base + at_b(j * 8, kk) * 2, bf[j][0], bf[j][1],
+                                      bf[j + 1][0], bf[j + 1][1]);
+                }
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) mma16816<DT>(acc[i][j], af[i], bf[j]);
             }
-#pragma unroll
-            for (int j = 0; j < NI; j += 2) {
-                const int off = B_K ? (j * 8) * SB::COLS + kk : kk * SB::COLS + j * 8;
-                ldmatrix_x4<!B_K>(b_base + off * 2, bf[j][0], bf[j][1], bf[j + 1][0], bf[j + 1][1]);
-            }
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NI; ++j) mma16816<DT>(acc[i][j], af[i], bf[j]);
         }
     }
     cp_async_wait<0>();
 
-    const int g = lane / 4, t2 = (lane % 4) * 2;
+    const int t2 = t * 2;
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
 #pragma unroll

@@ -2,7 +2,8 @@
 // (rows x cols) tensor of float32, float16 or bfloat16, accumulating in float32.
 //
 // Every variant but the split one reads each input element once and writes each output
-// element once: a row stays in registers between its reduction and its outputs. One template
+// element once: a row stays on chip (registers, and shared memory for the longest rows)
+// between its reduction and its outputs. One template
 // body serves the four operations (a Policy says what is reduced and how outputs follow from
 // it) and these ways of spreading rows over threads:
 //   softmax_rows     GROUP threads per row, THREADS / GROUP rows per CTA. GROUP <= 32: warp
@@ -20,28 +21,16 @@
 // Template parameters: DT (0 float32, 1 float16, 2 bfloat16), OP (0 softmax, 1 log_softmax,
 // 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors of each input per thread),
 // GROUP (threads per row in a CTA), THREADS (per CTA), MINB (CTAs per multiprocessor the
-// registers must allow), CLUSTER (CTAs per row).
+// registers must allow), CLUSTER (CTAs per row), SMEM (of the ITEMS vectors, how many are
+// kept in shared memory rather than registers).
 // The forward pass is one online max+sum reduction: each thread reduces its values to
 // (max m, sum of exp(x - m)), pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M)), and exp is
 // exp2 of (x - m) * log2(e) (the subtraction first, so large magnitudes keep their accuracy).
-// Build options: -DSOFTMAX_FAST_EXP (flush-to-zero exp2), -DSOFTMAX_STREAMING (cache hints).
 
 #define SM_LOG2E 1.4426950408889634f
 #define SM_NEG_INF (-__int_as_float(0x7f800000))
 
 namespace gpurt_softmax {
-
-// 2^x for the per-element exponentials. SOFTMAX_FAST_EXP: one MUFU.EX2 that flushes results
-// below 2^-126 to zero (outputs under 1.2e-38 become 0).
-__device__ __forceinline__ float exp2_elem(float x) {
-#ifdef SOFTMAX_FAST_EXP
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-#else
-    return exp2f(x);
-#endif
-}
 
 // ---- storage types and conversions (no CUDA headers needed) --------------------------------
 
@@ -114,46 +103,50 @@ struct Access {
         for (int k = 0; k < VEC; ++k) b.item[k] = Elem<DT>::store(v[k]);
         return b.raw;
     }
-    static __device__ __forceinline__ R load(const S* p) {
-#ifdef SOFTMAX_STREAMING
-        if constexpr (sizeof(R) == 16) {
-            uint4 r;
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-            return r;
-        }
-#endif
-        return *reinterpret_cast<const R*>(p);
-    }
+    static __device__ __forceinline__ R load(const S* p) { return *reinterpret_cast<const R*>(p); }
     static __device__ __forceinline__ void store(S* p, const float (&v)[VEC]) {
-#ifdef SOFTMAX_STREAMING
-        if constexpr (sizeof(R) == 16) {
-            const uint4 r = pack(v);
-            asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
-                         :: "l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
-            return;
-        }
-#endif
         *reinterpret_cast<R*>(p) = pack(v);
     }
 };
 
 // ---- where a thread's values live ------------------------------------------------------------
-// In registers, as loaded: 16-bit types stay packed and are widened where they are used.
+// Vectors 0..ITEMS-SMEM-1 of each input in registers, as loaded (16-bit types stay packed and
+// are widened where they are used); the last SMEM vectors (16-byte vectors only) in dynamic
+// shared memory, filled by cp.async. Each thread reads back only the shared-memory slots it
+// filled itself, so no barrier is needed.
 
-template <int DT, int NIN, int VEC, int ITEMS>
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
+    unsigned int addr = (unsigned int)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+#endif
+
+template <int DT, int NIN, int VEC, int ITEMS, int SMEM>
 struct Held {
     typedef Access<DT, VEC> A;
     typedef typename A::R R;
-    R reg[NIN][ITEMS];
+    static const int REG = ITEMS - SMEM;
+    static_assert(SMEM == 0 || (sizeof(R) == 16 && REG >= 0), "only 16-byte vectors go to smem");
 
+    R reg[NIN][REG > 0 ? REG : 1];
+    R* slot;  // this thread's first shared-memory vector; the next ones every blockDim.x
+
+    __device__ __forceinline__ R& shared_vec(int t, int i) const {
+        return slot[(t * SMEM + i - REG) * blockDim.x];
+    }
     // Vector i of input t as VEC floats.
     __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
-        A::unpack(reg[t][i], c);
+        if (i < REG) A::unpack(reg[t][i], c);
+        else A::unpack(shared_vec(t, i), c);
     }
     // Replace vector i of input t (float32 inputs keep intermediate values in place).
     __device__ __forceinline__ void set_item(int t, int i, const float (&c)[VEC]) {
-        reg[t][i] = A::pack(c);
+        if (i < REG) reg[t][i] = A::pack(c);
+        else shared_vec(t, i) = A::pack(c);
     }
 };
 
@@ -212,7 +205,7 @@ struct Forward {
             for (int j = 0; j < STEP; ++j) {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
-                    c[j][k] = exp2_elem((c[j][k] - ref) * SM_LOG2E);
+                    c[j][k] = exp2f((c[j][k] - ref) * SM_LOG2E);
                     s += c[j][k];
                 }
                 if (OP == 0 && !packed && i0 + j < ITEMS) h.set_item(0, i0 + j, c[j]);
@@ -236,13 +229,17 @@ struct Forward {
         if (OP == 0) {
             const float inv = 1.0f / row.y;
             if (in_place) {
-                // A row of only -inf: -inf - -inf gives NaN, like torch.
-                const float scale = exp2f((reference(own.x) - row.x) * SM_LOG2E) * inv;
+                // A thread with no maximum of its own holds exps of 0 (or NaN from NaNs): its
+                // scale is 0 * inv (NaN for a NaN row, and for a row of only -inf, where
+                // the sum is 0, like torch's -inf - -inf).
+                const float scale = own.x == SM_NEG_INF
+                                        ? 0.0f * inv
+                                        : exp2f((own.x - row.x) * SM_LOG2E) * inv;
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) y[k] = c[k] * scale;
             } else {
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) y[k] = exp2_elem((c[k] - row.x) * SM_LOG2E) * inv;
+                for (int k = 0; k < VEC; ++k) y[k] = exp2f((c[k] - row.x) * SM_LOG2E) * inv;
             }
         } else {
             const float log_sum = logf(row.y);
@@ -379,8 +376,8 @@ __device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
 
 // Load this thread's values: vector i of input t holds columns col0 + (i*GROUP + lane)*VEC;
 // slots past the row's end hold the policy's neutral value.
-template <int DT, int OP, int VEC, int ITEMS, int GROUP>
-__device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS>& h,
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM>
+__device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                          const typename Elem<DT>::storage* const (&in)[2],
                                          long long base, int col0, int cols, bool live) {
     typedef Access<DT, VEC> A;
@@ -393,14 +390,25 @@ __device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS>& 
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int col = col0 + (i * GROUP + lane) * VEC;
-            if (live && col < cols) h.reg[t][i] = A::load(in[t] + base + col);
-            else h.reg[t][i] = A::pack(empty);
+            const bool inside = live && col < cols;
+            if (i < h.REG) {
+                if (inside) h.reg[t][i] = A::load(in[t] + base + col);
+                else h.reg[t][i] = A::pack(empty);
+            } else {
+#if __CUDA_ARCH__ >= 800
+                if (inside) copy_async_16(&h.shared_vec(t, i), in[t] + base + col);
+                else h.shared_vec(t, i) = A::pack(empty);
+#endif
+            }
         }
     }
+#if __CUDA_ARCH__ >= 800
+    if constexpr (SMEM > 0) copy_async_wait_all();
+#endif
 }
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP>
-__device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, ITEMS>& h,
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM>
+__device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                           float2 own, float2 total,
                                           typename Elem<DT>::storage* out,
                                           long long base, int col0, int cols, bool live) {
@@ -420,12 +428,13 @@ __device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, I
 
 // ---- kernels ---------------------------------------------------------------------------------
 // Arguments: a = x (forward) or y (backward), b = dy (backward; ignored forward), out,
-// rows, cols. Rows are contiguous: row r starts at element r * cols.
+// rows, cols. Rows are contiguous: row r starts at element r * cols. Dynamic shared memory:
+// NIN * SMEM * THREADS * 16 bytes.
 
 #define SM_STORAGE typename gpurt_softmax::Elem<DT>::storage
-#define SM_HELD gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS>
+#define SM_HELD(SMEM) gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, SMEM>
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int MINB>
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int MINB, int SMEM>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows, int cols) {
     using namespace gpurt_softmax;
@@ -437,20 +446,22 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     const bool live = row < rows;
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    load_row<DT, OP, VEC, ITEMS, GROUP>(h, in, base, 0, cols, live);
+    extern __shared__ uint4 shared_items[];
+    SM_HELD(SMEM) h;
+    h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
+    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, base, 0, cols, live);
     const float2 own = P::template local<ITEMS, VEC>(h);
     float2 total;
     if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(own);
     else total = reduce_warps<OP, GROUP, THREADS>(own, warp_total);
-    store_row<DT, OP, VEC, ITEMS, GROUP>(h, own, total, out, base, 0, cols, live);
+    store_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, own, total, out, base, 0, cols, live);
 }
 
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER>
+#if __CUDA_ARCH__ >= 900  // thread-block clusters
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int SMEM>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
 softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
                 int cols) {
-#if __CUDA_ARCH__ >= 900
     using namespace gpurt_softmax;
     typedef Policy<OP> P;
     __shared__ float2 warp_total[THREADS / 32];
@@ -459,16 +470,18 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
     const int col0 = (int)cluster_rank() * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    load_row<DT, OP, VEC, ITEMS, THREADS>(h, in, base, col0, cols, true);
+    extern __shared__ uint4 shared_items[];
+    SM_HELD(SMEM) h;
+    h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
+    load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, base, col0, cols, true);
     const float2 own = P::template local<ITEMS, VEC>(h);
     float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
     total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
     cluster_arrive();  // done reading peers; their shared memory must outlive this
-    store_row<DT, OP, VEC, ITEMS, THREADS>(h, own, total, out, base, col0, cols, true);
+    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, base, col0, cols, true);
     cluster_wait();
-#endif
 }
+#endif
 
 // Rows longer than a cluster holds: pass 1 writes one float2 partial per (row, chunk).
 template <int DT, int OP, int VEC, int ITEMS, int THREADS>
@@ -482,8 +495,8 @@ softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long
     const int col0 = (int)(blockIdx.x % chunks) * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    load_row<DT, OP, VEC, ITEMS, THREADS>(h, in, base, col0, cols, true);
+    SM_HELD(0) h;
+    load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, base, col0, cols, true);
     const float2 total =
         reduce_warps<OP, THREADS, THREADS>(P::template local<ITEMS, VEC>(h), warp_total);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
@@ -502,14 +515,14 @@ softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
     const int col0 = (int)(id % chunks) * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
-    SM_HELD h;
-    load_row<DT, OP, VEC, ITEMS, THREADS>(h, in, base, col0, cols, true);
+    SM_HELD(0) h;
+    load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, base, col0, cols, true);
     const float2 own = P::template local<ITEMS, VEC>(h);
     float2 total = P::identity();
     for (int c = threadIdx.x % 32; c < chunks; c += 32)
         total = P::combine(total, partials[row * chunks + c]);
     total = reduce_lanes<OP, 32>(total);
-    store_row<DT, OP, VEC, ITEMS, THREADS>(h, own, total, out, base, col0, cols, true);
+    store_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, own, total, out, base, col0, cols, true);
 }
 
 #undef SM_HELD

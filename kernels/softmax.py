@@ -1,35 +1,31 @@
-"""Softmax and log-softmax over the last dimension, forward and backward, on gpurt.
+"""Softmax and log-softmax, forward and backward, on gpurt.
 
 ``softmax(x)``, ``log_softmax(x)``, ``softmax_backward(grad_out, out)`` and
-``log_softmax_backward(grad_out, out)`` take gpurt Arrays or any device array gpurt can view
-without a copy (torch tensors, CuPy arrays: ``__dlpack__`` / ``__cuda_array_interface__``), of
-float32, float16 or bfloat16 (accumulating in float32), C-contiguous, with any number of leading
-dimensions. They return a new gpurt Array, or write into ``out``/``grad_in`` when one is given.
+``log_softmax_backward(grad_out, out)`` take gpurt Arrays or device arrays that gpurt views
+without a copy (torch tensors, CuPy arrays: ``__cuda_array_interface__`` / ``__dlpack__``) of
+float32, float16 or bfloat16 (accumulating in float32), with any number of leading dimensions.
+They return a new gpurt Array, or write into ``out`` / ``grad_in`` and return it.
 
 Each call reads every input element once and writes every output element once: the kernels in
-softmax.cu keep a row on chip between its reduction and its outputs. :func:`choose_variant`
-picks how a row is spread over threads from its length, the dtype and the operation:
+softmax.cu keep a row in registers between its reduction and its outputs.
+:func:`choose_variant` picks how rows are spread over threads from the row length, the dtype
+and the operation (lane groups for short rows, one CTA per row, a thread-block cluster sharing
+a row through distributed shared memory on sm_90, and for rows longer than a cluster holds,
+about 262k elements forward and 131k backward in float32, a two-launch split that reads its
+inputs twice). Each variant is compiled once per architecture through :func:`gpurt.compile`
+(cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
-``rows``     a group of up to 32 lanes per row (several rows per CTA; warp shuffles only), or a
-             whole CTA of up to 512 threads per row;
-``cluster``  a thread-block cluster of 2-8 CTAs per row sharing the row's max and sum through
-             distributed shared memory (sm_90 and newer);
-``split``    rows longer than a cluster holds (about 131k elements forward, 65k backward): a
-             per-chunk reduction into a small workspace, then a second launch that re-reads the
-             chunk and writes it (the only variant that reads its inputs twice).
-
-Each variant is compiled once per device architecture through :func:`gpurt.compile` (cached on
-disk by gpurt) and kept in memory afterwards.
-
-Semantics follow torch: a row of only ``-inf`` gives NaN, NaN inputs give a NaN row, ``dim``
-must name the last dimension (or one followed only by size-1 dimensions; move the axis last
-with a contiguous copy otherwise). Non-contiguous inputs raise ValueError rather than copying.
+Semantics follow torch: a row of only ``-inf`` gives NaN, NaN in a row gives a NaN row.
+``dim`` may be any dimension: other than the last (with a size above 1 after it), the input
+is copied with that axis last and the result is returned as a view in the input's axis
+order (``out`` is then not accepted). Non-contiguous inputs are copied to a contiguous
+array first; ``out`` must be contiguous. Host arrays are refused (TypeError).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -43,9 +39,9 @@ from ._softmax_plan import (
     SOFTMAX_BACKWARD,
     SOURCE_PATH,
     RowsView,
-    dtype_code,
     Variant,
     choose_variant,
+    dtype_code,
     rows_view,
     widest_vec,
 )
@@ -58,12 +54,13 @@ __all__ = [
     "Variant",
     "choose_variant",
     "compile_variant",
+    "precompile",
 ]
 
 # ---- compilation -------------------------------------------------------------------------------
 
 _source: Optional[str] = None
-_kernels: dict[tuple[str, Variant], tuple[Any, ...]] = {}
+_kernels: dict[tuple[str, str], Any] = {}  # (arch, name expression) -> Kernel
 _lock = threading.Lock()
 
 
@@ -75,79 +72,108 @@ def source() -> str:
     return _source
 
 
-def compile_variant(variant: Variant, arch: Optional[str] = None) -> Any:
+def compile_variant(variant: Variant, arch: Optional[str] = None,
+                    options: Sequence[str] = ()) -> Any:
     """Compile ``variant`` through gpurt.compile (for ``arch``, default: the current device)
     and return the Module."""
-    return gpurt.compile(source(), name_expressions=variant.names(), arch=arch)
+    return gpurt.compile(source(), options=options, name_expressions=variant.names(),
+                         arch=arch, program_name="softmax.cu")
 
 
-def _kernels_for(variant: Variant, arch: str) -> tuple[Any, ...]:
-    key = (arch, variant)
-    found = _kernels.get(key)
-    if found is None:
+def precompile(variants: Iterable[Variant], arch: Optional[str] = None) -> Any:
+    """Compile many variants in one NVRTC program (one disk-cache entry) and use its kernels
+    from now on; returns the Module. Worth it before a first use of many row lengths."""
+    variants = list(dict.fromkeys(variants))
+    names = tuple(dict.fromkeys(n for v in variants for n in v.names()))
+    arch = arch or gpurt.get_arch()
+    module = gpurt.compile(source(), name_expressions=names, arch=arch, program_name="softmax.cu")
+    with _lock:
+        for name in names:
+            _kernels.setdefault((arch, name), module[name])
+    return module
+
+
+def _kernels_for(variant: Variant, arch: str) -> list[Any]:
+    names = variant.names()
+    found = [_kernels.get((arch, name)) for name in names]
+    if None in found:
+        module = compile_variant(variant, arch)
         with _lock:
-            found = _kernels.get(key)
-            if found is None:
-                module = compile_variant(variant, arch)
-                found = _kernels[key] = tuple(module[name] for name in variant.names())
+            found = [_kernels.setdefault((arch, name), module[name]) for name in names]
     return found
 
 
-# ---- arrays ------------------------------------------------------------------------------------
+# ---- arrays and streams ------------------------------------------------------------------------
 
 
 def _as_array(obj: Any, what: str) -> Any:
     if isinstance(obj, gpurt.Array):
         return obj
     try:
-        return gpurt.asarray(obj)
-    except Exception as exc:
-        raise TypeError(
-            f"{what} must be a gpurt Array or a device array (torch, CuPy...), "
-            f"got {type(obj).__name__}: {exc}"
-        ) from exc
+        return gpurt.asarray(obj, copy=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be a device array (gpurt, torch, CuPy...), "
+                        f"got {type(obj).__name__}: {exc}") from exc
+
+
+def _as_stream(stream: Any, index: int) -> Any:
+    """A gpurt Stream for ``stream`` (gpurt, torch, CuPy, cuda.core or an int handle), so
+    the output is allocated in the order of the stream that writes it."""
+    if stream is None or isinstance(stream, gpurt.Stream):
+        return stream
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    return gpurt.ExternalStream(stream if handle is None else int(handle), index)
 
 
 def _check_like(ref: Any, other: Any, what: str, ref_name: str) -> None:
     if tuple(other.shape) != tuple(ref.shape) or np.dtype(other.dtype) != np.dtype(ref.dtype):
-        raise ValueError(
-            f"{what} has shape {tuple(other.shape)} and dtype {other.dtype}; "
-            f"{ref_name} has shape {tuple(ref.shape)} and dtype {ref.dtype}"
-        )
+        raise ValueError(f"{what} has shape {tuple(other.shape)} and dtype {other.dtype}; "
+                         f"{ref_name} has shape {tuple(ref.shape)} and dtype {ref.dtype}")
     if other.device != ref.device:
         raise ValueError(f"{what} is on {other.device}, {ref_name} on {ref.device}")
 
 
-def _plan(op: int, inputs: Sequence[Any], dim: int) -> RowsView:
-    """Check dtype, shape, layout and devices of the inputs; return their rows x cols."""
-    first = inputs[0]
-    dtype_code(first.dtype)
-    view = rows_view(first.shape, first.strides, np.dtype(first.dtype).itemsize, dim)
-    for other in inputs[1:]:
-        rows_view(other.shape, other.strides, np.dtype(other.dtype).itemsize, dim)
-    return view
-
-
-def _output(ref: Any, given: Any, what: str, ref_name: str, stream: Any) -> tuple[Any, Any]:
-    """(array to write, object to return): ``given`` checked against ``ref``, or a new one."""
-    if given is None:
-        made = gpurt.empty(tuple(ref.shape), dtype=ref.dtype, device=ref.device, stream=stream)
-        return made, made
-    array = _as_array(given, what)
-    _check_like(ref, array, what, ref_name)
-    rows_view(array.shape, array.strides, np.dtype(array.dtype).itemsize, -1)
-    return array, given
+def _last_axis_order(shape: Sequence[int], dim: int) -> Optional[tuple[int, ...]]:
+    """The axis order that puts ``dim`` last, or None when ``dim`` already spans the rows
+    (it is the last dimension, or only size-1 dimensions follow it)."""
+    ndim = len(shape)
+    if ndim == 0:
+        return None
+    if not -ndim <= dim < ndim:
+        rows_view(shape, None, 1, dim)  # raises torch's IndexError
+    dim %= ndim
+    if all(size == 1 for size in shape[dim + 1:]):
+        return None
+    return tuple(a for a in range(ndim) if a != dim) + (dim,)
 
 
 def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
          stream: Any) -> Any:
-    """Validate, make or check the output, choose the variant and launch; return the
-    output (``out`` itself when given)."""
-    view = _plan(op, inputs, dim)
-    target, returned = _output(inputs[0], out, out_name, "the input", stream)
+    """Check the inputs, make or check the output, choose the variant and launch; return
+    the output (``out`` itself when given)."""
+    first = inputs[0]
+    dtype_code(first.dtype)  # TypeError for unsupported dtypes, before any work
+    order = _last_axis_order(first.shape, dim)
+    if order is not None:
+        if out is not None:
+            raise ValueError(f"{out_name}= needs dim to be the last dimension (got dim={dim})")
+        moved = [a.transpose(order).contiguous() for a in inputs]
+        result = _run(op, moved, -1, None, out_name, stream)
+        return result.transpose(tuple(int(i) for i in np.argsort(order)))
+    inputs = [a if a.is_contiguous() else a.contiguous() for a in inputs]
+    view = rows_view(first.shape, None, 1, dim)
+    index = first.device.index
+    alloc_stream = _as_stream(stream, index)
+    if out is None:
+        target = returned = gpurt.empty(tuple(first.shape), dtype=first.dtype, device=index,
+                                        stream=alloc_stream)
+    else:
+        target, returned = _as_array(out, out_name), out
+        _check_like(first, target, out_name, "the input")
+        if not target.is_contiguous():
+            raise ValueError(f"{out_name} must be C-contiguous (strides {target.strides})")
     if view.rows == 0 or view.cols == 0:
         return returned
-    index = target.device.index
     if index == gpurt.current_device():
         _launch(op, inputs, target, view, index, stream)
     else:
@@ -166,29 +192,29 @@ def _launch(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
     kernels = _kernels_for(variant, gpurt.get_arch(index))
-    a = inputs[0]
-    b = inputs[-1]  # backward: dy; forward: unused (x again)
+    a, b = inputs[0], inputs[-1]  # backward: y and dy; forward: x (b unused)
     rows, cols = np.int64(view.rows), np.int32(view.cols)
-    block, smem = variant.threads, variant.shared_mem
+    block = variant.threads
     if variant.kind != "split":
-        kernels[0](grid, block, (a, b, out, rows, cols), shared_mem=smem, stream=stream)
+        kernels[0](grid, block, (a, b, out, rows, cols), stream=stream)
         return
     chunks = np.int32(variant.chunks(view.cols))
-    partials = gpurt.empty((grid, 2), dtype=np.float32, device=out.device, stream=stream)
-    kernels[0](grid, block, (a, b, partials, rows, cols, chunks), shared_mem=smem, stream=stream)
-    kernels[1](grid, block, (a, b, out, partials, rows, cols, chunks), shared_mem=smem,
-               stream=stream)
+    partials = gpurt.empty((grid, 2), dtype=np.float32, device=index,
+                           stream=_as_stream(stream, index))
+    kernels[0](grid, block, (a, b, partials, rows, cols, chunks), stream=stream)
+    kernels[1](grid, block, (a, b, out, partials, rows, cols, chunks), stream=stream)
 
 
 # ---- public API --------------------------------------------------------------------------------
 
 
 def softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None) -> Any:
-    """``exp(x) / sum(exp(x))`` over ``dim`` (the last dimension), like torch.softmax.
+    """``exp(x) / sum(exp(x))`` over ``dim``, like torch.softmax.
 
-    ``x``: float32/float16/bfloat16, C-contiguous gpurt Array or torch/CuPy array. Returns
-    ``out`` when given (same shape and dtype; may be ``x`` itself), else a new gpurt Array.
-    Runs on ``stream`` (default: gpurt's current stream)."""
+    ``x``: a float32/float16/bfloat16 device array (gpurt, torch, CuPy). Returns ``out``
+    when given (same shape and dtype, C-contiguous; may be ``x`` itself), else a new gpurt
+    Array. Runs on ``stream`` (gpurt, torch or CuPy stream, or a handle; default: gpurt's
+    current stream)."""
     return _run(SOFTMAX, (_as_array(x, "x"),), dim, out, "out", stream)
 
 
@@ -207,8 +233,8 @@ def _backward(op: int, grad_out: Any, out: Any, dim: int, grad_in: Any, stream: 
 def softmax_backward(grad_out: Any, out: Any, dim: int = -1, *, grad_in: Any = None,
                      stream: Any = None) -> Any:
     """Gradient of softmax from its output ``out`` and ``grad_out``:
-    ``out * (grad_out - sum(grad_out * out))`` in one kernel (torch's _softmax_backward_data).
-    Returns ``grad_in`` when given, else a new gpurt Array."""
+    ``out * (grad_out - sum(grad_out * out))`` in one kernel (torch's
+    ``_softmax_backward_data``). Returns ``grad_in`` when given, else a new gpurt Array."""
     return _backward(SOFTMAX_BACKWARD, grad_out, out, dim, grad_in, stream)
 
 

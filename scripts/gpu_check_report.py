@@ -24,6 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# benchmarks/_merge.py writes bench.json for gpu-check and for benchmarks/run_all.py alike.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import _merge  # noqa: E402
+
 # distributions whose versions go into summary.json when installed
 _DISTRIBUTIONS = (
     "cuda-bindings", "cuda-pathfinder", "cuda-core", "nvidia-cuda-nvrtc", "torch", "cupy",
@@ -138,15 +142,9 @@ def write_bench(out: Path, stage: Path, runs_file: Path) -> dict[str, Any]:
     if runs_file.exists():
         for line in runs_file.read_text().splitlines():
             name, rc, seconds, status = line.split("\t")
-            runs.append({"bench": name, "exit_code": int(rc), "seconds": float(seconds),
-                         "status": status})
-    suites = {}
-    for path in sorted(stage.glob("*.json")):
-        doc = _read_json(path)
-        suites[path.stem] = doc if doc is not None else {"error": f"unreadable {path.name}"}
-    env = next((s["env"] for s in suites.values() if isinstance(s.get("env"), dict)), None)
-    merged = {"env": env, "runs": runs, "suites": suites}
-    (out / "bench.json").write_text(json.dumps(merged, indent=1) + "\n")
+            runs.append(_merge.run_record(name, int(rc), float(seconds), status))
+    merged = _merge.merge(stage, runs)
+    _merge.write(out / "bench.json", merged)
     return merged
 
 

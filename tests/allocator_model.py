@@ -152,11 +152,15 @@ class NaiveTorchModel:
         fits = [b for b in self._free_list(small, stream) if b.size >= rsize]
         if fits:
             cand = fits[0]
+            rounding = self.config.max_non_split_rounding_size
             ok = not (rsize < max_split and cand.size >= max_split)
-            ok = ok and not (rsize >= max_split and cand.size >= rsize + self.config.max_non_split_rounding_size)
+            ok = ok and not (rsize >= max_split and cand.size >= rsize + rounding)
             block = cand if ok else None
         if block is None:
-            alloc = 2 * MiB if small else (20 * MiB if rsize < 10 * MiB else -(-rsize // (2 * MiB)) * 2 * MiB)
+            if small:
+                alloc = 2 * MiB
+            else:
+                alloc = 20 * MiB if rsize < 10 * MiB else -(-rsize // (2 * MiB)) * 2 * MiB
             block = self._alloc_segment(alloc, stream, small, retry=False)
             if block is None and self._release_available(small, stream, rsize):
                 block = self._alloc_segment(alloc, stream, small, retry=False)
@@ -281,7 +285,8 @@ class NaiveTorchModel:
     def _record_pending(self) -> None:
         for block, uses in self.unrecorded:
             for stream in uses:
-                self.events.setdefault(stream, []).append((self.backend.queued.get(stream, 0), block))
+                work = self.backend.queued.get(stream, 0)
+                self.events.setdefault(stream, []).append((work, block))
             self.event_count[id(block)] = len(uses)
         self.unrecorded = []
 

@@ -498,6 +498,8 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("malloc"), sizes, st.sampled_from([S0, S0, S0, S1])),
         st.tuples(st.just("free"), st.integers(0, 10**6), st.none()),
+        st.tuples(st.just("free_last"), st.none(), st.none()),
+        st.tuples(st.just("cycle"), sizes, st.sampled_from([S0, S1])),
         st.tuples(st.just("record"), st.integers(0, 10**6), st.sampled_from([S1, S2])),
         st.tuples(st.just("launch"), st.sampled_from([S1, S2]), st.none()),
         st.tuples(st.just("complete"), st.sampled_from([S1, S2]), st.none()),
@@ -528,8 +530,12 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
             band = rng.choice([(1, 4 * KiB), (4 * KiB, 1 * MiB + 4 * KiB), (1 * MiB, 12 * MiB),
                                (12 * MiB, 40 * MiB)])
             trace.append(("malloc", rng.randint(*band), rng.choice([S0, S0, S0, S1])))
-        elif kind < 0.85:
+        elif kind < 0.7:
             trace.append(("free", rng.randrange(10**6), None))
+        elif kind < 0.8:
+            trace.append(("free_last", None, None))
+        elif kind < 0.85:
+            trace.append(("cycle", rng.choice([512, 4 * KiB, 1 * MiB, 3 * MiB, 64 * MiB]), S0))
         elif kind < 0.9:
             trace.append(("record", rng.randrange(10**6), rng.choice([S1, S2])))
         elif kind < 0.99:
@@ -564,6 +570,25 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
             ptr = live.pop(x % len(live))
             a.free(ptr)
             model.free(ptr)
+        elif op == "free_last" and live:
+            ptr = live.pop()
+            a.free(ptr)
+            model.free(ptr)
+        elif op == "cycle":  # the parked-block path: the same request again and again
+            for _ in range(3):
+                got = expected = None
+                try:
+                    got = a.malloc(x, y)
+                except MemoryError:
+                    pass
+                try:
+                    expected = model.malloc(x, y)
+                except MemoryError:
+                    pass
+                assert got == expected
+                if got:
+                    a.free(got)
+                    model.free(got)
         elif op == "record" and live:
             ptr = live[x % len(live)]
             a.record_stream(ptr, y)
@@ -586,3 +611,56 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
     stats = flat(a)
     assert stats["reserved_bytes.all.current"] == 0 and not backend.live
     assert stats["active.all.current"] == 0 and stats["allocation.all.current"] == 0
+
+
+def test_parked_block_is_invisible_to_everything_else():
+    """Every way of looking at or changing the allocator sees ordinary state while a block
+    is parked (allocated or free)."""
+    for poke in ("snapshot", "record", "neighbour", "other_size", "empty", "stats", "double"):
+        a, backend = make()
+        keep = a.malloc(8 * KiB, S0)
+        p = a.malloc(4 * KiB, S0)
+        a.free(p)
+        p = a.malloc(4 * KiB, S0)  # from the cache: parked allocated, rest parked free
+        assert a._hot is not None
+        a.free(p)  # parked free
+        p2 = a.malloc(4 * KiB, S0)
+        assert p2 == p
+        if poke == "snapshot":
+            states = [b["state"] for s in a.snapshot() for b in s["blocks"]]
+            assert states == ["active_allocated", "active_allocated", "inactive"]
+        elif poke == "record":
+            a.record_stream(p2, S1)
+            backend.launch(S1)
+            a.free(p2)
+            assert flat(a)["active.all.current"] == 2
+        elif poke == "neighbour":
+            a.free(keep)
+            a.free(p2)
+            assert flat(a)["inactive_split.all.current"] == 0
+        elif poke == "other_size":
+            q = a.malloc(4 * KiB + 512, S0)
+            assert q == p2 + 4 * KiB
+        elif poke == "empty":
+            a.free(p2)
+            a.free(keep)
+            a.empty_cache()
+            assert not backend.live
+        elif poke == "stats":
+            assert a.allocation_size_of(p2) == 4 * KiB and a.owns(p2)
+            assert flat(a)["allocation.all.current"] == 2
+        elif poke == "double":
+            a.free(p2)
+            with pytest.raises(ValueError):
+                a.free(p2)
+        recount(a, backend)
+
+
+def test_release_pool_from_a_finalizer_inside_an_allocator_call_is_queued():
+    a, backend = make()
+    a.retain_pool((0, 5))
+    with a._lock:  # as if a graph's finalizer ran while this thread allocates
+        a.release_pool((0, 5))
+    assert a._private[(0, 5)].use_count == 1  # not yet
+    a.malloc(512, S0)
+    assert (0, 5) not in a._private

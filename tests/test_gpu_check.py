@@ -132,6 +132,7 @@ def fake_tree(tmp_path: Path) -> Path:
     (tree / "tests").mkdir()
     (tree / "tests" / "test_fake.py").write_text(FAKE_TESTS)
     (tree / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "_merge.py", tree / "benchmarks" / "_merge.py")
     (tree / "benchmarks" / "bench_ok.py").write_text(FAKE_BENCH_OK)
     (tree / "benchmarks" / "bench_bad.py").write_text("raise SystemExit('broken on purpose')\n")
     (tree / "benchmarks" / "bench_slow.py").write_text("import time\ntime.sleep(60)\n")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpurt
-from gpurt import _args, _params
+from gpurt import _args, _kcache, _params, nvrtc
 from gpurt import launch as glaunch
 
 # ---- parameter types -----------------------------------------------------------------------
@@ -37,6 +37,14 @@ extern "C" __global__ void noargs() {}
 """
 EXPRS = ["tk<float, 4>", "tk<__half, 1>", "tk<ns::P, 2>", "ns::tfill<double>", "tk<float2, 3>",
          "tk<__nv_bfloat16, 8>"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """Compile into a cache folder of this module's own, not the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPURT_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +137,9 @@ def test_pack_converts_by_declared_type(decls):
     args = [0x1234, 0.1, 0.1, -7, 2**32 - 1, -2**40, 2**64 - 1, -3, 65535, -1, -128, 255, True,
             1.5, 3.140625, (1.0, 2.0), (1.0, 2.0, 3.0, 4.0), [1, 2, 3], b"P" * 16, 99, None,
             0xDEAD]
+    offsets = _layout_offsets(kernel)
     plan = _args.build_plan("all_kinds", kernel.params,
-                            [(o, p.size or 16) for o, p in zip(_layout_offsets(kernel), kernel.params)])
+                            [(o, p.size or 16) for o, p in zip(offsets, kernel.params)])
     buffer = ctypes.create_string_buffer(plan.size)
     plan.fill(buffer, args, None)
     data = buffer.raw
@@ -194,7 +203,8 @@ def test_half_and_bfloat16_values(decls):
         assert kernel.pack(value, 0, 0, 0, 0)[:2] == np.array(value, ml_dtypes.bfloat16).tobytes()
     nan = struct.unpack("<H", kernel.pack(float("nan"), 0, 0, 0, 0)[:2])[0]
     assert nan & 0x7F80 == 0x7F80 and nan & 0x7F
-    assert kernel.pack(ml_dtypes.bfloat16(1.5), 0, 0, 0, 0)[:2] == np.array(1.5, ml_dtypes.bfloat16).tobytes()
+    expected = np.array(1.5, ml_dtypes.bfloat16).tobytes()
+    assert kernel.pack(ml_dtypes.bfloat16(1.5), 0, 0, 0, 0)[:2] == expected
     with pytest.raises(OverflowError, match="argument 0"):
         decls["tk<__half, 1>"].pack(1e6, 0, 0, 0, 0)
 
@@ -284,6 +294,10 @@ def test_plan_source_is_specialised(decls):
     assert "a0, a1, a2, a3, a4, = args" in plan.source
     assert "a1.ptr if type(a1) is Array" in plan.source
     assert "a0.ptr" not in plan.source  # scalars go straight to struct
+    buffer = ctypes.create_string_buffer(plan.size)
+    plan.fill(buffer, [1.0, 0, 0, 0, 5], None)  # a list is fine
+    with pytest.raises(TypeError, match="tuple"):  # an array must not unpack itself
+        plan.fill(buffer, np.arange(5), None)
 
 
 # ---- launch configuration and hooks ------------------------------------------------------------
@@ -449,7 +463,8 @@ def test_every_argument_kind_arrives(gpu_module, gpu_state):
     assert got[4].view(np.int64) == -5 and got[5] == 2**63 + 5 and got[6].view(np.int64) == -3
     assert got[7] == 1 and got[8] == np.float16(1.5).view(np.uint16)
     assert got[9] == np.array(3.0, ml_dtypes.bfloat16).view(np.uint16)
-    assert got[10] == np.float32(1.0).view(np.uint32) and got[11] == np.float32(-2.0).view(np.uint32)
+    assert got[10] == np.float32(1.0).view(np.uint32)
+    assert got[11] == np.float32(-2.0).view(np.uint32)
     assert got[12].view(np.int64) == -7 and got[13] == np.float64(2.5).view(np.uint64)
     # numpy scalars and a raw pointer
     kernel(1, 1, (out, x.ptr, x, np.float32(0.25), np.float64(-1.0), np.int32(9), np.uint64(1),
@@ -619,6 +634,8 @@ def test_errors_are_raised_before_launch(gpu_module, gpu_state):
     out = poisoned(n)
     with pytest.raises(TypeError, match="takes 5 arguments"):
         kernel(1, 256, (1.0, x, x, out))
+    with pytest.raises(TypeError, match="args must be a tuple"):
+        kernel(1, 256, x)
     with pytest.raises(TypeError, match=r"argument 4 \(n: int\)"):
         kernel(1, 256, (1.0, x, x, out, 256.0))
     with pytest.raises(TypeError, match=r"argument 1 \(x: const float\*\).*host"):
@@ -728,8 +745,6 @@ def test_ptx_module_runs(gpu_state):
 
 @pytest.mark.gpu
 def test_unloadable_cache_entry_is_recompiled(tmp_path, monkeypatch, gpu_state):
-    from gpurt import _kcache, nvrtc
-
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("GPURT_CACHE_DISABLE", raising=False)
     source = f"// {tmp_path.name}\n" + GPU_SRC

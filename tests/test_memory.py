@@ -206,14 +206,19 @@ def test_host_memory_stats_keys_match_torch():
 # ---- on the GPU ---------------------------------------------------------------------------
 
 
-def _run(code: str, env: dict | None = None, timeout: int = 120) -> str:
-    """Run Python code in a fresh process (fresh allocators); return its stdout."""
+def _run_file(script: str, args: list[str], env: dict | None = None, timeout: int = 120) -> str:
+    """Run a Python script in a fresh process (fresh allocators); return its stdout."""
     full_env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full_env.update(env or {})
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+    result = subprocess.run([sys.executable, script, *args], env=full_env,
                             capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+def _run(code: str, env: dict | None = None, timeout: int = 120) -> str:
+    """Run Python code in a fresh process (fresh allocators); return its stdout."""
+    return _run_file("-c", [textwrap.dedent(code)], env, timeout)
 
 
 def _fill(ptr: int, data: np.ndarray) -> None:
@@ -242,11 +247,22 @@ def fresh(gpu_state):
 @pytest.mark.gpu
 @pytest.mark.parametrize("conf", ["", "max_split_size_mb:64,roundup_power2_divisions:4"])
 def test_statistics_equal_torch_on_random_traces(conf):
+    """The same traces through torch and gpurt, each in a fresh process: every shared
+    memory_stats() key and every segment layout equal at every checkpoint."""
     pytest.importorskip("torch")
+    sys.path.insert(0, HERE)
+    try:
+        import memory_vs_torch
+    finally:
+        sys.path.remove(HERE)
+    seeds = list(range(5))
     env = {"PYTORCH_CUDA_ALLOC_CONF": conf, "GPURT_ALLOC_CONF": conf}
-    out = _run(f"import sys; sys.path.insert(0, {HERE!r}); import memory_vs_torch as m; "
-               "import json; print(json.dumps(m.main(list(range(6)))))", env, timeout=300)
-    report = json.loads(out.strip().splitlines()[-1])
+    script = os.path.join(HERE, "memory_vs_torch.py")
+    records = {}
+    for which in ("torch", "gpurt"):
+        out = _run_file(script, [which, *map(str, seeds)], env, timeout=300)
+        records[which] = json.loads(out.strip().splitlines()[-1])
+    report = memory_vs_torch.compare(seeds, records["torch"], records["gpurt"])
     assert report["keys"] > 100
     if report["missing_in_gpurt"]:  # keys a newer torch added: worth knowing, not a mismatch
         warnings.warn(f"torch keys gpurt lacks: {report['missing_in_gpurt']}")
@@ -416,7 +432,8 @@ def test_history_and_snapshot_of_real_allocations(fresh, tmp_path):
     snap = mem._snapshot()
     block = next(b for s in snap["segments"] for b in s["blocks"] if b["address"] == ptr)
     assert block["state"] == "active_allocated" and block["requested_size"] == 3 * MiB
-    assert any(f["name"] == "test_history_and_snapshot_of_real_allocations" for f in block["frames"])
+    names = [f["name"] for f in block["frames"]]
+    assert "test_history_and_snapshot_of_real_allocations" in names
     gpurt.caching_allocator_delete(ptr)
     trace = mem._snapshot()["device_traces"][gpurt.current_device()]
     assert [e["action"] for e in trace][-3:] == ["alloc", "free_requested", "free_completed"]
@@ -539,8 +556,9 @@ def test_no_caching_mode():
 def test_bad_configuration_is_reported_on_first_use():
     env = dict(os.environ, GPURT_ALLOC_CONF="max_split_size_mb:1",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-c", "import gpurt; gpurt.caching_allocator_alloc(1)"],
-                            env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    code = "import gpurt; gpurt.caching_allocator_alloc(1)"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
     assert result.returncode != 0 and "max_split_size_mb" in result.stderr
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -181,6 +182,9 @@ def test_include_paths_and_header_changes(cache, tmp_path, monkeypatch):
     second = gpurt.compile(source, include_paths=[include], arch="sm_90")
     assert second is not first and second.code != first.code
     assert len(entries(cache)) == 2
+    by_option = gpurt.compile(source, options=[f"-I{include}"], arch="sm_90")
+    assert by_option is second  # an -I option is an include path too, fingerprinted alike
+    assert gpurt.compile(source, options=["-I", str(include)], arch="sm_90") is second
 
 
 def test_cuda_headers_from_the_wheels(cache):
@@ -440,6 +444,15 @@ def test_concurrent_processes_share_one_entry(cache):
     [entry] = entries(cache)
     assert _kcache.decode(entry.stem, entry.read_bytes()) is not None
     assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_cache_folder_removed_while_running(cache, spy):
+    gpurt.compile(unique(SAXPY), arch="sm_90")
+    shutil.rmtree(cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "not usable" warning: the folder is made again
+        gpurt.compile(unique(SAXPY), arch="sm_90")
+    assert len(entries(cache)) == 1
 
 
 def test_clear_cache_on_disk(cache):

@@ -1,0 +1,167 @@
+"""GEMM: gpurt.kernels.gemm against cuBLAS (torch.matmul) in the same process.
+
+Each row is one problem C[M,N] = A[M,K] @ B[K,N] (row-major, random normal inputs) in one
+dtype: gpurt's TFLOP/s with the config it chose (autotuned unless GPURT_GEMM_AUTOTUNE=0),
+cuBLAS's through torch.matmul (fp32 rows with TF32 off, tf32 rows with it on), their ratio,
+and gpurt's relative Frobenius error against a float64 product. Device time: median of
+``--repeat`` samples, each the driver-event time of ``--batch`` back-to-back calls enqueued
+behind a short spin kernel, so host overhead never shows as device time.
+
+    python benchmarks/bench_gemm.py [--dtypes bf16,fp16,fp32,tf32] [--shapes 4096,8192x8192x512]
+                                    [--configs] [--json PATH]
+
+``--configs`` adds one row per candidate config of every problem (the tuner's view).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import statistics
+import sys
+from typing import Any, Callable
+
+import numpy as np
+from _common import print_rows, write_results
+from cuda.bindings import driver as cu
+
+SQUARE = [1024, 2048, 4096, 8192]
+OTHER = [(8192, 8192, 512), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 1024),
+         (2048, 8192, 8192), (8192, 2048, 4096), (127, 257, 61), (1000, 1000, 1000)]
+FP32_LIMIT = 4096  # fp32 rows above this size take seconds each on the SIMT cores
+SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
+def _ok(result: tuple) -> Any:
+    if int(result[0]) != 0:
+        raise RuntimeError(f"driver call failed: {result[0]!r}")
+    return result[1] if len(result) == 2 else None
+
+
+class Timer:
+    """Device time of a batch of calls queued behind a spin kernel on one stream."""
+
+    def __init__(self, gpurt: Any, stream: Any) -> None:
+        self.stream = stream
+        self.handle = stream.cuda_stream
+        self.spin = gpurt.compile(SPIN)["spin"]
+        self.start = _ok(cu.cuEventCreate(0))
+        self.stop = _ok(cu.cuEventCreate(0))
+
+    def ms(self, fn: Callable[[], Any], batch: int, repeat: int) -> float:
+        fn()
+        _ok(cu.cuStreamSynchronize(self.handle))
+        samples = []
+        for _ in range(repeat):
+            cycles = int(2e9 * (1e-3 + batch * 2e-4))  # ~1 ms + 0.2 ms per queued call
+            self.spin(1, 1, (np.int64(cycles),), stream=self.stream)
+            _ok(cu.cuEventRecord(self.start, self.handle))
+            for _ in range(batch):
+                fn()
+            _ok(cu.cuEventRecord(self.stop, self.handle))
+            _ok(cu.cuEventSynchronize(self.stop))
+            samples.append(float(_ok(cu.cuEventElapsedTime(self.start, self.stop))) / batch)
+        return statistics.median(samples)
+
+
+def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
+    if not text:
+        return [(s, s, s) for s in SQUARE] + OTHER
+    shapes = []
+    for item in text.split(","):
+        dims = [int(v) for v in item.lower().split("x")]
+        shapes.append(tuple(dims * 3 if len(dims) == 1 else dims))  # type: ignore[arg-type]
+    return shapes
+
+
+def rel_error(out: Any, a: Any, b: Any, torch: Any) -> float:
+    ref = a.double() @ b.double()
+    return float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", default="bf16,fp16,fp32,tf32")
+    parser.add_argument("--shapes", default=None, help="comma list of S or MxNxK")
+    parser.add_argument("--configs", action="store_true", help="time every candidate config")
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    import gpurt
+    import torch
+
+    gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+    tune = importlib.import_module("gpurt.kernels._gemm_tune")
+    torch.manual_seed(0)
+    stream = gpurt.Stream()
+    torch_stream = torch.cuda.ExternalStream(stream.cuda_stream)
+    timer = Timer(gpurt, stream)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+              "tf32": torch.float32}
+    rows: list[dict[str, Any]] = []
+    with torch.cuda.stream(torch_stream):
+        for name in args.dtypes.split(","):
+            tdtype = dtypes[name]
+            tf32 = name == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            for m, n, k in parse_shapes(args.shapes):
+                if tdtype == torch.float32 and max(m, n, k) > FP32_LIMIT and not args.shapes:
+                    continue
+                a = torch.randn(m, k, device="cuda", dtype=tdtype)
+                b = torch.randn(k, n, device="cuda", dtype=tdtype)
+                out = torch.empty(m, n, device="cuda", dtype=tdtype)
+                ref_out = torch.empty(m, n, device="cuda", dtype=tdtype)
+                flops = 2.0 * m * n * k
+                batch = max(1, min(50, int(2e11 / flops)))
+                ga, gb, gout = gpurt.asarray(a), gpurt.asarray(b), gpurt.asarray(out)
+
+                def ours(config: Any = None) -> None:
+                    gemm_mod.gemm(ga, gb, out=gout, stream=stream, allow_tf32=tf32,
+                                  config=config)
+
+                ours()  # tunes (once per shape bucket) and compiles outside the timing
+                chosen = gemm_mod._choose(*_plan_problem(gemm_mod, ga, gb, gout, stream, tf32))
+                cublas_ms = timer.ms(lambda: torch.matmul(a, b, out=ref_out), batch, args.repeat)
+                configs = [None]
+                if args.configs:
+                    plan, problem, _ = _plan_problem(gemm_mod, ga, gb, gout, stream, tf32)
+                    configs += tune.candidates(problem)
+                for config in configs:
+                    try:
+                        ms = timer.ms(lambda: ours(config), batch, args.repeat)
+                        err = rel_error(out, a, b, torch)
+                    except Exception as exc:  # a variant that cannot run this problem
+                        print(f"{m}x{n}x{k} {name} {config}: {exc}", file=sys.stderr)
+                        continue
+                    rows.append({
+                        "shape": f"{m}x{n}x{k}", "dtype": name,
+                        "config": (config or chosen).label() + ("" if config else " *"),
+                        "gpurt_tflops": round(flops / ms / 1e9, 1),
+                        "cublas_tflops": round(flops / cublas_ms / 1e9, 1),
+                        "ratio": round(cublas_ms / ms, 3), "gpurt_ms": round(ms, 4),
+                        "cublas_ms": round(cublas_ms, 4), "rel_err": float(f"{err:.3g}"),
+                    })
+                    print(rows[-1], flush=True)
+                    if args.json:  # keep what was measured if a time limit cuts the run
+                        write_results("gemm", rows, args.json)
+                del a, b, out, ref_out, ga, gb, gout
+    for row in rows:
+        row["autotune"] = os.environ.get("GPURT_GEMM_AUTOTUNE", "1")
+    write_results("gemm", rows, args.json)
+    print_rows("GEMM: gpurt vs cuBLAS (torch.matmul), TFLOP/s; * = the config gemm chose", rows)
+
+
+def _plan_problem(gemm_mod: Any, a: Any, b: Any, out: Any, stream: Any, tf32: bool) -> tuple:
+    plan, _, _ = gemm_mod._plan(a, b, out, 0.0, None, False, False, stream)
+    return plan, gemm_mod._problem(plan, tf32), stream
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,621 @@
+"""gpurt.kernels.gemm: configs, heuristics and the autotuner (CPU), every kernel variant
+compiled for sm_80/sm_90/sm_90a (CPU, NVRTC), and results against float64 (GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import re
+import stat
+import warnings
+
+import numpy as np
+import pytest
+
+import gpurt
+
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+gemm = gemm_mod.gemm
+Config, Problem = tune.Config, tune.Problem
+
+H100 = ((9, 0), 132)
+
+
+def problem(m=4096, n=4096, k=4096, dt=tune.DT_BF16, a_k=True, b_k=False, vec=True, tma=True,
+            cap=H100[0], sms=H100[1]) -> Problem:
+    return Problem(m, n, k, dt, a_k, b_k, vec, tma, cap, sms)
+
+
+# ---- configs -------------------------------------------------------------------------------------
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="unknown"):
+        Config("cublas", 128, 128, 32)
+    with pytest.raises(ValueError, match="wgmma"):
+        Config("wgmma", 64, 256, 64)
+    with pytest.raises(ValueError, match="wgmma"):
+        Config("wgmma", 128, 192, 64)
+    with pytest.raises(ValueError, match="split"):
+        Config("wgmma", 128, 256, 64, stages=4, split_k=2)
+    with pytest.raises(ValueError, match="simt"):
+        Config("simt", 128, 96, 8)
+    with pytest.raises(ValueError, match="warp tiles"):
+        Config("mma", 128, 128, 32, 48, 64)
+    with pytest.raises(ValueError, match="invalid"):
+        Config("mma", 128, 128, 32, 64, 64, stages=0)
+
+
+def test_config_geometry():
+    wide = Config("wgmma", 128, 256, 64, stages=4)
+    assert wide.threads == 384
+    assert wide.shared_mem(True, False) == 4 * (128 + 256) * 64 * 2 + 64 + 1024
+    assert wide.name_expression(2, True, False, True) == "gemm_wgmma<2, 256, 4, true, false>"
+    simt = Config("simt", 128, 128, 8)
+    assert simt.threads == 256 and simt.shared_mem(True, True, 4) == 0
+    assert simt.name_expression(0, False, True, False) == "gemm_simt<128, 128, false, true, false>"
+    mma = Config("mma", 128, 256, 32, 64, 64, stages=3)
+    assert mma.threads == 256
+    # A K-major: 128 rows of 32+8; B N-major: 32 rows of 256+8 (2-byte elements)
+    assert mma.shared_mem(True, False, 2) == 3 * (128 * 40 + 32 * 264) * 2
+    assert mma.name_expression(1, True, True, True) == \
+        "gemm_mma<1, 128, 256, 32, 64, 64, 3, true, true, true>"
+    assert mma.tiles(129, 256) == 2
+    assert Config.from_json(json.loads(json.dumps(mma.to_json()))) == mma
+    assert "split4" in dataclasses.replace(mma, split_k=4).label()
+
+
+def test_eligibility():
+    wide = Config("wgmma", 128, 256, 64, stages=4)
+    assert tune.eligible(problem(), wide)
+    assert not tune.eligible(problem(tma=False), wide)
+    assert not tune.eligible(problem(cap=(8, 9)), wide)
+    assert not tune.eligible(problem(cap=(10, 0)), wide)  # sm_90a code runs on 9.0 only
+    assert not tune.eligible(problem(dt=tune.DT_F32), wide)
+    mma = tune._MMA[0]
+    assert tune.eligible(problem(cap=(8, 0)), mma)
+    assert not tune.eligible(problem(cap=(7, 5)), mma)
+    assert not tune.eligible(problem(dt=tune.DT_TF32), mma)  # bk 32 is the 16-bit tiling
+    assert tune.eligible(problem(dt=tune.DT_TF32), tune._TF32[0])
+    assert tune.eligible(problem(dt=tune.DT_F32), tune._SIMT[0])
+    assert not tune.eligible(problem(dt=tune.DT_F32), mma)
+    small_smem = dataclasses.replace(problem(), max_shared=48 * 1024)
+    assert not tune.eligible(small_smem, wide)
+
+
+@pytest.mark.parametrize("dims,kind", [
+    ((4096, 4096, 4096), "wgmma"),
+    ((8192, 8192, 512), "wgmma"),
+    ((16, 4096, 4096), "mma"),       # 16 tiles of 128x256 would leave most SMs idle: split K
+    ((127, 257, 61), "wgmma"),
+])
+def test_heuristic_bf16_hopper(dims, kind):
+    chosen = tune.heuristic(problem(*dims))
+    assert chosen.kernel == kind
+    assert tune.eligible(problem(*dims), chosen)
+    if dims[0] == 16:
+        assert chosen.split_k > 1
+
+
+def test_disable_switch(monkeypatch):
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "wgmma, simt")
+    assert tune.disabled_kernels() == {"wgmma", "simt"}
+    assert not tune.eligible(problem(), tune._WGMMA[0])
+    assert tune.heuristic(problem()).kernel == "mma"
+    assert all(c.kernel == "mma" for c in tune.candidates(problem()))
+
+
+def test_heuristic_fallbacks():
+    assert tune.heuristic(problem(tma=False, vec=False)).kernel == "mma"
+    assert tune.heuristic(problem(cap=(8, 0))).kernel == "mma"
+    fp32 = tune.heuristic(problem(dt=tune.DT_F32))
+    assert fp32.kernel == "simt" and (fp32.bm, fp32.bn) == (128, 128)
+    assert tune.heuristic(problem(64, 64, 64, dt=tune.DT_F32)).bm == 64
+    tf32 = tune.heuristic(problem(dt=tune.DT_TF32))
+    assert tf32.kernel == "mma" and tf32.bk == 16
+    skinny = tune.heuristic(problem(8, 64, 65536, dt=tune.DT_F32))
+    assert skinny.split_k > 1 and skinny.split_k <= 16
+
+
+def test_candidates_are_eligible_and_unique():
+    for p in (problem(), problem(16, 4096, 4096), problem(dt=tune.DT_F32),
+              problem(dt=tune.DT_TF32), problem(cap=(8, 6), tma=False),
+              problem(dt=tune.DT_F16, a_k=False, b_k=True)):
+        found = tune.candidates(p)
+        assert found[0] == tune.heuristic(p)
+        assert len(set(found)) == len(found) >= 2
+        assert all(tune.eligible(p, c) for c in found)
+
+
+def test_split_for():
+    assert tune._split_for(problem(), tune._MMA[0]) == 1  # enough tiles
+    assert tune._split_for(problem(16, 4096, 256), tune._MMA[3]) == 1  # K too short
+    split = tune._split_for(problem(16, 256, 8192), tune._MMA[3])
+    assert 2 <= split <= 16 and split <= 8192 // 256
+
+
+# ---- the autotuner --------------------------------------------------------------------------------
+
+
+def test_autotune_switch(monkeypatch):
+    monkeypatch.delenv("GPURT_GEMM_AUTOTUNE", raising=False)
+    assert tune.autotune_enabled()
+    for off in ("0", "false", "OFF", "no"):
+        monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", off)
+        assert not tune.autotune_enabled()
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "1")
+    assert tune.autotune_enabled()
+
+
+def test_problem_key_buckets():
+    key = tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abc")
+    assert key == tune.problem_key(problem(4096, 3900, 2049), "NVIDIA H100", "abc")
+    assert key != tune.problem_key(problem(4097, 4096, 3000), "NVIDIA H100", "abc")
+    assert key != tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H200", "abc")
+    assert key != tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abd")
+    assert key != tune.problem_key(problem(4000, 4096, 3000, b_k=True), "NVIDIA H100", "abc")
+    assert "bfloat16" in key and "KN" in key and "4096x4096x4096" in key
+
+
+def test_tuner_picks_fastest_and_persists(tmp_path):
+    folder = tmp_path / "cache"
+    tuner = tune.Tuner(str(folder))
+    configs = tune.candidates(problem())
+    times = {c: 1.0 + i for i, c in enumerate(configs)}
+    times[configs[-1]] = 0.5
+    calls = []
+
+    def timer(config):
+        calls.append(config)
+        return times[config]
+
+    assert tuner.choose("k1", configs, timer) == configs[-1]
+    assert calls == configs
+    path = folder / "gemm-tune-v1.json"
+    assert path.exists()
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == 1 and doc["results"]["k1"]["ms"] == 0.5
+    assert len(doc["results"]["k1"]["timings_ms"]) == len(configs)
+    assert not [p for p in os.listdir(folder) if p.startswith(".tmp")]
+    # a new process (a new Tuner) reads it back without timing anything
+    again = tune.Tuner(str(folder))
+    assert again.choose("k1", configs, lambda c: pytest.fail("timed again")) == configs[-1]
+    # a second key is merged with the first on disk
+    again.choose("k2", configs, lambda c: 1.0)
+    assert set(json.loads(path.read_text())["results"]) == {"k1", "k2"}
+    again.clear()
+    assert not path.exists() and again.lookup("k1") is None
+
+
+def test_tuner_skips_failures_and_survives_corruption(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "gemm-tune-v1.json").write_text("{not json")
+    tuner = tune.Tuner(str(folder))
+    configs = tune.candidates(problem())
+
+    def timer(config):
+        if config == configs[0]:
+            raise RuntimeError("no")
+        return None if config == configs[1] else 2.0
+
+    with pytest.warns(RuntimeWarning, match="failed while tuning"):
+        chosen = tuner.choose("k", configs, timer)
+    assert chosen == configs[2]
+    assert json.loads((folder / "gemm-tune-v1.json").read_text())["results"]["k"]
+
+
+def test_tuner_all_fail_returns_first_and_memory_only():
+    tuner = tune.Tuner(None)
+    configs = tune.candidates(problem())
+    assert tuner.choose("k", configs, lambda c: None) == configs[0]
+    assert tuner.lookup("k") is None
+    assert tuner.choose("k", configs, lambda c: 1.0) == configs[0]
+    assert tuner.lookup("k") == configs[0]
+
+
+def test_tuner_unwritable_folder_warns(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    tuner = tune.Tuner(str(blocker / "sub"))
+    with pytest.warns(RuntimeWarning, match="could not save"):
+        tuner.choose("k", tune.candidates(problem()), lambda c: 1.0)
+    assert tuner.lookup("k") is not None  # still remembered in memory
+
+
+# ---- operand layouts (no GPU: a stand-in with the attributes gemm reads) --------------------------
+
+
+@dataclasses.dataclass
+class FakeArray:
+    shape: tuple
+    strides: tuple  # bytes
+    dtype: np.dtype = np.dtype(np.float16)
+    ptr: int = 4096
+    cloned: bool = False
+
+    def clone(self):
+        size = self.dtype.itemsize
+        return FakeArray(self.shape, (self.shape[1] * size, size), self.dtype, 8192, True)
+
+
+def fake(rows, cols, s0, s1, dtype=np.float16):
+    size = np.dtype(dtype).itemsize
+    return FakeArray((rows, cols), (s0 * size, s1 * size), np.dtype(dtype))
+
+
+def test_operand_layouts():
+    op, rows, k = gemm_mod._operand(fake(300, 200, 200, 1), trans=False)
+    assert (rows, k, op.kmajor, op.ld) == (300, 200, True, 200)
+    op, rows, k = gemm_mod._operand(fake(300, 200, 200, 1), trans=True)  # op = x.T: 200 x 300
+    assert (rows, k, op.kmajor, op.ld) == (200, 300, False, 200)
+    op, rows, k = gemm_mod._operand(fake(300, 200, 1, 304), trans=False)  # column-major
+    assert (rows, k, op.kmajor, op.ld) == (300, 200, False, 304)
+    op, _, _ = gemm_mod._operand(fake(300, 200, 256, 1), trans=False)  # padded rows
+    assert op.ld == 256 and op.kmajor
+    x = fake(300, 200, 400, 2)  # every other column: no unit stride, copied
+    op, rows, k = gemm_mod._operand(x, trans=False)
+    assert op.array.cloned and op.kmajor and op.ld == 200
+    op, _, _ = gemm_mod._operand(fake(300, 200, -200, 1), trans=False)
+    assert op.array.cloned
+
+
+def test_operand_vectors_prefer_aligned_pitch():
+    # a 1 x K row: either layout works; an aligned made-up pitch is preferred
+    op, rows, k = gemm_mod._operand(fake(1, 61, 61, 1), trans=False)
+    assert rows == 1 and k == 61 and op.ld % 8 == 0
+    # an (M x 1) column with K = 1
+    op, rows, k = gemm_mod._operand(fake(5, 1, 1, 1), trans=False)
+    assert (rows, k) == (5, 1) and op.ld % 8 == 0
+    layouts = gemm_mod._layouts(4, 4, 6, 1, 8)
+    assert layouts == [(6, True)]
+
+
+def test_check_dtype():
+    assert gemm_mod._check_dtype(fake(2, 2, 2, 1, np.float32), fake(2, 2, 2, 1, np.float32)) == 0
+    assert gemm_mod._check_dtype(fake(2, 2, 2, 1, gpurt.bfloat16),
+                                 fake(2, 2, 2, 1, gpurt.bfloat16)) == tune.DT_BF16
+    with pytest.raises(TypeError, match="float64"):
+        gemm_mod._check_dtype(fake(2, 2, 2, 1, np.float64), fake(2, 2, 2, 1, np.float64))
+    with pytest.raises(TypeError, match="mix"):
+        gemm_mod._check_dtype(fake(2, 2, 2, 1, np.float16), fake(2, 2, 2, 1, np.float32))
+
+
+def test_overlap():
+    a = fake(4, 4, 4, 1)
+    b = FakeArray((4, 4), (8, 2), np.dtype(np.float16), ptr=a.ptr + 30)
+    c = FakeArray((4, 4), (8, 2), np.dtype(np.float16), ptr=a.ptr + 32)
+    assert gemm_mod._overlaps(a, b) and not gemm_mod._overlaps(a, c)
+
+
+# ---- every variant compiles (NVRTC, no GPU) -------------------------------------------------------
+
+
+def _variants(family):
+    """A representative set of instantiations per kernel family: every base config in one
+    layout, every layout in the first config, and an unaligned (VEC=false) one."""
+    layouts = [(True, False), (True, True), (False, False), (False, True)]
+    if family == "simt":
+        items = [(c, tune.DT_F32) for c in tune._SIMT]
+    elif family == "mma":
+        items = [(c, tune.DT_BF16) for c in tune._MMA] + [(tune._MMA[0], tune.DT_F16)]
+        items += [(c, tune.DT_TF32) for c in tune._TF32]
+    else:
+        items = [(c, dt) for c in tune._WGMMA for dt in (tune.DT_BF16, tune.DT_F16)]
+    names = set()
+    for config, dt in items:
+        names.add(config.name_expression(dt, True, False, True))
+    first = items[0]
+    for a_k, b_k in layouts:
+        names.add(first[0].name_expression(first[1], a_k, b_k, True))
+        if family != "wgmma":
+            names.add(first[0].name_expression(first[1], a_k, b_k, False))
+    if family != "wgmma":
+        names.add(gemm_mod._reduce_name(items[0][1]))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("family,arch", [
+    ("simt", "sm_80"), ("simt", "sm_90"), ("mma", "sm_80"), ("mma", "sm_90"),
+    ("wgmma", "sm_90a"),
+])
+def test_variants_compile_without_spills(family, arch, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    names = _variants(family)
+    module = gpurt.compile(gemm_mod._text(f"gemm_{family}.cu"), options=["--ptxas-options=-v"],
+                           name_expressions=names, arch=arch, program_name=f"gemm_{family}.cu",
+                           headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
+    log = module.log
+    assert set(module.lowered_names) == set(names)
+    assert "warning" not in log.lower(), log  # serialized wgmma (C7510) or setmaxnreg ignored
+    entries = re.findall(r"Function properties for (\S+)\n[^\n]*?(\d+) bytes spill stores", log)
+    assert len(entries) == len(names), log
+    # The SIMT kernels are capped at 128 registers (2 CTAs per SM) and may spill a few words
+    # outside the inner loop; nothing else may spill at all.
+    allowed = 64 if family == "simt" else 0
+    assert all(int(spill) <= allowed for _, spill in entries), log
+    if family == "wgmma":
+        assert re.findall(r"Used (\d+) registers", log) == ["168"] * len(names), log
+
+
+def test_wgmma_needs_sm90a(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    with pytest.raises(gpurt.CompileError):
+        gpurt.compile(gemm_mod._text("gemm_wgmma.cu"), arch="sm_90",
+                      name_expressions=["gemm_wgmma<2, 256, 4, true, false>"],
+                      headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
+
+
+def test_arch_for():
+    assert gemm_mod._arch_for(tune._WGMMA[0], (9, 0)) == "sm_90a"
+    assert gemm_mod._arch_for(tune._MMA[0], (9, 0)) == "sm_90"
+    assert gemm_mod._arch_for(tune._SIMT[0], (8, 6)) == "sm_86"
+
+
+# ---- GPU: results against float64 ----------------------------------------------------------------
+
+TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 1e-2, np.dtype(gpurt.bfloat16): 1e-2}
+DTYPES = [np.float32, np.float16, gpurt.bfloat16]
+
+
+@pytest.fixture
+def no_tuning(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    yield
+
+
+def rand(rng, shape, dtype):
+    return (rng.standard_normal(shape)).astype(np.float32).astype(dtype)
+
+
+def device(host):
+    return gpurt.asarray(np.ascontiguousarray(host))
+
+
+def poisoned(shape, dtype):
+    out = gpurt.empty(shape, dtype=dtype)
+    out.fill_(np.nan)
+    return out
+
+
+def rel_err(got, want):
+    got = np.asarray(got, dtype=np.float64)
+    assert np.isfinite(got).all(), "output has NaN/inf (unwritten or overflowed elements)"
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+
+
+def reference(a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, c=None):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    product = (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
+    want = alpha * product
+    if beta:
+        want = want + beta * c.astype(np.float64)
+    return want
+
+
+def run_case(rng, m, n, k, dtype, trans_a=False, trans_b=False, config=None, **kw):
+    a = rand(rng, (k, m) if trans_a else (m, k), dtype)
+    b = rand(rng, (n, k) if trans_b else (k, n), dtype)
+    out = poisoned((m, n), dtype)
+    result = gemm(device(a), device(b), out=out, trans_a=trans_a, trans_b=trans_b,
+                  config=config, **kw)
+    assert result is out
+    err = rel_err(out.numpy(), reference(a, b, trans_a, trans_b))
+    limit = 5e-3 if kw.get("allow_tf32") else TOL[np.dtype(dtype)]
+    assert err < limit, (m, n, k, np.dtype(dtype).name, trans_a, trans_b, config, err)
+    return err
+
+
+SHAPES = [(1, 1, 1), (127, 257, 61), (8, 1000, 3000), (300, 8, 700), (256, 256, 256),
+          (129, 130, 1), (64, 520, 72)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_shapes(gpu_state, no_tuning, dtype, shape):
+    run_case(np.random.default_rng(hash(shape) % 1000), *shape, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True),
+                                             (True, True)])
+def test_transposes(gpu_state, no_tuning, dtype, trans_a, trans_b):
+    run_case(np.random.default_rng(7), 200, 136, 264, dtype, trans_a, trans_b)
+
+
+def _forced_configs():
+    """(config, dtype) pairs covering every base config of every family on this device."""
+    pairs = [(c, np.float32) for c in tune._SIMT]
+    pairs += [(c, gpurt.bfloat16) for c in tune._MMA] + [(tune._MMA[0], np.float16)]
+    pairs += [(c, np.float16) for c in tune._WGMMA[:2]] + [(tune._WGMMA[0], gpurt.bfloat16)]
+    pairs += [(dataclasses.replace(tune._MMA[3], split_k=3), gpurt.bfloat16),
+              (dataclasses.replace(tune._SIMT[2], split_k=4), np.float32)]
+    return pairs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config,dtype", _forced_configs(),
+                         ids=lambda v: v.label().replace(" ", "_") if isinstance(v, Config)
+                         else np.dtype(v).name)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
+def test_every_config(gpu_state, config, dtype, trans_a, trans_b):
+    major, minor = gpurt.get_device_capability()
+    if config.kernel == "wgmma" and (major, minor) != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    # edges in every dimension and several K tiles; multiples of 8 keep rows 16-byte
+    # aligned in every layout (TMA's rule for wgmma)
+    run_case(np.random.default_rng(3), 2 * 128 + 40, 3 * 256 + 8, 3 * 64 + 8, dtype,
+             trans_a, trans_b, config=config)
+
+
+@pytest.mark.gpu
+def test_wgmma_all_layouts_and_persistence(gpu_state):
+    if gpurt.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    rng = np.random.default_rng(11)
+    sms = gpurt.get_device_properties().multi_processor_count
+    for dtype in (gpurt.bfloat16, np.float16):
+        for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+            run_case(rng, 384, 520, 136, dtype, trans_a, trans_b, config=tune._WGMMA[0])
+    # many more tiles than CTAs: each CTA walks several tiles through the ring
+    m = 128 * (sms // 4 + 3)
+    run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_alpha_beta_c(gpu_state, no_tuning, dtype):
+    rng = np.random.default_rng(5)
+    m, n, k = 150, 270, 90
+    a, b, c = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype), rand(rng, (m, n), dtype)
+    out = poisoned((m, n), dtype)
+    gemm(device(a), device(b), out=out, alpha=0.5, beta=-1.5, c=device(c))
+    assert rel_err(out.numpy(), reference(a, b, alpha=0.5, beta=-1.5, c=c)) < TOL[np.dtype(dtype)]
+    # c defaults to out: accumulate in place
+    acc = device(c)
+    gemm(device(a), device(b), out=acc, alpha=2.0, beta=1.0)
+    assert rel_err(acc.numpy(), reference(a, b, alpha=2.0, beta=1.0, c=c)) < TOL[np.dtype(dtype)]
+    # beta == 0 never reads c, even NaN
+    out = gemm(device(a), device(b), beta=0.0, c=poisoned((m, n), dtype))
+    assert rel_err(out.numpy(), reference(a, b)) < TOL[np.dtype(dtype)]
+    with pytest.raises(ValueError, match="beta"):
+        gemm(device(a), device(b), beta=1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, gpurt.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_column_major_and_strided_outputs(gpu_state, no_tuning, dtype):
+    rng = np.random.default_rng(9)
+    m, n, k = 96, 200, 80
+    a, b, c = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype), rand(rng, (m, n), dtype)
+    want = reference(a, b, alpha=1.0, beta=0.25, c=c)
+    store = poisoned((n, m), dtype)
+    out_t = store.T  # column-major (m x n) view
+    gemm(device(a), device(b), out=out_t, beta=0.25, c=device(c))  # c row-major: re-laid out
+    assert rel_err(store.numpy().T, want) < TOL[np.dtype(dtype)]
+    wide = poisoned((m, 2 * n), dtype)
+    gemm(device(a), device(b), out=wide[:, ::2], beta=0.25, c=device(c))  # no unit stride
+    assert rel_err(wide.numpy()[:, ::2], want) < TOL[np.dtype(dtype)]
+    assert np.isnan(np.asarray(wide.numpy()[:, 1::2], dtype=np.float32)).all()  # untouched
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_unaligned_views(gpu_state, no_tuning, dtype):
+    """Row pitches and bases that are not 16-byte aligned take the element-wise loaders."""
+    rng = np.random.default_rng(13)
+    m, n, k = 130, 150, 77
+    a_big, b_big = rand(rng, (m, k + 3), dtype), rand(rng, (k + 1, n + 5), dtype)
+    a_dev, b_dev = device(a_big), device(b_big)
+    out = poisoned((m, n), dtype)
+    gemm(a_dev[:, 1:k + 1], b_dev[1:, 3:n + 3], out=out)
+    want = reference(a_big[:, 1:k + 1], b_big[1:, 3:n + 3])
+    assert rel_err(out.numpy(), want) < TOL[np.dtype(dtype)]
+
+
+@pytest.mark.gpu
+def test_tf32(gpu_state, no_tuning):
+    rng = np.random.default_rng(17)
+    err = run_case(rng, 300, 400, 500, np.float32, allow_tf32=True)
+    assert err > 1e-6  # TF32 really ran (exact fp32 would be ~1e-7)
+    run_case(rng, 100, 64, 33, np.float32, True, True, allow_tf32=True)
+
+
+@pytest.mark.gpu
+def test_empty_and_k_zero(gpu_state, no_tuning):
+    rng = np.random.default_rng(19)
+    out = gemm(gpurt.empty((0, 5)), gpurt.empty((5, 4)))
+    assert out.shape == (0, 4)
+    c = rand(rng, (3, 4), np.float32)
+    out = poisoned((3, 4), np.float32)
+    gemm(gpurt.empty((3, 0)), gpurt.empty((0, 4)), out=out, beta=2.0, c=device(c))
+    np.testing.assert_allclose(out.numpy(), 2.0 * c, rtol=1e-6)
+    for dtype in (np.float16, gpurt.bfloat16):
+        out = poisoned((3, 4), dtype)
+        gemm(gpurt.empty((3, 0), dtype=dtype), gpurt.empty((0, 4), dtype=dtype), out=out)
+        assert (np.asarray(out.numpy(), dtype=np.float32) == 0).all()
+
+
+@pytest.mark.gpu
+def test_argument_errors(gpu_state, no_tuning):
+    a = gpurt.zeros((4, 5))
+    with pytest.raises(ValueError, match="inner"):
+        gemm(a, gpurt.zeros((4, 5)))
+    with pytest.raises(TypeError, match="mix"):
+        gemm(a, gpurt.zeros((5, 3), dtype=np.float16))
+    with pytest.raises(ValueError, match="2-D"):
+        gemm(gpurt.zeros(5), gpurt.zeros((5, 3)))
+    with pytest.raises(ValueError, match="out must be"):
+        gemm(a, gpurt.zeros((5, 3)), out=gpurt.zeros((4, 4)))
+    with pytest.raises(ValueError, match="overlaps"):
+        gemm(a, gpurt.zeros((5, 5)), out=a)
+    with pytest.raises(TypeError, match="host memory"):
+        gemm(np.zeros((4, 5), np.float32), gpurt.zeros((5, 3)))
+    with pytest.raises(ValueError, match="cannot run"):
+        gemm(a, gpurt.zeros((5, 3)), config=tune._WGMMA[0])
+
+
+@pytest.mark.gpu
+def test_stream_argument(gpu_state, no_tuning):
+    rng = np.random.default_rng(23)
+    a, b = rand(rng, (64, 48), np.float32), rand(rng, (48, 80), np.float32)
+    stream = gpurt.Stream()
+    with stream:
+        da, db = device(a), device(b)
+    out = gemm(da, db, stream=stream)
+    stream.synchronize()
+    assert rel_err(out.numpy(), reference(a, b)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_torch_inputs(gpu_state, no_tuning, dtype):
+    torch = pytest.importorskip("torch")
+    tdtype = getattr(torch, dtype)
+    a = torch.randn(333, 129, device="cuda", dtype=tdtype)
+    b = torch.randn(257, 129, device="cuda", dtype=tdtype)  # used transposed: a view, no copy
+    out = torch.full((333, 257), float("nan"), device="cuda", dtype=tdtype)
+    gemm(a, b.T, out=out, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    want = a.double() @ b.double().T
+    err = float(torch.linalg.norm(out.double() - want) / torch.linalg.norm(want))
+    assert err < TOL[np.dtype(np.float32 if dtype == "float32" else
+                              (np.float16 if dtype == "float16" else gpurt.bfloat16))]
+    torch_err = float(torch.linalg.norm((a @ b.T).double() - want) / torch.linalg.norm(want))
+    assert err < 4 * torch_err + 1e-6  # no worse than cuBLAS's own rounding, within reason
+
+
+@pytest.mark.gpu
+def test_cupy_inputs(gpu_state, no_tuning):
+    cp = pytest.importorskip("cupy")
+    a = cp.random.standard_normal((120, 70), dtype=cp.float32)
+    b = cp.random.standard_normal((70, 90), dtype=cp.float32)
+    out = gemm(a, b)
+    cp.cuda.Device().synchronize()
+    want = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
+    assert rel_err(out.numpy(), want) < 1e-5
+
+
+@pytest.mark.gpu
+def test_autotuner_on_device(gpu_state, monkeypatch, tmp_path):
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "1")
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(29)
+    m = n = k = 512  # 2^27 multiply-adds: just big enough to be tuned
+    a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no candidate may fail
+        out = gemm(device(a), device(b))
+    assert rel_err(out.numpy(), reference(a, b)) < 1e-2
+    results = gemm_mod.gemm_tuning_results()
+    assert len(results) == 1
+    (entry,) = results.values()
+    assert entry["ms"] > 0 and len(entry["timings_ms"]) >= 2
+    assert (tmp_path / "gemm-tune-v1.json").exists()
+    gemm_mod.clear_gemm_tuning()

@@ -1,0 +1,368 @@
+"""Tests for gpurt.kernels.softmax: the variant plan and argument checks (CPU), NVRTC
+compilation of every variant for sm_90 (CPU), and on the GPU every dtype x operation x row
+length against float64 numpy on fresh random data, plus torch/CuPy inputs and the edge cases.
+
+Errors are measured as in benchmarks/softmax_dev.py: against the float64 reference rounded
+to the output dtype (so half-type rounding, subnormals included, is not counted as error),
+relative to the reference's norm forward; backward relative to the size of the terms that
+cancel (|y| (|dy| + |sum dy y|), or |dy| + exp(y) |sum dy|), since the gradient itself can be
+far below the rounding of those terms. NaN and infinity positions must match exactly."""
+
+from __future__ import annotations
+
+import importlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gpurt
+from gpurt.kernels import log_softmax, log_softmax_backward, softmax, softmax_backward
+
+sm = importlib.import_module("gpurt.kernels.softmax")
+plan = importlib.import_module("gpurt.kernels._softmax_plan")
+
+F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+DTYPES = (F32, F16, BF16)
+LENGTHS = (1, 7, 33, 1000, 1024, 4097, 32768, 131072, 1_000_000)
+MORE_LENGTHS = (2, 64, 4096, 8192, 65536, 262144, 300_001)
+TOLERANCE = {F32: 1e-5, F16: 1e-3, BF16: 8e-3}
+OPS = {
+    "softmax": plan.SOFTMAX,
+    "log_softmax": plan.LOG_SOFTMAX,
+    "softmax_backward": plan.SOFTMAX_BACKWARD,
+    "log_softmax_backward": plan.LOG_SOFTMAX_BACKWARD,
+}
+
+
+def every_variant(clusters: bool = True) -> list[plan.Variant]:
+    """The variants the chooser picks for the tested lengths, also with narrower accesses."""
+    found = []
+    for dtype in DTYPES:
+        for op in OPS.values():
+            for cols in LENGTHS + MORE_LENGTHS:
+                found.append(plan.choose_variant(cols, dtype, op, clusters=clusters))
+                found.append(plan.choose_variant(cols, dtype, op, vec=1, clusters=clusters))
+    return list(dict.fromkeys(found))
+
+
+# ---- the plan (CPU) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("clusters", [True, False])
+def test_chooser_holds_every_row_on_chip_or_splits(clusters):
+    lengths = sorted({n + d for n in [2**k for k in range(21)] + [1000, 4097, 1_000_000]
+                      for d in (-1, 0, 1) if n + d > 0})
+    for dtype in DTYPES:
+        for op in OPS.values():
+            inputs = 2 if op >= plan.SOFTMAX_BACKWARD else 1
+            for cols in lengths:
+                v = plan.choose_variant(cols, dtype, op, clusters=clusters)
+                assert cols % v.vec == 0 and v.vec * dtype.itemsize <= 16
+                assert v.items * v.vec * inputs <= max(plan.HELD, inputs * v.vec)
+                assert v.threads <= plan.MAX_THREADS and v.threads % v.group == 0
+                if v.kind == "split":
+                    held = plan.HELD if v.vec * dtype.itemsize == 16 else plan.HELD // 2
+                    most = max(1, held // (inputs * v.vec))
+                    room = plan.MAX_THREADS * most * v.vec * (plan.MAX_CLUSTER if clusters else 1)
+                    assert cols > room, (cols, v)
+                    assert v.chunks(cols) * v.columns >= cols
+                else:
+                    assert v.capacity >= cols, (cols, v)
+                    assert v.capacity < 4 * cols or v.capacity <= 64, (cols, v)  # little waste
+                assert clusters or v.kind != "cluster"
+
+
+def test_chooser_picks_the_measured_routes():
+    pick = plan.choose_variant
+    assert pick(1024, F32).names() == ("softmax_rows<0, 0, 4, 2, 128, 128, 1>",)
+    assert pick(8192, F32).names() == ("softmax_rows<0, 0, 4, 4, 512, 512, 1>",)
+    assert pick(32768, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1>",)
+    assert pick(4096, BF16).names() == ("softmax_rows<2, 0, 8, 4, 128, 128, 1>",)
+    assert pick(131072, F32).kind == "cluster" and pick(131072, F32).cluster == 4
+    assert pick(131072, F32, plan.SOFTMAX_BACKWARD).cluster == 8
+    assert pick(1_000_000, F32).kind == "split"
+    short = pick(7, F16)
+    assert short.kind == "rows" and short.group < 32 and short.vec == 1
+    assert pick(131072, F32, clusters=False).kind == "split"
+
+
+def test_widest_vec_follows_length_and_alignment():
+    assert plan.widest_vec(1024, 4) == 4
+    assert plan.widest_vec(1026, 4) == 2
+    assert plan.widest_vec(1001, 4) == 1
+    assert plan.widest_vec(4096, 2) == 8
+    assert plan.widest_vec(4096, 2, [0x1000, 0x2008]) == 4
+    assert plan.widest_vec(4096, 4, [0x1004]) == 1
+
+
+def test_variant_checks_its_fields():
+    good = dict(kind="rows", dtype=0, op=0, vec=4, items=2, group=128, threads=128)
+    plan.Variant(**good)
+    for change in (dict(kind="warp"), dict(vec=3), dict(items=0), dict(threads=2048),
+                   dict(group=256), dict(vec=8), dict(dtype=5), dict(op=4),
+                   dict(kind="cluster"), dict(kind="split", group=64),
+                   dict(min_blocks=32)):
+        with pytest.raises(ValueError):
+            plan.Variant(**{**good, **change})
+    with pytest.raises(ValueError):
+        plan.Variant("cluster", 0, 0, 4, 8, 1024, 1024, cluster=16)
+
+
+def test_variant_names_grid_and_chunks():
+    rows = plan.Variant("rows", 2, 1, 8, 2, 16, 128)
+    assert rows.names() == ("softmax_rows<2, 1, 8, 2, 16, 128, 1>",)
+    assert rows.grid(17, 200) == 3  # 8 rows per CTA
+    cluster = plan.Variant("cluster", 0, 2, 4, 4, 1024, 1024, cluster=8)
+    assert cluster.names() == ("softmax_cluster<0, 2, 4, 4, 1024, 8>",)
+    assert cluster.grid(5, 131072) == 40 and cluster.capacity == 131072
+    split = plan.Variant("split", 1, 3, 8, 2, 512, 512)
+    assert split.names() == ("softmax_partial<1, 3, 8, 2, 512>", "softmax_finish<1, 3, 8, 2, 512>")
+    assert split.chunks(1_000_000) == 123 and split.grid(2, 1_000_000) == 246
+
+
+def test_rows_view_shapes_and_errors():
+    rv = plan.rows_view
+    assert rv((4, 5, 6), None, 4, -1) == plan.RowsView(20, 6)
+    assert rv((4, 5, 6), (120, 24, 4), 4, 2) == plan.RowsView(20, 6)
+    assert rv((4, 6, 1, 1), None, 4, 1) == plan.RowsView(4, 6)  # only size-1 dims follow
+    assert rv((), None, 4, 0) == plan.RowsView(1, 1)
+    assert rv((0, 7), None, 2, -1) == plan.RowsView(0, 7)
+    with pytest.raises(IndexError):
+        rv((4, 5), None, 4, 2)
+    with pytest.raises(IndexError):
+        rv((4, 5), None, 4, -3)
+    with pytest.raises(ValueError, match="last dimension"):
+        rv((4, 5, 6), None, 4, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        rv((4, 5), (4, 16), 4, -1)
+
+
+def test_unsupported_dtypes_and_host_arrays_are_refused():
+    for dtype in (np.float64, np.int32, np.bool_):
+        with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+            plan.dtype_code(dtype)
+    with pytest.raises(TypeError, match="device array"):
+        softmax(np.ones((2, 3), np.float32))
+    with pytest.raises(TypeError, match="device array"):
+        softmax_backward([1.0, 2.0], [0.5, 0.5])
+
+
+def test_every_variant_compiles_for_sm_90_without_local_memory():
+    variants = every_variant()
+    names = sorted({n for v in variants for n in v.names()})
+    module = gpurt.compile(sm.source(), options=("--ptxas-options=-v",), name_expressions=names,
+                           arch="sm_90", program_name="softmax.cu")
+    assert set(names) <= set(module.lowered_names)
+    frames = [line for line in module.log.splitlines() if "stack frame" in line]
+    if frames:  # ptxas's report is in the log: no variant may use local memory
+        assert len(frames) >= len(names)
+        assert all(line.split(".", 1)[-1].strip().startswith("0 bytes stack frame")
+                   for line in frames), [f for f in frames if "0 bytes stack" not in f][:3]
+
+
+def test_pre_hopper_variants_compile_for_sm_80():
+    module = sm.precompile(every_variant(clusters=False), arch="sm_80")
+    assert module.arch == "sm_80"
+
+
+# ---- on the GPU --------------------------------------------------------------------------------
+
+
+def reference(op: int, a: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 result, the magnitude errors are measured against)."""
+    with np.errstate(all="ignore"):
+        if op in (plan.SOFTMAX, plan.LOG_SOFTMAX):
+            m = a.max(-1, keepdims=True)
+            e = np.exp(a - m)
+            s = e.sum(-1, keepdims=True)
+            out = (a - m) - np.log(s) if op == plan.LOG_SOFTMAX else e / s
+            return out, np.abs(out)
+        if op == plan.SOFTMAX_BACKWARD:
+            dot = (b * a).sum(-1, keepdims=True)
+            return a * (b - dot), np.abs(a) * (np.abs(b) + np.abs(dot))
+        total = b.sum(-1, keepdims=True)
+        return b - np.exp(a) * total, np.abs(b) + np.exp(a) * np.abs(total)
+
+
+def error(out: np.ndarray, ref: np.ndarray, size: np.ndarray) -> float:
+    """Relative L2 error of ``out`` against ``ref`` rounded to its dtype (inf if NaN or
+    infinity positions differ)."""
+    ref_t = ref.astype(out.dtype).astype(np.float64)
+    got = out.astype(np.float64)
+    if not np.array_equal(np.isnan(got), np.isnan(ref_t)):
+        return float("inf")
+    inf = np.isinf(ref_t)
+    if not np.array_equal(got[inf], ref_t[inf]):
+        return float("inf")
+    fin = np.isfinite(ref_t)
+    if not np.isfinite(got[fin]).all():
+        return float("inf")
+    den = np.linalg.norm(size[fin])
+    num = np.linalg.norm(got[fin] - ref_t[fin])
+    return float(num / den) if den else float(num)
+
+
+def inputs(op: int, shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator,
+           scale: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """Host inputs in ``dtype``: x with -inf entries and a fully -inf row (forward), or a
+    forward output y and a gradient dy (backward)."""
+    x = rng.standard_normal(shape) * scale
+    cols = shape[-1]
+    if op < plan.SOFTMAX_BACKWARD:
+        if cols > 3:
+            x[rng.random(shape) < 0.02] = -np.inf
+        x.reshape(-1, cols)[x.size // cols // 2] = -np.inf
+        return x.astype(dtype), None
+    fwd = plan.SOFTMAX if op == plan.SOFTMAX_BACKWARD else plan.LOG_SOFTMAX
+    y = reference(fwd, x, None)[0].astype(dtype)
+    return y, rng.standard_normal(shape).astype(dtype)
+
+
+def run_op(op: int, a, b, **kwargs):
+    if op == plan.SOFTMAX:
+        return softmax(a, **kwargs)
+    if op == plan.LOG_SOFTMAX:
+        return log_softmax(a, **kwargs)
+    grad = {"grad_in": kwargs.pop("out")} if "out" in kwargs else {}
+    if op == plan.SOFTMAX_BACKWARD:
+        return softmax_backward(b, a, **kwargs, **grad)
+    return log_softmax_backward(b, a, **kwargs, **grad)
+
+
+def shape_for(cols: int) -> tuple[int, ...]:
+    if cols <= 1024:
+        return (3, 5, cols)
+    if cols <= 32768:
+        return (2, 3, cols)
+    return (3, cols) if cols <= 131072 else (2, cols)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Every variant the GPU tests use, in one NVRTC program (cached on disk after)."""
+    if gpurt.is_available():
+        major = gpurt.get_device_capability()[0]
+        sm.precompile(every_variant(clusters=major >= 9))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", LENGTHS)
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_against_float64(dtype, op_name, cols, compiled, gpu_state):
+    op = OPS[op_name]
+    rng = np.random.default_rng([cols, op, dtype.itemsize, dtype.kind == "V"])
+    shape = shape_for(cols)
+    for scale in (1.0, 1e3 if dtype == F16 else 1e4):
+        a, b = inputs(op, shape, dtype, rng, scale)
+        ref, size = reference(op, a.astype(np.float64), None if b is None else b.astype(np.float64))
+        out = gpurt.asarray(np.full(shape, 12345, dtype))  # poison: every element is written
+        returned = run_op(op, gpurt.asarray(a), None if b is None else gpurt.asarray(b), out=out)
+        assert returned is out
+        err = error(out.to_numpy(), ref, size)
+        assert err < TOLERANCE[dtype], (scale, err)
+
+
+@pytest.mark.gpu
+def test_new_output_in_place_and_empty(compiled, gpu_state):
+    rng = np.random.default_rng(1)
+    x_host = rng.standard_normal((6, 1000)).astype(np.float32)
+    ref, size = reference(plan.SOFTMAX, x_host.astype(np.float64), None)
+    x = gpurt.asarray(x_host)
+    y = softmax(x)
+    assert isinstance(y, gpurt.Array) and y.shape == x.shape and y.dtype == x.dtype
+    assert error(y.to_numpy(), ref, size) < 1e-5
+    assert softmax(x, out=x) is x  # in place
+    assert error(x.to_numpy(), ref, size) < 1e-5
+    for shape in ((0, 7), (3, 0), (2, 0, 5)):
+        empty = gpurt.empty(shape, dtype=np.float32)
+        assert softmax(empty).shape == shape
+    scalar = softmax(gpurt.asarray(np.array(3.0, np.float32)), dim=0)
+    assert scalar.to_numpy() == 1.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", [plan.SOFTMAX, plan.SOFTMAX_BACKWARD])
+def test_other_dims_and_layouts(op, compiled, gpu_state):
+    rng = np.random.default_rng(2)
+    rows_last = inputs(op, (4, 6, 300), F32, rng, 1.0)  # the reduced axis last
+    ref, size = reference(op, *(None if t is None else t.astype(np.float64) for t in rows_last))
+    # the same data with the reduced axis in the middle: softmax over dim=1
+    middle = [None if t is None else gpurt.asarray(np.ascontiguousarray(np.moveaxis(t, -1, 1)))
+              for t in rows_last]
+    got = run_op(op, *middle, dim=1)
+    assert got.shape == (4, 300, 6)
+    assert error(np.moveaxis(got.to_numpy(), 1, -1), ref, size) < 1e-5
+    # a strided input (every other row, one column in) is copied to a contiguous one first
+    base = gpurt.asarray(rng.standard_normal((8, 257)).astype(np.float32))
+    ref, size = reference(plan.SOFTMAX, base.to_numpy()[::2, 1:].astype(np.float64), None)
+    assert error(softmax(base[::2, 1:]).to_numpy(), ref, size) < 1e-5
+
+
+@pytest.mark.gpu
+def test_misaligned_pointers_and_streams(compiled, gpu_state):
+    rng = np.random.default_rng(3)
+    flat = gpurt.asarray(rng.standard_normal(4 * 1024 + 1).astype(np.float32))
+    x = flat[1:].reshape(4, 1024)  # 4 bytes past a 16-byte boundary
+    ref, size = reference(plan.LOG_SOFTMAX, x.to_numpy().astype(np.float64), None)
+    stream = gpurt.Stream()
+    y = log_softmax(x, stream=stream)
+    stream.synchronize()
+    assert error(y.to_numpy(), ref, size) < 1e-5
+
+
+@pytest.mark.gpu
+def test_argument_errors(compiled, gpu_state):
+    x = gpurt.asarray(np.ones((4, 8), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        softmax(x, out=gpurt.empty((4, 9), dtype=np.float32))
+    with pytest.raises(ValueError, match="dtype"):
+        softmax(x, out=gpurt.empty((4, 8), dtype=np.float16))
+    with pytest.raises(ValueError, match="contiguous"):
+        softmax(x, out=gpurt.empty((8, 4), dtype=np.float32).T)
+    with pytest.raises(ValueError, match="last dimension"):
+        softmax(x, dim=0, out=gpurt.empty((4, 8), dtype=np.float32))
+    with pytest.raises(IndexError):
+        softmax(x, dim=2)
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
+        softmax(gpurt.asarray(np.ones((4, 8))))
+    with pytest.raises(ValueError, match="grad_out"):
+        softmax_backward(gpurt.asarray(np.ones((4, 7), np.float32)), x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_torch_tensors(dtype_name, compiled, gpu_state):
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    torch.manual_seed(0)
+    x = torch.randn(64, 4096, device="cuda", dtype=dtype) * 3
+    stream = torch.cuda.current_stream()
+    y = torch.from_dlpack(softmax(x, stream=stream))
+    torch.cuda.synchronize()
+    expected = torch.softmax(x.double(), -1)
+    assert ((y.double() - expected).norm() / expected.norm()).item() < TOLERANCE[
+        F32 if dtype_name == "float32" else BF16]
+    out = torch.full_like(x, 7.0)
+    assert log_softmax(x, out=out, stream=stream) is out
+    torch.cuda.synchronize()
+    assert torch.allclose(out.double(), torch.log_softmax(x.double(), -1), rtol=1e-2, atol=5e-2)
+    dy = torch.randn_like(x)
+    y_ref = torch.softmax(x, -1)
+    grad = softmax_backward(dy, y_ref, stream=stream)
+    torch.cuda.synchronize()
+    expected = torch._softmax_backward_data(dy.double(), y_ref.double(), -1, torch.float64)
+    scale = (y_ref.double().abs() * (dy.double().abs() + (dy.double() * y_ref.double()).sum(-1, keepdim=True).abs())).norm()
+    assert ((torch.from_dlpack(grad).double() - expected).norm() / scale).item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_cupy_arrays(compiled, gpu_state):
+    cp = pytest.importorskip("cupy")
+    x = cp.random.standard_normal((32, 1000), dtype=cp.float32)
+    out = cp.full_like(x, 12345.0)
+    softmax(x, out=out)
+    cp.cuda.runtime.deviceSynchronize()
+    ref, size = reference(plan.SOFTMAX, cp.asnumpy(x).astype(np.float64), None)
+    assert error(cp.asnumpy(out), ref, size) < 1e-5
