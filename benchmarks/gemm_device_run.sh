@@ -21,12 +21,16 @@ t0=$SECONDS
 timeout -k 5 "${T_SMOKE:-60}" python3 benchmarks/gemm_smoke.py > "$out/smoke.log" 2>&1
 echo "smoke rc=$? in $((SECONDS - t0)) s" >> "$out/run.log"
 if grep -q "^wgmma.*\(WRONG\|ERROR\)" "$out/smoke.log" || ! grep -q "^smoke:" "$out/smoke.log"; then
-    export GPURT_GEMM_DISABLE=wgmma  # keep the rest of the run informative
-    echo "wgmma disabled for the rest of the run" >> "$out/run.log"
+    # the other reading of the M/N-major descriptors, for the record
+    SMOKE_ONLY=wgmma GPURT_GEMM_NVRTC_OPTIONS=-DGEMM_MN_DESC_SWAP=1 timeout -k 5 "${T_ALT:-25}" \
+        python3 benchmarks/gemm_smoke.py >> "$out/smoke.log" 2>&1
+    export GPURT_GEMM_DISABLE=wgmma  # keep the benchmarks informative
+    echo "wgmma disabled for the benchmarks" >> "$out/run.log"
 fi
 t0=$SECONDS
-timeout -s INT -k 10 "${T_TEST:-120}" python3 -P -m pytest tests/test_gemm.py -q -ra \
-    -p no:cacheprovider --durations=8 -k "not compile" > "$out/pytest.log" 2>&1
+cp -R tests pyproject.toml "$site/"  # run from the site: its gpurt has kernels/ (no -P: torch dislikes it)
+(cd "$site" && timeout -s INT -k 10 "${T_TEST:-120}" python3 -m pytest tests/test_gemm.py -q -ra \
+    -p no:cacheprovider --durations=8 -k "not compile" > "$out/pytest.log" 2>&1)
 echo "pytest rc=$? in $((SECONDS - t0)) s" >> "$out/run.log"
 t0=$SECONDS
 timeout -k 10 "${T_BENCH:-110}" python3 benchmarks/bench_gemm.py ${BENCH_ARGS:-} \

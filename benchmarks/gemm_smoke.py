@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
 import time
 
 import torch
@@ -21,8 +22,12 @@ tune = importlib.import_module("gpurt.kernels._gemm_tune")
 
 def main() -> None:
     cases = [(tune._WGMMA[0], torch.bfloat16), (tune._WGMMA[1], torch.float16),
+             (tune._WGMMA[2], torch.bfloat16),
              (tune._MMA[0], torch.bfloat16), (tune._MMA[3], torch.float16),
              (tune._TF32[0], torch.float32), (tune._SIMT[0], torch.float32)]
+    only = os.environ.get("SMOKE_ONLY")  # e.g. "wgmma"
+    if only:
+        cases = [case for case in cases if case[0].kernel == only]
     m, n, k = 296, 520, 200
     failures = 0
     for (config, dtype), (ta, tb) in itertools.product(cases, itertools.product((0, 1), (0, 1))):
@@ -43,7 +48,8 @@ def main() -> None:
         failures += status != "ok"
         print(f"{config.label():32s} {str(dtype):15s} trans_a={ta} trans_b={tb} err={err:.3g} "
               f"{time.perf_counter() - t0:.2f}s {status}", flush=True)
-    print(f"smoke: {failures} failures on {gpurt.get_device_name()}")
+    options = os.environ.get("GPURT_GEMM_NVRTC_OPTIONS", "")
+    print(f"smoke: {failures} failures on {gpurt.get_device_name()} {options}")
 
 
 if __name__ == "__main__":

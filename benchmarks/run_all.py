@@ -227,8 +227,11 @@ def run(benches: list[Path], out: Path, timeout_s: float, force: bool,
                 runs.append(record)
                 progress.console.print(_status_line(record))
                 progress.advance(task)
-        # the suites' own environment wins; this one (read after they ran) is the fallback
-        merged = _merge.merge(stage, runs, environment(), notes)
+        # the suites write the environment; when none did, this process reads it (after
+        # the suites ran: it imports the peers)
+        wrote_env = any(isinstance(doc.get("env"), dict)
+                        for doc in _merge.read_suites(stage).values())
+        merged = _merge.merge(stage, runs, None if wrote_env else environment(), notes)
     _merge.write(out / "bench.json", merged)
     return merged
 

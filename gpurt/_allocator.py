@@ -415,7 +415,12 @@ class CachingAllocator(SegmentCache):
             uses, block.stream_uses = block.stream_uses or set(), None
             for stream in uses:
                 event = self._event_pool.pop() if self._event_pool else self.backend.event_create()
-                self.backend.event_record(event, stream)
+                try:
+                    self.backend.event_record(event, stream)
+                except Exception:  # e.g. the stream was destroyed since record_stream
+                    self._event_pool.append(event)
+                    self.backend.synchronize()  # then every use has finished
+                    continue
                 block.event_count += 1
                 self._events.setdefault(stream, collections.deque()).append((event, block))
             if block.event_count == 0:

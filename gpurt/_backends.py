@@ -101,6 +101,10 @@ class DriverBackend:
     def event_destroy(self, event: Any) -> None:
         check(cu.cuEventDestroy(event), "cuEventDestroy")
 
+    def synchronize(self) -> None:
+        bind_context(self.index)
+        check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
     def oom_error(self, message: str) -> BaseException:
         return out_of_memory_error(message, "cuMemAlloc")
 
@@ -181,8 +185,10 @@ class AsyncAllocator:
             bind_context(self.device)
             for use in uses or ():
                 event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
-                check(cu.cuEventRecord(event, use), "cuEventRecord")
-                check(cu.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+                if int(cu.cuEventRecord(event, use)[0]) == 0:
+                    check(cu.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+                else:  # the using stream is gone: wait for everything instead
+                    check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
                 check(cu.cuEventDestroy(event), "cuEventDestroy")
             check(cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
             for name in self._stats:

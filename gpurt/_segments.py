@@ -43,6 +43,9 @@ class Backend(Protocol):
     def event_synchronize(self, event: Any) -> None: ...
     def event_destroy(self, event: Any) -> None: ...
 
+    def synchronize(self) -> None:
+        """Wait for all work on the device (when an event cannot be recorded)."""
+
     def oom_error(self, message: str) -> BaseException:
         """The exception to raise when the allocator gives up."""
 

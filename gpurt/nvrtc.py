@@ -322,11 +322,17 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
     return module
 
 
+def _output_buffer(size: int) -> bytearray:
+    """A fresh buffer for NVRTC to write into. Never ``b" " * size``: for size 1 that is
+    CPython's shared one-byte object, and NVRTC's write would corrupt every b" " in the process."""
+    return bytearray(size)
+
+
 def _program_log(program: Any) -> str:
     size = check(_nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-    buffer = b" " * size
+    buffer = _output_buffer(size)
     check(_nvrtc.nvrtcGetProgramLog(program, buffer), "nvrtcGetProgramLog")
-    return buffer.rstrip(b"\0").decode(errors="replace").strip()
+    return bytes(buffer).rstrip(b"\0").decode(errors="replace").strip()
 
 
 def _build(source: str, program_name: str, options: tuple[str, ...], exprs: tuple[str, ...],
@@ -349,12 +355,11 @@ def _build(source: str, program_name: str, options: tuple[str, ...], exprs: tupl
                                dict(headers)) from err
         log = _program_log(program)
         if ptx:
-            size = check(_nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
-            binary = b" " * size
+            binary = _output_buffer(check(_nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize"))
             check(_nvrtc.nvrtcGetPTX(program, binary), "nvrtcGetPTX")
         else:
-            size = check(_nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-            binary = b" " * size
+            binary = _output_buffer(check(_nvrtc.nvrtcGetCUBINSize(program),
+                                          "nvrtcGetCUBINSize"))
             check(_nvrtc.nvrtcGetCUBIN(program, binary), "nvrtcGetCUBIN")
         lowered = {
             expr: check(_nvrtc.nvrtcGetLoweredName(program, expr.encode()),

@@ -39,7 +39,8 @@ class Config:
     """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+) or 'wgmma'
     (TMA + wgmma, sm_90a). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
-    partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order."""
+    partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
+    ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles."""
 
     kernel: str
     bm: int
@@ -50,6 +51,7 @@ class Config:
     stages: int = 2
     split_k: int = 1
     group_m: int = 8
+    cluster_m: int = 1
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma"):
@@ -61,8 +63,10 @@ class Config:
             raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles, not {self}")
         if self.kernel == "wgmma" and self.split_k != 1:
             raise ValueError("the wgmma kernel does not split K")
-        if self.kernel == "simt" and (self.bk != 8 or self.bm % 32 or self.bn % 64):
-            raise ValueError(f"simt tiles are (32 i) x (64 j) x 8, not {self}")
+        if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
+            raise ValueError(f"clusters of 2 CTAs are for the wgmma kernel only: {self}")
+        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or self.bn % 64):
+            raise ValueError(f"simt tiles are (32 i) x (64 j) x (8|16), not {self}")
         if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
                                      or self.wn % 16 or self.bk % 16):
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
@@ -96,9 +100,9 @@ class Config:
         """The template instantiation for gpurt.compile(name_expressions=...)."""
         ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
         if self.kernel == "simt":
-            return f"gemm_simt<{self.bm}, {self.bn}, {ak}, {bk_}, {v}>"
+            return f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {ak}, {bk_}, {v}>"
         if self.kernel == "wgmma":
-            return f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}>"
+            return f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}>"
         return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
                 f"{self.stages}, {ak}, {bk_}, {v}>")
 
@@ -113,6 +117,8 @@ class Config:
             text += f" s{self.stages}"
         if self.split_k > 1:
             text += f" split{self.split_k}"
+        if self.cluster_m > 1:
+            text += f" c{self.cluster_m}"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:
@@ -148,16 +154,18 @@ class Problem:
 
 
 def _split_for(problem: Problem, config: Config) -> int:
-    """How many K slices fill the device when the tile grid alone does not (1 = no split)."""
+    """How many K slices give the device about four CTAs per SM when the tile grid alone
+    leaves it half idle (1 = no split). Slices are at least 128 deep."""
     tiles = config.tiles(problem.m, problem.n)
     if tiles * 2 >= problem.sm_count or problem.k < 512:
         return 1
-    split = min(-(-problem.sm_count // tiles), problem.k // 256, 16)
+    split = min(-(-4 * problem.sm_count // tiles), problem.k // 128, 32)
     return max(split, 1)
 
 
 # Base candidates per kernel, before split-K is applied.
-_SIMT = (Config("simt", 128, 128, 8), Config("simt", 64, 128, 8), Config("simt", 64, 64, 8))
+_SIMT = (Config("simt", 128, 128, 8), Config("simt", 128, 128, 16), Config("simt", 64, 128, 8),
+         Config("simt", 64, 64, 8))
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -171,6 +179,7 @@ _TF32 = (
 _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=8),
     Config("wgmma", 128, 128, 64, stages=6, group_m=8),
+    Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2),
     Config("wgmma", 128, 256, 64, stages=4, group_m=16),
 )
 
@@ -225,7 +234,7 @@ def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
     if problem.dt == DT_F32:
-        base = _SIMT[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[2]
+        base = _SIMT[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[3]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]

@@ -45,6 +45,7 @@ ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, item
 LARGE_ITEMS = 8
 GROUP_ROWS_THREADS = 128  # CTA size when lane groups of <= 32 share it
 MAX_THREADS = 1024
+SMEM_BYTES = 192 * 1024  # shared memory a CTA of MAX_THREADS may add for the longest rows
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
@@ -59,7 +60,8 @@ class Variant:
     ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
     each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
     share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
-    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers (``rows``).
+    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers (``rows``);
+    the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors).
     """
 
     kind: str
@@ -71,6 +73,7 @@ class Variant:
     threads: int
     cluster: int = 1
     min_blocks: int = 1
+    smem_items: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -94,6 +97,9 @@ class Variant:
         if self.min_blocks != 1 and (self.kind != "rows"
                                      or not 1 <= self.min_blocks * self.threads <= 2048):
             raise ValueError(f"min_blocks={self.min_blocks} does not fit this variant")
+        if self.smem_items and (self.kind == "split" or not 0 < self.smem_items <= self.items
+                                or self.vec * _STORAGE_BYTES[self.dtype] != 16):
+            raise ValueError(f"smem_items={self.smem_items} does not fit this variant")
 
     @property
     def inputs(self) -> int:
@@ -110,13 +116,20 @@ class Variant:
         """The longest row this variant handles in one pass (``split``: one chunk)."""
         return self.columns * self.cluster
 
+    @property
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per CTA in bytes (the shared-memory items)."""
+        return self.inputs * self.smem_items * self.threads * 16
+
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
         common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
         if self.kind == "rows":
-            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}>",)
+            return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}>",)
         if self.kind == "cluster":
-            return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}>",)
+            return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
+                    f"{self.smem_items}>",)
         return (f"softmax_partial<{common}, {self.threads}>",
                 f"softmax_finish<{common}, {self.threads}>")
 
@@ -186,12 +199,35 @@ def choose_variant(
     threads = _pow2_at_least(-(-nvec // items))
     if threads <= MAX_THREADS:
         return fit("rows", threads, threads)
-    cluster = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
-    if cluster == 1:  # one CTA still holds it, with more vectors per thread
-        return fit("rows", MAX_THREADS, MAX_THREADS)
-    if clusters and cluster <= MAX_CLUSTER:
-        return fit("cluster", MAX_THREADS, MAX_THREADS, cluster)
+    # One CTA of MAX_THREADS per row, or a cluster of them, holding `most` vectors per input
+    # and thread in registers; or (16-byte vectors, sm_90) half of that in registers, where
+    # the addresses of the asynchronous copies need room, and more in shared memory, where
+    # that makes fewer CTAs per row.
+    ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
+    keep = 0
+    # (float32 log_softmax's compiled code has no registers to spare for this)
+    if clusters and vec * _STORAGE_BYTES[code] == 16 and (code, op) != (0, LOG_SOFTMAX):
+        keep = max(1, most // 2)
+        room = SMEM_BYTES // (inputs * MAX_THREADS * 16)
+        total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
+        fewer = _pow2_at_least(-(-nvec // (MAX_THREADS * total)))
+        if fewer < ctas:
+            ctas = fewer
+        else:
+            keep = 0
+    if ctas == 1:
+        return _with_smem(fit("rows", MAX_THREADS, MAX_THREADS), most, keep)
+    if clusters and ctas <= MAX_CLUSTER:
+        return _with_smem(fit("cluster", MAX_THREADS, MAX_THREADS, ctas), most, keep)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS)
+
+
+def _with_smem(variant: Variant, most: int, keep: int) -> Variant:
+    """``variant`` with the vectors past ``keep`` in shared memory, when it has more than
+    ``most`` (the registers-only budget) and ``keep`` says shared memory is in use."""
+    if not keep or variant.items <= most:
+        return variant
+    return dataclasses.replace(variant, smem_items=variant.items - keep)
 
 
 def dtype_code(dtype: Any) -> int:

@@ -61,16 +61,18 @@ def _source_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-_kernels: dict[tuple[str, str, tuple[str, ...]], tuple[Any, ...]] = {}
+_kernels: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _kernels_lock = threading.Lock()
 
 
 def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[Any, ...]:
-    """The kernels ``names`` of ``source`` compiled for ``arch`` (one NVRTC program)."""
-    key = (source, arch, names)
+    """The kernels ``names`` of ``source`` compiled for ``arch`` (one NVRTC program), with
+    any extra NVRTC options from ``GPURT_GEMM_NVRTC_OPTIONS`` (e.g. -lineinfo, -D...)."""
+    options = tuple(os.environ.get("GPURT_GEMM_NVRTC_OPTIONS", "").split())
+    key = (source, arch, names, options)
     found = _kernels.get(key)
     if found is None:
-        module = gpurt.compile(_text(source), name_expressions=names, arch=arch,
+        module = gpurt.compile(_text(source), options, name_expressions=names, arch=arch,
                                headers={"gemm_common.cu": _text("gemm_common.cu")},
                                program_name=source)
         with _kernels_lock:
@@ -217,9 +219,9 @@ def _row_major_view(x: Any, rows: int, cols: int, what: str, copy: bool) -> tupl
 
 
 def _operands(a: Any, b: Any, trans_a: bool,
-              trans_b: bool) -> tuple[Any, _Operand, _Operand, int, int, int, int]:
-    """(a as an Array, A, B, M, N, K, dtype code) of op(a) @ op(b), validated. B (K x N) is
-    described by its transpose (N x K), so K-major means the same for both operands."""
+              trans_b: bool) -> tuple[Any, Any, _Operand, _Operand, int, int, int, int]:
+    """(a and b as Arrays, A, B, M, N, K, dtype code) of op(a) @ op(b), validated. B (K x N)
+    is described by its transpose (N x K), so K-major means the same for both operands."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"gemm takes 2-D matrices, got shapes {a.shape} and {b.shape}")
@@ -230,14 +232,14 @@ def _operands(a: Any, b: Any, trans_a: bool,
     op_b, n, k_b = _operand(b, not trans_b)
     if k != k_b:
         raise ValueError(f"op(a) is {m}x{k} but op(b) is {k_b}x{n}: inner dimensions differ")
-    return a, op_a, op_b, m, n, k, dt
+    return a, b, op_a, op_b, m, n, k, dt
 
 
 def _plan(a: Any, b: Any, out: Any, beta: float, c: Any, trans_a: bool, trans_b: bool,
           stream: Any) -> tuple[_Plan, Any, Any]:
     """Validate everything; return (plan, object to return, array to copy the result into).
     ``stream`` is a gpurt Stream."""
-    a, op_a, op_b, m, n, k, dt = _operands(a, b, trans_a, trans_b)
+    a, b, op_a, op_b, m, n, k, dt = _operands(a, b, trans_a, trans_b)
     given = out
     if out is None:
         out = returned = gpurt.empty((m, n), dtype=a.dtype, device=a.device, stream=stream)
@@ -338,13 +340,19 @@ def _launch(plan: _Plan, problem: Problem, config: Config, alpha: float, beta: f
     smem = config.shared_mem(a.kmajor, b.kmajor, itemsize)
     tiles = config.tiles(plan.m, plan.n)
     if config.kernel == "wgmma":
+        cm = config.cluster_m
         map_a = _tensor_map(a, plan.m, plan.k, plan.dt, 128)
-        map_b = _tensor_map(b, plan.n, plan.k, plan.dt, config.bn)
-        grid = min(tiles, problem.sm_count)
-        kernels[0](grid, config.threads, (map_a, map_b, out.ptr, cin_ptr, m, n, k, ld[2], ld[3],
-                                          alpha32, beta32, np.int32(config.group_m),
-                                          np.int32(pair_ok)),
-                   shared_mem=smem, stream=stream)
+        map_b = _tensor_map(b, plan.n, plan.k, plan.dt, config.bn // cm)
+        args = (map_a, map_b, out.ptr, cin_ptr, m, n, k, ld[2], ld[3], alpha32, beta32,
+                np.int32(config.group_m), np.int32(pair_ok))
+        if cm == 1:
+            grid = min(tiles, problem.sm_count)
+            kernels[0](grid, config.threads, args, shared_mem=smem, stream=stream)
+        else:
+            pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
+            clusters = min(pairs, _max_clusters(kernels[0], config, smem, plan.index))
+            launch = gpurt.LaunchConfig(cm * clusters, config.threads, smem, cluster=(cm, 1, 1))
+            kernels[0].launch(launch, *args, stream=stream)
         return
     partial = None
     if config.split_k > 1:
@@ -358,6 +366,39 @@ def _launch(plan: _Plan, problem: Problem, config: Config, alpha: float, beta: f
         blocks = max(1, min(-(-total // 256), problem.sm_count * 8))
         kernels[1](blocks, 256, (partial.ptr, out.ptr, cin_ptr, m, n, ld[2], ld[3],
                                  np.int32(config.split_k), alpha32, beta32), stream=stream)
+
+
+_cluster_limits: dict[tuple[str, int, int, int], int] = {}
+
+
+def _max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
+    """How many clusters of ``config`` run at once on device ``index`` (wraps
+    cuOccupancyMaxActiveClusters): a persistent grid larger than that would leave a few
+    clusters for a second wave and double the time of their tiles."""
+    key = (kernel.symbol, smem, config.cluster_m, index)
+    found = _cluster_limits.get(key)
+    if found is None:
+        kernel.num_regs  # loads the kernel and binds the device's context on this thread
+        handle = gpurt.check(cu.cuLibraryGetKernel(kernel.module.library(), kernel.symbol.encode()),
+                             "cuLibraryGetKernel")
+        function = gpurt.check(cu.cuKernelGetFunction(handle), "cuKernelGetFunction")
+        gpurt.check(cu.cuFuncSetAttribute(
+            function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem), "cuFuncSetAttribute")
+        launch = cu.CUlaunchConfig()
+        launch.gridDimX, launch.gridDimY, launch.gridDimZ = config.cluster_m * 1024, 1, 1
+        launch.blockDimX, launch.blockDimY, launch.blockDimZ = config.threads, 1, 1
+        launch.sharedMemBytes = smem
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dims = attr.value.clusterDim
+        dims.x, dims.y, dims.z = config.cluster_m, 1, 1
+        launch.attrs = [attr]
+        launch.numAttrs = 1
+        found = int(gpurt.check(cu.cuOccupancyMaxActiveClusters(function, launch),
+                                "cuOccupancyMaxActiveClusters"))
+        _cluster_limits[key] = found = max(found, 1)
+    return found
 
 
 def _stream_object(stream: Any, index: int) -> Any:
@@ -480,7 +521,7 @@ def _run(plan: _Plan, alpha: float, beta: float, stream: Any, allow_tf32: bool,
 def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,
                 allow_tf32: bool = False) -> Config:
     """The config :func:`gemm` would use for these operands without tuning (heuristics)."""
-    a, op_a, op_b, m, n, k, dt = _operands(a, b, trans_a, trans_b)
+    a, _, op_a, op_b, m, n, k, dt = _operands(a, b, trans_a, trans_b)
     plan = _Plan(op_a, op_b, m, n, k, None, n, None, 0, dt, a.device.index)
     return tune.heuristic(_problem(plan, allow_tf32))
 

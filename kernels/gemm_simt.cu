@@ -1,4 +1,5 @@
-// Exact fp32 GEMM on the SIMT cores: 2-D block tiling (BM x BN x 8), each warp a 32 x 64 tile,
+// Exact fp32 GEMM on the SIMT cores: 2-D block tiling (BM x BN x BK, BK 8 or 16), each warp a
+// 32 x 64 tile,
 // each thread an 8 x 8 block of outputs held in registers (two 4 x 4 quadrants per axis so its
 // shared-memory reads are float4 and conflict-free), the next K tile prefetched into registers
 // while the current one is multiplied (double-buffered shared memory, one barrier per tile).
@@ -7,7 +8,6 @@
 
 namespace simt {
 
-constexpr int BK = 8;
 constexpr int PAD = 4;
 
 // Four consecutive floats of one row: elements [c, c+4) of `row` (nullptr: row outside),
@@ -27,7 +27,7 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ row, int c, in
 // One operand's K tile (an MN x BK slab) in registers: CH float4 chunks per thread, each with
 // its row pointer fixed at construction. KMAJ: the chunks run along K (stored transposed into
 // shared memory); else along M/N (stored as they are).
-template <int MN, int THREADS, bool KMAJ, bool VEC>
+template <int MN, int BK, int THREADS, bool KMAJ, bool VEC>
 struct TileLoader {
     static constexpr int CH = MN * BK / 4 / THREADS;
     static_assert(CH >= 1 && CH * THREADS * 4 == MN * BK, "tile does not divide among threads");
@@ -87,7 +87,7 @@ struct TileLoader {
 
 }  // namespace simt
 
-template <int BM, int BN, bool A_K, bool B_K, bool VEC>
+template <int BM, int BN, int BK, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / 32) * (BN / 64) * 32, 2)
 gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
           const float* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K,
@@ -110,8 +110,8 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
     const int wm = (warp / WARPS_N) * 32, wn = (warp % WARPS_N) * 64;
     const int lm = (lane / 8) * 4, ln = (lane % 8) * 4;
 
-    TileLoader<BM, THREADS, A_K, VEC> a_tile(A, lda, m0, M, k_end, tid);
-    TileLoader<BN, THREADS, B_K, VEC> b_tile(B, ldb, n0, N, k_end, tid);
+    TileLoader<BM, BK, THREADS, A_K, VEC> a_tile(A, lda, m0, M, k_end, tid);
+    TileLoader<BN, BK, THREADS, B_K, VEC> b_tile(B, ldb, n0, N, k_end, tid);
     float acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)

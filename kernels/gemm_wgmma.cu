@@ -11,7 +11,10 @@
 // The grid is persistent (one CTA per SM): CTA b takes tiles b, b + gridDim.x, ... in grouped
 // order (group_m tile rows swept column by column, see grouped_tile) so concurrently running
 // tiles share their A rows and B columns in L2; the producer runs ahead into the next tile
-// while the consumers write the last one out.
+// while the consumers write the last one out. With CM = 2, clusters of two CTAs take pairs of
+// vertically adjacent tiles: each CTA loads its A tile and half of the common B tile with a
+// TMA multicast into both, which halves B's traffic from L2; a stage is then released to the
+// producers only when the consumers of both CTAs are done with it (remote mbarrier arrives).
 //
 // Tiles are 128 x BN x 64 of 16-bit elements with 128-byte swizzle: TMA writes them swizzled
 // and the wgmma descriptors read them back with the same swizzle. K-major operands come as one
@@ -65,6 +68,37 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaDesc* map, int inner,
         " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
         "l"(reinterpret_cast<u64>(map)), "r"(inner), "r"(outer), "r"(bar)
         : "memory");
+}
+
+// The same copy into the same shared-memory offset of every CTA in ``mask`` (cluster ranks),
+// completing on the barrier at ``bar``'s offset in each of them.
+__device__ __forceinline__ void tma_load_multicast(u32 dst, const TmaDesc* map, int inner,
+                                                   int outer, u32 bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(inner), "r"(outer), "r"(bar), "h"(mask)
+        : "memory");
+}
+
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Arrive on the barrier at the same offset as ``bar`` in cluster CTA ``rank``.
+__device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+                 : "memory");
+}
+
+// Every thread of every CTA in the cluster (barrier.cluster with release/acquire).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+                 ::: "memory");
 }
 
 // Shared-memory matrix descriptor with 128-byte swizzle. Offsets in bytes (stored >> 4).
@@ -143,12 +177,13 @@ __device__ __forceinline__ void wgmma_wait() {
 
 }  // namespace wg
 
-template <int DT, int BN, int STAGES, bool A_K, bool B_K>
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM>
 __global__ void __launch_bounds__(wg::THREADS, 1)
 gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
            u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc,
            i64 ldcin, float alpha, float beta, int group_m, int pair_ok) {
     using namespace wg;
+    static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -156,26 +191,36 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
     const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
     const u32 full_bar = b_ring + STAGES * B_BYTES, empty_bar = full_bar + STAGES * 8;
 
+    // With CM = 2 the two CTAs of a cluster take tile rows 2p and 2p + 1 of the same tile
+    // column: each loads its own A and half of the shared B tile, multicast into both.
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int tiles = tiles_m * tiles_n, k_tiles = (K + BK - 1) / BK;
+    const int rows = (tiles_m + CM - 1) / CM;  // tile rows of clusters
+    const int tiles = rows * tiles_n, k_tiles = (K + BK - 1) / BK;
+    const int rank = CM == 1 ? 0 : (int)cluster_rank();
+    const int first = blockIdx.x / CM, step = gridDim.x / CM;
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);
-            mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+            mbar_init(empty_bar + 8 * s, CONSUMER_WARPS * CM);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if (CM > 1) {
+        cluster_sync();  // the peer's barriers exist before anything reaches them
+    } else {
+        __syncthreads();
+    }
 
     if (warpgroup == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                int tm, tn;
-                grouped_tile(tile, tiles_m, tiles_n, group_m, tm, tn);
+            for (int tile = first; tile < tiles; tile += step) {
+                int tp, tn;
+                grouped_tile(tile, rows, tiles_n, max(group_m / CM, 1), tp, tn);
+                const int tm = tp * CM + rank;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int s = it % STAGES;
                     mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -190,12 +235,26 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                         for (int j = 0; j < BM / 64; ++j)
                             tma_load(a_dst + j * CHUNK_BYTES, &tma_a, tm * BM + j * 64, k0, full);
                     }
-                    if (B_K) {
-                        tma_load(b_dst, &tma_b, k0, tn * BN, full);
-                    } else {
+                    if (CM == 1) {
+                        if (B_K) {
+                            tma_load(b_dst, &tma_b, k0, tn * BN, full);
+                        } else {
 #pragma unroll
-                        for (int j = 0; j < BN / 64; ++j)
-                            tma_load(b_dst + j * CHUNK_BYTES, &tma_b, tn * BN + j * 64, k0, full);
+                            for (int j = 0; j < BN / 64; ++j)
+                                tma_load(b_dst + j * CHUNK_BYTES, &tma_b, tn * BN + j * 64, k0,
+                                         full);
+                        }
+                    } else if (B_K) {  // rows [rank BN/2, (rank + 1) BN/2) of the B tile
+                        const int part = rank * (BN / 2);
+                        tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
+                                           0x3);
+                    } else {  // 64-wide chunks [rank BN/128, (rank + 1) BN/128)
+#pragma unroll
+                        for (int j = 0; j < BN / 128; ++j) {
+                            const int chunk = rank * (BN / 128) + j;
+                            tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
+                                               tn * BN + chunk * 64, k0, full, 0x3);
+                        }
                     }
                 }
             }
@@ -207,12 +266,26 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
         // Descriptor constants: K-major tiles step 32 bytes per 16 k inside the swizzle atom;
         // M/N-major tiles step 16 rows of 128 bytes, and their 64-wide chunks are CHUNK_BYTES apart.
         constexpr u32 A_STEP = A_K ? 32 : 2048, B_STEP = B_K ? 32 : 2048;
+#if GEMM_MN_DESC_SWAP  // debugging aid: the other reading of LBO/SBO for M/N-major operands
+        constexpr u32 A_LBO = A_K ? 16 : 1024, B_LBO = B_K ? 16 : 1024;
+        constexpr u32 A_SBO = A_K ? 1024 : CHUNK_BYTES, B_SBO = B_K ? 1024 : CHUNK_BYTES;
+#else
         constexpr u32 A_LBO = A_K ? 16 : CHUNK_BYTES, B_LBO = B_K ? 16 : CHUNK_BYTES;
+        constexpr u32 A_SBO = 1024, B_SBO = 1024;
+#endif
         const u32 a_half = A_K ? half * 64 * 128 : half * CHUNK_BYTES;
+        // A stage is free once every consumer warp of every CTA it was multicast to is done.
+        auto release = [&](int s) {
+            if (lane == 0) {
+                mbar_arrive(empty_bar + 8 * s);
+                if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+            }
+        };
         int it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int tm, tn;
-            grouped_tile(tile, tiles_m, tiles_n, group_m, tm, tn);
+        for (int tile = first; tile < tiles; tile += step) {
+            int tp, tn;
+            grouped_tile(tile, rows, tiles_n, max(group_m / CM, 1), tp, tn);
+            const int tm = tp * CM + rank;
             float d[BN / 2];
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
@@ -224,19 +297,19 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
-                    const u64 da = make_desc(a_tile + kk * A_STEP, A_LBO, 1024);
-                    const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, 1024);
+                    const u64 da = make_desc(a_tile + kk * A_STEP, A_LBO, A_SBO);
+                    const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, B_SBO);
                     wgmma<BN, DT, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);
                 }
                 wgmma_commit();
                 if (kt > 0) {
                     wgmma_wait<1>();
-                    if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                    release(prev);
                 }
                 prev = s;
             }
             wgmma_wait<0>();
-            if (lane == 0 && k_tiles > 0) mbar_arrive(empty_bar + 8 * prev);
+            if (k_tiles > 0) release(prev);
 
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
             const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
@@ -249,5 +322,8 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                                d[4 * j + 2], d[4 * j + 3], pair_ok != 0);
             }
         }
+    }
+    if (CM > 1) {
+        cluster_sync();  // no CTA leaves while its peer may still write into it or arrive on it
     }
 }

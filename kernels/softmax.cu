@@ -124,6 +124,20 @@ __device__ __forceinline__ void copy_async_wait_all() {
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
 #endif
+// Shared-memory vectors are read and written with explicit instructions, so that each use
+// reads again (cheap) instead of the compiler keeping every value in registers.
+__device__ __forceinline__ uint4 load_shared(const uint4* p) {
+    unsigned int addr = (unsigned int)__cvta_generic_to_shared(p);
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void store_shared(uint4* p, uint4 v) {
+    unsigned int addr = (unsigned int)__cvta_generic_to_shared(p);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
+                 ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 
 template <int DT, int NIN, int VEC, int ITEMS, int SMEM>
 struct Held {
@@ -135,18 +149,28 @@ struct Held {
     R reg[NIN][REG > 0 ? REG : 1];
     R* slot;  // this thread's first shared-memory vector; the next ones every blockDim.x
 
-    __device__ __forceinline__ R& shared_vec(int t, int i) const {
-        return slot[(t * SMEM + i - REG) * blockDim.x];
+    __device__ __forceinline__ R* shared_vec(int t, int i) const {
+        return slot + (t * SMEM + i - REG) * blockDim.x;
     }
     // Vector i of input t as VEC floats.
     __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
-        if (i < REG) A::unpack(reg[t][i], c);
-        else A::unpack(shared_vec(t, i), c);
+        if constexpr (SMEM > 0) {
+            if (i >= REG) {
+                A::unpack(load_shared(shared_vec(t, i)), c);
+                return;
+            }
+        }
+        A::unpack(reg[t][i], c);
     }
     // Replace vector i of input t (float32 inputs keep intermediate values in place).
     __device__ __forceinline__ void set_item(int t, int i, const float (&c)[VEC]) {
-        if (i < REG) reg[t][i] = A::pack(c);
-        else shared_vec(t, i) = A::pack(c);
+        if constexpr (SMEM > 0) {
+            if (i >= REG) {
+                store_shared(shared_vec(t, i), A::pack(c));
+                return;
+            }
+        }
+        reg[t][i] = A::pack(c);
     }
 };
 
@@ -174,45 +198,65 @@ struct Forward {
         return combine_max_sum(a, b);
     }
 
-    // 16-bit inputs: online over steps of 8 values, so only one step's widened values are
-    // live; each step's (max, sum exp(x - max)) is folded into the running pair. float32
-    // values are in registers anyway: one step, a max pass and a sum pass whose exp(x - m)
-    // replace x (softmax), so the outputs need one multiplication each.
+    // float32: a max pass, then a pass whose exp(x - m) replace x (softmax), so the outputs
+    // need one multiplication each. 16-bit inputs (widened where used, no room to keep exps):
+    // online over steps of 8 values, each step's (max, sum exp(x - max)) folded into the
+    // running pair, so only one step's widened values are live.
     template <int ITEMS, int VEC, class H>
     static __device__ __forceinline__ float2 local(H& h) {
-        const bool packed = sizeof(typename H::A::S) < 4;
-        const int STEP = !packed ? ITEMS : (VEC >= 8 || ITEMS * VEC <= 8) ? 1 : 8 / VEC;
-        float2 acc = identity();
-#pragma unroll
-        for (int i0 = 0; i0 < ITEMS; i0 += STEP) {
-            float c[STEP][VEC];
+        if constexpr (sizeof(typename H::A::S) == 4) {
             float m = SM_NEG_INF;
 #pragma unroll
-            for (int j = 0; j < STEP; ++j) {
-                if (i0 + j < ITEMS) {
-                    h.item(0, i0 + j, c[j]);
-                } else {
+            for (int i = 0; i < ITEMS; ++i) {
+                float c[VEC];
+                h.item(0, i, c);
 #pragma unroll
-                    for (int k = 0; k < VEC; ++k) c[j][k] = SM_NEG_INF;
-                }
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[j][k]);
+                for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
             }
             // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
             const float ref = reference(m);
             float s = 0.0f;
 #pragma unroll
-            for (int j = 0; j < STEP; ++j) {
+            for (int i = 0; i < ITEMS; ++i) {
+                float c[VEC];
+                h.item(0, i, c);
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
-                    c[j][k] = exp2f((c[j][k] - ref) * SM_LOG2E);
-                    s += c[j][k];
+                    c[k] = exp2f((c[k] - ref) * SM_LOG2E);
+                    s += c[k];
                 }
-                if (OP == 0 && !packed && i0 + j < ITEMS) h.set_item(0, i0 + j, c[j]);
+                if (OP == 0) h.set_item(0, i, c);
             }
-            acc = (i0 == 0) ? make_float2(m, s) : combine(acc, make_float2(m, s));
+            return make_float2(m, s);
+        } else {
+            const int STEP = (VEC >= 8 || ITEMS * VEC <= 8) ? 1 : 8 / VEC;  // items per step
+            float2 acc = identity();
+#pragma unroll
+            for (int i0 = 0; i0 < ITEMS; i0 += STEP) {
+                float c[STEP][VEC];
+                float m = SM_NEG_INF;
+#pragma unroll
+                for (int j = 0; j < STEP; ++j) {
+                    if (i0 + j < ITEMS) {
+                        h.item(0, i0 + j, c[j]);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < VEC; ++k) c[j][k] = SM_NEG_INF;
+                    }
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[j][k]);
+                }
+                const float ref = reference(m);
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < STEP; ++j) {
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) s += exp2f((c[j][k] - ref) * SM_LOG2E);
+                }
+                acc = (i0 == 0) ? make_float2(m, s) : combine(acc, make_float2(m, s));
+            }
+            return acc;
         }
-        return acc;
     }
 
     static __device__ __forceinline__ float reference(float m) {
@@ -391,15 +435,17 @@ __device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, S
         for (int i = 0; i < ITEMS; ++i) {
             const int col = col0 + (i * GROUP + lane) * VEC;
             const bool inside = live && col < cols;
-            if (i < h.REG) {
-                if (inside) h.reg[t][i] = A::load(in[t] + base + col);
-                else h.reg[t][i] = A::pack(empty);
-            } else {
+            if constexpr (SMEM > 0) {
+                if (i >= h.REG) {
 #if __CUDA_ARCH__ >= 800
-                if (inside) copy_async_16(&h.shared_vec(t, i), in[t] + base + col);
-                else h.shared_vec(t, i) = A::pack(empty);
+                    if (inside) copy_async_16(h.shared_vec(t, i), in[t] + base + col);
+                    else store_shared(h.shared_vec(t, i), A::pack(empty));
 #endif
+                    continue;
+                }
             }
+            if (inside) h.reg[t][i] = A::load(in[t] + base + col);
+            else h.reg[t][i] = A::pack(empty);
         }
     }
 #if __CUDA_ARCH__ >= 800

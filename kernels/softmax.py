@@ -10,9 +10,10 @@ Each call reads every input element once and writes every output element once: t
 softmax.cu keep a row in registers between its reduction and its outputs.
 :func:`choose_variant` picks how rows are spread over threads from the row length, the dtype
 and the operation (lane groups for short rows, one CTA per row, a thread-block cluster sharing
-a row through distributed shared memory on sm_90, and for rows longer than a cluster holds,
-about 262k elements forward and 131k backward in float32, a two-launch split that reads its
-inputs twice). Each variant is compiled once per architecture through :func:`gpurt.compile`
+a row through distributed shared memory on sm_90, the longest of those also keeping part of
+the row in shared memory, and for rows longer than a cluster holds, about 524k elements
+forward and 262k backward in float32, a two-launch split that reads its inputs twice).
+Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
 Semantics follow torch: a row of only ``-inf`` gives NaN, NaN in a row gives a NaN row.
@@ -196,7 +197,8 @@ def _launch(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int
     rows, cols = np.int64(view.rows), np.int32(view.cols)
     block = variant.threads
     if variant.kind != "split":
-        kernels[0](grid, block, (a, b, out, rows, cols), stream=stream)
+        kernels[0](grid, block, (a, b, out, rows, cols), shared_mem=variant.shared_mem,
+                   stream=stream)
         return
     chunks = np.int32(variant.chunks(view.cols))
     partials = gpurt.empty((grid, 2), dtype=np.float32, device=index,

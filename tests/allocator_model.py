@@ -72,6 +72,10 @@ class FakeBackend:
     def event_destroy(self, event: list) -> None:
         pass
 
+    def synchronize(self) -> None:
+        self.calls.append("synchronize")
+        self.done.update(self.queued)
+
     def oom_error(self, message: str) -> BaseException:
         return MemoryError(message)
 

@@ -6,9 +6,15 @@ from __future__ import annotations
 import os
 import sys
 
+import tempfile
+
 import pytest
 
-import gpurt
+# Tests never write into the user's kernel cache: one fresh cache folder per test run
+# (scripts/gpu-check sets its own).
+os.environ.setdefault("GPURT_CACHE_DIR", tempfile.mkdtemp(prefix="gpurt-test-cache-"))
+
+import gpurt  # noqa: E402
 
 _GPU = gpurt.is_available()
 _WHY = "no usable NVIDIA GPU/driver here (gpurt.is_available() is False)"

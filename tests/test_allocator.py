@@ -664,3 +664,19 @@ def test_release_pool_from_a_finalizer_inside_an_allocator_call_is_queued():
     assert a._private[(0, 5)].use_count == 1  # not yet
     a.malloc(512, S0)
     assert (0, 5) not in a._private
+
+
+def test_a_use_on_a_stream_that_cannot_record_falls_back_to_a_full_sync():
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    a.record_stream(p, S2)
+    backend.launch(S2)
+
+    def broken(event, stream):
+        raise RuntimeError("CUDA_ERROR_INVALID_HANDLE")
+
+    backend.event_record = broken
+    a.free(p)
+    assert a.malloc(4 * KiB, S0) == p  # synchronized, so the block was reusable at once
+    assert "synchronize" in backend.calls
+    recount(a, backend)

@@ -24,6 +24,13 @@ Config, Problem = tune.Config, tune.Problem
 H100 = ((9, 0), 132)
 
 
+@pytest.fixture(autouse=True)
+def _plain_environment(monkeypatch):
+    """Debugging switches from the environment must not change what these tests see."""
+    monkeypatch.delenv("GPURT_GEMM_DISABLE", raising=False)
+    monkeypatch.delenv("GPURT_GEMM_NVRTC_OPTIONS", raising=False)
+
+
 def problem(m=4096, n=4096, k=4096, dt=tune.DT_BF16, a_k=True, b_k=False, vec=True, tma=True,
             cap=H100[0], sms=H100[1]) -> Problem:
     return Problem(m, n, k, dt, a_k, b_k, vec, tma, cap, sms)
@@ -43,20 +50,30 @@ def test_config_validation():
         Config("wgmma", 128, 256, 64, stages=4, split_k=2)
     with pytest.raises(ValueError, match="simt"):
         Config("simt", 128, 96, 8)
+    with pytest.raises(ValueError, match="simt"):
+        Config("simt", 128, 128, 32)
     with pytest.raises(ValueError, match="warp tiles"):
         Config("mma", 128, 128, 32, 48, 64)
     with pytest.raises(ValueError, match="invalid"):
         Config("mma", 128, 128, 32, 64, 64, stages=0)
+    with pytest.raises(ValueError, match="cluster"):
+        Config("mma", 128, 128, 32, 64, 64, cluster_m=2)
+    with pytest.raises(ValueError, match="cluster"):
+        Config("wgmma", 128, 256, 64, stages=4, cluster_m=4)
 
 
 def test_config_geometry():
     wide = Config("wgmma", 128, 256, 64, stages=4)
     assert wide.threads == 384
     assert wide.shared_mem(True, False) == 4 * (128 + 256) * 64 * 2 + 64 + 1024
-    assert wide.name_expression(2, True, False, True) == "gemm_wgmma<2, 256, 4, true, false>"
+    assert wide.name_expression(2, True, False, True) == "gemm_wgmma<2, 256, 4, true, false, 1>"
+    pair = dataclasses.replace(wide, cluster_m=2)
+    assert pair.name_expression(1, False, True, True) == "gemm_wgmma<1, 256, 4, false, true, 2>"
+    assert "c2" in pair.label()
     simt = Config("simt", 128, 128, 8)
     assert simt.threads == 256 and simt.shared_mem(True, True, 4) == 0
-    assert simt.name_expression(0, False, True, False) == "gemm_simt<128, 128, false, true, false>"
+    assert simt.name_expression(0, False, True, False) == \
+        "gemm_simt<128, 128, 8, false, true, false>"
     mma = Config("mma", 128, 256, 32, 64, 64, stages=3)
     assert mma.threads == 256
     # A K-major: 128 rows of 32+8; B N-major: 32 rows of 256+8 (2-byte elements)
@@ -117,7 +134,7 @@ def test_heuristic_fallbacks():
     tf32 = tune.heuristic(problem(dt=tune.DT_TF32))
     assert tf32.kernel == "mma" and tf32.bk == 16
     skinny = tune.heuristic(problem(8, 64, 65536, dt=tune.DT_F32))
-    assert skinny.split_k > 1 and skinny.split_k <= 16
+    assert 1 < skinny.split_k <= 32
 
 
 def test_candidates_are_eligible_and_unique():
@@ -134,7 +151,8 @@ def test_split_for():
     assert tune._split_for(problem(), tune._MMA[0]) == 1  # enough tiles
     assert tune._split_for(problem(16, 4096, 256), tune._MMA[3]) == 1  # K too short
     split = tune._split_for(problem(16, 256, 8192), tune._MMA[3])
-    assert 2 <= split <= 16 and split <= 8192 // 256
+    assert 16 <= split <= 32 and split <= 8192 // 128
+    assert tune._split_for(problem(16, 4096, 4096), tune._MMA[2]) == 17  # 32 tiles -> ~4/SM
 
 
 # ---- the autotuner --------------------------------------------------------------------------------
@@ -334,9 +352,9 @@ def test_variants_compile_without_spills(family, arch, tmp_path, monkeypatch):
     assert "warning" not in log.lower(), log  # serialized wgmma (C7510) or setmaxnreg ignored
     entries = re.findall(r"Function properties for (\S+)\n[^\n]*?(\d+) bytes spill stores", log)
     assert len(entries) == len(names), log
-    # The SIMT kernels are capped at 128 registers (2 CTAs per SM) and may spill a few words
-    # outside the inner loop; nothing else may spill at all.
-    allowed = 64 if family == "simt" else 0
+    # The SIMT kernels are capped at 128 registers (2 CTAs per SM) and spill a few words
+    # (addresses of the prefetch, ~1% of the loop's instructions); nothing else may spill.
+    allowed = 128 if family == "simt" else 0
     assert all(int(spill) <= allowed for _, spill in entries), log
     if family == "wgmma":
         assert re.findall(r"Used (\d+) registers", log) == ["168"] * len(names), log
@@ -346,7 +364,7 @@ def test_wgmma_needs_sm90a(tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     with pytest.raises(gpurt.CompileError):
         gpurt.compile(gemm_mod._text("gemm_wgmma.cu"), arch="sm_90",
-                      name_expressions=["gemm_wgmma<2, 256, 4, true, false>"],
+                      name_expressions=["gemm_wgmma<2, 256, 4, true, false, 1>"],
                       headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
 
 
@@ -433,9 +451,10 @@ def _forced_configs():
     """(config, dtype) pairs covering every base config of every family on this device."""
     pairs = [(c, np.float32) for c in tune._SIMT]
     pairs += [(c, gpurt.bfloat16) for c in tune._MMA] + [(tune._MMA[0], np.float16)]
-    pairs += [(c, np.float16) for c in tune._WGMMA[:2]] + [(tune._WGMMA[0], gpurt.bfloat16)]
+    pairs += [(c, np.float16) for c in tune._WGMMA[:3]] + [(tune._WGMMA[0], gpurt.bfloat16)]
+    pairs += [(tune._WGMMA[2], gpurt.bfloat16)]
     pairs += [(dataclasses.replace(tune._MMA[3], split_k=3), gpurt.bfloat16),
-              (dataclasses.replace(tune._SIMT[2], split_k=4), np.float32)]
+              (dataclasses.replace(tune._SIMT[3], split_k=4), np.float32)]
     return pairs
 
 
@@ -463,9 +482,12 @@ def test_wgmma_all_layouts_and_persistence(gpu_state):
     for dtype in (gpurt.bfloat16, np.float16):
         for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
             run_case(rng, 384, 520, 136, dtype, trans_a, trans_b, config=tune._WGMMA[0])
+            # an odd number of tile rows: the second CTA of the last cluster has no rows
+            run_case(rng, 3 * 128 - 8, 520, 136, dtype, trans_a, trans_b, config=tune._WGMMA[2])
     # many more tiles than CTAs: each CTA walks several tiles through the ring
     m = 128 * (sms // 4 + 3)
     run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[1])
+    run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[2])
 
 
 @pytest.mark.gpu

@@ -315,6 +315,7 @@ def test_record_stream_waits_for_real_work(fresh):
     bind_context(gpurt.current_device())
     side = ok(cu.cuStreamCreate(1))
     host, flag, hold = _wait_flag()
+    base = gpurt.memory_stats()
     try:
         ptr = gpurt.caching_allocator_alloc(256 * KiB)
         hold(side)  # the side stream is stuck until the flag is set
@@ -322,17 +323,24 @@ def test_record_stream_waits_for_real_work(fresh):
         gpurt.record_stream(ptr, int(side))
         gpurt.caching_allocator_delete(ptr)
         stats = gpurt.memory_stats()
-        assert stats["active_bytes.all.current"] == 256 * KiB  # pending, not reusable
-        assert stats["allocated_bytes.all.current"] == 0
+        assert stats["active_bytes.all.current"] == base["active_bytes.all.current"] + 256 * KiB
+        assert stats["allocated_bytes.all.current"] == base["allocated_bytes.all.current"]
         again = [gpurt.caching_allocator_alloc(256 * KiB) for _ in range(2)]
-        assert ptr not in again
+        assert ptr not in again  # still in use on the side stream: not handed out
         for p in again:
             gpurt.caching_allocator_delete(p)
+        states = {b["state"] for s in gpurt.memory_snapshot() for b in s["blocks"]
+                  if b["address"] == ptr}
+        assert states == {"active_pending_free"}
         flag.value = 1
         ok(cu.cuStreamSynchronize(side))
-        assert gpurt.caching_allocator_alloc(256 * KiB) == ptr  # reusable now
-        assert (_read(ptr, 256 * KiB) == 7).all()
-        gpurt.caching_allocator_delete(ptr)
+        gpurt.caching_allocator_delete(gpurt.caching_allocator_alloc(512))  # polls events
+        stats = gpurt.memory_stats()
+        assert stats["active_bytes.all.current"] == base["active_bytes.all.current"]
+        states = {b["state"] for s in gpurt.memory_snapshot() for b in s["blocks"]
+                  if b["address"] == ptr}
+        assert "active_pending_free" not in states
+        assert (_read(ptr, 256 * KiB) == 7).all()  # the delayed work did run, into our block
     finally:
         flag.value = 1
         ok(cu.cuStreamSynchronize(side))

@@ -200,6 +200,12 @@ def test_cuda_headers_from_the_wheels(cache):
     assert [p.fmt for p in kernel.params] == ["Q", "H", "q"]
 
 
+def test_an_empty_log_leaves_python_intact(cache):
+    module = gpurt.compile(unique(SAXPY), arch="sm_90")  # NVRTC writes a 1-byte empty log
+    assert module.log == ""
+    assert bytes([32]) == b"\x20" and chr(32).encode() == b"\x20"  # CPython's shared b" "
+
+
 def test_warnings_are_kept_in_the_log(cache):
     source = 'extern "C" __global__ void f(int* x) { int unused; x[0] = 1; }'
     module = gpurt.compile(source, arch="sm_90")
