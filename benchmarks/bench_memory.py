@@ -130,9 +130,10 @@ def gpu_speed_rows() -> list[dict[str, Any]]:
     if device_cls is not None:
         dev = device_cls()
         dev.set_current()
+        core_stream = dev.create_stream()  # cuda.core >= 1.2 asks for the allocation stream
         for n, label in SIZES:
             rows.append(_row(f"alloc+free {label}", "cuda.core allocate+close",
-                             lambda n=n: dev.allocate(n).close()))
+                             lambda n=n: dev.allocate(n, stream=core_stream).close()))
     bind_context(0)
     return rows
 

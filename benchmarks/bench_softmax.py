@@ -88,8 +88,9 @@ def make_inputs(op: int, rows: int, cols: int, dtype: np.dtype, torch: Any) -> l
     if torch is not None:
         tdt = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}[dtype]
         made = [torch.randn(rows, cols, device="cuda", dtype=tdt) for _ in range(count)]
-        if op >= plan.SOFTMAX_BACKWARD:
-            made[0] = (torch.softmax if op == plan.SOFTMAX_BACKWARD else torch.log_softmax)(made[0], -1)
+        if op >= plan.SOFTMAX_BACKWARD:  # y: a forward output
+            forward = torch.softmax if op == plan.SOFTMAX_BACKWARD else torch.log_softmax
+            made[0] = forward(made[0], -1)
         return made
     rng = np.random.default_rng(0)
     made = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(count)]

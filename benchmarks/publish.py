@@ -17,10 +17,12 @@ file in the folder, so results of several devices sit side by side.
 
 Rows (a light convention, see docs/benchmarks.md). A suite's rows are dicts; publish reads:
 
-- *wide* rows, one measurement per row with a column per implementation:
-  ``{"name": ..., "unit": "us", "gpurt": 1.0, "torch": 1.6, "cupy": 1.3, "cuda_core": ...,
-  "raw": ...}``; without "name", the row's other text and integer fields name it;
-  an optional ``"better": "lower"|"higher"`` overrides the direction the unit implies;
+- *wide* rows, a column per implementation: ``{"name": ..., "unit": "us", "gpurt": 1.0,
+  "torch": 1.6, "cupy": 1.3, "cuda_core": ..., "raw": ...}``, or with the unit in each
+  column's name, one line per unit: ``{"shape": ..., "gpurt_tflops": 700, "cublas_tflops":
+  745, "gpurt_ms": 0.19, "cublas_ms": 0.18}``; without "name", the row's other text and
+  integer fields name it; an optional ``"better": "lower"|"higher"`` overrides the
+  direction the unit implies;
 - *long* rows, one implementation per row: ``{"what": ..., "lib": "torch 2.11", "host_us":
   1.6}`` (the implementation under "impl", "lib", "library" or "implementation"; each numeric
   field whose name ends in a unit, such as ``host_us``, ``device_ms``, ``gbps``, ``tflops``, is
@@ -56,11 +58,14 @@ BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
 
 IMPL_KEYS = ("impl", "lib", "library", "implementation")
 # implementations by display order; gpurt is the subject, the rest are peers
-KNOWN_IMPLS = ("gpurt", "torch", "cupy", "cuda_core", "raw", "cublas", "nvtx", "numba",
+KNOWN_IMPLS = ("gpurt", "torch", "cupy", "cuda_core", "raw", "cublas", "copy", "nvtx", "numba",
                "jax", "triton", "pycuda")
+REFERENCES = ("copy", "raw")  # bounds rather than competitors: shown apart in the charts
+SKIPPED_PREFIXES = ("ratio", "speedup", "vs_")  # a suite's own ratios: publish computes them
 # other spellings of an implementation (as a prefix of the row's text)
 ALIASES = {"cuda.core": "cuda_core", "cuda-core": "cuda_core", "driver": "raw"}
-LABELS = {"cuda_core": "cuda.core", "cupy": "CuPy", "raw": "raw driver", "cublas": "cuBLAS"}
+LABELS = {"cuda_core": "cuda.core", "cupy": "CuPy", "raw": "raw driver", "cublas": "cuBLAS",
+          "copy": "memcpy"}
 # metric-name suffix -> (unit, which is better)
 UNITS: dict[str, tuple[str, str]] = {
     "ns": ("ns", "lower"), "us": ("us", "lower"), "ms": ("ms", "lower"), "s": ("s", "lower"),
@@ -158,31 +163,60 @@ def metric_unit(key: str) -> tuple[str, str] | None:
 
 
 def _label(key: str, value: Any) -> str:
-    return str(value) if isinstance(value, str) else f"{key}={value}"
+    """How a naming field shows in a line's name: text as it is, numbers as key=value."""
+    if isinstance(value, str) and any(ch.isalpha() for ch in value):
+        return value
+    return f"{key}={value}"
 
 
-def _wide_line(row: dict[str, Any]) -> Line:
+def impl_column(key: str) -> tuple[str, str | None] | None:
+    """(implementation, measurement) of a wide column: 'torch' -> ('torch', None) (the unit
+    is the row's), 'gpurt_GBps' -> ('gpurt', 'GBps'); None for other columns."""
+    lowered = key.lower()
+    if lowered in KNOWN_IMPLS or lowered in ALIASES:
+        return impl_name(lowered), None
+    for impl in sorted((*KNOWN_IMPLS, *ALIASES), key=len, reverse=True):
+        if lowered.startswith(impl + "_") and metric_unit(key[len(impl) + 1:]) is not None:
+            return impl_name(impl), key[len(impl) + 1:]
+    return None
+
+
+def _is_detail(key: str, value: Any) -> bool:
+    """Fields shown after a line's name: bools, non-integer numbers and percentages."""
+    if isinstance(value, (bool, float)):
+        return True
+    return _is_number(value) and "pct" in key.lower()
+
+
+def _wide_lines(row: dict[str, Any]) -> list[Line]:
+    """One line per measurement of a wide row (its columns named by implementation)."""
     unit = str(row.get("unit", ""))
     better = row.get("better") if row.get("better") in ("lower", "higher") else direction(unit)
-    values: dict[str, float] = {}
+    measured: dict[str | None, dict[str, float]] = {}
     labels: list[str] = []
     details: list[str] = []
     for key, value in row.items():
-        if key in ("name", "unit", "better") or key.lower().startswith(("ratio", "speedup")):
+        if key in ("name", "unit", "better") or key.lower().startswith(SKIPPED_PREFIXES):
             continue
-        impl = impl_name(key) if key.lower() in KNOWN_IMPLS or key == "cuda.core" else None
-        if impl is not None and _is_number(value):
-            values[impl] = float(value)
-        elif impl is not None:
-            continue  # a peer that did not run (None)
-        elif isinstance(value, str) or isinstance(value, int) and not isinstance(value, bool):
+        column = impl_column(key)
+        if column is not None:
+            if _is_number(value):
+                measured.setdefault(column[1], {})[column[0]] = float(value)
+        elif _is_detail(key, value):
+            details.append(f"{key}={_format(value)}")
+        elif isinstance(value, (str, int)):
             labels.append(_label(key, value))
-        elif _is_number(value):
-            details.append(f"{key}={value:.4g}")
     name = str(row["name"]) if "name" in row else " · ".join(labels) or "?"
     if "name" in row and labels:
         name += " (" + ", ".join(labels) + ")"
-    return Line(name, unit, better, values, ", ".join(details))
+    lines = []
+    for metric, values in measured.items():
+        if metric is None:
+            lines.append(Line(name, unit, better, values, ", ".join(details)))
+        else:
+            metric_text, metric_better = metric_unit(metric)  # type: ignore[misc]
+            lines.append(Line(name, metric_text, metric_better, values, ", ".join(details)))
+    return lines
 
 
 def _long_key(row: dict[str, Any], impl_key: str) -> tuple[str, list[tuple[str, float]]] | None:
@@ -216,8 +250,9 @@ def read_rows(suite: str, rows: Iterable[Any], env: dict[str, Any] | None = None
         if set(row) == {"summary"} and isinstance(row["summary"], dict):
             notes += [f"{key}: {_format(value)}" for key, value in row["summary"].items()]
             continue
-        if _is_number(row.get("gpurt")) or any(_is_number(row.get(k)) for k in KNOWN_IMPLS):
-            lines.append(_wide_line(row))
+        wide = _wide_lines(row)
+        if wide:
+            lines += wide
             continue
         impl_key = next((k for k in IMPL_KEYS if isinstance(row.get(k), str)), None)
         found = _long_key(row, impl_key) if impl_key else None
@@ -348,16 +383,19 @@ def split_results(merged: dict[str, Any], results: Path) -> tuple[list[Path], li
 
 
 def load_results(results: Path) -> list[SuiteTable]:
-    """Every published suite file of ``results``, read into tables (by device, suite)."""
+    """Every ``<suite>-<device>.json`` of ``results``, read into tables (by device, suite)."""
     tables = []
     for path in sorted(results.glob("*.json")):
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and isinstance(doc.get("rows"), list):
-            tables.append(read_rows(str(doc.get("suite", path.stem)), doc["rows"],
-                                    doc.get("env"), doc.get("run")))
+        if not (isinstance(doc, dict) and isinstance(doc.get("rows"), list)):
+            continue
+        suite, env = str(doc.get("suite")), doc.get("env") or {}
+        if path.stem != f"{suite}-{slug(env.get('device'))}":
+            continue  # not a file publish wrote (another tool's output left here)
+        tables.append(read_rows(suite, doc["rows"], env, doc.get("run")))
     tables.sort(key=lambda t: (slug(t.env.get("device")), t.suite))
     return tables
 
@@ -400,20 +438,41 @@ def results_markdown(tables: list[SuiteTable], charts: dict[str, str]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def ratio_bars(group: list[SuiteTable]) -> list[tuple[str, float]]:
-    """(label, gpurt-vs-peer ratio) of every line with a ratio, in table order."""
+@dataclasses.dataclass(frozen=True)
+class Bar:
+    """One bar of a chart: what is compared, with whom, the ratio, and whether the other
+    side is a reference (a bound such as a memcpy or the raw driver call) or a peer."""
+
+    what: str
+    other: str
+    ratio: float
+    reference: bool
+
+    def text(self, width: int = 80) -> str:
+        what = self.what if len(self.what) <= width else self.what[: width - 3] + "..."
+        return f"{what} vs {label(self.other)}"
+
+
+def ratio_bars(group: list[SuiteTable]) -> list[Bar]:
+    """Every ratio of the group's lines, in table order."""
     bars = []
     for table in group:
         for line in table.lines:
             for peer in table.peers:
                 ratio = line.ratio(peer)
                 if ratio is not None:
-                    bars.append((f"{table.suite}: {line.name} [{line.unit}] vs {label(peer)}",
-                                 ratio))
+                    bars.append(Bar(f"{table.suite}: {line.name} [{line.unit}]", peer, ratio,
+                                    peer in REFERENCES))
     return bars
 
 
-def write_chart(bars: list[tuple[str, float]], device: str, path: Path) -> bool:
+def _color(bar: Bar) -> str:
+    if bar.reference:
+        return "#1f77b4"  # a bound, not a competitor: below 1 is expected
+    return "#76b900" if bar.ratio >= 1.0 else "#d62728"
+
+
+def write_chart(bars: list[Bar], device: str, path: Path) -> bool:
     """A horizontal bar chart of the ratios (log scale, 1 marked); False without matplotlib
     or without bars."""
     if Figure is None or not bars:
@@ -421,9 +480,9 @@ def write_chart(bars: list[tuple[str, float]], device: str, path: Path) -> bool:
     height = 1.2 + 0.28 * len(bars)
     fig = Figure(figsize=(10, height))
     ax = fig.add_subplot()
-    names = [name if len(name) <= 90 else name[:87] + "..." for name, _ in bars]
-    ratios = [ratio for _, ratio in bars]
-    colors = ["#76b900" if r >= 1.0 else "#d62728" for r in ratios]
+    names = [bar.text() for bar in bars]
+    ratios = [bar.ratio for bar in bars]
+    colors = [_color(bar) for bar in bars]
     positions = list(range(len(bars)))[::-1]
     # bars grow from 1 (parity) to the ratio, left for slower, right for faster
     ax.barh(positions, [r - 1.0 for r in ratios], left=1.0, color=colors)
@@ -435,7 +494,8 @@ def write_chart(bars: list[tuple[str, float]], device: str, path: Path) -> bool:
     ax.minorticks_off()
     ax.set_xlim(low, high)
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("gpurt's speed relative to the peer (> 1: gpurt is faster)")
+    ax.set_xlabel("gpurt's speed relative to the peer (> 1: gpurt is faster; blue: against "
+                  "a bound such as memcpy bandwidth)")
     ax.set_title(f"gpurt vs peers on {device}, same process and run", fontsize=10)
     for y, ratio in zip(positions, ratios):
         ax.annotate(f"{ratio:.2f}x", (ratio, y), xytext=(3 if ratio >= 1 else -3, 0),

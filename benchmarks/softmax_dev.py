@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Development harness for kernels/softmax.cu on a GPU machine, independent of gpurt's
 runtime modules: compiles with cuda.bindings.nvrtc, launches with cuLaunchKernel on torch
-tensors, checks variants against float64 and times alternatives for the target shapes next
-to torch and a device-to-device copy. The product benchmark is bench_softmax.py; this one
-is for choosing the tuning constants in kernels/_softmax_plan.py (see notes_softmax.md).
+tensors, checks the chosen variants (and the sweep's candidates) against float64, and times
+candidate variants for chosen shapes next to torch and a device-to-device copy (each timed
+call after a busy 512 MiB memset, as in bench_softmax.py). The product benchmark is
+bench_softmax.py; this one is for choosing the tuning in kernels/_softmax_plan.py (see
+notes_softmax.md). Needs torch.
 
     python benchmarks/softmax_dev.py check [--kinds rows,cluster,split] [--out DIR]
     python benchmarks/softmax_dev.py sweep [--out DIR]

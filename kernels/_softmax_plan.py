@@ -33,13 +33,13 @@ DTYPE_CODES = {
     np.dtype(ml_dtypes.bfloat16): 2,
 }
 SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD = range(4)
-_OP_NAMES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 
 # Tuning, from the measurements in benchmarks/notes_softmax.md. A thread holds its vectors in
 # registers: at most HELD values (all inputs together; the compiler keeps 16-bit values
 # widened to float32, so they count as much as float32 ones).
 # Vectors per thread (ITEMS_BY_VECTORS) grow with the row: many small CTAs for short rows,
-# up to 1024 threads x 8 vectors (128 KiB of float32) for one CTA, then clusters of those.
+# up to 1024 threads x 8 vectors (128 KiB of float32) for one CTA, then (sm_90) shared
+# memory for more and clusters of such CTAs, then the split.
 HELD = 32
 ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, items); else 8
 LARGE_ITEMS = 8

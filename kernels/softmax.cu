@@ -3,9 +3,9 @@
 //
 // Every variant but the split one reads each input element once and writes each output
 // element once: a row stays on chip (registers, and shared memory for the longest rows)
-// between its reduction and its outputs. One template
-// body serves the four operations (a Policy says what is reduced and how outputs follow from
-// it) and these ways of spreading rows over threads:
+// between its reduction and its outputs. One template body serves the four operations (a
+// Policy says what is reduced and how outputs follow from it) and these ways of spreading
+// rows over threads:
 //   softmax_rows     GROUP threads per row, THREADS / GROUP rows per CTA. GROUP <= 32: warp
 //                    shuffles only; GROUP < THREADS: shuffles + a named barrier per group;
 //                    GROUP == THREADS: one CTA per row.
@@ -17,6 +17,8 @@
 //                    partials and writes its outputs (three passes of bytes instead of two).
 // Loads and stores are VEC elements wide (16 bytes when the row length and pointers allow);
 // 16-bit types stay packed in registers and are widened to float32 where they are used.
+// Which variant suits which rows is decided in _softmax_plan.py (measurements in
+// benchmarks/notes_softmax.md).
 //
 // Template parameters: DT (0 float32, 1 float16, 2 bfloat16), OP (0 softmax, 1 log_softmax,
 // 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors of each input per thread),

@@ -31,6 +31,17 @@ SUITES: dict[str, list[Any]] = {
         {"shape": "127x257x61", "dtype": "fp32", "unit": "TFLOP/s", "gpurt": 2.0,
          "torch": 1.0},
     ],
+    # prefixed columns, as bench_gemm.py and bench_softmax.py write them
+    "gemm2": [
+        {"shape": "4096x4096x4096", "dtype": "bf16", "config": "128x256x64 *",
+         "gpurt_tflops": 700.0, "cublas_tflops": 745.0, "ratio": 0.94, "gpurt_ms": 0.196,
+         "cublas_ms": 0.184, "rel_err": 0.0021, "autotune": "1"},
+    ],
+    "softmax": [
+        {"shape": "4096x8192", "dtype": "float32", "op": "softmax", "gpurt_GBps": 3600.0,
+         "copy_GBps": 4000.0, "pct_copy": 90.0, "torch_GBps": 1800.0, "vs_torch": 2.0,
+         "target_pct": 90, "meets_target": True},
+    ],
     # long rows: one implementation per row, versions in the name, two measurements
     "graphs": [
         {"impl": "gpurt", "mode": "eager", "host_us": 300.0, "device_ms": 0.2, "kernels": 100},
@@ -105,6 +116,29 @@ def test_wide_rows() -> None:
     assert table.peers == ["torch"]
 
 
+def test_prefixed_columns() -> None:
+    gemm = lines_of(publish.read_rows("gemm2", SUITES["gemm2"]))
+    name = "4096x4096x4096 · bf16 · 128x256x64 * · autotune=1"
+    rate, time = gemm[f"{name} [TFLOP/s]"], gemm[f"{name} [ms]"]
+    assert rate.values == {"gpurt": 700.0, "cublas": 745.0}
+    assert rate.ratio("cublas") == pytest.approx(700 / 745)
+    assert time.ratio("cublas") == pytest.approx(0.184 / 0.196)
+    assert rate.details == "rel_err=0.0021"
+    softmax = publish.read_rows("softmax", SUITES["softmax"])
+    line = lines_of(softmax)["4096x8192 · float32 · softmax [GB/s]"]
+    assert line.values == {"gpurt": 3600.0, "copy": 4000.0, "torch": 1800.0}
+    assert line.ratio("torch") == pytest.approx(2.0) and line.ratio("copy") == pytest.approx(0.9)
+    assert line.details == "pct_copy=90, target_pct=90, meets_target=True"
+    assert softmax.peers == ["torch", "copy"]
+
+
+def test_chart_bars_tell_bounds_from_peers() -> None:
+    bars = publish.ratio_bars([publish.read_rows("softmax", SUITES["softmax"])])
+    assert [(b.other, b.reference) for b in bars] == [("torch", False), ("copy", True)]
+    assert bars[1].text() == "softmax: 4096x8192 · float32 · softmax [GB/s] vs memcpy"
+    assert bars[1].text(width=10).startswith("softmax...")
+
+
 def test_long_rows_are_pivoted_per_measurement() -> None:
     table = publish.read_rows("graphs", SUITES["graphs"])
     lines = lines_of(table)
@@ -150,10 +184,14 @@ def test_publish_writes_result_files(published: tuple[Path, Path, list[str]]) ->
     results, _, report = published
     names = sorted(p.name for p in results.iterdir())
     expected = ["RESULTS.md", "array-nvidia-h200.json", "gemm-nvidia-h200.json",
-                "graphs-nvidia-h200.json", "odd-nvidia-h200.json"]
+                "gemm2-nvidia-h200.json", "graphs-nvidia-h200.json", "odd-nvidia-h200.json",
+                "softmax-nvidia-h200.json"]
     if publish.Figure is not None:
         expected.append("ratios-nvidia-h200.png")
     assert names == sorted(expected)
+    (results / "notes.json").write_text(json.dumps({"suite": "x", "env": {}, "rows": [{}]}))
+    assert [t.suite for t in publish.load_results(results)] == [
+        "array", "gemm", "gemm2", "graphs", "odd", "softmax"]  # only the files publish wrote
     doc = json.loads((results / "gemm-nvidia-h200.json").read_text())
     assert doc["rows"] == SUITES["gemm"] and doc["env"]["device"] == "NVIDIA H200"
     assert doc["run"]["status"] == "ok"
@@ -223,7 +261,10 @@ def test_no_results_and_missing_markers(tmp_path: Path) -> None:
 def test_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "chart.png"
-    assert publish.write_chart([("a: x vs torch", 1.5), ("b: y vs CuPy", 0.5)], "GPU", path)
+    bars = [publish.Bar("a: x [us]", "torch", 1.5, False),
+            publish.Bar("b: y", "cupy", 0.5, False),
+            publish.Bar("c: z [GB/s]", "copy", 0.9, True)]
+    assert publish.write_chart(bars, "GPU", path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not publish.write_chart([], "GPU", tmp_path / "none.png")
 
