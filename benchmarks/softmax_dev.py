@@ -222,8 +222,8 @@ def check_cases(kinds: set[str]) -> list[tuple[Any, int, int, float]]:
                 cases.append((v, 5, cols, 1.0))
     # every sweep candidate at its own length, and one length below it (a ragged tail)
     for rows, cols, dt, op, candidates in sweep_sets():
-        for v in candidates:
-            if v.kind not in kinds:
+        for build, v in map(with_build, candidates):
+            if v.kind not in kinds or build != "base":
                 continue
             for length in (cols, cols - 3 * v.vec):
                 cases.append((v, 67 if v.kind != "cluster" else 9, length, 1.0))
@@ -260,27 +260,47 @@ def V(kind: str, dt: int, op: int, vec: int, items: int, group: int, threads: in
     return Variant(kind, dt, op, vec, items, group, threads, cluster, min_blocks, smem)
 
 
-BUILDS = {"base": ()}
+# Builds: NVRTC options. "waitall" makes the shared-memory items wait for all their copies
+# at the first use (before run 5: after loading), against the default wait per vector.
+BUILDS = {"base": (), "waitall": ("-DSM_COPY_WAIT_ALL",)}
 
 
 def sweep_sets() -> list[tuple[int, int, int, int, list]]:
-    """(rows, cols, dtype, op, other candidates); the chooser's pick is timed first and
-    again last, the candidates between."""
+    """(rows, cols, dtype, op, other candidates: variants, or (build, variant) pairs); the
+    chooser's pick is timed first and again last, the candidates between."""
     f, lg, b = 0, 1, 2
+    run4_131k = V("cluster", 0, f, 4, 16, 1024, 1024, 2, smem=12)  # run 4's choice
+    quad = V("cluster", 0, f, 4, 16, 512, 512, 4, 2, smem=12)
     return [
-        (1024, 131072, 0, f, [V("cluster", 0, f, 4, 8, 1024, 1024, 4),
-                              V("cluster", 0, f, 4, 16, 1024, 1024, 2, smem=10),
-                              V("cluster", 0, f, 4, 16, 512, 512, 4, smem=8)]),
-        (2048, 65536, 0, f, [V("cluster", 0, f, 4, 8, 1024, 1024, 2)]),
-        (1024, 131072, 2, f, [V("cluster", 2, f, 8, 4, 1024, 1024, 4)]),
-        (1024, 131072, 0, lg, []),
-        (1024, 131072, 0, b, [V("cluster", 0, b, 4, 4, 1024, 1024, 8)]),
-        (8192, 32768, 0, b, [V("cluster", 0, b, 4, 4, 1024, 1024, 2)]),
+        (1024, 131072, 0, f, [("waitall", run4_131k), run4_131k, ("waitall", quad), quad,
+                              V("cluster", 0, f, 4, 16, 512, 512, 4, 2, smem=8),
+                              V("cluster", 0, f, 4, 16, 256, 256, 8, 4, smem=12),
+                              V("cluster", 0, f, 4, 8, 512, 512, 8, 2),
+                              V("cluster", 0, f, 4, 8, 1024, 1024, 4)]),
+        (2048, 65536, 0, f, [("waitall", V("rows", 0, f, 4, 16, 1024, 1024, smem=12)),
+                             V("rows", 0, f, 4, 16, 1024, 1024, smem=12),
+                             V("cluster", 0, f, 4, 16, 512, 512, 2, 2, smem=12),
+                             V("cluster", 0, f, 4, 8, 512, 512, 4, 2),
+                             V("cluster", 0, f, 4, 8, 1024, 1024, 2)]),
+        (1024, 131072, 2, f, [("waitall", V("cluster", 2, f, 8, 8, 1024, 1024, 2, smem=6)),
+                              V("cluster", 2, f, 8, 8, 1024, 1024, 2, smem=6),
+                              V("cluster", 2, f, 8, 8, 512, 512, 4, 2, smem=6),
+                              V("cluster", 2, f, 8, 8, 256, 256, 8, 4, smem=6),
+                              V("cluster", 2, f, 8, 4, 512, 512, 8, 2)]),
+        (1024, 131072, 0, lg, [V("cluster", 0, lg, 4, 8, 512, 512, 8, 2)]),
+        (1024, 131072, 0, b, [("waitall", V("cluster", 0, b, 4, 8, 1024, 1024, 4, smem=6)),
+                              V("cluster", 0, b, 4, 8, 512, 512, 8, 2, smem=6)]),
+        (8192, 32768, 0, b, []),
         (4096, 8192, 0, f, []),
         (65536, 1024, 0, f, []),
         (8192, 32768, 0, f, []),
         (16384, 4096, 2, f, []),
     ]
+
+
+def with_build(candidate: Any) -> tuple[str, Any]:
+    """A sweep candidate as (build, variant)."""
+    return candidate if isinstance(candidate, tuple) else ("base", candidate)
 
 
 _SCRATCH: list[torch.Tensor] = []
@@ -312,6 +332,25 @@ def measure_copy(stream: int) -> dict[str, float]:
         out[f"memcpy_{mib}MiB_noflush_GBps"] = 2 * n / ms / 1e6
         del src, dst
     return out
+
+
+def occupancy(kernels: Kernels, variant: Any) -> dict[str, int]:
+    """CTAs per multiprocessor and (clusters) clusters resident at once, as the driver's
+    occupancy calculator sees them; empty when it cannot tell."""
+    func = kernels.functions[variant.names()[0]]
+    found: dict[str, int] = {}
+    try:
+        found["ctas_per_sm"] = int(ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            func, variant.threads, variant.shared_mem)))
+        if variant.kind == "cluster":
+            config = cu.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = variant.cluster * 1024, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = variant.threads, 1, 1
+            config.sharedMemBytes = variant.shared_mem
+            found["clusters"] = int(ok(cu.cuOccupancyMaxActiveClusters(func, config)))
+    except Exception as exc:  # informative only
+        print(f"occupancy of {variant.names()[0]}: {exc}", flush=True)
+    return found
 
 
 def torch_fn(op: int, a: torch.Tensor, b: torch.Tensor) -> Callable[[], Any]:
@@ -346,7 +385,8 @@ def run_sweep(builds: dict[str, Kernels], results: dict) -> None:
         chosen = plan.choose_variant(cols, NP_DTYPES[dt], op)
         # the chosen one first and again last: the spread of that repeat says what is noise
         runs = [("base", chosen)]
-        runs += [("base", v) for v in candidates if v != chosen] + [("base", chosen)]
+        runs += [c for c in map(with_build, candidates) if c != ("base", chosen)]
+        runs += [("base", chosen)]
         for build, variant in runs:
             kernels = builds[build]
             out = torch.empty_like(a)
@@ -364,11 +404,13 @@ def run_sweep(builds: dict[str, Kernels], results: dict) -> None:
                    "chosen": variant == chosen, "ms": ms, "GBps": gbps,
                    "pct_copy": 100 * gbps / ceiling, "torch_GBps": torch_gbps,
                    "vs_torch": gbps / torch_gbps,
-                   "resources": kernels.resources.get(variant.names()[0], "")}
+                   "resources": kernels.resources.get(variant.names()[0], ""),
+                   **occupancy(kernels, variant)}
             rows_out.append(row)
             print(f"{row['shape']:>11} {row['dtype'][:4]} op{op} {'*' if row['chosen'] else ' '}"
-                  f"{build[:5]:>5} {variant.names()[0][8:]:<28} {gbps:5.0f} "
-                  f"{row['pct_copy']:5.1f}% torch {torch_gbps:5.0f} x{row['vs_torch']:.2f}",
+                  f"{build[:5]:>5} {variant.names()[0][8:]:<34} {gbps:5.0f} "
+                  f"{row['pct_copy']:5.1f}% torch {torch_gbps:5.0f} x{row['vs_torch']:.2f} "
+                  f"{row.get('ctas_per_sm', '?')}/SM {row.get('clusters', '-')} clusters",
                   flush=True)
             del out, fn
         del a, b
@@ -393,9 +435,10 @@ def main() -> int:
     cases = check_cases(kinds) if args.mode == "check" else []
     sweeps = sweep_sets() if args.mode == "sweep" else []
     names = {n for v, *_ in cases for n in v.names()}
+    build_names: dict[str, set[str]] = {"base": set()}
     for rows, cols, dt, op, cands in sweeps:
-        for v in [plan.choose_variant(cols, NP_DTYPES[dt], op), *cands]:
-            names.update(v.names())
+        for build, v in map(with_build, [plan.choose_variant(cols, NP_DTYPES[dt], op), *cands]):
+            build_names.setdefault(build, set()).update(v.names())
     results: dict[str, Any] = {"device": props.name, "arch": arch, "torch": torch.__version__,
                                "nvrtc": ok(nvrtc.nvrtcVersion())}
     if args.mode == "check":
@@ -410,7 +453,8 @@ def main() -> int:
         print(f"check {args.kinds} {args.build}: {len(checks) - failures}/{len(checks)} passed; "
               f"worst rel err by dtype {worst}", flush=True)
     else:
-        run_sweep({b: Kernels(sorted(names), arch, o) for b, o in BUILDS.items()}, results)
+        run_sweep({b: Kernels(sorted(build_names[b]), arch, BUILDS[b]) for b in build_names},
+                  results)
     tag = f"{args.kinds.replace(',', '-')}_{args.build}" if args.mode == "check" else "all"
     name = f"softmax_dev_{args.mode}_{tag}.json"
     Path(args.out, name).write_text(json.dumps(results, indent=1))

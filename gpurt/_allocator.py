@@ -12,13 +12,17 @@ GPU over cuMemAlloc. The policy is torch's CUDACachingAllocator, decision for de
   ``max_split_size`` or more); freed neighbours merge; blocks never change stream;
 - a block used on other streams (``record_stream``) is reused only after events recorded
   on those streams at free time have completed;
-- during graph capture, allocations on a capturing stream come from that graph's private
-  pool, and everything unsafe while capturing (freeing segments, event queries, syncs) waits
-  until no capture is underway.
+- during graph capture, allocations on a capturing stream (or on a stream that joined its
+  capture) come from that graph's private pool, and everything unsafe while capturing
+  (freeing segments, event queries, syncs) waits until no capture is underway.
 
-Frees never call the backend: ``free`` only moves bookkeeping, so it is safe from
-finalizers; if the lock is busy (another thread, or a finalizer run by the garbage collector
-inside an allocator call) the pointer is queued and freed at the next call.
+Frees are safe from finalizers: ``free`` records the events of a block's stream uses at
+once, as torch does, only where that is safe (no capture underway, not on the driver's
+callback thread, this device's context already current); otherwise they are recorded at the
+next allocation. If the lock is busy (another thread, or a finalizer run by the garbage
+collector inside an allocator call) the pointer is queued and freed at the next call.
+Before gpurt destroys a stream it owns, :meth:`CachingAllocator.retire_stream` finishes
+with it (gpurt/_streamuses.py says how), so no event is ever recorded on a dead stream.
 
 The hot path. Python pays for every call and attribute, so ``malloc`` and ``free`` are
 written out in full, statistics are packed integers (gpurt/_memstats.py), and the commonest
@@ -41,7 +45,8 @@ from . import _memstats as ms
 from ._allocconf import AllocatorConfig
 from ._blocks import Block
 from ._memhistory import HistorySettings, capture_frames
-from ._segments import CAPTURES, MIN_BLOCK, SMALL_SIZE, Backend, SegmentCache
+from ._segments import CAPTURES, MIN_BLOCK, SMALL_SIZE, Backend, CaptureRoute
+from ._streamuses import StreamUses
 
 __all__: list[str] = []
 
@@ -51,9 +56,10 @@ _ALLOC_BYTES = ms.ALLOC_BYTES
 _REQUESTED_SHIFT = ms.REQUESTED_SHIFT
 _SPLIT = ms.SPLIT
 _SPLIT_BYTES = ms.SPLIT_BYTES
+RETIRE_WAIT = 1.0  # seconds retire_stream waits for the lock before asking to be called again
 
 
-class CachingAllocator(SegmentCache):
+class CachingAllocator(StreamUses):
     """The caching allocator of one device. Thread-safe (one lock)."""
 
     def __init__(self, device: int, backend: Backend, config: AllocatorConfig,
@@ -61,9 +67,6 @@ class CachingAllocator(SegmentCache):
         super().__init__(device, backend, config, history)
         self._lock = threading.Lock()
         self._allocated: dict[int, Block] = {}
-        self._events: dict[int, Deque[tuple[Any, Block]]] = {}
-        self._event_pool: list[Any] = []
-        self._needs_events: list[Block] = []  # freed with stream uses, events not recorded yet
         self._queued: Deque[int] = collections.deque()  # frees that could not take the lock
         self._queued_releases: Deque[Any] = collections.deque()  # release_pool, likewise
         self._work = False  # deferred work waits (events, empty_cache, uncached frees)
@@ -125,6 +128,8 @@ class CachingAllocator(SegmentCache):
         """The full allocation path (torch's malloc + alloc_found_block)."""
         if self._hot is not None:
             self._unpark()
+        if self._retired and stream in self._retired and CAPTURES.count == 0:
+            self._outlive_retired(stream)
         if size < MIN_BLOCK:
             rsize = MIN_BLOCK
         elif self._round_pow2:
@@ -298,15 +303,17 @@ class CachingAllocator(SegmentCache):
             frames = capture_frames() if history.free_frames else block.frames
             self.trace.record("free_requested", ptr, block.requested, block.stream, frames)
         if block.stream_uses:
-            # allocated -> pending: events are recorded on the using streams at the next
-            # safe point, and the block returns to its pool when they have all completed.
+            # allocated -> pending: events are recorded on the using streams (now if that is
+            # safe, else at the next allocation), and the block returns to its pool when they
+            # have all completed.
             part = ms.ALLOCATION + block.size * ms.ALLOCATED_BYTES
             if block.size >= self._max_split:
                 part += ms.OVERSIZE_ALLOCATION
             self.stats.change(block.pool.stats, 0, part)
             block.vector -= part
-            self._needs_events.append(block)
-            self._work = True
+            if not self._record_at_free(block):
+                self._needs_events.append(block)
+                self._work = True
             return
         self._free_block(block)
         if not self._caching:
@@ -390,6 +397,27 @@ class CachingAllocator(SegmentCache):
                 return block
         return None
 
+    def retire_stream(self, stream: int, own_device: bool) -> bool:
+        """Finish with ``stream`` before gpurt destroys it (see the module docstring and
+        :meth:`_retire_uses`). False when that has to wait (a capture is underway, or the
+        lock stayed busy): the stream must then be kept and this asked again later."""
+        if not self._lock.acquire(timeout=RETIRE_WAIT):
+            return False
+        try:
+            if self._queued:
+                self._drain_queue()
+            if self._hot is not None:
+                self._unpark()
+            users = [b for b in self._allocated.values()
+                     if b.stream_uses and stream in b.stream_uses]
+            done = self._retire_uses(stream, users, own_device)
+            self._work = self._work or bool(self._retired)
+            return done
+        finally:
+            if self._queued:
+                self._drain_queue()
+            self._lock.release()
+
     def _service(self) -> None:
         """Deferred work: queued frees, and, when no capture is underway, recording and
         polling events, a wanted empty_cache, segments of the uncached mode."""
@@ -398,7 +426,7 @@ class CachingAllocator(SegmentCache):
         if CAPTURES.count == 0:
             if self._needs_events:
                 self._insert_events()
-            if self._events:
+            if self._events or self._retired:
                 self._process_events()
             if self._empty_cache_wanted:
                 self._empty_cache_wanted = False
@@ -406,53 +434,9 @@ class CachingAllocator(SegmentCache):
             if not self._caching:
                 self._release_unsplit(self._small)
                 self._release_unsplit(self._large)
-        self._work = bool(self._needs_events or self._events or self._empty_cache_wanted
+        self._work = bool(self._needs_events or self._events or self._retired
+                          or self._empty_cache_wanted
                           or (not self._caching and bool(super()._all_blocks())))
-
-    def _insert_events(self) -> None:
-        blocks, self._needs_events = self._needs_events, []
-        for block in blocks:
-            uses, block.stream_uses = block.stream_uses or set(), None
-            for stream in uses:
-                event = self._event_pool.pop() if self._event_pool else self.backend.event_create()
-                try:
-                    self.backend.event_record(event, stream)
-                except Exception:  # e.g. the stream was destroyed since record_stream
-                    self._event_pool.append(event)
-                    self.backend.synchronize()  # then every use has finished
-                    continue
-                block.event_count += 1
-                self._events.setdefault(stream, collections.deque()).append((event, block))
-            if block.event_count == 0:
-                self._free_block(block)
-
-    def _process_events(self) -> None:
-        for stream in list(self._events):
-            queue = self._events[stream]
-            while queue:
-                event, block = queue[0]
-                if not self.backend.event_query(event):
-                    break
-                queue.popleft()
-                self._event_pool.append(event)
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self._free_block(block)
-            if not queue:
-                del self._events[stream]
-
-    def _synchronize_and_free_events(self) -> None:
-        self.stats.num_sync_all_streams += 1
-        if self._needs_events:
-            self._insert_events()
-        for queue in self._events.values():
-            for event, block in queue:
-                self.backend.event_synchronize(event)
-                self._event_pool.append(event)
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self._free_block(block)
-        self._events.clear()
 
     def _release_cached_blocks(self) -> None:
         if self._hot is not None:
@@ -525,20 +509,23 @@ class CachingAllocator(SegmentCache):
     # ---- graph-private pools ---------------------------------------------------------
 
     def begin_allocate_to_pool(self, pool_id: Any, stream: int) -> None:
-        """Route allocations on ``stream`` to private pool ``pool_id`` (made if new)."""
+        """Route allocations of the capture on ``stream`` to private pool ``pool_id`` (made
+        if new): those on ``stream`` and, once the capture has begun, on every stream that
+        joined it (torch's beginAllocateToPool with its capture-id filter)."""
         with self._lock:
             if self._capturing_to(pool_id):
                 raise RuntimeError(f"already allocating to private pool {pool_id!r}")
             if self._hot is not None:
                 self._unpark()
+            capture_id = self.backend.capture_id(stream)
             self._private_pool(pool_id)
-            self._captures.append((pool_id, stream))
+            self._captures.append(CaptureRoute(pool_id, stream, capture_id))
             CAPTURES.add(1)
 
     def end_allocate_to_pool(self, pool_id: Any) -> None:
         with self._lock:
-            for i, (pid, _) in enumerate(self._captures):
-                if pid == pool_id:
+            for i, route in enumerate(self._captures):
+                if route.pool_id == pool_id:
                     del self._captures[i]
                     CAPTURES.add(-1)
                     self._work = True
@@ -582,16 +569,7 @@ class CachingAllocator(SegmentCache):
 
     def _all_blocks(self) -> list[Block]:
         """Every block: free, allocated and pending."""
-        blocks = super()._all_blocks()
-        blocks += self._allocated.values()
-        blocks += self._needs_events
-        seen = {id(b) for b in blocks}
-        for queue in self._events.values():
-            for _, block in queue:
-                if id(block) not in seen:
-                    seen.add(id(block))
-                    blocks.append(block)
-        return blocks
+        return super()._all_blocks() + list(self._allocated.values()) + self._pending_blocks()
 
     def segments(self) -> list[tuple[Block, ...]]:
         """Each segment as its blocks in address order."""

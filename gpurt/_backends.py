@@ -2,8 +2,10 @@
 ``backend:cudaMallocAsync`` allocator over CUDA's stream-ordered pool.
 
 Every driver result goes through :func:`gpurt._driver.check`; the only codes looked at
-directly are CUDA_ERROR_OUT_OF_MEMORY (the caching core retries, then raises) and
-CUDA_ERROR_NOT_READY from cuEventQuery (not an error).
+directly are CUDA_ERROR_OUT_OF_MEMORY (the caching core retries, then raises),
+CUDA_ERROR_NOT_READY from cuEventQuery (not an error), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+from cuStreamGetCaptureInfo (the legacy stream, which no capture includes) and a failed
+cuEventRecord on a stream gpurt does not own (its owner destroyed it: synchronize instead).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any, Deque
 from cuda.bindings import driver as cu
 
 from . import _memstats as ms
-from ._allocator import CAPTURES
+from ._allocator import CAPTURES, RETIRE_WAIT
+from ._blocks import RetiredUse
 from ._driver import OutOfMemoryError, check
+from ._handles import in_host_callback
 from ._memhistory import DeviceTrace, HistorySettings, capture_frames, frames_json
-from .device import bind_context
+from .device import bind_context, primary_context
 
 __all__: list[str] = []
 
@@ -26,6 +30,8 @@ _OOM = int(cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
 _NOT_READY = int(cu.CUresult.CUDA_ERROR_NOT_READY)
 _RELAXED = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 _NO_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+_IMPLICIT = int(cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+_CAPTURE_ACTIVE = int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE)
 
 
 def out_of_memory_error(message: str, call: str) -> OutOfMemoryError:
@@ -104,6 +110,25 @@ class DriverBackend:
     def synchronize(self) -> None:
         bind_context(self.index)
         check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def may_record_events(self) -> bool:
+        """Not on the driver's callback thread, and this device's context is the current one
+        (wraps cuCtxGetCurrent): a free, perhaps run by a finalizer between another call's
+        context bind and its driver call, must not bind a context of its own."""
+        if in_host_callback():
+            return False
+        current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        return int(current) == int(primary_context(self.index))
+
+    def capture_id(self, stream: int) -> int | None:
+        """Id of the capture sequence ``stream`` is part of (wraps cuStreamGetCaptureInfo,
+        whose first outputs are the status and the id in cuda-bindings 12 and 13 alike)."""
+        bind_context(self.index)
+        result = cu.cuStreamGetCaptureInfo(stream)
+        if int(result[0]) == _IMPLICIT:  # the legacy stream, while a blocking one captures
+            return None
+        status, capture_id = check(result, "cuStreamGetCaptureInfo")[:2]
+        return int(capture_id) if int(status) == _CAPTURE_ACTIVE else None
 
     def oom_error(self, message: str) -> BaseException:
         return out_of_memory_error(message, "cuMemAlloc")
@@ -184,11 +209,15 @@ class AsyncAllocator:
             size, stream, _, uses, frames = entry
             bind_context(self.device)
             for use in uses or ():
-                event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
-                if int(cu.cuEventRecord(event, use)[0]) == 0:
+                if type(use) is RetiredUse:  # recorded before its stream was destroyed
+                    event = use.event
                     check(cu.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
-                else:  # the using stream is gone: wait for everything instead
-                    check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+                else:
+                    event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
+                    if int(cu.cuEventRecord(event, use)[0]) == 0:
+                        check(cu.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+                    else:  # a stream from outside gpurt, destroyed: wait for everything
+                        check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
                 check(cu.cuEventDestroy(event), "cuEventDestroy")
             check(cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
             for name in self._stats:
@@ -213,6 +242,33 @@ class AsyncAllocator:
                                  f"{self.device}")
             if stream != entry[1]:
                 entry[3] = (entry[3] or set()) | {stream}
+
+    def retire_stream(self, stream: int, own_device: bool) -> bool:
+        """Finish with ``stream`` before gpurt destroys it: for allocations used on it, or
+        made on it (their free is ordered on that stream), record an event on it now, which
+        the free waits for instead; those made on it are then freed on the legacy default
+        stream. False when that must wait (a capture is underway, or the lock stays busy)."""
+        if not self._lock.acquire(timeout=RETIRE_WAIT):
+            return False
+        try:
+            entries = [e for e in self._live.values()
+                       if e[1] == stream or (e[3] and stream in e[3])]
+            if not entries:
+                return True
+            if CAPTURES.count:
+                return False
+            bind_context(self.device)
+            for entry in entries:
+                event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
+                check(cu.cuEventRecord(event, stream), "cuEventRecord")
+                uses = (entry[3] or set()) - {stream}
+                uses.add(RetiredUse(self.device, stream, event))
+                entry[3] = uses
+                if entry[1] == stream:
+                    entry[1] = 0
+            return True
+        finally:
+            self._lock.release()
 
     def empty_cache(self) -> None:
         """Issue queued frees, synchronize, and trim the pool (wraps cuMemPoolTrimTo)."""

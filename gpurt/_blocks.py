@@ -37,7 +37,7 @@ class Block:
         self.allocated = False
         self.is_free = False
         self.event_count = 0
-        self.stream_uses: set[int] | None = None
+        self.stream_uses: set[int | RetiredUse] | None = None
         self.gc_base = 0
         self.vector = 0  # packed statistics charged while allocated/active (see _memstats)
         self.frames: tuple | None = None
@@ -56,6 +56,22 @@ class Block:
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.is_free else "pending")
         return f"Block(0x{self.ptr:x}, {self.size}, stream={self.stream}, {state})"
+
+
+class RetiredUse:
+    """A use of a block on a stream that gpurt has destroyed since (``record_stream``): the
+    event recorded on that stream just before, standing in for it. The stream handle is
+    kept only as a key; nothing may be enqueued on it any more."""
+
+    __slots__ = ("device", "stream", "event")
+
+    def __init__(self, device: int, stream: int, event: Any) -> None:
+        self.device = device
+        self.stream = stream
+        self.event = event
+
+    def __repr__(self) -> str:
+        return f"RetiredUse(cuda:{self.device}, stream=0x{self.stream:x})"
 
 
 class FreeBlocks:

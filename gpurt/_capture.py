@@ -6,7 +6,7 @@ allocator. A replay still in flight is safe: the driver frees a destroyed execut
 when it completes, and the allocator returns a released pool's segments only through
 empty_cache (cuMemFree waits for the device). While any capture is underway even these calls
 are avoided, so releases that happen then, mostly from garbage collection, are queued and
-run when the last capture ends.
+run when the last capture ends (likewise for a finalizer run on the driver's callback thread).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from cuda.bindings import driver as cu
 
 from . import memory as _memory
 from ._driver import CudaError, check
+from ._handles import in_host_callback
 from .device import bind_context
 
 __all__ = ["GraphCaptureError", "GraphUpdateError"]
@@ -170,8 +171,9 @@ def pending_releases() -> int:
 
 def release(state: GraphState, warn: bool = False) -> None:
     """Destroy a graph's handles and release its pools now, or queue that while a capture
-    is underway. Called from finalizers: never raises."""
-    if _active_captures:
+    is underway or on the driver's host-callback thread (where a finalizer may run, and no
+    CUDA call is allowed). Called from finalizers: never raises."""
+    if _active_captures or in_host_callback():
         _deferred.append(state)
     else:
         _destroy(state, warn)
@@ -179,7 +181,7 @@ def release(state: GraphState, warn: bool = False) -> None:
 
 def drain_deferred() -> None:
     """Run the releases queued during captures, once none is underway."""
-    while not _active_captures:
+    while not _active_captures and not in_host_callback():
         try:
             state = _deferred.popleft()
         except IndexError:

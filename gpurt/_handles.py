@@ -5,6 +5,13 @@ Finalizers never call the driver: they queue the handle, and :func:`release_pend
 queued handles at a safe point (streams.py calls it when it creates or closes a stream or an
 event). A finalizer may fire anywhere -- inside a host callback, where CUDA calls are not
 permitted, or at shutdown -- so this is the only safe place to do it.
+
+Layers above may still hold a stream's raw handle (the caching allocator keeps the streams a
+block was used on, and records events on them later). Recording on a destroyed stream is not
+an error the driver reports: it crashes the process. So before gpurt destroys a stream it
+owns, it asks the hooks registered with :func:`before_stream_destroy` to finish with it; a
+hook that cannot do so now (a graph capture is underway) makes the destroy wait for the next
+safe point.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import collections
 import ctypes
 import itertools
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -70,6 +78,20 @@ def not_ready(result: tuple) -> bool:
 # ---- owned handles and their deferred release ------------------------------------------
 
 
+StreamHook = Callable[[int, int], bool]
+_stream_hooks: list[StreamHook] = []
+
+
+def before_stream_destroy(hook: StreamHook) -> None:
+    """Register ``hook(device_index, stream_handle) -> bool``, called before gpurt destroys a
+    stream it owns. The hook must stop every later use of that handle (e.g. record the events
+    it would have recorded there later, now) and must not raise; it returns False when it
+    cannot do that yet, and the stream is then kept and destroyed at a later safe point (the
+    hooks are asked again then, so a hook may see the same stream twice)."""
+    if hook not in _stream_hooks:
+        _stream_hooks.append(hook)
+
+
 class Owned:
     """A stream or event handle gpurt created and must destroy exactly once. It holds no
     reference to the Python object that uses it, so it can outlive it in the queue."""
@@ -85,13 +107,23 @@ class Owned:
         self.name = name
         _live[kind] += 1
 
-    def release(self) -> None:
-        """Destroy the handle (skipped in a forked child, where it belongs to the parent)."""
+    def release(self) -> bool:
+        """Destroy the handle (skipped in a forked child, where it belongs to the parent).
+        False when a :func:`before_stream_destroy` hook asked to wait: nothing was done, and
+        the caller queues the handle for a later safe point."""
+        if _driver.is_forked_child():
+            _live[self.kind] -= 1
+            return True
+        if self.kind == "stream":
+            handle = int(self.handle)
+            ready = [hook(self.index, handle) for hook in list(_stream_hooks)]
+            if not all(ready):
+                return False
         try:
-            if not _driver.is_forked_child():
-                call(self.index, self.name, self.destroy, self.handle)
+            call(self.index, self.name, self.destroy, self.handle)
         finally:
             _live[self.kind] -= 1
+        return True
 
 
 _live: collections.Counter[str] = collections.Counter()
@@ -105,15 +137,22 @@ def adopt(owner: object, owned: Owned) -> weakref.finalize:
     return finalizer
 
 
+def release_later(owned: Owned) -> None:
+    """Queue ``owned`` for the next :func:`release_pending` (its release had to wait)."""
+    _pending.append(owned)
+
+
 def release_pending() -> None:
-    """Destroy the handles of collected streams and events; called at safe points."""
-    while _pending:
+    """Destroy the handles of collected streams and events; called at safe points. A stream
+    whose destroy must wait (see :func:`before_stream_destroy`) stays queued for the next."""
+    for _ in range(len(_pending)):  # what is queued now: a waiting stream is queued again
         try:
             owned = _pending.popleft()
         except IndexError:  # another thread emptied it
             return
         try:
-            owned.release()
+            if not owned.release():
+                _pending.append(owned)
         except CudaError as exc:
             warnings.warn(f"gpurt: releasing a collected {owned.kind} failed: {exc}",
                           RuntimeWarning, stacklevel=2)
@@ -129,22 +168,33 @@ def live_handles() -> dict[str, int]:
 _host_callbacks: dict[int, Callable[[], Any]] = {}  # one-shot: dropped once they ran
 _graph_callbacks: dict[int, Callable[[], Any]] = {}  # captured into graphs: run on every replay
 _callback_keys = itertools.count(1)
+_callback_thread = threading.local()  # .running: a host callback runs on this thread now
+
+
+def in_host_callback() -> bool:
+    """True on the driver's thread while it runs a host callback, where no CUDA call is
+    permitted (also for finalizers that the garbage collector happens to run there)."""
+    return getattr(_callback_thread, "running", False)
 
 
 def _run_host_callback(key: int | None) -> None:
     """Runs on the driver's callback thread. An exception propagates to ctypes, which
     reports it through ``sys.unraisablehook`` and carries on: it never crashes the process."""
     key = key or 0
-    captured = _graph_callbacks.get(key)
-    if captured is not None:
-        captured()
-        return
+    _callback_thread.running = True
     try:
-        callback = _host_callbacks.get(key)
-        if callback is not None:
-            callback()
+        captured = _graph_callbacks.get(key)
+        if captured is not None:
+            captured()
+            return
+        try:
+            callback = _host_callbacks.get(key)
+            if callback is not None:
+                callback()
+        finally:
+            _host_callbacks.pop(key, None)
     finally:
-        _host_callbacks.pop(key, None)
+        _callback_thread.running = False
 
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_run_host_callback)  # lives forever

@@ -4,7 +4,8 @@ Like torch's CachingHostAllocator: sizes round up to a power of two and each siz
 list; a new block is a cuMemHostAlloc of that size; a freed block used by streams
 (``host_record_stream``) is reused only after events recorded on them complete; nothing is
 split. Statistics use torch's host_memory_stats keys. Frees never call the driver (they are
-safe from finalizers): events for stream uses are recorded at the next allocation.
+safe from finalizers): events for stream uses are recorded at the next allocation (none
+while a graph capture is underway), or, for a stream gpurt is about to destroy, at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from . import _memstats as ms
+from ._allocator import CAPTURES, RETIRE_WAIT
 from ._backends import event_query
+from ._blocks import RetiredUse
 from ._driver import check
 from .device import bind_context, current_device
 
@@ -50,7 +53,7 @@ class _HostBlock:
         self.size = size
         self.allocated = True
         self.event_count = 0
-        self.streams: set[tuple[int, int]] | None = None  # (device, stream handle)
+        self.streams: set[tuple[int, int] | RetiredUse] | None = None  # (device, stream)
 
 
 class PinnedAllocator:
@@ -151,17 +154,49 @@ class PinnedAllocator:
                 return block
         return None
 
+    def retire_stream(self, device: int, stream: int) -> bool:
+        """Before gpurt destroys ``stream``: record the events of the blocks used on it now
+        (see gpurt/_streamuses.py). False when that must wait (a graph capture is underway,
+        or the lock stays busy)."""
+        if not self._lock.acquire(timeout=RETIRE_WAIT):
+            return False
+        try:
+            use = (device, stream)
+            users = [b for b in self._blocks.values() if b.streams and use in b.streams]
+            if not users:
+                return True
+            if CAPTURES.count:
+                return False
+            for block in users:
+                block.streams.discard(use)
+                block.streams.add(RetiredUse(device, stream, self._record(device, stream)))
+            bind_context(current_device())
+            return True
+        finally:
+            self._lock.release()
+
+    @staticmethod
+    def _record(device: int, stream: int) -> Any:
+        bind_context(device)
+        event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
+        check(cu.cuEventRecord(event, stream), "cuEventRecord")
+        return event
+
     def _process_events(self) -> None:
+        """Record the events of freed blocks' stream uses; release the blocks whose events
+        have completed. Waits while a graph capture is underway."""
+        if CAPTURES.count:
+            return
         for block in self._needs_events:
-            for device, stream in block.streams or ():
-                bind_context(device)
-                event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
-                check(cu.cuEventRecord(event, stream), "cuEventRecord")
+            for use in block.streams or ():
+                event = use.event if type(use) is RetiredUse else self._record(*use)
                 block.event_count += 1
                 self._events.append((event, block))
             block.streams = None
             if block.event_count == 0:
                 self._release(block)
+        if self._needs_events:
+            bind_context(current_device())
         self._needs_events = []
         pending: Deque[tuple[Any, _HostBlock]] = collections.deque()
         while self._events:
@@ -176,8 +211,11 @@ class PinnedAllocator:
         self._events = pending
 
     def empty_cache(self) -> None:
-        """Free every cached pinned block (wraps cuMemFreeHost)."""
+        """Free every cached pinned block (wraps cuMemFreeHost); nothing while a graph
+        capture is underway (cuMemFreeHost synchronizes)."""
         with self._lock:
+            if CAPTURES.count:
+                return
             self._drain_queue()
             self._process_events()
             for blocks in self._free.values():
@@ -218,6 +256,11 @@ class PinnedAllocator:
 
 
 _host = PinnedAllocator()
+
+
+def retire_stream(device: int, stream: int) -> bool:
+    """gpurt.memory's stream-destroy hook for pinned memory (see PinnedAllocator)."""
+    return _host.retire_stream(device, stream)
 
 
 def caching_host_allocator_alloc(size: int) -> int:

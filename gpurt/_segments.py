@@ -46,8 +46,28 @@ class Backend(Protocol):
     def synchronize(self) -> None:
         """Wait for all work on the device (when an event cannot be recorded)."""
 
+    def may_record_events(self) -> bool:
+        """True when this thread may record events for this device right now, without
+        binding another context (False on the driver's host-callback thread)."""
+
+    def capture_id(self, stream: int) -> int | None:
+        """Id of the graph capture ``stream`` takes part in, None when it captures nothing."""
+
     def oom_error(self, message: str) -> BaseException:
         """The exception to raise when the allocator gives up."""
+
+
+class CaptureRoute:
+    """Allocations of one graph capture go to private pool ``pool_id``: those on ``stream``
+    (the capturing stream) and on any stream that joined the capture (same ``capture_id``,
+    looked up once the capture has begun), as torch routes them."""
+
+    __slots__ = ("pool_id", "stream", "capture_id")
+
+    def __init__(self, pool_id: Any, stream: int, capture_id: int | None) -> None:
+        self.pool_id = pool_id
+        self.stream = stream
+        self.capture_id = capture_id
 
 
 class _Captures:
@@ -89,7 +109,7 @@ class SegmentCache:
         self._small = BlockPool(True, self.stats.small)
         self._large = BlockPool(False, self.stats.large)
         self._private: dict[Any, PrivatePool] = {}
-        self._captures: list[tuple[Any, int]] = []  # (private pool id, capturing stream)
+        self._captures: list[CaptureRoute] = []
         self._segments: dict[int, tuple[int, Any]] = {}  # base -> (size, frames)
         self._spare: list[Block] = []  # recycled Block objects
         self._reserved = 0  # torch's total_allocated_memory
@@ -132,14 +152,30 @@ class SegmentCache:
     # ---- graph-private pools ---------------------------------------------------------
 
     def _capture_pool(self, rsize: int, stream: int) -> BlockPool:
-        for pool_id, capturing in self._captures:
-            if capturing == stream:
-                private = self._private[pool_id]
-                return private.small if rsize <= SMALL_SIZE else private.large
-        return self._small if rsize <= SMALL_SIZE else self._large
+        """The pool for an allocation on ``stream`` while captures are underway: the private
+        pool of the capture that ``stream`` is part of, else the default pool."""
+        route = self._route_of(stream)
+        if route is None:
+            return self._small if rsize <= SMALL_SIZE else self._large
+        private = self._private[route.pool_id]
+        return private.small if rsize <= SMALL_SIZE else private.large
+
+    def _route_of(self, stream: int) -> CaptureRoute | None:
+        for route in self._captures:
+            if route.stream == stream:
+                return route
+        capture_id = self.backend.capture_id(stream)  # a side stream that joined a capture?
+        if capture_id is None:
+            return None
+        for route in self._captures:
+            if route.capture_id is None:  # routed before its capture began
+                route.capture_id = self.backend.capture_id(route.stream)
+            if route.capture_id == capture_id:
+                return route
+        return None
 
     def _capturing_to(self, pool_id: Any) -> bool:
-        return any(pid == pool_id for pid, _ in self._captures)
+        return any(route.pool_id == pool_id for route in self._captures)
 
     def _private_pool(self, pool_id: Any) -> PrivatePool:
         private = self._private.get(pool_id)

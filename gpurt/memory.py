@@ -14,13 +14,16 @@ import itertools
 import json
 import os
 import threading
+import warnings
 from typing import Any, Union
 
 from . import _allocconf
 from . import _memstats as ms
+from . import _pinned
 from ._allocator import CachingAllocator
 from ._backends import AsyncAllocator, DriverBackend
 from ._driver import is_initialized
+from ._handles import before_stream_destroy
 from ._memhistory import HistorySettings
 from ._memsummary import summary_table
 from ._pinned import *  # noqa: F401,F403
@@ -169,6 +172,27 @@ def record_stream(obj: Any, stream: Any) -> None:
         except ValueError:
             continue
     raise ValueError(f"0x{ptr:x} is not inside memory from gpurt's caching allocator")
+
+
+def _retire_stream(device_index: int, handle: int) -> bool:
+    """Runs before gpurt destroys one of its streams: every allocator records now what it
+    would later have recorded on that stream (see gpurt/_streamuses.py). False asks
+    gpurt.streams to keep the stream and try again at its next safe point. Never raises."""
+    done = True
+    allocators: list[Any] = [*_allocators.values(), None]
+    for allocator in allocators:
+        try:
+            if allocator is None:
+                done = _pinned.retire_stream(device_index, handle) and done
+            else:
+                done = allocator.retire_stream(handle, allocator.device == device_index) and done
+        except Exception as exc:  # noqa: BLE001 - the device is failing; say so, carry on
+            warnings.warn(f"gpurt: finishing with a stream before destroying it: {exc}",
+                          RuntimeWarning, stacklevel=2)
+    return done
+
+
+before_stream_destroy(_retire_stream)
 
 
 # ---- statistics ----------------------------------------------------------------------
@@ -325,7 +349,8 @@ def new_pool_id() -> PoolId:
 
 def begin_allocate_to_pool(device_index: int, pool_id: PoolId, stream_handle: int) -> None:
     """Until :func:`end_allocate_to_pool`, allocations on ``stream_handle`` (a capturing
-    stream) come from private pool ``pool_id`` (created if new, with no reference)."""
+    stream) and on the streams that join its capture come from private pool ``pool_id``
+    (created if new, with no reference)."""
     _allocator(device_index).begin_allocate_to_pool(pool_id, int(stream_handle))
 
 
@@ -341,8 +366,11 @@ def retain_pool(device_index: int, pool_id: PoolId) -> None:
 
 def release_pool(device_index: int, pool_id: PoolId) -> None:
     """Drop a reference; at zero the pool's unused segments go back to the driver at the
-    next empty_cache (or out-of-memory retry), as in torch."""
-    _allocator(device_index).release_pool(pool_id)
+    next empty_cache (or out-of-memory retry), as in torch. Safe from finalizers: no driver
+    call, no new allocator, queued when the allocator is busy."""
+    allocator = _allocators.get(device_index)
+    if allocator is not None:
+        allocator.release_pool(pool_id)
 
 
 def captures_underway(device_index: int) -> bool:

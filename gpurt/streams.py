@@ -37,6 +37,7 @@ from ._handles import (
     live_handles,  # noqa: F401  (re-exported for leak checks)
     not_ready,
     raw_call,
+    release_later,
     release_pending,
 )
 from .device import Device, DeviceLike, _index, current_device, set_device
@@ -314,7 +315,9 @@ class Stream:
     # -- lifetime and context --
     def close(self) -> None:
         """Destroy the stream now (wraps cuStreamDestroy; queued work still completes).
-        Idempotent; a no-op for borrowed streams (default stream, ExternalStream)."""
+        Idempotent; a no-op for borrowed streams (default stream, ExternalStream). The
+        caching allocator first records what it still needs on the stream; while a graph
+        capture is underway that waits, and the handle is destroyed at a later safe point."""
         owned, finalizer = self._owned, self._finalizer
         if owned is None or finalizer is None or self._handle is None:
             return
@@ -324,7 +327,8 @@ class Stream:
         self._handle = None
         finalizer.detach()
         release_pending()
-        owned.release()
+        if not owned.release():
+            release_later(owned)
 
     def __enter__(self) -> Stream:
         _enter(self, self)

@@ -40,7 +40,9 @@ class Config:
     (TMA + wgmma, sm_90a). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
     partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
-    ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles."""
+    ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
+    ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
+    output's rows are 16-byte aligned; plain stores otherwise)."""
 
     kernel: str
     bm: int
@@ -52,6 +54,7 @@ class Config:
     split_k: int = 1
     group_m: int = 8
     cluster_m: int = 1
+    tma_store: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma"):
@@ -65,8 +68,12 @@ class Config:
             raise ValueError("the wgmma kernel does not split K")
         if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
             raise ValueError(f"clusters of 2 CTAs are for the wgmma kernel only: {self}")
-        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or self.bn % 64):
-            raise ValueError(f"simt tiles are (32 i) x (64 j) x (8|16), not {self}")
+        if self.tma_store and self.kernel != "wgmma":
+            raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
+        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
+                                      self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
+            raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
+                             f"32 x 64 or 32 x 128, not {self}")
         if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
                                      or self.wn % 16 or self.bk % 16):
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
@@ -76,7 +83,7 @@ class Config:
         if self.kernel == "wgmma":
             return 384
         if self.kernel == "simt":
-            return (self.bm // 32) * (self.bn // 64) * 32
+            return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
 
     def shared_mem(self, a_kmajor: bool, b_kmajor: bool, itemsize: int = 2) -> int:
@@ -85,7 +92,8 @@ class Config:
             return 0
         if self.kernel == "wgmma":
             stage = (self.bm + self.bn) * self.bk * 2
-            return self.stages * stage + 2 * 8 * self.stages + 1024
+            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 64 x 128 x 2 B
+            return self.stages * stage + staging + 2 * 8 * self.stages + 1024
         pad = 8 if itemsize == 2 else 4
         a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)
         b = self.bn * (self.bk + pad) if b_kmajor else self.bk * (self.bn + pad)
@@ -100,9 +108,12 @@ class Config:
         """The template instantiation for gpurt.compile(name_expressions=...)."""
         ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
         if self.kernel == "simt":
-            return f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {ak}, {bk_}, {v}>"
+            tn = (self.wn or 64) // 8
+            return f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {ak}, {bk_}, {v}>"
         if self.kernel == "wgmma":
-            return f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}>"
+            epi = str(self.tma_store).lower()
+            return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
+                    f"{epi}>")
         return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
                 f"{self.stages}, {ak}, {bk_}, {v}>")
 
@@ -111,7 +122,7 @@ class Config:
 
     def label(self) -> str:
         text = f"{self.kernel} {self.bm}x{self.bn}x{self.bk}"
-        if self.kernel == "mma":
+        if self.kernel == "mma" or self.wn:
             text += f" w{self.wm}x{self.wn}"
         if self.kernel != "simt":
             text += f" s{self.stages}"
@@ -119,6 +130,8 @@ class Config:
             text += f" split{self.split_k}"
         if self.cluster_m > 1:
             text += f" c{self.cluster_m}"
+        if self.tma_store:
+            text += " tmaC"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:
@@ -164,8 +177,8 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 
 # Base candidates per kernel, before split-K is applied.
-_SIMT = (Config("simt", 128, 128, 8), Config("simt", 128, 128, 16), Config("simt", 64, 128, 8),
-         Config("simt", 64, 64, 8))
+_SIMT = (Config("simt", 128, 128, 8), Config("simt", 128, 256, 8, 32, 128),
+         Config("simt", 64, 128, 8), Config("simt", 64, 64, 8))
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -181,6 +194,9 @@ _WGMMA = (
     Config("wgmma", 128, 128, 64, stages=6, group_m=8),
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2),
     Config("wgmma", 128, 256, 64, stages=4, group_m=16),
+    Config("wgmma", 128, 256, 64, stages=4, group_m=16, tma_store=True),
+    Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True),
+    Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
 )
 
 

@@ -45,7 +45,9 @@ ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, item
 LARGE_ITEMS = 8
 GROUP_ROWS_THREADS = 128  # CTA size when lane groups of <= 32 share it
 MAX_THREADS = 1024
-SMEM_BYTES = 192 * 1024  # shared memory a CTA of MAX_THREADS may add for the longest rows
+# Rows longer than one CTA of MAX_THREADS holds in registers, by the number of inputs (1
+# forward, 2 backward): (threads, CTAs per multiprocessor, shared memory bytes) of a CTA.
+LONG_CTA = {1: (512, 2, 96 * 1024), 2: (1024, 1, 192 * 1024)}
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
@@ -60,7 +62,7 @@ class Variant:
     ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
     each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
     share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
-    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers (``rows``);
+    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers;
     the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors).
     """
 
@@ -94,7 +96,7 @@ class Variant:
             raise ValueError(f"cluster={self.cluster} does not fit kind {self.kind!r}")
         if self.vec * _STORAGE_BYTES[self.dtype] > 16:
             raise ValueError(f"vec={self.vec} is wider than 16 bytes")
-        if self.min_blocks != 1 and (self.kind != "rows"
+        if self.min_blocks != 1 and (self.kind == "split"
                                      or not 1 <= self.min_blocks * self.threads <= 2048):
             raise ValueError(f"min_blocks={self.min_blocks} does not fit this variant")
         if self.smem_items and (self.kind == "split" or not 0 < self.smem_items <= self.items
@@ -129,7 +131,7 @@ class Variant:
                     f"{self.smem_items}>",)
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
-                    f"{self.smem_items}>",)
+                    f"{self.min_blocks}, {self.smem_items}>",)
         return (f"softmax_partial<{common}, {self.threads}>",
                 f"softmax_finish<{common}, {self.threads}>")
 
@@ -187,9 +189,9 @@ def choose_variant(
     most = max(1, held // (inputs * vec))
     nvec = -(-cols // vec)
 
-    def fit(kind: str, group: int, threads: int, cluster: int = 1) -> Variant:
+    def fit(kind: str, group: int, threads: int, cluster: int = 1, blocks: int = 1) -> Variant:
         items = _pow2_at_least(-(-nvec // (group * cluster)))
-        return Variant(kind, code, op, vec, items, group, threads, cluster)
+        return Variant(kind, code, op, vec, items, group, threads, cluster, blocks)
 
     items = next((n for limit, n in ITEMS_BY_VECTORS if nvec <= limit), LARGE_ITEMS)
     items = min(items, most)
@@ -199,26 +201,27 @@ def choose_variant(
     threads = _pow2_at_least(-(-nvec // items))
     if threads <= MAX_THREADS:
         return fit("rows", threads, threads)
-    # One CTA of MAX_THREADS per row, or a cluster of them, holding `most` vectors per input
-    # and thread in registers; or (16-byte vectors, sm_90) half of that in registers, where
-    # the addresses of the asynchronous copies need room, and more in shared memory, where
-    # that makes fewer CTAs per row.
-    ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
-    keep = 0
-    # (float32 log_softmax's compiled code has no registers to spare for this)
+    # Longer rows (sm_90, 16-byte vectors): CTAs of LONG_CTA's shape, each holding half its
+    # register budget (`most` vectors per input and thread) in registers, where the addresses
+    # of the asynchronous copies need room, and more in shared memory; a cluster of them
+    # when one is not enough. (float32 log_softmax's compiled code has no registers to spare
+    # for this.) Otherwise CTAs of MAX_THREADS holding `most` in registers, alone or in a
+    # cluster; longer still, the split.
     if clusters and vec * _STORAGE_BYTES[code] == 16 and (code, op) != (0, LOG_SOFTMAX):
+        threads, blocks, smem = LONG_CTA[inputs]
         keep = max(1, most // 2)
-        room = SMEM_BYTES // (inputs * MAX_THREADS * 16)
+        room = smem // (inputs * threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
-        fewer = _pow2_at_least(-(-nvec // (MAX_THREADS * total)))
-        if fewer < ctas:
-            ctas = fewer
-        else:
-            keep = 0
+        ctas = _pow2_at_least(-(-nvec // (threads * total)))
+        if ctas == 1:
+            return _with_smem(fit("rows", threads, threads, 1, blocks), most, keep)
+        if ctas <= MAX_CLUSTER:
+            return _with_smem(fit("cluster", threads, threads, ctas, blocks), most, keep)
+    ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
     if ctas == 1:
-        return _with_smem(fit("rows", MAX_THREADS, MAX_THREADS), most, keep)
+        return fit("rows", MAX_THREADS, MAX_THREADS)
     if clusters and ctas <= MAX_CLUSTER:
-        return _with_smem(fit("cluster", MAX_THREADS, MAX_THREADS, ctas), most, keep)
+        return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS)
 
 

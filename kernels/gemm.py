@@ -298,17 +298,16 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
 _maps: dict[tuple[int, ...], bytes] = {}
 
 
-def _tensor_map(op: _Operand, rows: int, k: int, dt: int, box_rows: int) -> bytes:
-    """The 128-byte CUtensorMap of one wgmma operand (wraps cuTensorMapEncodeTiled): K-major
-    boxes are [box_rows][64 k], the others [64 k][64 rows]; 128-byte swizzle, zero fill."""
-    inner, outer = (k, rows) if op.kmajor else (rows, k)
-    box = (64, box_rows) if op.kmajor else (64, 64)
-    key = (op.ptr, inner, outer, op.ld, dt, *box)
+def _encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[int, int]) -> bytes:
+    """A 128-byte CUtensorMap of a 2-D 16-bit matrix (wraps cuTensorMapEncodeTiled): rows of
+    ``inner`` elements, ``ld`` apart; ``box`` = (inner, outer) elements; 128-byte swizzle,
+    zero fill outside. Cached by its arguments."""
+    key = (ptr, inner, outer, ld, dt, *box)
     found = _maps.get(key)
     if found is None:
         u64, u32 = cu.cuuint64_t, cu.cuuint32_t
         tmap = gpurt.check(cu.cuTensorMapEncodeTiled(
-            _TMA_TYPES[dt], 2, op.ptr, [u64(inner), u64(outer)], [u64(op.ld * 2)],
+            _TMA_TYPES[dt], 2, ptr, [u64(inner), u64(outer)], [u64(ld * 2)],
             [u32(box[0]), u32(box[1])], [u32(1), u32(1)],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -320,6 +319,17 @@ def _tensor_map(op: _Operand, rows: int, k: int, dt: int, box_rows: int) -> byte
             _maps.clear()
         _maps[key] = found
     return found
+
+
+def _tensor_map(op: _Operand, rows: int, k: int, dt: int, box_rows: int) -> bytes:
+    """The tensor map of one wgmma operand: K-major boxes are [box_rows][64 k], the others
+    [64 k][64 rows]."""
+    if op.kmajor:
+        return _encode_map(op.ptr, k, rows, op.ld, dt, (64, box_rows))
+    return _encode_map(op.ptr, rows, k, op.ld, dt, (64, 64))
+
+
+_NO_MAP = bytes(128)
 
 
 # ---- launching -----------------------------------------------------------------------------------
@@ -343,8 +353,11 @@ def _launch(plan: _Plan, problem: Problem, config: Config, alpha: float, beta: f
         cm = config.cluster_m
         map_a = _tensor_map(a, plan.m, plan.k, plan.dt, 128)
         map_b = _tensor_map(b, plan.n, plan.k, plan.dt, config.bn // cm)
-        args = (map_a, map_b, out.ptr, cin_ptr, m, n, k, ld[2], ld[3], alpha32, beta32,
-                np.int32(config.group_m), np.int32(pair_ok))
+        store_ok = config.tma_store and out.ptr % 16 == 0 and plan.ldc % 8 == 0
+        map_c = _encode_map(out.ptr, plan.n, plan.m, plan.ldc, plan.dt, (64, 64)) \
+            if store_ok else _NO_MAP
+        args = (map_a, map_b, map_c, out.ptr, cin_ptr, m, n, k, ld[2], ld[3], alpha32, beta32,
+                np.int32(config.group_m), np.int32(pair_ok), np.int32(store_ok))
         if cm == 1:
             grid = min(tiles, problem.sm_count)
             kernels[0](grid, config.threads, args, shared_mem=smem, stream=stream)
@@ -434,23 +447,38 @@ def _capturing(stream: Any, index: int) -> bool:
     return status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
+_SPIN = r"""
+extern "C" __global__ void gemm_tune_spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
 def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: Any) -> float:
-    """Median of 3 device times (ms) of ``config`` into a scratch output, after a warm-up."""
+    """Device time (ms) of one run of ``config`` into a scratch output: the median of three
+    batches, each queued behind a spin kernel so that host time never counts as device time."""
     scratch = gpurt.empty((plan.m, plan.n), dtype=plan.out.dtype, device=plan.index,
                           stream=tuning_stream)
+    spin = gpurt.compile(_SPIN, arch=gpurt.get_arch(plan.index))["gemm_tune_spin"]
     saved = plan.ldc
     plan.ldc = plan.n
-    try:
-        _launch(plan, problem, config, 1.0, 0.0, scratch, None, tuning_stream)
-        times = []
-        for _ in range(3):
-            start, stop = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
-            start.record(tuning_stream)
+
+    def batch(count: int) -> float:
+        cycles = int(2e9 * (200e-6 + count * 150e-6))  # covers the host enqueueing `count`
+        spin(1, 1, (np.int64(cycles),), stream=tuning_stream)
+        start, stop = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
+        start.record(tuning_stream)
+        for _ in range(count):
             _launch(plan, problem, config, 1.0, 0.0, scratch, None, tuning_stream)
-            stop.record(tuning_stream)
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return sorted(times)[1]
+        stop.record(tuning_stream)
+        stop.synchronize()
+        return start.elapsed_time(stop) / count
+
+    try:
+        first = batch(1)  # compiles, loads and warms up
+        count = max(1, min(20, int(2.0 / max(first, 1e-3))))  # about 2 ms per batch
+        return sorted(batch(count) for _ in range(3))[1]
     finally:
         plan.ldc = saved
         tuning_stream.synchronize()

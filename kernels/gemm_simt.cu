@@ -1,8 +1,8 @@
 // Exact fp32 GEMM on the SIMT cores: 2-D block tiling (BM x BN x BK, BK 8 or 16), each warp a
-// 32 x 64 tile,
-// each thread an 8 x 8 block of outputs held in registers (two 4 x 4 quadrants per axis so its
-// shared-memory reads are float4 and conflict-free), the next K tile prefetched into registers
-// while the current one is multiplied (double-buffered shared memory, one barrier per tile).
+// 32 x 8*TN tile, each thread an 8 x TN block of outputs held in registers (4 x 4 quadrants, so
+// its shared-memory reads are float4 and conflict-free), the next K tile prefetched into
+// registers while the current one is multiplied (double-buffered shared memory, one barrier per
+// tile). TN = 8 caps registers at 128 for 2 CTAs per SM; TN = 16 runs 1 CTA of 8 warps per SM.
 // Layouts, epilogue and split-K conventions: gemm_common.cu.
 #include "gemm_common.cu"
 
@@ -87,14 +87,16 @@ struct TileLoader {
 
 }  // namespace simt
 
-template <int BM, int BN, int BK, bool A_K, bool B_K, bool VEC>
-__global__ void __launch_bounds__((BM / 32) * (BN / 64) * 32, 2)
+template <int BM, int BN, int BK, int TN, bool A_K, bool B_K, bool VEC>
+__global__ void __launch_bounds__((BM / 32) * (BN / (8 * TN)) * 32, TN == 8 ? 2 : 1)
 gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
           const float* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K,
           i64 lda, i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta, int group_m,
           int pair_ok) {
     using namespace simt;
-    constexpr int WARPS_N = BN / 64;
+    static_assert(TN == 8 || TN == 16, "a thread computes 8 x 8 or 8 x 16 outputs");
+    constexpr int WN = 8 * TN;  // warp tile: 32 x WN
+    constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / 32) * WARPS_N * 32;
     __shared__ __align__(16) float As[2][BK][BM + PAD];
     __shared__ __align__(16) float Bs[2][BK][BN + PAD];
@@ -107,16 +109,16 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
     split_range<BK>(K, k_begin, k_end);
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int wm = (warp / WARPS_N) * 32, wn = (warp % WARPS_N) * 64;
+    const int wm = (warp / WARPS_N) * 32, wn = (warp % WARPS_N) * WN;
     const int lm = (lane / 8) * 4, ln = (lane % 8) * 4;
 
     TileLoader<BM, BK, THREADS, A_K, VEC> a_tile(A, lda, m0, M, k_end, tid);
     TileLoader<BN, BK, THREADS, B_K, VEC> b_tile(B, ldb, n0, N, k_end, tid);
-    float acc[8][8];
+    float acc[8][TN];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
     int k0 = k_begin;
     if (k0 < k_end) {
@@ -135,15 +137,17 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
         }
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
-            float a[8], b[8];
+            float a[8], b[TN];
             *reinterpret_cast<float4*>(&a[0]) = *reinterpret_cast<const float4*>(&As[buf][k][wm + lm]);
             *reinterpret_cast<float4*>(&a[4]) = *reinterpret_cast<const float4*>(&As[buf][k][wm + 16 + lm]);
-            *reinterpret_cast<float4*>(&b[0]) = *reinterpret_cast<const float4*>(&Bs[buf][k][wn + ln]);
-            *reinterpret_cast<float4*>(&b[4]) = *reinterpret_cast<const float4*>(&Bs[buf][k][wn + 32 + ln]);
+#pragma unroll
+            for (int q = 0; q < TN / 4; ++q)
+                *reinterpret_cast<float4*>(&b[4 * q]) =
+                    *reinterpret_cast<const float4*>(&Bs[buf][k][wn + 32 * q + ln]);
 #pragma unroll
             for (int i = 0; i < 8; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         if (more) {
             a_tile.store(As[buf ^ 1], tid);
@@ -157,7 +161,7 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
     for (int i = 0; i < 8; ++i) {
         const int r = m0 + wm + lm + (i % 4) + (i / 4) * 16;
 #pragma unroll
-        for (int j = 0; j < 8; j += 2) {
+        for (int j = 0; j < TN; j += 2) {
             const int c = n0 + wn + ln + (j % 4) + (j / 4) * 32;
             store_pair<DT_F32>(C, Cin, partial, M, N, ldc, ldcin, alpha, beta, r, c, acc[i][j],
                                acc[i][j + 1], pair_ok != 0);

@@ -31,6 +31,7 @@ constexpr int BK = 64;
 constexpr int THREADS = 384;
 constexpr int CONSUMER_WARPS = 8;
 constexpr int CHUNK_BYTES = 64 * 128;  // one [64][64] box of 16-bit elements
+constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128 columns of C
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -68,6 +69,30 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaDesc* map, int inner,
         " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
         "l"(reinterpret_cast<u64>(map)), "r"(inner), "r"(outer), "r"(bar)
         : "memory");
+}
+
+// 2-D TMA store of the box at (inner, outer) from src (bulk-group completion; clipped at the
+// matrix edge).
+__device__ __forceinline__ void tma_store(const TmaDesc* map, u32 src, int inner, int outer) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+            reinterpret_cast<u64>(map)),
+        "r"(inner), "r"(outer), "r"(src)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// A barrier among the `count` threads using named barrier `id` (0 is __syncthreads').
+__device__ __forceinline__ void named_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 value) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
 
 // The same copy into the same shared-memory offset of every CTA in ``mask`` (cluster ranks),
@@ -175,13 +200,62 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// Epilogue through shared memory and TMA for one consumer's 64 x BN half tile, 128 columns at
+// a time: wait until the previous store has read the staging buffer, write alpha*acc (+ beta*Cin)
+// as 16-bit pairs into two [64][64] boxes with the 128-byte swizzle (16-byte unit u of row r at
+// u ^ (r % 8): conflict-free for this fragment layout), make the writes visible to the async
+// proxy, and let thread 0 of the warpgroup issue the two TMA stores without waiting for them.
+// r, c: this thread's first row and column in C; col0/row0: the half tile's origin.
+template <int DT, int BN>
+__device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
+                                               const u16* __restrict__ Cin, int M, int N,
+                                               i64 ldcin, float alpha, float beta, int r, int c,
+                                               u32 buffer, int half, int t, int col0, int row0) {
+    const int row = r - row0;  // 0..63 (and row + 8)
+#pragma unroll
+    for (int pass = 0; pass < BN / 128; ++pass) {
+        if (t == 0) bulk_wait_read();
+        named_sync(1 + half, 128);
+#pragma unroll
+        for (int jj = 0; jj < 16; ++jj) {
+            const int j = pass * 16 + jj;
+            const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
+            const u32 chunk = buffer + (cc / 64) * CHUNK_BYTES;
+            const int byte = (cc % 64) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int rr = row + 8 * h;
+                float v0 = alpha * d[4 * j + 2 * h], v1 = alpha * d[4 * j + 2 * h + 1];
+                if (beta != 0.f) {
+                    const int gr = r + 8 * h, gc = c + 8 * j;
+                    if (gr < M && gc < N) {
+                        const u16* src = Cin + (i64)gr * ldcin + gc;
+                        v0 += beta * to_f32<DT>(src[0]);
+                        if (gc + 1 < N) v1 += beta * to_f32<DT>(src[1]);
+                    }
+                }
+                const u32 addr = chunk + rr * 128 + ((((byte >> 4) ^ (rr & 7)) << 4) | (byte & 15));
+                st_shared_u32(addr, pack2<DT>(v0, v1));
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        named_sync(1 + half, 128);
+        if (t == 0) {
+            tma_store(map, buffer, col0 + pass * 128, row0);
+            tma_store(map, buffer + CHUNK_BYTES, col0 + pass * 128 + 64, row0);
+            bulk_commit();
+        }
+    }
+}
+
 }  // namespace wg
 
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM>
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
 __global__ void __launch_bounds__(wg::THREADS, 1)
 gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
-           u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc,
-           i64 ldcin, float alpha, float beta, int group_m, int pair_ok) {
+           const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
+           const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
+           float beta, int group_m, int pair_ok, int tma_store_ok) {
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -189,7 +263,12 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
     const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
     const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
-    const u32 full_bar = b_ring + STAGES * B_BYTES, empty_bar = full_bar + STAGES * 8;
+    // EPI_TMA: each consumer stages 64 x 128 pieces of its C half here (two 128-byte-swizzled
+    // [64][64] boxes) and one of its threads stores them with TMA while the next tile starts.
+    const u32 out_stage = b_ring + STAGES * B_BYTES;
+    const u32 full_bar = out_stage + (EPI_TMA ? 2 * STAGE_OUT_BYTES : 0);
+    const u32 empty_bar = full_bar + STAGES * 8;
+    const bool use_tma_store = EPI_TMA && tma_store_ok != 0;
 
     // With CM = 2 the two CTAs of a cluster take tile rows 2p and 2p + 1 of the same tile
     // column: each loads its own A and half of the shared B tile, multicast into both.
@@ -314,6 +393,12 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
             const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
             const int c = tn * BN + (lane % 4) * 2;
+            if (use_tma_store) {
+                store_half_tma<DT, BN>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
+                                       out_stage + half * STAGE_OUT_BYTES, half, t,
+                                       tn * BN, tm * BM + half * 64);
+                continue;
+            }
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {
                 store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c + 8 * j,
@@ -322,6 +407,7 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                                d[4 * j + 2], d[4 * j + 3], pair_ok != 0);
             }
         }
+        if (use_tma_store && t == 0) bulk_wait_all();  // the stores are done before the CTA ends
     }
     if (CM > 1) {
         cluster_sync();  // no CTA leaves while its peer may still write into it or arrive on it

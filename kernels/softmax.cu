@@ -114,18 +114,36 @@ struct Access {
 // ---- where a thread's values live ------------------------------------------------------------
 // Vectors 0..ITEMS-SMEM-1 of each input in registers, as loaded (16-bit types stay packed and
 // are widened where they are used); the last SMEM vectors (16-byte vectors only) in dynamic
-// shared memory, filled by cp.async. Each thread reads back only the shared-memory slots it
-// filled itself, so no barrier is needed.
+// shared memory, filled by cp.async, one commit group per vector (for each vector, one per
+// input), so the first pass over them waits for each in turn rather than for all at once.
+// Each thread reads back only the shared-memory slots it filled itself: no barrier needed.
 
 #if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
     unsigned int addr = (unsigned int)__cvta_generic_to_shared(shared);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(global) : "memory");
 }
-__device__ __forceinline__ void copy_async_wait_all() {
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+__device__ __forceinline__ void copy_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
 }
 #endif
+// Wait until at most `pending` of this thread's committed copy groups are still in flight
+// (fewer is always safe: 7 stands for more). `pending` is a constant once loops are unrolled.
+// (-DSM_COPY_WAIT_ALL: wait for all at the first use, for comparisons.)
+__device__ __forceinline__ void copy_async_wait(int pending) {
+#if __CUDA_ARCH__ >= 800
+#ifdef SM_COPY_WAIT_ALL
+    pending = 0;
+#endif
+#define SM_WAIT_CASE(n) \
+    case n: asm volatile("cp.async.wait_group " #n ";" ::: "memory"); break;
+    switch (pending < 7 ? pending : 7) {
+        SM_WAIT_CASE(0) SM_WAIT_CASE(1) SM_WAIT_CASE(2) SM_WAIT_CASE(3)
+        SM_WAIT_CASE(4) SM_WAIT_CASE(5) SM_WAIT_CASE(6) SM_WAIT_CASE(7)
+    }
+#undef SM_WAIT_CASE
+#endif
+}
 // Shared-memory vectors are read and written with explicit instructions, so that each use
 // reads again (cheap) instead of the compiler keeping every value in registers.
 __device__ __forceinline__ uint4 load_shared(const uint4* p) {
@@ -154,10 +172,11 @@ struct Held {
     __device__ __forceinline__ R* shared_vec(int t, int i) const {
         return slot + (t * SMEM + i - REG) * blockDim.x;
     }
-    // Vector i of input t as VEC floats.
+    // Vector i of input t as VEC floats (from shared memory once its copy has landed).
     __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
         if constexpr (SMEM > 0) {
             if (i >= REG) {
+                copy_async_wait(NIN * (ITEMS - i) - 1 - t);  // groups committed after it
                 A::unpack(load_shared(shared_vec(t, i)), c);
                 return;
             }
@@ -429,19 +448,20 @@ __device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, S
     typedef Access<DT, VEC> A;
     const int lane = threadIdx.x % GROUP;
 #pragma unroll
-    for (int t = 0; t < Policy<OP>::NIN; ++t) {
-        float empty[VEC];
+    for (int i = 0; i < ITEMS; ++i) {
+        const int col = col0 + (i * GROUP + lane) * VEC;
+        const bool inside = live && col < cols;
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) empty[k] = Policy<OP>::fill(t);
+        for (int t = 0; t < Policy<OP>::NIN; ++t) {
+            float empty[VEC];
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const int col = col0 + (i * GROUP + lane) * VEC;
-            const bool inside = live && col < cols;
+            for (int k = 0; k < VEC; ++k) empty[k] = Policy<OP>::fill(t);
             if constexpr (SMEM > 0) {
                 if (i >= h.REG) {
 #if __CUDA_ARCH__ >= 800
                     if (inside) copy_async_16(h.shared_vec(t, i), in[t] + base + col);
                     else store_shared(h.shared_vec(t, i), A::pack(empty));
+                    copy_async_commit();  // one group per vector: see Held::item
 #endif
                     continue;
                 }
@@ -450,9 +470,6 @@ __device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, S
             else h.reg[t][i] = A::pack(empty);
         }
     }
-#if __CUDA_ARCH__ >= 800
-    if constexpr (SMEM > 0) copy_async_wait_all();
-#endif
 }
 
 template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM>
@@ -506,8 +523,8 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
 }
 
 #if __CUDA_ARCH__ >= 900  // thread-block clusters
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int SMEM>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int MINB, int SMEM>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MINB)
 softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
                 int cols) {
     using namespace gpurt_softmax;

@@ -12,9 +12,15 @@ from gpurt._allocconf import UNLIMITED, AllocatorConfig, divisions_for, roundup_
 KiB, MiB = 1 << 10, 1 << 20
 
 
+class Segfault(BaseException):
+    """What the real driver does when an event is recorded on a destroyed stream: no error
+    code, the process dies. A BaseException, so no ``except Exception`` can hide it."""
+
+
 class FakeBackend:
     """Segments are address ranges in a pretend address space with a capacity; streams
-    have a work counter, events complete when the test says so (or on synchronize)."""
+    have a work counter, events complete when the test says so (or on synchronize).
+    ``destroy(stream)`` kills a stream: any later event recorded on it is a Segfault."""
 
     def __init__(self, capacity: int = 1 << 34) -> None:
         self.capacity = capacity
@@ -25,6 +31,17 @@ class FakeBackend:
         self.events_created = 0
         self.calls: list[str] = []
         self.capturing_calls = 0
+        self.destroyed: set[int] = set()
+        self.recording_allowed = True  # what may_record_events() answers
+        self.capture_ids: dict[int, int] = {}  # stream -> id of the capture it is part of
+
+    def destroy(self, stream: int) -> None:
+        """The stream is destroyed; its queued work still completes when told to."""
+        self.destroyed.add(stream)
+
+    def create(self, stream: int) -> None:
+        """A new stream gets a handle the driver used before (its work counter goes on)."""
+        self.destroyed.discard(stream)
 
     def used(self) -> int:
         return sum(self.live.values())
@@ -58,6 +75,8 @@ class FakeBackend:
         return [0, 0]
 
     def event_record(self, event: list, stream: int) -> None:
+        if stream in self.destroyed:
+            raise Segfault(f"cuEventRecord on destroyed stream {stream}")
         self.calls.append("event_record")
         event[0], event[1] = stream, self.queued.get(stream, 0)
 
@@ -75,6 +94,13 @@ class FakeBackend:
     def synchronize(self) -> None:
         self.calls.append("synchronize")
         self.done.update(self.queued)
+
+    def may_record_events(self) -> bool:
+        return self.recording_allowed
+
+    def capture_id(self, stream: int) -> int | None:
+        self.calls.append("capture_id")
+        return self.capture_ids.get(stream)
 
     def oom_error(self, message: str) -> BaseException:
         return MemoryError(message)
@@ -253,7 +279,8 @@ class NaiveTorchModel:
         uses = self.uses.pop(ptr, set())
         if uses:
             block.pending = True
-            self.unrecorded.append((block, uses))  # the core records at its next safe point
+            self.unrecorded.append((block, uses))
+            self._record_pending()  # at free time, as torch does
             return
         self._free_block(block)
 

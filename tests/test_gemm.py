@@ -52,6 +52,8 @@ def test_config_validation():
         Config("simt", 128, 96, 8)
     with pytest.raises(ValueError, match="simt"):
         Config("simt", 128, 128, 32)
+    with pytest.raises(ValueError, match="simt"):
+        Config("simt", 128, 192, 8, 32, 128)
     with pytest.raises(ValueError, match="warp tiles"):
         Config("mma", 128, 128, 32, 48, 64)
     with pytest.raises(ValueError, match="invalid"):
@@ -60,20 +62,30 @@ def test_config_validation():
         Config("mma", 128, 128, 32, 64, 64, cluster_m=2)
     with pytest.raises(ValueError, match="cluster"):
         Config("wgmma", 128, 256, 64, stages=4, cluster_m=4)
+    with pytest.raises(ValueError, match="TMA"):
+        Config("mma", 128, 128, 32, 64, 64, tma_store=True)
 
 
 def test_config_geometry():
     wide = Config("wgmma", 128, 256, 64, stages=4)
     assert wide.threads == 384
     assert wide.shared_mem(True, False) == 4 * (128 + 256) * 64 * 2 + 64 + 1024
-    assert wide.name_expression(2, True, False, True) == "gemm_wgmma<2, 256, 4, true, false, 1>"
-    pair = dataclasses.replace(wide, cluster_m=2)
-    assert pair.name_expression(1, False, True, True) == "gemm_wgmma<1, 256, 4, false, true, 2>"
-    assert "c2" in pair.label()
+    assert wide.name_expression(2, True, False, True) == \
+        "gemm_wgmma<2, 256, 4, true, false, 1, false>"
+    pair = dataclasses.replace(wide, cluster_m=2, tma_store=True)
+    assert pair.name_expression(1, False, True, True) == \
+        "gemm_wgmma<1, 256, 4, false, true, 2, true>"
+    assert "c2" in pair.label() and "tmaC" in pair.label()
+    assert pair.shared_mem(True, True) == wide.shared_mem(True, True) + 2 * 64 * 128 * 2
+    assert pair.shared_mem(True, True) <= 227 * 1024
     simt = Config("simt", 128, 128, 8)
     assert simt.threads == 256 and simt.shared_mem(True, True, 4) == 0
     assert simt.name_expression(0, False, True, False) == \
-        "gemm_simt<128, 128, 8, false, true, false>"
+        "gemm_simt<128, 128, 8, 8, false, true, false>"
+    wide_simt = Config("simt", 128, 256, 8, 32, 128)
+    assert wide_simt.threads == 256 and "w32x128" in wide_simt.label()
+    assert wide_simt.name_expression(0, True, False, True) == \
+        "gemm_simt<128, 256, 8, 16, true, false, true>"
     mma = Config("mma", 128, 256, 32, 64, 64, stages=3)
     assert mma.threads == 256
     # A K-major: 128 rows of 32+8; B N-major: 32 rows of 256+8 (2-byte elements)
@@ -364,7 +376,7 @@ def test_wgmma_needs_sm90a(tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     with pytest.raises(gpurt.CompileError):
         gpurt.compile(gemm_mod._text("gemm_wgmma.cu"), arch="sm_90",
-                      name_expressions=["gemm_wgmma<2, 256, 4, true, false, 1>"],
+                      name_expressions=["gemm_wgmma<2, 256, 4, true, false, 1, false>"],
                       headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
 
 
@@ -452,7 +464,7 @@ def _forced_configs():
     pairs = [(c, np.float32) for c in tune._SIMT]
     pairs += [(c, gpurt.bfloat16) for c in tune._MMA] + [(tune._MMA[0], np.float16)]
     pairs += [(c, np.float16) for c in tune._WGMMA[:3]] + [(tune._WGMMA[0], gpurt.bfloat16)]
-    pairs += [(tune._WGMMA[2], gpurt.bfloat16)]
+    pairs += [(c, gpurt.bfloat16) for c in tune._WGMMA[2:]]
     pairs += [(dataclasses.replace(tune._MMA[3], split_k=3), gpurt.bfloat16),
               (dataclasses.replace(tune._SIMT[3], split_k=4), np.float32)]
     return pairs
@@ -484,10 +496,12 @@ def test_wgmma_all_layouts_and_persistence(gpu_state):
             run_case(rng, 384, 520, 136, dtype, trans_a, trans_b, config=tune._WGMMA[0])
             # an odd number of tile rows: the second CTA of the last cluster has no rows
             run_case(rng, 3 * 128 - 8, 520, 136, dtype, trans_a, trans_b, config=tune._WGMMA[2])
+            run_case(rng, 3 * 128 - 8, 520, 136, dtype, trans_a, trans_b, config=tune._WGMMA[6])
     # many more tiles than CTAs: each CTA walks several tiles through the ring
     m = 128 * (sms // 4 + 3)
     run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[1])
     run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[2])
+    run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[4])
 
 
 @pytest.mark.gpu

@@ -47,9 +47,11 @@ def unique(source: str) -> str:
 
 
 def sm_of(cubin: bytes) -> int:
-    """The SM number a cubin's ELF header was built for (e_flags bits 8..15)."""
+    """The SM number a cubin's ELF header was built for: e_flags bits 8..15 in CUDA 13's
+    ELF ABI (version byte 8), bits 0..7 in CUDA 12's (version 7)."""
     assert cubin[:4] == b"\x7fELF"
-    return (struct.unpack_from("<I", cubin, 48)[0] >> 8) & 0xFF
+    flags = struct.unpack_from("<I", cubin, 48)[0]
+    return flags & 0xFF if cubin[8] < 8 else (flags >> 8) & 0xFF
 
 
 class NvrtcSpy:
