@@ -20,12 +20,17 @@ export PYTHONPATH=$site GPURT_CACHE_DIR=$site/cache PYTHONDONTWRITEBYTECODE=1 PY
 t0=$SECONDS
 timeout -k 5 "${T_SMOKE:-60}" python3 benchmarks/gemm_smoke.py > "$out/smoke.log" 2>&1
 echo "smoke rc=$? in $((SECONDS - t0)) s" >> "$out/run.log"
-if grep -q "^wgmma.*\(WRONG\|ERROR\)" "$out/smoke.log" || ! grep -q "^smoke:" "$out/smoke.log"; then
-    # the other reading of the M/N-major descriptors, for the record
-    SMOKE_ONLY=wgmma GPURT_GEMM_NVRTC_OPTIONS=-DGEMM_MN_DESC_SWAP=1 timeout -k 5 "${T_ALT:-25}" \
-        python3 benchmarks/gemm_smoke.py >> "$out/smoke.log" 2>&1
-    export GPURT_GEMM_DISABLE=wgmma  # keep the benchmarks informative
-    echo "wgmma disabled for the benchmarks" >> "$out/run.log"
+# keep the benchmarks informative: turn off what the smoke check found broken
+off=""
+grep -q "^wgmma.*c2.*\(WRONG\|ERROR\)" "$out/smoke.log" && off="$off,cluster"
+grep -q "^wgmma.*tmaC.*\(WRONG\|ERROR\)" "$out/smoke.log" && off="$off,tma_store"
+if ! grep -q "^smoke:" "$out/smoke.log" || \
+        grep -v "c2\|tmaC" "$out/smoke.log" | grep -q "^wgmma.*\(WRONG\|ERROR\)"; then
+    off="$off,wgmma"
+fi
+if [ -n "$off" ]; then
+    export GPURT_GEMM_DISABLE=${off#,}
+    echo "GPURT_GEMM_DISABLE=$GPURT_GEMM_DISABLE for the benchmarks" >> "$out/run.log"
 fi
 t0=$SECONDS
 cp -R tests pyproject.toml "$site/"  # run from the site: its gpurt has kernels/ (no -P: torch dislikes it)

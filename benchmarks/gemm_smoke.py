@@ -22,9 +22,11 @@ tune = importlib.import_module("gpurt.kernels._gemm_tune")
 
 def main() -> None:
     cases = [(tune._WGMMA[0], torch.bfloat16), (tune._WGMMA[1], torch.float16),
-             (tune._WGMMA[2], torch.bfloat16),
+             (tune._WGMMA[2], torch.bfloat16), (tune._WGMMA[4], torch.bfloat16),
+             (tune._WGMMA[5], torch.float16), (tune._WGMMA[6], torch.bfloat16),
              (tune._MMA[0], torch.bfloat16), (tune._MMA[3], torch.float16),
-             (tune._TF32[0], torch.float32), (tune._SIMT[0], torch.float32)]
+             (tune._TF32[0], torch.float32), (tune._SIMT[0], torch.float32),
+             (tune._SIMT[1], torch.float32)]
     only = os.environ.get("SMOKE_ONLY")  # e.g. "wgmma"
     if only:
         cases = [case for case in cases if case[0].kernel == only]

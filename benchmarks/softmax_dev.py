@@ -89,13 +89,13 @@ class Kernels:
                     *(o.encode() for o in options)]
             res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
             size = ok(nvrtc.nvrtcGetProgramLogSize(prog))
-            log = b" " * size
+            log = bytearray(size)  # never b" " * size: a shared object for size 1
             nvrtc.nvrtcGetProgramLog(prog, log)
             log = log.decode(errors="replace")
             if int(res[0]) != 0:
                 raise RuntimeError("NVRTC failed:\n" + log[:4000])
             size = ok(nvrtc.nvrtcGetCUBINSize(prog))
-            cubin = b" " * size
+            cubin = bytearray(size)
             ok(nvrtc.nvrtcGetCUBIN(prog, cubin))
             lowered = {n: ok(nvrtc.nvrtcGetLoweredName(prog, n.encode())).decode() for n in names}
         finally:
@@ -114,8 +114,11 @@ class Kernels:
 
 
 def launcher(kernels: Kernels, variant: Any, a: torch.Tensor, b: torch.Tensor,
-             out: torch.Tensor, rows: int, cols: int, stream: int = 0) -> Callable[[], None]:
-    """A closure that launches ``variant`` (both launches for split) with packed arguments."""
+             out: torch.Tensor, rows: int, cols: int, stream: int = 0,
+             grid: int | None = None) -> Callable[[], None]:
+    """A closure that launches ``variant`` (both launches for split) with packed arguments;
+    ``grid``: CTAs of a cluster variant when not one cluster per row (persistent clusters
+    looping over the rows)."""
     if variant.kind != "split" and variant.capacity < cols:
         raise ValueError(f"{variant} holds {variant.capacity} < {cols} columns")
     funcs = [kernels.functions[n] for n in variant.names()]
@@ -124,7 +127,7 @@ def launcher(kernels: Kernels, variant: Any, a: torch.Tensor, b: torch.Tensor,
         for f in funcs:
             ok(cu.cuFuncSetAttribute(
                 f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
-    grid = variant.grid(rows, cols)
+    grid = grid or variant.grid(rows, cols)
     ptrs = [ctypes.c_void_p(t.data_ptr()) for t in (a, b, out)]
     r, c = ctypes.c_int64(rows), ctypes.c_int32(cols)
     if variant.kind == "split":
@@ -223,10 +226,13 @@ def check_cases(kinds: set[str]) -> list[tuple[Any, int, int, float]]:
     # every sweep candidate at its own length, and one length below it (a ragged tail)
     for rows, cols, dt, op, candidates in sweep_sets():
         for build, v in map(with_build, candidates):
-            if v.kind not in kinds or build != "base":
+            if v.kind not in kinds or build == "waitall":
                 continue
             for length in (cols, cols - 3 * v.vec):
-                cases.append((v, 67 if v.kind != "cluster" else 9, length, 1.0))
+                if build == "persist":  # 3 clusters over 9 rows
+                    cases.append((v, 9, length, 1.0, 3 * v.cluster))
+                else:
+                    cases.append((v, 67 if v.kind != "cluster" else 9, length, 1.0))
     return cases
 
 
@@ -234,18 +240,18 @@ def run_check(kernels: Kernels, cases: list, results: list) -> int:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     failures = 0
-    for variant, rows, cols, scale in cases:
+    for variant, rows, cols, scale, *grid in cases:
         dt = TORCH_DTYPES[variant.dtype]
         a, b, ref, size = make_inputs(variant.op, rows, cols, dt, gen, scale)
         out = torch.full((rows, cols), 12345.0, dtype=dt, device="cuda")
-        launcher(kernels, variant, a, b, out, rows, cols)()
+        launcher(kernels, variant, a, b, out, rows, cols, grid=grid[0] if grid else None)()
         torch.cuda.synchronize()
         err, why = compare(out, ref, size)
         passed = not why and err < TOL[variant.dtype]
         failures += not passed
         results.append({"variant": variant.names()[0], "kind": variant.kind, "rows": rows,
-                        "cols": cols, "scale": scale, "rel_err": err, "why": why,
-                        "passed": passed})
+                        "cols": cols, "scale": scale, "grid": grid[0] if grid else None,
+                        "rel_err": err, "why": why, "passed": passed})
         if not passed:
             print(f"FAIL {variant.names()[0]} rows={rows} cols={cols} scale={scale}: "
                   f"err={err:.3g} {why}", flush=True)
@@ -262,6 +268,8 @@ def V(kind: str, dt: int, op: int, vec: int, items: int, group: int, threads: in
 
 # Builds: NVRTC options. "waitall" makes the shared-memory items wait for all their copies
 # at the first use (before run 5: after loading), against the default wait per vector.
+# "persist" is the base build launched with only as many clusters as fit at once, each
+# looping over rows.
 BUILDS = {"base": (), "waitall": ("-DSM_COPY_WAIT_ALL",)}
 
 
@@ -272,10 +280,12 @@ def sweep_sets() -> list[tuple[int, int, int, int, list]]:
     run4_131k = V("cluster", 0, f, 4, 16, 1024, 1024, 2, smem=12)  # run 4's choice
     quad = V("cluster", 0, f, 4, 16, 512, 512, 4, 2, smem=12)
     return [
-        (1024, 131072, 0, f, [("waitall", run4_131k), run4_131k, ("waitall", quad), quad,
+        (1024, 131072, 0, f, [("waitall", run4_131k), run4_131k, ("persist", run4_131k),
+                              ("waitall", quad), quad, ("persist", quad),
                               V("cluster", 0, f, 4, 16, 512, 512, 4, 2, smem=8),
                               V("cluster", 0, f, 4, 16, 256, 256, 8, 4, smem=12),
                               V("cluster", 0, f, 4, 8, 512, 512, 8, 2),
+                              ("persist", V("cluster", 0, f, 4, 8, 512, 512, 8, 2)),
                               V("cluster", 0, f, 4, 8, 1024, 1024, 4)]),
         (2048, 65536, 0, f, [("waitall", V("rows", 0, f, 4, 16, 1024, 1024, smem=12)),
                              V("rows", 0, f, 4, 16, 1024, 1024, smem=12),
@@ -285,6 +295,7 @@ def sweep_sets() -> list[tuple[int, int, int, int, list]]:
         (1024, 131072, 2, f, [("waitall", V("cluster", 2, f, 8, 8, 1024, 1024, 2, smem=6)),
                               V("cluster", 2, f, 8, 8, 1024, 1024, 2, smem=6),
                               V("cluster", 2, f, 8, 8, 512, 512, 4, 2, smem=6),
+                              ("persist", V("cluster", 2, f, 8, 8, 512, 512, 4, 2, smem=6)),
                               V("cluster", 2, f, 8, 8, 256, 256, 8, 4, smem=6),
                               V("cluster", 2, f, 8, 4, 512, 512, 8, 2)]),
         (1024, 131072, 0, lg, [V("cluster", 0, lg, 4, 8, 512, 512, 8, 2)]),
@@ -301,6 +312,11 @@ def sweep_sets() -> list[tuple[int, int, int, int, list]]:
 def with_build(candidate: Any) -> tuple[str, Any]:
     """A sweep candidate as (build, variant)."""
     return candidate if isinstance(candidate, tuple) else ("base", candidate)
+
+
+def build_of(name: str) -> str:
+    """The compiled build a sweep build name uses."""
+    return "base" if name == "persist" else name
 
 
 _SCRATCH: list[torch.Tensor] = []
@@ -388,9 +404,17 @@ def run_sweep(builds: dict[str, Kernels], results: dict) -> None:
         runs += [c for c in map(with_build, candidates) if c != ("base", chosen)]
         runs += [("base", chosen)]
         for build, variant in runs:
-            kernels = builds[build]
+            kernels = builds[build_of(build)]
             out = torch.empty_like(a)
             fn = launcher(kernels, variant, a, b, out, rows, cols, stream)
+            occupied = occupancy(kernels, variant)
+            if build == "persist":
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                clusters = (occupied.get("clusters")
+                            or sms * occupied.get("ctas_per_sm", 1) // variant.cluster)
+                occupied["grid"] = min(rows, clusters) * variant.cluster
+                fn = launcher(kernels, variant, a, b, out, rows, cols, stream,
+                              grid=occupied["grid"])
             try:
                 ms = timed(fn, stream)
             except Exception as exc:  # record and go on
@@ -401,11 +425,10 @@ def run_sweep(builds: dict[str, Kernels], results: dict) -> None:
             gbps = nbytes / ms / 1e6
             row = {"shape": f"{rows}x{cols}", "dtype": str(tdt).replace("torch.", ""),
                    "op": op, "variant": variant.names()[0], "build": build,
-                   "chosen": variant == chosen, "ms": ms, "GBps": gbps,
+                   "chosen": (build, variant) == ("base", chosen), "ms": ms, "GBps": gbps,
                    "pct_copy": 100 * gbps / ceiling, "torch_GBps": torch_gbps,
                    "vs_torch": gbps / torch_gbps,
-                   "resources": kernels.resources.get(variant.names()[0], ""),
-                   **occupancy(kernels, variant)}
+                   "resources": kernels.resources.get(variant.names()[0], ""), **occupied}
             rows_out.append(row)
             print(f"{row['shape']:>11} {row['dtype'][:4]} op{op} {'*' if row['chosen'] else ' '}"
                   f"{build[:5]:>5} {variant.names()[0][8:]:<34} {gbps:5.0f} "
@@ -438,7 +461,7 @@ def main() -> int:
     build_names: dict[str, set[str]] = {"base": set()}
     for rows, cols, dt, op, cands in sweeps:
         for build, v in map(with_build, [plan.choose_variant(cols, NP_DTYPES[dt], op), *cands]):
-            build_names.setdefault(build, set()).update(v.names())
+            build_names.setdefault(build_of(build), set()).update(v.names())
     results: dict[str, Any] = {"device": props.name, "arch": arch, "torch": torch.__version__,
                                "nvrtc": ok(nvrtc.nvrtcVersion())}
     if args.mode == "check":

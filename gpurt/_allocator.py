@@ -313,7 +313,7 @@ class CachingAllocator(StreamUses):
             block.vector -= part
             if not self._record_at_free(block):
                 self._needs_events.append(block)
-                self._work = True
+            self._work = True  # events to record or to poll
             return
         self._free_block(block)
         if not self._caching:

@@ -178,14 +178,10 @@ def launch(grid, block, args, shared_mem, stream, index):
     try:
         if type(grid) is int:
             gx, gy, gz = grid, 1, 1
-        elif type(grid) is tuple and len(grid) == 3:
-            gx, gy, gz = grid
         else:
             gx, gy, gz = dims(grid, 'grid')
         if type(block) is int:
             bx, by, bz = block, 1, 1
-        elif type(block) is tuple and len(block) == 3:
-            bx, by, bz = block
         else:
             bx, by, bz = dims(block, 'block')
         try:
@@ -250,7 +246,8 @@ class Plan:
         self._local = threading.local()
         self._namespace: dict[str, Any] = {
             "Array": Array, "pointer": pointer, "pack_into": struct.Struct(fmt).pack_into,
-            "local": self._local, "thread_buffers": self.thread_buffers, "StructError": struct.error,
+            "StructError": struct.error, "local": self._local,
+            "thread_buffers": self.thread_buffers,
             **{f"convert{i}": fn for i, fn in self.converters.items()},
         }
         self._launch_code = compile(self.launch_source, f"<gpurt launcher {fmt}>", "exec")
@@ -276,8 +273,8 @@ class Plan:
                  dims: Callable[[Any, str], tuple[int, int, int]], explain: Callable[..., None],
                  refused: Callable[..., None]) -> Callable[..., None]:
         """``launch(grid, block, args, shared_mem, stream, index)`` of one loaded ``function``:
-        grid and block as ints or 3-tuples (anything else goes through ``dims``), the
-        arguments packed into this thread's buffer, then ``launch_kernel(function, ...)``
+        grid and block as ints (anything else goes through ``dims``), the arguments packed
+        into this thread's buffer, then ``launch_kernel(function, ...)``
         (cuLaunchKernel). A conversion error goes to ``explain(exc, grid, block, args,
         shared_mem, index)``, which raises a clearer one or returns to let it propagate; a
         failed result goes to ``refused(result, grid, block, shared_mem)``."""

@@ -8,6 +8,10 @@ driver result goes through ``_driver.check``.
 
 from __future__ import annotations
 
+import ctypes
+from typing import Any
+
+import numpy as np
 from cuda.bindings import driver as cu
 
 from . import _layout
@@ -20,23 +24,66 @@ _HOST = cu.CUmemorytype.CU_MEMORYTYPE_HOST
 _DEVICE = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
 _NO_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
 
+# ---- host addresses ----------------------------------------------------------------------
+#
+# ``ndarray.ctypes.data`` builds a ctypes object per call (0.8 us, more than the rest of a
+# small copy's Python work). numpy's array struct starts with the object header followed
+# by ``char *data`` (PyArrayObject_fields, what PyArray_DATA reads), so the address is one
+# pointer-sized read at a fixed offset from the object. Checked once at import against
+# ``ctypes.data``; any mismatch (an unusual build) keeps the slow, documented way.
 
-def wait_for(consumer: int, producer: int) -> None:
-    """Make stream ``consumer`` wait for the work queued so far on ``producer`` (raw
-    handles; 0 and 1 both mean the legacy default stream) through an event
-    (cuEventRecord + cuStreamWaitEvent). Nothing to do when they are the same stream."""
+_read_pointer = ctypes.c_void_p.from_address
+_DATA_OFFSET = object.__basicsize__
+
+
+def host_address(host: np.ndarray) -> int:
+    """Address of element 0 of the numpy array ``host``."""
+    return _read_pointer(id(host) + _DATA_OFFSET).value or 0
+
+
+def _ctypes_address(host: np.ndarray) -> int:
+    return host.ctypes.data
+
+
+_probe = np.arange(3, dtype=np.int64)[1:]  # a view: its data is not where its buffer starts
+if host_address(_probe) != _probe.ctypes.data:
+    host_address = _ctypes_address  # noqa: F811 (an unusual numpy/CPython build)
+del _probe
+
+
+# ---- stream ordering ---------------------------------------------------------------------
+
+# Events for wait_for, per device: recording an idle event again is what torch's event pool
+# does; the wait enqueued by cuStreamWaitEvent keeps the record it saw, so an event can go
+# back to the pool right after the wait. Each is used by one thread at a time.
+_idle_events: dict[int, list[Any]] = {}
+
+
+def wait_for(index: int, consumer: int, producer: int) -> None:
+    """Make stream ``consumer`` of device ``index`` (whose context is bound) wait for the
+    work queued so far on ``producer`` (raw handles; 0 and 1 both mean the legacy default
+    stream) through an event (cuEventRecord + cuStreamWaitEvent). Nothing to do when they
+    are the same stream."""
     if consumer == producer or (consumer <= 1 and producer <= 1):
         return
-    event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
+    idle = _idle_events.setdefault(index, [])
+    try:
+        event = idle.pop()
+    except IndexError:
+        event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
     try:
         check(cu.cuEventRecord(event, producer), "cuEventRecord")
         check(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
     finally:
-        check(cu.cuEventDestroy(event), "cuEventDestroy")
+        idle.append(event)
 
 
-def _copy_rows(dst: int, dst_on_device: bool, src: int, src_on_device: bool, nbytes: int,
+# ---- copies and fills --------------------------------------------------------------------
+
+
+def copy_bytes(dst: int, dst_on_device: bool, src: int, src_on_device: bool, nbytes: int,
                stream: int) -> None:
+    """Copy ``nbytes`` contiguous bytes on ``stream``: one cuMemcpy{HtoD,DtoH,DtoD}Async."""
     if dst_on_device and src_on_device:
         check(cu.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
     elif dst_on_device:
@@ -59,12 +106,12 @@ def copy(dst: int, dst_on_device: bool, dst_strides: tuple[int, ...], src: int,
     if _layout.is_contiguous(shape, dst_strides, itemsize) and _layout.is_contiguous(
         shape, src_strides, itemsize
     ):
-        _copy_rows(dst, dst_on_device, src, src_on_device, size * itemsize, stream)
+        copy_bytes(dst, dst_on_device, src, src_on_device, size * itemsize, stream)
         return
     for c in _layout.plan_copy(shape, dst_strides, src_strides, itemsize):
         d, s = dst + c.dst_offset, src + c.src_offset
         if c.height == 1:
-            _copy_rows(d, dst_on_device, s, src_on_device, c.width, stream)
+            copy_bytes(d, dst_on_device, s, src_on_device, c.width, stream)
             continue
         params = cu.CUDA_MEMCPY2D()
         if src_on_device:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import struct
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,41 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
+# The same structs as byte layouts (native alignment, checked against the classes above):
+# a tensor is exported by packing one buffer and consumed by unpacking one, which costs a
+# fraction of reading and writing ctypes fields one by one.
+_TENSOR_FIELDS = "PiiiBBHPPQ"  # data, device (type, id), ndim, dtype (code, bits, lanes),
+#                                shape, strides, byte_offset
+_LEGACY = struct.Struct("@" + _TENSOR_FIELDS + "PP")  # ..., manager_ctx, deleter
+_VERSIONED = struct.Struct("@IIPPQ" + _TENSOR_FIELDS)  # version, manager_ctx, deleter, flags
+assert _LEGACY.size == ctypes.sizeof(DLManagedTensor)
+assert _VERSIONED.size == ctypes.sizeof(DLManagedTensorVersioned)
+
+_dims_layouts: dict[int, struct.Struct] = {}
+_byte_arrays: dict[int, Any] = {}
+
+
+def _dims_layout(count: int) -> struct.Struct:
+    """``count`` int64 values (shapes and strides)."""
+    layout = _dims_layouts.get(count)
+    if layout is None:
+        layout = _dims_layouts[count] = struct.Struct(f"@{count}q")
+    return layout
+
+
+def _bytes_type(size: int) -> Any:
+    """The ctypes type of ``size`` bytes (ctypes makes a new one per size: kept here)."""
+    kind = _byte_arrays.get(size)
+    if kind is None:
+        kind = _byte_arrays[size] = ctypes.c_char * size
+    return kind
+
+
+def _unpack_at(layout: struct.Struct, address: int) -> tuple[Any, ...]:
+    """Read ``layout`` from memory at ``address``."""
+    return layout.unpack_from(_bytes_type(layout.size).from_address(address))
+
+
 # ---- dtypes: the table in gpurt._dtypes, both directions -------------------------------
 
 _TO_DL: dict[np.dtype, tuple[int, int]] = {
@@ -136,6 +172,9 @@ _capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctype
 _capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_SetName", _api)
 )
+_capsule_get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_GetName", _api)
+)
 
 # Capsule names must outlive every capsule, also those a consumer frees during interpreter
 # shutdown; the bytes are kept in a tuple that is deliberately never freed (see below).
@@ -144,9 +183,10 @@ NAME_VERSIONED = b"dltensor_versioned"
 USED_NAME = b"used_dltensor"
 USED_NAME_VERSIONED = b"used_dltensor_versioned"
 
-# Exports alive on the consumer's side: address of the managed struct -> (struct, the
-# shape/strides buffer, the object kept alive). The deleter pops the entry.
-_exports: dict[int, tuple[Any, Any, Any]] = {}
+# Exports alive on the consumer's side: address of the managed struct -> (the buffer that
+# holds it, followed by its shape and strides; the object kept alive). The deleter pops
+# the entry.
+_exports: dict[int, tuple[Any, Any]] = {}
 
 
 def _release_export(address: int | None, _pop: Any = _exports.pop) -> None:
@@ -212,28 +252,26 @@ def export_capsule(
                 "DLPack strides count elements"
             )
         element_strides.append(stride // itemsize)
-    dims = (ctypes.c_int64 * max(2 * ndim, 1))(*shape, *element_strides)
+    # one buffer: the managed tensor, then its shape and its strides (int64 each)
+    layout = _VERSIONED if versioned else _LEGACY
+    head = layout.size
+    buffer = _bytes_type(head + 16 * ndim)()
+    address = ctypes.addressof(buffer)
+    shape_at = address + head
+    strides_at = shape_at + 8 * ndim
+    device_type, device_id = device
     if versioned:
-        managed: Any = DLManagedTensorVersioned()
-        managed.version.major, managed.version.minor = VERSION
-        managed.flags = FLAG_IS_COPIED if copied else 0
+        layout.pack_into(buffer, 0, VERSION[0], VERSION[1], 0, _DELETER_ADDRESS,
+                         FLAG_IS_COPIED if copied else 0, data, device_type, device_id, ndim,
+                         code, bits, 1, shape_at, strides_at, 0)
         name = NAME_VERSIONED
     else:
-        managed = DLManagedTensor()
+        layout.pack_into(buffer, 0, data, device_type, device_id, ndim, code, bits, 1,
+                         shape_at, strides_at, 0, 0, _DELETER_ADDRESS)
         name = NAME
-    tensor = managed.dl_tensor
-    tensor.data = data or None
-    tensor.device.device_type, tensor.device.device_id = device
-    tensor.ndim = ndim
-    tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes = code, bits, 1
-    base = ctypes.addressof(dims)
-    tensor.shape = ctypes.cast(base, ctypes.POINTER(ctypes.c_int64))
-    tensor.strides = ctypes.cast(base + 8 * ndim, ctypes.POINTER(ctypes.c_int64))
-    tensor.byte_offset = 0
-    managed.manager_ctx = None
-    managed.deleter = _DELETER_ADDRESS
-    address = ctypes.addressof(managed)
-    _exports[address] = (managed, dims, keep_alive)
+    if ndim:
+        _dims_layout(2 * ndim).pack_into(buffer, head, *shape, *element_strides)
+    _exports[address] = (buffer, keep_alive)
     try:
         return _capsule_new(address, name, _DESTRUCTOR_ADDRESS)
     except BaseException:
@@ -271,15 +309,14 @@ def _capsule_name(capsule: Any) -> bytes:
     """Which DLPack name ``capsule`` carries; clear errors for consumed or foreign ones."""
     if type(capsule).__name__ != "PyCapsule":
         raise TypeError(f"expected a DLPack capsule, got {type(capsule).__name__}")
-    for name in (NAME_VERSIONED, NAME):
-        if _capsule_is_valid(id(capsule), name):
-            return name
-    for name in (USED_NAME_VERSIONED, USED_NAME):
-        if _capsule_is_valid(id(capsule), name):
-            raise ValueError(
-                "this DLPack capsule was already consumed (its tensor belongs to another "
-                "array now); call __dlpack__ again for a new one"
-            )
+    name = _capsule_get_name(id(capsule))
+    if name == NAME_VERSIONED or name == NAME:
+        return name
+    if name == USED_NAME_VERSIONED or name == USED_NAME:
+        raise ValueError(
+            "this DLPack capsule was already consumed (its tensor belongs to another "
+            "array now); call __dlpack__ again for a new one"
+        )
     raise TypeError("the capsule is not a DLPack tensor (name is not 'dltensor')")
 
 
@@ -292,35 +329,36 @@ def consume_capsule(capsule: Any) -> Imported:
     if not address:
         raise ValueError("the DLPack capsule holds a NULL tensor")
     versioned = name == NAME_VERSIONED
-    managed: Any
     if versioned:
-        managed = DLManagedTensorVersioned.from_address(address)
-        if managed.version.major != VERSION[0]:
+        (major, minor, _, deleter, flags, data, device_type, device_id, ndim, code, bits,
+         lanes, shape_at, strides_at, byte_offset) = _unpack_at(_VERSIONED, address)
+        if major != VERSION[0]:
             raise BufferError(
-                f"DLPack {managed.version.major}.{managed.version.minor} tensors are not "
-                f"supported (gpurt reads DLPack {VERSION[0]}.x)"
+                f"DLPack {major}.{minor} tensors are not supported (gpurt reads DLPack "
+                f"{VERSION[0]}.x)"
             )
-        flags = int(managed.flags)
     else:
-        managed = DLManagedTensor.from_address(address)
+        (data, device_type, device_id, ndim, code, bits, lanes, shape_at, strides_at,
+         byte_offset, _, deleter) = _unpack_at(_LEGACY, address)
         flags = 0
-    tensor = managed.dl_tensor
-    dtype = from_dl_dtype(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
-    ndim = int(tensor.ndim)
-    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    dtype = from_dl_dtype(code, bits, lanes)
     itemsize = dtype.itemsize
-    if tensor.strides and ndim:
-        strides = tuple(int(tensor.strides[i]) * itemsize for i in range(ndim))
-    else:  # NULL strides: compact row-major
-        step, rev = itemsize, []
-        for dim in reversed(shape):
-            rev.append(step)
-            step *= dim
-        strides = tuple(reversed(rev))
-    data = (tensor.data or 0) + int(tensor.byte_offset)
-    device = (int(tensor.device.device_type), int(tensor.device.device_id))
-    imported = Imported(data, shape, strides, dtype, device, bool(flags & FLAG_READ_ONLY),
-                        address, managed.deleter)
+    if ndim:
+        dims = _dims_layout(ndim)
+        shape = _unpack_at(dims, shape_at)
+        if strides_at:
+            strides = tuple([stride * itemsize for stride in _unpack_at(dims, strides_at)])
+        else:  # NULL strides: compact row-major
+            step, reversed_strides = itemsize, []
+            for dim in reversed(shape):
+                reversed_strides.append(step)
+                step *= dim
+            strides = tuple(reversed(reversed_strides))
+    else:
+        shape = strides = ()
+    imported = Imported((data or 0) + byte_offset, shape, strides, dtype,
+                        (device_type, device_id), bool(flags & FLAG_READ_ONLY), address,
+                        deleter)
     used = USED_NAME_VERSIONED if versioned else USED_NAME
     if _capsule_set_name(id(capsule), used) != 0:
         raise RuntimeError("could not mark the DLPack capsule as consumed")

@@ -88,7 +88,7 @@ def from_cuda_array_interface(obj: Any, cai: dict[str, Any], stream: Any) -> For
                              "legacy default stream)")
         if int(producer) != stream.cuda_stream:
             bind_context(index)
-            _copy.wait_for(stream.cuda_stream, int(producer))
+            _copy.wait_for(index, stream.cuda_stream, int(producer))
     return Foreign(ptr, shape, strides, dtype, index, stream, obj, None)
 
 

@@ -28,7 +28,8 @@ from ._dlpack import DLDeviceType
 from ._dtypes import *  # noqa: F403 (the dtype names, re-exported below)
 from ._dtypes import CACHE as _DTYPES
 from ._dtypes import as_dtype as _as_dtype
-from .device import Device, DeviceLike, _index, bind_context
+from .device import Device, DeviceLike, _index, bind_context, current_device
+from .streams import current_stream_handle
 
 __all__ = [
     "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",
@@ -40,40 +41,28 @@ __all__ = [
 # The array that made or imported an allocation (the root, ``_owner is None``) owns it;
 # every view holds the root in ``_owner`` (or, for a foreign array's views, the foreign
 # object), so the memory lives exactly as long as the last array over it. The root's
-# death runs one finalizer: a weak reference with a callback, weakref.finalize's own
-# mechanism at a third of its cost (every ``gpurt.empty`` pays it), kept alive by a
-# registry until it has run.
+# death runs one finalizer: a plain weak reference with a callback, weakref.finalize's
+# own mechanism at a fraction of its cost (every ``gpurt.empty`` pays it). ``_finalizers``
+# maps each such reference to what it releases (a block's address, or a consumed DLPack
+# tensor) and keeps the reference alive until it has called back: a reference that dies
+# in the same garbage cycle as its array would never call back.
+
+_finalizers: dict[weakref.ref, Any] = {}
+_ref = weakref.ref
 
 
-class _FreeBlock(weakref.ref):
+def _free_block(ref: weakref.ref, _pop: Any = _finalizers.pop) -> None:
     """Returns a root array's block to the caching allocator when the root dies."""
-
-    __slots__ = ("ptr",)
-    ptr: int
-
-
-class _ReleaseImport(weakref.ref):
-    """Calls a consumed DLPack tensor's deleter when the root array over it dies."""
-
-    __slots__ = ("imported",)
-    imported: _dlpack.Imported
-
-
-_finalizers: set[weakref.ref] = set()
-
-
-def _free_block(ref: _FreeBlock, _discard: Any = _finalizers.discard) -> None:
-    _discard(ref)
     try:
-        memory.caching_allocator_delete(ref.ptr)
+        memory.caching_allocator_delete(_pop(ref))
     except Exception:  # finalizers never raise into whatever code dropped the array
         pass
 
 
-def _release_import(ref: _ReleaseImport, _discard: Any = _finalizers.discard) -> None:
-    _discard(ref)
+def _release_import(ref: weakref.ref, _pop: Any = _finalizers.pop) -> None:
+    """Calls a consumed DLPack tensor's deleter when the root array over it dies."""
     try:
-        ref.imported.release()
+        _pop(ref).release()
     except Exception:
         pass
 
@@ -235,9 +224,11 @@ class Array:
 
     def transpose(self, *axes: Any) -> Array:
         """A view with the axes permuted (reversed when none are given), like numpy."""
-        perm = _layout.transpose_axes(self.ndim, axes)
-        return self._view(0, tuple(self.shape[a] for a in perm),
-                          tuple(self.strides[a] for a in perm))
+        shape, strides = self.shape, self.strides
+        if not axes:
+            return self._view(0, shape[::-1], strides[::-1])
+        perm = _layout.transpose_axes(len(shape), axes)
+        return self._view(0, tuple([shape[a] for a in perm]), tuple([strides[a] for a in perm]))
 
     @property
     def T(self) -> Array:
@@ -260,23 +251,27 @@ class Array:
         a scalar. Dtypes and shapes must match (no casting on the device). Host copies
         are synchronous unless ``non_blocking`` (keep the host buffer alive and
         unchanged until the stream has passed the copy)."""
-        if isinstance(src, Array):
+        kind = type(src)
+        if kind is np.ndarray:  # host data, the commonest source: no foreign-array probes
+            host = src
+        elif kind is Array or isinstance(src, Array):
             _copy_device(self, src)
             return self
-        if isinstance(src, (int, float, complex, np.generic)):
+        elif isinstance(src, (int, float, complex, np.generic)):
             return self.fill_(src)
-        device_src = _device_view(src, None)
-        if device_src is not None:
-            _copy_device(self, device_src)
-            return self
-        if hasattr(src, "dtype"):  # an array-like keeps its dtype, which must match
-            host = np.asarray(src)
-        else:  # a (nested) sequence of numbers becomes this array's dtype
-            host = np.asarray(src, dtype=self.dtype)
+        else:
+            device_src = _device_view(src, None)
+            if device_src is not None:
+                _copy_device(self, device_src)
+                return self
+            if hasattr(src, "dtype"):  # an array-like keeps its dtype, which must match
+                host = np.asarray(src)
+            else:  # a (nested) sequence of numbers becomes this array's dtype
+                host = np.asarray(src, dtype=self.dtype)
         _check_match(self, host.dtype, host.shape, "copy_")
         if not host.flags.c_contiguous:
             host = np.ascontiguousarray(host)
-        _host_copy(self, host, to_device=True, non_blocking=non_blocking)
+        _host_copy(self, host, True, non_blocking)
         return self
 
     def to_numpy(self, out: np.ndarray | None = None, non_blocking: bool = False) -> np.ndarray:
@@ -289,11 +284,11 @@ class Array:
             if not isinstance(out, np.ndarray):
                 raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
             _check_match(self, out.dtype, out.shape, "to_numpy")
-            if not out.flags.writeable:
+            flags = out.flags
+            if not flags.writeable:
                 raise ValueError("to_numpy: out is read-only")
-            target = out if out.flags.c_contiguous else np.empty(self.shape, self.dtype)
-        _host_copy(self, target, to_device=False,
-                   non_blocking=non_blocking and target is out)
+            target = out if flags.c_contiguous else np.empty(self.shape, self.dtype)
+        _host_copy(self, target, False, non_blocking and target is out)
         if target is not out:
             out[...] = target
         return out
@@ -395,19 +390,42 @@ def _make(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.
 # ---- factories -------------------------------------------------------------------------
 
 
-def _target(device: DeviceLike, stream: Any) -> tuple[int, Any]:
-    """(device index, stream) for a new array: the stream's device, the given device's
-    current stream, or the current device and stream."""
-    if stream is None:
-        if device is None:
-            stream = streams.current_stream()
-            return stream.device_index, stream
-        index = _index(device)
-        return index, streams.current_stream(index)
-    index = stream.device_index
-    if device is not None and _index(device) != index:
-        raise ValueError(f"stream {stream!r} belongs to cuda:{index}, not to device {device!r}")
-    return index, stream
+# The legacy default stream of each device (handle 0), a singleton that is never destroyed:
+# the current stream of every thread that has not chosen one, found here without a call.
+_default_streams: dict[int, Any] = {}
+
+
+def _current_stream(index: int) -> Any:
+    """``streams.current_stream()`` on the current device ``index``, remembering its
+    default stream for :func:`empty`'s fast path."""
+    stream = streams.current_stream()
+    if stream.cuda_stream == 0:
+        _default_streams[index] = streams.default_stream()
+    return stream
+
+
+def _stream_for(device: DeviceLike, stream: Any) -> Any:
+    """The stream a new array is made on: ``stream`` (on ``device``, when both are given),
+    else ``device``'s current stream; both None is the caller's fast path."""
+    if stream is not None:
+        if device is not None and _device_index(device) != stream.device_index:
+            raise ValueError(f"stream {stream!r} belongs to cuda:{stream.device_index}, "
+                             f"not to device {device!r}")
+        return stream
+    index = _device_index(device)
+    # current_stream() without an argument skips validating the index again
+    return streams.current_stream() if index == current_device() else \
+        streams.current_stream(index)
+
+
+def _device_index(device: DeviceLike) -> int:
+    """``_index(device)`` with the cheap spellings first: an index already seen (its
+    Device is cached in ``_devices``) and "cuda" (the current device)."""
+    if type(device) is int and device in _devices:
+        return device
+    if type(device) is str and device == "cuda":
+        return current_device()
+    return _index(device)
 
 
 def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
@@ -425,19 +443,27 @@ def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
         dims, strides, nbytes = (shape,), (itemsize,), shape * itemsize
     else:
         dims, strides, nbytes = _layout.contiguous_layout(shape, itemsize)
-    if stream is None and device is None:
-        stream = streams.current_stream()
-        index = stream.device_index
+    if stream is None and device is None:  # the current device and stream
+        index = current_device()
+        handle = current_stream_handle(index)
+        stream = (handle == 0 and _default_streams.get(index)) or _current_stream(index)
     else:
-        index, stream = _target(device, stream)
-    device_obj = _devices.get(index) or _device(index)
-    if not nbytes:
-        return _make(0, dims, strides, dt, device_obj, stream, None, True)
-    ptr = memory.caching_allocator_alloc(nbytes, index, stream)
-    array = _make(ptr, dims, strides, dt, device_obj, stream, None, True)
-    ref = _FreeBlock(array, _free_block)
-    ref.ptr = ptr
-    _finalizers.add(ref)
+        stream = _stream_for(device, stream)
+        index = stream.device_index
+        handle = stream.cuda_stream
+    ptr = memory.caching_allocator_alloc(nbytes, index, handle) if nbytes else 0
+    # _make's body, inlined: this is the hot path of every new array
+    array = _new(Array)
+    array.ptr = ptr
+    array.shape = dims
+    array.strides = strides
+    array.dtype = dt
+    array.device = _devices.get(index) or _device(index)
+    array.stream = stream
+    array._owner = None
+    array._contiguous = True
+    if ptr:
+        _finalizers[_ref(array, _free_block)] = ptr
     return array
 
 
@@ -545,9 +571,7 @@ def _wrap(foreign: _interop.Foreign) -> Array:
                   _device(foreign.device_index), foreign.stream, foreign.keep,
                   _layout.is_contiguous(foreign.shape, foreign.strides, foreign.dtype.itemsize))
     if foreign.imported is not None:
-        ref = _ReleaseImport(array, _release_import)
-        ref.imported = foreign.imported
-        _finalizers.add(ref)
+        _finalizers[_ref(array, _release_import)] = foreign.imported
     return array
 
 
@@ -572,7 +596,7 @@ def from_dlpack(obj: Any, *, device: DeviceLike = None, copy: bool | None = None
 
 
 def _check_match(dst: Array, dtype: np.dtype, shape: tuple[int, ...], what: str) -> None:
-    if dtype != dst.dtype:
+    if dtype is not dst.dtype and dtype != dst.dtype:
         raise TypeError(
             f"{what}: dtype mismatch: the array is {dst.dtype.name}, the other side is "
             f"{np.dtype(dtype).name} (gpurt does not convert dtypes on the device)"
@@ -586,7 +610,7 @@ def _wait_for(index: int, consumer: int, producer: int) -> None:
     """Order stream ``consumer`` after the work queued on ``producer`` (device ``index``)."""
     if consumer != producer:
         bind_context(index)
-        _copy.wait_for(consumer, producer)
+        _copy.wait_for(index, consumer, producer)
 
 
 def _copy_device(dst: Array, src: Array) -> None:
@@ -604,8 +628,11 @@ def _copy_device(dst: Array, src: Array) -> None:
     stream = dst.stream.cuda_stream
     _wait_for(index, stream, src.stream.cuda_stream)
     bind_context(index)
-    _copy.copy(dst.ptr, True, dst.strides, src.ptr, True, src.strides, dst.shape,
-               dst.dtype.itemsize, stream)
+    if dst._contiguous and src._contiguous:
+        _copy.copy_bytes(dst.ptr, True, src.ptr, True, dst.nbytes, stream)
+    else:
+        _copy.copy(dst.ptr, True, dst.strides, src.ptr, True, src.strides, dst.shape,
+                   dst.dtype.itemsize, stream)
     if overlapping and src.stream.cuda_stream != stream:
         src.record_stream(dst.stream)  # the temporary is read on dst's stream
 
@@ -617,19 +644,26 @@ def _overlap(a: Array, b: Array) -> bool:
 
 
 def _host_copy(array: Array, host: np.ndarray, to_device: bool, non_blocking: bool) -> None:
-    """Copy between ``array`` and the ``host`` buffer (same shape and dtype) on the
-    array's stream; waits for completion unless ``non_blocking``."""
-    if not array.size:
+    """Copy between ``array`` and the C-contiguous ``host`` buffer (same shape and dtype)
+    on the array's stream: one cuMemcpy{HtoD,DtoH}Async when the array is contiguous too.
+    Then waits for the stream (cuStreamSynchronize) unless ``non_blocking``, as torch does
+    for pageable memory."""
+    nbytes = host.nbytes
+    if not nbytes:
         return
     bind_context(array.device.index)
     stream = array.stream.cuda_stream
-    host_ptr = host.ctypes.data
-    itemsize = array.dtype.itemsize
-    if to_device:
+    host_ptr = _copy.host_address(host)
+    if array._contiguous:
+        if to_device:
+            _copy.copy_bytes(array.ptr, True, host_ptr, False, nbytes, stream)
+        else:
+            _copy.copy_bytes(host_ptr, False, array.ptr, True, nbytes, stream)
+    elif to_device:
         _copy.copy(array.ptr, True, array.strides, host_ptr, False, host.strides, array.shape,
-                   itemsize, stream)
+                   array.itemsize, stream)
     else:
         _copy.copy(host_ptr, False, host.strides, array.ptr, True, array.strides, array.shape,
-                   itemsize, stream)
+                   array.itemsize, stream)
     if not non_blocking:
         _copy.synchronize(stream)

@@ -1,10 +1,11 @@
 """Kernels and launches: launch configuration, argument packing by declared type, hooks.
 
-Launching is the hot path. Each kernel keeps a plan built once (per parameter: its ABI offset,
-a ``struct`` code and, where needed, a converter), and each thread fills its own preallocated
-parameter buffer with one ``struct.pack_into`` before ``cuLaunchKernel``. Errors in the
-arguments (count, types, ranges, arrays on another device) are raised before anything is
-launched, naming the parameter.
+Launching is the hot path. Each kernel keeps a plan built on its first load (per parameter:
+its ABI offset, a ``struct`` code and, where needed, a converter) and, per device, a launcher
+generated from it (see ``gpurt/_args.py``): it packs the arguments into the calling thread's
+preallocated parameter buffer with one ``struct.pack_into`` and calls ``cuLaunchKernel``.
+Errors in the arguments (count, types, ranges, arrays on another device) and in the launch
+configuration are raised before anything runs, naming the parameter or the limit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import operator
+import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -21,10 +23,12 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from ._args import Plan, build_plan
-from ._driver import CudaError, check
+from ._driver import CudaError, check, is_forked_child
 from ._params import Param, kernel_params
 from .device import _index, bind_context, current_device
-from .streams import current_stream_handle
+from .device import _tls as _device_tls
+from .streams import Stream, current_stream_handle
+from .streams import _local as _stream_tls
 
 __all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "remove_launch_hook"]
 
@@ -35,6 +39,33 @@ _A = cu.CUfunction_attribute
 _MAX_DYNAMIC_SHARED = _A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _cuLaunchKernel = cu.cuLaunchKernel  # looked up once: it is on the hot path
 _DIM_LIMITS = {"grid": (2**31 - 1, 65535, 65535), "block": (1024, 1024, 64)}
+# what cuLaunchKernel says to a block larger than the kernel allows
+_BLOCK_TOO_BIG = (cu.CUresult.CUDA_ERROR_INVALID_VALUE,
+                  cu.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+
+# ---- this thread's device and stream, read in place --------------------------------------
+# Kernel.__call__ reads the per-thread state that device.py and streams.py keep (the current
+# device, the device whose context is bound, the current stream of each device) without
+# calling their accessors, which would cost as much again as the reads. device.py replaces
+# its thread-local in a child forked after CUDA started; this module then forgets its copy,
+# so launches there take the accessors, which raise the fork error.
+
+
+def _forget_device_state_after_fork() -> None:
+    global _device_tls
+    if is_forked_child():  # device.py's own hook, which ran before, made a fresh one too
+        _device_tls = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_device_state_after_fork)
+
+
+def _bound_current_device() -> int:
+    """This thread's current device, its context made current (the slow way)."""
+    index = current_device()
+    bind_context(index)
+    return index
+
 
 # ---- launch configuration -------------------------------------------------------------------
 
@@ -49,16 +80,27 @@ def _dims3(value: Any, what: str) -> tuple[int, int, int]:
     if not 1 <= len(dims) <= 3 or any(isinstance(v, bool) for v in items):
         raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
     dims += [1] * (3 - len(dims))
+    if any(size < 1 for size in dims):
+        raise ValueError(f"{what} dimensions must be >= 1, got {value!r}")
+    if what == "block" and dims[0] * dims[1] * dims[2] > 1024:
+        raise ValueError(f"a block holds at most 1024 threads, got {value!r}")
     limits = _DIM_LIMITS.get(what)
     for axis, size in enumerate(dims):
-        if size < 1:
-            raise ValueError(f"{what} dimensions must be >= 1, got {value!r}")
         if limits and size > limits[axis]:
             raise ValueError(f"{what} dimension {'xyz'[axis]} is at most {limits[axis]}, "
                              f"got {value!r}")
-    if what == "block" and dims[0] * dims[1] * dims[2] > 1024:
-        raise ValueError(f"a block holds at most 1024 threads, got {value!r}")
     return dims[0], dims[1], dims[2]
+
+
+def _launch_dims(value: Any, what: str) -> tuple[int, int, int]:
+    """Grid or block dims of a launch: a 3-tuple of ints as it is (the driver checks the
+    sizes, and a refused launch is explained by LaunchConfig), anything else through
+    _dims3."""
+    if type(value) is tuple and len(value) == 3:
+        x, y, z = value
+        if type(x) is int and type(y) is int and type(z) is int:
+            return value
+    return _dims3(value, what)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,17 +204,32 @@ def _driver_layout(handle: Any, expected: int | None) -> list[tuple[int, int]] |
     return layout  # more parameters than declared: keep the driver's view
 
 
+def explain_load_error(err: CudaError, arch: str) -> CudaError:
+    """``err`` of loading code compiled for ``arch``, with a hint where one helps."""
+    if err.name == "CUDA_ERROR_UNSUPPORTED_PTX_VERSION":
+        hint = ("this PTX comes from an NVRTC newer than the driver; compile a cubin "
+                "(the default, ptx=False) or use an NVRTC no newer than the driver")
+    elif err.name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE"):
+        hint = f"the code was compiled for {arch}, which this device cannot run"
+    else:
+        return err
+    return CudaError(err.code, err.name, f"{err.description}: {hint}", err.call)
+
+
 # ---- kernels ----------------------------------------------------------------------------------
 
 
 class _Loaded:
-    """A kernel's function on one device and the dynamic shared memory it may use there."""
+    """A kernel's function on one device, the dynamic shared memory it may use there and
+    its generated launcher (see :meth:`gpurt._args.Plan.launcher`)."""
 
-    __slots__ = ("function", "max_dynamic_shared")
+    __slots__ = ("function", "max_dynamic_shared", "launch")
 
-    def __init__(self, function: Any, max_dynamic_shared: int) -> None:
+    def __init__(self, function: Any, max_dynamic_shared: int,
+                 launch: Callable[..., None]) -> None:
         self.function = function
         self.max_dynamic_shared = max_dynamic_shared
+        self.launch = launch
 
 
 class _FuncAttribute:
@@ -220,9 +277,9 @@ class Kernel:
         self.params: list[Param] | None = kernel_params(symbol, module.source, name)
         self._lock = threading.Lock()
         self._loaded: dict[int, _Loaded] = {}
+        self._library: Any = None  # the CUlibrary that _handle is from
         self._handle: Any = None
         self._plan: Plan | None = None
-        self._tls = threading.local()
 
     def __repr__(self) -> str:
         if self.params is None:
@@ -233,33 +290,51 @@ class Kernel:
     # -- loading ---------------------------------------------------------------------------------
 
     def _load(self, index: int) -> _Loaded:
-        """Load the kernel on device ``index`` (cuLibraryGetKernel, cuKernelGetFunction)."""
+        """Load the kernel on device ``index`` (cuLibraryGetKernel, cuKernelGetFunction).
+
+        With lazy loading (CUDA's default) the driver reports a bad image here rather than at
+        cuLibraryLoadData: code from the disk cache that it refuses is recompiled once (the
+        module replaces the cache entry) and loaded again."""
         with self._lock:
             loaded = self._loaded.get(index)
             if loaded is not None:
                 return loaded
             bind_context(index)
-            if self._handle is None:
+            while True:
                 library = self.module.library()
                 try:
-                    handle = check(cu.cuLibraryGetKernel(library, self.symbol.encode()),
-                                   "cuLibraryGetKernel")
+                    loaded = self._load_from(library)
+                    break
                 except CudaError as err:
-                    if err.name != "CUDA_ERROR_NOT_FOUND":
-                        raise
-                    raise CudaError(err.code, err.name, f"no kernel {self.symbol!r} in the "
-                                    "module: C++ kernels (not extern \"C\") need their name in "
-                                    "compile(..., name_expressions=[...])",
-                                    "cuLibraryGetKernel") from None
-                expected = None if self.params is None else len(self.params)
-                self._plan = build_plan(self.name, self.params, _driver_layout(handle, expected))
-                self._handle = handle
-            function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
-            limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function),
-                          "cuFuncGetAttribute")
-            loaded = _Loaded(function, int(limit))
+                    if not self.module.replace_refused(library, err):  # True once at most
+                        raise self._load_error(err) from None
             self._loaded = {**self._loaded, index: loaded}  # readers never take the lock
             return loaded
+
+    def _load_from(self, library: Any) -> _Loaded:
+        """The function of this kernel in ``library`` on the current context, with its plan
+        (made on first load) and launcher."""
+        if self._library is not library:
+            handle = check(cu.cuLibraryGetKernel(library, self.symbol.encode()),
+                           "cuLibraryGetKernel")
+            if self._plan is None:
+                expected = None if self.params is None else len(self.params)
+                self._plan = build_plan(self.name, self.params, _driver_layout(handle, expected))
+            self._handle, self._library = handle, library
+        function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+        limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function), "cuFuncGetAttribute")
+        plan: Plan = self._plan  # type: ignore[assignment]  # set above
+        launch = plan.launcher(function, _cuLaunchKernel, _launch_dims,
+                               self._explain_launch_error, self._launch_refused)
+        return _Loaded(function, int(limit), launch)
+
+    def _load_error(self, err: CudaError) -> CudaError:
+        """``err`` of a failed load, with what to do about it where that is known."""
+        if err.name == "CUDA_ERROR_NOT_FOUND":
+            return CudaError(err.code, err.name, f"no kernel {self.symbol!r} in the module: C++ "
+                             "kernels (not extern \"C\") need their name in "
+                             "compile(..., name_expressions=[...])", err.call)
+        return explain_load_error(err, self.module.arch)
 
     def _raise_shared_limit(self, loaded: _Loaded, nbytes: int) -> None:
         """Allow ``nbytes`` of dynamic shared memory; the limit only ever grows, under a lock,
@@ -287,46 +362,36 @@ class Kernel:
 
     # -- arguments -------------------------------------------------------------------------------
 
-    def _thread_buffers(self, plan: Plan) -> tuple[Any, int]:
-        """This thread's parameter buffer and the address of its void* array (made once)."""
-        buffer = ctypes.create_string_buffer(max(plan.size, 1))
-        base = ctypes.addressof(buffer)
-        pointers = (ctypes.c_void_p * max(len(plan.offsets), 1))(*[base + o for o in plan.offsets])
-        self._tls.state = (buffer, ctypes.addressof(pointers), pointers)
-        return buffer, ctypes.addressof(pointers)
-
     def _fill(self, args: Sequence[Any], index: int) -> int:
         """Pack ``args`` into this thread's buffer (the kernel is loaded); return kernelParams."""
-        plan = self._plan
-        assert plan is not None
-        try:
-            buffer, address, _ = self._tls.state
-        except AttributeError:
-            buffer, address = self._thread_buffers(plan)
+        plan: Plan = self._plan  # type: ignore[assignment]  # set by _load
+        buffer, params = plan.thread_buffers()
         self._pack_into(plan, buffer, args, index)
-        return address
+        return params
 
     def _pack_into(self, plan: Plan, buffer: Any, args: Sequence[Any], index: int | None) -> None:
         try:
             plan.fill(buffer, args, index)
         except (TypeError, ValueError, OverflowError, struct.error) as exc:
-            raise self._argument_error(plan, args, index) from exc
+            error = self._argument_error(plan, args, index)
+            if error is None:
+                raise
+            raise error from exc
 
-    def _count_error(self, args: Sequence[Any], plan: Plan) -> TypeError:
-        sig = ", ".join(f"{p.type} {p.name}".strip() for p in plan.params)
-        return TypeError(f"kernel {self.name!r} takes {len(plan.params)} arguments ({sig}), "
-                         f"got {len(args)}")
-
-    def _argument_error(self, plan: Plan, args: Sequence[Any], index: int | None) -> Exception:
-        """The error for the first argument that does not convert, naming its parameter."""
+    def _argument_error(self, plan: Plan, args: Sequence[Any],
+                        index: int | None) -> Exception | None:
+        """The error for the first argument that does not convert, naming its parameter;
+        None when every argument converts."""
         if not isinstance(args, (tuple, list)):
             return TypeError(f"kernel {self.name!r}: args must be a tuple of arguments, "
                              f"got {type(args).__name__}")
         if len(args) != len(plan.params):
-            return self._count_error(args, plan)
+            sig = ", ".join(f"{p.type} {p.name}".strip() for p in plan.params)
+            return TypeError(f"kernel {self.name!r} takes {len(plan.params)} arguments ({sig}), "
+                             f"got {len(args)}")
         found = plan.diagnose(args, index)
         if found is None:
-            return TypeError(f"kernel {self.name!r}: the arguments do not fit its parameters")
+            return None
         param, value, exc = found
         text = str(exc)
         if isinstance(exc, OverflowError) or "<=" in text or "range" in text:
@@ -349,7 +414,48 @@ class Kernel:
 
     # -- launching -------------------------------------------------------------------------------
 
-    def _prepare(self, shared_mem: int, stream: Any) -> tuple[int, _Loaded, int]:
+    def __call__(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        """Launch on ``stream`` (default: the current stream of the current device) with
+        ``args`` converted by the declared parameter types (wraps cuLaunchKernel)."""
+        # The hot path: the first launch on a device, dynamic shared memory and hooks take
+        # _launch_slowly; everything else is a few reads and this kernel's generated launcher.
+        try:
+            index = _device_tls.index
+            bound = _device_tls.bound
+        except AttributeError:  # no device chosen or no context bound on this thread yet
+            index = bound = -1
+        if bound != index or index < 0:
+            index = _bound_current_device()
+        loaded = self._loaded.get(index)
+        if loaded is None or shared_mem or _hooks:
+            self._launch_slowly(grid, block, args, shared_mem, stream, index)
+            return
+        if stream is None:
+            stream = _stream_tls.state.handles.get(index, 0)  # current_stream_handle(index)
+        elif type(stream) is not int:
+            stream = _stream_handle(stream)
+        loaded.launch(grid, block, args, 0, stream, index)
+
+    def _launch_slowly(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int,
+                       stream: Any, index: int) -> None:
+        """__call__ when the kernel is not loaded on the device yet, needs dynamic shared
+        memory or launch hooks are registered."""
+        if type(shared_mem) is not int or shared_mem < 0:
+            shared_mem = LaunchConfig(1, 1, shared_mem).shared_mem  # raises for what is wrong
+        loaded = self._on_device(index, shared_mem)
+        handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
+        if not _hooks:
+            loaded.launch(grid, block, args, shared_mem, handle, index)
+            return
+        params = self._fill(args, index)  # argument errors are raised before any hook runs
+        (gx, gy, gz), (bx, by, bz) = _dims3(grid, "grid"), _dims3(block, "block")
+        result = self._hooked(_cuLaunchKernel, int(handle), loaded.function, gx, gy, gz,
+                              bx, by, bz, shared_mem, handle or None, params, 0)
+        if result[0]:
+            self._launch_refused(result, grid, block, shared_mem)
+
+    def _prepare(self, shared_mem: int, stream: Any) -> tuple[int, _Loaded, Any]:
         """(device index, loaded kernel, stream handle) of a launch on this thread."""
         index = current_device()
         loaded = self._on_device(index, shared_mem)
@@ -363,62 +469,32 @@ class Kernel:
         if loaded is None:
             loaded = self._load(index)
         bind_context(index)
-        try:
-            over = shared_mem > loaded.max_dynamic_shared
-        except TypeError:
-            LaunchConfig(1, 1, shared_mem)  # raises the clear error
-            raise
-        if over:
+        if shared_mem > loaded.max_dynamic_shared:
             self._raise_shared_limit(loaded, shared_mem)
         return loaded
 
-    def __call__(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int = 0,
-                 stream: Any = None) -> None:
-        """Launch on ``stream`` (default: the current stream of the current device) with
-        ``args`` converted by the declared parameter types (wraps cuLaunchKernel)."""
-        # The hot path: only the first launch on a device, dynamic shared memory, hooks and
-        # errors leave this function. It repeats _fill's few lines on purpose: a method call
-        # is a tenth of gpurt's whole overhead per launch.
-        index = current_device()
-        loaded = self._loaded.get(index)
-        if loaded is None or shared_mem:
-            loaded = self._on_device(index, shared_mem)
-        else:
-            bind_context(index)
-        handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
-        plan: Plan = self._plan  # type: ignore[assignment]  # set by _load
-        try:
-            buffer, params, _ = self._tls.state
-        except AttributeError:
-            buffer, params = self._thread_buffers(plan)
-        try:
-            plan.fill(buffer, args, index)
-        except (TypeError, ValueError, OverflowError, struct.error) as exc:
-            raise self._argument_error(plan, args, index) from exc
-        try:
-            if isinstance(grid, int):
-                gx, gy, gz = grid, 1, 1
-            else:
-                gx, gy, gz = grid
-            if isinstance(block, int):
-                bx, by, bz = block, 1, 1
-            else:
-                bx, by, bz = block
-        except (TypeError, ValueError):
-            (gx, gy, gz), (bx, by, bz) = _dims3(grid, "grid"), _dims3(block, "block")
-        try:
-            if _hooks:
-                result = self._hooked(_cuLaunchKernel, handle, loaded.function, gx, gy, gz,
-                                      bx, by, bz, shared_mem, handle, params, 0)
-            else:
-                result = _cuLaunchKernel(loaded.function, gx, gy, gz, bx, by, bz, shared_mem,
-                                         handle, params, 0)
-        except (TypeError, OverflowError):
-            LaunchConfig(grid, block, shared_mem)  # raises the clear error
-            raise
-        if result[0]:
-            LaunchConfig(grid, block, shared_mem)
-            check(result, f"cuLaunchKernel({self.name})")
+    def _explain_launch_error(self, exc: Exception, grid: Any, block: Any, args: Any,
+                              shared_mem: Any, index: int) -> None:
+        """Raise the clear error for ``exc`` from a launcher: a bad grid, block or shared
+        memory size, or the argument that does not convert (naming its parameter). Returns
+        when neither explains it."""
+        LaunchConfig(grid, block, shared_mem)  # raises for an invalid configuration
+        error = self._argument_error(self._plan, args, index)  # type: ignore[arg-type]
+        if error is not None:
+            raise error from exc
+
+    def _launch_refused(self, result: tuple, grid: Any, block: Any, shared_mem: int) -> None:
+        """Raise for a launch the driver refused (nothing ran): a configuration that no
+        kernel or not this one can run as ValueError naming the limit, else the CudaError."""
+        config = LaunchConfig(grid, block, shared_mem)  # raises for an invalid configuration
+        if result[0] in _BLOCK_TOO_BIG:
+            bx, by, bz = _triple(config.block)
+            limit = self.max_threads_per_block
+            if bx * by * bz > limit:
+                raise ValueError(f"kernel {self.name!r} runs at most {limit} threads per block "
+                                 f"(its registers or __launch_bounds__), got a block of "
+                                 f"{bx * by * bz}")
+        check(result, f"cuLaunchKernel({self.name})")
 
     def launch(self, config: LaunchConfig, *args: Any, stream: Any = None) -> None:
         """Launch with a :class:`LaunchConfig`; clusters and cooperative launches go through
@@ -432,12 +508,12 @@ class Kernel:
         ex.gridDimX, ex.gridDimY, ex.gridDimZ = _triple(config.grid)
         ex.blockDimX, ex.blockDimY, ex.blockDimZ = _triple(config.block)
         ex.sharedMemBytes = config.shared_mem
-        ex.hStream = cu.CUstream(handle)
+        ex.hStream = cu.CUstream(int(handle))
         attrs = _launch_attributes(config)
         ex.attrs = attrs
         ex.numAttrs = len(attrs)
         if _hooks:
-            result = self._hooked(cu.cuLaunchKernelEx, handle, ex, loaded.function, params, 0)
+            result = self._hooked(cu.cuLaunchKernelEx, int(handle), ex, loaded.function, params, 0)
         else:
             result = cu.cuLaunchKernelEx(ex, loaded.function, params, 0)
         check(result, f"cuLaunchKernelEx({self.name})")
@@ -481,18 +557,21 @@ class Kernel:
         return int(block)
 
 
-def _stream_handle(stream: Any) -> int:
-    """The raw handle of a gpurt/torch/CuPy/cuda.core stream, a CUstream or an int."""
+def _stream_handle(stream: Any) -> Any:
+    """The handle of a gpurt/torch/CuPy/cuda.core stream, a CUstream or an int: an int, or
+    for a gpurt Stream its CUstream (which the bindings take without converting)."""
+    if isinstance(stream, Stream):
+        return stream.handle
     if isinstance(stream, int):
         return stream
-    handle = getattr(stream, "cuda_stream", None)  # gpurt.Stream, torch.cuda.Stream
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
     if handle is not None:
         return int(handle)
     protocol = getattr(stream, "__cuda_stream__", None)  # cuda.core's protocol
     if protocol is not None:
         return int(protocol()[1])
     if isinstance(stream, cu.CUstream):
-        return int(stream)
+        return stream
     handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
     if isinstance(handle, int):
         return handle

@@ -25,7 +25,13 @@ from . import _kcache
 from ._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 from ._kcache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from .device import get_arch
-from .launch import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
+from .launch import (
+    Kernel,
+    LaunchConfig,
+    add_launch_hook,
+    explain_load_error,
+    remove_launch_hook,
+)
 
 __all__ = [
     "compile",
@@ -99,15 +105,22 @@ class CompileError(CudaError):
 # ---- modules ----------------------------------------------------------------------------
 
 
-def _unload(holder: list[Any]) -> None:
-    """Finalizer: unload a library; never raises (the driver may be gone at exit)."""
-    library = holder[0]
-    holder[0] = None
-    if library is not None:
-        try:
-            cu.cuLibraryUnload(library)
-        except Exception:
-            pass
+def _unload(libraries: list[Any]) -> None:
+    """Finalizer: unload a module's libraries; never raises (the driver may be gone at exit)."""
+    for i, library in enumerate(libraries):
+        libraries[i] = None
+        if library is not None:
+            try:
+                cu.cuLibraryUnload(library)
+            except Exception:
+                pass
+
+
+def _recompiling_helps(err: CudaError) -> bool:
+    """Whether the driver's refusal of cached code may be the code's fault: not for lack of
+    memory or of a usable driver, nor for a kernel name that is not in the code."""
+    return not isinstance(err, (OutOfMemoryError, CudaUnavailableError)) and (
+        err.name != "CUDA_ERROR_NOT_FOUND")
 
 
 class Module:
@@ -115,25 +128,32 @@ class Module:
 
     ``code`` is the cubin (or PTX), ``kind`` says which, ``lowered_names`` maps each name
     expression to its mangled name and ``log`` holds NVRTC's warnings. The code is loaded
-    (cuLibraryLoadData, context-independent) on the first launch of one of its kernels."""
+    (cuLibraryLoadData, context-independent) on the first launch of one of its kernels.
+    Code from the disk cache that the driver refuses, at load or at the first use of a
+    kernel, is compiled afresh once (replacing the cache entry) and loaded instead."""
 
     def __init__(self, entry: Entry, arch: str, source: str | None, options: Sequence[str] = (),
                  program_name: str = "kernel.cu",
-                 rebuild: Callable[[], bytes] | None = None) -> None:
-        self.code = entry.binary
-        self.kind = entry.kind
+                 rebuild: Callable[[], Entry] | None = None) -> None:
+        self._use(entry)
         self.arch = arch
-        self.lowered_names = dict(entry.lowered)
-        self.log = entry.log
         self.source = source
         self.options = tuple(options)
         self.program_name = program_name
         self._rebuild = rebuild
         self._kernels: dict[str, Kernel] = {}
         self._lock = threading.Lock()
-        self._holder: list[Any] = [None]
-        finalizer = weakref.finalize(self, _unload, self._holder)
+        # [the library in use, then libraries the driver refused after loading them: kernels
+        # may hold handles into those, so they are unloaded with the module]
+        self._libraries: list[Any] = [None]
+        finalizer = weakref.finalize(self, _unload, self._libraries)
         finalizer.atexit = False
+
+    def _use(self, entry: Entry) -> None:
+        self.code = entry.binary
+        self.kind = entry.kind
+        self.lowered_names = dict(entry.lowered)
+        self.log = entry.log
 
     def __repr__(self) -> str:
         return f"<gpurt.Module {self.program_name} {self.kind} {self.arch}, {len(self.code)} bytes>"
@@ -156,38 +176,43 @@ class Module:
     __getitem__ = get_function
 
     def library(self) -> Any:
-        """The loaded CUlibrary (cuLibraryLoadData on first call). A cached binary that the
-        driver refuses is recompiled (and replaced on disk) and loaded once more."""
-        library = self._holder[0]
+        """The loaded CUlibrary (wraps cuLibraryLoadData on first call)."""
+        library = self._libraries[0]
         if library is not None:
             return library
         with self._lock:
-            if self._holder[0] is None:
+            while self._libraries[0] is None:
                 try:
-                    self._holder[0] = self._load_data()
+                    self._libraries[0] = check(cu.cuLibraryLoadData(
+                        self.code, None, None, 0, None, None, 0), "cuLibraryLoadData")
                 except CudaError as err:
-                    if self._rebuild is None or isinstance(err, (OutOfMemoryError,
-                                                                 CudaUnavailableError)):
-                        raise _explain_load_error(err, self) from err
-                    self.code = self._rebuild()
-                    self._rebuild = None
-                    self._holder[0] = self._load_data()
-        return self._holder[0]
+                    if not self._recompile(err):  # True once at most
+                        raise explain_load_error(err, self.arch) from None
+            return self._libraries[0]
 
-    def _load_data(self) -> Any:
-        return check(cu.cuLibraryLoadData(self.code, None, None, 0, None, None, 0),
-                     "cuLibraryLoadData")
+    def replace_refused(self, library: Any, err: CudaError) -> bool:
+        """After the driver refused ``library`` at the first use of a kernel (``err``): True
+        when :meth:`library` now loads other code (freshly compiled, since this came from
+        the disk cache, or already replaced by another thread); False when ``err`` stands."""
+        with self._lock:
+            if self._libraries[0] is not library:
+                return True
+            if not self._recompile(err):
+                return False
+            self._libraries.append(library)
+            self._libraries[0] = None
+            return True
 
-
-def _explain_load_error(err: CudaError, module: Module) -> CudaError:
-    if err.name == "CUDA_ERROR_UNSUPPORTED_PTX_VERSION":
-        hint = ("this PTX comes from an NVRTC newer than the driver; compile a cubin "
-                "(the default, ptx=False) or use an NVRTC no newer than the driver")
-    elif err.name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE"):
-        hint = f"the code was compiled for {module.arch}, which this device cannot run"
-    else:
-        return err
-    return CudaError(err.code, err.name, f"{err.description}: {hint}", err.call)
+    def _recompile(self, err: CudaError) -> bool:
+        """Replace code from the disk cache that the driver refused with ``err`` by a fresh
+        compile (which also replaces the cache entry); False where that cannot help. Once
+        per module: fresh code that is refused too is NVRTC's or the driver's problem."""
+        if self._rebuild is None or not _recompiling_helps(err):
+            return False
+        entry = self._rebuild()
+        self._rebuild = None
+        self._use(entry)
+        return True
 
 
 # ---- compiling ----------------------------------------------------------------------------
@@ -310,12 +335,12 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
         if directory is not None:
             _kcache.store(directory, key, entry)
 
-    def rebuild() -> bytes:
-        """Replace a cached binary that the driver refused (see Module.library)."""
+    def rebuild() -> Entry:
+        """Compile afresh code from the disk cache that the driver refused (see Module)."""
         fresh = build()
         if directory is not None:
             _kcache.store(directory, key, fresh)
-        return fresh.binary
+        return fresh
 
     module = Module(entry, arch, source, opts, program_name, rebuild if from_disk else None)
     _kcache.memory_put(memory_key, module)

@@ -7,4 +7,6 @@
 from .softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 from .gemm import gemm
 
-__all__: list[str] = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"]
+__all__: list[str] = [
+    "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "gemm",
+]

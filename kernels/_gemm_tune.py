@@ -201,15 +201,18 @@ _WGMMA = (
 
 
 def disabled_kernels() -> frozenset[str]:
-    """Kernel families turned off with ``GPURT_GEMM_DISABLE`` (comma list: simt, mma, wgmma),
-    for debugging and for comparing paths; gemm then uses the others."""
+    """Kernel families and features turned off with ``GPURT_GEMM_DISABLE`` (comma list of
+    simt, mma, wgmma, cluster, tma_store), for debugging and for comparing paths; gemm then
+    uses the others."""
     text = os.environ.get("GPURT_GEMM_DISABLE", "")
     return frozenset(part.strip() for part in text.split(",") if part.strip())
 
 
 def eligible(problem: Problem, config: Config) -> bool:
     """Whether ``config`` can run ``problem`` on its device."""
-    if config.kernel in disabled_kernels():
+    disabled = disabled_kernels()
+    if disabled and (config.kernel in disabled or (config.cluster_m > 1 and "cluster" in disabled)
+                     or (config.tma_store and "tma_store" in disabled)):
         return False
     major, minor = problem.capability
     sixteen = problem.dt in (DT_F16, DT_BF16)
@@ -234,13 +237,15 @@ def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
 
 
 def candidates(problem: Problem) -> list[Config]:
-    """Every config worth timing for ``problem``, best guess first."""
+    """Every config worth timing for ``problem``, best guess first. The 2-CTA cluster
+    variants are left out: correct, but slower than the others on every shape measured on an
+    H200 (benchmarks/notes_gemm.md); pass one as ``config=`` to use it."""
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
         pool = _with_split(problem, _TF32)
     else:
-        pool = list(_WGMMA) + _with_split(problem, _MMA)
+        pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
@@ -255,7 +260,7 @@ def heuristic(problem: Problem) -> Config:
     if problem.dt == DT_TF32:
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
-    wide = _WGMMA[0] if n > 128 else _WGMMA[1]
+    wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     small_grid = wide.tiles(m, n) * 2 < problem.sm_count and problem.k >= 1024
     if eligible(problem, wide) and not small_grid:
         return wide

@@ -8,8 +8,10 @@ Accumulation is always fp32. Three kernel families (CUDA sources kernels/gemm_*.
 ``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, double buffering);
 ``mma``    fp16/bf16 (and TF32 with ``allow_tf32=True``) on the tensor cores with mma.sync,
            any sm_80+ GPU and any alignment, optionally splitting K over CTAs;
-``wgmma``  fp16/bf16 on Hopper (sm_90a): TMA, wgmma, warp specialisation, persistent grid;
-           needs 16-byte aligned rows (TMA's rule), otherwise ``mma`` runs.
+``wgmma``  fp16/bf16 on Hopper (sm_90a): TMA loads, wgmma, warp specialisation with
+           setmaxnreg, an mbarrier ring, a persistent grid in grouped order, an epilogue
+           through shared memory and TMA stores (optionally 2-CTA clusters sharing B by
+           multicast); needs 16-byte aligned rows (TMA's rule), otherwise ``mma`` runs.
 
 The variant and its tiles come from kernels/_gemm_tune.py: timed once per shape bucket and
 remembered on disk when autotuning is on (``GPURT_GEMM_AUTOTUNE=0`` turns it off), chosen by
@@ -206,7 +208,7 @@ def _check_dtype(a: Any, b: Any) -> int:
     return dt
 
 
-def _row_major_view(x: Any, rows: int, cols: int, what: str, copy: bool) -> tuple[Any, int, bool]:
+def _row_major_view(x: Any, rows: int, cols: int, copy: bool) -> tuple[Any, int, bool]:
     """(array, ld, swapped) with x (rows x cols) seen row-major (swapped: as x.T row-major).
     Without a unit stride: a contiguous copy when ``copy``, else (None, 0, False)."""
     s0, s1 = _element_strides(x)
@@ -252,7 +254,7 @@ def _plan(a: Any, b: Any, out: Any, beta: float, c: Any, trans_a: bool, trans_b:
             raise ValueError(f"out is on {out.device} but the inputs are on {a.device}")
         if out.size and (_overlaps(out, a) or _overlaps(out, b)):
             raise ValueError("out overlaps a or b; gemm cannot write over its inputs")
-    target, ldc, swapped = _row_major_view(out, m, n, "out", copy=False)
+    target, ldc, swapped = _row_major_view(out, m, n, copy=False)
     copy_back = None
     if target is None:  # no unit stride: compute into a contiguous array, then copy
         copy_back = out
@@ -269,7 +271,7 @@ def _plan(a: Any, b: Any, out: Any, beta: float, c: Any, trans_a: bool, trans_b:
             raise ValueError(f"c must be {m}x{n} {a.dtype}, got {tuple(c.shape)} {c.dtype}")
         if c.device != a.device:
             raise ValueError(f"c is on {c.device} but the inputs are on {a.device}")
-        cin, ldcin, c_swapped = _row_major_view(c, m, n, "c", copy=True)
+        cin, ldcin, c_swapped = _row_major_view(c, m, n, copy=True)
         if c_swapped != swapped:  # c's orientation must follow the output's
             cin = c.T.clone() if swapped else c.clone()
             ldcin = m if swapped else n

@@ -531,20 +531,22 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
     typedef Policy<OP> P;
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 cta_total;
-    const long long row = blockIdx.x / CLUSTER;
     const int col0 = (int)cluster_rank() * (THREADS * ITEMS * VEC);
-    const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
     extern __shared__ uint4 shared_items[];
     SM_HELD(SMEM) h;
     h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
-    load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, base, col0, cols, true);
-    const float2 own = P::template local<ITEMS, VEC>(h);
-    float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
-    total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
-    cluster_arrive();  // done reading peers; their shared memory must outlive this
-    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, base, col0, cols, true);
-    cluster_wait();
+    // One row per cluster, or (a grid of fewer clusters than rows) every gridDim.x/CLUSTER-th.
+    for (long long row = blockIdx.x / CLUSTER; row < rows; row += gridDim.x / CLUSTER) {
+        const long long base = row * (long long)cols;
+        load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, base, col0, cols, true);
+        const float2 own = P::template local<ITEMS, VEC>(h);
+        float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
+        total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
+        cluster_arrive();  // done reading peers; their shared memory must outlive this
+        store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, base, col0, cols, true);
+        cluster_wait();  // (and cta_total may be rewritten for the next row)
+    }
 }
 #endif
 

@@ -127,7 +127,9 @@ class NaiveTorchModel:
         self.oversize = {f: ms.Stat() for f in ("oversize_allocations", "oversize_segments")}
         self.counters = dict.fromkeys(("num_alloc_retries", "num_ooms", "num_sync_all_streams",
                                        "num_device_alloc", "num_device_free"), 0)
-        self.uses: dict[int, set[int]] = {}  # ptr of allocated block -> other streams
+        self.uses: dict[int, set[Any]] = {}  # ptr of allocated block -> other streams
+        # (a use on a stream destroyed since is (stream, work count when it was destroyed))
+        self.retired: dict[int, int] = {}  # destroyed stream -> its work count then
         self.unrecorded: list[tuple[_Block, set[int]]] = []  # events wait for a safe point
         self.events: dict[int, list[tuple[int, _Block]]] = {}  # stream -> (work count, block)
         self.event_count: dict[int, int] = {}  # id(block) -> outstanding events
@@ -175,6 +177,9 @@ class NaiveTorchModel:
         if size == 0:
             return 0
         self.process_events()
+        if stream in self.retired:  # a new stream with a dead one's handle: wait for it
+            count = self.retired.pop(stream)
+            self.backend.done[stream] = max(self.backend.done.get(stream, 0), count)
         rsize = self._round(size)
         small = rsize <= MiB
         max_split = self.config.max_split_size
@@ -313,10 +318,22 @@ class NaiveTorchModel:
         if stream != block.stream:
             self.uses.setdefault(ptr, set()).add(stream)
 
+    def retire_stream(self, stream: int) -> None:
+        """The stream is about to be destroyed: uses on it become what it has queued now."""
+        count = self.backend.queued.get(stream, 0)
+        for uses in self.uses.values():
+            if stream in uses:
+                uses.discard(stream)
+                uses.add((stream, count))
+        self.retired[stream] = count
+
     def _record_pending(self) -> None:
         for block, uses in self.unrecorded:
-            for stream in uses:
-                work = self.backend.queued.get(stream, 0)
+            for use in uses:
+                if isinstance(use, tuple):
+                    stream, work = use
+                else:
+                    stream, work = use, self.backend.queued.get(use, 0)
                 self.events.setdefault(stream, []).append((work, block))
             self.event_count[id(block)] = len(uses)
         self.unrecorded = []
@@ -335,6 +352,9 @@ class NaiveTorchModel:
                 self._event_done(queue.pop(0)[1])
             if not queue:
                 del self.events[stream]
+        for stream, count in list(self.retired.items()):
+            if self.backend.done.get(stream, 0) >= count:
+                del self.retired[stream]
 
     def empty_cache(self) -> None:
         self.counters["num_sync_all_streams"] += 1

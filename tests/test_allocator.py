@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator_model import KiB, MiB, FakeBackend, NaiveTorchModel
+from gpurt import _allocator
 from gpurt import _memstats as ms
 from gpurt._allocator import CAPTURES, CachingAllocator
 from gpurt._allocconf import AllocatorConfig, parse
@@ -170,20 +171,62 @@ def test_record_stream_defers_reuse_until_the_event_completes():
     a.record_stream(p, S1)
     a.record_stream(p, S0)  # the allocation stream itself needs nothing
     backend.launch(S1)
-    calls = list(backend.calls)
     a.free(p)
-    assert backend.calls == calls, "free() must not call the backend"
+    assert backend.calls.count("event_record") == 1  # recorded at free time, as torch does
+    backend.launch(S1)  # work queued after the free is not waited for
     stats = flat(a)
     assert stats["allocated_bytes.all.current"] == 0
     assert stats["active_bytes.all.current"] == 8 * KiB  # pending, still active
     state = {b["state"] for s in a.snapshot() for b in s["blocks"] if b["address"] == p}
     assert state == {"active_pending_free"}
-    q = a.malloc(8 * KiB, S0)  # records the event; the block is not free yet
+    q = a.malloc(8 * KiB, S0)  # the event has not completed: the block is not free yet
     assert q != p
-    backend.complete(S1)
+    backend.done[S1] = 1  # the work before the free is done, the later work is not
     a.free(q)
     r = a.malloc(8 * KiB, S0)  # event done: p comes back (lowest address)
     assert r == p
+    recount(a, backend)
+
+
+def test_a_free_where_recording_is_unsafe_records_at_the_next_allocation():
+    """On the driver's callback thread or under another device's context (a finalizer can
+    run there), and while a capture is underway, free() never calls the backend."""
+    a, backend = make()
+    p = a.malloc(8 * KiB, S0)
+    a.record_stream(p, S1)
+    backend.launch(S1)
+    backend.recording_allowed = False
+    calls = list(backend.calls)
+    a.free(p)
+    assert backend.calls == calls, "free() must not call the backend here"
+    backend.launch(S1)
+    backend.recording_allowed = True
+    q = a.malloc(8 * KiB, S0)  # records now, after both launches
+    assert q != p and backend.calls.count("event_record") == 1
+    backend.done[S1] = 1
+    a.free(q)
+    r = a.malloc(8 * KiB, S0)
+    assert r != p  # the second launch is waited for too
+    backend.complete(S1)
+    a.free(r)
+    assert a.malloc(8 * KiB, S0) == p
+    recount(a, backend)
+
+
+def test_a_free_whose_recording_fails_waits_for_the_next_allocation():
+    a, backend = make()
+    p = a.malloc(8 * KiB, S0)
+    a.record_stream(p, S1)
+
+    def failing() -> bool:
+        raise RuntimeError("CUDA_ERROR_DEINITIALIZED")
+
+    backend.may_record_events = failing
+    a.free(p)  # a finalizer at shutdown, say: never raises
+    assert flat(a)["active_bytes.all.current"] == 8 * KiB
+    del backend.may_record_events
+    a.malloc(512, S0)
+    assert "event_record" in backend.calls
     recount(a, backend)
 
 
@@ -210,6 +253,89 @@ def test_empty_cache_synchronizes_pending_blocks():
     assert stats["active.all.current"] == 0
     assert stats["num_sync_all_streams"] == 1
     assert "event_synchronize" in backend.calls
+
+
+# ---- streams that are destroyed -------------------------------------------------------------
+# (FakeBackend raises Segfault, a BaseException, for an event recorded on a destroyed stream)
+
+
+@pytest.mark.parametrize("when", ["allocated", "freed, events not recorded yet"])
+def test_a_destroyed_streams_uses_are_recorded_before_it_goes(when):
+    """The `gpurt demo` crash: record_stream on a side stream, the stream is closed, the
+    block freed, the next allocation recorded an event on the dead stream."""
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    a.record_stream(p, S2)
+    backend.launch(S2)
+    if when != "allocated":
+        backend.recording_allowed = False  # e.g. freed by a finalizer under another context
+        a.free(p)
+        backend.recording_allowed = True
+    assert a.retire_stream(S2, own_device=True)
+    assert backend.calls.count("event_record") == 2  # the use, and the guard for S2's blocks
+    backend.destroy(S2)
+    if when == "allocated":
+        a.free(p)
+    q = a.malloc(4 * KiB, S0)  # would have recorded on S2 here
+    assert q != p  # S2's work before it was destroyed has not finished
+    backend.complete(S2)  # the driver finishes a destroyed stream's work
+    a.free(q)
+    assert a.malloc(4 * KiB, S0) == p
+    assert not a._retired and not a._events
+    recount(a, backend)
+
+
+def test_a_new_stream_with_a_dead_streams_handle_waits_for_its_work():
+    a, backend = make()
+    p = a.malloc(64 * KiB, S1)
+    backend.launch(S1)  # work on S1 still uses p ...
+    a.free(p)  # ... which is cached for S1: fine while S1 orders everything
+    assert a.retire_stream(S1, own_device=True)
+    backend.destroy(S1)
+    backend.create(S1)  # the driver hands the handle out again
+    assert a.malloc(64 * KiB, S1) == p
+    assert backend.calls[-2:] == ["event_query", "event_synchronize"]  # waited first
+    assert backend.done[S1] == 1
+    a.free(p)
+    # once the old stream's work has finished, nothing waits
+    a.retire_stream(S1, own_device=True)
+    backend.complete(S1)
+    calls = len(backend.calls)
+    assert a.malloc(64 * KiB, S1) == p
+    assert "event_synchronize" not in backend.calls[calls:] and not a._retired
+    recount(a, backend)
+
+
+def test_retiring_a_stream_nobody_used_on_another_device_does_nothing():
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    a.record_stream(p, S1)
+    calls = list(backend.calls)
+    assert a.retire_stream(S2, own_device=False)
+    assert backend.calls == calls
+    assert a.retire_stream(S1, own_device=False)  # another device's stream used here
+    assert backend.calls == calls + ["event_record"] and not a._retired
+    a.free(p)
+
+
+def test_retiring_waits_while_a_capture_is_underway_or_the_lock_stays_busy(monkeypatch):
+    a, backend = make()
+    p = a.malloc(4 * KiB, S0)
+    a.record_stream(p, S2)
+    a.begin_allocate_to_pool((0, 3), S1)
+    try:
+        assert not a.retire_stream(S2, own_device=True)  # no event during a capture
+        assert "event_record" not in backend.calls
+    finally:
+        a.end_allocate_to_pool((0, 3))
+    monkeypatch.setattr(_allocator, "RETIRE_WAIT", 0.01)
+    with a._lock:  # held by a thread busy in the allocator (or this one, re-entered)
+        assert not a.retire_stream(S2, own_device=True)
+    assert a.retire_stream(S2, own_device=True)
+    backend.destroy(S2)
+    a.free(p)
+    a.malloc(4 * KiB, S0)
+    recount(a, backend)
 
 
 # ---- out of memory ------------------------------------------------------------------------
@@ -370,6 +496,34 @@ def test_private_pool_routing_and_release():
     recount(a, backend)
 
 
+def test_streams_that_join_a_capture_allocate_from_its_pool():
+    """Routing by capture id, as torch does: a side stream that waited on the capturing
+    stream is part of the capture, and its allocations must come from the private pool."""
+    a, backend = make()
+    a.retain_pool((0, 4))
+    a.begin_allocate_to_pool((0, 4), S1)  # before the capture begins: no id yet
+    try:
+        backend.capture_ids.update({S1: 41, S2: 41, 23: 42})  # S2 joined; 23: another capture
+        on_capture = a.malloc(4 * KiB, S1)
+        joined = a.malloc(4 * KiB, S2)
+        other_capture = a.malloc(4 * KiB, 23)
+        eager = a.malloc(4 * KiB, S0)
+    finally:
+        a.end_allocate_to_pool((0, 4))
+    pool_of = {b["address"]: tuple(s["segment_pool_id"]) for s in a.snapshot()
+               for b in s["blocks"]}
+    assert pool_of[on_capture] == pool_of[joined] == (0, 4)
+    assert pool_of[other_capture] == pool_of[eager] == (0, 0)
+    calls = backend.calls.count("capture_id")
+    a.free(a.malloc(4 * KiB, S2))  # no capture underway: no capture-info query
+    assert backend.calls.count("capture_id") == calls
+    for ptr in (on_capture, joined, other_capture, eager):
+        a.free(ptr)
+    a.release_pool((0, 4))
+    a.empty_cache()
+    assert not backend.live
+
+
 def test_frees_with_stream_uses_wait_for_the_capture_to_end():
     a, backend = make()
     p = a.malloc(4 * KiB, S0)
@@ -504,6 +658,8 @@ ops = st.lists(
         st.tuples(st.just("launch"), st.sampled_from([S1, S2]), st.none()),
         st.tuples(st.just("complete"), st.sampled_from([S1, S2]), st.none()),
         st.tuples(st.just("empty_cache"), st.none(), st.none()),
+        st.tuples(st.just("destroy"), st.sampled_from([S1, S2]), st.none()),
+        st.tuples(st.just("create"), st.sampled_from([S1, S2]), st.none()),
     ),
     min_size=10,
     max_size=150,
@@ -538,8 +694,10 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
             trace.append(("cycle", rng.choice([512, 4 * KiB, 1 * MiB, 3 * MiB, 64 * MiB]), S0))
         elif kind < 0.9:
             trace.append(("record", rng.randrange(10**6), rng.choice([S1, S2])))
-        elif kind < 0.99:
+        elif kind < 0.97:
             trace.append((rng.choice(["launch", "complete"]), rng.choice([S1, S2]), None))
+        elif kind < 0.99:
+            trace.append((rng.choice(["destroy", "create"]), rng.choice([S1, S2]), None))
         else:
             trace.append(("empty_cache", None, None))
     replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4"][seed % 3],
@@ -553,6 +711,8 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
     model = NaiveTorchModel(model_backend, config)
     live: list[int] = []
     for op, x, y in trace:
+        if y in backend.destroyed or (op == "launch" and x in backend.destroyed):
+            continue  # nothing is enqueued on a destroyed stream
         if op == "malloc":
             got = expected = None
             try:
@@ -596,6 +756,12 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
         elif op in ("launch", "complete"):
             getattr(backend, op)(x)
             getattr(model_backend, op)(x)
+        elif op == "destroy" and x not in backend.destroyed:  # Stream.close(), in effect
+            assert a.retire_stream(x, own_device=True)
+            model.retire_stream(x)
+            backend.destroy(x)
+        elif op == "create":  # a new stream that gets the destroyed one's handle
+            backend.create(x)
         elif op == "empty_cache":
             a.empty_cache()
             model.empty_cache()

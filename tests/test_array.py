@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
+from _fakes import fake_gpus_fixture  # noqa: F401 (the fake_gpus fixture)
 from gpurt import _dlpack, _layout, memory, streams
 from gpurt import array as garray
 from gpurt.device import Device, bind_context
@@ -419,9 +420,10 @@ def test_consume_own_export(versioned):
 def test_rejected_capsule_is_not_consumed():
     before = _dlpack.live_exports()
     capsule = _Producer(np.zeros(3), _Keep()).__dlpack__(max_version=(1, 0))
-    managed = next(m for m, _, _ in _dlpack._exports.values()
-                   if isinstance(m, _dlpack.DLManagedTensorVersioned) and m.dl_tensor.ndim == 1
-                   and m.version.major == 1)
+    address = _dlpack._capsule_get_pointer(id(capsule), _dlpack.NAME_VERSIONED)
+    assert address in _dlpack._exports
+    managed = _dlpack.DLManagedTensorVersioned.from_address(address)
+    assert (managed.version.major, managed.dl_tensor.ndim) == (1, 1)
     managed.version.major = 2
     with pytest.raises(BufferError, match="DLPack 2.0"):
         _dlpack.consume_capsule(capsule)
@@ -514,12 +516,15 @@ class FakeAllocator:
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch):
-    """Arrays without a driver: a fake current stream, allocator and device 0 (only code
-    paths that make no driver call may be exercised)."""
+def fake_gpu(fake_gpus, monkeypatch):
+    """Arrays without a driver: a pretend initialised CUDA (tests/_fakes.py), a fake
+    current stream, allocator and device 0 (only code paths that make no driver call may
+    be exercised)."""
     allocator = FakeAllocator()
     stream = FakeStream()
     monkeypatch.setattr(streams, "current_stream", lambda device=None: stream, raising=False)
+    monkeypatch.setattr(streams, "default_stream", lambda device=None: stream, raising=False)
+    monkeypatch.setattr(garray, "_default_streams", {0: stream})
     monkeypatch.setattr(memory, "caching_allocator_alloc", allocator.alloc, raising=False)
     monkeypatch.setattr(memory, "caching_allocator_delete", allocator.delete, raising=False)
     device = object.__new__(Device)
@@ -535,7 +540,7 @@ def test_empty_metadata(fake_gpu):
     assert (a.ndim, a.size, a.itemsize, a.nbytes) == (2, 12, 2, 24)
     assert a.ptr == a.data_ptr() and a.ptr % 512 == 0 and a.is_contiguous()
     assert a.device.index == 0 and a.stream is fake_gpu.stream
-    assert fake_gpu.calls == [(24, 0, fake_gpu.stream)]
+    assert fake_gpu.calls == [(24, 0, 0)]  # size, device, stream handle
     assert len(a) == 3
     assert "shape=(3, 4)" in repr(a) and "float16" in repr(a) and "cuda:0" in repr(a)
     for shape, expected in [(5, (5,)), ((), ()), ([2, 3], (2, 3)), ((2, 3, 4), (2, 3, 4)),

@@ -124,6 +124,7 @@ def test_eligibility():
 def test_heuristic_bf16_hopper(dims, kind):
     chosen = tune.heuristic(problem(*dims))
     assert chosen.kernel == kind
+    assert chosen.tma_store == (kind == "wgmma")
     assert tune.eligible(problem(*dims), chosen)
     if dims[0] == 16:
         assert chosen.split_k > 1
@@ -135,6 +136,10 @@ def test_disable_switch(monkeypatch):
     assert not tune.eligible(problem(), tune._WGMMA[0])
     assert tune.heuristic(problem()).kernel == "mma"
     assert all(c.kernel == "mma" for c in tune.candidates(problem()))
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "cluster,tma_store")
+    found = tune.candidates(problem())
+    assert any(c.kernel == "wgmma" for c in found)
+    assert not any(c.cluster_m > 1 or c.tma_store for c in found)
 
 
 def test_heuristic_fallbacks():
@@ -157,6 +162,7 @@ def test_candidates_are_eligible_and_unique():
         assert found[0] == tune.heuristic(p)
         assert len(set(found)) == len(found) >= 2
         assert all(tune.eligible(p, c) for c in found)
+        assert all(c.cluster_m == 1 for c in found)
 
 
 def test_split_for():
@@ -502,6 +508,12 @@ def test_wgmma_all_layouts_and_persistence(gpu_state):
     run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[1])
     run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[2])
     run_case(rng, m, 1024, 520, gpurt.bfloat16, config=tune._WGMMA[4])
+    # a TMA-store config whose output rows are not 16-byte aligned falls back to plain stores
+    a, b = rand(rng, (200, 136), np.float16), rand(rng, (136, 264), np.float16)
+    wide = poisoned((200, 265), np.float16)
+    gemm(device(a), device(b), out=wide[:, :264], config=tune._WGMMA[4])
+    assert rel_err(wide.numpy()[:, :264], reference(a, b)) < 1e-2
+    assert np.isnan(np.asarray(wide.numpy()[:, 264], dtype=np.float32)).all()
 
 
 @pytest.mark.gpu

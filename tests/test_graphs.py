@@ -198,12 +198,14 @@ def test_graphed_callable_copies_inputs_checks_constants_and_replays(fake_graphs
 
 
 class HostBackend:
-    """Segments are address ranges; events complete at once; every call is recorded."""
+    """Segments are address ranges; events complete at once; every call is recorded.
+    ``capture_ids`` says which capture a stream takes part in."""
 
     def __init__(self) -> None:
         self._next = 1 << 32
         self.segments: dict[int, int] = {}
         self.calls: list[str] = []
+        self.capture_ids: dict[int, int] = {}
 
     def malloc(self, size: int, capturing: bool) -> int | None:
         self.calls.append("malloc")
@@ -234,6 +236,15 @@ class HostBackend:
 
     def event_destroy(self, event: object) -> None:
         self.calls.append("event_destroy")
+
+    def synchronize(self) -> None:
+        self.calls.append("synchronize")
+
+    def may_record_events(self) -> bool:
+        return True
+
+    def capture_id(self, stream: int) -> int | None:
+        return self.capture_ids.get(stream)
 
     def oom_error(self, message: str) -> BaseException:
         return MemoryError(message)
@@ -291,6 +302,23 @@ def test_pool_captured_blocks_never_serve_eager_allocations(core) -> None:
         assert alloc.malloc(size, stream) == temp
     for ptr in eager + [other_stream]:
         alloc.free(ptr)
+
+
+def test_a_side_stream_that_joined_the_capture_allocates_from_its_pool(core) -> None:
+    alloc, backend, stream, side = core.alloc, core.backend, 0x50, 0x58
+    with Capture(alloc, (0, 5), stream):
+        backend.capture_ids.update({stream: 7, side: 7})  # side waited on the capture
+        joined = alloc.malloc(4096, side)
+        backend.capture_ids.pop(side)  # a stream outside the capture
+        outside = alloc.malloc(4096, side)
+    pools = {b["address"]: tuple(seg["segment_pool_id"]) for seg in alloc.snapshot()
+             for b in seg["blocks"]}
+    assert pools[joined] == (0, 5) and pools[outside] == (0, 0)
+    alloc.free(joined)
+    alloc.free(outside)
+    alloc.release_pool((0, 5))
+    alloc.empty_cache()
+    assert backend.segments == {}
 
 
 def test_pool_memory_is_counted_and_returned_after_the_last_release(core) -> None:
@@ -591,6 +619,21 @@ def test_kernel_nodes_set_args_pack_by_the_real_layout(fake_graphs: FakeGraphs) 
         node.set_arg(1, 0.0)
 
 
+def test_a_graph_collected_on_the_callback_thread_is_released_later(fake_graphs: FakeGraphs) -> None:
+    fg = fake_graphs
+    g = gpurt.CUDAGraph()
+    capture_kernels(fg, g)
+    state, pool = g._state, g.pool()
+    g._finalizer.detach()  # released below as its finalizer would be, on the driver's thread
+    stream = gpurt.Stream()
+    stream.launch_host_func(lambda: _capture.release(state))
+    stream.synchronize()  # the fake driver runs host functions on a thread of its own
+    assert _capture.pending_releases() == 1 and fg.pools.refs[(0, pool)] == 1
+    _capture.drain_deferred()
+    assert _capture.pending_releases() == 0 and fg.pools.refs[(0, pool)] == 0
+    g._state = None
+
+
 def test_make_graphed_callables_warms_up_then_captures_in_one_pool(fake_graphs: FakeGraphs) -> None:
     fg = fake_graphs
     log: list[tuple[str, int]] = []
@@ -811,22 +854,28 @@ ILLEGAL = {
 def test_illegal_work_during_capture_raises_and_recovers(k, gpu, case: str) -> None:
     action, call = ILLEGAL[case]
     x = gpurt.asarray(rand())
+    gc.collect()  # arrays of earlier tests in reference cycles go now, not in the middle
     gpurt.empty_cache()
     allocated, reserved = gpurt.memory_allocated(), gpurt.memory_reserved()
     g = gpurt.CUDAGraph()
-    a = None
+    a = pool = None
     with pytest.raises(gpurt.GraphCaptureError) as info:
         with gpurt.graph(g):
+            pool = g.pool()
             a = gpurt.empty(N)
             axpb(k, a, x, 2.0, 1.0)
             action(gpurt.current_stream(), a)
     text = str(info.value)
     assert "graph capture" in text and call in text and "aborted" in text
     assert not gpurt.is_current_stream_capturing() and _capture.captures_active() == 0
-    del a
+    # `a` lives in the aborted capture's private pool: counted while it is alive ...
+    assert gpurt.memory_allocated() == allocated + a.nbytes
+    del a, info  # the traceback's frames hold `a` too
     gc.collect()
     gpurt.empty_cache()
+    # ... and nothing of the aborted capture is left: no allocation, no cached segment
     assert gpurt.memory_allocated() == allocated and gpurt.memory_reserved() == reserved
+    assert not [s for s in gpurt.memory_snapshot() if s["segment_pool_id"] == list(pool)]
     out = capture(g, work, k, x, x)  # the same graph object and stream work again
     g.replay()
     assert np.array_equal(host(out), host(work(k, x, x)))
@@ -855,6 +904,30 @@ def test_an_unjoined_fork_fails_at_capture_end_and_streams_stay_usable(k, gpu) -
         main.wait_stream(side)
     joined.replay()
     assert np.array_equal(host(z), np.float32(3.0) * x_host)
+
+
+@pytest.mark.gpu
+def test_a_side_stream_that_joins_the_capture_allocates_from_the_graphs_pool(k, gpu) -> None:
+    x_host = rand()
+    x = gpurt.asarray(x_host)
+    side = gpurt.Stream()
+    g = gpurt.CUDAGraph()
+    with gpurt.graph(g):
+        main = gpurt.current_stream()
+        side.wait_stream(main)  # side joins the capture (same capture id)
+        with side:
+            y = gpurt.empty(N)  # allocated on side, during the capture
+            axpb(k, y, x, 2.0, 1.0)
+        main.wait_stream(side)
+    (segment,) = [s for s in gpurt.memory_snapshot()
+                  if s["address"] <= y.ptr < s["address"] + s["total_size"]]
+    assert segment["segment_pool_id"] == list(g.pool())  # not the eager pool
+    eager = [poisoned() for _ in range(24)]  # more than a small-pool segment
+    assert not any(overlaps(a, y.ptr, y.ptr + y.nbytes) for a in eager)
+    upload(y, np.full(N, np.nan, np.float32))
+    g.replay()
+    np.testing.assert_array_equal(host(y), np.float32(2.0) * x_host + np.float32(1.0))
+    assert all(np.isnan(host(a)).all() for a in eager)
 
 
 @pytest.mark.gpu

@@ -300,6 +300,40 @@ def test_plan_source_is_specialised(decls):
     plan.fill(buffer, [1.0, 0, 0, 0, 5], None)  # a list is fine
     with pytest.raises(TypeError, match="tuple"):  # an array must not unpack itself
         plan.fill(buffer, np.arange(5), None)
+    assert "a0, a1, a2, a3, a4, = args" in plan.launch_source
+    assert "launch_kernel(function, gx, gy, gz, bx, by, bz" in plan.launch_source
+
+
+def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
+    plan = _args.build_plan("tk", decls["tk<float, 4>"].params, None)
+    calls, explained, refused = [], [], []
+
+    def driver(function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
+        pointers = (ctypes.c_void_p * 5).from_address(params)
+        values = [ctypes.string_at(p, n) for p, n in zip(pointers, (4, 8, 8, 8, 4))]
+        calls.append((function, (gx, gy, gz), (bx, by, bz), shared_mem, stream, values))
+        return (1,) if gx == 99 else (0,)
+
+    launch = plan.launcher("F", driver, glaunch._launch_dims,
+                           lambda *a: explained.append(a[0]), lambda *a: refused.append(a[1:]))
+    launch(4, (32, 2), (0.5, 0x10, 0x20, 0x30, 7), 128, 0, 0)
+    launch((2, 3, 4), 64, [1.0, 1, 2, 3, 4], 0, 0x55, 0)
+    assert calls[0][:5] == ("F", (4, 1, 1), (32, 2, 1), 128, None)
+    assert calls[0][5] == [struct.pack("<f", 0.5), *(struct.pack("<Q", v) for v in (16, 32, 48)),
+                           struct.pack("<i", 7)]
+    assert calls[1][:5] == ("F", (2, 3, 4), (64, 1, 1), 0, 0x55)
+    launch(99, 1, (0.5, 0, 0, 0, 1), 0, 0, 0)  # a result code other than success
+    assert refused == [(99, 1, 0)]
+    with pytest.raises(struct.error):  # explained (here: recorded), then raised as it was
+        launch(1, 1, (0.5, 0, 0, 0, "7"), 0, 0, 0)
+    assert len(explained) == 1 and isinstance(explained[0], struct.error) and len(calls) == 3
+    here = plan.thread_buffers()
+    assert plan.thread_buffers() is here
+    there = []
+    worker = threading.Thread(target=lambda: there.append(plan.thread_buffers()))
+    worker.start()
+    worker.join()
+    assert there[0][1] != here[1]  # another thread, another buffer
 
 
 # ---- launch configuration and hooks ------------------------------------------------------------
@@ -317,6 +351,7 @@ def test_launch_config_normalises_and_validates():
         (dict(grid=(1, 2, 3, 4), block=1), TypeError, r"1-3 ints, got \(1, 2, 3, 4\)"),
         (dict(grid=1.5, block=1), TypeError, "got 1.5"),
         (dict(grid=1, block=(32, 32, 2)), ValueError, "at most 1024 threads"),
+        (dict(grid=1, block=2048), ValueError, "a block holds at most 1024 threads, got 2048"),
         (dict(grid=1, block=(1, 1, 65)), ValueError, "dimension z is at most 64"),
         (dict(grid=(1, 70000), block=1), ValueError, "dimension y is at most 65535"),
         (dict(grid=1, block=1, shared_mem=-1), ValueError, "shared_mem must be >= 0"),
@@ -405,6 +440,10 @@ extern "C" __global__ void grid_shift(const int* in, int* tmp, int* out) {
     tmp[i] = in[i] * 2;
     grid.sync();  // every block's tmp is written before anyone reads a neighbour's
     out[i] = tmp[(i + 1) % total];
+}
+
+extern "C" __global__ void __launch_bounds__(128) bounded(int* out) {
+    out[threadIdx.x] = threadIdx.x;
 }
 
 extern "C" __global__ void cluster_ids(unsigned* out) {
@@ -646,6 +685,10 @@ def test_errors_are_raised_before_launch(gpu_module, gpu_state):
         kernel(1, 2048, (1.0, x, x, out, n))
     with pytest.raises(ValueError, match="grid"):
         kernel(0, 256, (1.0, x, x, out, n))
+    with pytest.raises(TypeError, match="grid"):
+        kernel((1.0, 1, 1), 256, (1.0, x, x, out, n))
+    with pytest.raises(ValueError, match="'bounded' runs at most 128 threads per block"):
+        gpu_module["bounded"](1, 256, (out,))
     gpurt.synchronize()
     assert np.isnan(out.to_numpy()).all()  # nothing ran
     if gpurt.device_count() > 1:
@@ -764,6 +807,7 @@ def test_unloadable_cache_entry_is_recompiled(tmp_path, monkeypatch, gpu_state):
         x = random(n, seed=13)
         module["axpy"](1, 64, (1.0, gpurt.asarray(x), gpurt.asarray(x), out, n))
         np.testing.assert_allclose(out.to_numpy(), 2.0 * x, rtol=1e-6)
+        assert module.code == good
         assert _kcache.decode(entry.stem, entry.read_bytes()).binary == good
     finally:
         nvrtc.clear_cache()

@@ -24,7 +24,7 @@ plan = importlib.import_module("gpurt.kernels._softmax_plan")
 
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 DTYPES = (F32, F16, BF16)
-LENGTHS = (1, 7, 33, 1000, 1024, 4097, 32768, 131072, 1_000_000)
+LENGTHS = (1, 7, 33, 1000, 1024, 4097, 32768, 100_000, 131072, 1_000_000)
 MORE_LENGTHS = (2, 64, 4096, 8192, 65536, 262144, 300_001)
 TOLERANCE = {F32: 1e-5, F16: 1e-3, BF16: 8e-3}
 OPS = {
@@ -79,10 +79,15 @@ def test_chooser_picks_the_measured_routes():
     assert pick(8192, F32).names() == ("softmax_rows<0, 0, 4, 4, 512, 512, 1, 0>",)
     assert pick(32768, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0>",)
     assert pick(4096, BF16).names() == ("softmax_rows<2, 0, 8, 4, 128, 128, 1, 0>",)
-    long_rows = pick(131072, F32)
-    assert long_rows.kind == "cluster" and long_rows.cluster == 2 and long_rows.smem_items == 12
-    assert long_rows.shared_mem == 192 * 1024
-    assert pick(131072, F32, plan.SOFTMAX_BACKWARD).cluster == 4
+    long_rows = pick(131072, F32)  # 4 CTAs of 512 threads, two per multiprocessor
+    assert long_rows.names() == ("softmax_cluster<0, 0, 4, 16, 512, 4, 2, 12>",)
+    assert long_rows.shared_mem == 96 * 1024
+    assert pick(65536, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 12>",)
+    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 512, 4, 2, 6>",)
+    backward = pick(131072, F32, plan.SOFTMAX_BACKWARD)
+    assert backward.names() == ("softmax_cluster<0, 2, 4, 8, 1024, 4, 1, 6>",)
+    assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
+        "softmax_cluster<0, 1, 4, 8, 1024, 4, 1, 0>",)
     assert pick(1_000_000, F32).kind == "split"
     short = pick(7, F16)
     assert short.kind == "rows" and short.group < 32 and short.vec == 1
@@ -104,7 +109,8 @@ def test_variant_checks_its_fields():
     for change in (dict(kind="warp"), dict(vec=3), dict(items=0), dict(threads=2048),
                    dict(group=256), dict(vec=8), dict(dtype=5), dict(op=4),
                    dict(kind="cluster"), dict(kind="split", group=64),
-                   dict(min_blocks=32), dict(smem_items=4), dict(vec=2, smem_items=1)):
+                   dict(min_blocks=32), dict(smem_items=4), dict(vec=2, smem_items=1),
+                   dict(kind="split", min_blocks=2)):
         with pytest.raises(ValueError):
             plan.Variant(**{**good, **change})
     with pytest.raises(ValueError):
@@ -116,7 +122,9 @@ def test_variant_names_grid_and_chunks():
     assert rows.names() == ("softmax_rows<2, 1, 8, 2, 16, 128, 1, 0>",)
     assert rows.grid(17, 200) == 3 and rows.shared_mem == 0  # 8 rows per CTA
     cluster = plan.Variant("cluster", 0, 2, 4, 8, 1024, 1024, cluster=4, smem_items=6)
-    assert cluster.names() == ("softmax_cluster<0, 2, 4, 8, 1024, 4, 6>",)
+    assert cluster.names() == ("softmax_cluster<0, 2, 4, 8, 1024, 4, 1, 6>",)
+    pair = plan.Variant("cluster", 0, 0, 4, 16, 512, 512, cluster=4, min_blocks=2)
+    assert pair.names() == ("softmax_cluster<0, 0, 4, 16, 512, 4, 2, 0>",)
     assert cluster.grid(5, 131072) == 20 and cluster.capacity == 131072
     assert cluster.shared_mem == 2 * 6 * 1024 * 16
     split = plan.Variant("split", 1, 3, 8, 2, 512, 512)

@@ -332,6 +332,70 @@ def test_finalizer_queues_release_until_a_safe_point(fake_driver: FakeDriver) ->
     assert alive == [] and all(not e["alive"] for e in fake_driver.events.values())
 
 
+@pytest.fixture
+def stream_hooks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Only the test's own before-destroy hooks (gpurt.memory's is tested in test_memory)."""
+    hooks: list[Any] = []
+    monkeypatch.setattr(_handles, "_stream_hooks", hooks)
+    return hooks
+
+
+def test_hooks_finish_with_a_stream_before_it_is_destroyed(fake_driver: FakeDriver,
+                                                          stream_hooks: list[Any]) -> None:
+    seen: list[tuple[int, int, bool]] = []
+
+    def hook(index: int, handle: int) -> bool:
+        seen.append((index, handle, fake_driver.streams[handle]["alive"]))
+        return True
+
+    _handles.before_stream_destroy(hook)
+    _handles.before_stream_destroy(hook)  # registered once
+    closed, dropped = gpurt.Stream(device=1), gpurt.Stream()
+    handles = [closed.cuda_stream, dropped.cuda_stream]
+    closed.close()
+    del dropped
+    gc.collect()
+    _handles.release_pending()
+    assert seen == [(1, handles[0], True), (0, handles[1], True)]  # alive when asked
+    assert not any(fake_driver.streams[h]["alive"] for h in handles)
+    gpurt.Event().record(gpurt.default_stream())
+    gpurt.ExternalStream(0xABC0).close()
+    assert len(seen) == 2  # events and borrowed streams are not the hooks' business
+
+
+def test_a_stream_whose_hook_must_wait_is_destroyed_at_a_later_safe_point(
+        fake_driver: FakeDriver, stream_hooks: list[Any]) -> None:
+    ready = [False]
+    asked: list[int] = []
+
+    def hook(index: int, handle: int) -> bool:
+        asked.append(handle)
+        return ready[0]
+
+    _handles.before_stream_destroy(hook)
+    s = gpurt.Stream()
+    handle = s.cuda_stream
+    s.close()  # e.g. a graph capture is underway: the allocator cannot record now
+    assert fake_driver.streams[handle]["alive"] and streams.live_handles()["stream"] == 1
+    assert "closed" in repr(s)
+    other = gpurt.Stream()  # a safe point: asked again (once), still waiting
+    other_handle = other.cuda_stream
+    assert asked == [handle, handle] and fake_driver.streams[handle]["alive"]
+    ready[0] = True
+    other.close()  # the next safe point: now both go
+    assert not fake_driver.streams[handle]["alive"]
+    assert not fake_driver.streams[other_handle]["alive"]
+    assert streams.live_handles()["stream"] == 0 and len(_handles._pending) == 0
+
+
+def test_in_host_callback_is_true_only_inside_callbacks(fake_driver: FakeDriver) -> None:
+    s = gpurt.Stream()
+    seen: list[bool] = []
+    s.launch_host_func(lambda: seen.append(_handles.in_host_callback()))
+    s.synchronize()
+    assert seen == [True] and not _handles.in_host_callback()
+
+
 def test_borrowed_streams_are_never_destroyed(fake_driver: FakeDriver) -> None:
     default = gpurt.default_stream()
     default.close()
@@ -610,11 +674,11 @@ def spin_kernel() -> Iterator[Any]:
         arch = f"--gpu-architecture={gpurt.get_arch(0)}".encode()
         check(nvrtc.nvrtcCompileProgram(prog, 1, [arch]))
         size = check(nvrtc.nvrtcGetCUBINSize(prog))
-        cubin = b" " * size
+        cubin = bytearray(size)  # never b" " * size: NVRTC writes into it
         check(nvrtc.nvrtcGetCUBIN(prog, cubin))
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    module = check(cu.cuModuleLoadData(cubin))
+    module = check(cu.cuModuleLoadData(bytes(cubin)))
     yield check(cu.cuModuleGetFunction(module, b"spin_ns"))
     gpurt.set_device(0)
     check(cu.cuModuleUnload(module))
