@@ -178,10 +178,18 @@ def launch(grid, block, args, shared_mem, stream, index):
     try:
         if type(grid) is int:
             gx, gy, gz = grid, 1, 1
+        elif type(grid) is tuple and len(grid) == 3:
+            gx, gy, gz = grid
+            if type(gx) is not int or type(gy) is not int or type(gz) is not int:
+                gx, gy, gz = dims(grid, 'grid')
         else:
             gx, gy, gz = dims(grid, 'grid')
         if type(block) is int:
             bx, by, bz = block, 1, 1
+        elif type(block) is tuple and len(block) == 3:
+            bx, by, bz = block
+            if type(bx) is not int or type(by) is not int or type(bz) is not int:
+                bx, by, bz = dims(block, 'block')
         else:
             bx, by, bz = dims(block, 'block')
         try:
@@ -273,8 +281,9 @@ class Plan:
                  dims: Callable[[Any, str], tuple[int, int, int]], explain: Callable[..., None],
                  refused: Callable[..., None]) -> Callable[..., None]:
         """``launch(grid, block, args, shared_mem, stream, index)`` of one loaded ``function``:
-        grid and block as ints (anything else goes through ``dims``), the arguments packed
-        into this thread's buffer, then ``launch_kernel(function, ...)``
+        grid and block as ints or 3-tuples of ints (anything else goes through ``dims``, which
+        validates and completes it), the arguments packed into this thread's buffer, then
+        ``launch_kernel(function, ...)``
         (cuLaunchKernel). A conversion error goes to ``explain(exc, grid, block, args,
         shared_mem, index)``, which raises a clearer one or returns to let it propagate; a
         failed result goes to ``refused(result, grid, block, shared_mem)``."""

@@ -92,17 +92,6 @@ def _dims3(value: Any, what: str) -> tuple[int, int, int]:
     return dims[0], dims[1], dims[2]
 
 
-def _launch_dims(value: Any, what: str) -> tuple[int, int, int]:
-    """Grid or block dims of a launch: a 3-tuple of ints as it is (the driver checks the
-    sizes, and a refused launch is explained by LaunchConfig), anything else through
-    _dims3."""
-    if type(value) is tuple and len(value) == 3:
-        x, y, z = value
-        if type(x) is int and type(y) is int and type(z) is int:
-            return value
-    return _dims3(value, what)
-
-
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
     """How to launch a kernel: grid and block (ints or tuples, stored as 3-tuples), dynamic
@@ -324,7 +313,7 @@ class Kernel:
         function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
         limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function), "cuFuncGetAttribute")
         plan: Plan = self._plan  # type: ignore[assignment]  # set above
-        launch = plan.launcher(function, _cuLaunchKernel, _launch_dims,
+        launch = plan.launcher(function, _cuLaunchKernel, _dims3,
                                self._explain_launch_error, self._launch_refused)
         return _Loaded(function, int(limit), launch)
 
@@ -418,8 +407,9 @@ class Kernel:
                  stream: Any = None) -> None:
         """Launch on ``stream`` (default: the current stream of the current device) with
         ``args`` converted by the declared parameter types (wraps cuLaunchKernel)."""
-        # The hot path: the first launch on a device, dynamic shared memory and hooks take
-        # _launch_slowly; everything else is a few reads and this kernel's generated launcher.
+        # The hot path: a first launch on a device, more dynamic shared memory than allowed so
+        # far, a shared_mem that is not an int, and hooks take _launch_slowly; everything
+        # else is a few reads and this kernel's generated launcher.
         try:
             index = _device_tls.index
             bound = _device_tls.bound
@@ -428,19 +418,20 @@ class Kernel:
         if bound != index or index < 0:
             index = _bound_current_device()
         loaded = self._loaded.get(index)
-        if loaded is None or shared_mem or _hooks:
+        if loaded is None or _hooks or shared_mem and (
+                type(shared_mem) is not int or shared_mem > loaded.max_dynamic_shared):
             self._launch_slowly(grid, block, args, shared_mem, stream, index)
             return
         if stream is None:
             stream = _stream_tls.state.handles.get(index, 0)  # current_stream_handle(index)
         elif type(stream) is not int:
             stream = _stream_handle(stream)
-        loaded.launch(grid, block, args, 0, stream, index)
+        loaded.launch(grid, block, args, shared_mem, stream, index)
 
     def _launch_slowly(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int,
                        stream: Any, index: int) -> None:
-        """__call__ when the kernel is not loaded on the device yet, needs dynamic shared
-        memory or launch hooks are registered."""
+        """__call__ when the kernel is not loaded on the device yet, needs more dynamic
+        shared memory than allowed so far or launch hooks are registered."""
         if type(shared_mem) is not int or shared_mem < 0:
             shared_mem = LaunchConfig(1, 1, shared_mem).shared_mem  # raises for what is wrong
         loaded = self._on_device(index, shared_mem)

@@ -45,9 +45,26 @@ ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, item
 LARGE_ITEMS = 8
 GROUP_ROWS_THREADS = 128  # CTA size when lane groups of <= 32 share it
 MAX_THREADS = 1024
-# Rows longer than one CTA of MAX_THREADS holds in registers, by the number of inputs (1
-# forward, 2 backward): (threads, CTAs per multiprocessor, shared memory bytes) of a CTA.
-LONG_CTA = {1: (512, 2, 96 * 1024), 2: (1024, 1, 192 * 1024)}
+
+
+@dataclasses.dataclass(frozen=True)
+class LongRows:
+    """CTAs for rows longer than one CTA of MAX_THREADS holds in registers (sm_90, 16-byte
+    vectors): ``threads`` per CTA, ``blocks`` CTAs per multiprocessor (which sets the
+    registers a thread may use); a thread holds up to ``held`` values (all inputs together)
+    when all are in registers, else ``keep`` in registers and the rest in shared memory, at
+    most ``smem`` bytes per CTA."""
+
+    threads: int
+    blocks: int
+    held: int
+    keep: int
+    smem: int
+
+
+# By the number of inputs (1 forward, 2 backward). Forward: 512 threads with up to 128
+# registers each keep most of a row slice in registers (run 5); backward: run 4's shape.
+LONG_ROWS = {1: LongRows(512, 1, 64, 88, 128 * 1024), 2: LongRows(1024, 1, 32, 16, 192 * 1024)}
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
@@ -201,36 +218,29 @@ def choose_variant(
     threads = _pow2_at_least(-(-nvec // items))
     if threads <= MAX_THREADS:
         return fit("rows", threads, threads)
-    # Longer rows (sm_90, 16-byte vectors): CTAs of LONG_CTA's shape, each holding half its
-    # register budget (`most` vectors per input and thread) in registers, where the addresses
-    # of the asynchronous copies need room, and more in shared memory; a cluster of them
-    # when one is not enough. (float32 log_softmax's compiled code has no registers to spare
-    # for this.) Otherwise CTAs of MAX_THREADS holding `most` in registers, alone or in a
-    # cluster; longer still, the split.
-    if clusters and vec * _STORAGE_BYTES[code] == 16 and (code, op) != (0, LOG_SOFTMAX):
-        threads, blocks, smem = LONG_CTA[inputs]
-        keep = max(1, most // 2)
-        room = smem // (inputs * threads * 16)
+    # Longer rows (sm_90, 16-byte vectors): CTAs shaped by LONG_ROWS, holding what they can
+    # in registers and (where the addresses of the asynchronous copies take some of them)
+    # more in shared memory, alone or in a cluster. Otherwise CTAs of MAX_THREADS holding
+    # `most` vectors in registers, alone or in a cluster; longer still, the split.
+    if clusters and vec * _STORAGE_BYTES[code] == 16:
+        shape = LONG_ROWS[inputs]
+        held = max(1, shape.held // (inputs * vec))
+        keep = max(1, shape.keep // (inputs * vec))
+        room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
-        ctas = _pow2_at_least(-(-nvec // (threads * total)))
-        if ctas == 1:
-            return _with_smem(fit("rows", threads, threads, 1, blocks), most, keep)
+        ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
+        kind = "rows" if ctas == 1 else "cluster"
         if ctas <= MAX_CLUSTER:
-            return _with_smem(fit("cluster", threads, threads, ctas, blocks), most, keep)
+            variant = fit(kind, shape.threads, shape.threads, ctas, shape.blocks)
+            if variant.items <= held:
+                return variant
+            return dataclasses.replace(variant, smem_items=variant.items - keep)
     ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
     if ctas == 1:
         return fit("rows", MAX_THREADS, MAX_THREADS)
     if clusters and ctas <= MAX_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS)
-
-
-def _with_smem(variant: Variant, most: int, keep: int) -> Variant:
-    """``variant`` with the vectors past ``keep`` in shared memory, when it has more than
-    ``most`` (the registers-only budget) and ``keep`` says shared memory is in use."""
-    if not keep or variant.items <= most:
-        return variant
-    return dataclasses.replace(variant, smem_items=variant.items - keep)
 
 
 def dtype_code(dtype: Any) -> int:

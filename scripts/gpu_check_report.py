@@ -38,44 +38,62 @@ _OUTCOMES = ("passed", "failed", "skipped", "errors", "xfailed", "xpassed", "des
 _FINAL_LINE = re.compile(r"^=+ (.*\b(?:passed|failed|skipped|error|errors|deselected|"
                          r"xfailed|xpassed|no tests ran)\b.*) in [\d.]+s.* =+$")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
-_VERBOSE = re.compile(r"^(\S+::\S.*?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+# a test id; the parameters in brackets may hold spaces ("[copy to pageable host memory]")
+_NODE = r"\S+?\.py::[^\s\[]+(?:\[[^\]]*\])?"
+_OUTCOME = r"(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)"
+_VERBOSE = re.compile(rf"^({_NODE}) {_OUTCOME}\b")  # pytest -v: "tests/a.py::t PASSED [ 50%]"
+_XDIST = re.compile(rf"^\[gw\d+\] \[\s*\d+%\] {_OUTCOME} ({_NODE})")  # "[gw0] [ 50%] PASSED id"
+_XDIST_WORKERS = re.compile(r"^(?:created: \d+/\d+ workers?|\d+ workers? \[\d+ items?\])\s*$")
+_CRASHED = re.compile(rf"worker '(gw\d+)' crashed while running '({_NODE})'")
 _SHORT = re.compile(r"^(FAILED|ERROR) (\S+::\S+?|\S+)(?: - (.*))?$")
-_STARTED = re.compile(r"^(\S+\.py::\S+)(?:\s|$)")
+_STARTED = re.compile(rf"^({_NODE})\s*$")  # -v prints the id alone when a test starts
+_INSTAFAIL = re.compile(rf"^--- (?:FAILED|ERROR) ({_NODE}) \(\w+\)$")  # tests/conftest.py
 _VERBOSE_KEY = {"PASSED": "passed", "FAILED": "failed", "SKIPPED": "skipped", "ERROR": "errors",
                 "XFAIL": "xfailed", "XPASS": "xpassed"}
 
 
+def _result(line: str) -> tuple[str, str] | None:
+    """(test id, outcome word) of a verbose result line, plain or pytest-xdist's."""
+    match = _VERBOSE.match(line)
+    if match:
+        return match.group(1), match.group(2)
+    match = _XDIST.match(line)
+    if match:
+        return match.group(2), match.group(1)
+    return None
+
+
 def parse_pytest_log(text: str) -> dict[str, Any]:
     """Counts, failed test ids (with pytest's one-line reason) and, for a run that was
-    stopped, the test that was running, from the output of ``pytest -v -ra``."""
+    stopped, the test that was running, from the output of ``pytest -v -ra``, with or
+    without pytest-xdist (whose controller never reports deselected tests: their count
+    is then None)."""
     lines = text.splitlines()
-    counts = dict.fromkeys(_OUTCOMES, 0)
+    counts: dict[str, int | None] = dict.fromkeys(_OUTCOMES, 0)
     final = None
     for line in lines:
         match = _FINAL_LINE.match(line.strip())
         if match:
             final = match.group(1)
+    results = [found for found in map(_result, lines) if found]
     if final is not None:
         for number, outcome in _COUNT.findall(final):
             counts["errors" if outcome.startswith("error") else outcome] = int(number)
     else:  # stopped before the summary: count the verbose result lines
-        for line in lines:
-            match = _VERBOSE.match(line)
-            if match:
-                counts[_VERBOSE_KEY[match.group(2)]] += 1
+        for _, word in results:
+            counts[_VERBOSE_KEY[word]] = (counts[_VERBOSE_KEY[word]] or 0) + 1
+    if any(_XDIST_WORKERS.match(line) for line in lines) and "deselected" not in (final or ""):
+        counts["deselected"] = None
     failures: dict[str, str] = {}
     for line in lines:
         match = _SHORT.match(line)
         if match:
             failures[match.group(2)] = (match.group(3) or match.group(1))[:400]
-    if not failures:
-        for line in lines:
-            match = _VERBOSE.match(line)
-            if match and match.group(2) in ("FAILED", "ERROR"):
-                failures[match.group(1)] = match.group(2)
+    if not failures:  # no short summary: the outcome lines, with what else the log says
+        failures = _failures_without_summary(lines, results)
     running = None  # a test whose start pytest -v printed but whose outcome never came
     for line in lines:
-        if _VERBOSE.match(line):
+        if _result(line):
             running = None
         else:
             match = _STARTED.match(line)
@@ -87,6 +105,25 @@ def parse_pytest_log(text: str) -> dict[str, Any]:
         "failure_reasons": failures,
         "running_when_stopped": running,
     }
+
+
+def _failures_without_summary(lines: list[str], results: list[tuple[str, str]]) -> dict[str, str]:
+    """Failed test ids and reasons of a log without pytest's short summary: a crashed
+    pytest-xdist worker's message, else the first ``E`` line of the failure that
+    tests/conftest.py printed at once (GPURT_INSTAFAIL), else the outcome word."""
+    failures = {test: word for test, word in results if word in ("FAILED", "ERROR")}
+    current = None
+    for line in lines:
+        crashed = _CRASHED.search(line)
+        if crashed:
+            failures[crashed.group(2)] = crashed.group(0)
+            continue
+        block = _INSTAFAIL.match(line)
+        if block:
+            current = block.group(1)
+        elif current and line.startswith("E ") and failures.get(current) in ("FAILED", "ERROR"):
+            failures[current] = line[1:].strip()[:400]
+    return failures
 
 
 def _versions() -> dict[str, str]:

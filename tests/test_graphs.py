@@ -619,7 +619,9 @@ def test_kernel_nodes_set_args_pack_by_the_real_layout(fake_graphs: FakeGraphs) 
         node.set_arg(1, 0.0)
 
 
-def test_a_graph_collected_on_the_callback_thread_is_released_later(fake_graphs: FakeGraphs) -> None:
+def test_a_graph_collected_on_the_callback_thread_is_released_later(
+    fake_graphs: FakeGraphs,
+) -> None:
     fg = fake_graphs
     g = gpurt.CUDAGraph()
     capture_kernels(fg, g)

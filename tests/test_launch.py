@@ -10,6 +10,7 @@ import ctypes
 import dataclasses
 import os
 import struct
+import sys
 import threading
 
 import ml_dtypes
@@ -314,19 +315,23 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
         calls.append((function, (gx, gy, gz), (bx, by, bz), shared_mem, stream, values))
         return (1,) if gx == 99 else (0,)
 
-    launch = plan.launcher("F", driver, glaunch._launch_dims,
+    launch = plan.launcher("F", driver, glaunch._dims3,
                            lambda *a: explained.append(a[0]), lambda *a: refused.append(a[1:]))
     launch(4, (32, 2), (0.5, 0x10, 0x20, 0x30, 7), 128, 0, 0)
     launch((2, 3, 4), 64, [1.0, 1, 2, 3, 4], 0, 0x55, 0)
+    launch((np.int64(5), 1, 1), [8, 8], (1.0, 1, 2, 3, 4), 0, 0, 0)
     assert calls[0][:5] == ("F", (4, 1, 1), (32, 2, 1), 128, None)
     assert calls[0][5] == [struct.pack("<f", 0.5), *(struct.pack("<Q", v) for v in (16, 32, 48)),
                            struct.pack("<i", 7)]
     assert calls[1][:5] == ("F", (2, 3, 4), (64, 1, 1), 0, 0x55)
+    assert calls[2][1:3] == ((5, 1, 1), (8, 8, 1)) and type(calls[2][1][0]) is int
     launch(99, 1, (0.5, 0, 0, 0, 1), 0, 0, 0)  # a result code other than success
     assert refused == [(99, 1, 0)]
     with pytest.raises(struct.error):  # explained (here: recorded), then raised as it was
         launch(1, 1, (0.5, 0, 0, 0, "7"), 0, 0, 0)
-    assert len(explained) == 1 and isinstance(explained[0], struct.error) and len(calls) == 3
+    with pytest.raises(TypeError):
+        launch((4.0, 1, 1), 1, (0.5, 0, 0, 0, 7), 0, 0, 0)
+    assert len(explained) == 2 and isinstance(explained[0], struct.error) and len(calls) == 4
     here = plan.thread_buffers()
     assert plan.thread_buffers() is here
     there = []
@@ -376,6 +381,21 @@ def test_hook_registry():
         gpurt.remove_launch_hook(hook)
     assert hook not in glaunch._hooks
     gpurt.remove_launch_hook(hook)  # ignored
+
+
+def test_hot_path_reads_the_state_the_accessors_read():
+    """Kernel.__call__ reads device.py's and streams.py's per-thread state in place."""
+    device_module = sys.modules["gpurt.device"]
+    streams_module = sys.modules["gpurt.streams"]
+    assert glaunch._device_tls is device_module._tls
+    assert glaunch._stream_tls is streams_module._local
+    handles = glaunch._stream_tls.state.handles
+    handles[7] = 0x99
+    try:
+        assert streams_module.current_stream_handle(7) == 0x99
+    finally:
+        del handles[7]
+    assert streams_module.current_stream_handle(7) == 0
 
 
 def test_kernel_repr_and_lookup_errors(decls):

@@ -87,7 +87,10 @@ class FakeDriver:
 
     def cuLaunchKernel(self, function: Any, gx: int, gy: int, gz: int, bx: int, by: int,
                        bz: int, shared_mem: int, stream: Any, params: int, extra: int) -> tuple:
-        if min(gx, gy, gz, bx, by, bz) < 0:
+        numbers = (gx, gy, gz, bx, by, bz, shared_mem)
+        if not all(isinstance(n, int) for n in numbers):  # as the bindings' C conversions
+            raise TypeError("an integer is required")
+        if min(numbers) < 0:
             raise OverflowError("can't convert negative value to unsigned int")
         threads = bx * by * bz
         limit = 256 if function[1] == b"narrow" else 1024
@@ -159,6 +162,7 @@ def test_errors_are_raised_before_launch(fake: FakeDriver) -> None:
         (dict(grid=(4.0, 1, 1)), TypeError, r"grid must be an int .*got \(4.0, 1, 1\)"),
         (dict(grid=True), TypeError, "got True"),
         (dict(shared_mem=1.5), TypeError, "shared_mem must be an int"),
+        (dict(shared_mem=None), TypeError, "shared_mem must be an int"),
         (dict(shared_mem=-4), ValueError, "shared_mem must be >= 0"),
         (dict(stream="default"), TypeError, "expected a stream"),
     ]
@@ -180,8 +184,9 @@ def test_dynamic_shared_memory_limit_only_grows(fake: FakeDriver) -> None:
     kernel(1, 32, args, shared_mem=np.int64(100_000))
     kernel(1, 32, args, shared_mem=60_000)
     kernel(1, 32, args, shared_mem=1000)
-    assert fake.shared_limits == [100_000]  # raised once, never lowered
-    assert [launch[3] for launch in fake.launches] == [100_000, 60_000, 1000]
+    kernel(1, 32, args, shared_mem=120_000)
+    assert fake.shared_limits == [100_000, 120_000]  # raised when needed, never lowered
+    assert [launch[3] for launch in fake.launches] == [100_000, 60_000, 1000, 120_000]
     assert all(type(launch[3]) is int for launch in fake.launches)
 
 

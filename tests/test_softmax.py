@@ -59,7 +59,14 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
             for cols in lengths:
                 v = plan.choose_variant(cols, dtype, op, clusters=clusters)
                 assert cols % v.vec == 0 and v.vec * dtype.itemsize <= 16
-                assert (v.items - v.smem_items) * v.vec * inputs <= max(plan.HELD, inputs * v.vec)
+                in_registers = (v.items - v.smem_items) * v.vec * inputs
+                if v.threads == plan.LONG_ROWS[inputs].threads and v.vec * dtype.itemsize == 16:
+                    shape = plan.LONG_ROWS[inputs]
+                    assert in_registers <= (shape.keep if v.smem_items else shape.held)
+                    assert v.shared_mem <= shape.smem
+                    assert v.min_blocks == shape.blocks
+                else:
+                    assert in_registers <= max(plan.HELD, inputs * v.vec)
                 assert v.threads <= plan.MAX_THREADS and v.threads % v.group == 0
                 if v.kind == "split":
                     held = plan.HELD if v.vec * dtype.itemsize == 16 else plan.HELD // 2
@@ -79,15 +86,15 @@ def test_chooser_picks_the_measured_routes():
     assert pick(8192, F32).names() == ("softmax_rows<0, 0, 4, 4, 512, 512, 1, 0>",)
     assert pick(32768, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0>",)
     assert pick(4096, BF16).names() == ("softmax_rows<2, 0, 8, 4, 128, 128, 1, 0>",)
-    long_rows = pick(131072, F32)  # 4 CTAs of 512 threads, two per multiprocessor
-    assert long_rows.names() == ("softmax_cluster<0, 0, 4, 16, 512, 4, 2, 12>",)
-    assert long_rows.shared_mem == 96 * 1024
-    assert pick(65536, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 12>",)
-    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 512, 4, 2, 6>",)
+    long_rows = pick(131072, F32)  # 2 CTAs of 512 threads, 22 of 32 vectors in registers
+    assert long_rows.names() == ("softmax_cluster<0, 0, 4, 32, 512, 2, 1, 10>",)
+    assert long_rows.shared_mem == 80 * 1024
+    assert pick(65536, F32).names() == ("softmax_rows<0, 0, 4, 32, 512, 512, 1, 10>",)
+    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 16, 512, 2, 1, 5>",)
     backward = pick(131072, F32, plan.SOFTMAX_BACKWARD)
     assert backward.names() == ("softmax_cluster<0, 2, 4, 8, 1024, 4, 1, 6>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
-        "softmax_cluster<0, 1, 4, 8, 1024, 4, 1, 0>",)
+        "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(1_000_000, F32).kind == "split"
     short = pick(7, F16)
     assert short.kind == "rows" and short.group < 32 and short.vec == 1

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -145,8 +146,8 @@ def test_a_stream_closed_during_a_capture_lives_until_the_capture_ends(
     mem.caching_allocator_delete(mem.caching_allocator_alloc(4 * KiB))
 
 
-def test_release_pool_from_a_finalizer_creates_no_allocator(fake_gpus: Any,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_release_pool_from_a_finalizer_creates_no_allocator(
+        fake_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mem, "_allocators", {})
     mem.release_pool(0, (0, 123))  # a graph collected after its allocator never existed
     assert mem._allocators == {}
@@ -180,8 +181,8 @@ def test_pinned_blocks_used_on_a_closed_stream(fake_driver: FakeDriver,
     assert len(recorded) == 1  # nothing was ever recorded on the destroyed stream
 
 
-def test_cuda_malloc_async_frees_after_a_closed_streams_work(fake_driver: FakeDriver,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_malloc_async_frees_after_a_closed_streams_work(
+        fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
     driver = MoreDriver(fake_driver)
     monkeypatch.setattr(_backends, "cu", driver)
     monkeypatch.setattr(_backends, "bind_context", fake_driver.contexts.bind)
@@ -210,6 +211,52 @@ def test_cuda_malloc_async_frees_after_a_closed_streams_work(fake_driver: FakeDr
     assert [name for name, _, _ in later].count("cuEventRecord") == 0
     assert [name for name, _, _ in later].count("cuStreamWaitEvent") == 2
     assert driver.freed == [(0x1000, 0), (0x2000, 0)]
+
+
+def test_driver_backend_records_at_free_only_under_its_own_context(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    current = [0x700]
+
+    class Contexts:
+        @staticmethod
+        def cuCtxGetCurrent() -> tuple:
+            return cu.CUresult.CUDA_SUCCESS, cu.CUcontext(current[0])
+
+    monkeypatch.setattr(_backends, "cu", Contexts)
+    monkeypatch.setattr(_backends, "primary_context", lambda index: cu.CUcontext(0x700 + index))
+    backend = _backends.DriverBackend(0)
+    assert backend.may_record_events()
+    current[0] = 0x701  # device 1's context is bound (a finalizer inside its driver call)
+    assert not backend.may_record_events()
+    current[0] = 0x700
+    monkeypatch.setattr(_backends, "in_host_callback", lambda: True)
+    assert not backend.may_record_events()  # no CUDA call on the driver's callback thread
+
+
+def test_driver_backend_reads_the_capture_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    status = cu.CUstreamCaptureStatus
+    answers = {
+        0x10: (cu.CUresult.CUDA_SUCCESS, status.CU_STREAM_CAPTURE_STATUS_ACTIVE, 42, None, [], 0),
+        0x20: (cu.CUresult.CUDA_SUCCESS, status.CU_STREAM_CAPTURE_STATUS_NONE, 0, None, [], 0),
+        0x30: (cu.CUresult.CUDA_SUCCESS, status.CU_STREAM_CAPTURE_STATUS_INVALIDATED, 43, None,
+               [], 0),
+        0: (cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,),
+        0x40: (cu.CUresult.CUDA_ERROR_INVALID_HANDLE,),
+    }
+
+    class Captures:
+        @staticmethod
+        def cuStreamGetCaptureInfo(stream: int) -> tuple:
+            return answers[int(stream)]
+
+    monkeypatch.setattr(_backends, "cu", Captures)
+    monkeypatch.setattr(_backends, "bind_context", lambda index: None)
+    backend = _backends.DriverBackend(0)
+    assert backend.capture_id(0x10) == 42
+    assert backend.capture_id(0x20) is None and backend.capture_id(0x30) is None
+    assert backend.capture_id(0) is None  # the legacy stream is in no capture
+    with pytest.raises(gpurt.CudaError, match="cuStreamGetCaptureInfo"):
+        backend.capture_id(0x40)
 
 
 # ---- GPU ---------------------------------------------------------------------------------
@@ -273,7 +320,10 @@ def test_gpu_record_stream_then_the_stream_goes_away(gpu_state: None, how: str, 
         assert _state(ptr) == {"active_pending_free"}
         flag.value = 1
         check_ok(cu.cuCtxSynchronize())
-        gpurt.caching_allocator_delete(gpurt.caching_allocator_alloc(512))  # polls events
+        deadline = time.monotonic() + 10
+        while "active_pending_free" in _state(ptr) and time.monotonic() < deadline:
+            gpurt.caching_allocator_delete(gpurt.caching_allocator_alloc(512))  # polls events
+            time.sleep(0.001)
         assert "active_pending_free" not in _state(ptr)
         assert (_read(ptr, size) == 7).all()  # the held work ran, into our block, before reuse
     finally:
