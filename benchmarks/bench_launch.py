@@ -194,7 +194,8 @@ def packing_rows() -> list[dict[str, Any]]:
     def unused(*args: Any) -> None:
         raise AssertionError("not reached")
 
-    launch = plan.launcher(None, noop, _dims3, unused, unused)
+    launch = plan.launcher(None, launch_kernel=noop, dims=_dims3, hooks=[], hooked=unused,
+                           explain=unused, refused=unused)
     ints = (0x7F0000000000, 0x7F0000001000, N)
     foreign = (ForeignArray(0x7F0000000000), ForeignArray(0x7F0000001000), N)
     return [

@@ -160,8 +160,8 @@ def _converter(param: Param) -> Callable[[Any], Any] | None:
 
 # The generated code. ``fill`` and ``launch`` share the statements that turn ``args`` into the
 # parameter buffer ({pack}); ``launch`` adds the grid and block, this thread's buffer, the
-# driver call and the hand-over of errors to the kernel that explains them, so a launch runs
-# one short Python function of its own.
+# driver call (between the launch hooks, when there are any) and the hand-over of errors to
+# the kernel that explains them, so a launch runs one short Python function of its own.
 _PACK = """\
     if type(args) is not tuple and type(args) is not list:
         raise TypeError('args must be a tuple')
@@ -197,8 +197,12 @@ def launch(grid, block, args, shared_mem, stream, index):
         except AttributeError:
             buffer, params = thread_buffers()
 {pack}
-        result = launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream or None,
-                               params, 0)
+        if hooks:
+            result = hooked(launch_kernel, stream, function, gx, gy, gz, bx, by, bz,
+                            shared_mem, stream or None, params, 0)
+        else:
+            result = launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem,
+                                   stream or None, params, 0)
     except (TypeError, ValueError, OverflowError, StructError) as exc:
         explain(exc, grid, block, args, shared_mem, index)
         raise
@@ -277,18 +281,21 @@ class Plan:
         self._local.buffers = (buffer, ctypes.addressof(pointers))
         return self._local.buffers  # type: ignore[no-any-return]
 
-    def launcher(self, function: Any, launch_kernel: Callable[..., tuple],
-                 dims: Callable[[Any, str], tuple[int, int, int]], explain: Callable[..., None],
+    def launcher(self, function: Any, *, launch_kernel: Callable[..., tuple],
+                 dims: Callable[[Any, str], tuple[int, int, int]], hooks: Sequence[Any],
+                 hooked: Callable[..., tuple], explain: Callable[..., None],
                  refused: Callable[..., None]) -> Callable[..., None]:
         """``launch(grid, block, args, shared_mem, stream, index)`` of one loaded ``function``:
         grid and block as ints or 3-tuples of ints (anything else goes through ``dims``, which
         validates and completes it), the arguments packed into this thread's buffer, then
-        ``launch_kernel(function, ...)``
-        (cuLaunchKernel). A conversion error goes to ``explain(exc, grid, block, args,
-        shared_mem, index)``, which raises a clearer one or returns to let it propagate; a
-        failed result goes to ``refused(result, grid, block, shared_mem)``."""
+        ``launch_kernel(function, ...)`` (cuLaunchKernel), through ``hooked(launch_kernel,
+        stream, ...)`` while the list ``hooks`` is not empty. A conversion error goes to
+        ``explain(exc, grid, block, args, shared_mem, index)``, which raises a clearer one or
+        returns to let it propagate; a failed result to ``refused(result, grid, block,
+        shared_mem)``."""
         namespace = dict(self._namespace, function=function, launch_kernel=launch_kernel,
-                         dims=dims, explain=explain, refused=refused)
+                         dims=dims, hooks=hooks, hooked=hooked, explain=explain,
+                         refused=refused)
         exec(self._launch_code, namespace)
         return namespace["launch"]  # type: ignore[no-any-return]
 

@@ -153,26 +153,24 @@ def _launch_attributes(config: LaunchConfig) -> list[Any]:
 
 # ---- launch hooks ----------------------------------------------------------------------------
 
-_hooks: tuple[LaunchHook, ...] = ()
+_hooks: list[LaunchHook] = []  # changed in place: the generated launchers hold this list
 _hooks_lock = threading.Lock()
 
 
 def add_launch_hook(fn: LaunchHook) -> None:
     """Call ``fn(kernel, stream_handle, phase)`` around every launch, with phase "begin"
     right before the driver call and "end" right after it (also when it fails)."""
-    global _hooks
     with _hooks_lock:
-        _hooks = (*_hooks, fn)
+        _hooks[:] = [*_hooks, fn]
 
 
 def remove_launch_hook(fn: LaunchHook) -> None:
     """Stop calling ``fn``; a hook that is not registered is ignored."""
-    global _hooks
     with _hooks_lock:
         hooks = list(_hooks)
-        if fn in hooks:
+        if fn in hooks:  # by equality: a bound method is a new object at every access
             hooks.remove(fn)
-        _hooks = tuple(hooks)
+            _hooks[:] = hooks
 
 
 def _driver_layout(handle: Any, expected: int | None) -> list[tuple[int, int]] | None:
@@ -313,8 +311,9 @@ class Kernel:
         function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
         limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function), "cuFuncGetAttribute")
         plan: Plan = self._plan  # type: ignore[assignment]  # set above
-        launch = plan.launcher(function, _cuLaunchKernel, _dims3,
-                               self._explain_launch_error, self._launch_refused)
+        launch = plan.launcher(function, launch_kernel=_cuLaunchKernel, dims=_dims3,
+                               hooks=_hooks, hooked=self._hooked,
+                               explain=self._explain_launch_error, refused=self._launch_refused)
         return _Loaded(function, int(limit), launch)
 
     def _load_error(self, err: CudaError) -> CudaError:
@@ -408,17 +407,17 @@ class Kernel:
         """Launch on ``stream`` (default: the current stream of the current device) with
         ``args`` converted by the declared parameter types (wraps cuLaunchKernel)."""
         # The hot path: a first launch on a device, more dynamic shared memory than allowed so
-        # far, a shared_mem that is not an int, and hooks take _launch_slowly; everything
-        # else is a few reads and this kernel's generated launcher.
+        # far and a shared_mem that is not an int take _launch_slowly; everything else is a
+        # few reads and this kernel's generated launcher.
         try:
             index = _device_tls.index
             bound = _device_tls.bound
         except AttributeError:  # no device chosen or no context bound on this thread yet
-            index = bound = -1
-        if bound != index or index < 0:
+            index, bound = 0, None
+        if bound != index:
             index = _bound_current_device()
         loaded = self._loaded.get(index)
-        if loaded is None or _hooks or shared_mem and (
+        if loaded is None or shared_mem and (
                 type(shared_mem) is not int or shared_mem > loaded.max_dynamic_shared):
             self._launch_slowly(grid, block, args, shared_mem, stream, index)
             return
@@ -430,21 +429,13 @@ class Kernel:
 
     def _launch_slowly(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int,
                        stream: Any, index: int) -> None:
-        """__call__ when the kernel is not loaded on the device yet, needs more dynamic
-        shared memory than allowed so far or launch hooks are registered."""
+        """__call__ when the kernel is not loaded on the device yet or needs more dynamic
+        shared memory than allowed so far."""
         if type(shared_mem) is not int or shared_mem < 0:
             shared_mem = LaunchConfig(1, 1, shared_mem).shared_mem  # raises for what is wrong
         loaded = self._on_device(index, shared_mem)
         handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
-        if not _hooks:
-            loaded.launch(grid, block, args, shared_mem, handle, index)
-            return
-        params = self._fill(args, index)  # argument errors are raised before any hook runs
-        (gx, gy, gz), (bx, by, bz) = _dims3(grid, "grid"), _dims3(block, "block")
-        result = self._hooked(_cuLaunchKernel, int(handle), loaded.function, gx, gy, gz,
-                              bx, by, bz, shared_mem, handle or None, params, 0)
-        if result[0]:
-            self._launch_refused(result, grid, block, shared_mem)
+        loaded.launch(grid, block, args, shared_mem, handle, index)
 
     def _prepare(self, shared_mem: int, stream: Any) -> tuple[int, _Loaded, Any]:
         """(device index, loaded kernel, stream handle) of a launch on this thread."""
@@ -504,14 +495,16 @@ class Kernel:
         ex.attrs = attrs
         ex.numAttrs = len(attrs)
         if _hooks:
-            result = self._hooked(cu.cuLaunchKernelEx, int(handle), ex, loaded.function, params, 0)
+            result = self._hooked(cu.cuLaunchKernelEx, handle, ex, loaded.function, params, 0)
         else:
             result = cu.cuLaunchKernelEx(ex, loaded.function, params, 0)
         check(result, f"cuLaunchKernelEx({self.name})")
 
-    def _hooked(self, driver_call: Callable[..., tuple], handle: int, *call_args: Any) -> tuple:
-        """``driver_call(*call_args)`` between the hooks' "begin" and "end" calls."""
-        hooks = _hooks
+    def _hooked(self, driver_call: Callable[..., tuple], stream: Any, *call_args: Any) -> tuple:
+        """``driver_call(*call_args)`` between the hooks' "begin" and "end" calls, which get
+        the stream's handle as an int."""
+        hooks = tuple(_hooks)
+        handle = int(stream or 0)
         for hook in hooks:
             hook(self, handle, "begin")
         try:

@@ -87,9 +87,9 @@ class Config:
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
 
     def shared_mem(self, a_kmajor: bool, b_kmajor: bool, itemsize: int = 2) -> int:
-        """Dynamic shared memory in bytes (the simt kernel's is static: 0)."""
-        if self.kernel == "simt":
-            return 0
+        """Dynamic shared memory in bytes."""
+        if self.kernel == "simt":  # a ring of fp32 [bk][bm + 4] and [bk][bn + 4] tiles
+            return self.stages * self.bk * (self.bm + self.bn + 8) * 4
         if self.kernel == "wgmma":
             stage = (self.bm + self.bn) * self.bk * 2
             staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 64 x 128 x 2 B
@@ -109,7 +109,8 @@ class Config:
         ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
         if self.kernel == "simt":
             tn = (self.wn or 64) // 8
-            return f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {ak}, {bk_}, {v}>"
+            return (f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, {ak}, "
+                    f"{bk_}, {v}>")
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
@@ -124,8 +125,7 @@ class Config:
         text = f"{self.kernel} {self.bm}x{self.bn}x{self.bk}"
         if self.kernel == "mma" or self.wn:
             text += f" w{self.wm}x{self.wn}"
-        if self.kernel != "simt":
-            text += f" s{self.stages}"
+        text += f" s{self.stages}"
         if self.split_k > 1:
             text += f" split{self.split_k}"
         if self.cluster_m > 1:
@@ -177,8 +177,10 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 
 # Base candidates per kernel, before split-K is applied.
-_SIMT = (Config("simt", 128, 128, 8), Config("simt", 128, 256, 8, 32, 128),
-         Config("simt", 64, 128, 8), Config("simt", 64, 64, 8))
+# simt: [0] large problems, [-1] small ones; 32 x 128 warp tiles = 8 x 16 outputs per thread.
+_SIMT = (Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
+         Config("simt", 128, 128, 8, stages=4), Config("simt", 64, 128, 8, stages=4),
+         Config("simt", 64, 64, 8, stages=4))
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -255,7 +257,7 @@ def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
     if problem.dt == DT_F32:
-        base = _SIMT[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[3]
+        base = _SIMT[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[-1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]

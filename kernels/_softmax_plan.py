@@ -36,10 +36,11 @@ SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD = range(4)
 
 # Tuning, from the measurements in benchmarks/notes_softmax.md. A thread holds its vectors in
 # registers: at most HELD values (all inputs together; the compiler keeps 16-bit values
-# widened to float32, so they count as much as float32 ones).
+# widened to float32, so they count as much as float32 ones) in CTAs of up to 1024 threads.
 # Vectors per thread (ITEMS_BY_VECTORS) grow with the row: many small CTAs for short rows,
-# up to 1024 threads x 8 vectors (128 KiB of float32) for one CTA, then (sm_90) shared
-# memory for more and clusters of such CTAs, then the split.
+# up to 1024 threads x 8 vectors (128 KiB of float32) for one CTA, then (sm_90) the
+# LONG_ROWS shapes (more registers a thread in CTAs of 512, shared memory, clusters), then
+# the split.
 HELD = 32
 ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, items); else 8
 LARGE_ITEMS = 8
@@ -49,22 +50,35 @@ MAX_THREADS = 1024
 
 @dataclasses.dataclass(frozen=True)
 class LongRows:
-    """CTAs for rows longer than one CTA of MAX_THREADS holds in registers (sm_90, 16-byte
-    vectors): ``threads`` per CTA, ``blocks`` CTAs per multiprocessor (which sets the
+    """A CTA shape for rows longer than one CTA of MAX_THREADS holds in registers (sm_90,
+    16-byte vectors): ``threads`` per CTA, ``blocks`` CTAs per multiprocessor (which sets the
     registers a thread may use); a thread holds up to ``held`` values (all inputs together)
     when all are in registers, else ``keep`` in registers and the rest in shared memory, at
-    most ``smem`` bytes per CTA."""
+    most ``smem`` bytes per CTA; ``alone``: also for rows that one such CTA holds (else only
+    for a cluster of them)."""
 
     threads: int
     blocks: int
     held: int
     keep: int
     smem: int
+    alone: bool = True
 
 
-# By the number of inputs (1 forward, 2 backward). Forward: 512 threads with up to 128
-# registers each keep most of a row slice in registers (run 5); backward: run 4's shape.
-LONG_ROWS = {1: LongRows(512, 1, 64, 88, 128 * 1024), 2: LongRows(1024, 1, 32, 16, 192 * 1024)}
+# Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
+_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)  # fp32 131072: 90.6 (run 4: 86.1)
+_PAIRED = LongRows(512, 2, 32, 32, 64 * 1024, alone=False)  # fp32 65536: 93.4 (run 4: 91.8)
+_WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
+_RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
+# (op, storage bytes) -> the shapes to try, in order; then registers only. float32
+# log_softmax has no registers to spare for shared-memory addresses at 64 registers.
+LONG_ROWS = {
+    (SOFTMAX, 4): (_WIDE, _PAIRED),
+    (LOG_SOFTMAX, 4): (_WIDE,),  # 131072: 88.1 (run 4: 82.2)
+    (SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
+    (LOG_SOFTMAX_BACKWARD, 4): (_RUN4,),
+    **{(op, 2): (_RUN4,) for op in range(4)},
+}
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
@@ -218,23 +232,25 @@ def choose_variant(
     threads = _pow2_at_least(-(-nvec // items))
     if threads <= MAX_THREADS:
         return fit("rows", threads, threads)
-    # Longer rows (sm_90, 16-byte vectors): CTAs shaped by LONG_ROWS, holding what they can
-    # in registers and (where the addresses of the asynchronous copies take some of them)
-    # more in shared memory, alone or in a cluster. Otherwise CTAs of MAX_THREADS holding
-    # `most` vectors in registers, alone or in a cluster; longer still, the split.
-    if clusters and vec * _STORAGE_BYTES[code] == 16:
-        shape = LONG_ROWS[inputs]
+    # Longer rows (sm_90, 16-byte vectors): the first of LONG_ROWS's shapes whose CTAs hold
+    # the row, alone or in a cluster, keeping what they can in registers and (where the
+    # addresses of the asynchronous copies take some of them) more in shared memory.
+    # Otherwise CTAs of MAX_THREADS holding `most` vectors in registers, alone or in a
+    # cluster; longer still, the split.
+    wide = clusters and vec * _STORAGE_BYTES[code] == 16
+    for shape in LONG_ROWS[op, _STORAGE_BYTES[code]] if wide else ():
         held = max(1, shape.held // (inputs * vec))
         keep = max(1, shape.keep // (inputs * vec))
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
-        kind = "rows" if ctas == 1 else "cluster"
-        if ctas <= MAX_CLUSTER:
-            variant = fit(kind, shape.threads, shape.threads, ctas, shape.blocks)
-            if variant.items <= held:
-                return variant
-            return dataclasses.replace(variant, smem_items=variant.items - keep)
+        if ctas > MAX_CLUSTER or (ctas == 1 and not shape.alone):
+            continue
+        variant = fit("rows" if ctas == 1 else "cluster", shape.threads, shape.threads, ctas,
+                      shape.blocks)
+        if variant.items <= held:
+            return variant
+        return dataclasses.replace(variant, smem_items=variant.items - keep)
     ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
     if ctas == 1:
         return fit("rows", MAX_THREADS, MAX_THREADS)

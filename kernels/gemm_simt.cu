@@ -1,93 +1,157 @@
 // Exact fp32 GEMM on the SIMT cores: 2-D block tiling (BM x BN x BK, BK 8 or 16), each warp a
 // 32 x 8*TN tile, each thread an 8 x TN block of outputs held in registers (4 x 4 quadrants, so
-// its shared-memory reads are float4 and conflict-free), the next K tile prefetched into
-// registers while the current one is multiplied (double-buffered shared memory, one barrier per
-// tile). TN = 8 caps registers at 128 for 2 CTAs per SM; TN = 16 runs 1 CTA of 8 warps per SM.
-// Layouts, epilogue and split-K conventions: gemm_common.cu.
+// its shared-memory reads are float4 and conflict-free: lanes that share an A or B quadrant read
+// the same address). Global -> shared copies are asynchronous (cp.async) into a STAGES-deep ring
+// of shared tiles, both operands stored [BK][MN] (K-contiguous operands transposed on the way by
+// 4-byte copies), so no register stages the next tile; the fragments of the next k step are read
+// while the current one is multiplied, and one barrier per K tile both publishes a landed tile
+// and frees the one last read. The main loop has no bounds checks: rows/columns past the
+// matrix read its last row/column (their results are never stored) and the partial K tile is
+// the first one, zero-filled below the slice start. TN = 8 caps registers at 128 for 2 CTAs per
+// SM; TN = 16 runs 1 CTA of 8 warps per SM. Layouts, epilogue, split-K: gemm_common.cu.
 #include "gemm_common.cu"
 
 namespace simt {
 
-constexpr int PAD = 4;
+constexpr int PAD = 4;  // floats after each row of a shared tile: transposing stores hit 32 banks
 
-// Four consecutive floats of one row: elements [c, c+4) of `row` (nullptr: row outside),
-// zero where c+j >= limit. VEC: the row is 16-byte aligned at multiples of 4.
-template <bool VEC>
-__device__ __forceinline__ float4 load4(const float* __restrict__ row, int c, int limit) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row == nullptr) return v;
-    if (VEC && c + 3 < limit) return __ldg(reinterpret_cast<const float4*>(row + c));
-    if (c + 0 < limit) v.x = __ldg(row + c + 0);
-    if (c + 1 < limit) v.y = __ldg(row + c + 1);
-    if (c + 2 < limit) v.z = __ldg(row + c + 2);
-    if (c + 3 < limit) v.w = __ldg(row + c + 3);
-    return v;
+template <bool C, class T, class F> struct pick { typedef T type; };
+template <class T, class F> struct pick<false, T, F> { typedef F type; };
+
+// Copies BYTES (4 or 16) from global `src` to shared `dst`, zero-filling past `src_bytes`
+// (cp.async, sm_80+; a plain load and store on older GPUs, where commit/wait are no-ops).
+template <int BYTES>
+__device__ __forceinline__ void copy_async(u32 dst, const float* src, int src_bytes) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(dst), "l"(src), "r"(src_bytes));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                     :: "r"(dst), "l"(src), "r"(src_bytes));
+    }
+#else
+#pragma unroll
+    for (int i = 0; i < BYTES / 4; ++i) {
+        const float v = 4 * i < src_bytes ? src[i] : 0.f;
+        asm volatile("st.shared.f32 [%0], %1;\n" :: "r"(dst + 4 * i), "f"(v));
+    }
+#endif
 }
 
-// One operand's K tile (an MN x BK slab) in registers: CH float4 chunks per thread, each with
-// its row pointer fixed at construction. KMAJ: the chunks run along K (stored transposed into
-// shared memory); else along M/N (stored as they are).
-template <int MN, int BK, int THREADS, bool KMAJ, bool VEC>
-struct TileLoader {
-    static constexpr int CH = MN * BK / 4 / THREADS;
-    static_assert(CH >= 1 && CH * THREADS * 4 == MN * BK, "tile does not divide among threads");
-    float4 regs[CH];
-    const float* base[CH];  // KMAJ: the row (nullptr outside); else column block at k = 0
-    int off[CH];            // KMAJ: k offset of the chunk in the tile; else the k row in the tile
-    int lim;                // KMAJ: K end; else the number of valid columns from the chunk start
+__device__ __forceinline__ void copy_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 
-    // For the matrix P with `extent` rows along M/N, tile origin mn0.
-    __device__ __forceinline__ TileLoader(const float* __restrict__ P, i64 ld, int mn0, int extent,
-                                          int k_end, int tid) {
+// Waits until at most N of this thread's committed copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void load_shared(float* to, u32 addr) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(to[0]), "=f"(to[1]), "=f"(to[2]), "=f"(to[3]) : "r"(addr));
+}
+
+// One operand's MN x BK slab when K is contiguous in global memory (row-major A, or B given
+// N x K), copied transposed into a shared [BK][MN + PAD] tile element by element. A thread
+// copies KPT elements (KL apart along K) of each of P rows (R apart); KL threads side by side
+// along K make every warp-wide copy read whole 32-byte sectors. Each call copies the next K
+// tile, starting at k_first (the constructor's).
+template <int MN, int BK, int THREADS>
+struct KMajorCopy {
+    static constexpr int E = MN * BK / THREADS, P = E < 4 ? E : 4, KPT = E / P, KL = BK / KPT,
+                         R = THREADS / KL;
+    static_assert(P * KPT == E && KL * KPT == BK && R * KL == THREADS && R * P == MN,
+                  "tile does not divide among threads");
+    const float* row[P];  // this thread's first element of each row in the next tile (rows
+                          // past the matrix: its last row)
+    u32 dst;              // the byte offset of that element in a shared tile
+    int kl, k;            // its k in the tile; the next tile's first k
+
+    __device__ __forceinline__ KMajorCopy(const float* __restrict__ src, i64 ld, int mn0,
+                                          int extent, int k_first, int tid)
+        : dst(4 * ((tid % KL) * (MN + PAD) + tid / KL)), kl(tid % KL), k(k_first) {
 #pragma unroll
-        for (int i = 0; i < CH; ++i) {
-            const int q = tid + i * THREADS;
-            if (KMAJ) {
-                const int mn = q / (BK / 4);
-                off[i] = (q % (BK / 4)) * 4;
-                base[i] = (mn0 + mn < extent) ? P + (i64)(mn0 + mn) * ld : nullptr;
-            } else {
-                off[i] = q / (MN / 4);
-                base[i] = P + mn0 + (q % (MN / 4)) * 4;
-            }
+        for (int p = 0; p < P; ++p) {
+            const int r = min(mn0 + tid / KL + p * R, extent - 1);
+            row[p] = src + (i64)r * ld + k_first + kl;
         }
-        lim = KMAJ ? k_end : extent - mn0;
     }
 
-    __device__ __forceinline__ void load(i64 ld, int k0, int k_end, int tid) {
+    // Copies the next K tile into the shared tile at `tile`. FIRST: it is the partial one,
+    // zero where k < k_lo (read from `fallback` there, with no bytes taken).
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
 #pragma unroll
-        for (int i = 0; i < CH; ++i) {
-            if (KMAJ) {
-                regs[i] = load4<VEC>(base[i], k0 + off[i], lim);
-            } else {
-                const int q = tid + i * THREADS, mc = (q % (MN / 4)) * 4;
-                const int k = k0 + off[i];
-                regs[i] = load4<VEC>(k < k_end ? base[i] + (i64)k * ld - mc : nullptr, mc, lim);
-            }
-        }
-    }
-
-    // Store into smem laid out [BK][MN + PAD].
-    __device__ __forceinline__ void store(float (*S)[MN + PAD], int tid) const {
+        for (int p = 0; p < P; ++p) {
 #pragma unroll
-        for (int i = 0; i < CH; ++i) {
-            const int q = tid + i * THREADS;
-            if (KMAJ) {
-                const int mn = q / (BK / 4), kc = off[i];
-                S[kc + 0][mn] = regs[i].x;
-                S[kc + 1][mn] = regs[i].y;
-                S[kc + 2][mn] = regs[i].z;
-                S[kc + 3][mn] = regs[i].w;
-            } else {
-                *reinterpret_cast<float4*>(&S[off[i]][(q % (MN / 4)) * 4]) = regs[i];
+            for (int e = 0; e < KPT; ++e) {
+                const bool ok = !FIRST || k + kl + e * KL >= k_lo;
+                copy_async<4>(tile + dst + 4 * (e * KL * (MN + PAD) + p * R),
+                              ok ? row[p] + e * KL : fallback, ok ? 4 : 0);
             }
+            row[p] += BK;
         }
+        k += BK;
     }
 };
 
+// One operand's MN x BK slab when MN is contiguous in global memory (row-major B, or A given
+// K x M), copied as it is into a shared [BK][MN + PAD] tile in chunks of 4 floats: one
+// 16-byte copy each (VEC: 16-byte aligned rows) or four 4-byte ones. A warp copies whole rows
+// of the slab; each thread C chunks, R rows of K apart.
+template <int MN, int BK, int THREADS, bool VEC>
+struct MNMajorCopy {
+    static constexpr int ML = MN / 4, R = THREADS / ML, C = BK / R;
+    static_assert(R * ML == THREADS && C * R == BK, "tile does not divide among threads");
+    const float* next;  // this thread's chunk in the next tile
+    i64 ld;
+    u32 dst;            // the chunk's byte offset in a shared tile
+    int kr, valid, k;   // the chunk's k row in the tile, its elements inside the matrix
+                        // (0..4); the next tile's first k
+
+    __device__ __forceinline__ MNMajorCopy(const float* __restrict__ src, i64 ld_, int mn0,
+                                           int extent, int k_first, int tid)
+        : ld(ld_), kr(tid / ML), k(k_first) {
+        const int col = (tid % ML) * 4;
+        valid = max(0, min(4, extent - mn0 - col));
+        dst = 4 * (kr * (MN + PAD) + col);
+        next = src + (i64)(k_first + kr) * ld + (valid > 0 ? mn0 + col : 0);
+    }
+
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const float* from = next + (i64)c * R * ld;
+            const u32 to = tile + dst + 4 * c * R * (MN + PAD);
+            const bool ok = !FIRST || k + kr + c * R >= k_lo;
+            if (VEC) {
+                copy_async<16>(to, ok ? from : fallback, ok ? 4 * valid : 0);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    copy_async<4>(to + 4 * e, ok ? from + e : fallback, ok && e < valid ? 4 : 0);
+            }
+        }
+        next += BK * ld;
+        k += BK;
+    }
+};
+
+template <int MN, int BK, int THREADS, bool KMAJ, bool VEC>
+using TileCopy = typename pick<KMAJ, KMajorCopy<MN, BK, THREADS>,
+                               MNMajorCopy<MN, BK, THREADS, VEC>>::type;
+
 }  // namespace simt
 
-template <int BM, int BN, int BK, int TN, bool A_K, bool B_K, bool VEC>
+template <int BM, int BN, int BK, int TN, int STAGES, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / 32) * (BN / (8 * TN)) * 32, TN == 8 ? 2 : 1)
 gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
           const float* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K,
@@ -95,11 +159,14 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
           int pair_ok) {
     using namespace simt;
     static_assert(TN == 8 || TN == 16, "a thread computes 8 x 8 or 8 x 16 outputs");
+    static_assert(STAGES >= 2, "the ring needs two stages at least");
     constexpr int WN = 8 * TN;  // warp tile: 32 x WN
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / 32) * WARPS_N * 32;
-    __shared__ __align__(16) float As[2][BK][BM + PAD];
-    __shared__ __align__(16) float Bs[2][BK][BN + PAD];
+    // The ring: STAGES x (A tile [BK][BM + PAD], B tile [BK][BN + PAD]).
+    constexpr int A_TILE = BK * (BM + PAD) * 4, STAGE = A_TILE + BK * (BN + PAD) * 4;
+    extern __shared__ __align__(16) float smem[];
+    const u32 ring = smem_addr(smem);
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     int tm, tn;
@@ -107,62 +174,77 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
     const int m0 = tm * BM, n0 = tn * BN;
     int k_begin, k_end;
     split_range<BK>(K, k_begin, k_end);
+    const int tiles = (k_end - k_begin + BK - 1) / BK;
+    const int k_first = k_end - tiles * BK;  // the first tile is the partial one
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int wm = (warp / WARPS_N) * 32, wn = (warp % WARPS_N) * WN;
-    const int lm = (lane / 8) * 4, ln = (lane % 8) * 4;
+    const int am = (warp / WARPS_N) * 32 + (lane / 8) * 4;  // first A row, B column read
+    const int bn = (warp % WARPS_N) * WN + (lane % 8) * 4;
 
-    TileLoader<BM, BK, THREADS, A_K, VEC> a_tile(A, lda, m0, M, k_end, tid);
-    TileLoader<BN, BK, THREADS, B_K, VEC> b_tile(B, ldb, n0, N, k_end, tid);
+    TileCopy<BM, BK, THREADS, A_K, VEC> a_copy(A, lda, m0, M, k_first, tid);
+    TileCopy<BN, BK, THREADS, B_K, VEC> b_copy(B, ldb, n0, N, k_first, tid);
+    if (tiles > 0) {
+        a_copy.template copy<true>(ring, k_begin, A);
+        b_copy.template copy<true>(ring + A_TILE, k_begin, B);
+    }
+    copy_commit();
+#pragma unroll
+    for (int s = 1; s < STAGES - 1; ++s) {
+        if (s < tiles) {
+            a_copy.template copy<false>(ring + s * STAGE, 0, A);
+            b_copy.template copy<false>(ring + s * STAGE + A_TILE, 0, B);
+        }
+        copy_commit();
+    }
+    copy_wait<STAGES - 2>();
+    __syncthreads();
+
     float acc[8][TN];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-    int k0 = k_begin;
-    if (k0 < k_end) {
-        a_tile.load(lda, k0, k_end, tid);
-        b_tile.load(ldb, k0, k_end, tid);
-        a_tile.store(As[0], tid);
-        b_tile.store(Bs[0], tid);
-    }
-    __syncthreads();
-    int buf = 0;
-    for (; k0 < k_end; k0 += BK) {
-        const bool more = k0 + BK < k_end;
-        if (more) {
-            a_tile.load(lda, k0 + BK, k_end, tid);
-            b_tile.load(ldb, k0 + BK, k_end, tid);
-        }
+    float a[2][8], b[2][TN];  // fragments of k steps k (multiplied) and k + 1 (being read)
+    u32 read = 0, write = (STAGES - 1) * STAGE;  // ring offsets of the tile multiplied/copied
+    const u32 a_frag = ring + 4 * am, b_frag = ring + A_TILE + 4 * bn;
+    auto load_fragments = [&](int n, int k) {
+        load_shared(&a[n][0], a_frag + read + 4 * k * (BM + PAD));
+        load_shared(&a[n][4], a_frag + read + 4 * (k * (BM + PAD) + 16));
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q)
+            load_shared(&b[n][4 * q], b_frag + read + 4 * (k * (BN + PAD) + 32 * q));
+    };
+    load_fragments(0, 0);
+    for (int t = 0; t < tiles; ++t) {
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
-            float a[8], b[TN];
-            *reinterpret_cast<float4*>(&a[0]) = *reinterpret_cast<const float4*>(&As[buf][k][wm + lm]);
-            *reinterpret_cast<float4*>(&a[4]) = *reinterpret_cast<const float4*>(&As[buf][k][wm + 16 + lm]);
-#pragma unroll
-            for (int q = 0; q < TN / 4; ++q)
-                *reinterpret_cast<float4*>(&b[4 * q]) =
-                    *reinterpret_cast<const float4*>(&Bs[buf][k][wn + 32 * q + ln]);
+            if (k == BK - 1) {  // copy tile t + STAGES - 1 into the stage tile t - 1 used
+                if (t + STAGES - 1 < tiles) {
+                    a_copy.template copy<false>(ring + write, 0, A);
+                    b_copy.template copy<false>(ring + write + A_TILE, 0, B);
+                }
+                copy_commit();
+                copy_wait<STAGES - 2>();  // tile t + 1 has landed ...
+                __syncthreads();          // ... for every thread, and tile t - 1 is free
+                write = read;
+                read = read == (STAGES - 1) * STAGE ? 0 : read + STAGE;
+            }
+            load_fragments((k + 1) % 2, (k + 1) % BK);
 #pragma unroll
             for (int i = 0; i < 8; ++i)
 #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                for (int j = 0; j < TN; ++j)
+                    acc[i][j] = fmaf(a[k % 2][i], b[k % 2][j], acc[i][j]);
         }
-        if (more) {
-            a_tile.store(As[buf ^ 1], tid);
-            b_tile.store(Bs[buf ^ 1], tid);
-        }
-        __syncthreads();
-        buf ^= 1;
     }
 
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const int r = m0 + wm + lm + (i % 4) + (i / 4) * 16;
+        const int r = m0 + am + (i % 4) + (i / 4) * 16;
 #pragma unroll
         for (int j = 0; j < TN; j += 2) {
-            const int c = n0 + wn + ln + (j % 4) + (j / 4) * 32;
+            const int c = n0 + bn + (j % 4) + (j / 4) * 32;
             store_pair<DT_F32>(C, Cin, partial, M, N, ldc, ldcin, alpha, beta, r, c, acc[i][j],
                                acc[i][j + 1], pair_ok != 0);
         }

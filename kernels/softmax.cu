@@ -10,7 +10,9 @@
 //                    shuffles only; GROUP < THREADS: shuffles + a named barrier per group;
 //                    GROUP == THREADS: one CTA per row.
 //   softmax_cluster  a thread-block cluster of CLUSTER CTAs per row, each holding a slice; the
-//                    per-CTA partials meet through distributed shared memory (sm_90).
+//                    per-CTA partials meet through distributed shared memory (sm_90). The
+//                    launch has a cluster per row; a smaller grid would loop over the rows
+//                    (persistent clusters: measured slower, not used).
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's

@@ -315,8 +315,15 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
         calls.append((function, (gx, gy, gz), (bx, by, bz), shared_mem, stream, values))
         return (1,) if gx == 99 else (0,)
 
-    launch = plan.launcher("F", driver, glaunch._dims3,
-                           lambda *a: explained.append(a[0]), lambda *a: refused.append(a[1:]))
+    hooks, hooked = [], []
+
+    def run_hooked(driver_call, stream, *call_args):
+        hooked.append(stream)
+        return driver_call(*call_args)
+
+    launch = plan.launcher("F", launch_kernel=driver, dims=glaunch._dims3, hooks=hooks,
+                           hooked=run_hooked, explain=lambda *a: explained.append(a[0]),
+                           refused=lambda *a: refused.append(a[1:]))
     launch(4, (32, 2), (0.5, 0x10, 0x20, 0x30, 7), 128, 0, 0)
     launch((2, 3, 4), 64, [1.0, 1, 2, 3, 4], 0, 0x55, 0)
     launch((np.int64(5), 1, 1), [8, 8], (1.0, 1, 2, 3, 4), 0, 0, 0)
@@ -332,6 +339,9 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
     with pytest.raises(TypeError):
         launch((4.0, 1, 1), 1, (0.5, 0, 0, 0, 7), 0, 0, 0)
     assert len(explained) == 2 and isinstance(explained[0], struct.error) and len(calls) == 4
+    hooks.append(print)  # the launcher holds the list: registering a hook reaches it at once
+    launch(1, 1, (0.5, 0, 0, 0, 7), 0, 0x66, 0)
+    assert hooked == [0x66] and len(calls) == 5
     here = plan.thread_buffers()
     assert plan.thread_buffers() is here
     there = []

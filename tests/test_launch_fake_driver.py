@@ -206,9 +206,28 @@ def test_hooks_run_around_the_driver_call_only(fake: FakeDriver) -> None:
             kernel(2, 2048, (1.0, 1, 2, 3, 4))
     finally:
         gpurt.remove_launch_hook(hook)
-    assert seen == [("axpy", 0x77, "begin"), ("axpy", 0x77, "end")]
+    # no hook ran for the argument error; the driver call that failed had both
+    assert seen == [("axpy", 0x77, "begin"), ("axpy", 0x77, "end"),
+                    ("axpy", 0, "begin"), ("axpy", 0, "end")]
     assert fake.launches == [(b"axpy", (2, 1, 1), (32, 1, 1), 0, 0x77,
                               axpy_bytes(1.0, 1, 2, 3, 4))]
+
+
+def test_bound_method_hooks_are_removed(fake: FakeDriver) -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def on_launch(self, kernel: Any, handle: int, phase: str) -> None:
+            self.calls += 1
+
+    recorder = Recorder()
+    kernel = gpurt.compile(SOURCE, arch="sm_90")["axpy"]
+    gpurt.add_launch_hook(recorder.on_launch)
+    kernel(1, 32, (1.0, 1, 2, 3, 4))
+    gpurt.remove_launch_hook(recorder.on_launch)  # another bound-method object, equal
+    kernel(1, 32, (1.0, 1, 2, 3, 4))
+    assert recorder.calls == 2 and not glaunch._hooks
 
 
 def test_each_thread_packs_into_its_own_buffer(fake: FakeDriver) -> None:

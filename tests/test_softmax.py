@@ -24,8 +24,8 @@ plan = importlib.import_module("gpurt.kernels._softmax_plan")
 
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 DTYPES = (F32, F16, BF16)
-LENGTHS = (1, 7, 33, 1000, 1024, 4097, 32768, 100_000, 131072, 1_000_000)
-MORE_LENGTHS = (2, 64, 4096, 8192, 65536, 262144, 300_001)
+LENGTHS = (1, 7, 33, 1000, 1024, 4097, 32768, 65536, 100_000, 131072, 1_000_000)
+MORE_LENGTHS = (2, 64, 4096, 8192, 262144, 300_001, 524288)
 TOLERANCE = {F32: 1e-5, F16: 1e-3, BF16: 8e-3}
 OPS = {
     "softmax": plan.SOFTMAX,
@@ -59,14 +59,17 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
             for cols in lengths:
                 v = plan.choose_variant(cols, dtype, op, clusters=clusters)
                 assert cols % v.vec == 0 and v.vec * dtype.itemsize <= 16
+                # registers: HELD values, or what a long-rows shape of these threads allows
                 in_registers = (v.items - v.smem_items) * v.vec * inputs
-                if v.threads == plan.LONG_ROWS[inputs].threads and v.vec * dtype.itemsize == 16:
-                    shape = plan.LONG_ROWS[inputs]
-                    assert in_registers <= (shape.keep if v.smem_items else shape.held)
-                    assert v.shared_mem <= shape.smem
-                    assert v.min_blocks == shape.blocks
+                shapes = [s for s in plan.LONG_ROWS[op, dtype.itemsize] if clusters
+                          and (s.threads, s.blocks) == (v.threads, v.min_blocks)]
+                assert v.min_blocks == 1 or shapes
+                if v.smem_items:
+                    assert in_registers <= max(s.keep for s in shapes)
+                    assert v.shared_mem <= max(s.smem for s in shapes)
                 else:
-                    assert in_registers <= max(plan.HELD, inputs * v.vec)
+                    assert in_registers <= max([plan.HELD, inputs * v.vec]
+                                               + [s.held for s in shapes])
                 assert v.threads <= plan.MAX_THREADS and v.threads % v.group == 0
                 if v.kind == "split":
                     held = plan.HELD if v.vec * dtype.itemsize == 16 else plan.HELD // 2
@@ -89,12 +92,19 @@ def test_chooser_picks_the_measured_routes():
     long_rows = pick(131072, F32)  # 2 CTAs of 512 threads, 22 of 32 vectors in registers
     assert long_rows.names() == ("softmax_cluster<0, 0, 4, 32, 512, 2, 1, 10>",)
     assert long_rows.shared_mem == 80 * 1024
-    assert pick(65536, F32).names() == ("softmax_rows<0, 0, 4, 32, 512, 512, 1, 10>",)
-    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 16, 512, 2, 1, 5>",)
-    backward = pick(131072, F32, plan.SOFTMAX_BACKWARD)
-    assert backward.names() == ("softmax_cluster<0, 2, 4, 8, 1024, 4, 1, 6>",)
+    # half as long: 2 CTAs of 512 threads, two per multiprocessor, 8 of 16 in registers
+    assert pick(65536, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 8>",)
+    assert pick(32768, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_rows<0, 2, 4, 8, 1024, 1024, 1, 6>",)
+    assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4>",)
+    assert pick(131072, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
+        "softmax_cluster<0, 3, 4, 8, 1024, 4, 1, 6>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
+    assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
+        "softmax_cluster<0, 1, 4, 8, 1024, 2, 1, 0>",)
+    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     assert pick(1_000_000, F32).kind == "split"
     short = pick(7, F16)
     assert short.kind == "rows" and short.group < 32 and short.vec == 1
