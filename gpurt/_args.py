@@ -51,6 +51,12 @@ def pointer(value: Any, index: int | None) -> int:
         return int(value)
     if isinstance(value, ctypes.c_void_p):
         return int(value.value or 0)
+    if _is_torch_tensor(type(value)):  # a few times faster than its __cuda_array_interface__
+        on = value.get_device()
+        if on < 0:
+            raise TypeError("the tensor is not on a CUDA device; pass a CUDA tensor")
+        _check_device("the tensor", on, index)
+        return int(value.data_ptr())
     interface = getattr(value, "__cuda_array_interface__", None)
     if interface is not None:
         ptr = int(interface["data"][0] or 0)
@@ -64,6 +70,18 @@ def pointer(value: Any, index: int | None) -> int:
         _check_device(f"the {type(value).__name__}", int(on), index)
         return int(from_dlpack(value).ptr)
     raise TypeError(f"expected a device array, a pointer (int) or None, got {type(value).__name__}")
+
+
+_torch_types: dict[type, bool] = {}
+
+
+def _is_torch_tensor(cls: type) -> bool:
+    """Whether ``cls`` is torch.Tensor or a subclass of it (known without importing torch)."""
+    known = _torch_types.get(cls)
+    if known is None:
+        known = any(c.__module__ == "torch" and c.__name__ == "Tensor" for c in cls.__mro__)
+        _torch_types[cls] = known
+    return known
 
 
 def _check_foreign_device(value: Any, ptr: int, index: int | None) -> None:

@@ -201,10 +201,9 @@ def _release_export(address: int | None, _pop: Any = _exports.pop) -> None:
 def _capsule_destructor(capsule: int | None) -> None:
     """PyCapsule destructor: frees our export if no consumer renamed (took) the capsule."""
     try:
-        for name in (NAME_VERSIONED, NAME):
-            if _capsule_is_valid(capsule, name):
-                _release_export(_capsule_get_pointer(capsule, name))
-                return
+        name = _capsule_get_name(capsule)
+        if name == NAME_VERSIONED or name == NAME:
+            _release_export(_capsule_get_pointer(capsule, name))
     except Exception:
         pass
 
@@ -302,7 +301,14 @@ class Imported:
         """Call the producer's deleter (once; later calls do nothing)."""
         deleter, self._deleter = self._deleter, None
         if deleter:
-            _CALL_DELETER(deleter)(self._managed)
+            call = _deleter_calls.get(deleter)
+            if call is None:
+                call = _deleter_calls[deleter] = _CALL_DELETER(deleter)
+            call(self._managed)
+
+
+# Producers' deleters as callables, by address (a library has one or two).
+_deleter_calls: dict[int, Any] = {}
 
 
 def _capsule_name(capsule: Any) -> bytes:

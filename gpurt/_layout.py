@@ -75,17 +75,19 @@ def contiguous_strides(shape: Shape, itemsize: int) -> Shape:
 
 def contiguous_layout(shape: Any, itemsize: int) -> tuple[Shape, Shape, int]:
     """(shape, strides, nbytes) of a new C-contiguous array of ``shape`` (any spelling);
-    1-2-d tuples of plain ints take a short path."""
+    tuples of plain non-negative ints take a short path (floats and bools, which hash
+    and compare like ints, do not)."""
     if type(shape) is tuple:
-        rank = len(shape)
-        if rank == 2:
-            rows, cols = shape
-            if type(rows) is int and type(cols) is int and rows >= 0 and cols >= 0:
-                return shape, (cols * itemsize, itemsize), rows * cols * itemsize
-        elif rank == 1:
-            (count,) = shape
-            if type(count) is int and count >= 0:
-                return shape, (itemsize,), count * itemsize
+        strides = []
+        step = itemsize
+        for dim in reversed(shape):
+            if type(dim) is not int or dim < 0:
+                break
+            strides.append(step)
+            step *= dim
+        else:
+            strides.reverse()
+            return shape, tuple(strides), step
     dims = normalize_shape(shape)
     return dims, contiguous_strides(dims, itemsize), prod(dims) * itemsize
 

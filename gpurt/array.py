@@ -396,26 +396,15 @@ _default_streams: dict[int, Any] = {}
 
 
 def _current_stream(index: int) -> Any:
-    """``streams.current_stream()`` on the current device ``index``, remembering its
-    default stream for :func:`empty`'s fast path."""
-    stream = streams.current_stream()
+    """This thread's current stream on device ``index``; remembers the device's default
+    stream for :func:`empty`'s fast path."""
+    if index == current_device():
+        stream = streams.current_stream()  # no argument: no second validation of index
+    else:
+        stream = streams.current_stream(index)
     if stream.cuda_stream == 0:
-        _default_streams[index] = streams.default_stream()
+        _default_streams[index] = streams.default_stream(index)
     return stream
-
-
-def _stream_for(device: DeviceLike, stream: Any) -> Any:
-    """The stream a new array is made on: ``stream`` (on ``device``, when both are given),
-    else ``device``'s current stream; both None is the caller's fast path."""
-    if stream is not None:
-        if device is not None and _device_index(device) != stream.device_index:
-            raise ValueError(f"stream {stream!r} belongs to cuda:{stream.device_index}, "
-                             f"not to device {device!r}")
-        return stream
-    index = _device_index(device)
-    # current_stream() without an argument skips validating the index again
-    return streams.current_stream() if index == current_device() else \
-        streams.current_stream(index)
 
 
 def _device_index(device: DeviceLike) -> int:
@@ -426,6 +415,13 @@ def _device_index(device: DeviceLike) -> int:
     if type(device) is str and device == "cuda":
         return current_device()
     return _index(device)
+
+
+def _check_stream(device: DeviceLike, stream: Any) -> None:
+    """A stream given with a device must belong to it."""
+    if device is not None and _device_index(device) != stream.device_index:
+        raise ValueError(f"stream {stream!r} belongs to cuda:{stream.device_index}, "
+                         f"not to device {device!r}")
 
 
 def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
@@ -439,16 +435,20 @@ def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
     itemsize = dt.itemsize
     dims: tuple[int, ...]
     strides: tuple[int, ...]
-    if type(shape) is int and shape >= 0:  # the commonest call, inlined
+    if type(shape) is int and shape >= 0:  # the commonest shapes, inlined: n and (m, n)
         dims, strides, nbytes = (shape,), (itemsize,), shape * itemsize
+    elif type(shape) is tuple and len(shape) == 2 and type(shape[0]) is int \
+            and type(shape[1]) is int and shape[0] >= 0 and shape[1] >= 0:
+        dims, strides = shape, (shape[1] * itemsize, itemsize)
+        nbytes = shape[0] * strides[0]
     else:
         dims, strides, nbytes = _layout.contiguous_layout(shape, itemsize)
-    if stream is None and device is None:  # the current device and stream
-        index = current_device()
+    if stream is None:  # the device's current stream, most often its default stream
+        index = current_device() if device is None else _device_index(device)
         handle = current_stream_handle(index)
         stream = (handle == 0 and _default_streams.get(index)) or _current_stream(index)
     else:
-        stream = _stream_for(device, stream)
+        _check_stream(device, stream)
         index = stream.device_index
         handle = stream.cuda_stream
     ptr = memory.caching_allocator_alloc(nbytes, index, handle) if nbytes else 0

@@ -460,7 +460,10 @@ class Kernel:
         """Raise the clear error for ``exc`` from a launcher: a bad grid, block or shared
         memory size, or the argument that does not convert (naming its parameter). Returns
         when neither explains it."""
-        LaunchConfig(grid, block, shared_mem)  # raises for an invalid configuration
+        try:
+            LaunchConfig(grid, block, shared_mem)
+        except (TypeError, ValueError) as invalid:  # the binding's own error says less
+            raise invalid from None
         error = self._argument_error(self._plan, args, index)  # type: ignore[arg-type]
         if error is not None:
             raise error from exc

@@ -75,7 +75,7 @@ tests/test_b.py::test_hangs
 XDIST_SUMMARY = """\
 =========================== short test summary info ============================
 FAILED tests/test_a.py::test_two - assert 1 == 2
-FAILED tests/test_a.py::test_crash - worker 'gw0' crashed while running 'tests/test_a.py::test_crash'
+FAILED tests/test_a.py::test_crash - worker 'gw0' crashed while running 'tests/test_a.py::test_cr…
 ==================== 2 failed, 3 passed in 3.71s ====================
 """
 

@@ -238,6 +238,35 @@ def test_pointer_arguments(decls):
         kernel.pack(1.0, True, 0, 0, 0)
 
 
+def test_torch_tensors_by_data_ptr(decls):
+    class Tensor:  # stands in for torch.Tensor, which gpurt recognises by name
+        __module__ = "torch"
+
+        def __init__(self, ptr, device):
+            self.ptr, self.device = ptr, device
+
+        def data_ptr(self):
+            return self.ptr
+
+        def get_device(self):
+            return self.device
+
+        @property
+        def __cuda_array_interface__(self):
+            raise AssertionError("the slow path was taken")
+
+    class Parameter(Tensor):
+        __module__ = "torch.nn.parameter"
+
+    kernel = decls["tk<float, 4>"]
+    data = kernel.pack(1.0, Tensor(0xA0, 0), Parameter(0xB0, 0), 0, 0, device=0)
+    assert struct.unpack_from("<QQ", data, 8) == (0xA0, 0xB0)
+    with pytest.raises(ValueError, match=r"argument 1 \(b: float\*\).*cuda:1"):
+        kernel.pack(1.0, Tensor(0xA0, 1), 0, 0, 0, device=0)
+    with pytest.raises(TypeError, match=r"argument 2 .*not on a CUDA device"):
+        kernel.pack(1.0, 0, Tensor(0xA0, -1), 0, 0)
+
+
 def test_argument_errors_name_the_parameter(decls):
     kernel = decls["tk<float, 4>"]
     with pytest.raises(TypeError, match=r"takes 5 arguments \(float a, float\* b"):
