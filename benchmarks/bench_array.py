@@ -149,8 +149,9 @@ def cupy_rows() -> list[dict[str, Any]]:
 def cpu_proxy_rows() -> list[dict[str, Any]]:
     """gpurt's host rows without a GPU: pretend CUDA is initialised with one device whose
     caching allocator runs over bench_memory's host-memory stand-in backend."""
-    import gpurt
     from bench_memory import HostBackend
+
+    import gpurt
     from gpurt import _allocconf, _driver, memory
     from gpurt._allocator import CachingAllocator
 

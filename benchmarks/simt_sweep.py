@@ -31,12 +31,11 @@ Config = tune.Config
 
 VARIANTS = [
     *tune._SIMT,
-    Config("simt", 128, 128, 16, 32, 128, stages=4),
-    Config("simt", 128, 128, 8, 32, 128, stages=4),
-    Config("simt", 128, 128, 16, stages=4),
-    Config("simt", 128, 128, 8, stages=3),
-    Config("simt", 128, 256, 16, 32, 128, stages=3),
-    Config("simt", 128, 128, 16, 32, 128, stages=3, group_m=16),
+    Config("simt", 128, 256, 16, 32, 128, stages=4),
+    Config("simt", 128, 256, 8, 32, 128, stages=4),
+    Config("simt", 256, 128, 16, 32, 128, stages=3),
+    Config("simt", 128, 256, 16, 32, 128, stages=3, group_m=16),
+    Config("simt", 128, 256, 16, 32, 128, stages=3, group_m=4),
 ]
 # (m, n, k, trans_a, trans_b, split_k): every layout with edges in M, N and K; odd leading
 # dimensions (4-byte copies only); a K shorter than one tile; split-K with a partial slice
@@ -54,7 +53,8 @@ def _compile_one(job: tuple[Config, bool, bool, bool, str]) -> None:
 def precompile(configs: list[Config], arch: str) -> None:
     """Fills the disk cache with every layout of every variant, one process per CPU (NVRTC
     takes about a second per variant and layout)."""
-    jobs = [(c, *flags, arch) for c in configs for flags in itertools.product((False, True), repeat=3)]
+    layouts = list(itertools.product((False, True), repeat=3))  # A K-major, B K-major, VEC
+    jobs = [(c, *flags, arch) for c in configs for flags in layouts]
     with multiprocessing.get_context("spawn").Pool() as pool:
         pool.map(_compile_one, jobs)
 

@@ -47,7 +47,7 @@ def _ctypes_address(host: np.ndarray) -> int:
 
 _probe = np.arange(3, dtype=np.int64)[1:]  # a view: its data is not where its buffer starts
 if host_address(_probe) != _probe.ctypes.data:
-    host_address = _ctypes_address  # noqa: F811 (an unusual numpy/CPython build)
+    host_address = _ctypes_address  # an unusual numpy or CPython build
 del _probe
 
 
@@ -150,6 +150,14 @@ def fill(ptr: int, pattern: bytes, count: int, stream: int) -> None:
 def synchronize(stream: int) -> None:
     """Wait until everything queued on ``stream`` has finished (cuStreamSynchronize)."""
     check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+
+def download(dst: int, src: int, nbytes: int) -> None:
+    """Copy ``nbytes`` from device to host memory on the legacy default stream and wait
+    for it: cuMemcpyDtoH returns once the copy, queued after all earlier work of that
+    stream, has completed (the same as cuMemcpyDtoHAsync + cuStreamSynchronize on it, in
+    one driver call)."""
+    check(cu.cuMemcpyDtoH(dst, src, nbytes), "cuMemcpyDtoH")
 
 
 def pointer_device(ptr: int) -> int:

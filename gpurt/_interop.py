@@ -13,7 +13,7 @@ import numpy as np
 from . import _copy, _dlpack, _layout, streams
 from ._dlpack import DLDeviceType
 from ._dtypes import as_dtype
-from .device import bind_context
+from .device import bind_context, current_device
 
 __all__: list[str] = []  # internal module
 
@@ -51,8 +51,9 @@ def describe(obj: Any, stream: Any) -> Foreign | None:
 
 def _consumer_stream(index: int, stream: Any) -> Any:
     """The stream that will use the data: ``stream`` (checked) or the current one."""
-    if stream is None:
-        return streams.current_stream(index)
+    if stream is None:  # without an argument current_stream() skips validating the index
+        return streams.current_stream() if index == current_device() else \
+            streams.current_stream(index)
     if stream.device_index != index:
         raise ValueError(
             f"the array lives on cuda:{index}, the stream on cuda:{stream.device_index}"
@@ -100,7 +101,8 @@ def from_dlpack(obj: Any, stream: Any) -> Foreign:
     else:
         if not hasattr(obj, "__dlpack__"):
             raise TypeError(f"{type(obj).__name__} does not support DLPack (no __dlpack__)")
-        dev_type, dev_id = (int(x) for x in obj.__dlpack_device__())
+        dev_type, dev_id = obj.__dlpack_device__()
+        dev_type, dev_id = int(dev_type), int(dev_id)
         if dev_type != DLDeviceType.kDLCUDA:
             raise TypeError(
                 f"from_dlpack needs a CUDA device array; this {type(obj).__name__} is on "

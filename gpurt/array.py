@@ -254,7 +254,7 @@ class Array:
         kind = type(src)
         if kind is np.ndarray:  # host data, the commonest source: no foreign-array probes
             host = src
-        elif kind is Array or isinstance(src, Array):
+        elif isinstance(src, Array):
             _copy_device(self, src)
             return self
         elif isinstance(src, (int, float, complex, np.generic)):
@@ -374,7 +374,8 @@ _new = object.__new__
 
 def _make(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,
           device: Device, stream: Any, owner: Any, contiguous: bool) -> Array:
-    """The one constructor: fills the slots, validates nothing (callers did)."""
+    """The constructor: fills the slots, validates nothing (callers did). :func:`empty`
+    repeats this body inline, on the hot path of every new array."""
     array = _new(Array)
     array.ptr = ptr
     array.shape = shape
@@ -645,9 +646,9 @@ def _overlap(a: Array, b: Array) -> bool:
 
 def _host_copy(array: Array, host: np.ndarray, to_device: bool, non_blocking: bool) -> None:
     """Copy between ``array`` and the C-contiguous ``host`` buffer (same shape and dtype)
-    on the array's stream: one cuMemcpy{HtoD,DtoH}Async when the array is contiguous too.
-    Then waits for the stream (cuStreamSynchronize) unless ``non_blocking``, as torch does
-    for pageable memory."""
+    on the array's stream: one cuMemcpy{HtoD,DtoH}Async when the array is contiguous too,
+    then, unless ``non_blocking``, cuStreamSynchronize, as torch does for pageable memory.
+    A synchronous download on the legacy default stream is the one call cuMemcpyDtoH."""
     nbytes = host.nbytes
     if not nbytes:
         return
@@ -657,6 +658,9 @@ def _host_copy(array: Array, host: np.ndarray, to_device: bool, non_blocking: bo
     if array._contiguous:
         if to_device:
             _copy.copy_bytes(array.ptr, True, host_ptr, False, nbytes, stream)
+        elif stream == 0 and not non_blocking:  # the default stream: copy and wait at once
+            _copy.download(host_ptr, array.ptr, nbytes)
+            return
         else:
             _copy.copy_bytes(host_ptr, False, array.ptr, True, nbytes, stream)
     elif to_device:

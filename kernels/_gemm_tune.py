@@ -177,10 +177,11 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 
 # Base candidates per kernel, before split-K is applied.
-# simt: [0] large problems, [-1] small ones; 32 x 128 warp tiles = 8 x 16 outputs per thread.
-_SIMT = (Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
-         Config("simt", 128, 128, 8, stages=4), Config("simt", 64, 128, 8, stages=4),
-         Config("simt", 64, 64, 8, stages=4))
+# simt: [0] large problems (0.96-0.97 of cuBLAS at 2048-8192 on an H200), [1] mid-sized grids
+# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread.
+_SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
+         Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
+         Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 64, 8, stages=4))
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -257,7 +258,12 @@ def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
     if problem.dt == DT_F32:
-        base = _SIMT[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[-1]
+        if _SIMT[0].tiles(m, n) * 2 >= problem.sm_count:  # 1 CTA per SM: half a wave at least
+            base = _SIMT[0]
+        else:
+            base = _SIMT[1] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[-1]
+        if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
+            base = _SIMT[-1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]

@@ -5,7 +5,7 @@ CuPy arrays) of float32, float16 or bfloat16; ``op(x)`` is ``x.T`` when ``trans_
 Each operand may be row- or column-major (any row pitch): a transposed view costs nothing.
 Accumulation is always fp32. Three kernel families (CUDA sources kernels/gemm_*.cu):
 
-``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, double buffering);
+``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, a cp.async ring);
 ``mma``    fp16/bf16 (and TF32 with ``allow_tf32=True``) on the tensor cores with mma.sync,
            any sm_80+ GPU and any alignment, optionally splitting K over CTAs;
 ``wgmma``  fp16/bf16 on Hopper (sm_90a): TMA loads, wgmma, warp specialisation with

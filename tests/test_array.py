@@ -15,17 +15,19 @@ import gc
 import os
 import pickle
 import sys
+import threading
 import time
 import weakref
 
 import ml_dtypes
 import numpy as np
 import pytest
+from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401 (fixtures)
+from cuda.bindings import driver as cu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
-from _fakes import fake_gpus_fixture  # noqa: F401 (the fake_gpus fixture)
 from gpurt import _dlpack, _layout, memory, streams
 from gpurt import array as garray
 from gpurt.device import Device, bind_context
@@ -168,6 +170,27 @@ def test_contiguous_strides_match_numpy(shape, itemsize):
     if all(shape):  # numpy 2 zeroes the strides of empty arrays; torch and gpurt do not
         assert strides == np.empty(shape, dtype=dtype).strides
     assert _layout.is_contiguous(shape, strides, itemsize)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes, st.sampled_from([1, 2, 4, 8, 16]),
+       st.sampled_from(["tuple", "list", "numpy ints"]))
+def test_contiguous_layout_every_spelling(shape, itemsize, spelling):
+    spelled = {"tuple": shape, "list": list(shape),
+               "numpy ints": tuple(np.int64(d) for d in shape)}[spelling]
+    dims, strides, nbytes = _layout.contiguous_layout(spelled, itemsize)
+    assert dims == shape and all(type(d) is int for d in dims)
+    assert strides == _layout.contiguous_strides(shape, itemsize)
+    assert nbytes == _layout.prod(shape) * itemsize
+
+
+def test_contiguous_layout_refuses_what_only_looks_like_ints():
+    for bad in [(2.0, 3), (2, 3.0, 4), (True, 2), (2, 3, False)]:  # hash and compare like ints
+        with pytest.raises(TypeError, match="ints"):
+            _layout.contiguous_layout(bad, 4)
+    with pytest.raises(ValueError, match="negative"):
+        _layout.contiguous_layout((2, 3, -4), 4)
+    assert _layout.contiguous_layout(7, 2) == ((7,), (2,), 14)
 
 
 def test_normalize_shape():
@@ -449,6 +472,41 @@ def test_export_rejects_odd_strides():
         _dlpack.export_capsule(8, (2,), (6,), np.dtype(np.float32), (1, 0), None, False)
 
 
+def test_export_fields_as_the_structs_read_them():
+    keep = _Keep()
+    for versioned, copied in [(False, False), (True, False), (True, True)]:
+        capsule = _dlpack.export_capsule(0x1000, (3, 5), (40, 8), np.dtype(np.float64),
+                                         (2, 1), keep, versioned, copied)
+        name = _dlpack.NAME_VERSIONED if versioned else _dlpack.NAME
+        address = _dlpack._capsule_get_pointer(id(capsule), name)
+        kind = _dlpack.DLManagedTensorVersioned if versioned else _dlpack.DLManagedTensor
+        managed = kind.from_address(address)
+        tensor = managed.dl_tensor
+        assert tensor.data == 0x1000 and tensor.byte_offset == 0
+        assert (tensor.device.device_type, tensor.device.device_id) == (2, 1)
+        assert (tensor.ndim, tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes) == (
+            2, 2, 64, 1)
+        assert [tensor.shape[i] for i in range(2)] == [3, 5]
+        assert [tensor.strides[i] for i in range(2)] == [5, 1]
+        assert managed.deleter == _dlpack._DELETER_ADDRESS
+        if versioned:
+            assert (managed.version.major, managed.version.minor) == _dlpack.VERSION
+            assert managed.flags == (_dlpack.FLAG_IS_COPIED if copied else 0)
+    scalar = _dlpack.consume_capsule(_dlpack.export_capsule(
+        0x2000, (), (), np.dtype(np.int8), (2, 0), keep, True))
+    assert (scalar.data, scalar.shape, scalar.strides, scalar.dtype) == (0x2000, (), (), np.int8)
+    scalar.release()
+
+
+def test_host_address_is_the_data_pointer():
+    base = np.arange(60, dtype=np.float32).reshape(6, 10)
+    read_only = np.arange(4.0)
+    read_only.flags.writeable = False
+    for host in [base, base[2:], base[1:, 3:], base[::-1], np.ones(3, ml_dtypes.bfloat16),
+                 np.zeros(0), np.array(2.0), read_only, np.ones(5).view(np.int8)]:
+        assert garray._copy.host_address(host) == host.ctypes.data
+
+
 # ======================================================================================
 # CPU: no driver here
 # ======================================================================================
@@ -553,6 +611,63 @@ def test_empty_metadata(fake_gpu):
         len(gpurt.empty(()))
 
 
+@pytest.fixture
+def fake_streams(fake_driver, monkeypatch):
+    """Real gpurt Streams over the fake two-GPU driver of tests/_fakes.py, a fake
+    allocator, and empty caches of devices and default streams in gpurt.array."""
+    allocator = FakeAllocator()
+    monkeypatch.setattr(memory, "caching_allocator_alloc", allocator.alloc)
+    monkeypatch.setattr(memory, "caching_allocator_delete", allocator.delete)
+    monkeypatch.setattr(garray, "_default_streams", {})
+    monkeypatch.setattr(garray, "_devices", {})
+    return allocator
+
+
+def test_new_arrays_take_the_current_stream(fake_streams):
+    default = gpurt.default_stream()
+    a = gpurt.empty(4)
+    assert a.stream == default and a.device.index == 0
+    assert fake_streams.calls[-1] == (16, 0, 0)
+    with gpurt.Stream() as s:
+        for spelling in ({}, {"device": "cuda"}, {"device": 0}, {"device": "cuda:0"},
+                         {"device": gpurt.Device(0)}):
+            b = gpurt.empty(4, **spelling)
+            assert b.stream is s and b.device.index == 0, spelling
+            assert fake_streams.calls[-1] == (16, 0, s.cuda_stream)
+        c = gpurt.empty(4, device=1)  # another device: its own current stream, the default
+        assert c.device.index == 1 and c.stream == gpurt.default_stream(1)
+        assert fake_streams.calls[-1] == (16, 1, 0)
+    assert gpurt.empty(4).stream == default  # the default stream again after the block
+    gpurt.set_stream(default)  # chosen explicitly: the same stream
+    assert gpurt.empty(4).stream == default
+    s1 = gpurt.Stream(device=1)
+    d = gpurt.empty(4, stream=s1)
+    assert d.device.index == 1 and d.stream is s1
+    assert fake_streams.calls[-1] == (16, 1, s1.cuda_stream)
+    with pytest.raises(ValueError, match="belongs to cuda:1"):
+        gpurt.empty(4, device=0, stream=s1)
+    with gpurt.device(1), gpurt.Stream() as s2:
+        e = gpurt.empty(4)
+        assert e.device.index == 1 and e.stream is s2
+        assert gpurt.empty(4, device=0).stream == default
+
+
+def test_new_arrays_take_each_threads_stream(fake_streams):
+    main = gpurt.Stream()
+    seen = {}
+
+    def worker() -> None:
+        with gpurt.Stream() as mine:
+            seen["worker"] = (gpurt.empty(2).stream is mine, mine)
+
+    with main:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        assert gpurt.empty(2).stream is main
+    assert seen["worker"][0] and seen["worker"][1] is not main
+
+
 def test_empty_zero_size_allocates_nothing(fake_gpu):
     a = gpurt.empty((0, 5))
     assert a.ptr == 0 and a.size == 0 and fake_gpu.calls == []
@@ -561,10 +676,13 @@ def test_empty_zero_size_allocates_nothing(fake_gpu):
 
 
 def test_free_on_last_reference(fake_gpu):
+    registered = len(garray._finalizers)
     a = gpurt.empty(100)
     ptr = a.ptr
+    assert len(garray._finalizers) == registered + 1
     del a
     assert fake_gpu.freed == [ptr] and not fake_gpu.live
+    assert len(garray._finalizers) == registered  # the finalizer went with the array
 
 
 def test_views_keep_memory_alive(fake_gpu):
@@ -766,6 +884,200 @@ def test_copy_argument_checks(fake_gpu):
     assert gpurt.asarray(a) is a
 
 
+# ---- copies over host memory: a fake driver that really moves the bytes -------------
+
+
+class HostMemoryDriver:
+    """The driver calls gpurt/_copy.py makes, over host memory: "device" blocks are host
+    buffers, so copies and fills can be checked by value; every call is recorded."""
+
+    OK = (cu.CUresult.CUDA_SUCCESS,)
+    CUmemorytype = cu.CUmemorytype
+    CUDA_MEMCPY2D = cu.CUDA_MEMCPY2D
+    CUresult = cu.CUresult
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.buffers: dict[int, np.ndarray] = {}
+
+    def names(self) -> list[str]:
+        return [call[0] for call in self.calls]
+
+    # -- the allocator's side --
+    def alloc(self, size, device=None, stream=None):
+        buffer = np.empty(size, np.uint8)
+        buffer[...] = 0x5A
+        self.buffers[buffer.ctypes.data] = buffer
+        return buffer.ctypes.data
+
+    def delete(self, ptr):
+        del self.buffers[ptr]
+
+    # -- the driver's --
+    def cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
+        self.calls.append(("cuMemcpyHtoDAsync", dst, src, nbytes, stream))
+        ctypes.memmove(dst, src, nbytes)
+        return self.OK
+
+    def cuMemcpyDtoH(self, dst, src, nbytes):
+        self.calls.append(("cuMemcpyDtoH", dst, src, nbytes))
+        ctypes.memmove(dst, src, nbytes)
+        return self.OK
+
+    def cuMemcpyDtoHAsync(self, dst, src, nbytes, stream):
+        self.calls.append(("cuMemcpyDtoHAsync", dst, src, nbytes, stream))
+        ctypes.memmove(dst, src, nbytes)
+        return self.OK
+
+    def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
+        self.calls.append(("cuMemcpyDtoDAsync", dst, src, nbytes, stream))
+        ctypes.memmove(dst, src, nbytes)
+        return self.OK
+
+    def cuMemcpy2DAsync(self, params, stream):
+        self.calls.append(("cuMemcpy2DAsync", stream))
+        host = cu.CUmemorytype.CU_MEMORYTYPE_HOST
+        src = params.srcHost if params.srcMemoryType == host else int(params.srcDevice)
+        dst = params.dstHost if params.dstMemoryType == host else int(params.dstDevice)
+        for row in range(params.Height):
+            ctypes.memmove(dst + row * params.dstPitch, src + row * params.srcPitch,
+                           params.WidthInBytes)
+        return self.OK
+
+    def cuMemsetD8Async(self, ptr, value, count, stream):
+        self.calls.append(("cuMemsetD8Async", ptr, value, count, stream))
+        ctypes.memset(ptr, value, count)
+        return self.OK
+
+    def _words(self, ptr, count, dtype):
+        return np.ctypeslib.as_array((ctypes.c_char * (count * np.dtype(dtype).itemsize))
+                                     .from_address(ptr)).view(dtype)
+
+    def cuMemsetD16Async(self, ptr, value, count, stream):
+        self.calls.append(("cuMemsetD16Async", ptr, value, count, stream))
+        self._words(ptr, count, np.uint16)[...] = value
+        return self.OK
+
+    def cuMemsetD32Async(self, ptr, value, count, stream):
+        self.calls.append(("cuMemsetD32Async", ptr, value, count, stream))
+        self._words(ptr, count, np.uint32)[...] = value
+        return self.OK
+
+    def cuMemsetD2D32Async(self, ptr, pitch, value, width, height, stream):
+        self.calls.append(("cuMemsetD2D32Async", stream))
+        for row in range(height):
+            self._words(ptr + row * pitch, width, np.uint32)[...] = value
+        return self.OK
+
+    def cuStreamSynchronize(self, stream):
+        self.calls.append(("cuStreamSynchronize", stream))
+        return self.OK
+
+    def cuEventCreate(self, flags):
+        self.calls.append(("cuEventCreate",))
+        return (cu.CUresult.CUDA_SUCCESS, object())
+
+    def cuEventRecord(self, event, stream):
+        self.calls.append(("cuEventRecord", event, stream))
+        return self.OK
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        self.calls.append(("cuStreamWaitEvent", stream, event))
+        return self.OK
+
+
+@pytest.fixture
+def host_gpu(fake_gpu, monkeypatch):
+    """fake_gpu whose "device" memory is host memory, moved by :class:`HostMemoryDriver`."""
+    driver = HostMemoryDriver()
+    monkeypatch.setattr(memory, "caching_allocator_alloc", driver.alloc)
+    monkeypatch.setattr(memory, "caching_allocator_delete", driver.delete)
+    monkeypatch.setattr(garray._copy, "cu", driver)
+    monkeypatch.setattr(garray._copy, "_idle_events", {})
+    monkeypatch.setattr(garray, "bind_context", lambda index: None)
+    driver.stream = fake_gpu.stream
+    return driver
+
+
+def test_contiguous_copies_are_one_driver_call(host_gpu):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    a = gpurt.empty((8, 16), gpurt.float32)
+    host_gpu.calls.clear()
+    a.copy_(x)
+    assert host_gpu.calls == [("cuMemcpyHtoDAsync", a.ptr, x.ctypes.data, x.nbytes, 0),
+                              ("cuStreamSynchronize", 0)]
+    out = np.full_like(x, np.nan)
+    host_gpu.calls.clear()
+    assert a.to_numpy(out=out) is out  # the default stream: one synchronous copy
+    assert host_gpu.calls == [("cuMemcpyDtoH", out.ctypes.data, a.ptr, x.nbytes)]
+    np.testing.assert_array_equal(out, x)
+    other = FakeStream(0xBEE)
+    c = gpurt.empty((8, 16), gpurt.float32, stream=other).copy_(x)
+    host_gpu.calls.clear()
+    out[...] = np.nan
+    c.to_numpy(out=out)  # another stream: an asynchronous copy, then that stream waited for
+    assert host_gpu.calls == [("cuMemcpyDtoHAsync", out.ctypes.data, c.ptr, x.nbytes, 0xBEE),
+                              ("cuStreamSynchronize", 0xBEE)]
+    np.testing.assert_array_equal(out, x)
+    host_gpu.calls.clear()
+    a.to_numpy(out=out, non_blocking=True)
+    assert host_gpu.names() == ["cuMemcpyDtoHAsync"]
+    host_gpu.calls.clear()
+    a.copy_(x[::-1].copy(), non_blocking=True)  # no synchronisation asked for
+    assert host_gpu.names() == ["cuMemcpyHtoDAsync"]
+    b = gpurt.empty((8, 16), gpurt.float32)
+    host_gpu.calls.clear()
+    b.copy_(a)  # same stream: no event, no synchronisation
+    assert host_gpu.calls == [("cuMemcpyDtoDAsync", b.ptr, a.ptr, x.nbytes, 0)]
+    np.testing.assert_array_equal(b.numpy(), x[::-1])
+
+
+def test_copies_by_value_over_host_memory(host_gpu):
+    rng = np.random.default_rng(8)
+    x = rng.integers(-1000, 1000, (6, 7, 5)).astype(np.int32)
+    a = gpurt.from_numpy(x)
+    np.testing.assert_array_equal(a.numpy(), x)
+    a[1:, ::2, 1:4] = x[:5, :4, :3] * 3  # strided device destination, host source
+    expected = x.copy()
+    expected[1:, ::2, 1:4] = x[:5, :4, :3] * 3
+    np.testing.assert_array_equal(a.numpy(), expected)
+    read_only = x[::-1].copy()
+    read_only.flags.writeable = False
+    b = gpurt.empty_like(a).copy_(read_only)
+    np.testing.assert_array_equal(b.numpy(), x[::-1])
+    out = np.zeros((7, 6, 5), np.int32)  # a non-contiguous out gets a temporary first
+    a.transpose(1, 0, 2).to_numpy(out=out)
+    np.testing.assert_array_equal(out, expected.transpose(1, 0, 2))
+    b[2].copy_(a[3])  # device to device, contiguous
+    b[:, 1].copy_(a[:, 2, ::-1])  # device to device, strided both sides
+    mirror = x[::-1].copy()
+    mirror[2] = expected[3]
+    mirror[:, 1] = expected[:, 2, ::-1]
+    np.testing.assert_array_equal(b.numpy(), mirror)
+    for value, dtype in [(7, np.int8), (-3, np.int16), (2.5, np.float32), (1 + 2j, np.complex128),
+                         (np.pi, np.float64)]:
+        np.testing.assert_array_equal(gpurt.full((3, 4), value, dtype).numpy(),
+                                      np.full((3, 4), value, dtype))
+    np.testing.assert_array_equal(gpurt.zeros(9, gpurt.uint8).numpy(), np.zeros(9, np.uint8))
+
+
+def test_cross_stream_copies_reuse_one_event(host_gpu):
+    other = FakeStream(0xCAFE)
+    src = gpurt.from_numpy(np.arange(32, dtype=np.float64))
+    dst = gpurt.empty(32, gpurt.float64, stream=other)
+    host_gpu.calls.clear()
+    dst.copy_(src)
+    dst.copy_(src)
+    names = host_gpu.names()
+    assert names.count("cuEventCreate") == 1  # the second copy reuses the idle event
+    assert names == ["cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoDAsync",
+                     "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoDAsync"]
+    record, wait = host_gpu.calls[1], host_gpu.calls[2]
+    assert record[2] == 0 and wait[1] == 0xCAFE and record[1] is wait[2]
+    np.testing.assert_array_equal(dst.numpy(), np.arange(32, dtype=np.float64))
+
+
 # ======================================================================================
 # GPU
 # ======================================================================================
@@ -963,6 +1275,60 @@ def test_gpu_device_to_device(gpu_state, rng):
     d.copy_(a)  # d's stream waits for a's
     s.synchronize()
     _equal(d.numpy(), x)
+
+
+class CountingDriver:
+    """Forwards to the real driver bindings, recording the names of the calls."""
+
+    def __init__(self, real) -> None:
+        self.real, self.names = real, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.real, name)
+        if not name.startswith("cu"):
+            return attr
+
+        def call(*args):
+            self.names.append(name)
+            return attr(*args)
+
+        return call
+
+
+@gpu
+def test_gpu_fast_paths(gpu_state, rng, monkeypatch):
+    x = _random(rng, (128, 33), np.float32)
+    s = gpurt.Stream()
+    with s:
+        a = gpurt.empty(x.shape, gpurt.float32)
+        b = gpurt.empty(x.shape, "float32", device="cuda")
+        assert a.stream is s and b.stream is s
+    assert gpurt.empty(4).stream == gpurt.default_stream()
+    driver = CountingDriver(garray._copy.cu)
+    monkeypatch.setattr(garray._copy, "cu", driver)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    a.copy_(read_only)  # one copy, then the stream is synchronized
+    assert driver.names == ["cuMemcpyHtoDAsync", "cuStreamSynchronize"]
+    driver.names.clear()
+    b.copy_(a)  # same stream: a single device-to-device copy
+    assert driver.names == ["cuMemcpyDtoDAsync"]
+    c = gpurt.empty(x.shape, gpurt.float32)  # the default stream: ordered after s
+    for _ in range(3):
+        driver.names.clear()
+        c.copy_(b)
+        assert driver.names[-3:] == ["cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoDAsync"]
+        assert "cuEventDestroy" not in driver.names
+    out = _poison(x.shape, x.dtype)
+    driver.names.clear()
+    c.to_numpy(out=out)  # the default stream: one synchronous copy
+    assert driver.names == ["cuMemcpyDtoH"]
+    _equal(out, x)
+    out = _poison(x.shape, x.dtype)
+    driver.names.clear()
+    b.to_numpy(out=out)  # stream s: an asynchronous copy, then s is synchronized
+    assert driver.names == ["cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+    _equal(out, x)
 
 
 @gpu

@@ -150,7 +150,11 @@ def test_heuristic_fallbacks():
     assert tune.heuristic(problem(tma=False, vec=False)).kernel == "mma"
     assert tune.heuristic(problem(cap=(8, 0))).kernel == "mma"
     fp32 = tune.heuristic(problem(dt=tune.DT_F32))
-    assert fp32.kernel == "simt" and (fp32.bm, fp32.bn) == (128, 128)
+    assert fp32.kernel == "simt" and (fp32.bm, fp32.bn, fp32.wn) == (128, 256, 128)
+    mid = tune.heuristic(problem(1024, 1536, 1024, dt=tune.DT_F32))  # 48 wide tiles, 96 narrow
+    assert (mid.bm, mid.bn, mid.split_k) == (128, 128, 1)
+    turing = dataclasses.replace(problem(dt=tune.DT_F32, cap=(7, 5)), max_shared=64 * 1024)
+    assert tune.heuristic(turing).bm == 64 and tune.eligible(turing, tune.heuristic(turing))
     assert tune.heuristic(problem(64, 64, 64, dt=tune.DT_F32)).bm == 64
     tf32 = tune.heuristic(problem(dt=tune.DT_TF32))
     assert tf32.kernel == "mma" and tf32.bk == 16
