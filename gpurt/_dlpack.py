@@ -103,8 +103,9 @@ _TENSOR_FIELDS = "PiiiBBHPPQ"  # data, device (type, id), ndim, dtype (code, bit
 #                                shape, strides, byte_offset
 _LEGACY = struct.Struct("@" + _TENSOR_FIELDS + "PP")  # ..., manager_ctx, deleter
 _VERSIONED = struct.Struct("@IIPPQ" + _TENSOR_FIELDS)  # version, manager_ctx, deleter, flags
-assert _LEGACY.size == ctypes.sizeof(DLManagedTensor)
-assert _VERSIONED.size == ctypes.sizeof(DLManagedTensorVersioned)
+if (_LEGACY.size, _VERSIONED.size) != (ctypes.sizeof(DLManagedTensor),
+                                        ctypes.sizeof(DLManagedTensorVersioned)):
+    raise ImportError("gpurt's DLPack byte layouts do not match the C structs here")
 
 _dims_layouts: dict[int, struct.Struct] = {}
 _byte_arrays: dict[int, Any] = {}
@@ -163,9 +164,6 @@ _api = ctypes.pythonapi
 _capsule_new = ctypes.PYFUNCTYPE(
     ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
 )(("PyCapsule_New", _api))
-_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", _api)
-)
 _capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", _api)
 )
@@ -362,7 +360,7 @@ def consume_capsule(capsule: Any) -> Imported:
             strides = tuple(reversed(reversed_strides))
     else:
         shape = strides = ()
-    imported = Imported((data or 0) + byte_offset, shape, strides, dtype,
+    imported = Imported(data + byte_offset, shape, strides, dtype,
                         (device_type, device_id), bool(flags & FLAG_READ_ONLY), address,
                         deleter)
     used = USED_NAME_VERSIONED if versioned else USED_NAME
