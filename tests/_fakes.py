@@ -227,6 +227,9 @@ def fake_gpus_fixture(monkeypatch: pytest.MonkeyPatch) -> FakeContexts:
     monkeypatch.setattr(device_module, "_tls", threading.local())
     monkeypatch.setattr(device_module, "bind_context", contexts.bind)
     monkeypatch.setattr(_handles, "bind_context", contexts.bind)
+    # The real allocators' stream hooks must never see fake stream handles: on a GPU machine
+    # they would record events on them through the real driver.
+    monkeypatch.setattr(_handles, "_stream_hooks", [])
     return contexts
 
 

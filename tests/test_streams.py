@@ -914,6 +914,9 @@ def test_gpu_torch_sees_our_stream(host_flags: HostFlags) -> None:
     s = gpurt.Stream()
     theirs = torch.cuda.ExternalStream(s.cuda_stream, device=torch.device("cuda", 0))
     x = torch.ones(1 << 20, device="cuda")
+    # Launch torch's kernel once before the hold: with lazy module loading its first launch
+    # loads the module, which waits for the device, and the held stream never finishes.
+    (x * 2).sum().item()
     torch.cuda.current_stream().synchronize()  # not torch.cuda.synchronize(): see the hold
     with held(s, host_flags) as release:
         with torch.cuda.stream(theirs):

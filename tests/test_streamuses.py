@@ -59,7 +59,14 @@ class DriverBackend(FakeBackend):
 
 
 @pytest.fixture
-def fake_allocator(fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Any:
+def memory_hooks(fake_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put gpurt.memory's stream hook back after the fakes cleared the real hooks."""
+    monkeypatch.setattr(_handles, "_stream_hooks", [mem._retire_stream])
+
+
+@pytest.fixture
+def fake_allocator(fake_driver: FakeDriver, memory_hooks: None,
+                   monkeypatch: pytest.MonkeyPatch) -> Any:
     """gpurt.memory with one caching allocator (device 0) over :class:`DriverBackend`."""
     backend = DriverBackend(fake_driver)
     allocator = CachingAllocator(0, backend, AllocatorConfig())
@@ -124,6 +131,7 @@ def test_a_used_stream_that_goes_away_never_crashes_the_allocator(
     assert gpurt.memory_stats()["active.all.current"] == 1
 
 
+@pytest.mark.usefixtures("memory_hooks")
 def test_a_stream_closed_during_a_capture_lives_until_the_capture_ends(
         fake_allocator: Any, fake_driver: FakeDriver) -> None:
     allocator, backend = fake_allocator
@@ -153,6 +161,7 @@ def test_release_pool_from_a_finalizer_creates_no_allocator(
     assert mem._allocators == {}
 
 
+@pytest.mark.usefixtures("memory_hooks")
 def test_pinned_blocks_used_on_a_closed_stream(fake_driver: FakeDriver,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     host = _pinned.PinnedAllocator()
@@ -181,6 +190,7 @@ def test_pinned_blocks_used_on_a_closed_stream(fake_driver: FakeDriver,
     assert len(recorded) == 1  # nothing was ever recorded on the destroyed stream
 
 
+@pytest.mark.usefixtures("memory_hooks")
 def test_cuda_malloc_async_frees_after_a_closed_streams_work(
         fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
     driver = MoreDriver(fake_driver)
