@@ -68,7 +68,9 @@ def gpurt_cases() -> list[Case]:
     ints = (x.ptr, y.ptr, N)
     cases: list[Case] = [
         ("raw cuLaunchKernel, pre-packed args", "driver",
-         lambda: launch(function, 4, 1, 1, 256, 1, 1, 0, stream, params, 0), sync),
+         # keep= holds the packed buffers alive: params is only their address
+         lambda keep=(buffer, pointers): launch(function, 4, 1, 1, 256, 1, 1, 0, stream,
+                                                params, 0), sync),
         ("kernel(grid, block, args)", "gpurt", lambda: kernel(4, 256, args), sync),
         ("kernel(grid, block, args), int pointers", "gpurt", lambda: kernel(4, 256, ints), sync),
         ("kernel((4,1,1), (256,1,1), args)", "gpurt",
