@@ -92,18 +92,14 @@ class CachingAllocator(StreamUses):
 
     def malloc(self, size: int, stream: int) -> int:
         """A device pointer to ``size`` bytes for use on ``stream`` (0 for size 0)."""
-        if size <= 0:
-            if size == 0:
-                return 0
-            raise ValueError(f"cannot allocate a negative number of bytes ({size})")
         lock = self._lock
         lock.acquire()
         try:
-            if self._work:
-                self._service()
+            # The parked block again (its size is positive; with deferred work waiting, the
+            # full path runs after that work: it unparks, as any other operation does).
             if (self._hot_free and size == self._hot_size and stream == self._hot_stream
-                    and not self.history.on):
-                block = self._hot  # the parked block again: same address, same counts
+                    and not self._work and not self.history.on):
+                block = self._hot  # same address, same counts
                 self._hot_free = False
                 block.allocated = True
                 block.is_free = False
@@ -118,6 +114,12 @@ class CachingAllocator(StreamUses):
                 if (slack & all_slack & _BIAS) != _BIAS:
                     device_stats.refresh_peaks()
                 return block.ptr
+            if size <= 0:
+                if size == 0:
+                    return 0
+                raise ValueError(f"cannot allocate a negative number of bytes ({size})")
+            if self._work:
+                self._service()
             return self._malloc(size, stream)
         finally:
             if self._queued:

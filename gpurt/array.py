@@ -51,12 +51,29 @@ _finalizers: dict[weakref.ref, Any] = {}
 _ref = weakref.ref
 
 
-def _free_block(ref: weakref.ref, _pop: Any = _finalizers.pop) -> None:
-    """Returns a root array's block to the caching allocator when the root dies."""
-    try:
-        memory.caching_allocator_delete(_pop(ref))
-    except Exception:  # finalizers never raise into whatever code dropped the array
-        pass
+class _Allocation:
+    """A device's allocator as gpurt.empty uses it: its ``malloc`` and the finalizer that
+    returns a root array's block to it (``free`` never raises out of a finalizer and never
+    calls the driver). One per device, made on first use: memory.allocator_for's allocator
+    is never replaced."""
+
+    __slots__ = ("malloc", "release")
+
+    def __init__(self, index: int) -> None:
+        allocator = memory.allocator_for(index)
+        free, pop = allocator.free, _finalizers.pop
+
+        def release(ref: weakref.ref) -> None:
+            try:
+                free(pop(ref))
+            except Exception:  # finalizers never raise into whatever code dropped the array
+                pass
+
+        self.malloc = allocator.malloc
+        self.release = release
+
+
+_allocations: dict[int, _Allocation] = {}
 
 
 def _release_import(ref: weakref.ref, _pop: Any = _finalizers.pop) -> None:
@@ -452,7 +469,13 @@ def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
         _check_stream(device, stream)
         index = stream.device_index
         handle = stream.cuda_stream
-    ptr = memory.caching_allocator_alloc(nbytes, index, handle) if nbytes else 0
+    if nbytes:
+        allocation = _allocations.get(index)
+        if allocation is None:
+            allocation = _allocations[index] = _Allocation(index)
+        ptr = allocation.malloc(nbytes, handle)
+    else:
+        ptr = 0
     # _make's body, inlined: this is the hot path of every new array
     array = _new(Array)
     array.ptr = ptr
@@ -464,7 +487,7 @@ def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
     array._owner = None
     array._contiguous = True
     if ptr:
-        _finalizers[_ref(array, _free_block)] = ptr
+        _finalizers[_ref(array, allocation.release)] = ptr
     return array
 
 

@@ -29,6 +29,7 @@ from ._memsummary import summary_table
 from ._pinned import *  # noqa: F401,F403
 from ._pinned import __all__ as _pinned_all
 from .device import _index, current_device, device_count
+from .streams import _local as _stream_state
 from .streams import current_stream_handle
 
 __all__ = [
@@ -92,6 +93,14 @@ def _allocator(device: Any = None) -> Allocator:
     return _allocators.get(index) or _create(index)
 
 
+def allocator_for(index: int) -> Allocator:
+    """The allocator of device ``index`` (an ordinal; created on first use, never replaced).
+    Its ``malloc(size, stream_handle) -> ptr`` and ``free(ptr)`` are the direct entry points
+    of hot paths such as gpurt.empty; ``free`` never calls the driver (safe from finalizers)
+    and raises ValueError only for a pointer it does not own."""
+    return _allocators.get(index) or _create(_index(index))
+
+
 def _stream_handle(stream: Any, index: int) -> int:
     """Raw handle of a gpurt/torch/CuPy stream, an int handle, or None (current stream)."""
     if stream is None:
@@ -115,31 +124,32 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
     """Allocate ``size`` bytes on ``device`` for use on ``stream`` (default: the current
     stream of that device) from the caching allocator; returns the device pointer.
     Raises gpurt.OutOfMemoryError when even freeing the cache does not help."""
+    # Fast paths first: None or an int ordinal whose allocator exists (validated when it
+    # was created), None or an int stream handle.
+    allocators = _allocators
     if device is None:
-        if stream is None:  # the commonest call
-            index = current_device()
-            allocator = _allocators.get(index) or _create(index)
-            return allocator.malloc(size, current_stream_handle(index))
         index = current_device()
-    elif type(device) is int and device in _allocators:  # validated when it was created
-        index = device
+        allocator = allocators.get(index) or _create(index)
     else:
-        index = _index(device)
-    allocator = _allocators.get(index) or _create(index)
-    if stream is None:
-        handle = current_stream_handle(index)
-    elif type(stream) is int:
-        handle = stream
-    else:
-        handle = _stream_handle(stream, index)
-    return allocator.malloc(size, handle)
+        allocator = allocators.get(device) if type(device) is int else None
+        if allocator is None:
+            index = _index(device)
+            allocator = allocators.get(index) or _create(index)
+        else:
+            index = device
+    if stream is None:  # current_stream_handle(index), inlined
+        return allocator.malloc(size, _stream_state.state.handles.get(index, 0))
+    if type(stream) is int:
+        return allocator.malloc(size, stream)
+    return allocator.malloc(size, _stream_handle(stream, index))
 
 
 def caching_allocator_delete(ptr: int) -> None:
     """Free memory from :func:`caching_allocator_alloc`. Safe to call from finalizers: it
     never calls the driver (deferred work runs at the next allocation)."""
-    if _only:
-        _only[0](ptr)
+    only = _only
+    if only:
+        only[0](ptr)
         return
     for allocator in list(_allocators.values()):
         if allocator.owns(ptr):

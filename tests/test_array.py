@@ -17,6 +17,7 @@ import pickle
 import sys
 import threading
 import time
+import types
 import weakref
 
 import ml_dtypes
@@ -552,7 +553,25 @@ class FakeStream:
         self.device_index = device_index
 
 
-class FakeAllocator:
+class DirectEntry:
+    """What memory.allocator_for returns, over a fake's ``alloc``/``delete`` (looked up at
+    each call, so a test may replace them)."""
+
+    def allocator_for(self, index):
+        return types.SimpleNamespace(
+            malloc=lambda size, stream: self.alloc(size, index, stream),
+            free=lambda ptr: self.delete(ptr))
+
+
+def use_allocator(monkeypatch, fake):
+    """Route gpurt.array's allocations (and the public functions) to ``fake``."""
+    monkeypatch.setattr(memory, "allocator_for", fake.allocator_for)
+    monkeypatch.setattr(garray, "_allocations", {})
+    monkeypatch.setattr(memory, "caching_allocator_alloc", fake.alloc, raising=False)
+    monkeypatch.setattr(memory, "caching_allocator_delete", fake.delete, raising=False)
+
+
+class FakeAllocator(DirectEntry):
     bases = iter(range(1 << 32, 1 << 48, 1 << 32))  # disjoint per test: stale frees miss
 
     def __init__(self) -> None:
@@ -583,8 +602,7 @@ def fake_gpu(fake_gpus, monkeypatch):
     monkeypatch.setattr(streams, "current_stream", lambda device=None: stream, raising=False)
     monkeypatch.setattr(streams, "default_stream", lambda device=None: stream, raising=False)
     monkeypatch.setattr(garray, "_default_streams", {0: stream})
-    monkeypatch.setattr(memory, "caching_allocator_alloc", allocator.alloc, raising=False)
-    monkeypatch.setattr(memory, "caching_allocator_delete", allocator.delete, raising=False)
+    use_allocator(monkeypatch, allocator)
     device = object.__new__(Device)
     device.index = 0
     monkeypatch.setitem(garray._devices, 0, device)
@@ -616,8 +634,7 @@ def fake_streams(fake_driver, monkeypatch):
     """Real gpurt Streams over the fake two-GPU driver of tests/_fakes.py, a fake
     allocator, and empty caches of devices and default streams in gpurt.array."""
     allocator = FakeAllocator()
-    monkeypatch.setattr(memory, "caching_allocator_alloc", allocator.alloc)
-    monkeypatch.setattr(memory, "caching_allocator_delete", allocator.delete)
+    use_allocator(monkeypatch, allocator)
     monkeypatch.setattr(garray, "_default_streams", {})
     monkeypatch.setattr(garray, "_devices", {})
     return allocator
@@ -715,7 +732,7 @@ def test_finalizer_never_raises(fake_gpu, monkeypatch):
     def broken(ptr):
         raise RuntimeError("allocator exploded")
 
-    monkeypatch.setattr(memory, "caching_allocator_delete", broken)
+    monkeypatch.setattr(fake_gpu, "delete", broken)
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
     a = gpurt.empty(10)
@@ -887,7 +904,7 @@ def test_copy_argument_checks(fake_gpu):
 # ---- copies over host memory: a fake driver that really moves the bytes -------------
 
 
-class HostMemoryDriver:
+class HostMemoryDriver(DirectEntry):
     """The driver calls gpurt/_copy.py makes, over host memory: "device" blocks are host
     buffers, so copies and fills can be checked by value; every call is recorded."""
 
@@ -990,8 +1007,7 @@ class HostMemoryDriver:
 def host_gpu(fake_gpu, monkeypatch):
     """fake_gpu whose "device" memory is host memory, moved by :class:`HostMemoryDriver`."""
     driver = HostMemoryDriver()
-    monkeypatch.setattr(memory, "caching_allocator_alloc", driver.alloc)
-    monkeypatch.setattr(memory, "caching_allocator_delete", driver.delete)
+    use_allocator(monkeypatch, driver)
     monkeypatch.setattr(garray._copy, "cu", driver)
     monkeypatch.setattr(garray._copy, "_idle_events", {})
     monkeypatch.setattr(garray, "bind_context", lambda index: None)
