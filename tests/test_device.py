@@ -6,9 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import operator
-import threading
 import types
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +17,7 @@ from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 
 import gpurt
+from _threads import in_thread
 from gpurt._driver import CudaUnavailableError, check
 
 dev = importlib.import_module("gpurt.device")  # gpurt.device is the context manager
@@ -50,23 +49,6 @@ COVERED = {
     "clock_rate": "test_gpu_nvml_readings",
     "memory_usage": "test_gpu_nvml_readings",
 }
-
-
-def in_thread(fn: Callable[[], Any]) -> Any:
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001  (handed back to the test thread)
-            out["error"] = exc
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(30)
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 def test_every_public_name_has_a_gpu_test() -> None:

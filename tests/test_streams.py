@@ -29,6 +29,7 @@ from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
 import gpurt
+from _threads import in_thread
 from gpurt import _handles, streams
 from gpurt._driver import CudaUnavailableError, check
 
@@ -52,25 +53,6 @@ def caught_unraisable() -> Iterator[list[BaseException | None]]:
         yield reported
     finally:
         sys.unraisablehook = previous
-
-
-def in_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a new thread and return its result (or raise its exception)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001  (handed back to the test thread)
-            out["error"] = exc
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(30)
-    assert not worker.is_alive(), "thread did not finish"
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 # ================================ CPU: no driver ================================
