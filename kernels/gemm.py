@@ -174,6 +174,16 @@ def _extent(x: Any) -> tuple[int, int]:
     return (lo, hi + x.dtype.itemsize)
 
 
+
+def _matching(x: Any, name: str, m: int, n: int, a: gpurt.Array) -> gpurt.Array:
+    """``x`` as a gpurt Array, checked to be an m x n matrix of a's dtype on a's device."""
+    x = _as_array(x, name)
+    if tuple(x.shape) != (m, n) or np.dtype(x.dtype) != np.dtype(a.dtype):
+        raise ValueError(f"{name} must be {m}x{n} {a.dtype}, got {tuple(x.shape)} {x.dtype}")
+    if x.device != a.device:
+        raise ValueError(f"{name} is on {x.device} but the inputs are on {a.device}")
+    return x
+
 def _overlaps(x: Any, y: Any) -> bool:
     (a0, a1), (b0, b1) = _extent(x), _extent(y)
     return a0 < b1 and b0 < a1
@@ -247,11 +257,7 @@ def _plan(a: Any, b: Any, out: Any, beta: float, c: Any, trans_a: bool, trans_b:
         out = returned = gpurt.empty((m, n), dtype=a.dtype, device=a.device, stream=stream)
     else:
         returned = out
-        out = _as_array(out, "out")
-        if tuple(out.shape) != (m, n) or np.dtype(out.dtype) != np.dtype(a.dtype):
-            raise ValueError(f"out must be {m}x{n} {a.dtype}, got {tuple(out.shape)} {out.dtype}")
-        if out.device != a.device:
-            raise ValueError(f"out is on {out.device} but the inputs are on {a.device}")
+        out = _matching(out, "out", m, n, a)
         if out.size and (_overlaps(out, a) or _overlaps(out, b)):
             raise ValueError("out overlaps a or b; gemm cannot write over its inputs")
     target, ldc, swapped = _row_major_view(out, m, n, copy=False)
@@ -266,11 +272,7 @@ def _plan(a: Any, b: Any, out: Any, beta: float, c: Any, trans_a: bool, trans_b:
             if given is None:
                 raise ValueError("beta != 0 needs c (or out, which then also serves as c)")
             c = out
-        c = _as_array(c, "c")
-        if tuple(c.shape) != (m, n) or np.dtype(c.dtype) != np.dtype(a.dtype):
-            raise ValueError(f"c must be {m}x{n} {a.dtype}, got {tuple(c.shape)} {c.dtype}")
-        if c.device != a.device:
-            raise ValueError(f"c is on {c.device} but the inputs are on {a.device}")
+        c = _matching(c, "c", m, n, a)
         cin, ldcin, c_swapped = _row_major_view(c, m, n, copy=True)
         if c_swapped != swapped:  # c's orientation must follow the output's
             cin = c.T.clone() if swapped else c.clone()

@@ -704,6 +704,22 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
            [256 * MiB, 1 << 34][seed % 2], check_every=25)
 
 
+def _malloc_both(a: CachingAllocator, model: NaiveTorchModel, size: int, stream: int) -> int | None:
+    """The same request to the allocator and to the model: both give the same pointer, or
+    both run out of memory (None)."""
+    got = expected = None
+    try:
+        got = a.malloc(size, stream)
+    except MemoryError:
+        pass
+    try:
+        expected = model.malloc(size, stream)
+    except MemoryError:
+        pass
+    assert got == expected
+    return got
+
+
 def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
     config = parse(conf)
     a, backend = make(config, capacity)
@@ -714,16 +730,7 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
         if y in backend.destroyed or (op == "launch" and x in backend.destroyed):
             continue  # nothing is enqueued on a destroyed stream
         if op == "malloc":
-            got = expected = None
-            try:
-                got = a.malloc(x, y)
-            except MemoryError:
-                pass
-            try:
-                expected = model.malloc(x, y)
-            except MemoryError:
-                pass
-            assert got == expected
+            got = _malloc_both(a, model, x, y)
             if got:
                 live.append(got)
         elif op == "free" and live:
@@ -736,16 +743,7 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
             model.free(ptr)
         elif op == "cycle":  # the parked-block path: the same request again and again
             for _ in range(3):
-                got = expected = None
-                try:
-                    got = a.malloc(x, y)
-                except MemoryError:
-                    pass
-                try:
-                    expected = model.malloc(x, y)
-                except MemoryError:
-                    pass
-                assert got == expected
+                got = _malloc_both(a, model, x, y)
                 if got:
                     a.free(got)
                     model.free(got)
