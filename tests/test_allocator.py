@@ -704,7 +704,8 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
            [256 * MiB, 1 << 34][seed % 2], check_every=25)
 
 
-def _malloc_both(a: CachingAllocator, model: NaiveTorchModel, size: int, stream: int) -> int | None:
+def _malloc_both(a: CachingAllocator, model: NaiveTorchModel, size: int,
+                 stream: int) -> int | None:
     """The same request to the allocator and to the model: both give the same pointer, or
     both run out of memory (None)."""
     got = expected = None
