@@ -21,6 +21,7 @@ from .graphs import *  # noqa: F401,F403
 from .graphs import __all__ as _graphs_all
 from . import profiler  # noqa: F401
 from .profiler import nvtx  # noqa: F401
+from . import comm, distributed  # noqa: F401  (NCCL itself loads on first use)
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,77 @@
+"""Arrays in NCCL calls: argument checks and stream ordering, shared by gpurt.comm (one
+process, several GPUs) and gpurt.distributed (one process per GPU).
+
+An NCCL call runs on one stream per device. Arrays made on another stream are ordered
+first (the NCCL stream waits for the array's stream), and afterwards the allocator is told
+that the NCCL stream used them (``record_stream``), so freeing an input right after the
+call never hands its memory out while NCCL still reads it. Arrays the allocator does not
+own (a torch tensor, say) get the reverse wait instead: their own stream waits for NCCL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from . import _copy
+from .array import Array, asarray
+from .device import bind_context
+from .streams import Stream
+
+__all__: list[str] = []  # internal module
+
+
+def device_array(obj: Any, what: str, name: str) -> Array:
+    """``obj`` as a gpurt Array without copying (gpurt arrays, or foreign device arrays
+    through ``__cuda_array_interface__``/DLPack); TypeError for host data."""
+    if isinstance(obj, Array):
+        return obj
+    try:
+        return asarray(obj, copy=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what}: {name} must be a device array (gpurt.Array, or a torch/"
+                        f"CuPy/JAX array on the GPU), got {type(obj).__name__}: {exc}") from None
+
+
+def flat(array: Array, what: str, name: str) -> Array:
+    """``array`` itself, checked to be one flat buffer as NCCL needs."""
+    if not array.is_contiguous():
+        raise ValueError(f"{what}: {name} must be contiguous (NCCL reads and writes flat "
+                         f"buffers); pass {name}.contiguous()")
+    return array
+
+
+def same_layout(arrays: Iterable[Array], what: str) -> tuple[tuple[int, ...], Any]:
+    """The shape and dtype all ``arrays`` share; ValueError/TypeError naming the odd one."""
+    items = list(arrays)
+    shape, dtype = items[0].shape, items[0].dtype
+    for i, a in enumerate(items[1:], 1):
+        if a.dtype != dtype:
+            raise TypeError(f"{what}: array {i} is {a.dtype.name}, array 0 is {dtype.name}")
+        if a.shape != shape:
+            raise ValueError(f"{what}: array {i} has shape {a.shape}, array 0 has {shape}")
+    return shape, dtype
+
+
+def before(stream: Stream, arrays: Iterable[Array]) -> None:
+    """Make ``stream`` wait for the work queued so far on each array's own stream."""
+    index = stream.device.index
+    for a in arrays:
+        producer = a.stream.cuda_stream
+        if producer != stream.cuda_stream:
+            bind_context(index)
+            _copy.wait_for(index, stream.cuda_stream, producer)
+
+
+def after(stream: Stream, arrays: Iterable[Array]) -> None:
+    """Record that ``stream`` used each array (see the module docstring)."""
+    index = stream.device.index
+    for a in arrays:
+        consumer = a.stream.cuda_stream
+        if consumer == stream.cuda_stream:
+            continue
+        try:
+            a.record_stream(stream)
+        except ValueError:  # not the allocator's memory: its stream waits for ours
+            bind_context(index)
+            _copy.wait_for(index, consumer, stream.cuda_stream)

@@ -1,0 +1,155 @@
+"""gpurt.distributed: several processes, one GPU each, on NCCL.
+
+CPU: the API imports, errors are clear before init and without NCCL. GPU (2+ devices and
+nccl4py): tests/_dist_worker.py runs in one process per GPU, through env://, tcp:// and
+file:// rendezvous; every collective and dtype is checked there against numpy, a peer that
+dies gives the others a timeout instead of a hang, and a mismatched world fails clearly.
+NCCL_NVLS_ENABLE=0 is set for every process (no NVLink multicast on shared machines).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpurt
+from gpurt import _nccl
+from gpurt import distributed as dist
+
+WORKER = Path(__file__).with_name("_dist_worker.py")
+
+
+def _why_not() -> str | None:
+    if not gpurt.is_available():
+        return "no GPU"
+    if gpurt.device_count() < 2:
+        return f"needs 2+ GPUs, this machine has {gpurt.device_count()}"
+    if not _nccl.is_available():
+        return "NCCL (nccl4py) is not installed"
+    return None
+
+
+multi_gpu = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+
+
+# ---- CPU --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", [
+    lambda: dist.get_rank(), lambda: dist.get_world_size(), lambda: dist.barrier(),
+    lambda: dist.all_reduce(np.zeros(3)), lambda: dist.broadcast(np.zeros(3), 0),
+])
+def test_calls_before_init_say_so(call) -> None:  # type: ignore[no-untyped-def]
+    assert not dist.is_initialized()
+    with pytest.raises(dist.DistributedError, match=r"call init_process_group\(\) first"):
+        call()
+
+
+def test_only_nccl_and_only_the_world() -> None:
+    with pytest.raises(ValueError, match="NCCL only, not 'gloo'"):
+        dist.init_process_group("gloo")
+    with pytest.raises(NotImplementedError, match="one group, the world"):
+        dist._group(object())  # type: ignore[arg-type]
+
+
+def test_init_without_nccl_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_nccl, "_module", None)
+    monkeypatch.setitem(sys.modules, "nccl.bindings.nccl", None)
+    monkeypatch.setitem(sys.modules, "nccl.bindings", None)
+    with pytest.raises(dist.DistributedError, match="nccl4py"):
+        dist.init_process_group(init_method="tcp://127.0.0.1:1", rank=0, world_size=1,
+                                timeout=1)
+    assert not dist.is_initialized()
+
+
+def test_exceptions_are_torch_like() -> None:
+    assert issubclass(dist.DistributedTimeoutError, TimeoutError)
+    assert issubclass(dist.NcclError, dist.DistributedError)
+    assert issubclass(dist.DistributedError, RuntimeError)
+    assert [op.name for op in dist.ReduceOp] == ["SUM", "PRODUCT", "MAX", "MIN", "AVG"]
+
+
+# ---- several processes ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(scenario: str, world: int, init: str | None = None, timeout: float = 240,
+           extra: dict[int, dict[str, str]] | None = None) -> list[tuple[int, str]]:
+    """Run the worker in ``world`` processes; (exit code, output) per rank."""
+    port, seed = _free_port(), str(np.random.default_rng().integers(1 << 30))
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NCCL_NVLS_ENABLE": "0",
+               "PYTHONUNBUFFERED": "1", "GPURT_TEST_SEED": seed}
+        if init:
+            env["GPURT_TEST_INIT"] = init
+        env.update((extra or {}).get(rank, {}))
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), scenario], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + timeout
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            pytest.fail(f"{scenario}: a rank hung for {timeout} s:\n{out[-3000:]}")
+        results.append((p.returncode, out))
+    return results
+
+
+def _assert_ok(results: list[tuple[int, str]]) -> None:
+    for rank, (code, out) in enumerate(results):
+        assert code == 0 and "\nOK" in "\n" + out, f"rank {rank} (exit {code}):\n{out[-4000:]}"
+
+
+@multi_gpu
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_every_collective_and_dtype_against_numpy() -> None:
+    _assert_ok(launch("ops", gpurt.device_count()))
+
+
+@multi_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["tcp", "file"])
+def test_tcp_and_file_rendezvous(how: str, tmp_path: Path) -> None:
+    init = (f"tcp://127.0.0.1:{_free_port()}" if how == "tcp"
+            else f"file://{tmp_path / 'rendezvous'}")
+    _assert_ok(launch("errors", 2, init=init))
+
+
+@multi_gpu
+@pytest.mark.gpu
+def test_a_dead_peer_gives_a_timeout_not_a_hang() -> None:
+    start = time.monotonic()
+    results = launch("peer_dies", 2, timeout=120, extra={r: {"GPURT_TEST_TIMEOUT": "8"}
+                                                          for r in range(2)})
+    _assert_ok(results)
+    assert "timed out after" in results[0][1]
+    assert time.monotonic() - start < 90
+
+
+@multi_gpu
+@pytest.mark.gpu
+def test_a_mismatched_world_fails_clearly() -> None:
+    results = launch("ops", 2, timeout=60, extra={1: {"GPURT_TEST_WORLD": "3",
+                                                      "GPURT_TEST_TIMEOUT": "10"}})
+    for rank, (code, out) in enumerate(results):
+        assert code != 0, f"rank {rank} passed with a mismatched world:\n{out[-2000:]}"
+        assert "world_size" in out or "world size" in out, out[-2000:]
