@@ -35,6 +35,7 @@ __all__ = [
     "synchronize",
     "mem_get_info",
     "can_device_access_peer",
+    "enable_peer_access",
     "utilization",
     "temperature",
     "power_draw",
@@ -367,6 +368,34 @@ def can_device_access_peer(device: DeviceLike, peer_device: DeviceLike) -> bool:
     dev_a = check(cu.cuDeviceGet(a), "cuDeviceGet")
     dev_b = check(cu.cuDeviceGet(b), "cuDeviceGet")
     return bool(check(cu.cuDeviceCanAccessPeer(dev_a, dev_b), "cuDeviceCanAccessPeer"))
+
+
+_peers_enabled: set[tuple[int, int]] = set()
+_PEER_ALREADY_ENABLED = cu.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+
+
+def enable_peer_access(device: DeviceLike, peer_device: DeviceLike) -> bool:
+    """Map ``peer_device``'s memory into ``device``'s address space, once per pair
+    (cuCtxEnablePeerAccess), so that kernels on ``device`` may dereference pointers to it.
+    False where the pair cannot (no P2P path, or the same device); gpurt calls it itself
+    for copies between devices, as torch does."""
+    a, b = _index(device), _index(peer_device)
+    if (a, b) in _peers_enabled:
+        return True
+    if not can_device_access_peer(a, b):
+        return False
+    peer_context = primary_context(b)  # before the lock, which primary_context takes
+    with _lock:
+        if (a, b) not in _peers_enabled:
+            bind_context(a)
+            try:
+                (err,) = cu.cuCtxEnablePeerAccess(peer_context, 0)
+                if err != _PEER_ALREADY_ENABLED:
+                    check((err,), "cuCtxEnablePeerAccess")
+            finally:
+                bind_context(current_device())
+            _peers_enabled.add((a, b))
+    return True
 
 
 # ---- NVML readings ---------------------------------------------------------------------
