@@ -30,9 +30,12 @@ pattern, freeing a block and asking again for the same size on the same stream, 
 from a *parked* block: when the last allocation was cut from free block F (leaving rest R)
 and is freed again with nothing else touched in between, torch would merge it back into F
 and hand out the same address next time. The allocator remembers that instead of doing it:
-F (or R) is *parked*, free in every sense but not yet in the free-block index, and the
-statistics change by the exact vectors the full path computed. Any other operation first
-*unparks* (merges and indexes for real), so all other code sees ordinary state.
+F (or R) is *parked*, free in every sense but not yet in the free-block index. A free or
+allocation of the parked block only flips a flag and counts the flip; the statistics owe
+the flips' exact vectors (those the full path computed) and are *settled* before anything
+reads or changes them. Peaks need no check in between: both states of the block were
+counted by the full path, and resetting the peaks unparks. Any other operation first
+*unparks* (settles, merges and indexes for real), so all other code sees ordinary state.
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ from ._streamuses import StreamUses
 
 __all__: list[str] = []
 
-_BIAS = ms.BIAS
 _ALLOC_COUNTS = ms.ALLOC_COUNTS
 _ALLOC_BYTES = ms.ALLOC_BYTES
 _REQUESTED_SHIFT = ms.REQUESTED_SHIFT
@@ -77,8 +79,10 @@ class CachingAllocator(StreamUses):
         # The parked block (see the module docstring): ``_hot`` (at ``_hot_ptr``) was cut
         # from free block F for a request of ``_hot_size`` bytes on ``_hot_stream``, leaving
         # ``_hot_rest`` (or None). ``_hot_free``: F is free (parked whole); else ``_hot`` is
-        # allocated (but not in ``_allocated``: see owns) and ``_hot_rest`` is parked.
-        # ``_hot_inc``/``_hot_dec``/``_hot_delta``: the allocation's statistics vectors.
+        # allocated (but not in ``_allocated``: see owns) and ``_hot_rest`` is parked. The
+        # flags of ``_hot`` itself are brought up to date when it is unparked.
+        # ``_hot_inc``/``_hot_dec``: the allocation's statistics vectors (into ``_hot_stats``);
+        # ``_hot_flips``: frees and allocations of the parked block not yet counted in them.
         self._hot: Block | None = None
         self._hot_rest: Block | None = None
         self._hot_ptr = -1
@@ -86,7 +90,8 @@ class CachingAllocator(StreamUses):
         self._hot_size = -1
         self._hot_stream = -1
         self._hot_stats: ms.PoolStats | None = None
-        self._hot_inc = self._hot_dec = self._hot_delta = 0
+        self._hot_inc = self._hot_dec = 0
+        self._hot_flips = 0
 
     # ---- allocation ------------------------------------------------------------------
 
@@ -99,21 +104,9 @@ class CachingAllocator(StreamUses):
             # full path runs after that work: it unparks, as any other operation does).
             if (self._hot_free and size == self._hot_size and stream == self._hot_stream
                     and not self._work and not self.history.on):
-                block = self._hot  # same address, same counts
-                self._hot_free = False
-                block.allocated = True
-                block.is_free = False
-                delta = self._hot_delta
-                stats = self._hot_stats
-                stats.inc += self._hot_inc
-                slack = stats.slack + delta
-                stats.slack = slack
-                device_stats = self.stats
-                all_slack = device_stats.all_slack + delta
-                device_stats.all_slack = all_slack
-                if (slack & all_slack & _BIAS) != _BIAS:
-                    device_stats.refresh_peaks()
-                return block.ptr
+                self._hot_free = False  # same address, same counts (settled later)
+                self._hot_flips += 1
+                return self._hot_ptr
             if size <= 0:
                 if size == 0:
                     return 0
@@ -206,7 +199,6 @@ class CachingAllocator(StreamUses):
             self._hot, self._hot_rest, self._hot_ptr, self._hot_free = block, rest, ptr, False
             self._hot_size, self._hot_stream, self._hot_stats = size, stream, pool.stats
             self._hot_inc, self._hot_dec = increase, decrease
-            self._hot_delta = decrease - increase
         else:
             self._allocated[ptr] = block
             if rest is not None:
@@ -217,13 +209,33 @@ class CachingAllocator(StreamUses):
                 self.trace.record("alloc", ptr, size, stream, frames)
         return ptr
 
+    def _settle(self) -> None:
+        """Count the parked block's flips in the statistics. They alternate (a free, an
+        allocation, ...), so an odd count ends in the state the block is in now."""
+        flips = self._hot_flips
+        if not flips:
+            return
+        self._hot_flips = 0
+        frees = allocations = flips >> 1
+        if flips & 1:
+            if self._hot_free:
+                frees += 1
+            else:
+                allocations += 1
+        inc, dec = self._hot_inc, self._hot_dec  # a free is the allocation reversed
+        self.stats.change(self._hot_stats, allocations * inc + frees * dec,
+                          allocations * dec + frees * inc)
+
     def _unpark(self) -> None:
-        """Make the parked block ordinary: merge and index it as the full path would."""
+        """Make the parked block ordinary: settle its statistics, merge and index it as the
+        full path would."""
+        self._settle()
         block, rest = self._hot, self._hot_rest
         self._hot = self._hot_rest = None
         self._hot_ptr = -1
         if self._hot_free:  # F = block + rest, free
             self._hot_free = False
+            block.allocated = False
             if rest is not None:
                 block.size += rest.size
                 block.next = after = rest.next
@@ -233,6 +245,8 @@ class CachingAllocator(StreamUses):
                 self._spare.append(rest)
             self._insert_free(block.pool, block)
         else:  # block allocated, rest free
+            block.allocated = True
+            block.is_free = False
             self._allocated[block.ptr] = block
             if rest is not None:
                 self._insert_free(rest.pool, rest)
@@ -249,23 +263,9 @@ class CachingAllocator(StreamUses):
             self._work = True
             return
         try:
-            if ptr == self._hot_ptr and not self._hot_free and not self._hot.stream_uses \
-                    and not self.history.on:
-                block = self._hot  # back to F: the exact reverse of the allocation
-                block.allocated = False
-                block.is_free = True
-                self._hot_free = True
-                delta = -self._hot_delta
-                stats = self._hot_stats
-                slack = stats.slack + delta
-                stats.slack = slack
-                device_stats = self.stats
-                all_slack = device_stats.all_slack + delta
-                device_stats.all_slack = all_slack
-                if self._hot_dec:
-                    stats.inc += self._hot_dec
-                    if (slack & all_slack & _BIAS) != _BIAS:
-                        device_stats.refresh_peaks()
+            if ptr == self._hot_ptr and not self._hot_free and not self.history.on:
+                self._hot_free = True  # back to F: the allocation reversed (settled later)
+                self._hot_flips += 1
             else:
                 self._free(ptr)
         finally:
@@ -485,10 +485,13 @@ class CachingAllocator(StreamUses):
 
     def reset_peak_stats(self) -> None:
         with self._lock:
+            if self._hot is not None:
+                self._unpark()  # the parked block's states were checked against the old peaks
             self.stats.reset_peak()
 
     def reset_accumulated_stats(self) -> None:
         with self._lock:
+            self._settle()
             self.stats.reset_accumulated()
 
     def nested_stats(self) -> dict[str, Any]:
@@ -496,6 +499,7 @@ class CachingAllocator(StreamUses):
         with self._lock:
             if self._queued:
                 self._drain_queue()
+            self._settle()
             return self.stats.as_nested_dict(self.config.max_split_size_stat)
 
     def allocation_size_of(self, ptr: int) -> int:

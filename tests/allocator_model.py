@@ -367,3 +367,12 @@ class NaiveTorchModel:
         for block in list(self.blocks):
             if not block.allocated and not block.pending and len(self._segment(block.segment)) == 1:
                 self._release(block)
+
+    def reset_peak_stats(self) -> None:
+        for stat in [*self.stats.values(), *self.oversize.values()]:
+            stat.reset_peak()
+
+    def reset_accumulated_stats(self) -> None:
+        for stat in [*self.stats.values(), *self.oversize.values()]:
+            stat.reset_accumulated()
+        self.counters = dict.fromkeys(self.counters, 0)

@@ -660,6 +660,7 @@ ops = st.lists(
         st.tuples(st.just("empty_cache"), st.none(), st.none()),
         st.tuples(st.just("destroy"), st.sampled_from([S1, S2]), st.none()),
         st.tuples(st.just("create"), st.sampled_from([S1, S2]), st.none()),
+        st.tuples(st.sampled_from(["reset_peak", "reset_accumulated"]), st.none(), st.none()),
     ),
     min_size=10,
     max_size=150,
@@ -696,8 +697,10 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
             trace.append(("record", rng.randrange(10**6), rng.choice([S1, S2])))
         elif kind < 0.97:
             trace.append((rng.choice(["launch", "complete"]), rng.choice([S1, S2]), None))
-        elif kind < 0.99:
+        elif kind < 0.98:
             trace.append((rng.choice(["destroy", "create"]), rng.choice([S1, S2]), None))
+        elif kind < 0.99:
+            trace.append((rng.choice(["reset_peak", "reset_accumulated"]), None, None))
         else:
             trace.append(("empty_cache", None, None))
     replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4"][seed % 3],
@@ -764,6 +767,9 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
         elif op == "empty_cache":
             a.empty_cache()
             model.empty_cache()
+        elif op in ("reset_peak", "reset_accumulated"):
+            getattr(a, f"{op}_stats")()
+            getattr(model, f"{op}_stats")()
         if check_every == 1 or op == "empty_cache" or len(live) % check_every == 0:
             assert flat(a) == ms.flatten(model.nested())
             recount(a, backend)
@@ -819,6 +825,34 @@ def test_parked_block_is_invisible_to_everything_else():
             with pytest.raises(ValueError):
                 a.free(p2)
         recount(a, backend)
+
+
+def test_parked_round_trips_are_counted_in_every_statistic():
+    """The parked block's frees and allocations are settled into the statistics exactly,
+    whichever state it is in when they are read, and peaks reset while it is parked move
+    again when it is allocated."""
+    a, backend = make()
+    model = NaiveTorchModel(FakeBackend(1 << 34))
+    keep = _malloc_both(a, model, 8 * KiB, S0)
+    for _ in range(2):
+        p = _malloc_both(a, model, 4 * KiB, S0)
+        for trips in range(5):
+            a.free(p)
+            model.free(p)
+            assert flat(a) == ms.flatten(model.nested()), trips  # read while parked free
+            a.reset_peak_stats()
+            model.reset_peak_stats()
+            assert _malloc_both(a, model, 4 * KiB, S0) == p  # the peaks move again
+            assert flat(a) == ms.flatten(model.nested()), trips  # read while allocated
+        a.reset_accumulated_stats()
+        model.reset_accumulated_stats()
+        a.free(p)
+        model.free(p)
+        assert flat(a) == ms.flatten(model.nested())
+    a.free(keep)
+    model.free(keep)
+    assert flat(a) == ms.flatten(model.nested())
+    recount(a, backend)
 
 
 def test_release_pool_from_a_finalizer_inside_an_allocator_call_is_queued():
