@@ -89,7 +89,7 @@ class CachingAllocator(StreamUses):
         self._hot_free = False
         self._hot_size = -1
         self._hot_stream = -1
-        self._hot_stats: ms.PoolStats | None = None
+        self._hot_stats: ms.PoolStats = self.stats.small  # (meaningless until a block parks)
         self._hot_inc = self._hot_dec = 0
         self._hot_flips = 0
 
