@@ -6,7 +6,7 @@ An :class:`Array` is metadata (``ptr``, ``shape``, byte ``strides``, numpy ``dty
 alive. The array that allocated or imported the memory is its owner: its death returns
 the block to the caching allocator (``gpurt.memory``) or releases the consumed DLPack
 tensor; views hold the owner (or the foreign CAI array), so memory lives exactly as long
-as the last array over it.
+as the last array over it (gpurt/_ownership.py).
 
 Copies are stream ordered on the destination array's stream (the source array's stream
 is made to wait first when it differs) and go through ``cuMemcpy*Async``; a copy that
@@ -23,82 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from . import _copy, _dlpack, _dtypes, _interop, _layout, memory, streams
+from . import _copy, _dlpack, _dtypes, _interop, _layout, memory
 from ._dlpack import DLDeviceType
 from ._dtypes import *  # noqa: F403 (the dtype names, re-exported below)
 from ._dtypes import CACHE as _DTYPES
 from ._dtypes import as_dtype as _as_dtype
-from .device import Device, DeviceLike, _index, bind_context, current_device
-from .streams import current_stream_handle
+from ._ownership import FINALIZERS as _finalizers
+from ._ownership import device_object, own_import, owner_of, place, place_on
+from .device import Device, DeviceLike, _index, bind_context, current_place
 
 __all__ = [
     "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",
     "from_numpy", "from_dlpack", *_dtypes.__all__,
 ]
-
-# ---- ownership -------------------------------------------------------------------------
-#
-# The array that made or imported an allocation (the root, ``_owner is None``) owns it;
-# every view holds the root in ``_owner`` (or, for a foreign array's views, the foreign
-# object), so the memory lives exactly as long as the last array over it. The root's
-# death runs one finalizer: a plain weak reference with a callback, weakref.finalize's
-# own mechanism at a fraction of its cost (every ``gpurt.empty`` pays it). ``_finalizers``
-# maps each such reference to what it releases (a block's address, or a consumed DLPack
-# tensor) and keeps the reference alive until it has called back: a reference that dies
-# in the same garbage cycle as its array would never call back.
-
-_finalizers: dict[weakref.ref, Any] = {}
-_ref = weakref.ref
-
-
-class _Allocation:
-    """A device's allocator as gpurt.empty uses it: its ``malloc`` and the finalizer that
-    returns a root array's block to it (``free`` never raises out of a finalizer and never
-    calls the driver). One per device, made on first use: memory.allocator_for's allocator
-    is never replaced."""
-
-    __slots__ = ("malloc", "release")
-
-    def __init__(self, index: int) -> None:
-        allocator = memory.allocator_for(index)
-        free, pop = allocator.free, _finalizers.pop
-
-        def release(ref: weakref.ref) -> None:
-            try:
-                free(pop(ref))
-            except Exception:  # finalizers never raise into whatever code dropped the array
-                pass
-
-        self.malloc = allocator.malloc
-        self.release = release
-
-
-_allocations: dict[int, _Allocation] = {}
-
-
-def _release_import(ref: weakref.ref, _pop: Any = _finalizers.pop) -> None:
-    """Calls a consumed DLPack tensor's deleter when the root array over it dies."""
-    try:
-        _pop(ref).release()
-    except Exception:
-        pass
-
-
-def _owner_of(array: Array) -> Any:
-    """What keeps ``array``'s memory alive: the object its views must hold."""
-    owner = array._owner
-    return array if owner is None else owner
-
-
-_devices: dict[int, Device] = {}
-
-
-def _device(index: int) -> Device:
-    device = _devices.get(index)
-    if device is None:
-        device = _devices[index] = Device(index)
-    return device
-
 
 # ---- the array -------------------------------------------------------------------------
 
@@ -174,7 +111,7 @@ class Array:
 
     def _view(self, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Array:
         return _make(self.ptr + offset, shape, strides, self.dtype, self.device, self.stream,
-                     _owner_of(self), _layout.is_contiguous(shape, strides, self.dtype.itemsize))
+                     owner_of(self), _layout.is_contiguous(shape, strides, self.dtype.itemsize))
 
     def __getitem__(self, key: Any) -> Array:
         """Basic indexing (ints, slices with steps, ``...``, ``None``): a view, no copy."""
@@ -184,13 +121,13 @@ class Array:
             if kind is int and -shape[0] <= key < shape[0]:
                 offset = (key + shape[0] if key < 0 else key) * strides[0]
                 return _make(self.ptr + offset, shape[1:], strides[1:], self.dtype,
-                             self.device, self.stream, _owner_of(self), True)
+                             self.device, self.stream, owner_of(self), True)
             if kind is slice and key.step is None:
                 start, stop, _ = key.indices(shape[0])
                 if stop > start:
                     return _make(self.ptr + start * strides[0], (stop - start,) + shape[1:],
                                  strides, self.dtype, self.device, self.stream,
-                                 _owner_of(self), True)
+                                 owner_of(self), True)
         return self._view(*_layout.basic_index(shape, strides, key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -236,7 +173,7 @@ class Array:
                 )
             shape = shape[:-1] + (shape[-1] * old // new,)
             strides = _layout.contiguous_strides(shape, new)
-        return _make(self.ptr, shape, strides, dtype, self.device, self.stream, _owner_of(self),
+        return _make(self.ptr, shape, strides, dtype, self.device, self.stream, owner_of(self),
                      self._contiguous)
 
     def transpose(self, *axes: Any) -> Array:
@@ -387,6 +324,7 @@ class Array:
 
 
 _new = object.__new__
+_ref = weakref.ref
 
 
 def _make(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,
@@ -408,40 +346,6 @@ def _make(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.
 # ---- factories -------------------------------------------------------------------------
 
 
-# The legacy default stream of each device (handle 0), a singleton that is never destroyed:
-# the current stream of every thread that has not chosen one, found here without a call.
-_default_streams: dict[int, Any] = {}
-
-
-def _current_stream(index: int) -> Any:
-    """This thread's current stream on device ``index``; remembers the device's default
-    stream for :func:`empty`'s fast path."""
-    if index == current_device():
-        stream = streams.current_stream()  # no argument: no second validation of index
-    else:
-        stream = streams.current_stream(index)
-    if stream.cuda_stream == 0:
-        _default_streams[index] = streams.default_stream(index)
-    return stream
-
-
-def _device_index(device: DeviceLike) -> int:
-    """``_index(device)`` with the cheap spellings first: an index already seen (its
-    Device is cached in ``_devices``) and "cuda" (the current device)."""
-    if type(device) is int and device in _devices:
-        return device
-    if type(device) is str and device == "cuda":
-        return current_device()
-    return _index(device)
-
-
-def _check_stream(device: DeviceLike, stream: Any) -> None:
-    """A stream given with a device must belong to it."""
-    if device is not None and _device_index(device) != stream.device_index:
-        raise ValueError(f"stream {stream!r} belongs to cuda:{stream.device_index}, "
-                         f"not to device {device!r}")
-
-
 def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
           stream: Any = None) -> Array:
     """A new uninitialised C-contiguous array from the caching allocator, on ``device``
@@ -461,33 +365,26 @@ def empty(shape: Any, dtype: Any = _dtypes.float32, device: DeviceLike = None,
         nbytes = shape[0] * strides[0]
     else:
         dims, strides, nbytes = _layout.contiguous_layout(shape, itemsize)
-    if stream is None:  # the device's current stream, most often its default stream
-        index = current_device() if device is None else _device_index(device)
-        handle = current_stream_handle(index)
-        stream = (handle == 0 and _default_streams.get(index)) or _current_stream(index)
+    if stream is None:  # this thread's place, most often: its current device and stream
+        where = current_place() if device is None else None
+        if where is None:
+            where = place(device)
     else:
-        _check_stream(device, stream)
-        index = stream.device_index
-        handle = stream.cuda_stream
-    if nbytes:
-        allocation = _allocations.get(index)
-        if allocation is None:
-            allocation = _allocations[index] = _Allocation(index)
-        ptr = allocation.malloc(nbytes, handle)
-    else:
-        ptr = 0
+        where = place_on(stream, device)
+    _, handle, stream, on, malloc, release = where
+    ptr = malloc(nbytes, handle) if nbytes else 0
     # _make's body, inlined: this is the hot path of every new array
     array = _new(Array)
     array.ptr = ptr
     array.shape = dims
     array.strides = strides
     array.dtype = dt
-    array.device = _devices.get(index) or _device(index)
+    array.device = on
     array.stream = stream
     array._owner = None
     array._contiguous = True
     if ptr:
-        _finalizers[_ref(array, allocation.release)] = ptr
+        _finalizers[_ref(array, release)] = ptr
     return array
 
 
@@ -592,10 +489,10 @@ def _wrap(foreign: _interop.Foreign) -> Array:
     """The root Array over a foreign array: it holds the CAI producer, or releases the
     consumed DLPack tensor when it dies."""
     array = _make(foreign.ptr, foreign.shape, foreign.strides, foreign.dtype,
-                  _device(foreign.device_index), foreign.stream, foreign.keep,
+                  device_object(foreign.device_index), foreign.stream, foreign.keep,
                   _layout.is_contiguous(foreign.shape, foreign.strides, foreign.dtype.itemsize))
     if foreign.imported is not None:
-        _finalizers[_ref(array, _release_import)] = foreign.imported
+        own_import(array, foreign.imported)
     return array
 
 
@@ -646,7 +543,7 @@ def _copy_device(dst: Array, src: Array) -> None:
                          f"{dst.device}); cross-device copies are not supported here")
     if not src.size:
         return
-    overlapping = _owner_of(src) is _owner_of(dst) and _overlap(dst, src)
+    overlapping = owner_of(src) is owner_of(dst) and _overlap(dst, src)
     if overlapping:  # copy through a temporary, as numpy's assignment semantics require
         src = src.clone()
     stream = dst.stream.cuda_stream

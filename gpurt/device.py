@@ -76,7 +76,8 @@ class Device:
 
 DeviceLike = Union[int, str, Device, None]
 
-_tls = threading.local()  # .index: current device; .bound: device whose context is current
+_tls = threading.local()  # .index: current device; .bound: device whose context is current;
+#                           .place: see current_place
 _lock = threading.Lock()
 _primary: dict[int, Any] = {}
 _count: int | None = None
@@ -199,6 +200,35 @@ def set_device(device: DeviceLike) -> None:
     index = _index(device)
     bind_context(index)
     _tls.index = index
+    forget_place()
+
+
+# The layers above keep one record per thread about its current device and that device's
+# current stream: the *place* where new arrays go (gpurt/_ownership.py), found by gpurt.empty
+# with one lookup. It lives here, next to the current device, so that set_device drops it;
+# gpurt.streams drops it whenever it changes a current stream, and a forked child (a fresh
+# _tls) starts without one.
+
+
+def current_place() -> Any:
+    """This thread's place (see above), or None when there is none yet."""
+    try:
+        return _tls.place
+    except AttributeError:
+        return None
+
+
+def remember_place(place: Any) -> None:
+    """Keep ``place``, made for this thread's current device and its current stream."""
+    _tls.place = place
+
+
+def forget_place() -> None:
+    """Drop this thread's place: its current device or that device's stream changed."""
+    try:
+        del _tls.place
+    except AttributeError:
+        pass
 
 
 class device:

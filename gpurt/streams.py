@@ -40,7 +40,7 @@ from ._handles import (
     release_later,
     release_pending,
 )
-from .device import Device, DeviceLike, _index, current_device, set_device
+from .device import Device, DeviceLike, _index, current_device, forget_place, set_device
 
 __all__ = [
     "Event",
@@ -86,6 +86,9 @@ class _ThreadState:
         self.saved: list[_Saved] = []
 
     def assign(self, index: int, stream: Stream | None) -> None:
+        """Make ``stream`` (None: the default stream) current on device ``index`` for the
+        thread that owns this state (only that thread calls this)."""
+        forget_place()
         if stream is None:
             self.streams.pop(index, None)
             self.handles.pop(index, None)

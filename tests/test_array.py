@@ -23,13 +23,15 @@ import weakref
 import ml_dtypes
 import numpy as np
 import pytest
-from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401 (fixtures)
+from _fakes import device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
+from _threads import in_thread
+from test_driver import FORK_MESSAGE, describe, run_in_fork
 from cuda.bindings import driver as cu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt import _dlpack, _layout, memory, streams
+from gpurt import _dlpack, _layout, _ownership, memory, streams
 from gpurt import array as garray
 from gpurt.device import Device, bind_context
 
@@ -566,7 +568,7 @@ class DirectEntry:
 def use_allocator(monkeypatch, fake):
     """Route gpurt.array's allocations (and the public functions) to ``fake``."""
     monkeypatch.setattr(memory, "allocator_for", fake.allocator_for)
-    monkeypatch.setattr(garray, "_allocations", {})
+    monkeypatch.setattr(_ownership, "_allocators", {})
     monkeypatch.setattr(memory, "caching_allocator_alloc", fake.alloc, raising=False)
     monkeypatch.setattr(memory, "caching_allocator_delete", fake.delete, raising=False)
 
@@ -601,11 +603,10 @@ def fake_gpu(fake_gpus, monkeypatch):
     stream = FakeStream()
     monkeypatch.setattr(streams, "current_stream", lambda device=None: stream, raising=False)
     monkeypatch.setattr(streams, "default_stream", lambda device=None: stream, raising=False)
-    monkeypatch.setattr(garray, "_default_streams", {0: stream})
     use_allocator(monkeypatch, allocator)
     device = object.__new__(Device)
     device.index = 0
-    monkeypatch.setitem(garray._devices, 0, device)
+    monkeypatch.setitem(_ownership._devices, 0, device)
     allocator.stream = stream
     return allocator
 
@@ -632,11 +633,10 @@ def test_empty_metadata(fake_gpu):
 @pytest.fixture
 def fake_streams(fake_driver, monkeypatch):
     """Real gpurt Streams over the fake two-GPU driver of tests/_fakes.py, a fake
-    allocator, and empty caches of devices and default streams in gpurt.array."""
+    allocator, and an empty cache of devices in gpurt._ownership."""
     allocator = FakeAllocator()
     use_allocator(monkeypatch, allocator)
-    monkeypatch.setattr(garray, "_default_streams", {})
-    monkeypatch.setattr(garray, "_devices", {})
+    monkeypatch.setattr(_ownership, "_devices", {})
     return allocator
 
 
@@ -683,6 +683,40 @@ def test_new_arrays_take_each_threads_stream(fake_streams):
         thread.join()
         assert gpurt.empty(2).stream is main
     assert seen["worker"][0] and seen["worker"][1] is not main
+
+
+def test_new_arrays_reuse_the_threads_place_until_it_changes(fake_streams):
+    """gpurt.empty finds the current device, its current stream and allocator in one
+    per-thread record (gpurt/_ownership.py's place), made once and dropped on a change."""
+    a = gpurt.empty(4)
+    place = device_module.current_place()
+    assert place[:4] == (0, 0, a.stream, a.device)
+    for spelling in ({}, {"device": "cuda"}, {"device": 0}):
+        assert gpurt.empty(4, **spelling).stream is a.stream
+        assert device_module.current_place() is place, spelling  # the same record
+    assert gpurt.empty(4, device=1).device.index == 1  # another device's place is not kept
+    assert device_module.current_place() is place
+    with gpurt.Stream() as s:
+        assert device_module.current_place() is None
+        assert gpurt.empty(4).stream is s and device_module.current_place()[2] is s
+    assert gpurt.empty(4).stream is a.stream
+    with gpurt.device(1):
+        assert gpurt.empty(4).device.index == 1 and device_module.current_place()[0] == 1
+    assert in_thread(device_module.current_place) is None  # other threads make their own
+    assert in_thread(lambda: gpurt.empty(4).stream) is a.stream
+
+
+def test_a_forked_child_gets_the_fork_error_from_empty(fake_gpu):
+    """The parent's place (and cached allocator entries) do not reach a forked child: its
+    first array raises the clear fork error."""
+    gpurt.empty(4)
+    assert device_module.current_place() is not None
+
+    def child() -> str:
+        return describe(lambda: gpurt.empty(4))
+
+    assert FORK_MESSAGE in run_in_fork(child)
+    assert gpurt.empty(4).ptr  # the parent is untouched
 
 
 def test_empty_zero_size_allocates_nothing(fake_gpu):

@@ -116,6 +116,27 @@ def test_current_device_is_per_thread(fake_gpus: FakeContexts) -> None:
     assert gpurt.current_device() == 1 and fake_gpus.bound == 1
 
 
+def test_the_place_is_per_thread_and_goes_with_the_current_device(
+        fake_gpus: FakeContexts) -> None:
+    """The per-thread record the layers above keep (gpurt/_ownership.py's place) is
+    dropped whenever the current device is set, also to the same device."""
+    assert dev.current_place() is None
+    dev.remember_place(("place", 0))
+    assert dev.current_place() == ("place", 0)
+    assert in_thread(dev.current_place) is None  # each thread has its own
+    with gpurt.device(0):  # the device is already current: nothing changes
+        assert dev.current_place() == ("place", 0)
+    with gpurt.device(1):
+        assert dev.current_place() is None
+        dev.remember_place(("place", 1))
+    assert dev.current_place() is None  # the device was set back
+    dev.remember_place(("place", 0))
+    gpurt.set_device(0)
+    assert dev.current_place() is None
+    dev.forget_place()  # idempotent
+    assert dev.current_place() is None
+
+
 def test_device_context_restores_on_exception_and_nests(fake_gpus: FakeContexts) -> None:
     with gpurt.device(1):
         assert gpurt.current_device() == 1

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 # the fake_* fixtures are used by name
-from _fakes import FakeContexts, FakeDriver, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
+from _fakes import FakeContexts, FakeDriver, device_module
+from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
@@ -147,6 +148,27 @@ def test_default_and_current_stream(fake_driver: FakeDriver) -> None:
     assert gpurt.current_stream() is s
     gpurt.set_stream(default)
     assert gpurt.current_stream() is default and streams.current_stream_handle(0) == 0
+
+
+def test_every_change_of_a_current_stream_drops_the_threads_place(
+        fake_driver: FakeDriver) -> None:
+    """gpurt.device keeps a per-thread record of the current device and its current stream
+    (gpurt/_ownership.py's place); whatever changes a current stream drops it."""
+    s, s1 = gpurt.Stream(), gpurt.Stream(device=1)
+    context = gpurt.stream(s)
+    changes: list[Callable[[], Any]] = [
+        lambda: gpurt.set_stream(s), lambda: gpurt.set_stream(gpurt.default_stream()),
+        lambda: gpurt.set_stream(s1), lambda: gpurt.set_device(0),
+        context.__enter__, lambda: context.__exit__(None, None, None),
+        s.__enter__, lambda: s.__exit__(None, None, None),
+    ]
+    for change in changes:
+        device_module.remember_place(("place",))
+        change()
+        assert device_module.current_place() is None
+    with gpurt.stream(s1):
+        device_module.remember_place(("place",))
+    assert device_module.current_place() is None  # the exit restored device 0 and its stream
 
 
 def test_current_stream_is_per_device(fake_driver: FakeDriver) -> None:
