@@ -12,7 +12,8 @@ Host time per operation (median, microseconds), gpurt and its peers in this proc
   copy 4 KiB     synchronous host->device, device->host (pageable host memory) and
                  device->device copies of 4 KiB.
 
-``--cpu-proxy`` runs gpurt's rows that need no driver call (array creation and views)
+``--cpu-proxy`` runs gpurt's rows that need no driver call (array creation and views, and
+the allocator steps below gpurt.empty)
 without a GPU: the caching allocator over a host-memory stand-in backend, as
 bench_memory.py does. It profiles gpurt's Python path; it is not a result to publish.
 
@@ -163,7 +164,14 @@ def cpu_proxy_rows() -> list[dict[str, Any]]:
     memory._allocators[0] = allocator
     memory._only[:] = [allocator.free]
     assert gpurt.current_device() == 0
-    return gpurt_host_rows("gpurt (cpu proxy)")
+    malloc, free = allocator.malloc, allocator.free
+    alloc, delete = gpurt.caching_allocator_alloc, gpurt.caching_allocator_delete
+    return gpurt_host_rows("gpurt (cpu proxy)") + [  # the steps below gpurt.empty
+        _row("allocator core malloc+free 4 KiB", "gpurt (cpu proxy)",
+             lambda: free(malloc(4096, 0)), 20000),
+        _row("caching_allocator_alloc+delete 4 KiB", "gpurt (cpu proxy)",
+             lambda: delete(alloc(4096)), 20000),
+    ]
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from . import _memstats as ms
 from . import _pinned
 from ._allocator import CachingAllocator
 from ._backends import AsyncAllocator, DriverBackend
-from ._driver import is_initialized
+from ._driver import is_forked_child, is_initialized
 from ._handles import before_stream_destroy
 from ._memhistory import HistorySettings
 from ._memsummary import summary_table
@@ -65,6 +65,20 @@ _only: list[Any] = []  # the free method while exactly one allocator exists (fas
 _config: _allocconf.AllocatorConfig | None = None
 _history = HistorySettings()
 _pool_ids = itertools.count(1)
+
+
+def _forget_allocators_after_fork() -> None:
+    """A child forked after CUDA started cannot use the parent's device memory: forget the
+    allocators, so that its next allocation goes through _driver.init() and raises the
+    clear fork error instead of handing out one of the parent's cached blocks. (Arrays the
+    child inherited still return their blocks to the forgotten allocators: bookkeeping
+    only.)"""
+    if is_forked_child():  # set by _driver's own at-fork hook, which runs first
+        _allocators.clear()
+        _only.clear()
+
+
+os.register_at_fork(after_in_child=_forget_allocators_after_fork)
 
 
 def _settings() -> _allocconf.AllocatorConfig:

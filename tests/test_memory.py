@@ -588,3 +588,61 @@ def test_allocation_speed_is_sane(fresh):
             gpurt.caching_allocator_delete(gpurt.caching_allocator_alloc(n))
         per_call = (time.perf_counter() - start) / 2000
         assert per_call < 20e-6, (n, per_call)
+
+
+@pytest.mark.gpu
+def test_forked_child_gets_the_fork_error_instead_of_cached_blocks(fresh):
+    """A child forked after CUDA started must not be handed the parent's cached blocks:
+    every way of allocating raises the clear fork error (not a pointer into the parent's
+    context), also on the parked-block fast path and with an explicit stream."""
+    sys.path.insert(0, HERE)
+    try:
+        from test_driver import FORK_MESSAGE, describe, run_in_fork
+    finally:
+        sys.path.remove(HERE)
+    stream = gpurt.Stream()
+    for _ in range(3):  # cache (and park) 4 KiB blocks on both streams
+        pair = gpurt.empty(1024, gpurt.float32), gpurt.empty(1024, gpurt.float32, stream=stream)
+        gpurt.caching_allocator_delete(gpurt.caching_allocator_alloc(4 * KiB))
+        del pair
+
+    def child() -> str:
+        calls = [lambda: gpurt.empty(1024, gpurt.float32),
+                 lambda: gpurt.empty(1024, gpurt.float32, stream=stream),
+                 lambda: gpurt.caching_allocator_alloc(4 * KiB),
+                 lambda: gpurt.caching_allocator_alloc(4 * KiB, 0, 0)]
+        return "\n".join(describe(call) for call in calls)
+
+    results = run_in_fork(child).splitlines()
+    assert len(results) == 4, results
+    for line in results:
+        assert line.startswith("CudaUnavailableError") and FORK_MESSAGE in line, line
+    x = gpurt.empty(1024, gpurt.float32, stream=stream)  # the parent still allocates
+    assert x.ptr and gpurt.memory_allocated() >= 4 * KiB
+    del x
+    stream.synchronize()
+
+
+@pytest.mark.gpu
+def test_arrays_created_and_dropped_in_a_loop_keep_statistics_exact(fresh):
+    """gpurt.empty + del of the same size (the allocator's parked-block fast path, whose
+    statistics are settled lazily) leaves the same statistics as torch's rules give."""
+    base = gpurt.memory_stats()
+    for _ in range(1001):
+        x = gpurt.empty(1024, gpurt.float32)
+        del x
+    keep = gpurt.empty(1024, gpurt.float32)
+    stats = gpurt.memory_stats()
+    assert stats["allocation.all.current"] == base["allocation.all.current"] + 1
+    assert stats["allocated_bytes.all.current"] == base["allocated_bytes.all.current"] + 4 * KiB
+    assert stats["allocation.all.allocated"] == base["allocation.all.allocated"] + 1002
+    assert stats["allocated_bytes.all.freed"] == base["allocated_bytes.all.freed"] + 1001 * 4 * KiB
+    assert stats["requested_bytes.all.allocated"] == \
+        base["requested_bytes.all.allocated"] + 1002 * 4 * KiB
+    del keep
+    gpurt.reset_peak_memory_stats()
+    now = gpurt.memory_allocated()
+    assert gpurt.max_memory_allocated() == now
+    y = gpurt.empty(1024, gpurt.float32)  # the same block again: the reset peak moves
+    assert gpurt.max_memory_allocated() == now + 4 * KiB
+    del y
