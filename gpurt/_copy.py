@@ -59,23 +59,35 @@ del _probe
 _idle_events: dict[int, list[Any]] = {}
 
 
-def wait_for(index: int, consumer: int, producer: int) -> None:
+def wait_for(index: int, consumer: int, producer: int, producer_index: int | None = None) -> None:
     """Make stream ``consumer`` of device ``index`` (whose context is bound) wait for the
     work queued so far on ``producer`` (raw handles; 0 and 1 both mean the legacy default
     stream) through an event (cuEventRecord + cuStreamWaitEvent). Nothing to do when they
-    are the same stream."""
-    if consumer == producer or (consumer <= 1 and producer <= 1):
+    are the same stream. ``producer`` may be a stream of another device,
+    ``producer_index``: its event is recorded in that device's context, and the wait is
+    queued back in ``index``'s (which is bound again on return)."""
+    across = producer_index is not None and producer_index != index
+    if not across and (consumer == producer or (consumer <= 1 and producer <= 1)):
         return
-    idle = _idle_events.setdefault(index, [])
+    home = producer_index if across else index
+    idle = _idle_events.setdefault(home, [])
     try:
         event = idle.pop()
     except IndexError:
+        if across:
+            bind_context(home)
         event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
     try:
+        if across:
+            bind_context(home)
         check(cu.cuEventRecord(event, producer), "cuEventRecord")
+        if across:
+            bind_context(index)
         check(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
     finally:
         idle.append(event)
+        if across:
+            bind_context(index)
 
 
 # ---- copies and fills --------------------------------------------------------------------
@@ -92,6 +104,14 @@ def copy_bytes(dst: int, dst_on_device: bool, src: int, src_on_device: bool, nby
         check(cu.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
     else:
         raise ValueError("host-to-host copies are numpy's job")
+
+
+def copy_peer(dst: int, dst_context: Any, src: int, src_context: Any, nbytes: int,
+              stream: int) -> None:
+    """Copy ``nbytes`` contiguous bytes from one device's memory to another's on ``stream``
+    (cuMemcpyPeerAsync: over NVLink/PCIe with peer access, staged by the driver without)."""
+    check(cu.cuMemcpyPeerAsync(dst, dst_context, src, src_context, nbytes, stream),
+          "cuMemcpyPeerAsync")
 
 
 def copy(dst: int, dst_on_device: bool, dst_strides: tuple[int, ...], src: int,

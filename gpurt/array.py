@@ -30,7 +30,8 @@ from ._dtypes import CACHE as _DTYPES
 from ._dtypes import as_dtype as _as_dtype
 from ._ownership import FINALIZERS as _finalizers
 from ._ownership import device_object, own_import, owner_of, place, place_on
-from .device import Device, DeviceLike, _index, bind_context, current_place
+from .device import (Device, DeviceLike, _index, bind_context, current_device, current_place,
+                     enable_peer_access, primary_context)
 
 __all__ = [
     "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",
@@ -196,6 +197,15 @@ class Array:
         """A contiguous copy on the same device and stream."""
         out = empty(self.shape, self.dtype, self.device.index, self.stream)
         return out.copy_(self)
+
+    def to(self, device: DeviceLike, stream: Any = None, copy: bool = False) -> Array:
+        """This array on ``device`` (torch's ``tensor.to(device)``): itself if it is there
+        already (unless ``copy``), else a contiguous copy made on ``stream`` (default: that
+        device's current stream) after this array's stream."""
+        index = _index(device)
+        if index == self.device.index and not copy:
+            return self
+        return empty(self.shape, self.dtype, index, stream).copy_(self)
 
     # -- copies --------------------------------------------------------------------------
 
@@ -457,8 +467,9 @@ def from_numpy(ndarray: np.ndarray, device: DeviceLike = None, stream: Any = Non
 def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None, stream: Any = None,
             copy: bool | None = None) -> Array:
     """An Array for ``obj``: the same Array, a zero-copy view of a foreign device array
-    (``__cuda_array_interface__`` or DLPack), or a device copy of host data. ``copy=True``
-    always copies; ``copy=False`` refuses host data, which must be copied."""
+    (``__cuda_array_interface__`` or DLPack), a copy on ``device`` of an array that lives
+    on another, or a device copy of host data. ``copy=True`` always copies; ``copy=False``
+    refuses what must be copied."""
     wanted = None if dtype is None else _as_dtype(dtype)
     array = obj if isinstance(obj, Array) else _device_view(obj, stream)
     if array is not None:
@@ -468,10 +479,10 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None, stream: Any 
                 "gpurt does not convert dtypes on the device"
             )
         if device is not None and _index(device) != array.device.index:
-            raise ValueError(
-                f"asarray: the array lives on {array.device}, not on device {device!r} "
-                "(cross-device copies are not supported here)"
-            )
+            if copy is False:
+                raise ValueError(f"asarray(copy=False): the array lives on {array.device}, "
+                                 f"not on device {device!r}; a copy is needed")
+            return array.to(device, stream)
         return array.clone() if copy else array
     if copy is False:
         raise ValueError(
@@ -538,10 +549,10 @@ def _copy_device(dst: Array, src: Array) -> None:
     """Device-to-device copy on ``dst``'s stream, after ``src``'s stream."""
     _check_match(dst, src.dtype, src.shape, "copy_")
     index = dst.device.index
-    if src.device.index != index:
-        raise ValueError(f"copy_: the arrays live on different devices ({src.device} -> "
-                         f"{dst.device}); cross-device copies are not supported here")
     if not src.size:
+        return
+    if src.device.index != index:
+        _copy_across(dst, src)
         return
     overlapping = owner_of(src) is owner_of(dst) and _overlap(dst, src)
     if overlapping:  # copy through a temporary, as numpy's assignment semantics require
@@ -556,6 +567,28 @@ def _copy_device(dst: Array, src: Array) -> None:
                    dst.dtype.itemsize, stream)
     if overlapping and src.stream.cuda_stream != stream:
         src.record_stream(dst.stream)  # the temporary is read on dst's stream
+
+
+def _copy_across(dst: Array, src: Array) -> None:
+    """Copy between devices: one cuMemcpyPeerAsync on ``dst``'s stream after ``src``'s
+    stream, which then waits for the copy (so ``src`` may be freed at once). Strided sides
+    go through a contiguous temporary on their own device."""
+    if not src._contiguous:
+        src = src.clone()
+    target = dst if dst._contiguous else empty(dst.shape, dst.dtype, dst.device.index,
+                                               dst.stream)
+    here, there = dst.device.index, src.device.index
+    enable_peer_access(here, there)  # the direct path where there is one
+    dst_stream, src_stream = target.stream.cuda_stream, src.stream.cuda_stream
+    bind_context(here)
+    _copy.wait_for(here, dst_stream, src_stream, there)
+    _copy.copy_peer(target.ptr, primary_context(here), src.ptr, primary_context(there),
+                    src.nbytes, dst_stream)
+    bind_context(there)
+    _copy.wait_for(there, src_stream, dst_stream, here)
+    bind_context(current_device())
+    if target is not dst:
+        dst.copy_(target)
 
 
 def _overlap(a: Array, b: Array) -> bool:

@@ -1447,10 +1447,10 @@ def test_gpu_errors(gpu_state, rng, pinned):
         gpurt.asarray(PageableCAI())
     if gpurt.device_count() > 1:
         other = gpurt.zeros((4, 4), device=1)
-        with pytest.raises(ValueError, match="different devices"):
-            a.copy_(other)
-        with pytest.raises(ValueError, match="not on device"):
-            gpurt.asarray(other, device=0)
+        with pytest.raises(ValueError, match="a copy is needed"):
+            gpurt.asarray(other, device=0, copy=False)
+        moved = gpurt.asarray(other, device=0)  # copied across, as torch.as_tensor does
+        assert moved.device.index == 0 and not moved.numpy().any()
 
 
 @gpu
