@@ -22,23 +22,27 @@ KiB, MiB = 1 << 10, 1 << 20
 
 
 def make_trace(seed: int, length: int = 400) -> list[tuple[str, int]]:
-    """alloc(size) / free(index into the live list) / empty_cache, with realistic sizes."""
+    """alloc(size) / free(index into the live list) / empty_cache, with realistic sizes; a
+    temporary freed is often made again with the same size (gpurt's parked-block path)."""
     rng = random.Random(seed)
     trace: list[tuple[str, int]] = []
-    live = 0
+    sizes: list[int] = []  # of the live allocations, in the replay's order
     for _ in range(length):
         r = rng.random()
-        if r < 0.5 or live == 0:
+        if r < 0.5 or not sizes:
             band = rng.choice([(1, 2 * KiB), (2 * KiB, 600 * KiB), (600 * KiB, 1 * MiB + 8 * KiB),
                                (1 * MiB, 10 * MiB), (10 * MiB, 80 * MiB)])
-            trace.append(("alloc", rng.randint(*band)))
-            live += 1
+            sizes.append(rng.randint(*band))
+            trace.append(("alloc", sizes[-1]))
         elif r < 0.8:
-            trace.append(("free", rng.randrange(live)))
-            live -= 1
+            index = rng.randrange(len(sizes))
+            sizes.pop(index)
+            trace.append(("free", index))
         elif r < 0.98:
-            trace.append(("free", live - 1))  # the newest: the pattern of temporaries
-            live -= 1
+            size = sizes.pop()
+            trace.append(("free", len(sizes)))  # the newest: the pattern of temporaries
+            for _ in range(rng.choice([0, 0, 1, 3])):  # ... made and dropped again
+                trace += [("alloc", size), ("free", len(sizes))]
         else:
             trace.append(("empty_cache", 0))
     return trace
