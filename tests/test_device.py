@@ -43,6 +43,7 @@ COVERED = {
     "synchronize": "test_gpu_public_functions",
     "mem_get_info": "test_gpu_mem_get_info",
     "can_device_access_peer": "test_gpu_public_functions",
+    "enable_peer_access": "test_gpu_public_functions",  # with 2+ GPUs: tests/test_peer.py
     "utilization": "test_gpu_nvml_readings",
     "temperature": "test_gpu_nvml_readings",
     "power_draw": "test_gpu_nvml_readings",
@@ -216,8 +217,10 @@ def test_gpu_public_functions() -> None:
     gpurt.synchronize()
     gpurt.synchronize("cuda:0")
     assert gpurt.can_device_access_peer(0, 0) is False
+    assert gpurt.enable_peer_access(0, 0) is False  # a device is not its own peer
     if count >= 2:
         assert isinstance(gpurt.can_device_access_peer(0, 1), bool)
+        assert gpurt.enable_peer_access(0, 1) is gpurt.can_device_access_peer(0, 1)
 
 
 @pytest.mark.gpu
