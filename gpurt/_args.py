@@ -163,6 +163,19 @@ def _field(param: Param) -> str:
     return param.fmt if param.kind in ("pointer", "scalar", "bfloat16") else f"{param.size}s"
 
 
+_C_CODES = frozenset("bBhHiIqQefd")  # scalar struct codes that gpurt._claunch packs itself
+
+
+def _c_code(param: Param) -> str | None:
+    """How gpurt._claunch packs ``param`` ("P" a pointer, else its struct code), or None for a
+    parameter that needs a converter of this module."""
+    if param.kind == "pointer":
+        return "P"
+    if param.kind == "scalar" and param.fmt in _C_CODES:
+        return param.fmt
+    return None
+
+
 def _converter(param: Param) -> Callable[[Any], Any] | None:
     """The converter of a non-pointer parameter; None where ``struct`` converts alone."""
     if param.kind == "bfloat16":
@@ -177,9 +190,12 @@ def _converter(param: Param) -> Callable[[Any], Any] | None:
 
 
 # The generated code. ``fill`` and ``launch`` share the statements that turn ``args`` into the
-# parameter buffer ({pack}); ``launch`` adds the grid and block, this thread's buffer, the
-# driver call (between the launch hooks, when there are any) and the hand-over of errors to
-# the kernel that explains them, so a launch runs one short Python function of its own.
+# parameter buffer ({pack}); ``launch`` adds this thread's buffer, the driver call (between the
+# launch hooks, when there are any) and the hand-over of errors to the kernel that explains
+# them, so a launch runs one short Python function of its own. The driver call comes in two
+# kinds (_DRIVER_CALLS): a compiled Launcher (gpurt/_claunch.c) takes grid and block as they
+# are and returns the CUresult as an int; cuda.bindings' cuLaunchKernel takes them as six ints
+# ({dims}) and returns a tuple.
 _PACK = """\
     if type(args) is not tuple and type(args) is not list:
         raise TypeError('args must be a tuple')
@@ -194,6 +210,23 @@ def fill(buffer, args, index):
 _LAUNCH = """\
 def launch(grid, block, args, shared_mem, stream, index):
     try:
+{dims}        try:
+            buffer, params = local.buffers
+        except AttributeError:
+            buffer, params = thread_buffers()
+{pack}
+        if hooks:
+            result = hooked(launch_kernel, stream, {call_args}){result}
+        else:
+            result = launch_kernel({call_args}){result}
+    except (TypeError, ValueError, OverflowError, StructError) as exc:
+        explain(exc, grid, block, args, shared_mem, index)
+        raise
+    if result:
+        refused(result, grid, block, shared_mem)
+"""
+
+_DIMS = """\
         if type(grid) is int:
             gx, gy, gz = grid, 1, 1
         elif type(grid) is tuple and len(grid) == 3:
@@ -210,40 +243,31 @@ def launch(grid, block, args, shared_mem, stream, index):
                 bx, by, bz = dims(block, 'block')
         else:
             bx, by, bz = dims(block, 'block')
-        try:
-            buffer, params = local.buffers
-        except AttributeError:
-            buffer, params = thread_buffers()
-{pack}
-        if hooks:
-            result = hooked(launch_kernel, stream, function, gx, gy, gz, bx, by, bz,
-                            shared_mem, stream or None, params, 0)
-        else:
-            result = launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem,
-                                   stream or None, params, 0)
-    except (TypeError, ValueError, OverflowError, StructError) as exc:
-        explain(exc, grid, block, args, shared_mem, index)
-        raise
-    if result[0]:
-        refused(result, grid, block, shared_mem)
 """
+
+_DRIVER_CALLS = {  # compiled: {dims}, {call_args}, {result}
+    True: ("", "grid, block, shared_mem, stream, params", ""),
+    False: (_DIMS, "function, gx, gy, gz, bx, by, bz, shared_mem, stream or None, params, 0",
+            "[0]"),
+}
 
 
 class Plan:
     """How to turn a kernel's arguments into its parameter buffer, and launch with them.
 
-    Two functions are compiled once per plan from a few lines of Python specialised to the
-    signature (see ``source`` and ``launch_source``). ``fill(buffer, args, index)`` unpacks
+    Functions compiled from a few lines of Python specialised to the signature (see ``source``
+    and :meth:`launch_source`) do the work. ``fill(buffer, args, index)`` unpacks
     ``args`` (wrong counts raise ValueError), turns pointer arguments into addresses (a gpurt
     Array on device ``index`` inline, anything else through :func:`pointer`), runs the
     converters and packs everything with one ``struct.pack_into``. :meth:`launcher` makes the
     function that does the same into this thread's buffer and calls the driver: launch
     overhead is dominated by these steps, and specialised code takes a fraction of the time
     of a generic loop. Each thread packs into a buffer of its own (:meth:`thread_buffers`),
-    whose void* array the driver gets as ``kernelParams``."""
+    whose void* array the driver gets as ``kernelParams``. Where every parameter is a pointer or
+    a plain scalar, ``layout`` lets the compiled launch path pack plain arguments itself."""
 
-    __slots__ = ("params", "offsets", "size", "converters", "source", "launch_source", "fill",
-                 "_namespace", "_launch_code", "_local")
+    __slots__ = ("params", "offsets", "size", "converters", "layout", "source", "fill", "_pack",
+                 "_fmt", "_namespace", "_launch_codes", "_local")
 
     def __init__(self, params: list[Param], offsets: list[int], size: int) -> None:
         self.params = tuple(params)
@@ -266,13 +290,19 @@ class Plan:
                 values.append(f"convert{param.index}({arg})")
             else:
                 values.append(arg)
+        codes = [_c_code(param) for param in params]
+        # (offset, code) of every parameter, for gpurt._claunch.PackingLauncher
+        self.layout: tuple[tuple[int, str], ...] | None = None
+        if None not in codes:
+            self.layout = tuple(zip(offsets, codes))  # type: ignore[arg-type]
         if names:
             unpack = f"    {', '.join(names)}, = args"
         else:
             unpack = "    if len(args):\n        raise ValueError('too many arguments')"
         pack = _PACK.format(unpack=unpack, values="".join(f",\n        {v}" for v in values))
         self.source = _FILL.format(pack=pack)
-        self.launch_source = _LAUNCH.format(pack=textwrap.indent(pack, "    ").rstrip("\n"))
+        self._pack = textwrap.indent(pack, "    ").rstrip("\n")
+        self._fmt = fmt
         self._local = threading.local()
         self._namespace: dict[str, Any] = {
             "Array": Array, "pointer": pointer, "pack_into": struct.Struct(fmt).pack_into,
@@ -280,7 +310,7 @@ class Plan:
             "thread_buffers": self.thread_buffers,
             **{f"convert{i}": fn for i, fn in self.converters.items()},
         }
-        self._launch_code = compile(self.launch_source, f"<gpurt launcher {fmt}>", "exec")
+        self._launch_codes: dict[bool, Any] = {}
         namespace = dict(self._namespace)
         exec(compile(self.source, f"<gpurt argument plan {fmt}>", "exec"), namespace)
         self.fill: Callable[[Any, Sequence[Any], int | None], None] = namespace["fill"]
@@ -299,22 +329,37 @@ class Plan:
         self._local.buffers = (buffer, ctypes.addressof(pointers))
         return self._local.buffers  # type: ignore[no-any-return]
 
-    def launcher(self, function: Any, *, launch_kernel: Callable[..., tuple],
+    def launch_source(self, compiled: bool) -> str:
+        """The source of the launchers :meth:`launcher` makes."""
+        dims, call_args, result = _DRIVER_CALLS[compiled]
+        return _LAUNCH.format(dims=dims, pack=self._pack, call_args=call_args, result=result)
+
+    def launcher(self, launch_kernel: Callable[..., Any], *, compiled: bool, function: Any = None,
                  dims: Callable[[Any, str], tuple[int, int, int]], hooks: Sequence[Any],
-                 hooked: Callable[..., tuple], explain: Callable[..., None],
+                 hooked: Callable[..., Any], explain: Callable[..., None],
                  refused: Callable[..., None]) -> Callable[..., None]:
-        """``launch(grid, block, args, shared_mem, stream, index)`` of one loaded ``function``:
-        grid and block as ints or 3-tuples of ints (anything else goes through ``dims``, which
-        validates and completes it), the arguments packed into this thread's buffer, then
-        ``launch_kernel(function, ...)`` (cuLaunchKernel), through ``hooked(launch_kernel,
-        stream, ...)`` while the list ``hooks`` is not empty. A conversion error goes to
-        ``explain(exc, grid, block, args, shared_mem, index)``, which raises a clearer one or
-        returns to let it propagate; a failed result to ``refused(result, grid, block,
-        shared_mem)``."""
+        """``launch(grid, block, args, shared_mem, stream, index)`` of one loaded function:
+        the arguments packed into this thread's buffer, then the driver call, through
+        ``hooked(launch_kernel, stream, ...)`` while the list ``hooks`` is not empty.
+
+        ``compiled``: ``launch_kernel`` is a :class:`gpurt._claunch.Launcher` bound to its
+        function, called as ``launch_kernel(grid, block, shared_mem, stream, params)``, which
+        returns the CUresult as an int. Otherwise it is cuda.bindings' cuLaunchKernel, called
+        with ``function`` and grid and block as ints. Both take grid and block as ints or
+        3-tuples of ints and hand anything else to ``dims``, which validates and completes it.
+        A conversion error goes to ``explain(exc, grid, block, args, shared_mem, index)``,
+        which raises a clearer one or returns to let it propagate; a failed result code to
+        ``refused(code, grid, block, shared_mem)``."""
+        code = self._launch_codes.get(compiled)
+        if code is None:
+            kind = "compiled" if compiled else "cuda.bindings"
+            code = compile(self.launch_source(compiled), f"<gpurt {kind} launcher {self._fmt}>",
+                           "exec")
+            self._launch_codes[compiled] = code
         namespace = dict(self._namespace, function=function, launch_kernel=launch_kernel,
                          dims=dims, hooks=hooks, hooked=hooked, explain=explain,
                          refused=refused)
-        exec(self._launch_code, namespace)
+        exec(code, namespace)
         return namespace["launch"]  # type: ignore[no-any-return]
 
     def diagnose(self, args: Sequence[Any],

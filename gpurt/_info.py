@@ -22,6 +22,7 @@ from rich.table import Table
 
 from . import __version__ as _gpurt_version
 from ._driver import CudaError, bindings_version, check, driver_version
+from ._launchpath import launch_path
 from .device import (
     clock_rate,
     device_count,
@@ -161,6 +162,7 @@ def collect() -> dict[str, Any]:
         "packages": _package_versions(),
         "driver": driver,
         "nvrtc": nvrtc,
+        "launch": launch_path(),
         "devices": devices,
         "environment": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "missing": missing,
@@ -211,6 +213,8 @@ def _software_table(report: dict[str, Any]) -> Table:
         table.add_row("NVRTC", f"{nvrtc['version']}  (targets: {archs})")
     else:
         table.add_row("NVRTC", f"[red]n/a[/red]: {escape(nvrtc['error'])}")
+    launch = report["launch"]
+    table.add_row("kernel launches", escape(f"{launch['path']}: {launch['why']}"))
     for dist, version in report["packages"].items():
         text = escape(version) if version else "[yellow]not installed[/yellow]"
         table.add_row(_PACKAGES[dist], text)

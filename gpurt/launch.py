@@ -6,6 +6,13 @@ generated from it (see ``gpurt/_args.py``): it packs the arguments into the call
 preallocated parameter buffer with one ``struct.pack_into`` and calls ``cuLaunchKernel``.
 Errors in the arguments (count, types, ranges, arrays on another device) and in the launch
 configuration are raised before anything runs, naming the parameter or the limit.
+
+Where the C extension ``gpurt._claunch`` is built, that runs in C: ``Kernel.__call__``, the
+packing of plain arguments (ints, floats, None, gpurt Arrays) and the call of the driver's
+cuLaunchKernel, whose result code goes to :func:`_driver.check` as every other call's does;
+the generated launcher takes every argument it leaves to Python. Without the extension, or
+with ``GPURT_PURE_PYTHON_LAUNCH=1``, launches go through cuda.bindings' cuLaunchKernel
+(``gpurt/_launchpath.py`` decides; :func:`launch_path` says which is in use).
 """
 
 from __future__ import annotations
@@ -22,15 +29,19 @@ from typing import Any, cast
 import numpy as np
 from cuda.bindings import driver as cu
 
+from . import _launchpath
 from ._args import Plan, build_plan
 from ._driver import CudaError, check, is_forked_child
+from ._launchpath import claunch as _claunch
+from ._launchpath import launch_path
 from ._params import Param, kernel_params
+from .array import Array
 from .device import _index, bind_context, current_device
 from .device import _tls as _device_tls
 from .streams import Stream, current_stream_handle
 from .streams import _local as _stream_tls
 
-__all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "remove_launch_hook"]
+__all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "launch_path", "remove_launch_hook"]
 
 Dims = int | Sequence[int]
 LaunchHook = Callable[["Kernel", int, str], None]
@@ -207,16 +218,18 @@ def explain_load_error(err: CudaError, arch: str) -> CudaError:
 
 
 class _Loaded:
-    """A kernel's function on one device, the dynamic shared memory it may use there and
-    its generated launcher (see :meth:`gpurt._args.Plan.launcher`)."""
+    """A kernel's function on one device, the dynamic shared memory it may use there, its
+    generated launcher (see :meth:`gpurt._args.Plan.launcher`) and whether that calls the
+    driver through gpurt._claunch."""
 
-    __slots__ = ("function", "max_dynamic_shared", "launch")
+    __slots__ = ("function", "max_dynamic_shared", "launch", "compiled")
 
-    def __init__(self, function: Any, max_dynamic_shared: int,
-                 launch: Callable[..., None]) -> None:
+    def __init__(self, function: Any, max_dynamic_shared: int, launch: Callable[..., None],
+                 compiled: bool) -> None:
         self.function = function
         self.max_dynamic_shared = max_dynamic_shared
         self.launch = launch
+        self.compiled = compiled
 
 
 class _FuncAttribute:
@@ -310,11 +323,27 @@ class Kernel:
             self._handle, self._library = handle, library
         function = check(cu.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
         limit = check(cu.cuFuncGetAttribute(_MAX_DYNAMIC_SHARED, function), "cuFuncGetAttribute")
-        plan: Plan = self._plan  # type: ignore[assignment]  # set above
-        launch = plan.launcher(function, launch_kernel=_cuLaunchKernel, dims=_dims3,
-                               hooks=_hooks, hooked=self._hooked,
-                               explain=self._explain_launch_error, refused=self._launch_refused)
-        return _Loaded(function, int(limit), launch)
+        address, _ = _launchpath.route()
+        return _Loaded(function, int(limit), self._launcher(function, address), bool(address))
+
+    def _launcher(self, function: Any, address: int) -> Callable[..., None]:
+        """The launcher of ``function``: through gpurt._claunch with cuLaunchKernel at
+        ``address`` (a PackingLauncher where the plan allows, with the generated launcher for
+        the arguments it leaves to Python), or, with ``address`` 0, through cuda.bindings."""
+        plan: Plan = self._plan  # type: ignore[assignment]  # set by _load_from
+        common: dict[str, Any] = dict(dims=_dims3, hooks=_hooks, hooked=self._hooked,
+                                      explain=self._explain_launch_error,
+                                      refused=self._launch_refused)
+        if not address:
+            return plan.launcher(_cuLaunchKernel, compiled=False, function=function, **common)
+        launcher = _claunch.Launcher(address, int(function), _dims3)
+        launch = plan.launcher(launcher, compiled=True, **common)
+        layout = plan.layout
+        if (layout is None or plan.size > _claunch.MAX_PARAM_BYTES
+                or len(layout) > _claunch.MAX_PARAMS):
+            return launch
+        return _claunch.PackingLauncher(launcher, plan.size, layout, Array, _hooks, launch,
+                                        self._launch_refused)
 
     def _load_error(self, err: CudaError) -> CudaError:
         """``err`` of a failed load, with what to do about it where that is known."""
@@ -427,6 +456,11 @@ class Kernel:
             stream = _stream_handle(stream)
         loaded.launch(grid, block, args, shared_mem, stream, index)
 
+    if _claunch is not None and not _launchpath.pure_python:
+        # The fast path above, in C (gpurt/_claunch.c reads the same names of this module);
+        # every call it does not take goes to the function above.
+        __call__ = _claunch.KernelCall(__call__)  # type: ignore[assignment]
+
     def _launch_slowly(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int,
                        stream: Any, index: int) -> None:
         """__call__ when the kernel is not loaded on the device yet or needs more dynamic
@@ -468,10 +502,12 @@ class Kernel:
         if error is not None:
             raise error from exc
 
-    def _launch_refused(self, result: tuple, grid: Any, block: Any, shared_mem: int) -> None:
-        """Raise for a launch the driver refused (nothing ran): a configuration that no
-        kernel or not this one can run as ValueError naming the limit, else the CudaError."""
+    def _launch_refused(self, code: Any, grid: Any, block: Any, shared_mem: int) -> None:
+        """Raise for a launch the driver refused with result ``code`` (nothing ran): a
+        configuration that no kernel or not this one can run as ValueError naming the limit,
+        else the CudaError."""
         config = LaunchConfig(grid, block, shared_mem)  # raises for an invalid configuration
+        result = (_launchpath.result_code(code),)
         if result[0] in _BLOCK_TOO_BIG:
             bx, by, bz = _triple(config.block)
             limit = self.max_threads_per_block

@@ -16,9 +16,10 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
+from _driver_calls import CLaunchKernel
 
 import gpurt
-from gpurt import _args, _kcache, _params, nvrtc
+from gpurt import _args, _kcache, _launchpath, _params, nvrtc
 from gpurt import launch as glaunch
 
 # ---- parameter types -----------------------------------------------------------------------
@@ -330,11 +331,23 @@ def test_plan_source_is_specialised(decls):
     plan.fill(buffer, [1.0, 0, 0, 0, 5], None)  # a list is fine
     with pytest.raises(TypeError, match="tuple"):  # an array must not unpack itself
         plan.fill(buffer, np.arange(5), None)
-    assert "a0, a1, a2, a3, a4, = args" in plan.launch_source
-    assert "launch_kernel(function, gx, gy, gz, bx, by, bz" in plan.launch_source
+    python, compiled = plan.launch_source(False), plan.launch_source(True)
+    assert "a0, a1, a2, a3, a4, = args" in python and "a0, a1, a2, a3, a4, = args" in compiled
+    assert "launch_kernel(function, gx, gy, gz, bx, by, bz" in python
+    assert "launch_kernel(grid, block, shared_mem, stream, params)" in compiled
+    assert "gx, gy, gz" not in compiled  # the compiled Launcher takes grid and block as they are
+    assert plan.layout == ((0, "f"), (8, "P"), (16, "P"), (24, "P"), (32, "i"))
 
 
-def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
+def test_plan_layout_is_only_for_plain_parameters(decls):
+    plain = _args.build_plan("tk", decls["tk<__half, 1>"].params, None)
+    assert plain.layout == ((0, "e"), (8, "P"), (16, "P"), (24, "P"), (32, "i"))
+    for needs_python in ("tk<__nv_bfloat16, 8>", "tk<float2, 3>"):
+        assert _args.build_plan("k", decls[needs_python].params, None).layout is None
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls, compiled):
     plan = _args.build_plan("tk", decls["tk<float, 4>"].params, None)
     calls, explained, refused = [], [], []
 
@@ -342,24 +355,33 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
         pointers = (ctypes.c_void_p * 5).from_address(params)
         values = [ctypes.string_at(p, n) for p, n in zip(pointers, (4, 8, 8, 8, 4))]
         calls.append((function, (gx, gy, gz), (bx, by, bz), shared_mem, stream, values))
-        return (1,) if gx == 99 else (0,)
+        return 1 if gx == 99 else 0
 
+    if compiled:
+        if _launchpath.claunch is None:
+            pytest.skip("the C extension gpurt._claunch is not built")
+        c_driver = CLaunchKernel(driver)
+        function = 0x46
+        launch_kernel = _launchpath.claunch.Launcher(c_driver.address, function, glaunch._dims3)
+    else:
+        launch_kernel, function = (lambda *args: (driver(*args),)), "F"
     hooks, hooked = [], []
 
     def run_hooked(driver_call, stream, *call_args):
         hooked.append(stream)
         return driver_call(*call_args)
 
-    launch = plan.launcher("F", launch_kernel=driver, dims=glaunch._dims3, hooks=hooks,
-                           hooked=run_hooked, explain=lambda *a: explained.append(a[0]),
+    launch = plan.launcher(launch_kernel, compiled=compiled, function=function,
+                           dims=glaunch._dims3, hooks=hooks, hooked=run_hooked,
+                           explain=lambda *a: explained.append(a[0]),
                            refused=lambda *a: refused.append(a[1:]))
     launch(4, (32, 2), (0.5, 0x10, 0x20, 0x30, 7), 128, 0, 0)
     launch((2, 3, 4), 64, [1.0, 1, 2, 3, 4], 0, 0x55, 0)
     launch((np.int64(5), 1, 1), [8, 8], (1.0, 1, 2, 3, 4), 0, 0, 0)
-    assert calls[0][:5] == ("F", (4, 1, 1), (32, 2, 1), 128, None)
+    assert calls[0][:5] == (function, (4, 1, 1), (32, 2, 1), 128, None)
     assert calls[0][5] == [struct.pack("<f", 0.5), *(struct.pack("<Q", v) for v in (16, 32, 48)),
                            struct.pack("<i", 7)]
-    assert calls[1][:5] == ("F", (2, 3, 4), (64, 1, 1), 0, 0x55)
+    assert calls[1][:5] == (function, (2, 3, 4), (64, 1, 1), 0, 0x55)
     assert calls[2][1:3] == ((5, 1, 1), (8, 8, 1)) and type(calls[2][1][0]) is int
     launch(99, 1, (0.5, 0, 0, 0, 1), 0, 0, 0)  # a result code other than success
     assert refused == [(99, 1, 0)]
@@ -378,6 +400,7 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls):
     worker.start()
     worker.join()
     assert there[0][1] != here[1]  # another thread, another buffer
+    assert not compiled or not c_driver.errors
 
 
 # ---- launch configuration and hooks ------------------------------------------------------------

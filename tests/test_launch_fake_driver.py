@@ -2,7 +2,9 @@
 the generated launchers, error checks before a launch, dynamic shared memory and hooks.
 
 Real kernels are compiled with NVRTC (explicit arch); only the driver calls are faked, so
-this runs on any CPU. The GPU tests in test_launch.py run the same paths on the device."""
+this runs on any CPU. Every test runs on both launch paths: "compiled" (gpurt._claunch calls
+the fake cuLaunchKernel through its C address) and "python" (cuda.bindings' call, faked, as
+with GPURT_PURE_PYTHON_LAUNCH=1). The GPU tests in test_launch.py run the same on the device."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _driver_calls import CLaunchKernel
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt import _kcache, nvrtc
+from gpurt import _kcache, _launchpath, nvrtc
 from gpurt import launch as glaunch
 
 R = cu.CUresult
@@ -39,6 +42,8 @@ class FakeDriver:
 
     def __init__(self, sizes: dict[bytes, list[int]]) -> None:
         self.sizes = sizes  # kernel name -> its parameters' sizes
+        self.names: dict[int, bytes] = {}  # CUfunction handle -> kernel name
+        self.result = R.CUDA_SUCCESS  # what a launch that passes the checks returns
         self.refuse_at = "kernel"
         self.refuse_all = False
         self.loads: list[bytes] = []
@@ -73,11 +78,13 @@ class FakeDriver:
         return (R.CUDA_ERROR_NOT_SUPPORTED, 0, 0)  # an older driver: the computed layout
 
     def cuKernelGetFunction(self, kernel: Any) -> tuple:
-        return (R.CUDA_SUCCESS, ("function", kernel[1]))
+        handle = 0x5000 + 0x100 * len(self.names)
+        self.names[handle] = kernel[1]
+        return (R.CUDA_SUCCESS, cu.CUfunction(handle))
 
     def cuFuncGetAttribute(self, attr: Any, function: Any) -> tuple:
         if attr == cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-            return (R.CUDA_SUCCESS, 256 if function[1] == b"narrow" else 1024)
+            return (R.CUDA_SUCCESS, 256 if self.names[int(function)] == b"narrow" else 1024)
         limits = self.shared_limits or [48 * 1024]
         return (R.CUDA_SUCCESS, limits[-1])
 
@@ -92,25 +99,42 @@ class FakeDriver:
             raise TypeError("an integer is required")
         if min(numbers) < 0:
             raise OverflowError("can't convert negative value to unsigned int")
+        name = self.names[int(function)]  # a CUfunction, or its handle from the compiled path
         threads = bx * by * bz
-        limit = 256 if function[1] == b"narrow" else 1024
+        limit = 256 if name == b"narrow" else 1024
         too_big = bx > 1024 or by > 1024 or bz > 64 or gy > 65535 or gz > 65535
         if 0 in (gx, gy, gz) or threads == 0 or threads > limit or too_big:
             return (R.CUDA_ERROR_INVALID_VALUE,)
         if self.yield_in_launch:
             time.sleep(0)  # let other threads run between packing and reading the buffer
-        sizes = self.sizes[function[1]]
+        if self.result != R.CUDA_SUCCESS:
+            return (self.result,)
+        sizes = self.sizes[name]
         pointers = (ctypes.c_void_p * len(sizes)).from_address(params)
         data = b"".join(ctypes.string_at(p, n) for p, n in zip(pointers, sizes))
-        self.launches.append((function[1], (gx, gy, gz), (bx, by, bz), shared_mem, stream, data))
+        self.launches.append((name, (gx, gy, gz), (bx, by, bz), shared_mem, stream, data))
         self.launching_threads.append(threading.get_ident())
         return (R.CUDA_SUCCESS,)
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeDriver:
-    """The fake driver in place of the real one, with device 0 current and bound."""
+_PYTHON_CALL = getattr(gpurt.Kernel.__call__, "__wrapped__", gpurt.Kernel.__call__)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+         tmp_path: Path) -> FakeDriver:
+    """The fake driver in place of the real one, with device 0 current and bound, on the
+    compiled launch path or the Python one."""
     driver = FakeDriver({b"axpy": AXPY_SIZES, b"narrow": [8]})
+    if request.param == "compiled":
+        if _launchpath.claunch is None:
+            pytest.skip("the C extension gpurt._claunch is not built")
+        c_launch = CLaunchKernel(lambda *args: int(driver.cuLaunchKernel(*args)[0]))
+        monkeypatch.setattr(_launchpath, "_found", (c_launch.address, "the fake driver"))
+        monkeypatch.setattr(_launchpath, "pure_python", False)
+    else:  # what GPURT_PURE_PYTHON_LAUNCH=1 makes of gpurt.launch at import
+        monkeypatch.setattr(_launchpath, "pure_python", True)
+        monkeypatch.setattr(gpurt.Kernel, "__call__", _PYTHON_CALL)
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GPURT_CACHE_DISABLE", raising=False)
     monkeypatch.setattr(glaunch, "cu", driver)
@@ -125,6 +149,8 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeDriver:
     nvrtc.clear_cache()
     yield driver
     nvrtc.clear_cache()
+    if request.param == "compiled":
+        assert not c_launch.errors, c_launch.errors[0]
 
 
 def axpy_bytes(a: float, x: int, y: int, out: int, n: int) -> bytes:
@@ -298,3 +324,50 @@ def test_a_missing_kernel_is_not_recompiled(fake: FakeDriver) -> None:
     with pytest.raises(gpurt.CudaError, match="CUDA_ERROR_NOT_FOUND.*name_expressions"):
         module["other"](1, 1, ())
     assert len(fake.loads) == 1
+
+
+@pytest.mark.parametrize("code, kind", [
+    (R.CUDA_ERROR_ILLEGAL_ADDRESS, gpurt.CudaError),
+    (R.CUDA_ERROR_OUT_OF_MEMORY, gpurt.OutOfMemoryError),
+    (R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, gpurt.CudaError),  # a block the kernel can run
+])
+def test_driver_errors_become_cuda_errors(fake: FakeDriver, code: Any, kind: type) -> None:
+    kernel = gpurt.compile(SOURCE, arch="sm_90")["axpy"]
+    fake.result = code
+    with pytest.raises(kind) as raised:
+        kernel(2, 32, (1.0, 1, 2, 3, 4))
+    error = raised.value
+    assert type(error) is kind and error.code == int(code) and error.name == code.name
+    assert error.call == "cuLaunchKernel(axpy)" and fake.launches == []
+
+
+def test_launch_path_and_loaded_launcher_agree(fake: FakeDriver) -> None:
+    kernel = gpurt.compile(SOURCE, arch="sm_90")["axpy"]
+    kernel(1, 32, (1.0, 1, 2, 3, 4))
+    path = glaunch.launch_path()
+    loaded = kernel._loaded[0]
+    assert loaded.compiled == (path["path"] == "compiled")
+    if loaded.compiled:
+        assert path["why"] == "the fake driver"
+        assert type(loaded.launch) is _launchpath.claunch.PackingLauncher
+        assert loaded.launch.launcher.function == int(loaded.function)
+    else:
+        assert path["why"] == "GPURT_PURE_PYTHON_LAUNCH is set"
+        assert loaded.launch.__code__.co_filename.startswith("<gpurt cuda.bindings launcher")
+
+
+def test_keyword_and_positional_calls_agree(fake: FakeDriver) -> None:
+    kernel = gpurt.compile(SOURCE, arch="sm_90")["axpy"]
+    args = (1.0, 1, 2, 3, 4)
+    kernel(1, 32, args, 64, 0x10)
+    kernel(1, 32, args, shared_mem=64, stream=0x10)
+    kernel(1, 32, args, stream=0x10, shared_mem=64)
+    kernel(grid=1, block=32, args=args, shared_mem=64, stream=0x10)
+    assert len(set(fake.launches)) == 1 and len(fake.launches) == 4
+    with pytest.raises(TypeError, match="unexpected keyword argument 'streams'"):
+        kernel(1, 32, args, streams=0x10)
+    with pytest.raises(TypeError, match="multiple values for argument 'shared_mem'"):
+        kernel(1, 32, args, 64, shared_mem=64)
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'args'"):
+        kernel(1, 32)
+    assert len(fake.launches) == 4
