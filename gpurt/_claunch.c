@@ -278,6 +278,44 @@ static PyTypeObject LauncherType = {
 
 /* ---- PackingLauncher: packing plain arguments and launching ------------------------------ */
 
+/* One __slots__ attribute of the objects of one type, read straight from the object as its
+ * member descriptor does (an attribute read through getattr costs more than the packing of a
+ * plain argument); ``offset`` is -1 where the type has no such slot: then getattr reads it. */
+typedef struct {
+    PyObject *type; /* a strong reference, or NULL before the first look */
+    Py_ssize_t offset;
+} Slot;
+
+static void slot_find(Slot *slot, PyObject *type, PyObject *name)
+{
+    Py_ssize_t offset = -1;
+    PyObject *descr = PyObject_GetAttr(type, name);
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX) {
+            offset = member->offset;
+        }
+    }
+    Py_XDECREF(descr);
+    PyErr_Clear(); /* no such class attribute: getattr finds it on the object, or not */
+    PyObject *old = slot->type; /* type and offset change together, with no Python between */
+    slot->type = Py_NewRef(type);
+    slot->offset = offset;
+    Py_XDECREF(old);
+}
+
+/* ``value.name`` (a new reference), or NULL where it is unset or cannot be read. */
+static PyObject *slot_get(Slot *slot, PyObject *value, PyObject *name)
+{
+    if ((PyObject *)Py_TYPE(value) != slot->type) {
+        slot_find(slot, (PyObject *)Py_TYPE(value), name);
+    }
+    if (slot->offset < 0) {
+        return PyObject_GetAttr(value, name);
+    }
+    return Py_XNewRef(*(PyObject **)((char *)value + slot->offset));
+}
+
 typedef struct {
     Py_ssize_t offset;
     char code; /* a struct code: b B h H i I q Q e f d, or P for a pointer */
@@ -294,6 +332,7 @@ typedef struct {
     Py_ssize_t size;      /* bytes of the parameter buffer */
     Py_ssize_t count;     /* parameters */
     Field *fields;
+    Slot ptr, device, index; /* Array.ptr, Array.device and Array.device.index */
 } PackingLauncher;
 
 static PyObject *str_device, *str_index, *str_ptr; /* attribute names, interned */
@@ -366,15 +405,15 @@ static int pack_pointer(PackingLauncher *self, PyObject *value, long index, unsi
     if (PyLong_CheckExact(value)) {
         address = PyLong_AsUnsignedLongLong(value);
     } else if ((PyObject *)Py_TYPE(value) == self->array_type) {
-        PyObject *device = PyObject_GetAttr(value, str_device);
-        PyObject *on = device == NULL ? NULL : PyObject_GetAttr(device, str_index);
+        PyObject *device = slot_get(&self->device, value, str_device);
+        PyObject *on = device == NULL ? NULL : slot_get(&self->index, device, str_index);
         Py_XDECREF(device);
         long on_index = on == NULL ? -1 : PyLong_AsLong(on);
         Py_XDECREF(on);
         if (on_index != index) {
             return unsupported(); /* another device: the Python launcher says so */
         }
-        PyObject *ptr = PyObject_GetAttr(value, str_ptr);
+        PyObject *ptr = slot_get(&self->ptr, value, str_ptr);
         if (ptr == NULL) {
             return unsupported();
         }
@@ -526,6 +565,9 @@ static int packing_traverse(PackingLauncher *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->launcher);
     Py_VISIT(self->array_type);
+    Py_VISIT(self->ptr.type);
+    Py_VISIT(self->device.type);
+    Py_VISIT(self->index.type);
     Py_VISIT(self->hooks);
     Py_VISIT(self->fallback);
     Py_VISIT(self->refused);
@@ -536,6 +578,9 @@ static int packing_clear(PackingLauncher *self)
 {
     Py_CLEAR(self->launcher);
     Py_CLEAR(self->array_type);
+    Py_CLEAR(self->ptr.type);
+    Py_CLEAR(self->device.type);
+    Py_CLEAR(self->index.type);
     Py_CLEAR(self->hooks);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->refused);

@@ -222,6 +222,41 @@ def test_packing_takes_arrays_on_the_launch_device_only():
     assert len(fallback.calls) == 2 and len(driver.calls) == 1
 
 
+def gpurt_array(ptr: int | None, index: int) -> gpurt.Array:
+    """A gpurt.Array that only has its ptr and device (made without a GPU)."""
+    array = gpurt.Array.__new__(gpurt.Array)
+    device = gpurt.Device.__new__(gpurt.Device)
+    device.index = index
+    if ptr is not None:
+        array.ptr = ptr
+    array.device = device
+    return array
+
+
+@needs_claunch
+def test_packing_reads_gpurt_arrays_slots():
+    driver, fallback = Driver(((0, "P"), (8, "P"))), Fallback()
+    launcher = _claunch.Launcher(driver.c.address, 1, glaunch._dims3)
+    launch = _claunch.PackingLauncher(launcher, 16, ((0, "P"), (8, "P")), gpurt.Array, [],
+                                      fallback, print)
+    launch(1, 1, (gpurt_array(0x1000, 1), gpurt_array(0x2000, 1)), 0, 0, 1)
+    assert driver.values == [[struct.pack("<Q", 0x1000), struct.pack("<Q", 0x2000)]]
+
+    class OtherDevice:  # a device of another type: read through getattr
+        index = 1
+
+    odd = gpurt_array(0x3000, 1)
+    odd.device = OtherDevice()
+    launch(1, 1, (odd, None), 0, 0, 1)
+    assert driver.values[1] == [struct.pack("<Q", 0x3000), bytes(8)]
+    no_ptr, elsewhere = (gpurt_array(None, 1), None), (gpurt_array(0x4000, 0), None)
+    launch(1, 1, no_ptr, 0, 0, 1)
+    launch(1, 1, elsewhere, 0, 0, 1)
+    launch(1, 1, (gpurt_array(0x5000, 1), None), 0, 0, 1)  # back to gpurt's Device
+    assert [call[2] for call in fallback.calls] == [no_ptr, elsewhere]
+    assert driver.values[2] == [struct.pack("<Q", 0x5000), bytes(8)]
+
+
 class Foreign:
     """An array of another library (``__cuda_array_interface__``)."""
 
