@@ -468,15 +468,19 @@ def test_both_launch_paths_on_the_gpu(monkeypatch, gpu_state):
     for path in ("compiled", "python"):
         monkeypatch.setattr(_launchpath, "pure_python", path == "python")
         kernel = gpurt.compile(f"// {path}\n{AXPY}")["axpy"]
-        out = gpurt.asarray(np.full(n, np.nan, np.float32))
-        kernel((n + 255) // 256, 256, (0.5, dx, dy, out, n))
-        kernel(((n + 127) // 128, 1, 1), [128], [0.5, dx.ptr, dy, out, np.int32(n)],
+        plain, other = (gpurt.asarray(np.full(n, np.nan, np.float32)) for _ in range(2))
+        kernel((n + 255) // 256, 256, (0.5, dx, dy, plain, n))
+        kernel(((n + 127) // 128, 1, 1), [128], [0.5, dx.ptr, dy, other, np.int32(n)],
                stream=gpurt.current_stream())  # the Python launcher's share of the work
-        np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6, atol=1e-6)
+        for out in (plain, other):
+            np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6, atol=1e-6)
         kernels[path] = kernel._loaded[gpurt.current_device()]
     compiled, python = kernels["compiled"], kernels["python"]
     assert not python.compiled
     if _claunch is not None or REQUIRED:
         assert compiled.compiled and type(compiled.launch) is _claunch.PackingLauncher
+    monkeypatch.setattr(_launchpath, "pure_python", False)
+    refused = gpurt.compile(f"// refused\n{AXPY}")["axpy"]
     with pytest.raises(ValueError, match="at most 1024 threads"):  # the driver refuses it
-        gpurt.compile(f"// refused\n{AXPY}")["axpy"](1, 2048, (0.5, dx, dy, dx, n))
+        refused(1, 2048, (0.5, dx, dy, dx, n))
+    assert refused._loaded[gpurt.current_device()].compiled == compiled.compiled
