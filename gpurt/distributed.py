@@ -1,7 +1,7 @@
 """Several processes, one GPU each: torch.distributed's NCCL collectives on gpurt Arrays.
 
 ``init_process_group`` finds the other ranks through a store (``env://`` torchrun-style
-variables, ``tcp://host:port`` or ``file:///path``; see gpurt/_store.py), which also
+variables, ``tcp://host:port`` or ``file:///path``; see gpurt/_rendezvous.py), which also
 checks that every rank agrees on the world; rank 0's NCCL unique id travels through it,
 and each rank opens its NCCL communicator on its GPU (``device_id``, else LOCAL_RANK, else
 rank % device_count; that device becomes current). The collectives take gpurt Arrays or
@@ -31,7 +31,7 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from . import _collective, _nccl, _store
+from . import _collective, _nccl, _rendezvous
 from ._driver import check
 from ._nccl import NcclError, ReduceOp
 from ._store import DistributedError, DistributedTimeoutError, Store
@@ -274,8 +274,8 @@ def init_process_group(backend: str = "nccl", init_method: str | None = None,
         given_rank = None if rank < 0 else rank
         given_size = None if world_size < 0 else world_size
         if store is None:
-            store, rank, world_size = _store.rendezvous(init_method, given_rank, given_size,
-                                                        seconds)
+            store, rank, world_size = _rendezvous.rendezvous(init_method, given_rank,
+                                                             given_size, seconds)
         elif given_rank is None or given_size is None:
             raise ValueError("with a store, give rank and world_size too")
         else:
@@ -475,5 +475,5 @@ def barrier(group: None = None, timeout: float | timedelta | None = None) -> Non
     g = _group(group)
     g.raise_failure()
     g.barriers += 1
-    _store.barrier(g.store, g.rank, g.size, f"gpurt/barrier/{g.barriers}",
-                   _seconds(timeout) if timeout is not None else g.timeout)
+    _rendezvous.barrier(g.store, g.rank, g.size, f"gpurt/barrier/{g.barriers}",
+                        _seconds(timeout) if timeout is not None else g.timeout)

@@ -1,5 +1,5 @@
-"""Tests for gpurt/_store.py: the stores (HashStore, TCPStore, FileStore), rendezvous and its
-world checks, and the store barrier. CPU only.
+"""Tests for gpurt/_store.py and gpurt/_rendezvous.py: the stores (HashStore, TCPStore,
+FileStore), rendezvous and its world checks, and the store barrier. CPU only.
 
 Each store passes the same set/get/add/wait/timeout tests; the multi-process tests start
 ``python -c`` workers (ports are picked free, folders are tmp_path) and assert the messages
@@ -29,6 +29,7 @@ import pytest
 
 from _threads import in_thread
 from gpurt import _store
+from gpurt._rendezvous import barrier, join_world, rendezvous
 from gpurt._store import (
     DistributedError,
     DistributedTimeoutError,
@@ -36,9 +37,6 @@ from gpurt._store import (
     HashStore,
     Store,
     TCPStore,
-    barrier,
-    join_world,
-    rendezvous,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +47,8 @@ ENV_NAMES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
 WORKER = textwrap.dedent(
     """
     import json, os, sys
-    from gpurt._store import DistributedError, barrier, rendezvous
+    from gpurt._rendezvous import barrier, rendezvous
+    from gpurt._store import DistributedError
     spec = json.loads(sys.argv[1])
     result = {"pid": os.getpid()}
     try:
