@@ -2,8 +2,8 @@
 host memory, fills, the event handshake that orders one stream after another, and which
 device an address belongs to.
 
-Callers (gpurt.array) bind the right context first and pass raw stream handles. Every
-driver result goes through ``_driver.check``.
+Callers (gpurt.array, gpurt._arraycopy) bind the right context first and pass raw stream
+handles. Every driver result goes through ``_driver.check``.
 """
 
 from __future__ import annotations

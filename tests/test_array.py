@@ -31,7 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt import _dlpack, _layout, _ownership, memory, streams
+from gpurt import _arraycopy, _dlpack, _layout, _ownership, memory, streams
 from gpurt import array as garray
 from gpurt.device import Device, bind_context
 
@@ -1045,6 +1045,7 @@ def host_gpu(fake_gpu, monkeypatch):
     monkeypatch.setattr(garray._copy, "cu", driver)
     monkeypatch.setattr(garray._copy, "_idle_events", {})
     monkeypatch.setattr(garray, "bind_context", lambda index: None)
+    monkeypatch.setattr(_arraycopy, "bind_context", lambda index: None)
     driver.stream = fake_gpu.stream
     return driver
 
