@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
+from ._copy import pointer_device
 from ._driver import check
 from ._params import Param
 from .array import Array, from_dlpack
@@ -93,8 +94,7 @@ def _check_foreign_device(value: Any, ptr: int, index: int | None) -> None:
     if where is not None:
         on = int(where()[1])
     else:
-        attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-        on = int(check(cu.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+        on = pointer_device(ptr)
     _check_device(f"the {type(value).__name__}", on, index)
 
 

@@ -16,7 +16,7 @@ from cuda.bindings import driver as cu
 
 from . import _layout
 from ._driver import check
-from .device import bind_context, current_device
+from .device import bind_context, current_device, primary_index
 
 __all__: list[str] = []  # internal module
 
@@ -190,6 +190,26 @@ def pointer_device(ptr: int) -> int:
     if int(err) != 0 or int(kind) == int(_HOST):
         where = "host memory" if int(err) == 0 else "not memory the CUDA driver knows"
         raise TypeError(f"address {ptr:#x} is {where}; a device array is needed here")
+    # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL read 0 for memory on device 1 of an H200 pair
+    # (driver 580, cuda-bindings 13.3), so the owning context decides where there is one.
+    context = check(cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_CONTEXT, ptr),
+                    "cuPointerGetAttribute")
+    if int(context):
+        return context_device(context)
     ordinal = check(cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
                     "cuPointerGetAttribute")
     return int(ordinal)
+
+
+def context_device(context: Any) -> int:
+    """Ordinal of the device of ``context``: a primary context gpurt holds, else asked of
+    the driver (cuCtxPushCurrent + cuCtxGetDevice + cuCtxPopCurrent)."""
+    index = primary_index(context)
+    if index is not None:
+        return index
+    check(cu.cuCtxPushCurrent(context), "cuCtxPushCurrent")
+    try:
+        device = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
+    finally:
+        check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+    return int(device)

@@ -178,6 +178,12 @@ def primary_context(index: int) -> Any:
     return ctx
 
 
+def primary_index(context: Any) -> int | None:
+    """The device whose primary context gpurt holds is ``context``, or None."""
+    handle = int(context)
+    return next((i for i, ctx in list(_primary.items()) if int(ctx) == handle), None)
+
+
 def bind_context(index: int) -> None:
     """Make device ``index``'s primary context current on this thread (cheap if it is)."""
     if getattr(_tls, "bound", None) != index:

@@ -127,3 +127,21 @@ def test_enable_peer_access_lets_a_kernel_read_the_peer(rng: np.random.Generator
     gpurt.synchronize(1)
     kernel((host.size + 255) // 256, 256, (remote.ptr, out, host.size))
     np.testing.assert_array_equal(out.numpy(), 2.0 * host)
+
+
+def test_foreign_arrays_on_device_1_are_seen_there() -> None:
+    """Where a foreign array lives comes from its memory, whatever device is current."""
+    g = gpurt.zeros(4, np.float32, device=1)
+
+    class Shim:  # only __cuda_array_interface__, so gpurt must ask the driver
+        __cuda_array_interface__ = g.__cuda_array_interface__
+
+    for current in (0, 1):
+        gpurt.set_device(current)
+        assert gpurt.asarray(Shim()).device.index == 1
+    torch = pytest.importorskip("torch")
+    t = torch.ones(4, device="cuda:1")
+    gpurt.set_device(0)
+    wrapped = gpurt.asarray(t)
+    assert wrapped.device.index == 1 and wrapped.ptr == t.data_ptr()
+    np.testing.assert_array_equal(wrapped.numpy(), np.ones(4, np.float32))
