@@ -190,8 +190,9 @@ def pointer_device(ptr: int) -> int:
     if int(err) != 0 or int(kind) == int(_HOST):
         where = "host memory" if int(err) == 0 else "not memory the CUDA driver knows"
         raise TypeError(f"address {ptr:#x} is {where}; a device array is needed here")
-    # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL read 0 for memory on device 1 of an H200 pair
-    # (driver 580, cuda-bindings 13.3), so the owning context decides where there is one.
+    # cuda-bindings 13.3 read CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL as 0 for memory on device
+    # 1 of an H200 pair, where the driver called through ctypes said 1; the owning context
+    # decides instead, where there is one.
     context = check(cu.cuPointerGetAttribute(attr.CU_POINTER_ATTRIBUTE_CONTEXT, ptr),
                     "cuPointerGetAttribute")
     if int(context):
