@@ -55,23 +55,29 @@ def same_layout(arrays: Iterable[Array], what: str) -> tuple[tuple[int, ...], An
 
 def before(stream: Stream, arrays: Iterable[Array]) -> None:
     """Make ``stream`` wait for the work queued so far on each array's own stream."""
-    index = stream.device.index
+    handle = stream.cuda_stream
     for a in arrays:
+        if a.stream is stream:  # the common case, decided without a property call
+            continue
         producer = a.stream.cuda_stream
-        if producer != stream.cuda_stream:
+        if producer != handle:
+            index = stream.device.index
             bind_context(index)
-            _copy.wait_for(index, stream.cuda_stream, producer)
+            _copy.wait_for(index, handle, producer)
 
 
 def after(stream: Stream, arrays: Iterable[Array]) -> None:
     """Record that ``stream`` used each array (see the module docstring)."""
-    index = stream.device.index
+    handle = stream.cuda_stream
     for a in arrays:
+        if a.stream is stream:
+            continue
         consumer = a.stream.cuda_stream
-        if consumer == stream.cuda_stream:
+        if consumer == handle:
             continue
         try:
             a.record_stream(stream)
         except ValueError:  # not the allocator's memory: its stream waits for ours
+            index = stream.device.index
             bind_context(index)
-            _copy.wait_for(index, consumer, stream.cuda_stream)
+            _copy.wait_for(index, consumer, handle)

@@ -36,10 +36,12 @@ _cliques_lock = threading.Lock()
 def _clique(devices: Sequence[int]) -> dict[int, _nccl.Communicator]:
     """Communicators for the set ``devices`` (made once, kept), by device."""
     key = tuple(sorted(set(devices)))
-    with _cliques_lock:
-        comms = _cliques.get(key)
-        if comms is None:
-            comms = _cliques[key] = {c.device: c for c in _nccl.init_all(key)}
+    comms = _cliques.get(key)
+    if comms is None:
+        with _cliques_lock:
+            comms = _cliques.get(key)
+            if comms is None:
+                comms = _cliques[key] = {c.device: c for c in _nccl.init_all(key)}
     return comms
 
 
