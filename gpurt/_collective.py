@@ -41,6 +41,16 @@ def flat(array: Array, what: str, name: str) -> Array:
     return array
 
 
+def flat_arrays(objs: Iterable[Any], what: str, label: str) -> list[Array]:
+    """:func:`flat` over ``device_array`` of each of ``objs``, named ``label[i]`` in errors
+    (the names are only built for an error: this runs on every collective)."""
+    arrays = []
+    for i, obj in enumerate(objs):
+        a = obj if isinstance(obj, Array) else device_array(obj, what, f"{label}[{i}]")
+        arrays.append(a if a.is_contiguous() else flat(a, what, f"{label}[{i}]"))
+    return arrays
+
+
 def same_layout(arrays: Iterable[Array], what: str) -> tuple[tuple[int, ...], Any]:
     """The shape and dtype all ``arrays`` share; ValueError/TypeError naming the odd one."""
     items = list(arrays)

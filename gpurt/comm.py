@@ -61,18 +61,25 @@ def _dtype_code(array: Array, what: str) -> int:
     return _nccl.datatype(array.dtype, what)
 
 
-def _run(what: str, steps: list[tuple[Stream, list[Array], Any]]) -> None:
-    """Run ``steps`` as one NCCL group: each is (stream, arrays it touches, call(stream
-    handle)); every stream is ordered after its arrays' streams before, and recorded as
-    their user after."""
+Step = tuple[Stream, list[Array], Any, tuple[Any, ...]]
+
+
+def _run(what: str, steps: list[Step]) -> None:
+    """Run ``steps`` as one NCCL group. A step is (stream, the arrays it touches, an NCCL
+    binding, its arguments but the stream); every stream is ordered after its arrays'
+    streams before, and recorded as their user after."""
     if not steps:
         return
-    for stream, arrays, _ in steps:
+    for stream, arrays, _, _ in steps:
         _collective.before(stream, arrays)
-    with _nccl.group():
-        for stream, _, step in steps:
-            _nccl.call(what, step, stream.cuda_stream)
-    for stream, arrays, _ in steps:
+    nccl = _nccl.bindings()
+    _nccl.call("ncclGroupStart", nccl.group_start)
+    try:
+        for stream, _, fn, args in steps:
+            _nccl.call(what, fn, *args, stream.cuda_stream)
+    finally:
+        _nccl.call("ncclGroupEnd", nccl.group_end)
+    for stream, arrays, _, _ in steps:
         _collective.after(stream, arrays)
 
 
@@ -93,8 +100,7 @@ def broadcast(array: Any, devices: Sequence[DeviceLike] | None = None, *,
         targets = [src if d == root else empty(src.shape, src.dtype, d)
                    for d in _devices(devices, what)]
     else:
-        targets = [_collective.flat(_collective.device_array(o, what, f"out[{i}]"), what,
-                                    f"out[{i}]") for i, o in enumerate(out)]
+        targets = _collective.flat_arrays(out, what, "out")
         _collective.same_layout([src, *targets], what)
         _devices([t.device.index for t in targets], what)
     _broadcast_group(what, [(src, targets)])
@@ -104,7 +110,7 @@ def broadcast(array: Any, devices: Sequence[DeviceLike] | None = None, *,
 def _broadcast_group(what: str, pairs: list[tuple[Array, list[Array]]]) -> None:
     """For each (source, targets): copy source into every target, in one NCCL group."""
     nccl = _nccl.bindings()
-    steps: list[tuple[Stream, list[Array], Any]] = []
+    steps: list[Step] = []
     for src, targets in pairs:
         root = src.device.index
         on_root = [t for t in targets if t.device.index == root and t is not src]
@@ -117,19 +123,13 @@ def _broadcast_group(what: str, pairs: list[tuple[Array, list[Array]]]) -> None:
         count, dtype = src.size, _dtype_code(src, what)
         rank_of_root = comms[root].rank
         recv_root = on_root[0] if on_root else src
-        steps.append((current_stream(root), [src, recv_root],
-                       _bcast(nccl, src.ptr, recv_root.ptr, count, dtype, rank_of_root,
-                              comms[root])))
+        steps.append((current_stream(root), [src, recv_root], nccl.broadcast,
+                      (src.ptr, recv_root.ptr, count, dtype, rank_of_root, comms[root].handle)))
         for index, target in ranks.items():
-            steps.append((current_stream(index), [target],
-                          _bcast(nccl, target.ptr, target.ptr, count, dtype, rank_of_root,
-                                 comms[index])))
+            steps.append((current_stream(index), [target], nccl.broadcast,
+                          (target.ptr, target.ptr, count, dtype, rank_of_root,
+                           comms[index].handle)))
     _run(what, steps)
-
-
-def _bcast(nccl: Any, send: int, recv: int, count: int, dtype: int, root: int,
-           comm: _nccl.Communicator) -> Any:
-    return lambda stream: nccl.broadcast(send, recv, count, dtype, root, comm.handle, stream)
 
 
 def broadcast_coalesced(arrays: Sequence[Any], devices: Sequence[DeviceLike],
@@ -139,8 +139,7 @@ def broadcast_coalesced(arrays: Sequence[Any], devices: Sequence[DeviceLike],
     one NCCL group per ``buffer_size`` bytes, which NCCL fuses into few kernels."""
     what = "comm.broadcast_coalesced"
     indices = _devices(devices, what)
-    srcs = [_collective.flat(_collective.device_array(a, what, f"arrays[{i}]"), what,
-                             f"arrays[{i}]") for i, a in enumerate(arrays)]
+    srcs = _collective.flat_arrays(arrays, what, "arrays")
     for i, s in enumerate(srcs):
         if s.device.index != indices[0]:
             raise ValueError(f"{what}: arrays[{i}] is on {s.device}; all must be on "
@@ -182,8 +181,7 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: DeviceLik
     what = "comm.reduce_add" if buffer_size is None else "comm.reduce_add_coalesced"
     if not inputs:
         raise ValueError(f"{what}: no inputs")
-    per_device = [[_collective.flat(_collective.device_array(a, what, f"inputs[{d}][{i}]"),
-                                    what, f"inputs[{d}][{i}]") for i, a in enumerate(row)]
+    per_device = [_collective.flat_arrays(row, what, f"inputs[{d}]")
                   for d, row in enumerate(inputs)]
     if len({len(row) for row in per_device}) != 1:
         raise ValueError(f"{what}: every device must give the same number of arrays")
@@ -204,33 +202,26 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: DeviceLik
     comms = _clique(indices)
     nccl = _nccl.bindings()
     root_rank = comms[root].rank
+    total = int(ReduceOp.SUM)
     for chunk in _chunks([c[0] for c in columns], buffer_size or 1 << 62):
-        steps: list[tuple[Stream, list[Array], Any]] = []
+        steps: list[Step] = []
         for index, row in zip(indices, per_device):
-            stream, comm = current_stream(index), comms[index]
+            stream, handle = current_stream(index), comms[index].handle
             for i in chunk:
                 send = row[i]
                 recv = results[i] if index == root else send
-                dtype = _dtype_code(send, what)
-                steps.append((stream, [send, recv],
-                              _reduce(nccl, send.ptr, recv.ptr, send.size, dtype, root_rank,
-                                      comm)))
+                steps.append((stream, [send, recv], nccl.reduce,
+                              (send.ptr, recv.ptr, send.size, _dtype_code(send, what), total,
+                               root_rank, handle)))
         _run(what, steps)
     return tuple(results)
-
-
-def _reduce(nccl: Any, send: int, recv: int, count: int, dtype: int, root: int,
-            comm: _nccl.Communicator) -> Any:
-    return lambda stream: nccl.reduce(send, recv, count, dtype, int(ReduceOp.SUM), root,
-                                      comm.handle, stream)
 
 
 def all_reduce(arrays: Sequence[Any], op: ReduceOp | str = ReduceOp.SUM) -> list[Array]:
     """Reduce ``arrays`` (one per device, same shape and dtype) with ``op`` and leave the
     result in every one of them, in place. Returns them (as gpurt Arrays)."""
     what = "comm.all_reduce"
-    items = [_collective.flat(_collective.device_array(a, what, f"arrays[{i}]"), what,
-                              f"arrays[{i}]") for i, a in enumerate(arrays)]
+    items = _collective.flat_arrays(arrays, what, "arrays")
     if not items:
         return []
     _collective.same_layout(items, what)
@@ -238,16 +229,11 @@ def all_reduce(arrays: Sequence[Any], op: ReduceOp | str = ReduceOp.SUM) -> list
     nccl = _nccl.bindings()
     dtype = _dtype_code(items[0], what)
     code = _nccl.reduce_op(op, items[0].dtype, what)
-    steps = [(current_stream(a.device.index), [a],
-              _all_reduce(nccl, a.ptr, a.size, dtype, code, comms[a.device.index]))
-             for a in items]
+    steps: list[Step] = [(current_stream(a.device.index), [a], nccl.all_reduce,
+                          (a.ptr, a.ptr, a.size, dtype, code, comms[a.device.index].handle))
+                         for a in items]
     _run(what, steps)
     return items
-
-
-def _all_reduce(nccl: Any, ptr: int, count: int, dtype: int, op: int,
-                comm: _nccl.Communicator) -> Any:
-    return lambda stream: nccl.all_reduce(ptr, ptr, count, dtype, op, comm.handle, stream)
 
 
 # ---- scatter and gather ------------------------------------------------------------------
@@ -284,8 +270,7 @@ def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
     if (devices is None) == (out is None):
         raise ValueError(f"{what}: give exactly one of devices and out")
     if out is not None:
-        outs = [_collective.flat(_collective.device_array(o, what, f"out[{i}]"), what,
-                                 f"out[{i}]") for i, o in enumerate(out)]
+        outs = _collective.flat_arrays(out, what, "out")
         indices = _devices([o.device.index for o in outs], what)
         sizes = [o.shape[axis] for o in outs]
     else:
@@ -320,13 +305,13 @@ def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
         return tuple(results)
     comms = _clique([root, *(indices[i] for i, _, _ in sends)])
     nccl = _nccl.bindings()
-    steps: list[tuple[Stream, list[Array], Any]] = []
+    steps: list[Step] = []
     for i, chunk, target in sends:
-        dtype, peer = _dtype_code(chunk, what), comms[target.device.index].rank
-        steps.append((root_stream, [chunk], _send(nccl, chunk, dtype, peer, comms[root])))
-        steps.append((_stream(target.device.index, streams, i), [target],
-                      _recv(nccl, target, dtype, comms[root].rank,
-                            comms[target.device.index])))
+        dtype, peer = _dtype_code(chunk, what), comms[target.device.index]
+        steps.append((root_stream, [chunk], nccl.send,
+                      (chunk.ptr, chunk.size, dtype, peer.rank, comms[root].handle)))
+        steps.append((_stream(target.device.index, streams, i), [target], nccl.recv,
+                      (target.ptr, target.size, dtype, comms[root].rank, peer.handle)))
     _run(what, steps)
     return tuple(results)
 
@@ -337,8 +322,7 @@ def gather(arrays: Sequence[Any], dim: int = 0, destination: DeviceLike = None, 
     ``destination`` (default: the current device), or into ``out``; the parts travel by
     NCCL send/recv."""
     what = "comm.gather"
-    parts = [_collective.flat(_collective.device_array(a, what, f"arrays[{i}]"), what,
-                              f"arrays[{i}]") for i, a in enumerate(arrays)]
+    parts = _collective.flat_arrays(arrays, what, "arrays")
     if not parts:
         raise ValueError(f"{what}: no arrays")
     axis = _axis(dim, parts[0].ndim, what)
@@ -375,25 +359,15 @@ def gather(arrays: Sequence[Any], dim: int = 0, destination: DeviceLike = None, 
         return result
     comms = _clique([root, *(p.device.index for p, _, _ in remote)])
     nccl = _nccl.bindings()
-    steps: list[tuple[Stream, list[Array], Any]] = []
+    steps: list[Step] = []
     for p, _, landing in remote:
-        dtype, index = _dtype_code(p, what), p.device.index
-        steps.append((current_stream(index), [p],
-                      _send(nccl, p, dtype, comms[root].rank, comms[index])))
-        steps.append((current_stream(root), [landing],
-                      _recv(nccl, landing, dtype, comms[index].rank, comms[root])))
+        dtype, sender = _dtype_code(p, what), comms[p.device.index]
+        steps.append((current_stream(sender.device), [p], nccl.send,
+                      (p.ptr, p.size, dtype, comms[root].rank, sender.handle)))
+        steps.append((current_stream(root), [landing], nccl.recv,
+                      (landing.ptr, landing.size, dtype, sender.rank, comms[root].handle)))
     _run(what, steps)
     for _, target, landing in remote:
         if landing is not target:  # a strided place in result: one local copy
             target.copy_(landing)
     return result
-
-
-def _send(nccl: Any, array: Array, dtype: int, peer: int, comm: _nccl.Communicator) -> Any:
-    ptr, count = array.ptr, array.size
-    return lambda stream: nccl.send(ptr, count, dtype, peer, comm.handle, stream)
-
-
-def _recv(nccl: Any, array: Array, dtype: int, peer: int, comm: _nccl.Communicator) -> Any:
-    ptr, count = array.ptr, array.size
-    return lambda stream: nccl.recv(ptr, count, dtype, peer, comm.handle, stream)
