@@ -7,8 +7,9 @@
               and torch alternating, median over ``--reps`` batches. Bus bandwidth as
               nccl-tests reports it: bytes / time x 2(n-1)/n. Target: gpurt within 5% of
               torch.distributed.
-  comm        one process driving every GPU: broadcast and reduce_add of 64 MiB, host wall
-              time to finish on every device (median), gpurt.comm vs torch.cuda.comm.
+  comm        one process driving every GPU: broadcast and reduce_add of 1 and 64 MiB, host
+              wall time until every device has finished (median; gpurt and torch run each
+              case back to back, in turns), gpurt.comm vs torch.cuda.comm.
 
 NCCL_NVLS_ENABLE=0 for every process (no NVLink multicast on shared machines).
 
@@ -150,13 +151,16 @@ def comm_rows(world: int, reps: int = 60) -> list[dict[str, Any]]:
             cases[(f"comm.reduce_add {mib} MiB", label)] = \
                 lambda tparts=tparts: tcomm.reduce_add(tparts, 0)
     samples: dict[tuple[str, str], list[float]] = {key: [] for key in cases}
+    whats = list(dict.fromkeys(what for what, _ in cases))
     for rep in range(reps + 5):  # the first 5 warm up
-        for (what, impl), fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            syncs[impl]()
-            if rep >= 5:
-                samples[(what, impl)].append((time.perf_counter() - t0) * 1e6)
+        for what in whats:  # each case right after its peer, in turns (ABBA)
+            impls = [impl for w, impl in cases if w == what]
+            for impl in impls if rep % 2 else impls[::-1]:
+                t0 = time.perf_counter()
+                cases[(what, impl)]()
+                syncs[impl]()
+                if rep >= 5:
+                    samples[(what, impl)].append((time.perf_counter() - t0) * 1e6)
     return [{"what": what, "impl": impl, "ranks": world,
              "time_us": statistics.median(samples[(what, impl)])} for what, impl in cases]
 
