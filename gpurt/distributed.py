@@ -432,30 +432,28 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp | str = ReduceOp
                  async_op)
 
 
-def isend(tensor: Any, dst: int, group: None = None, tag: int = 0) -> Work:
-    """Send ``tensor`` to rank ``dst``, which must post a matching :func:`recv`."""
-    what, g = "send", _group(group)
-    a = _on_device(g, tensor, what, "tensor")
-    peer, dtype = _rank(g, dst, what, "dst"), _nccl.datatype(a.dtype, what)
-    if peer == g.rank:
-        raise ValueError(f"{what}: rank {peer} cannot send to itself")
-    nccl = _nccl.bindings()
-    work = g.run(what, [a], [lambda c, s: nccl.send(a.ptr, a.size, dtype, peer, c, s)], True)
+def _point_to_point(kind: str, tensor: Any, peer: int, group: None) -> Work:
+    """Queue a send to, or a receive from, rank ``peer`` (``kind``: "send" or "recv")."""
+    g = _group(group)
+    a = _on_device(g, tensor, kind, "tensor")
+    other = _rank(g, peer, kind, "dst" if kind == "send" else "src")
+    if other == g.rank:
+        raise ValueError(f"{kind}: rank {other} cannot {kind} to or from itself")
+    dtype, nccl = _nccl.datatype(a.dtype, kind), _nccl.bindings()
+    fn = nccl.send if kind == "send" else nccl.recv
+    work = g.run(kind, [a], [lambda c, s: fn(a.ptr, a.size, dtype, other, c, s)], True)
     assert work is not None
     return work
+
+
+def isend(tensor: Any, dst: int, group: None = None, tag: int = 0) -> Work:
+    """Send ``tensor`` to rank ``dst``, which must post a matching :func:`recv`."""
+    return _point_to_point("send", tensor, dst, group)
 
 
 def irecv(tensor: Any, src: int, group: None = None, tag: int = 0) -> Work:
     """Receive into ``tensor`` what rank ``src`` sends."""
-    what, g = "recv", _group(group)
-    a = _on_device(g, tensor, what, "tensor")
-    peer, dtype = _rank(g, src, what, "src"), _nccl.datatype(a.dtype, what)
-    if peer == g.rank:
-        raise ValueError(f"{what}: rank {peer} cannot receive from itself")
-    nccl = _nccl.bindings()
-    work = g.run(what, [a], [lambda c, s: nccl.recv(a.ptr, a.size, dtype, peer, c, s)], True)
-    assert work is not None
-    return work
+    return _point_to_point("recv", tensor, src, group)
 
 
 def send(tensor: Any, dst: int, group: None = None, tag: int = 0) -> None:

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import _multigpu
 import gpurt
 from gpurt import _nccl, comm
 from gpurt._driver import check
@@ -27,18 +28,7 @@ DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int8, np.ui
           np.uint32, np.int64, np.uint64]
 
 
-def _devices_available() -> str | None:
-    if not gpurt.is_available():
-        return "no GPU"
-    if gpurt.device_count() < 2:
-        return f"needs 2+ GPUs, this machine has {gpurt.device_count()}"
-    if not _nccl.is_available():
-        return "NCCL (nccl4py) is not installed"
-    return None
-
-
-multi_gpu = pytest.mark.skipif(_devices_available() is not None,
-                               reason=str(_devices_available()))
+multi_gpu = _multigpu.multi_gpu()
 
 
 def random(shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -> np.ndarray:

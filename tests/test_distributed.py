@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import _multigpu
 import gpurt
 from gpurt import _nccl
 from gpurt import distributed as dist
@@ -26,17 +27,7 @@ from gpurt import distributed as dist
 WORKER = Path(__file__).with_name("_dist_worker.py")
 
 
-def _why_not() -> str | None:
-    if not gpurt.is_available():
-        return "no GPU"
-    if gpurt.device_count() < 2:
-        return f"needs 2+ GPUs, this machine has {gpurt.device_count()}"
-    if not _nccl.is_available():
-        return "NCCL (nccl4py) is not installed"
-    return None
-
-
-multi_gpu = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+multi_gpu = _multigpu.multi_gpu()
 
 
 # ---- CPU --------------------------------------------------------------------------------

@@ -9,19 +9,12 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as cu
 
+import _multigpu
 import gpurt
 from gpurt._driver import check
 
 
-def _why_not() -> str | None:
-    if not gpurt.is_available():
-        return "no GPU"
-    if gpurt.device_count() < 2:
-        return f"needs 2+ GPUs, this machine has {gpurt.device_count()}"
-    return None
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+pytestmark = [pytest.mark.gpu, _multigpu.multi_gpu(nccl=False)]
 
 
 @pytest.fixture
