@@ -152,7 +152,7 @@ class _Group:
 
     def _watch(self) -> None:
         bind_context(self.device)
-        while not self._stop.wait(_WATCH_PERIOD):
+        while not self._stop.wait(_WATCH_PERIOD) and self.failure is None:
             try:
                 problem = self._look()
             except Exception as exc:  # a CUDA error seen on an event: the context is gone
@@ -217,12 +217,19 @@ class _Group:
             self.pending.append(work)  # the deadline watches a call stuck in NCCL too
             bind_context(self.device)
             handle = self.comm.handle
-            if len(calls) == 1:
-                _nccl.call(what, calls[0], handle, stream.cuda_stream)
-            else:
-                with _nccl.group():
-                    for fn in calls:
-                        _nccl.call(what, fn, handle, stream.cuda_stream)
+            try:
+                if len(calls) == 1:
+                    _nccl.call(what, calls[0], handle, stream.cuda_stream)
+                else:
+                    with _nccl.group():
+                        for fn in calls:
+                            _nccl.call(what, fn, handle, stream.cuda_stream)
+            except NcclError as exc:
+                # a call the watchdog aborted (stuck connecting to a dead peer) reports the
+                # deadline, not NCCL's view of the abort; any other failure ends the group too
+                if self.failure is None:
+                    self.fail(exc)
+                raise self.failure from exc
             work._recorded(stream)
         _collective.after(stream, arrays)
         return work if async_op else None

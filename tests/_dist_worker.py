@@ -181,7 +181,29 @@ def peer_dies(seed: int) -> None:
     print(f"OK timed out after {waited:.1f} s", flush=True)
 
 
-SCENARIOS = {"ops": ops, "errors": errors, "peer_dies": peer_dies}
+def peer_dies_early(seed: int) -> None:
+    """The last rank leaves before any collective (NCCL has not connected the ranks yet):
+    the others must still get a timeout, not a hang."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if rank == size - 1:
+        print("OK leaving before the first collective", flush=True)
+        os._exit(0)
+    a = gpurt.full(1 << 16, 1.0, np.float32)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(a, async_op=True).wait()
+    except dist.DistributedTimeoutError as exc:
+        assert "did not finish within" in str(exc), str(exc)
+    else:
+        raise AssertionError("all_reduce with a dead peer finished")
+    waited = time.monotonic() - start
+    gpurt.synchronize()
+    dist.destroy_process_group()
+    print(f"OK timed out after {waited:.1f} s", flush=True)
+
+
+SCENARIOS = {"ops": ops, "errors": errors, "peer_dies": peer_dies,
+             "peer_dies_early": peer_dies_early}
 
 
 def main() -> None:

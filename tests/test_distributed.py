@@ -127,10 +127,11 @@ def test_tcp_and_file_rendezvous(how: str, tmp_path: Path) -> None:
 
 @multi_gpu
 @pytest.mark.gpu
-def test_a_dead_peer_gives_a_timeout_not_a_hang() -> None:
+@pytest.mark.parametrize("scenario", ["peer_dies", "peer_dies_early"])
+def test_a_dead_peer_gives_a_timeout_not_a_hang(scenario: str) -> None:
     start = time.monotonic()
-    results = launch("peer_dies", 2, timeout=120, extra={r: {"GPURT_TEST_TIMEOUT": "8"}
-                                                          for r in range(2)})
+    results = launch(scenario, 2, timeout=120, extra={r: {"GPURT_TEST_TIMEOUT": "8"}
+                                                       for r in range(2)})
     _assert_ok(results)
     assert "timed out after" in results[0][1]
     assert time.monotonic() - start < 90
