@@ -23,6 +23,7 @@ from rich.table import Table
 from . import __version__ as _gpurt_version
 from ._driver import CudaError, bindings_version, check, driver_version
 from ._launchpath import launch_path
+from ._nccl import describe as _nccl_describe
 from .device import (
     clock_rate,
     device_count,
@@ -58,7 +59,8 @@ _NVML_READINGS: dict[str, tuple[Callable[[int], int], str]] = {
     "clock_rate": (clock_rate, "MHz"),
 }
 
-_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "GPURT_CACHE_DIR", "GPURT_CACHE_DISABLE", "GPURT_ALLOC_CONF")
+_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "GPURT_CACHE_DIR", "GPURT_CACHE_DISABLE", "GPURT_ALLOC_CONF",
+             "NCCL_NVLS_ENABLE", "NCCL_DEBUG")
 
 # what still works without a GPU: (needs NVRTC, text)
 _WORKS_WITHOUT_GPU = [
@@ -163,6 +165,7 @@ def collect() -> dict[str, Any]:
         "driver": driver,
         "nvrtc": nvrtc,
         "launch": launch_path(),
+        "collectives": _nccl_describe(),
         "devices": devices,
         "environment": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "missing": missing,
@@ -215,6 +218,9 @@ def _software_table(report: dict[str, Any]) -> Table:
         table.add_row("NVRTC", f"[red]n/a[/red]: {escape(nvrtc['error'])}")
     launch = report["launch"]
     table.add_row("kernel launches", escape(f"{launch['path']}: {launch['why']}"))
+    nccl = report["collectives"]
+    table.add_row("collectives", escape(nccl["why"]) if nccl["available"] else
+                  "[yellow]not available[/yellow]: " + escape(nccl["why"]))
     for dist, version in report["packages"].items():
         text = escape(version) if version else "[yellow]not installed[/yellow]"
         table.add_row(_PACKAGES[dist], text)

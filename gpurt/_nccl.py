@@ -66,6 +66,16 @@ def is_available() -> bool:
     return True
 
 
+def describe() -> dict[str, Any]:
+    """For ``gpurt info``: whether collectives can run here, NCCL's version, or why not."""
+    try:
+        major, minor, patch = version()
+    except Exception as exc:  # a missing wheel or a library that does not load
+        return {"available": False, "version": None, "why": str(exc)}
+    return {"available": True, "version": f"{major}.{minor}.{patch}",
+            "why": f"NCCL {major}.{minor}.{patch} through nccl4py"}
+
+
 def call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``, an NCCL binding; its failure raised as :class:`NcclError`."""
     try:

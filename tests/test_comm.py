@@ -297,3 +297,14 @@ def test_ordering_with_the_arrays_streams_and_record_stream(devices: list[int],
         flag.release()
         side.synchronize()
         flag.free()
+
+
+def test_gpurt_info_says_whether_collectives_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpurt import _info
+
+    assert _info.collect()["collectives"]["available"] == _nccl.is_available()
+    monkeypatch.setattr(_nccl, "_module", None)
+    monkeypatch.setitem(sys.modules, "nccl.bindings.nccl", None)
+    monkeypatch.setitem(sys.modules, "nccl.bindings", None)
+    missing = _nccl.describe()
+    assert not missing["available"] and "gpurt[nccl]" in missing["why"]
