@@ -84,6 +84,14 @@ def call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         raise NcclError(what, int(getattr(exc, "status", -1)), str(exc)) from None
 
 
+def error_text(status: int) -> str:
+    """NCCL's words for an ncclResult_t (its number alone if NCCL cannot say)."""
+    try:
+        return str(bindings().get_error_string(status))
+    except Exception:  # the library is gone or the code unknown: still say something
+        return f"ncclResult_t {status}"
+
+
 def version() -> tuple[int, int, int]:
     """The loaded NCCL library's version as (major, minor, patch)."""
     code = call("ncclGetVersion", bindings().get_version)

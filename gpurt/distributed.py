@@ -166,9 +166,8 @@ class _Group:
             self.pending.popleft()
         status = self.comm.async_error() if self.comm.alive else 0
         if status not in (0, _nccl._IN_PROGRESS):
-            text = _nccl.bindings().get_error_string(status)
             return NcclError("an earlier collective", status,
-                             f"{text}; NCCL reported it asynchronously")
+                             f"{_nccl.error_text(status)}; NCCL reported it asynchronously")
         now = time.monotonic()
         late = next((w for w in self.pending if w.deadline < now), None)
         if late is not None:

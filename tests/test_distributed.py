@@ -145,3 +145,73 @@ def test_a_mismatched_world_fails_clearly() -> None:
     for rank, (code, out) in enumerate(results):
         assert code != 0, f"rank {rank} passed with a mismatched world:\n{out[-2000:]}"
         assert "world_size" in out or "world size" in out, out[-2000:]
+
+
+# ---- the watchdog, without a GPU ----------------------------------------------------------
+
+
+class FakeComm:
+    """A communicator that only records what the watchdog does to it."""
+
+    def __init__(self) -> None:
+        self.handle, self.device, self.alive, self.aborted, self.error = object(), 0, True, 0, 0
+
+    def async_error(self) -> int:
+        return self.error
+
+    def abort(self) -> None:  # like the real one: frees once, later calls do nothing
+        self.aborted += self.alive
+        self.alive = False
+
+    def destroy(self) -> None:
+        self.alive = False
+
+
+def _watched_group(monkeypatch: pytest.MonkeyPatch, timeout: float) -> tuple[dist._Group, FakeComm]:
+    from gpurt._store import HashStore
+
+    monkeypatch.setattr(dist, "bind_context", lambda index: None)
+    monkeypatch.setattr(dist, "_WATCH_PERIOD", 0.01)
+    comm = FakeComm()
+    return dist._Group(HashStore(), 0, 2, 0, timeout, comm), comm  # type: ignore[arg-type]
+
+
+def _until(condition, seconds: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_watchdog_aborts_a_collective_past_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    group, comm = _watched_group(monkeypatch, timeout=0.2)
+    work = dist.Work(group, "all_reduce")  # never recorded: stuck, as behind a dead peer
+    group.pending.append(work)
+    with pytest.warns(RuntimeWarning, match="all_reduce on rank 0 did not finish within 0.2 s"):
+        assert _until(lambda: group.failure is not None)
+    assert comm.aborted == 1 and not comm.alive
+    with pytest.raises(dist.DistributedTimeoutError, match="communicator was aborted"):
+        work.wait()
+    with pytest.raises(dist.DistributedTimeoutError):
+        group.raise_failure()  # every later call says why
+    group.close()
+    assert comm.aborted == 1  # aborted once, not again on close
+
+
+def test_watchdog_turns_an_async_nccl_error_into_the_groups_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    group, comm = _watched_group(monkeypatch, timeout=60)
+    comm.error = 6  # ncclRemoteError, as NCCL reports a peer's network failure
+    with pytest.warns(RuntimeWarning, match="NCCL reported it asynchronously"):
+        assert _until(lambda: group.failure is not None)
+    assert isinstance(group.failure, dist.NcclError) and group.failure.status == 6
+    assert comm.aborted == 1
+    group.close()
+
+
+def test_a_healthy_group_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    group, comm = _watched_group(monkeypatch, timeout=60)
+    time.sleep(0.1)
+    assert group.failure is None and comm.aborted == 0
+    group.close()
+    assert not comm.alive and comm.aborted == 0  # destroyed, not aborted
