@@ -15,7 +15,8 @@ reports an asynchronous error, which also frees kernels stuck waiting for the de
 From then on every call raises the reason (:class:`DistributedTimeoutError` or
 :class:`NcclError`); ``Work.wait()`` raises it at once. torch's ``work.wait()`` only
 orders streams; gpurt's waits on the host until the collective has finished, so a
-caller can tell success from failure.
+caller can tell success from failure. Capturing a collective into a CUDA graph raises
+NotImplementedError for now.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ DEFAULT_TIMEOUT = 600.0  # seconds, torch's default for NCCL process groups
 _WATCH_PERIOD = 0.05  # seconds between the watchdog's looks
 _NO_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
 _NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
+_CAPTURE_NONE = int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 _events_lock = threading.Lock()
 _QUEUEING = object()  # a Work whose collective is being queued
 
@@ -209,6 +211,10 @@ class _Group:
         """Queue ``calls`` (each ``fn(comm handle, stream handle)``; several run as one
         NCCL group) on the device's current stream, ordered around ``arrays``."""
         stream = current_stream(self.device)
+        if _capturing(stream):
+            raise NotImplementedError(
+                f"{what}: gpurt.distributed cannot capture collectives into a CUDA graph yet "
+                "(the watchdog could not watch them); run it outside the capture")
         _collective.before(stream, arrays)
         work = Work(self, what)
         with self.lock:
@@ -232,6 +238,13 @@ class _Group:
             work._recorded(stream)
         _collective.after(stream, arrays)
         return work if async_op else None
+
+
+def _capturing(stream: Stream) -> bool:
+    """True while ``stream`` is being captured into a CUDA graph (or may not be used
+    because another stream captures)."""
+    err, status = cu.cuStreamIsCapturing(stream.cuda_stream)
+    return int(err) != 0 or int(status) != _CAPTURE_NONE
 
 
 _world: _Group | None = None
