@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -30,6 +29,7 @@ from cuda import pathfinder
 from cuda.bindings import nvrtc as _nvrtc
 
 from ._driver import bindings_version, check
+from ._files import write_atomic
 
 __all__ = ["Entry", "Toolchain", "cache_dir", "clear_cache"]
 
@@ -188,21 +188,8 @@ def discard(directory: str, key: str) -> None:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, replace."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``data`` to ``path`` atomically (temporary files start with ``.tmp-``)."""
+    write_atomic(path, data, ".tmp-")
 
 
 def store(directory: str, key: str, entry: Entry) -> None:

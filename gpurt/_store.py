@@ -22,7 +22,6 @@ import operator
 import os
 import socket
 import struct
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -30,6 +29,8 @@ import weakref
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import TypeVar
+
+from ._files import write_atomic
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -447,19 +448,8 @@ def _read(path: str) -> bytes | None:
 
 
 def _write(path: str, value: bytes) -> None:
-    """Write atomically: a temporary file in the same directory, fsync, then os.replace, so a
-    reader sees the old value or the new one, never a part."""
-    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="tmp.")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(value)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    """Write atomically, so a reader sees the old value or the new one, never a part."""
+    write_atomic(path, value, "tmp.")
 
 
 @contextlib.contextmanager

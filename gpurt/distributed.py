@@ -32,7 +32,7 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from . import _collective, _nccl, _rendezvous
+from . import _collective, _nccl, _rendezvous, _store
 from ._driver import check
 from ._nccl import NcclError, ReduceOp
 from ._store import DistributedError, DistributedTimeoutError, Store
@@ -66,12 +66,8 @@ is_nccl_available = is_available
 
 
 def _seconds(timeout: float | timedelta | None) -> float:
-    if timeout is None:
-        return DEFAULT_TIMEOUT
-    value = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    if value <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout!r}")
-    return value
+    """``timeout`` in seconds, checked as the stores check theirs; None: the default."""
+    return DEFAULT_TIMEOUT if timeout is None else _store._seconds(timeout)
 
 
 class Work:
