@@ -14,7 +14,7 @@ import ctypes
 import enum
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_dtypes
@@ -208,13 +208,13 @@ def init_all(devices: Sequence[int]) -> list[Communicator]:
     return [Communicator(h, d, r, len(devices)) for r, (h, d) in enumerate(zip(handles, devices))]
 
 
-@contextlib.contextmanager
-def group() -> Iterator[None]:
-    """Calls inside run as one NCCL group (ncclGroupStart/End): needed when one thread
-    drives several devices, and for send/recv pairs."""
+def call_group(what: str, calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    """Each (binding, arguments) of ``calls`` as one NCCL group (ncclGroupStart/End):
+    needed when one thread drives several devices, and for send/recv pairs."""
     nccl = bindings()
     call("ncclGroupStart", nccl.group_start)
     try:
-        yield
+        for fn, args in calls:
+            call(what, fn, *args)
     finally:
         call("ncclGroupEnd", nccl.group_end)

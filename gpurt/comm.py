@@ -57,10 +57,6 @@ def _stream(index: int, streams: Sequence[Stream | None] | None, i: int) -> Stre
     return chosen if chosen is not None else current_stream(index)
 
 
-def _dtype_code(array: Array, what: str) -> int:
-    return _nccl.datatype(array.dtype, what)
-
-
 Step = tuple[Stream, list[Array], Any, tuple[Any, ...]]
 
 
@@ -72,13 +68,7 @@ def _run(what: str, steps: list[Step]) -> None:
         return
     for stream, arrays, _, _ in steps:
         _collective.before(stream, arrays)
-    nccl = _nccl.bindings()
-    _nccl.call("ncclGroupStart", nccl.group_start)
-    try:
-        for stream, _, fn, args in steps:
-            _nccl.call(what, fn, *args, stream.cuda_stream)
-    finally:
-        _nccl.call("ncclGroupEnd", nccl.group_end)
+    _nccl.call_group(what, [(fn, (*args, stream.cuda_stream)) for stream, _, fn, args in steps])
     for stream, arrays, _, _ in steps:
         _collective.after(stream, arrays)
 
@@ -120,7 +110,7 @@ def _broadcast_group(what: str, pairs: list[tuple[Array, list[Array]]]) -> None:
         if not ranks:
             continue
         comms = _clique([root, *ranks])
-        count, dtype = src.size, _dtype_code(src, what)
+        count, dtype = src.size, _nccl.datatype(src.dtype, what)
         rank_of_root = comms[root].rank
         recv_root = on_root[0] if on_root else src
         steps.append((current_stream(root), [src, recv_root], nccl.broadcast,
@@ -211,7 +201,7 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: DeviceLik
                 send = row[i]
                 recv = results[i] if index == root else send
                 steps.append((stream, [send, recv], nccl.reduce,
-                              (send.ptr, recv.ptr, send.size, _dtype_code(send, what), total,
+                              (send.ptr, recv.ptr, send.size, _nccl.datatype(send.dtype, what), total,
                                root_rank, handle)))
         _run(what, steps)
     return tuple(results)
@@ -227,7 +217,7 @@ def all_reduce(arrays: Sequence[Any], op: ReduceOp | str = ReduceOp.SUM) -> list
     _collective.same_layout(items, what)
     comms = _clique(_devices([a.device.index for a in items], what))
     nccl = _nccl.bindings()
-    dtype = _dtype_code(items[0], what)
+    dtype = _nccl.datatype(items[0].dtype, what)
     code = _nccl.reduce_op(op, items[0].dtype, what)
     steps: list[Step] = [(current_stream(a.device.index), [a], nccl.all_reduce,
                           (a.ptr, a.ptr, a.size, dtype, code, comms[a.device.index].handle))
@@ -307,7 +297,7 @@ def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
     nccl = _nccl.bindings()
     steps: list[Step] = []
     for i, chunk, target in sends:
-        dtype, peer = _dtype_code(chunk, what), comms[target.device.index]
+        dtype, peer = _nccl.datatype(chunk.dtype, what), comms[target.device.index]
         steps.append((root_stream, [chunk], nccl.send,
                       (chunk.ptr, chunk.size, dtype, peer.rank, comms[root].handle)))
         steps.append((_stream(target.device.index, streams, i), [target], nccl.recv,
@@ -361,7 +351,7 @@ def gather(arrays: Sequence[Any], dim: int = 0, destination: DeviceLike = None, 
     nccl = _nccl.bindings()
     steps: list[Step] = []
     for p, _, landing in remote:
-        dtype, sender = _dtype_code(p, what), comms[p.device.index]
+        dtype, sender = _nccl.datatype(p.dtype, what), comms[p.device.index]
         steps.append((current_stream(sender.device), [p], nccl.send,
                       (p.ptr, p.size, dtype, comms[root].rank, sender.handle)))
         steps.append((current_stream(root), [landing], nccl.recv,

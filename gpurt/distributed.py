@@ -222,9 +222,7 @@ class _Group:
                 if len(calls) == 1:
                     _nccl.call(what, calls[0], handle, stream.cuda_stream)
                 else:
-                    with _nccl.group():
-                        for fn in calls:
-                            _nccl.call(what, fn, handle, stream.cuda_stream)
+                    _nccl.call_group(what, [(fn, (handle, stream.cuda_stream)) for fn in calls])
             except NcclError as exc:
                 # a call the watchdog aborted (stuck connecting to a dead peer) reports the
                 # deadline, not NCCL's view of the abort; any other failure ends the group too

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import _multigpu
+from _fakes import fake_gpus_fixture  # noqa: F401  (the fake_gpus fixture)
 import gpurt
 from gpurt import _nccl, comm
 from gpurt._driver import check
@@ -308,3 +309,51 @@ def test_gpurt_info_says_whether_collectives_run_here(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "nccl.bindings", None)
     missing = _nccl.describe()
     assert not missing["available"] and "gpurt[nccl]" in missing["why"]
+
+
+# ---- every comm call's NCCL traffic, without a GPU ----------------------------------------
+
+
+@pytest.fixture
+def fake_nccl(fake_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
+    """Two pretend devices whose allocators run over a fake backend, and an NCCL that
+    records its calls; the pair's communicators are made up."""
+    import types
+
+    from allocator_model import FakeBackend
+
+    from gpurt import _allocconf, _arraycopy, _collective, array, memory
+    from gpurt._allocator import CachingAllocator
+
+    for module in (array, _collective, _arraycopy):
+        monkeypatch.setattr(module, "bind_context", fake_gpus.bind)
+    for index in (0, 1):
+        monkeypatch.setitem(memory._allocators, index, CachingAllocator(
+            index, FakeBackend(), _allocconf.from_environment(), memory._history))
+    calls: list[tuple[str, tuple]] = []
+    names = ("group_start", "group_end", "broadcast", "reduce", "all_reduce", "send", "recv")
+    fake = types.SimpleNamespace(NCCLError=RuntimeError, **{
+        name: (lambda name: lambda *args: calls.append((name, args)))(name) for name in names})
+    monkeypatch.setattr(_nccl, "_module", fake)
+    comms = {d: types.SimpleNamespace(device=d, rank=d, handle=f"comm{d}") for d in (0, 1)}
+    monkeypatch.setitem(comm._cliques, (0, 1), comms)
+    return calls
+
+
+@pytest.mark.parametrize("call,ops", [
+    (lambda a0, a1: comm.broadcast(a0, [0, 1]), ["broadcast", "broadcast"]),
+    (lambda a0, a1: comm.reduce_add([a0, a1], 1), ["reduce", "reduce"]),
+    (lambda a0, a1: comm.all_reduce([a0, a1], "max"), ["all_reduce", "all_reduce"]),
+    (lambda a0, a1: comm.scatter(a0, [0, 1]), ["send", "recv"]),
+    (lambda a0, a1: comm.gather([a1], destination=0), ["send", "recv"]),
+])
+def test_each_comm_call_is_one_nccl_group(fake_nccl: list[tuple[str, tuple]], call: Any,
+                                          ops: list[str]) -> None:
+    a0 = gpurt.empty((8, 4), np.float32, 0)
+    a1 = gpurt.empty((8, 4), np.float32, 1)
+    call(a0, a1)
+    assert [name for name, _ in fake_nccl] == ["group_start", *ops, "group_end"]
+    for _, args in fake_nccl[1:-1]:  # every NCCL op ends with (communicator, stream)
+        assert args[-2] in ("comm0", "comm1") and args[-1] == 0
+    devices = sorted(int(args[-2][-1]) for _, args in fake_nccl[1:-1])
+    assert devices == [0, 1]  # one op on each device's communicator
