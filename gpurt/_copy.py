@@ -70,16 +70,14 @@ def wait_for(index: int, consumer: int, producer: int, producer_index: int | Non
     if not across and (consumer == producer or (consumer <= 1 and producer <= 1)):
         return
     home = producer_index if across else index
+    if across:
+        bind_context(home)  # the event is made and recorded in the producer's context
     idle = _idle_events.setdefault(home, [])
     try:
         event = idle.pop()
     except IndexError:
-        if across:
-            bind_context(home)
         event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
     try:
-        if across:
-            bind_context(home)
         check(cu.cuEventRecord(event, producer), "cuEventRecord")
         if across:
             bind_context(index)
