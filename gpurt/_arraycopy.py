@@ -78,11 +78,9 @@ def _copy_across(dst: Array, src: Array) -> None:
     here, there = dst.device.index, src.device.index
     enable_peer_access(here, there)  # the direct path where there is one
     dst_stream, src_stream = dst.stream.cuda_stream, src.stream.cuda_stream
-    bind_context(here)
-    _copy.wait_for(here, dst_stream, src_stream, there)
+    _copy.wait_for(here, dst_stream, src_stream, there)  # leaves ``here`` bound
     _copy.copy_peer(dst.ptr, primary_context(here), src.ptr, primary_context(there),
                     src.nbytes, dst_stream)
-    bind_context(there)
     _copy.wait_for(there, src_stream, dst_stream, here)
     bind_context(current_device())
 
