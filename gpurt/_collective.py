@@ -51,8 +51,9 @@ def flat_arrays(objs: Iterable[Any], what: str, label: str) -> list[Array]:
     return arrays
 
 
-def same_layout(arrays: Iterable[Array], what: str) -> tuple[tuple[int, ...], Any]:
-    """The shape and dtype all ``arrays`` share; ValueError/TypeError naming the odd one."""
+def same_layout(arrays: Iterable[Array], what: str) -> None:
+    """Check that all ``arrays`` share a shape and a dtype; ValueError/TypeError naming
+    the odd one."""
     items = list(arrays)
     shape, dtype = items[0].shape, items[0].dtype
     for i, a in enumerate(items[1:], 1):
@@ -60,7 +61,6 @@ def same_layout(arrays: Iterable[Array], what: str) -> tuple[tuple[int, ...], An
             raise TypeError(f"{what}: array {i} is {a.dtype.name}, array 0 is {dtype.name}")
         if a.shape != shape:
             raise ValueError(f"{what}: array {i} has shape {a.shape}, array 0 has {shape}")
-    return shape, dtype
 
 
 def before(stream: Stream, arrays: Iterable[Array]) -> None:

@@ -280,7 +280,7 @@ def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
                    for i, (c, d) in enumerate(zip(chunks, indices))]
     else:
         results = outs
-        for i, (c, o) in enumerate(zip(chunks, outs)):
+        for c, o in zip(chunks, outs):
             _collective.same_layout([c, o], what)
     root_stream = _stream(root, streams, indices.index(root)) if root in indices else \
         current_stream(root)
