@@ -18,7 +18,8 @@ import warnings
 from typing import Any, Callable, Optional
 
 __all__ = [
-    "DT_F32", "DT_F16", "DT_BF16", "DT_TF32", "Config", "Problem", "eligible", "candidates",
+    "DT_F32", "DT_F16", "DT_BF16", "DT_TF32", "Config", "Problem", "eligible", "why_not",
+    "candidates", "all_configs",
     "heuristic", "Tuner", "autotune_enabled", "disabled_kernels",
 ]
 
@@ -211,24 +212,57 @@ def disabled_kernels() -> frozenset[str]:
     return frozenset(part.strip() for part in text.split(",") if part.strip())
 
 
-def eligible(problem: Problem, config: Config) -> bool:
-    """Whether ``config`` can run ``problem`` on its device."""
+_INT32_MAX = 2**31 - 1
+_MAX_SPLIT = 65535  # gridDim.z
+
+
+def why_not(problem: Problem, config: Config) -> Optional[str]:
+    """Why ``config`` cannot run ``problem`` on its device (the requirement it misses), or
+    None when it can."""
     disabled = disabled_kernels()
     if disabled and (config.kernel in disabled or (config.cluster_m > 1 and "cluster" in disabled)
                      or (config.tma_store and "tma_store" in disabled)):
-        return False
+        return f"it is turned off by GPURT_GEMM_DISABLE={','.join(sorted(disabled))}"
     major, minor = problem.capability
-    sixteen = problem.dt in (DT_F16, DT_BF16)
-    if config.kernel == "simt":
-        ok = problem.dt == DT_F32
-    elif config.kernel == "mma":
-        ok = (sixteen or problem.dt == DT_TF32) and major >= 8
-        ok = ok and (config.bk == 16) == (problem.dt == DT_TF32)
-    else:
-        ok = sixteen and (major, minor) == (9, 0) and problem.tma and problem.k >= 1
+    dt = _DT_NAMES[problem.dt]
+    if config.kernel == "simt" and problem.dt != DT_F32:
+        return f"the simt kernel computes exact float32, not {dt}"
+    if config.kernel == "mma":
+        if problem.dt == DT_F32:
+            return ("the mma kernel needs float16/bfloat16 or TF32 (allow_tf32=True), "
+                    "not exact float32")
+        if major < 8:
+            return f"the mma kernel needs sm_80 or newer, not sm_{major}{minor}"
+        if (config.bk == 16) != (problem.dt == DT_TF32):
+            meant = "TF32" if config.bk == 16 else "16-bit types"
+            return f"mma tiles with bk={config.bk} are for {meant}, not {dt}"
+    if config.kernel == "wgmma":
+        if problem.dt not in (DT_F16, DT_BF16):
+            return f"the wgmma kernel takes float16/bfloat16, not {dt}"
+        if (major, minor) != (9, 0):
+            return f"the wgmma kernel needs sm_90 (Hopper), not sm_{major}{minor}"
+        if not problem.tma:
+            return ("the wgmma kernel loads with TMA, which needs every operand's base address "
+                    "16-byte aligned and its row pitch a multiple of 16 bytes")
+        if problem.k < 1:
+            return "the wgmma kernel needs K >= 1"
     itemsize = 4 if problem.dt in (DT_F32, DT_TF32) else 2
-    fits = config.shared_mem(problem.a_kmajor, problem.b_kmajor, itemsize) <= problem.max_shared
-    return ok and fits
+    smem = config.shared_mem(problem.a_kmajor, problem.b_kmajor, itemsize)
+    if smem > problem.max_shared:
+        return (f"it needs {smem} bytes of shared memory per block; the device has "
+                f"{problem.max_shared}")
+    if max(problem.m, problem.n, problem.k) > _INT32_MAX:
+        return f"M, N and K must each be below 2**31, got {problem.m}x{problem.n}x{problem.k}"
+    if config.tiles(problem.m, problem.n) > _INT32_MAX:
+        return f"{config.tiles(problem.m, problem.n)} tiles exceed the grid's limit of 2**31 - 1"
+    if config.split_k > _MAX_SPLIT:
+        return f"split_k={config.split_k} exceeds the grid's limit of {_MAX_SPLIT}"
+    return None
+
+
+def eligible(problem: Problem, config: Config) -> bool:
+    """Whether ``config`` can run ``problem`` on its device."""
+    return why_not(problem, config) is None
 
 
 def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
@@ -252,6 +286,20 @@ def candidates(problem: Problem) -> list[Config]:
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
+
+
+def all_configs(problem: Problem) -> list[Config]:
+    """Every config gemm could be forced to run ``problem`` with (all families, the 2-CTA
+    cluster variants included, without and with split-K), each once: what the property tests
+    and the sanitizer sweep run."""
+    found: list[Config] = []
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA):
+        splits = {1} if config.kernel == "wgmma" else {1, max(2, _split_for(problem, config))}
+        for split in sorted(splits):
+            variant = dataclasses.replace(config, split_k=split)
+            if variant not in found and eligible(problem, variant):
+                found.append(variant)
+    return found
 
 
 def heuristic(problem: Problem) -> Config:

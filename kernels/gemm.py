@@ -20,10 +20,12 @@ heuristics otherwise. Kernels compile through :func:`gpurt.compile` (cached on d
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import dataclasses
 import functools
 import hashlib
+import multiprocessing
 import os
 import pathlib
 import threading
@@ -38,7 +40,8 @@ import gpurt.nvrtc
 from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
-__all__ = ["gemm", "gemm_config", "gemm_tuning_results", "clear_gemm_tuning"]
+__all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results",
+           "clear_gemm_tuning", "precompile"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _DTYPES = {np.dtype(np.float32): DT_F32, np.dtype(np.float16): DT_F16,
@@ -291,7 +294,9 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
     itemsize = 4 if plan.dt == DT_F32 else 2
     align = 16 // itemsize
     aligned = all(op.ptr % 16 == 0 and op.ld % align == 0 for op in (plan.a, plan.b))
-    tma = aligned and plan.dt in (DT_F16, DT_BF16) and max(plan.a.ld, plan.b.ld) < (1 << 39)
+    # K == 0 leaves nothing to load: out = beta * c through any kernel's epilogue but wgmma's
+    tma = (aligned and plan.dt in (DT_F16, DT_BF16) and max(plan.a.ld, plan.b.ld) < (1 << 39)
+           and plan.k > 0)
     return Problem(plan.m, plan.n, plan.k, dt, plan.a.kmajor, plan.b.kmajor, aligned, tma,
                    (props.major, props.minor), props.multi_processor_count,
                    int(props.shared_memory_per_block_optin))
@@ -540,13 +545,12 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
 def _run(plan: _Plan, alpha: float, beta: float, stream: Any, allow_tf32: bool,
          config: Optional[Config]) -> None:
     problem = _problem(plan, allow_tf32)
-    if plan.k == 0:  # nothing to multiply: out = beta * c through any kernel's epilogue
-        problem = dataclasses.replace(problem, tma=False)
     if config is None:
         config = _choose(plan, problem, stream)
-    if not tune.eligible(problem, config):
-        raise ValueError(f"config {config.label()} cannot run this problem ({problem}); "
-                         f"GPURT_GEMM_DISABLE={os.environ.get('GPURT_GEMM_DISABLE', '')!r}")
+    reason = tune.why_not(problem, config)
+    if reason is not None:
+        raise ValueError(f"config {config.label()} cannot run this {plan.m}x{plan.n}x{plan.k} "
+                         f"problem: {reason}")
     _launch(plan, problem, config, alpha, beta, plan.out, plan.cin, stream)
 
 
@@ -556,6 +560,56 @@ def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,
     a, _, op_a, op_b, m, n, k, dt = _operands(a, b, trans_a, trans_b)
     plan = _Plan(op_a, op_b, m, n, k, None, n, None, 0, dt, a.device.index)
     return tune.heuristic(_problem(plan, allow_tf32))
+
+
+def gemm_eligible_configs(a: Any, b: Any, out: Any = None, trans_a: bool = False,
+                          trans_b: bool = False, *, allow_tf32: bool = False) -> list[Config]:
+    """Every config that ``gemm(a, b, out=out, ...)`` can be forced to run with (``config=``),
+    in every kernel family, split-K included; any of them gives the same result."""
+    a_arr = _as_array(a, "a")
+    plan, _, _ = _plan(a_arr, b, out, 0.0, None, trans_a, trans_b,
+                       _stream_object(None, a_arr.device.index))
+    return tune.all_configs(_problem(plan, allow_tf32))
+
+
+def _programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
+    """(source, name expressions, arch) of every GEMM program gemm may compile for ``arch``:
+    each config of each family, in each operand layout, with and without vector loads."""
+    major = int(arch[3:].rstrip("a")) // 10
+    minor = int(arch[3:].rstrip("a")) % 10
+    found: dict[tuple[str, tuple[str, ...], str], None] = {}
+    for dt in (DT_F32, DT_TF32, DT_F16, DT_BF16):
+        for a_k in (True, False):
+            for b_k in (True, False):
+                for vec in (True, False):
+                    problem = Problem(4096, 4096, 4096, dt, a_k, b_k, vec, vec, (major, minor),
+                                      132)
+                    for config in tune.all_configs(problem):
+                        names = _kernel_names(config, problem)
+                        found[(config.source, names, _arch_for(config, (major, minor)))] = None
+    return list(found)
+
+
+def _compile_program(program: tuple[str, tuple[str, ...], str]) -> None:
+    _compile(*program)
+
+
+def precompile(arch: Optional[str] = None, workers: Optional[int] = None) -> int:
+    """Compile every GEMM kernel variant for ``arch`` (default: the current device's) into
+    gpurt's disk kernel cache, spread over ``workers`` processes (default: one per CPU), so
+    that no later gemm call compiles; returns the number of programs. Needs no GPU when
+    ``arch`` is given."""
+    programs = _programs(arch or gpurt.get_arch())
+    workers = max(1, min(workers or os.cpu_count() or 1, len(programs)))
+    if workers == 1:
+        for program in programs:
+            _compile_program(program)
+        return len(programs)
+    context = multiprocessing.get_context("spawn")  # a fork would copy a CUDA context
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        for _ in pool.map(_compile_program, programs):
+            pass
+    return len(programs)
 
 
 def gemm_tuning_results() -> dict[str, dict[str, Any]]:

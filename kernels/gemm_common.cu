@@ -83,8 +83,11 @@ __device__ __forceinline__ void store_pair(typename Elem<DT>::T* __restrict__ C,
     typedef typename Elem<DT>::T T;
     if (r >= M || c >= N) return;
     if (partial != nullptr) {
-        float* p = partial + (i64)blockIdx.z * M * N + (i64)r * N + c;
-        if (c + 1 < N && (((i64)r * N + c) & 1) == 0) {
+        // The slice of split blockIdx.z starts at an odd element when M * N is odd: the
+        // pair is 8-byte aligned only where its whole index is even.
+        const i64 at = (i64)blockIdx.z * M * N + (i64)r * N + c;
+        float* p = partial + at;
+        if (c + 1 < N && (at & 1) == 0) {
             *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
         } else {
             p[0] = v0;

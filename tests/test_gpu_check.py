@@ -187,7 +187,19 @@ def fake_tree(tmp_path: Path) -> Path:
     (tree / "benchmarks" / "bench_ok.py").write_text(FAKE_BENCH_OK)
     (tree / "benchmarks" / "bench_bad.py").write_text("raise SystemExit('broken on purpose')\n")
     (tree / "benchmarks" / "bench_slow.py").write_text("import time\ntime.sleep(60)\n")
+    (tree / "scripts" / "sanitize_sweep.py").write_text(FAKE_SWEEP)
     return tree
+
+
+# Stands in for scripts/sanitize_sweep.py (compute-sanitizer needs a GPU): records its tier.
+FAKE_SWEEP = """\
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])
+tier = sys.argv[sys.argv.index('--tier') + 1]
+(out / 'sanitize.log').write_text('swept ' + tier)
+(out / 'sanitize.json').write_text(json.dumps({'tier': tier, 'clean': True}))
+print('sanitize: CLEAN')
+"""
 
 
 def run_check(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -214,7 +226,8 @@ def test_gpu_check_end_to_end(fake_tree: Path, tmp_path: Path) -> None:
     assert res.returncode == 1, res.stdout + res.stderr  # one test fails on purpose
     files = sorted(p.name for p in out.iterdir())
     assert files == ["bench.json", "bench.log", "check.log", "info.json", "junit.xml",
-                     "pytest.log", "summary.json"]
+                     "pytest.log", "sanitize.json", "sanitize.log", "summary.json"]
+    assert json.loads((out / "sanitize.json").read_text())["tier"] == "quick"
     assert all((out / name).is_file() for name in files)  # flat: no folders
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["passed"], summary["failed"], summary["skipped"]) == (1, 1, 1)
@@ -253,6 +266,17 @@ def test_gpu_check_selects_tests_and_one_benchmark(fake_tree: Path, tmp_path: Pa
     assert not (out2 / "summary.json").exists()  # --bench alone: that benchmark only
     bench = json.loads((out2 / "bench.json").read_text())
     assert [run["bench"] for run in bench["runs"]] == ["bench_ok"]
+    assert not (out / "sanitize.json").exists() and not (out2 / "sanitize.json").exists()
+
+    out3 = tmp_path / "out3"
+    res = run_check(fake_tree, out3, "--sanitize")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads((out3 / "sanitize.json").read_text())["tier"] == "full"
+    assert not (out3 / "summary.json").exists() and not (out3 / "bench.json").exists()
+    (fake_tree / "scripts" / "sanitize_sweep.py").write_text(
+        FAKE_SWEEP.replace("'clean': True", "'clean': False"))
+    res = run_check(fake_tree, tmp_path / "out4", "--sanitize")
+    assert res.returncode == 1 and "not clean" in res.stdout, res.stdout + res.stderr
 
 
 def test_gpu_check_usage() -> None:
