@@ -107,7 +107,9 @@ def _run(command: list[str], env: dict[str, str], log: Any, timeout: float) -> d
         output, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) \
             else (exc.stdout or ""), -1
     log.write(output)
-    summary = re.findall(r"ERROR SUMMARY: (\d+) error", output)
+    # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"
+    summary = re.findall(r"(?:ERROR SUMMARY: |hazards displayed \()(\d+) error", output)
     calls = re.findall(r"^calls: (\d+)$", output, re.M)
     return {"exit_code": code, "errors": int(summary[-1]) if summary else None,
             "calls": int(calls[-1]) if calls else None,
