@@ -41,7 +41,7 @@ from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results",
-           "clear_gemm_tuning", "precompile"]
+           "clear_gemm_tuning", "clear_plans", "precompile"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _DTYPES = {np.dtype(np.float32): DT_F32, np.dtype(np.float16): DT_F16,
@@ -330,12 +330,13 @@ def _encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[i
     return found
 
 
-def _tensor_map(op: _Operand, rows: int, k: int, dt: int, box_rows: int) -> bytes:
+def _tensor_map(ptr: int, kmajor: bool, rows: int, k: int, ld: int, dt: int,
+                box_rows: int) -> bytes:
     """The tensor map of one wgmma operand: K-major boxes are [box_rows][64 k], the others
     [64 k][64 rows]."""
-    if op.kmajor:
-        return _encode_map(op.ptr, k, rows, op.ld, dt, (64, box_rows))
-    return _encode_map(op.ptr, rows, k, op.ld, dt, (64, 64))
+    if kmajor:
+        return _encode_map(ptr, k, rows, ld, dt, (64, box_rows))
+    return _encode_map(ptr, rows, k, ld, dt, (64, 64))
 
 
 _NO_MAP = bytes(128)
@@ -344,50 +345,88 @@ _NO_MAP = bytes(128)
 # ---- launching -----------------------------------------------------------------------------------
 
 
-def _launch(plan: _Plan, problem: Problem, config: Config, alpha: float, beta: float,
-            out: Any, cin: Any, stream: Any) -> None:
-    """Run ``config`` on ``plan``, writing ``out`` (rows ldc apart) from ``cin``."""
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One planned launch of ``config``: the compiled kernels, the geometry and every scalar
+    argument for operands of one signature (shapes, strides, dtype, device, alignment).
+    Between calls of a signature only the pointers, alpha and beta change."""
+
+    config: Config
+    kernels: tuple[Any, ...]
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    ldcin: int
+    a_kmajor: bool
+    b_kmajor: bool
+    dt: int
+    index: int
+    pair_ok: int  # C's base and pitch allow paired stores
+    store_ok: bool  # the wgmma epilogue may store C with TMA
+    smem: int
+    grid: Any  # int (wgmma) or (tiles, 1, split)
+    clusters: int  # wgmma with clusters: how many
+    reduce_blocks: int  # split-K: the reduce kernel's grid
+
+    def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
+               beta: float, stream: Any) -> None:
+        """Run it: C (at ``out_ptr``) = alpha A B + beta Cin, on ``stream`` (None: current)."""
+        config, kernels = self.config, self.kernels
+        if config.kernel == "wgmma":
+            map_a = _tensor_map(a_ptr, self.a_kmajor, self.m, self.k, self.lda, self.dt, 128)
+            map_b = _tensor_map(b_ptr, self.b_kmajor, self.n, self.k, self.ldb, self.dt,
+                                config.bn // config.cluster_m)
+            map_c = _encode_map(out_ptr, self.n, self.m, self.ldc, self.dt, (64, 64)) \
+                if self.store_ok else _NO_MAP
+            args = (map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
+                    self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
+            if config.cluster_m == 1:
+                kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
+            else:
+                launch = gpurt.LaunchConfig(self.grid, config.threads, self.smem,
+                                            cluster=(config.cluster_m, 1, 1))
+                kernels[0].launch(launch, *args, stream=stream)
+            return
+        partial, partial_ptr = None, 0
+        if config.split_k > 1:
+            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
+                                  device=self.index, stream=stream)
+            partial_ptr = partial.ptr
+        kernels[0](self.grid, config.threads,
+                   (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
+                    self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
+                    self.pair_ok), shared_mem=self.smem, stream=stream)
+        if partial is not None:
+            kernels[1](self.reduce_blocks, 256, (partial_ptr, out_ptr, cin_ptr, self.m, self.n,
+                                                 self.ldc, self.ldcin, config.split_k, alpha,
+                                                 beta), stream=stream)
+
+
+def _make_call(plan: _Plan, problem: Problem, config: Config, out_ptr: int) -> _Call:
+    """Compile ``config`` for ``problem`` and fix its launch for ``plan``'s operands, with
+    C at an address aligned like ``out_ptr``."""
     names = _kernel_names(config, problem)
     kernels = _compile(config.source, names, _arch_for(config, problem.capability))
     itemsize = 4 if plan.dt == DT_F32 else 2
-    pair_ok = int(out.ptr % (2 * itemsize) == 0 and plan.ldc % 2 == 0)
-    a, b = plan.a, plan.b
-    m, n, k = np.int32(plan.m), np.int32(plan.n), np.int32(plan.k)
-    ld = (np.int64(a.ld), np.int64(b.ld), np.int64(plan.ldc), np.int64(plan.ldcin))
-    alpha32, beta32 = np.float32(alpha), np.float32(beta)
-    cin_ptr = 0 if cin is None else cin.ptr
-    smem = config.shared_mem(a.kmajor, b.kmajor, itemsize)
+    pair_ok = int(out_ptr % (2 * itemsize) == 0 and plan.ldc % 2 == 0)
+    smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
     tiles = config.tiles(plan.m, plan.n)
+    store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc % 8 == 0
+    clusters, grid = 0, (tiles, 1, config.split_k)
     if config.kernel == "wgmma":
         cm = config.cluster_m
-        map_a = _tensor_map(a, plan.m, plan.k, plan.dt, 128)
-        map_b = _tensor_map(b, plan.n, plan.k, plan.dt, config.bn // cm)
-        store_ok = config.tma_store and out.ptr % 16 == 0 and plan.ldc % 8 == 0
-        map_c = _encode_map(out.ptr, plan.n, plan.m, plan.ldc, plan.dt, (64, 64)) \
-            if store_ok else _NO_MAP
-        args = (map_a, map_b, map_c, out.ptr, cin_ptr, m, n, k, ld[2], ld[3], alpha32, beta32,
-                np.int32(config.group_m), np.int32(pair_ok), np.int32(store_ok))
-        if cm == 1:
-            grid = min(tiles, problem.sm_count)
-            kernels[0](grid, config.threads, args, shared_mem=smem, stream=stream)
-        else:
+        grid = min(tiles, problem.sm_count)
+        if cm > 1:
             pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
             clusters = min(pairs, _max_clusters(kernels[0], config, smem, plan.index))
-            launch = gpurt.LaunchConfig(cm * clusters, config.threads, smem, cluster=(cm, 1, 1))
-            kernels[0].launch(launch, *args, stream=stream)
-        return
-    partial = None
-    if config.split_k > 1:
-        partial = gpurt.empty((config.split_k, plan.m, plan.n), dtype=np.float32,
-                              device=plan.index, stream=stream)
-    args = (a.ptr, b.ptr, out.ptr, cin_ptr, 0 if partial is None else partial.ptr, m, n, k,
-            *ld, alpha32, beta32, np.int32(config.group_m), np.int32(pair_ok))
-    kernels[0]((tiles, 1, config.split_k), config.threads, args, shared_mem=smem, stream=stream)
-    if partial is not None:
-        total = plan.m * plan.n
-        blocks = max(1, min(-(-total // 256), problem.sm_count * 8))
-        kernels[1](blocks, 256, (partial.ptr, out.ptr, cin_ptr, m, n, ld[2], ld[3],
-                                 np.int32(config.split_k), alpha32, beta32), stream=stream)
+            grid = cm * clusters
+    reduce_blocks = max(1, min(-(-plan.m * plan.n // 256), problem.sm_count * 8))
+    return _Call(config, kernels, plan.m, plan.n, plan.k, plan.a.ld, plan.b.ld, plan.ldc,
+                 plan.ldcin, plan.a.kmajor, plan.b.kmajor, plan.dt, plan.index, pair_ok,
+                 store_ok, smem, grid, clusters, reduce_blocks)
 
 
 _cluster_limits: dict[tuple[str, int, int, int], int] = {}
@@ -470,26 +509,25 @@ def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: A
     scratch = gpurt.empty((plan.m, plan.n), dtype=plan.out.dtype, device=plan.index,
                           stream=tuning_stream)
     spin = gpurt.compile(_SPIN, arch=gpurt.get_arch(plan.index))["gemm_tune_spin"]
-    saved = plan.ldc
-    plan.ldc = plan.n
+    into_scratch = dataclasses.replace(plan, out=scratch, ldc=plan.n, cin=None, ldcin=0)
 
     def batch(count: int) -> float:
         cycles = int(2e9 * (200e-6 + count * 150e-6))  # covers the host enqueueing `count`
-        spin(1, 1, (np.int64(cycles),), stream=tuning_stream)
+        spin(1, 1, (cycles,), stream=tuning_stream)
         start, stop = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
         start.record(tuning_stream)
         for _ in range(count):
-            _launch(plan, problem, config, 1.0, 0.0, scratch, None, tuning_stream)
+            call.launch(plan.a.ptr, plan.b.ptr, scratch.ptr, 0, 1.0, 0.0, tuning_stream)
         stop.record(tuning_stream)
         stop.synchronize()
         return start.elapsed_time(stop) / count
 
     try:
-        first = batch(1)  # compiles, loads and warms up
+        call = _make_call(into_scratch, problem, config, scratch.ptr)
+        first = batch(1)  # loads and warms up
         count = max(1, min(20, int(2.0 / max(first, 1e-3))))  # about 2 ms per batch
         return sorted(batch(count) for _ in range(3))[1]
     finally:
-        plan.ldc = saved
         tuning_stream.synchronize()
 
 
@@ -525,25 +563,120 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     ``beta != 0`` (and is not read when ``beta == 0``). float32 runs exactly on the CUDA cores
     unless ``allow_tf32`` lets it use TF32 tensor cores. ``config`` forces a kernel variant
     (see kernels/_gemm_tune.py). Runs on ``stream`` (default: gpurt's current stream) and
-    returns ``out``."""
-    first = _as_array(a, "a")
-    stream = _stream_object(stream, first.device.index)
-    plan, returned, copy_back = _plan(first, b, out, float(beta), c, trans_a, trans_b, stream)
+    returns ``out``.
+
+    The first call of each signature (shapes, strides, dtype, device and 16-byte alignment
+    of every operand, and the options) validates it, chooses the kernel and plans the launch;
+    later calls of the signature reuse that plan. GPURT_GEMM_* settings are read when a plan
+    is made: :func:`clear_plans` makes gemm read them again."""
+    a = a if type(a) is gpurt.Array else _as_array(a, "a")
+    b = b if type(b) is gpurt.Array else _as_array(b, "b")
+    given = out
+    if out is not None and type(out) is not gpurt.Array:
+        out = _matching(out, "out", *_result_shape(a, b, trans_a, trans_b), a)
+    if c is not None and type(c) is not gpurt.Array:
+        c = _as_array(c, "c")
+    if stream is not None:
+        stream = _stream_object(stream, a.device.index)
+    key = (_signature(a), _signature(b), None if out is None else _signature(out),
+           None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
+           trans_a, trans_b, allow_tf32, config)
+    alpha, beta = float(alpha), float(beta)
+    found = _calls.get(key)
+    if found is None:
+        result = _gemm_first(key, a, b, out, alpha, beta, c, trans_a, trans_b, stream,
+                             allow_tf32, config)
+        return result if given is None else given
+    call, swapped, extents = found
+    index = call.index
+    if out is None:
+        out = gpurt.empty((call.n, call.m) if swapped else (call.m, call.n), dtype=a.dtype,
+                          device=index, stream=stream)
+    elif _overlap_at(out.ptr, extents[2], a.ptr, extents[0]) or \
+            _overlap_at(out.ptr, extents[2], b.ptr, extents[1]):
+        raise ValueError("out overlaps a or b; gemm cannot write over its inputs")
+    cin_ptr = 0
+    if beta != 0.0:
+        cin = out if c is None or c is out else c
+        if cin is not out and _overlap_at(cin.ptr, extents[3], out.ptr, extents[2]):
+            _gemm_first(None, a, b, out, alpha, beta, c, trans_a, trans_b, stream, allow_tf32,
+                        config)  # c partly overlaps out: the plan copies it first
+            return given
+        cin_ptr = cin.ptr
+    a_ptr, b_ptr = (b.ptr, a.ptr) if swapped else (a.ptr, b.ptr)
+    if index != gpurt.current_device():
+        with gpurt.device(index):
+            call.launch(a_ptr, b_ptr, out.ptr, cin_ptr, alpha, beta, stream)
+    else:
+        call.launch(a_ptr, b_ptr, out.ptr, cin_ptr, alpha, beta, stream)
+    return out if given is None else given
+
+
+# Planned calls by signature: (_Call, swapped, extents of a, b, out and c relative to their
+# pointers). Plans hold no arrays, only the choices made for a signature.
+_calls: dict[tuple[Any, ...], tuple[_Call, bool, tuple[Any, ...]]] = {}
+_MAX_CALLS = 4096
+
+
+def _signature(x: Any) -> tuple[Any, ...]:
+    return (x.shape, x.strides, x.dtype, x.ptr & 15, x.device.index)
+
+
+def _relative_extent(x: Any) -> tuple[int, int]:
+    lo, hi = _extent(x)
+    return (lo - int(x.ptr), hi - int(x.ptr))
+
+
+def _overlap_at(p: int, extent: tuple[int, int], q: int, other: tuple[int, int]) -> bool:
+    return p + extent[0] < q + other[1] and q + other[0] < p + extent[1]
+
+
+def _result_shape(a: Any, b: Any, trans_a: bool, trans_b: bool) -> tuple[int, int]:
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"gemm takes 2-D matrices, got shapes {a.shape} and {b.shape}")
+    return (a.shape[1] if trans_a else a.shape[0], b.shape[0] if trans_b else b.shape[1])
+
+
+def clear_plans() -> None:
+    """Forget every planned gemm call, so that the next call of each signature reads the
+    GPURT_GEMM_* settings again and chooses its kernel anew."""
+    _calls.clear()
+
+
+def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha: float,
+                beta: float, c: Any, trans_a: bool, trans_b: bool, stream: Any,
+                allow_tf32: bool, config: Optional[Config]) -> Any:
+    """A call without a plan: validate everything, choose, launch, and remember the plan
+    under ``key`` when it works on the operands themselves (no copies)."""
+    alloc_stream = _stream_object(stream, a.device.index)
+    plan, returned, copy_back = _plan(a, b, out, float(beta), c, trans_a, trans_b, alloc_stream)
     if plan.m == 0 or plan.n == 0:
         return returned
     index = plan.index
     if index != gpurt.current_device():
         with gpurt.device(index):
-            _run(plan, alpha, beta, stream, allow_tf32, config)
+            call = _plan_call(plan, allow_tf32, config, alloc_stream)
     else:
-        _run(plan, alpha, beta, stream, allow_tf32, config)
+        call = _plan_call(plan, allow_tf32, config, alloc_stream)
+    swapped = plan.a.array is b
+    direct = (copy_back is None and {id(plan.a.array), id(plan.b.array)} == {id(a), id(b)}
+              and (plan.cin is None or plan.cin is plan.out or plan.cin is c))
+    if key is not None and direct and len(_calls) < _MAX_CALLS:
+        extents = tuple(None if x is None else _relative_extent(x)
+                        for x in (a, b, plan.out, plan.cin))
+        _calls[key] = (call, swapped, extents)
+    cin_ptr = 0 if plan.cin is None else plan.cin.ptr
+    if index != gpurt.current_device():
+        with gpurt.device(index):
+            call.launch(plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr, alpha, beta, stream)
+    else:
+        call.launch(plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr, alpha, beta, stream)
     if copy_back is not None:
         copy_back.copy_(plan.out)
     return returned
 
 
-def _run(plan: _Plan, alpha: float, beta: float, stream: Any, allow_tf32: bool,
-         config: Optional[Config]) -> None:
+def _plan_call(plan: _Plan, allow_tf32: bool, config: Optional[Config], stream: Any) -> _Call:
     problem = _problem(plan, allow_tf32)
     if config is None:
         config = _choose(plan, problem, stream)
@@ -551,7 +684,7 @@ def _run(plan: _Plan, alpha: float, beta: float, stream: Any, allow_tf32: bool,
     if reason is not None:
         raise ValueError(f"config {config.label()} cannot run this {plan.m}x{plan.n}x{plan.k} "
                          f"problem: {reason}")
-    _launch(plan, problem, config, alpha, beta, plan.out, plan.cin, stream)
+    return _make_call(plan, problem, config, plan.out.ptr)
 
 
 def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,

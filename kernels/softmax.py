@@ -25,6 +25,7 @@ array first; ``out`` must be contiguous. Host arrays are refused (TypeError).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Iterable, Optional, Sequence
 
@@ -56,6 +57,7 @@ __all__ = [
     "choose_variant",
     "compile_variant",
     "precompile",
+    "clear_plans",
 ]
 
 # ---- compilation -------------------------------------------------------------------------------
@@ -148,10 +150,75 @@ def _last_axis_order(shape: Sequence[int], dim: int) -> Optional[tuple[int, ...]
     return tuple(a for a in range(ndim) if a != dim) + (dim,)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """The launch of one variant for inputs of one signature (shape, strides, dtype, device,
+    16-byte alignment of every array, op, dim): between calls only the arrays change."""
+
+    kernels: tuple[Any, ...]
+    grid: int
+    threads: int
+    shared_mem: int
+    rows: int
+    cols: int
+    chunks: int  # split: chunks per row (0: one launch)
+    index: int
+
+    def launch(self, a: Any, b: Any, out: Any, stream: Any) -> None:
+        if not self.chunks:
+            self.kernels[0](self.grid, self.threads, (a, b, out, self.rows, self.cols),
+                            shared_mem=self.shared_mem, stream=stream)
+            return
+        partials = gpurt.empty((self.grid, 2), dtype=np.float32, device=self.index,
+                               stream=_as_stream(stream, self.index))
+        self.kernels[0](self.grid, self.threads, (a, b, partials, self.rows, self.cols,
+                                                  self.chunks), stream=stream)
+        self.kernels[1](self.grid, self.threads, (a, b, out, partials, self.rows, self.cols,
+                                                  self.chunks), stream=stream)
+
+
+# Planned calls by signature; only contiguous inputs reduced over their last dimension.
+_calls: dict[tuple[Any, ...], _Call] = {}
+_MAX_CALLS = 4096
+
+
+def _signature(x: Any) -> tuple[Any, ...]:
+    return (x.shape, x.strides, x.dtype, x.ptr & 15, x.device.index)
+
+
+def clear_plans() -> None:
+    """Forget every planned call (the next call of each signature plans it again)."""
+    _calls.clear()
+
+
+def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
+          stream: Any) -> Any:
+    """Run ``op`` through its plan for this signature, or plan it first."""
+    given = out
+    if out is not None and type(out) is not gpurt.Array:
+        out = _as_array(out, out_name)
+    key = (op, dim, *[_signature(x) for x in inputs], None if out is None else _signature(out))
+    call = _calls.get(key)
+    if call is None:
+        result = _run(op, inputs, dim, out, out_name, stream, key)
+        return result if given is None else given
+    first = inputs[0]
+    if out is None:
+        out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
+                          stream=None if stream is None else _as_stream(stream, call.index))
+    if call.index != gpurt.current_device():
+        with gpurt.device(call.index):
+            call.launch(first, inputs[-1], out, stream)
+    else:
+        call.launch(first, inputs[-1], out, stream)
+    return out if given is None else given
+
+
 def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
-         stream: Any) -> Any:
+         stream: Any, key: Optional[tuple[Any, ...]] = None) -> Any:
     """Check the inputs, make or check the output, choose the variant and launch; return
-    the output (``out`` itself when given)."""
+    the output (``out`` itself when given). A plan that launches on the inputs themselves
+    is remembered under ``key``."""
     first = inputs[0]
     dtype_code(first.dtype)  # TypeError for unsupported dtypes, before any work
     order = _last_axis_order(first.shape, dim)
@@ -161,6 +228,7 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
         moved = [a.transpose(order).contiguous() for a in inputs]
         result = _run(op, moved, -1, None, out_name, stream)
         return result.transpose(tuple(int(i) for i in np.argsort(order)))
+    direct = all(a.is_contiguous() for a in inputs)
     inputs = [a if a.is_contiguous() else a.contiguous() for a in inputs]
     view = rows_view(first.shape, None, 1, dim)
     index = first.device.index
@@ -176,15 +244,21 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
     if view.rows == 0 or view.cols == 0:
         return returned
     if index == gpurt.current_device():
-        _launch(op, inputs, target, view, index, stream)
+        call = _plan(op, inputs, target, view, index)
     else:
         with gpurt.device(index):
-            _launch(op, inputs, target, view, index, stream)
+            call = _plan(op, inputs, target, view, index)
+    if key is not None and direct and len(_calls) < _MAX_CALLS:
+        _calls[key] = call
+    if index == gpurt.current_device():
+        call.launch(inputs[0], inputs[-1], target, stream)
+    else:
+        with gpurt.device(index):
+            call.launch(inputs[0], inputs[-1], target, stream)
     return returned
 
 
-def _launch(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int,
-            stream: Any) -> None:
+def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) -> _Call:
     major, _ = gpurt.get_device_capability(index)
     itemsize = np.dtype(out.dtype).itemsize
     vec = widest_vec(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
@@ -192,19 +266,10 @@ def _launch(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int
     grid = variant.grid(view.rows, view.cols)
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
-    kernels = _kernels_for(variant, gpurt.get_arch(index))
-    a, b = inputs[0], inputs[-1]  # backward: y and dy; forward: x (b unused)
-    rows, cols = np.int64(view.rows), np.int32(view.cols)
-    block = variant.threads
-    if variant.kind != "split":
-        kernels[0](grid, block, (a, b, out, rows, cols), shared_mem=variant.shared_mem,
-                   stream=stream)
-        return
-    chunks = np.int32(variant.chunks(view.cols))
-    partials = gpurt.empty((grid, 2), dtype=np.float32, device=index,
-                           stream=_as_stream(stream, index))
-    kernels[0](grid, block, (a, b, partials, rows, cols, chunks), stream=stream)
-    kernels[1](grid, block, (a, b, out, partials, rows, cols, chunks), stream=stream)
+    kernels = tuple(_kernels_for(variant, gpurt.get_arch(index)))
+    chunks = variant.chunks(view.cols) if variant.kind == "split" else 0
+    return _Call(kernels, grid, variant.threads, variant.shared_mem, view.rows, view.cols,
+                 chunks, index)
 
 
 # ---- public API --------------------------------------------------------------------------------
@@ -217,19 +282,22 @@ def softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None) -> Any:
     when given (same shape and dtype, C-contiguous; may be ``x`` itself), else a new gpurt
     Array. Runs on ``stream`` (gpurt, torch or CuPy stream, or a handle; default: gpurt's
     current stream)."""
-    return _run(SOFTMAX, (_as_array(x, "x"),), dim, out, "out", stream)
+    return _call(SOFTMAX, (x if type(x) is gpurt.Array else _as_array(x, "x"),), dim, out,
+                 "out", stream)
 
 
 def log_softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None) -> Any:
     """``x - max - log(sum(exp(x - max)))`` over ``dim``, like torch.log_softmax."""
-    return _run(LOG_SOFTMAX, (_as_array(x, "x"),), dim, out, "out", stream)
+    return _call(LOG_SOFTMAX, (x if type(x) is gpurt.Array else _as_array(x, "x"),), dim,
+                 out, "out", stream)
 
 
 def _backward(op: int, grad_out: Any, out: Any, dim: int, grad_in: Any, stream: Any) -> Any:
-    y = _as_array(out, "out")
-    dy = _as_array(grad_out, "grad_out")
-    _check_like(y, dy, "grad_out", "out")
-    return _run(op, (y, dy), dim, grad_in, "grad_in", stream)
+    y = out if type(out) is gpurt.Array else _as_array(out, "out")
+    dy = grad_out if type(grad_out) is gpurt.Array else _as_array(grad_out, "grad_out")
+    if y.shape != dy.shape or y.dtype != dy.dtype or y.device != dy.device:
+        _check_like(y, dy, "grad_out", "out")
+    return _call(op, (y, dy), dim, grad_in, "grad_in", stream)
 
 
 def softmax_backward(grad_out: Any, out: Any, dim: int = -1, *, grad_in: Any = None,

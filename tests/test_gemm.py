@@ -410,7 +410,9 @@ DTYPES = [np.float32, np.float16, gpurt.bfloat16]
 @pytest.fixture
 def no_tuning(monkeypatch, tmp_path):
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()  # plans remember the settings they were made under
     yield
+    gemm_mod.clear_plans()
 
 
 def rand(rng, shape, dtype):
@@ -663,6 +665,7 @@ def test_cupy_inputs(gpu_state, no_tuning):
 def test_autotuner_on_device(gpu_state, monkeypatch, tmp_path):
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "1")
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    gemm_mod.clear_plans()
     rng = np.random.default_rng(29)
     m = n = k = 512  # 2^27 multiply-adds: just big enough to be tuned
     a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)

@@ -73,6 +73,7 @@ def gemm_cases(draw: Any) -> GemmCase:
 def test_gemm_every_eligible_config_matches_float64(gpu_state, precompiled, monkeypatch,
                                                     case, draw_seed):
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()
     rng = np.random.default_rng(draw_seed)
     configs = gemm_configs(case, rng)
     if case.m and case.n:
@@ -126,6 +127,7 @@ def test_gemm_issue_shape_with_torch_tensors(gpu_state, monkeypatch, tmp_path, d
     8-byte pairs into a slice that starts at an odd element (issue #14)."""
     torch = pytest.importorskip("torch")
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", autotune)
+    gemm_mod.clear_plans()
     tdtype = getattr(torch, dtype)
     a = torch.randn(33, 4099, device="cuda").to(tdtype)
     b = torch.randn(4099, 129, device="cuda").to(tdtype)
