@@ -578,7 +578,9 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         c = _as_array(c, "c")
     if stream is not None:
         stream = _stream_object(stream, a.device.index)
-    key = (_signature(a), _signature(b), None if out is None else _signature(out),
+    key = (a.shape, a.strides, a.dtype, a.ptr & 15, a.device.index,
+           b.shape, b.strides, b.dtype, b.ptr & 15, b.device.index,
+           None if out is None else _signature(out),
            None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
            trans_a, trans_b, allow_tf32, config)
     alpha, beta = float(alpha), float(beta)

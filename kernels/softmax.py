@@ -197,12 +197,14 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     given = out
     if out is not None and type(out) is not gpurt.Array:
         out = _as_array(out, out_name)
-    key = (op, dim, *[_signature(x) for x in inputs], None if out is None else _signature(out))
+    first = inputs[0]
+    key = (op, dim, first.shape, first.strides, first.dtype, first.ptr & 15, first.device.index,
+           None if len(inputs) == 1 else _signature(inputs[1]),
+           None if out is None else _signature(out))
     call = _calls.get(key)
     if call is None:
         result = _run(op, inputs, dim, out, out_name, stream, key)
         return result if given is None else given
-    first = inputs[0]
     if out is None:
         out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
                           stream=None if stream is None else _as_stream(stream, call.index))
