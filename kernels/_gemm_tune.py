@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 import tempfile
 import threading
 import warnings
@@ -30,7 +31,7 @@ _DT_NAMES = {DT_F32: "float32", DT_F16: "float16", DT_BF16: "bfloat16", DT_TF32:
 # Tuning a problem below this many multiply-adds costs more than it could ever save.
 TUNE_MIN_MACS = 1 << 27
 _SCHEMA = 1
-_FILE_NAME = "gemm-tune-v1.json"
+FILE_NAME = "gemm-tune-v1.json"
 
 # ---- configurations ----------------------------------------------------------------------------
 
@@ -346,54 +347,112 @@ def problem_key(problem: Problem, device: str, source_digest: str) -> str:
     return "|".join([device, source_digest, _DT_NAMES[problem.dt], layout, align, shape])
 
 
+_MAX_FILE_BYTES = 16 << 20  # a results file is a few KiB; anything this large is not one
+
+
+def _read_results(path: str) -> dict[str, dict[str, Any]]:
+    """The well-formed results in the file at ``path``. The file is untrusted: opened
+    without following a symbolic link, a regular file of bounded size, JSON of the results
+    shape; entries whose config is not a valid Config are left out. OSError/ValueError for
+    a file that cannot be read as results."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if info.st_size > _MAX_FILE_BYTES:
+            raise ValueError(f"{path} is {info.st_size} bytes, more than a results file holds")
+        raw = fh.read(_MAX_FILE_BYTES + 1)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a GEMM tuning results file: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != _SCHEMA or \
+            not isinstance(doc.get("results"), dict):
+        raise ValueError(f"{path} is not a GEMM tuning results file (schema {_SCHEMA})")
+    found = {}
+    for key, entry in doc["results"].items():
+        if not (isinstance(key, str) and isinstance(entry, dict)
+                and isinstance(entry.get("config"), dict)
+                and isinstance(entry.get("ms"), (int, float))):
+            continue
+        try:
+            Config.from_json(entry["config"])
+        except (TypeError, ValueError):
+            continue
+        found[key] = entry
+    return found
+
+
 class Tuner:
     """Chooses configs by timing the candidates once per key; results are kept in memory and
-    in ``<directory>/gemm-tune-v1.json`` (a 0700 folder, atomic writes, merged with what other
-    processes wrote meanwhile). ``directory=None`` keeps them in memory only."""
+    in ``<directory>/<file_name>`` (default gemm-tune-v1.json; a 0700 folder, atomic writes,
+    merged with what other processes wrote meanwhile). ``directory=None`` keeps them in
+    memory only."""
 
-    def __init__(self, directory: Optional[str]) -> None:
+    def __init__(self, directory: Optional[str], file_name: str = FILE_NAME) -> None:
         self.directory = directory
+        self.file_name = file_name
         self._results: dict[str, dict[str, Any]] = {}
         self._loaded = False
         self._lock = threading.Lock()
 
     @property
     def path(self) -> Optional[str]:
-        return None if self.directory is None else os.path.join(self.directory, _FILE_NAME)
+        return None if self.directory is None else os.path.join(self.directory, self.file_name)
 
     def _read_file(self) -> dict[str, dict[str, Any]]:
         path = self.path
-        if path is None or not os.path.exists(path):
+        if path is None or not os.path.lexists(path):
             return {}
         try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-            if doc.get("schema") != _SCHEMA or not isinstance(doc.get("results"), dict):
-                return {}
-            return {k: v for k, v in doc["results"].items() if isinstance(v, dict)}
+            return _read_results(path)
         except (OSError, ValueError):
             return {}  # unreadable or corrupt: tune again and overwrite it
 
-    def _write_file(self) -> None:
-        if self.directory is None:
-            return
+    def _write_file(self, path: Optional[str] = None) -> bool:
+        target = path or self.path
+        if target is None:
+            return False
+        directory = os.path.dirname(target) or "."
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            merged = {**self._read_file(), **self._results}
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-gemm-", dir=self.directory)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            merged = {**self._read_file(), **self._results} if path is None else self._results
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-gemm-", dir=directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     json.dump({"schema": _SCHEMA, "results": merged}, fh, indent=1, sort_keys=True)
                     fh.flush()
                     os.fsync(fh.fileno())
-                os.replace(tmp, self.path)  # type: ignore[arg-type]
+                os.replace(tmp, target)
             except BaseException:
                 os.unlink(tmp)
                 raise
+            return True
         except OSError as exc:
-            warnings.warn(f"gpurt: could not save GEMM tuning results in {self.directory}: {exc}",
+            warnings.warn(f"gpurt: could not save GEMM tuning results in {target}: {exc}",
                           RuntimeWarning, stacklevel=3)
-            self.directory = None
+            if path is None:
+                self.directory = None
+            return False
+
+    def write(self, path: Optional[str] = None) -> bool:
+        """Write every known result to ``path`` (default: this tuner's file)."""
+        self.lookup("")
+        with self._lock:
+            return self._write_file(path)
+
+    def read(self, path: Optional[str] = None) -> dict[str, dict[str, Any]]:
+        """Add the results in ``path`` (default: this tuner's file) and return them."""
+        target = path or self.path
+        if target is None:
+            return {}
+        found = _read_results(target)
+        self.lookup("")
+        with self._lock:
+            self._results.update(found)
+        return found
 
     def lookup(self, key: str) -> Optional[Config]:
         """The remembered config for ``key``, or None."""

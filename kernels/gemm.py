@@ -38,6 +38,7 @@ import gpurt
 import gpurt.nvrtc
 
 from . import _gemm_tune as tune
+from . import tunable
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results",
@@ -477,15 +478,8 @@ def _stream_object(stream: Any, index: int) -> Any:
 
 # ---- choosing a config ---------------------------------------------------------------------------
 
-_tuners: dict[Optional[str], tune.Tuner] = {}
-
-
 def _tuner() -> tune.Tuner:
-    directory = gpurt.nvrtc.cache_dir()
-    found = _tuners.get(directory)
-    if found is None:
-        found = _tuners.setdefault(directory, tune.Tuner(directory))
-    return found
+    return tunable.tuner()
 
 
 def _capturing(stream: Any, index: int) -> bool:
@@ -525,14 +519,17 @@ def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: A
     try:
         call = _make_call(into_scratch, problem, config, scratch.ptr)
         first = batch(1)  # loads and warms up
-        count = max(1, min(20, int(2.0 / max(first, 1e-3))))  # about 2 ms per batch
+        # three batches of about 2 ms each, within the tunable limits per candidate
+        budget_ms = min(6.0, tunable.get_max_tuning_duration())
+        runs = min(int(budget_ms / max(first, 1e-3)), tunable.get_max_tuning_iterations())
+        count = max(1, min(20, runs // 3))
         return sorted(batch(count) for _ in range(3))[1]
     finally:
         tuning_stream.synchronize()
 
 
 def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
-    if not tune.autotune_enabled() or problem.macs < tune.TUNE_MIN_MACS:
+    if not tunable.is_enabled() or problem.macs < tune.TUNE_MIN_MACS:
         return tune.heuristic(problem)
     tuner = _tuner()
     name = gpurt.get_device_name(plan.index)
@@ -540,7 +537,7 @@ def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
     known = tuner.lookup(key)
     if known is not None and tune.eligible(problem, known):
         return known
-    if _capturing(stream, plan.index):
+    if not tunable.tuning_is_enabled() or _capturing(stream, plan.index):
         return tune.heuristic(problem)
     gpurt.synchronize(plan.index)  # the inputs may come from any stream
     with gpurt.device(plan.index):
@@ -643,6 +640,9 @@ def clear_plans() -> None:
     """Forget every planned gemm call, so that the next call of each signature reads the
     GPURT_GEMM_* settings again and chooses its kernel anew."""
     _calls.clear()
+
+
+tunable.on_change(clear_plans)
 
 
 def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha: float,

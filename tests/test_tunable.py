@@ -1,0 +1,140 @@
+"""gpurt.kernels.tunable: torch.cuda.tunable's controls over the GEMM autotuner (CPU), and
+their effect on gemm (GPU)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+import gpurt
+
+tunable = importlib.import_module("gpurt.kernels.tunable")
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+
+GOOD = {"config": tune._MMA[0].to_json(), "ms": 0.5, "timings_ms": {"x": 0.5}}
+
+
+@pytest.fixture(autouse=True)
+def _restore_settings(tmp_path):
+    saved = tunable.SETTINGS.__dict__.copy()
+    tunable.set_filename(str(tmp_path / "results.json"))
+    yield
+    tunable.SETTINGS.__dict__.update(saved)
+    gemm_mod.clear_plans()
+
+
+def write(path, doc):
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_switches_and_limits():
+    tunable.enable(False)
+    assert not tunable.is_enabled()
+    tunable.enable()
+    assert tunable.is_enabled()
+    tunable.tuning_enable(False)
+    assert not tunable.tuning_is_enabled()
+    tunable.set_max_tuning_duration(12.5)
+    assert tunable.get_max_tuning_duration() == 12.5
+    tunable.set_max_tuning_iterations(7)
+    assert tunable.get_max_tuning_iterations() == 7
+    with pytest.raises(ValueError, match="duration"):
+        tunable.set_max_tuning_duration(0)
+    with pytest.raises(ValueError, match="iterations"):
+        tunable.set_max_tuning_iterations(0)
+
+
+def test_enabled_follows_the_environment_until_set(monkeypatch):
+    tunable.SETTINGS.enabled = None
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "off")
+    assert not tunable.is_enabled()
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "1")
+    assert tunable.is_enabled()
+
+
+def test_a_setting_change_forgets_gemm_plans():
+    gemm_mod._calls[("fake",)] = None  # type: ignore[assignment]
+    tunable.tuning_enable(True)
+    assert not gemm_mod._calls
+
+
+def test_filename_read_write_and_results(tmp_path):
+    assert tunable.get_filename() == str(tmp_path / "results.json")
+    source = write(tmp_path / "elsewhere.json", {"schema": 1, "results": {"k1": GOOD}})
+    assert tunable.read_file(source) == {"k1": GOOD}
+    assert tunable.get_results()["k1"]["ms"] == 0.5
+    assert tunable.write_file()
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["results"]["k1"] == GOOD
+    copy = tmp_path / "copy" / "out.json"
+    assert tunable.write_file(str(copy))
+    assert json.loads(copy.read_text())["results"] == {"k1": GOOD}
+
+
+def test_read_file_keeps_only_well_formed_results(tmp_path):
+    bad_config = {**GOOD, "config": {"kernel": "cublas", "bm": 1, "bn": 1, "bk": 1}}
+    doc = {"schema": 1, "results": {"good": GOOD, "bad": bad_config, "worse": [1, 2],
+                                    "no_ms": {"config": GOOD["config"]}}}
+    assert set(tunable.read_file(write(tmp_path / "mixed.json", doc))) == {"good"}
+
+
+@pytest.mark.parametrize("content", [
+    "[]", '{"schema": 2, "results": {}}', '{"schema": 1, "results": []}', "not json",
+    "[" * 100000 + "]" * 100000,
+])
+def test_read_file_refuses_what_is_not_a_results_file(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError):
+        tunable.read_file(str(path))
+
+
+def test_read_file_does_not_follow_links_or_read_devices(tmp_path):
+    target = write(tmp_path / "real.json", {"schema": 1, "results": {"k": GOOD}})
+    link = tmp_path / "link.json"
+    os.symlink(target, link)
+    with pytest.raises(OSError):
+        tunable.read_file(str(link))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="regular"):
+        tunable.read_file(str(fifo))  # returns at once: no hang on a FIFO
+
+
+def test_read_file_refuses_huge_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "_MAX_FILE_BYTES", 100)
+    path = write(tmp_path / "big.json", {"schema": 1, "results": {f"k{i}": GOOD
+                                                                   for i in range(10)}})
+    with pytest.raises(ValueError, match="bytes"):
+        tunable.read_file(path)
+
+
+def test_a_corrupt_default_file_is_tuned_over(tmp_path):
+    (tmp_path / "results.json").write_text("{")
+    assert tunable.tuner().lookup("anything") is None  # no exception: tune again
+
+
+@pytest.mark.gpu
+def test_tuning_disabled_uses_known_results_and_heuristics(gpu_state, tmp_path):
+    rng = np.random.default_rng(3)
+    a = gpurt.asarray(rng.standard_normal((512, 512)).astype(np.float16))
+    b = gpurt.asarray(rng.standard_normal((512, 512)).astype(np.float16))
+    tunable.enable(True)
+    tunable.tuning_enable(False)
+    gemm_mod.gemm(a, b)
+    assert tunable.get_results() == {}  # nothing was timed
+    tunable.tuning_enable(True)
+    tunable.set_max_tuning_iterations(3)
+    out = gemm_mod.gemm(a, b)
+    (entry,) = tunable.get_results().values()
+    assert entry["ms"] > 0
+    want = a.to_numpy().astype(np.float64) @ b.to_numpy().astype(np.float64)
+    got = np.asarray(out.to_numpy(), dtype=np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    assert (tmp_path / "results.json").exists()
