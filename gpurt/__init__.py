@@ -5,8 +5,8 @@ compilation with a disk cache, NVTX ranges and profiling, on NVIDIA's cuda-pytho
 ``import gpurt`` never touches the GPU; CUDA initialises on first use.
 """
 
-from ._driver import *  # noqa: F401,F403
-from ._driver import __all__ as _driver_all
+from ._core.driver import *  # noqa: F401,F403
+from ._core.driver import __all__ as _driver_all
 from .device import *  # noqa: F401,F403
 from .device import __all__ as _device_all
 from .streams import *  # noqa: F401,F403

@@ -24,14 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _copy, _dlpack, _dtypes, _interop, _layout, memory
-from ._arraycopy import _check_match, _copy_device, _host_copy, _wait_for
-from ._dlpack import DLDeviceType
-from ._dtypes import *  # noqa: F403 (the dtype names, re-exported below)
-from ._dtypes import CACHE as _DTYPES
-from ._dtypes import as_dtype as _as_dtype
-from ._ownership import FINALIZERS as _finalizers
-from ._ownership import device_object, own_import, owner_of, place, place_on
+from ._array import copies as _copy, dlpack as _dlpack, dtypes as _dtypes, interop as _interop, layout as _layout
+from . import memory
+from ._array.arraycopy import _check_match, _copy_device, _host_copy, _wait_for
+from ._array.dlpack import DLDeviceType
+from ._array.dtypes import *  # noqa: F403 (the dtype names, re-exported below)
+from ._array.dtypes import CACHE as _DTYPES
+from ._array.dtypes import as_dtype as _as_dtype
+from ._array.ownership import FINALIZERS as _finalizers
+from ._array.ownership import device_object, own_import, owner_of, place, place_on
 from .device import Device, DeviceLike, _index, bind_context, current_place
 
 __all__ = [

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from . import _collective, _nccl
-from ._nccl import ReduceOp
+from .distributed import _collective, _nccl
+from .distributed._nccl import ReduceOp
 from .array import Array, empty, zeros
 from .device import DeviceLike, _index, current_device
 from .streams import Stream, current_stream

@@ -14,8 +14,8 @@ from typing import Any, Callable, Union
 
 from cuda.bindings import driver as cu
 
-from . import _driver
-from ._driver import CudaError, CudaUnavailableError, check
+from ._core import driver as _driver
+from ._core.driver import CudaError, CudaUnavailableError, check
 
 __all__ = [
     "Device",

@@ -21,13 +21,13 @@ from typing import Any, Callable, Sequence
 
 from cuda.bindings import driver as cu
 
-from . import _capture
-from . import _driver
+from ._graphs import capture as _capture
+from ._core import driver as _driver
 from . import memory as _memory
 from . import streams as _streams
-from ._capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
-from ._driver import CudaError, check
-from ._graph_nodes import KernelNode, kernel_nodes_of
+from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
+from ._core.driver import CudaError, check
+from ._graphs.nodes import KernelNode, kernel_nodes_of
 from .array import Array
 from .device import bind_context, current_device, synchronize
 

@@ -17,17 +17,17 @@ import threading
 import warnings
 from typing import Any, Union
 
-from . import _allocconf
-from . import _memstats as ms
-from . import _pinned
-from ._allocator import CachingAllocator
-from ._backends import AsyncAllocator, DriverBackend
-from ._driver import is_forked_child, is_initialized
-from ._handles import before_stream_destroy
-from ._memhistory import HistorySettings
-from ._memsummary import summary_table
-from ._pinned import *  # noqa: F401,F403
-from ._pinned import __all__ as _pinned_all
+from ._memory import config as _allocconf
+from ._memory import stats as ms
+from ._memory import pinned as _pinned
+from ._memory.allocator import CachingAllocator
+from ._memory.backends import AsyncAllocator, DriverBackend
+from ._core.driver import is_forked_child, is_initialized
+from ._core.handles import before_stream_destroy
+from ._memory.history import HistorySettings
+from ._memory.summary import summary_table
+from ._memory.pinned import *  # noqa: F401,F403
+from ._memory.pinned import __all__ as _pinned_all
 from .device import _index, current_device, device_count
 from .streams import _local as _stream_state
 from .streams import current_stream_handle

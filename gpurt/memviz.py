@@ -18,7 +18,7 @@ import sys
 import types
 from typing import Any, Sequence
 
-from ._memtimeline import (
+from ._profiler.memtimeline import (
     Allocation,
     SnapshotLike,
     Timeline,
@@ -26,7 +26,7 @@ from ._memtimeline import (
     format_bytes,
     is_internal,
 )
-from ._memviz_page import PAGE
+from ._profiler.memviz_page import PAGE
 
 __all__ = ["render_html", "render_png", "memviz_main", "build_timelines"]
 

@@ -21,11 +21,11 @@ from typing import Any
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc as _nvrtc
 
-from . import _kcache
-from ._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
-from ._kcache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
+from ._nvrtc import cache as _kcache
+from ._core.driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
+from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from .device import get_arch
-from .launch import (
+from ._launch.kernel import (
     Kernel,
     LaunchConfig,
     add_launch_hook,

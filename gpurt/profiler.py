@@ -25,10 +25,10 @@ from rich.console import Console
 from . import nvrtc as _nvrtc
 from . import nvtx
 from . import streams as _streams
-from ._driver import CudaError, check
+from ._core.driver import CudaError, check
 from .device import bind_context, current_device
 from .device import synchronize as synchronize_device
-from ._trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
+from ._profiler.trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 
 __all__ = [
     "nvtx",

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 from cuda.bindings import driver as cu
 
-from ._driver import check
-from ._handles import (
+from ._core.driver import check
+from ._core.handles import (
     launch_host_func,
     Owned,
     adopt,

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cu
 
-from gpurt import _driver, _handles, streams
+from gpurt._core import driver as _driver, handles as _handles
+from gpurt import streams
 
 # gpurt.device is the torch-style `device` context manager; the module is reached by name
 device_module = importlib.import_module("gpurt.device")

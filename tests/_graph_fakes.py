@@ -19,7 +19,8 @@ import pytest
 from cuda.bindings import driver as cu
 
 from _fakes import FakeDriver, fake_driver, fake_gpus  # noqa: F401  (fixtures used below)
-from gpurt import _capture, _graph_nodes, graphs
+from gpurt._graphs import capture as _capture, nodes as _graph_nodes
+from gpurt import graphs
 
 OK = cu.CUresult.CUDA_SUCCESS
 INVALID_VALUE = cu.CUresult.CUDA_ERROR_INVALID_VALUE

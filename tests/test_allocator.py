@@ -1,4 +1,4 @@
-"""The allocator core (gpurt/_allocator.py) on a CPU, over a fake host-memory backend.
+"""The allocator core (gpurt/_memory/allocator.py) on a CPU, over a fake host-memory backend.
 
 The same core runs on the GPU over cuMemAlloc (tests/test_memory.py replays traces through
 it and torch). Here: torch's policy rule by rule, property tests with hypothesis (no
@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator_model import KiB, MiB, FakeBackend, NaiveTorchModel
-from gpurt import _allocator
-from gpurt import _memstats as ms
-from gpurt._allocator import CAPTURES, CachingAllocator
-from gpurt._allocconf import AllocatorConfig, parse
-from gpurt._memhistory import HistorySettings
+from gpurt._memory import allocator as _allocator
+from gpurt._memory import stats as ms
+from gpurt._memory.allocator import CAPTURES, CachingAllocator
+from gpurt._memory.config import AllocatorConfig, parse
+from gpurt._memory.history import HistorySettings
 
 S0, S1, S2 = 0, 7, 9  # stream handles
 

@@ -1,4 +1,4 @@
-"""Tests for gpurt.array, gpurt._layout and gpurt._dlpack.
+"""Tests for gpurt.array, gpurt._array.layout and gpurt._array.dlpack.
 
 CPU: dtype tables, shape/stride arithmetic and the copy planner against numpy, the DLPack
 structs and capsule protocol against numpy's own DLPack, errors without a driver, and
@@ -31,7 +31,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt import _arraycopy, _dlpack, _layout, _ownership, memory, streams
+from gpurt._array import arraycopy as _arraycopy, dlpack as _dlpack, layout as _layout, ownership as _ownership
+from gpurt import memory, streams
 from gpurt import array as garray
 from gpurt.device import Device, bind_context
 
@@ -633,7 +634,7 @@ def test_empty_metadata(fake_gpu):
 @pytest.fixture
 def fake_streams(fake_driver, monkeypatch):
     """Real gpurt Streams over the fake two-GPU driver of tests/_fakes.py, a fake
-    allocator, and an empty cache of devices in gpurt._ownership."""
+    allocator, and an empty cache of devices in gpurt._array.ownership."""
     allocator = FakeAllocator()
     use_allocator(monkeypatch, allocator)
     monkeypatch.setattr(_ownership, "_devices", {})
@@ -687,7 +688,7 @@ def test_new_arrays_take_each_threads_stream(fake_streams):
 
 def test_new_arrays_reuse_the_threads_place_until_it_changes(fake_streams):
     """gpurt.empty finds the current device, its current stream and allocator in one
-    per-thread record (gpurt/_ownership.py's place), made once and dropped on a change."""
+    per-thread record (gpurt/_array/ownership.py's place), made once and dropped on a change."""
     a = gpurt.empty(4)
     place = device_module.current_place()
     assert place[:4] == (0, 0, a.stream, a.device)
@@ -939,7 +940,7 @@ def test_copy_argument_checks(fake_gpu):
 
 
 class HostMemoryDriver(DirectEntry):
-    """The driver calls gpurt/_copy.py makes, over host memory: "device" blocks are host
+    """The driver calls gpurt/_array/copies.py makes, over host memory: "device" blocks are host
     buffers, so copies and fills can be checked by value; every call is recorded."""
 
     OK = (cu.CUresult.CUDA_SUCCESS,)

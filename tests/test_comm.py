@@ -20,8 +20,9 @@ import pytest
 import _multigpu
 from _fakes import fake_gpus_fixture  # noqa: F401  (the fake_gpus fixture)
 import gpurt
-from gpurt import _nccl, comm
-from gpurt._driver import check
+from gpurt.distributed import _nccl
+from gpurt import comm
+from gpurt._core.driver import check
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast (shared machines)
 
@@ -301,7 +302,7 @@ def test_ordering_with_the_arrays_streams_and_record_stream(devices: list[int],
 
 
 def test_gpurt_info_says_whether_collectives_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpurt import _info
+    from gpurt._cli import info as _info
 
     assert _info.collect()["collectives"]["available"] == _nccl.is_available()
     monkeypatch.setattr(_nccl, "_module", None)
@@ -322,8 +323,11 @@ def fake_nccl(fake_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
 
     from allocator_model import FakeBackend
 
-    from gpurt import _allocconf, _arraycopy, _collective, array, memory
-    from gpurt._allocator import CachingAllocator
+    from gpurt._memory import config as _allocconf
+    from gpurt._array import arraycopy as _arraycopy
+    from gpurt.distributed import _collective
+    from gpurt import array, memory
+    from gpurt._memory.allocator import CachingAllocator
 
     for module in (array, _collective, _arraycopy):
         monkeypatch.setattr(module, "bind_context", fake_gpus.bind)

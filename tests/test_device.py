@@ -18,7 +18,7 @@ from cuda.bindings import driver as cu
 
 import gpurt
 from _threads import in_thread
-from gpurt._driver import CudaUnavailableError, check
+from gpurt._core.driver import CudaUnavailableError, check
 
 dev = importlib.import_module("gpurt.device")  # gpurt.device is the context manager
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
@@ -119,7 +119,7 @@ def test_current_device_is_per_thread(fake_gpus: FakeContexts) -> None:
 
 def test_the_place_is_per_thread_and_goes_with_the_current_device(
         fake_gpus: FakeContexts) -> None:
-    """The per-thread record the layers above keep (gpurt/_ownership.py's place) is
+    """The per-thread record the layers above keep (gpurt/_array/ownership.py's place) is
     dropped whenever the current device is set, also to the same device."""
     assert dev.current_place() is None
     dev.remember_place(("place", 0))

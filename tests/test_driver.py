@@ -1,4 +1,4 @@
-"""The driver layer (gpurt/_driver.py): check(), the exception family, lazy init, no-driver
+"""The driver layer (gpurt/_core/driver.py): check(), the exception family, lazy init, no-driver
 behaviour and the fork guard."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
 import gpurt
-from gpurt import _driver
-from gpurt._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
+from gpurt._core import driver as _driver
+from gpurt._core.driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

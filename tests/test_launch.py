@@ -1,5 +1,5 @@
-"""gpurt.launch (Kernel, LaunchConfig, hooks) with its helpers gpurt._params (parameter types
-from declarations and mangled names) and gpurt._args (argument conversion and packing).
+"""gpurt._launch.kernel (Kernel, LaunchConfig, hooks) with its helpers gpurt._launch.params (parameter types
+from declarations and mangled names) and gpurt._launch.args (argument conversion and packing).
 
 CPU tests compile real kernels with NVRTC (explicit arch) and check the parameter plans and
 the packed parameter buffers byte for byte; GPU tests launch and compare with numpy."""
@@ -19,8 +19,10 @@ import pytest
 from _driver_calls import CLaunchKernel
 
 import gpurt
-from gpurt import _args, _kcache, _launchpath, _params, nvrtc
-from gpurt import launch as glaunch
+from gpurt._launch import args as _args, path as _launchpath, params as _params
+from gpurt._nvrtc import cache as _kcache
+from gpurt import nvrtc
+from gpurt._launch import kernel as glaunch
 
 # ---- parameter types -----------------------------------------------------------------------
 
@@ -359,7 +361,7 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls, com
 
     if compiled:
         if _launchpath.claunch is None:
-            pytest.skip("the C extension gpurt._claunch is not built")
+            pytest.skip("the C extension gpurt._launch._claunch is not built")
         c_driver = CLaunchKernel(driver)
         function = 0x46
         launch_kernel = _launchpath.claunch.Launcher(c_driver.address, function, glaunch._dims3)

@@ -1,8 +1,8 @@
-"""gpurt.launch's host side on a fake driver: loading (and recompiling refused cache entries),
+"""gpurt._launch.kernel's host side on a fake driver: loading (and recompiling refused cache entries),
 the generated launchers, error checks before a launch, dynamic shared memory and hooks.
 
 Real kernels are compiled with NVRTC (explicit arch); only the driver calls are faked, so
-this runs on any CPU. Every test runs on both launch paths: "compiled" (gpurt._claunch calls
+this runs on any CPU. Every test runs on both launch paths: "compiled" (gpurt._launch._claunch calls
 the fake cuLaunchKernel through its C address) and "python" (cuda.bindings' call, faked, as
 with GPURT_PURE_PYTHON_LAUNCH=1). The GPU tests in test_launch.py run the same on the device."""
 
@@ -21,8 +21,10 @@ from _driver_calls import CLaunchKernel
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt import _kcache, _launchpath, nvrtc
-from gpurt import launch as glaunch
+from gpurt._nvrtc import cache as _kcache
+from gpurt._launch import path as _launchpath
+from gpurt import nvrtc
+from gpurt._launch import kernel as glaunch
 
 R = cu.CUresult
 SOURCE = r"""
@@ -128,11 +130,11 @@ def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     driver = FakeDriver({b"axpy": AXPY_SIZES, b"narrow": [8]})
     if request.param == "compiled":
         if _launchpath.claunch is None:
-            pytest.skip("the C extension gpurt._claunch is not built")
+            pytest.skip("the C extension gpurt._launch._claunch is not built")
         c_launch = CLaunchKernel(lambda *args: int(driver.cuLaunchKernel(*args)[0]))
         monkeypatch.setattr(_launchpath, "_found", (c_launch.address, "the fake driver"))
         monkeypatch.setattr(_launchpath, "pure_python", False)
-    else:  # what GPURT_PURE_PYTHON_LAUNCH=1 makes of gpurt.launch at import
+    else:  # what GPURT_PURE_PYTHON_LAUNCH=1 makes of gpurt._launch.kernel at import
         monkeypatch.setattr(_launchpath, "pure_python", True)
         monkeypatch.setattr(gpurt.Kernel, "__call__", _PYTHON_CALL)
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path / "cache"))

@@ -22,7 +22,7 @@ import pytest
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt import _allocconf, _memsummary
+from gpurt._memory import config as _allocconf, summary as _memsummary
 from gpurt import memory as mem
 from gpurt.device import bind_context
 

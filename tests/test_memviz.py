@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import gpurt
 from gpurt import memviz
-from gpurt._memtimeline import build_timelines, callsite, format_bytes, load_snapshot
+from gpurt._profiler.memtimeline import build_timelines, callsite, format_bytes, load_snapshot
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 FIXTURE = os.path.join(DATA, "memory_snapshot.json")

@@ -19,7 +19,7 @@ import warnings
 import pytest
 
 import gpurt
-from gpurt import _kcache
+from gpurt._nvrtc import cache as _kcache
 from gpurt import nvrtc as gnvrtc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpurt.__file__)))

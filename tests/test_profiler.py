@@ -15,7 +15,7 @@ from rich.console import Console
 
 import gpurt
 from gpurt import nvtx, profiler
-from gpurt._trace import HOST_PID, ProfileResult, TraceRecord, chrome_trace, key_averages
+from gpurt._profiler.trace import HOST_PID, ProfileResult, TraceRecord, chrome_trace, key_averages
 
 
 def rec(name, kind="kernel", start=0.0, dur=1000.0, stream=7, device=0, **kw) -> TraceRecord:

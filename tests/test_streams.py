@@ -31,8 +31,9 @@ from cuda.bindings import nvrtc
 
 import gpurt
 from _threads import in_thread
-from gpurt import _handles, streams
-from gpurt._driver import CudaUnavailableError, check
+from gpurt._core import handles as _handles
+from gpurt import streams
+from gpurt._core.driver import CudaUnavailableError, check
 
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,7 +154,7 @@ def test_default_and_current_stream(fake_driver: FakeDriver) -> None:
 def test_every_change_of_a_current_stream_drops_the_threads_place(
         fake_driver: FakeDriver) -> None:
     """gpurt.device keeps a per-thread record of the current device and its current stream
-    (gpurt/_ownership.py's place); whatever changes a current stream drops it."""
+    (gpurt/_array/ownership.py's place); whatever changes a current stream drops it."""
     s, s1 = gpurt.Stream(), gpurt.Stream(device=1)
     context = gpurt.stream(s)
     changes: list[Callable[[], Any]] = [

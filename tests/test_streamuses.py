@@ -1,4 +1,4 @@
-"""Blocks used on streams that are destroyed (gpurt/_streamuses.py and the stream-destroy
+"""Blocks used on streams that are destroyed (gpurt/_memory/streamuses.py and the stream-destroy
 hook that gpurt.memory registers with gpurt.streams).
 
 The crash this guards against: ``record_stream`` on a side stream, the stream is closed (or
@@ -31,10 +31,11 @@ from cuda.bindings import driver as cu
 import gpurt
 from _fakes import FakeDriver, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from allocator_model import KiB, FakeBackend, Segfault
-from gpurt import _backends, _blocks, _handles, _pinned
+from gpurt._memory import backends as _backends, blocks as _blocks, pinned as _pinned
+from gpurt._core import handles as _handles
 from gpurt import memory as mem
-from gpurt._allocator import CachingAllocator
-from gpurt._allocconf import AllocatorConfig
+from gpurt._memory.allocator import CachingAllocator
+from gpurt._memory.config import AllocatorConfig
 from gpurt.device import bind_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

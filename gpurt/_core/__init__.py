@@ -1,0 +1,1 @@
+"""The base layer: driver errors and lazy init, owned stream/event handles, atomic files."""
