@@ -6,13 +6,13 @@ An :class:`Array` is metadata (``ptr``, ``shape``, byte ``strides``, numpy ``dty
 alive. The array that allocated or imported the memory is its owner: its death returns
 the block to the caching allocator (``gpurt.memory``) or releases the consumed DLPack
 tensor; views hold the owner (or the foreign CAI array), so memory lives exactly as long
-as the last array over it (gpurt/_ownership.py).
+as the last array over it (gpurt/_array/ownership.py).
 
 Copies are stream ordered on the destination array's stream (the source array's stream
 is made to wait first when it differs) and go through ``cuMemcpy*Async``; a copy that
 involves host memory waits for completion unless ``non_blocking=True`` (truly
 asynchronous when the host buffer is pinned; the driver makes pageable copies safe).
-The copies themselves are gpurt/_arraycopy.py.
+The copies themselves are gpurt/_array/arraycopy.py.
 """
 
 from __future__ import annotations

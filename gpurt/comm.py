@@ -6,7 +6,7 @@ Arrays (or any device array, read zero-copy); ``all_reduce`` (in place, on every
 is gpurt's addition. Each call runs as one NCCL group over communicators made once per set
 of devices (ncclCommInitAll) and kept for the process. On each device the work runs on the
 current stream of that device (or the ``streams`` given), ordered after the streams the
-arrays were made on, and outputs belong to that stream; see gpurt/_collective.py for how
+arrays were made on, and outputs belong to that stream; see gpurt/distributed/_collective.py for how
 inputs stay alive until NCCL has read them.
 
 Needs NCCL: ``pip install 'gpurt[nccl]'``.

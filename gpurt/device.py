@@ -210,7 +210,7 @@ def set_device(device: DeviceLike) -> None:
 
 
 # The layers above keep one record per thread about its current device and that device's
-# current stream: the *place* where new arrays go (gpurt/_ownership.py), found by gpurt.empty
+# current stream: the *place* where new arrays go (gpurt/_array/ownership.py), found by gpurt.empty
 # with one lookup. It lives here, next to the current device, so that set_device drops it;
 # gpurt.streams drops it whenever it changes a current stream, and a forked child (a fresh
 # _tls) starts without one.

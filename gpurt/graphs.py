@@ -5,7 +5,7 @@ A :class:`CUDAGraph` captures everything enqueued on the current stream between
 instantiates it (cuGraphInstantiate) and replays it with cuGraphLaunch. Memory allocated
 during capture comes from a private pool of the caching allocator that the graph owns
 (shareable with other graphs through :func:`graph_pool_handle` or ``g.pool()``); it is given
-back when the graph is reset or garbage collected (see gpurt._capture for how releases
+back when the graph is reset or garbage collected (see gpurt._graphs.capture for how releases
 during another capture are queued).
 """
 

@@ -1,11 +1,11 @@
 """Device memory: the caching allocator, its statistics and history (torch.cuda's names).
 
 One allocator per device, created on first use from ``GPURT_ALLOC_CONF`` (torch's
-PYTORCH_CUDA_ALLOC_CONF keys; see gpurt/_allocconf.py) and ``GPURT_NO_CACHING=1``. The
-default backend is gpurt's port of torch's caching allocator (gpurt/_allocator.py), whose
+PYTORCH_CUDA_ALLOC_CONF keys; see gpurt/_memory/config.py) and ``GPURT_NO_CACHING=1``. The
+default backend is gpurt's port of torch's caching allocator (gpurt/_memory/allocator.py), whose
 statistics match ``torch.cuda.memory_stats()`` key for key; ``backend:cudaMallocAsync``
 uses CUDA's stream-ordered pool instead. Everything here returns zeros/empty before CUDA is
-initialised instead of failing. Pinned host memory has its own cache (gpurt/_pinned.py).
+initialised instead of failing. Pinned host memory has its own cache (gpurt/_memory/pinned.py).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def record_stream(obj: Any, stream: Any) -> None:
 
 def _retire_stream(device_index: int, handle: int) -> bool:
     """Runs before gpurt destroys one of its streams: every allocator records now what it
-    would later have recorded on that stream (see gpurt/_streamuses.py). False asks
+    would later have recorded on that stream (see gpurt/_memory/streamuses.py). False asks
     gpurt.streams to keep the stream and try again at its next safe point. Never raises."""
     done = True
     allocators: list[Any] = [*_allocators.values(), None]

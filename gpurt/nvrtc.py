@@ -4,7 +4,7 @@
 device architecture by default, PTX only when asked); ``module["name"]`` (or a name
 expression such as ``module["f<float, 128>"]``) returns a :class:`~gpurt.Kernel`. With an
 explicit ``arch`` nothing needs a GPU, so kernels can be compiled and cached ahead of time.
-See ``gpurt/_kcache.py`` for the caches and ``gpurt/launch.py`` for launching.
+See ``gpurt/_nvrtc/cache.py`` for the caches and ``gpurt/_launch/kernel.py`` for launching.
 """
 
 from __future__ import annotations

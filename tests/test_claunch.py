@@ -391,7 +391,7 @@ def test_cu_launch_kernel_is_found_as_cuda_bindings_finds_it(monkeypatch, per_th
         monkeypatch.delenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", raising=False)
     else:
         monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", per_thread)
-    why = "gpurt._claunch calls cuLaunchKernel at 0x7f00dead0000"
+    why = "gpurt._launch._claunch calls cuLaunchKernel at 0x7f00dead0000"
     assert _launchpath.find_launch_kernel() == (0x7F00DEAD0000, why)
     assert _launchpath.find_launch_kernel()[0] == 0x7F00DEAD0000  # looked up once
     assert driver.asked == [(b"cuLaunchKernel", version, getattr(cu.CUdriverProcAddress_flags,

@@ -2,7 +2,7 @@
 host memory, fills, the event handshake that orders one stream after another, and which
 device an address belongs to.
 
-Callers (gpurt.array, gpurt._arraycopy) bind the right context first and pass raw stream
+Callers (gpurt.array, gpurt._array.arraycopy) bind the right context first and pass raw stream
 handles. Every driver result goes through ``_driver.check``.
 """
 
@@ -117,7 +117,7 @@ def copy(dst: int, dst_on_device: bool, dst_strides: tuple[int, ...], src: int,
          itemsize: int, stream: int) -> None:
     """Copy the strided array ``src`` into ``dst`` (same shape) on ``stream``: one
     cuMemcpy{HtoD,DtoH,DtoD}Async when both are contiguous, else the copies planned by
-    :func:`gpurt._layout.plan_copy` (rows, and pitched blocks through cuMemcpy2DAsync)."""
+    :func:`gpurt._array.layout.plan_copy` (rows, and pitched blocks through cuMemcpy2DAsync)."""
     size = _layout.prod(shape)
     if not size:
         return

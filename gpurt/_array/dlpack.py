@@ -132,7 +132,7 @@ def _unpack_at(layout: struct.Struct, address: int) -> tuple[Any, ...]:
     return layout.unpack_from(_bytes_type(layout.size).from_address(address))
 
 
-# ---- dtypes: the table in gpurt._dtypes, both directions -------------------------------
+# ---- dtypes: the table in gpurt._array.dtypes, both directions -------------------------------
 
 _TO_DL: dict[np.dtype, tuple[int, int]] = {
     dt: (code, dt.itemsize * 8) for dt, code in _dtypes.DLPACK_CODES.items()

@@ -56,7 +56,7 @@ def raw_call(index: int, fn: Callable[..., tuple], *args: Any) -> tuple:
 
 
 def call(index: int, name: str, fn: Callable[..., tuple], *args: Any) -> Any:
-    """:func:`raw_call`, then :func:`gpurt._driver.check` on the result."""
+    """:func:`raw_call`, then :func:`gpurt._core.driver.check` on the result."""
     return check(raw_call(index, fn, *args), name)
 
 

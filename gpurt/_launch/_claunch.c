@@ -1,13 +1,13 @@
-/* gpurt._claunch: the compiled launch path, from kernel(grid, block, args) to cuLaunchKernel.
+/* gpurt._launch._claunch: the compiled launch path, from kernel(grid, block, args) to cuLaunchKernel.
  *
  * gpurt finds the driver's cuLaunchKernel once, through cuda.bindings (cuGetProcAddress, in
- * gpurt/_launchpath.py), and makes these objects (gpurt/launch.py):
+ * gpurt/_launch/path.py), and makes these objects (gpurt/_launch/kernel.py):
  *
  * Launcher(address, function, dims): the driver call, one per loaded kernel.
  *     launcher(grid, block, shared_mem, stream, params) -> the CUresult as an int
  *   Grid and block are ints or 3-tuples of ints; anything else goes through ``dims(value,
  *   "grid" | "block")``, gpurt's validating converter. ``params`` is the address of the void*
- *   array of a parameter buffer that gpurt's per-kernel plan (gpurt/_args.py) packed.
+ *   array of a parameter buffer that gpurt's per-kernel plan (gpurt/_launch/args.py) packed.
  *
  * PackingLauncher(launcher, size, layout, array_type, hooks, fallback, refused): a launch.
  *     packing(grid, block, args, shared_mem, stream, index) -> None
@@ -23,7 +23,7 @@
  * its comment below).
  *
  * The GIL is released around cuLaunchKernel, as cuda.bindings does. Result codes become
- * exceptions in Python, in gpurt._driver.check, as for every other driver call. Nothing here
+ * exceptions in Python, in gpurt._core.driver.check, as for every other driver call. Nothing here
  * needs the CUDA headers: cuLaunchKernel's C signature is declared below.
  */
 #define PY_SSIZE_T_CLEAN
@@ -35,7 +35,7 @@
 #include <structmember.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "gpurt._claunch packs parameters in the host's byte order, which must be little-endian"
+#error "gpurt._launch._claunch packs parameters in the host's byte order, which must be little-endian"
 #endif
 
 #if PY_VERSION_HEX < 0x030B0000 /* PyFloat_Pack2/4 became public in Python 3.11 */
@@ -245,7 +245,7 @@ static void launcher_dealloc(Launcher *self)
 
 static PyObject *launcher_repr(Launcher *self)
 {
-    return PyUnicode_FromFormat("<gpurt._claunch.Launcher function=%p cuLaunchKernel=%p>",
+    return PyUnicode_FromFormat("<gpurt._launch._claunch.Launcher function=%p cuLaunchKernel=%p>",
                                 (void *)(uintptr_t)self->function,
                                 (void *)(uintptr_t)self->address);
 }
@@ -260,7 +260,7 @@ static PyMemberDef launcher_members[] = {
 
 static PyTypeObject LauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "gpurt._claunch.Launcher",
+    .tp_name = "gpurt._launch._claunch.Launcher",
     .tp_doc = "Launcher(address, function, dims): calls cuLaunchKernel at ``address`` for the "
               "CUfunction ``function``;\n"
               "launcher(grid, block, shared_mem, stream, params) returns the CUresult as an int.",
@@ -605,7 +605,7 @@ static PyMemberDef packing_members[] = {
 
 static PyTypeObject PackingLauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "gpurt._claunch.PackingLauncher",
+    .tp_name = "gpurt._launch._claunch.PackingLauncher",
     .tp_doc = "PackingLauncher(launcher, size, layout, array_type, hooks, fallback, refused):\n"
               "packing(grid, block, args, shared_mem, stream, index) packs plain arguments at "
               "the (offset, struct code) pairs of ``layout`` and launches with ``launcher``;\n"
@@ -624,7 +624,7 @@ static PyTypeObject PackingLauncherType = {
 /* ---- KernelCall: Kernel.__call__ ------------------------------------------------------ */
 
 /* KernelCall(function) is Kernel.__call__ when this extension is there: ``function`` is the
- * Python __call__ of gpurt/launch.py, and this does what its fast path does, from C. It reads
+ * Python __call__ of gpurt/_launch/kernel.py, and this does what its fast path does, from C. It reads
  * the names that function reads in its module (``function.__globals__``): _device_tls (.index,
  * .bound: this thread's current device and the device whose context is bound) and _stream_tls
  * (.state.handles: the current stream handle of each device), then the kernel's _loaded[index]
@@ -851,7 +851,7 @@ static PyMemberDef kernel_call_members[] = {
 
 static PyTypeObject KernelCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "gpurt._claunch.KernelCall",
+    .tp_name = "gpurt._launch._claunch.KernelCall",
     .tp_basicsize = sizeof(KernelCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
@@ -870,7 +870,7 @@ static PyTypeObject KernelCallType = {
 
 static struct PyModuleDef claunch_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "gpurt._claunch",
+    .m_name = "gpurt._launch._claunch",
     .m_doc = "The compiled launch path of gpurt: Launcher and PackingLauncher call "
              "cuLaunchKernel from C.",
     .m_size = -1,

@@ -163,11 +163,11 @@ def _field(param: Param) -> str:
     return param.fmt if param.kind in ("pointer", "scalar", "bfloat16") else f"{param.size}s"
 
 
-_C_CODES = frozenset("bBhHiIqQefd")  # scalar struct codes that gpurt._claunch packs itself
+_C_CODES = frozenset("bBhHiIqQefd")  # scalar struct codes that gpurt._launch._claunch packs itself
 
 
 def _c_code(param: Param) -> str | None:
-    """How gpurt._claunch packs ``param`` ("P" a pointer, else its struct code), or None for a
+    """How gpurt._launch._claunch packs ``param`` ("P" a pointer, else its struct code), or None for a
     parameter that needs a converter of this module."""
     if param.kind == "pointer":
         return "P"
@@ -193,7 +193,7 @@ def _converter(param: Param) -> Callable[[Any], Any] | None:
 # parameter buffer ({pack}); ``launch`` adds this thread's buffer, the driver call (between the
 # launch hooks, when there are any) and the hand-over of errors to the kernel that explains
 # them, so a launch runs one short Python function of its own. The driver call comes in two
-# kinds (_DRIVER_CALLS): a compiled Launcher (gpurt/_claunch.c) takes grid and block as they
+# kinds (_DRIVER_CALLS): a compiled Launcher (gpurt/_launch/_claunch.c) takes grid and block as they
 # are and returns the CUresult as an int; cuda.bindings' cuLaunchKernel takes them as six ints
 # ({dims}) and returns a tuple.
 _PACK = """\
@@ -291,7 +291,7 @@ class Plan:
             else:
                 values.append(arg)
         codes = [_c_code(param) for param in params]
-        # (offset, code) of every parameter, for gpurt._claunch.PackingLauncher
+        # (offset, code) of every parameter, for gpurt._launch._claunch.PackingLauncher
         self.layout: tuple[tuple[int, str], ...] | None = None
         if None not in codes:
             self.layout = tuple(zip(offsets, codes))  # type: ignore[arg-type]
@@ -342,7 +342,7 @@ class Plan:
         the arguments packed into this thread's buffer, then the driver call, through
         ``hooked(launch_kernel, stream, ...)`` while the list ``hooks`` is not empty.
 
-        ``compiled``: ``launch_kernel`` is a :class:`gpurt._claunch.Launcher` bound to its
+        ``compiled``: ``launch_kernel`` is a :class:`gpurt._launch._claunch.Launcher` bound to its
         function, called as ``launch_kernel(grid, block, shared_mem, stream, params)``, which
         returns the CUresult as an int. Otherwise it is cuda.bindings' cuLaunchKernel, called
         with ``function`` and grid and block as ints. Both take grid and block as ints or

@@ -2,17 +2,17 @@
 
 Launching is the hot path. Each kernel keeps a plan built on its first load (per parameter:
 its ABI offset, a ``struct`` code and, where needed, a converter) and, per device, a launcher
-generated from it (see ``gpurt/_args.py``): it packs the arguments into the calling thread's
+generated from it (see ``gpurt/_launch/args.py``): it packs the arguments into the calling thread's
 preallocated parameter buffer with one ``struct.pack_into`` and calls ``cuLaunchKernel``.
 Errors in the arguments (count, types, ranges, arrays on another device) and in the launch
 configuration are raised before anything runs, naming the parameter or the limit.
 
-Where the C extension ``gpurt._claunch`` is built, that runs in C: ``Kernel.__call__``, the
+Where the C extension ``gpurt._launch._claunch`` is built, that runs in C: ``Kernel.__call__``, the
 packing of plain arguments (ints, floats, None, gpurt Arrays) and the call of the driver's
 cuLaunchKernel, whose result code goes to :func:`_driver.check` as every other call's does;
 the generated launcher takes every argument it leaves to Python. Without the extension, or
 with ``GPURT_PURE_PYTHON_LAUNCH=1``, launches go through cuda.bindings' cuLaunchKernel
-(``gpurt/_launchpath.py`` decides; :func:`launch_path` says which is in use).
+(``gpurt/_launch/path.py`` decides; :func:`launch_path` says which is in use).
 """
 
 from __future__ import annotations
@@ -219,8 +219,8 @@ def explain_load_error(err: CudaError, arch: str) -> CudaError:
 
 class _Loaded:
     """A kernel's function on one device, the dynamic shared memory it may use there, its
-    generated launcher (see :meth:`gpurt._args.Plan.launcher`) and whether that calls the
-    driver through gpurt._claunch."""
+    generated launcher (see :meth:`gpurt._launch.args.Plan.launcher`) and whether that calls the
+    driver through gpurt._launch._claunch."""
 
     __slots__ = ("function", "max_dynamic_shared", "launch", "compiled")
 
@@ -327,7 +327,7 @@ class Kernel:
         return _Loaded(function, int(limit), self._launcher(function, address), bool(address))
 
     def _launcher(self, function: Any, address: int) -> Callable[..., None]:
-        """The launcher of ``function``: through gpurt._claunch with cuLaunchKernel at
+        """The launcher of ``function``: through gpurt._launch._claunch with cuLaunchKernel at
         ``address`` (a PackingLauncher where the plan allows, with the generated launcher for
         the arguments it leaves to Python), or, with ``address`` 0, through cuda.bindings."""
         plan: Plan = self._plan  # type: ignore[assignment]  # set by _load_from
@@ -457,7 +457,7 @@ class Kernel:
         loaded.launch(grid, block, args, shared_mem, stream, index)
 
     if _claunch is not None and not _launchpath.pure_python:
-        # The fast path above, in C (gpurt/_claunch.c reads the same names of this module);
+        # The fast path above, in C (gpurt/_launch/_claunch.c reads the same names of this module);
         # every call it does not take goes to the function above.
         __call__ = _claunch.KernelCall(__call__)  # type: ignore[assignment]
 

@@ -1,10 +1,10 @@
-"""Which driver call kernel launches take: gpurt._claunch's, or cuda.bindings' from Python.
+"""Which driver call kernel launches take: gpurt._launch._claunch's, or cuda.bindings' from Python.
 
-The C extension ``gpurt._claunch`` (gpurt/_claunch.c, built on install where there is a C
+The C extension ``gpurt._launch._claunch`` (gpurt/_launch/_claunch.c, built on install where there is a C
 compiler) calls the driver's cuLaunchKernel, whose address :func:`find_launch_kernel` gets
 once through cuda.bindings (cuGetProcAddress), the way the bindings find it for themselves.
 Without the extension, or with ``GPURT_PURE_PYTHON_LAUNCH=1`` (read at import, for debugging),
-launches go through cuda.bindings' cuLaunchKernel from Python. gpurt/launch.py makes the
+launches go through cuda.bindings' cuLaunchKernel from Python. gpurt/_launch/kernel.py makes the
 launchers; ``gpurt info`` reports :func:`launch_path`.
 """
 
@@ -28,7 +28,7 @@ try:
     import gpurt._launch._claunch as claunch  # (not "from . import": its error would blame a cycle)
 except ImportError as exc:  # installed without a C compiler
     claunch = None  # type: ignore[assignment]
-    _not_built = f"the C extension gpurt._claunch is not built ({exc})"
+    _not_built = f"the C extension gpurt._launch._claunch is not built ({exc})"
 
 _found: tuple[int, str] | None = None  # (address of the driver's cuLaunchKernel or 0, why)
 
@@ -56,13 +56,13 @@ def find_launch_kernel() -> tuple[int, str]:
             _found = 0, str(err)
         else:
             address = int(address or 0)
-            _found = (address, f"gpurt._claunch calls cuLaunchKernel at {address:#x}" if address
+            _found = (address, f"gpurt._launch._claunch calls cuLaunchKernel at {address:#x}" if address
                       else "cuGetProcAddress found no cuLaunchKernel")
     return _found
 
 
 def route() -> tuple[int, str]:
-    """(the address of cuLaunchKernel for gpurt._claunch, or 0 for cuda.bindings' path, why).
+    """(the address of cuLaunchKernel for gpurt._launch._claunch, or 0 for cuda.bindings' path, why).
     Initialises the driver where the extension is there."""
     if pure_python:
         return 0, f"{PURE_PYTHON_ENV} is set"
@@ -73,19 +73,19 @@ def route() -> tuple[int, str]:
 
 def launch_path() -> dict[str, str]:
     """How kernel launches reach the driver: ``{"path": "compiled" or "python", "why": ...}``.
-    "compiled": gpurt._claunch calls cuLaunchKernel from C; "python": cuda.bindings'
+    "compiled": gpurt._launch._claunch calls cuLaunchKernel from C; "python": cuda.bindings'
     cuLaunchKernel is called from Python (a few tenths of a microsecond more per launch)."""
     try:
         address, why = route()
     except CudaUnavailableError:  # the extension is there, the driver is not
-        return {"path": "compiled", "why": "gpurt._claunch is built; it finds cuLaunchKernel "
+        return {"path": "compiled", "why": "gpurt._launch._claunch is built; it finds cuLaunchKernel "
                                            "once a driver is there"}
     return {"path": "compiled" if address else "python", "why": why}
 
 
 def result_code(code: Any) -> Any:
-    """The CUresult of a result code from gpurt._claunch (an int; kept an int where the
-    bindings do not know it), for :func:`gpurt._driver.check`."""
+    """The CUresult of a result code from gpurt._launch._claunch (an int; kept an int where the
+    bindings do not know it), for :func:`gpurt._core.driver.check`."""
     try:
         return cu.CUresult(code)
     except ValueError:

@@ -1,12 +1,12 @@
 """The caching allocator's bookkeeping core: PyTorch's native policy over a raw backend.
 
-Pure Python, no driver: it runs over a small :class:`~gpurt._segments.Backend` (segments,
+Pure Python, no driver: it runs over a small :class:`~gpurt._memory.segments.Backend` (segments,
 events, mem_get_info), so the same code is tested on a CPU over host memory and used on the
 GPU over cuMemAlloc. The policy is torch's CUDACachingAllocator, decision for decision:
 
 - sizes round up to 512 B (or to power-of-two divisions, ``roundup_power2_divisions``);
   requests <= 1 MiB come from the small pool in 2 MiB segments, larger ones from the large
-  pool in 20 MiB segments below 10 MiB, else rounded up to 2 MiB (gpurt/_segments.py);
+  pool in 20 MiB segments below 10 MiB, else rounded up to 2 MiB (gpurt/_memory/segments.py);
 - best fit by (stream, size, address); a block is split when the rest is worth keeping
   (>= 512 B in the small pool, > 1 MiB in the large pool, and never blocks of
   ``max_split_size`` or more); freed neighbours merge; blocks never change stream;
@@ -22,10 +22,10 @@ callback thread, this device's context already current); otherwise they are reco
 next allocation. If the lock is busy (another thread, or a finalizer run by the garbage
 collector inside an allocator call) the pointer is queued and freed at the next call.
 Before gpurt destroys a stream it owns, :meth:`CachingAllocator.retire_stream` finishes
-with it (gpurt/_streamuses.py says how), so no event is ever recorded on a dead stream.
+with it (gpurt/_memory/streamuses.py says how), so no event is ever recorded on a dead stream.
 
 The hot path. Python pays for every call and attribute, so ``malloc`` and ``free`` are
-written out in full, statistics are packed integers (gpurt/_memstats.py), and the commonest
+written out in full, statistics are packed integers (gpurt/_memory/stats.py), and the commonest
 pattern, freeing a block and asking again for the same size on the same stream, is served
 from a *parked* block: when the last allocation was cut from free block F (leaving rest R)
 and is freed again with nothing else touched in between, torch would merge it back into F

@@ -1,7 +1,7 @@
 """The device side of the allocator: the driver backend under the caching core, and the
 ``backend:cudaMallocAsync`` allocator over CUDA's stream-ordered pool.
 
-Every driver result goes through :func:`gpurt._driver.check`; the only codes looked at
+Every driver result goes through :func:`gpurt._core.driver.check`; the only codes looked at
 directly are CUDA_ERROR_OUT_OF_MEMORY (the caching core retries, then raises),
 CUDA_ERROR_NOT_READY from cuEventQuery (not an error), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
 from cuStreamGetCaptureInfo (the legacy stream, which no capture includes) and a failed

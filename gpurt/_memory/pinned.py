@@ -156,7 +156,7 @@ class PinnedAllocator:
 
     def retire_stream(self, device: int, stream: int) -> bool:
         """Before gpurt destroys ``stream``: record the events of the blocks used on it now
-        (see gpurt/_streamuses.py). False when that must wait (a graph capture is underway,
+        (see gpurt/_memory/streamuses.py). False when that must wait (a graph capture is underway,
         or the lock stays busy)."""
         if not self._lock.acquire(timeout=RETIRE_WAIT):
             return False

@@ -4,7 +4,7 @@
 taken from the backend, the per-process memory fraction, and torch's policy for getting a
 new segment: garbage-collect old cached blocks past a threshold, try the backend, free
 cached oversize blocks and retry, free every cached unsplit block and retry, and only then
-report out of memory. :class:`gpurt._allocator.CachingAllocator` builds the allocation
+report out of memory. :class:`gpurt._memory.allocator.CachingAllocator` builds the allocation
 policy on top. No driver here: segments come from a :class:`Backend`.
 """
 

@@ -8,7 +8,7 @@ free time where that is safe, else at the next allocation; queries happen at all
 Streams are destroyed while blocks still remember them, and the driver does not report an
 event recorded on a destroyed stream: the process crashes. So :meth:`StreamUses._retire_uses`
 runs before gpurt destroys a stream (through CachingAllocator.retire_stream): it records
-the events those blocks need now and keeps them as :class:`~gpurt._blocks.RetiredUse`
+the events those blocks need now and keeps them as :class:`~gpurt._memory.blocks.RetiredUse`
 entries, and records one more event after the stream's last work, which a new stream that
 gets the same handle from the driver waits for before blocks cached for the old one serve it.
 """

@@ -1,7 +1,7 @@
 """Several processes, one GPU each: torch.distributed's NCCL collectives on gpurt Arrays.
 
 ``init_process_group`` finds the other ranks through a store (``env://`` torchrun-style
-variables, ``tcp://host:port`` or ``file:///path``; see gpurt/_rendezvous.py), which also
+variables, ``tcp://host:port`` or ``file:///path``; see gpurt/distributed/_rendezvous.py), which also
 checks that every rank agrees on the world; rank 0's NCCL unique id travels through it,
 and each rank opens its NCCL communicator on its GPU (``device_id``, else LOCAL_RANK, else
 rank % device_count; that device becomes current). The collectives take gpurt Arrays or

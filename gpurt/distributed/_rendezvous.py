@@ -1,4 +1,4 @@
-"""The rendezvous of gpurt.distributed over the stores of gpurt/_store.py (stdlib only: no
+"""The rendezvous of gpurt.distributed over the stores of gpurt/distributed/_store.py (stdlib only: no
 CUDA, no NCCL), with torch.distributed's names and meanings.
 
 :func:`rendezvous` reads torch's ``init_method`` (``env://``, ``tcp://host:port``,

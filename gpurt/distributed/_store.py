@@ -1,5 +1,5 @@
 """Key-value stores that gpurt.distributed stands on (stdlib only: no CUDA, no NCCL), with
-torch.distributed's names and meanings; the rendezvous over them is gpurt/_rendezvous.py.
+torch.distributed's names and meanings; the rendezvous over them is gpurt/distributed/_rendezvous.py.
 
 The processes of a world (one per GPU, on one or several hosts) meet through a :class:`Store`:
 :class:`TCPStore` (a server thread in rank 0's process, a client in each), :class:`FileStore`
@@ -354,7 +354,7 @@ class TCPStore(Store):
     instance, the master's too, is a client that connects with retries until ``timeout``.
     One request at a time per instance: threads that wait on each other need their own.
     ``world_size`` is recorded, as torch's; checking the world is the job of
-    :func:`gpurt._rendezvous.join_world`."""
+    :func:`gpurt.distributed._rendezvous.join_world`."""
 
     def __init__(
         self,
@@ -498,7 +498,7 @@ class FileStore(Store):
     atomically under an flock'd lock file; waits poll (1 ms, doubling up to 50 ms). With
     ``world_size``, the store's keys are deleted when at least that many users have closed
     it and none is open. Keys left by processes that died are not: see
-    :func:`gpurt._rendezvous.join_world`."""
+    :func:`gpurt.distributed._rendezvous.join_world`."""
 
     def __init__(
         self,
