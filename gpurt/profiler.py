@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from cuda.bindings import driver as cu
 from rich.console import Console
 
-from . import nvrtc as _nvrtc
+from ._launch import kernel as _launch
 from . import nvtx
 from . import streams as _streams
 from ._core.driver import CudaError, check
@@ -144,13 +144,13 @@ class Profile:
         except BaseException:
             nvtx._set_observer(None)
             raise
-        _nvrtc.add_launch_hook(self._on_launch)
+        _launch.add_launch_hook(self._on_launch)
         self._active = True
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self._active = False
-        _nvrtc.remove_launch_hook(self._on_launch)
+        _launch.remove_launch_hook(self._on_launch)
         nvtx._set_observer(None)
         with self._lock:
             unfinished = [p for stack in self._open.values() for p in stack]

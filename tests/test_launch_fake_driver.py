@@ -25,6 +25,7 @@ from gpurt._nvrtc import cache as _kcache
 from gpurt._launch import path as _launchpath
 from gpurt import nvrtc
 from gpurt._launch import kernel as glaunch
+from gpurt._launch import module as gmodule
 
 R = cu.CUresult
 SOURCE = r"""
@@ -140,7 +141,7 @@ def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GPURT_CACHE_DISABLE", raising=False)
     monkeypatch.setattr(glaunch, "cu", driver)
-    monkeypatch.setattr(nvrtc, "cu", driver)
+    monkeypatch.setattr(gmodule, "cu", driver)
     monkeypatch.setattr(glaunch, "_cuLaunchKernel", driver.cuLaunchKernel)
     monkeypatch.setattr(glaunch, "bind_context", lambda index: None)
     monkeypatch.setattr(glaunch, "current_device", lambda: 0)

@@ -192,13 +192,13 @@ class FakeDevice:
             device.synchronized += 1
 
         streams = importlib.import_module("gpurt.streams")
-        nvrtc = importlib.import_module("gpurt.nvrtc")
+        launch = importlib.import_module("gpurt._launch.kernel")
         monkeypatch.setattr(streams, "Event", Event, raising=False)
         monkeypatch.setattr(streams, "ExternalStream", external_stream, raising=False)
         monkeypatch.setattr(streams, "current_stream", lambda device=None: self.current,
                             raising=False)
-        monkeypatch.setattr(nvrtc, "add_launch_hook", self.hooks.append, raising=False)
-        monkeypatch.setattr(nvrtc, "remove_launch_hook", self.hooks.remove, raising=False)
+        monkeypatch.setattr(launch, "add_launch_hook", self.hooks.append, raising=False)
+        monkeypatch.setattr(launch, "remove_launch_hook", self.hooks.remove, raising=False)
         monkeypatch.setattr(profiler, "current_device", lambda: 0)
         monkeypatch.setattr(profiler, "synchronize_device", synchronize)
         monkeypatch.setattr(profiler, "_pool", profiler._EventPool())

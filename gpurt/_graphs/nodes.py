@@ -21,7 +21,7 @@ from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, check
 from ..device import bind_context
-from ..nvrtc import Kernel
+from .._launch.kernel import Kernel
 
 if TYPE_CHECKING:  # only for type hints; graphs.py imports this module, not the reverse
     from ..graphs import CUDAGraph

@@ -24,7 +24,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 from cuda.bindings import driver as cu
@@ -248,6 +248,19 @@ class _FuncAttribute:
         return kernel.attribute(self.attr)
 
 
+class CodeSource(Protocol):
+    """What a Kernel needs of its module (gpurt/_launch/module.py's Module)."""
+
+    arch: str
+    source: str | None
+
+    def library(self) -> Any:
+        """The loaded CUlibrary."""
+
+    def replace_refused(self, library: Any, err: CudaError) -> bool:
+        """True when the module now loads other code than ``library``, refused with ``err``."""
+
+
 class Kernel:
     """A ``__global__`` function of a compiled :class:`~gpurt.Module`, launched with
     ``kernel(grid, block, args, shared_mem=0, stream=None)`` or
@@ -270,7 +283,7 @@ class Kernel:
     ptx_version = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_PTX_VERSION, "PTX version, e.g. 90")
     binary_version = _FuncAttribute(_A.CU_FUNC_ATTRIBUTE_BINARY_VERSION, "SASS version, e.g. 90")
 
-    def __init__(self, module: Any, name: str, symbol: str) -> None:
+    def __init__(self, module: CodeSource, name: str, symbol: str) -> None:
         self.module = module
         self.name = name
         self.symbol = symbol
