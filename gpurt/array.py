@@ -33,7 +33,8 @@ from ._array.dtypes import CACHE as _DTYPES
 from ._array.dtypes import as_dtype as _as_dtype
 from ._array.ownership import FINALIZERS as _finalizers
 from ._array.ownership import device_object, own_import, owner_of, place, place_on
-from .device import Device, DeviceLike, _index, bind_context, current_place
+from ._core.state import current_place
+from .device import Device, DeviceLike, _index, bind_context
 
 __all__ = [
     "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",

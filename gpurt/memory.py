@@ -23,14 +23,15 @@ from ._memory import pinned as _pinned
 from ._memory.allocator import CachingAllocator
 from ._memory.backends import AsyncAllocator, DriverBackend
 from ._core.driver import is_forked_child, is_initialized
+from ._core.fork import at_fork_in_child
 from ._core.handles import before_stream_destroy
 from ._memory.history import HistorySettings
 from ._memory.summary import summary_table
 from ._memory.pinned import *  # noqa: F401,F403
 from ._memory.pinned import __all__ as _pinned_all
 from .device import _index, current_device, device_count
-from .streams import _local as _stream_state
-from .streams import current_stream_handle
+from ._core.state import THREAD
+from .streams import as_stream_handle
 
 __all__ = [
     "caching_allocator_alloc",
@@ -73,12 +74,12 @@ def _forget_allocators_after_fork() -> None:
     clear fork error instead of handing out one of the parent's cached blocks. (Arrays the
     child inherited still return their blocks to the forgotten allocators: bookkeeping
     only.)"""
-    if is_forked_child():  # set by _driver's own at-fork hook, which runs first
+    if is_forked_child():  # set by the driver's at-fork step, which runs first
         _allocators.clear()
         _only.clear()
 
 
-os.register_at_fork(after_in_child=_forget_allocators_after_fork)
+at_fork_in_child("allocators", _forget_allocators_after_fork)
 
 
 def _settings() -> _allocconf.AllocatorConfig:
@@ -115,22 +116,6 @@ def allocator_for(index: int) -> Allocator:
     return _allocators.get(index) or _create(_index(index))
 
 
-def _stream_handle(stream: Any, index: int) -> int:
-    """Raw handle of a gpurt/torch/CuPy stream, an int handle, or None (current stream)."""
-    if stream is None:
-        return current_stream_handle(index)
-    if isinstance(stream, int):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)  # gpurt and torch streams
-    if handle is None and hasattr(stream, "__cuda_stream__"):
-        handle = stream.__cuda_stream__()[1]
-    if handle is None:
-        handle = getattr(stream, "ptr", None)  # CuPy
-    if handle is None:
-        raise TypeError(f"expected a stream (gpurt.Stream, a raw handle or None), got {stream!r}")
-    return int(handle)
-
-
 # ---- allocation ----------------------------------------------------------------------
 
 
@@ -152,10 +137,10 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
         else:
             index = device
     if stream is None:  # current_stream_handle(index), inlined
-        return allocator.malloc(size, _stream_state.state.handles.get(index, 0))
+        return allocator.malloc(size, THREAD.streams.handles.get(index, 0))
     if type(stream) is int:
         return allocator.malloc(size, stream)
-    return allocator.malloc(size, _stream_handle(stream, index))
+    return allocator.malloc(size, as_stream_handle(stream, index))
 
 
 def caching_allocator_delete(ptr: int) -> None:
@@ -191,7 +176,7 @@ def record_stream(obj: Any, stream: Any) -> None:
     ptr = _data_ptr(obj)
     for allocator in list(_allocators.values()):
         try:
-            allocator.record_stream(ptr, _stream_handle(stream, allocator.device))
+            allocator.record_stream(ptr, as_stream_handle(stream, allocator.device))
             return
         except ValueError:
             continue

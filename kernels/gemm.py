@@ -418,19 +418,6 @@ def _max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
     return found
 
 
-def _stream_object(stream: Any, index: int) -> Any:
-    """``stream`` as a gpurt Stream: the current one for None, foreign streams (torch, CuPy,
-    raw handles) wrapped in an ExternalStream."""
-    if stream is None:
-        return gpurt.current_stream(index)
-    if isinstance(stream, gpurt.Stream):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)
-    if handle is None and hasattr(stream, "__cuda_stream__"):
-        handle = stream.__cuda_stream__()[1]
-    return gpurt.ExternalStream(int(handle if handle is not None else stream), device=index)
-
-
 # ---- choosing a config ---------------------------------------------------------------------------
 
 _tuners: dict[Optional[str], tune.Tuner] = {}
@@ -522,7 +509,7 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     (see kernels/_gemm_tune.py). Runs on ``stream`` (default: gpurt's current stream) and
     returns ``out``."""
     first = _as_array(a, "a")
-    stream = _stream_object(stream, first.device.index)
+    stream = gpurt.as_stream(stream, first.device.index)
     plan, returned, copy_back = _plan(first, b, out, float(beta), c, trans_a, trans_b, stream)
     if plan.m == 0 or plan.n == 0:
         return returned

@@ -117,15 +117,6 @@ def _as_array(obj: Any, what: str) -> Any:
                         f"got {type(obj).__name__}: {exc}") from exc
 
 
-def _as_stream(stream: Any, index: int) -> Any:
-    """A gpurt Stream for ``stream`` (gpurt, torch, CuPy, cuda.core or an int handle), so
-    the output is allocated in the order of the stream that writes it."""
-    if stream is None or isinstance(stream, gpurt.Stream):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
-    return gpurt.ExternalStream(stream if handle is None else int(handle), index)
-
-
 def _check_like(ref: Any, other: Any, what: str, ref_name: str) -> None:
     if tuple(other.shape) != tuple(ref.shape) or np.dtype(other.dtype) != np.dtype(ref.dtype):
         raise ValueError(f"{what} has shape {tuple(other.shape)} and dtype {other.dtype}; "
@@ -164,7 +155,7 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
     inputs = [a if a.is_contiguous() else a.contiguous() for a in inputs]
     view = rows_view(first.shape, None, 1, dim)
     index = first.device.index
-    alloc_stream = _as_stream(stream, index)
+    alloc_stream = None if stream is None else gpurt.as_stream(stream, index)
     if out is None:
         target = returned = gpurt.empty(tuple(first.shape), dtype=first.dtype, device=index,
                                         stream=alloc_stream)
@@ -202,7 +193,7 @@ def _launch(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int
         return
     chunks = np.int32(variant.chunks(view.cols))
     partials = gpurt.empty((grid, 2), dtype=np.float32, device=index,
-                           stream=_as_stream(stream, index))
+                           stream=None if stream is None else gpurt.as_stream(stream, index))
     kernels[0](grid, block, (a, b, partials, rows, cols, chunks), stream=stream)
     kernels[1](grid, block, (a, b, out, partials, rows, cols, chunks), stream=stream)
 

@@ -31,6 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
+from gpurt._core import state
 from gpurt._array import arraycopy as _arraycopy, dlpack as _dlpack, layout as _layout, ownership as _ownership
 from gpurt import memory, streams
 from gpurt import array as garray
@@ -690,20 +691,20 @@ def test_new_arrays_reuse_the_threads_place_until_it_changes(fake_streams):
     """gpurt.empty finds the current device, its current stream and allocator in one
     per-thread record (gpurt/_array/ownership.py's place), made once and dropped on a change."""
     a = gpurt.empty(4)
-    place = device_module.current_place()
+    place = state.current_place()
     assert place[:4] == (0, 0, a.stream, a.device)
     for spelling in ({}, {"device": "cuda"}, {"device": 0}):
         assert gpurt.empty(4, **spelling).stream is a.stream
-        assert device_module.current_place() is place, spelling  # the same record
+        assert state.current_place() is place, spelling  # the same record
     assert gpurt.empty(4, device=1).device.index == 1  # another device's place is not kept
-    assert device_module.current_place() is place
+    assert state.current_place() is place
     with gpurt.Stream() as s:
-        assert device_module.current_place() is None
-        assert gpurt.empty(4).stream is s and device_module.current_place()[2] is s
+        assert state.current_place() is None
+        assert gpurt.empty(4).stream is s and state.current_place()[2] is s
     assert gpurt.empty(4).stream is a.stream
     with gpurt.device(1):
-        assert gpurt.empty(4).device.index == 1 and device_module.current_place()[0] == 1
-    assert in_thread(device_module.current_place) is None  # other threads make their own
+        assert gpurt.empty(4).device.index == 1 and state.current_place()[0] == 1
+    assert in_thread(state.current_place) is None  # other threads make their own
     assert in_thread(lambda: gpurt.empty(4).stream) is a.stream
 
 
@@ -711,7 +712,7 @@ def test_a_forked_child_gets_the_fork_error_from_empty(fake_gpu):
     """The parent's place (and cached allocator entries) do not reach a forked child: its
     first array raises the clear fork error."""
     gpurt.empty(4)
-    assert device_module.current_place() is not None
+    assert state.current_place() is not None
 
     def child() -> str:
         return describe(lambda: gpurt.empty(4))

@@ -17,6 +17,7 @@ from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 
 import gpurt
+from gpurt._core import state
 from _threads import in_thread
 from gpurt._core.driver import CudaUnavailableError, check
 
@@ -121,21 +122,21 @@ def test_the_place_is_per_thread_and_goes_with_the_current_device(
         fake_gpus: FakeContexts) -> None:
     """The per-thread record the layers above keep (gpurt/_array/ownership.py's place) is
     dropped whenever the current device is set, also to the same device."""
-    assert dev.current_place() is None
-    dev.remember_place(("place", 0))
-    assert dev.current_place() == ("place", 0)
-    assert in_thread(dev.current_place) is None  # each thread has its own
+    assert state.current_place() is None
+    state.remember_place(("place", 0))
+    assert state.current_place() == ("place", 0)
+    assert in_thread(state.current_place) is None  # each thread has its own
     with gpurt.device(0):  # the device is already current: nothing changes
-        assert dev.current_place() == ("place", 0)
+        assert state.current_place() == ("place", 0)
     with gpurt.device(1):
-        assert dev.current_place() is None
-        dev.remember_place(("place", 1))
-    assert dev.current_place() is None  # the device was set back
-    dev.remember_place(("place", 0))
+        assert state.current_place() is None
+        state.remember_place(("place", 1))
+    assert state.current_place() is None  # the device was set back
+    state.remember_place(("place", 0))
     gpurt.set_device(0)
-    assert dev.current_place() is None
-    dev.forget_place()  # idempotent
-    assert dev.current_place() is None
+    assert state.current_place() is None
+    state.forget_place()  # idempotent
+    assert state.current_place() is None
 
 
 def test_device_context_restores_on_exception_and_nests(fake_gpus: FakeContexts) -> None:

@@ -21,6 +21,7 @@ from _driver_calls import CLaunchKernel
 import gpurt
 from gpurt._launch import args as _args, path as _launchpath, params as _params
 from gpurt._nvrtc import cache as _kcache
+from gpurt._core import state
 from gpurt import nvrtc
 from gpurt._launch import kernel as glaunch
 
@@ -448,12 +449,10 @@ def test_hook_registry():
 
 
 def test_hot_path_reads_the_state_the_accessors_read():
-    """Kernel.__call__ reads device.py's and streams.py's per-thread state in place."""
-    device_module = sys.modules["gpurt.device"]
+    """Kernel.__call__ reads the per-thread state (gpurt/_core/state.py) in place."""
     streams_module = sys.modules["gpurt.streams"]
-    assert glaunch._device_tls is device_module._tls
-    assert glaunch._stream_tls is streams_module._local
-    handles = glaunch._stream_tls.state.handles
+    assert glaunch.THREAD is state.THREAD
+    handles = glaunch.THREAD.streams.handles
     handles[7] = 0x99
     try:
         assert streams_module.current_stream_handle(7) == 0x99

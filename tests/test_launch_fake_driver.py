@@ -146,9 +146,9 @@ def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(glaunch, "bind_context", lambda index: None)
     monkeypatch.setattr(glaunch, "current_device", lambda: 0)
     monkeypatch.setattr(glaunch, "_index", lambda device=None: 0)
-    state = threading.local()
-    state.index = state.bound = 0  # as set_device(0) leaves it, on this thread only
-    monkeypatch.setattr(glaunch, "_device_tls", state)
+    # as set_device(0) leaves this thread's state (gpurt/_core/state.py)
+    monkeypatch.setattr(glaunch.THREAD, "index", 0, raising=False)
+    monkeypatch.setattr(glaunch.THREAD, "bound", 0, raising=False)
     nvrtc.clear_cache()
     yield driver
     nvrtc.clear_cache()

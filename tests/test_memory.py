@@ -150,25 +150,6 @@ def test_pool_ids_are_fresh_pairs():
     assert isinstance(a, tuple) and len(a) == 2 and a != b
 
 
-def test_stream_handles_from_many_kinds_of_stream():
-    class TorchLike:
-        cuda_stream = 1234
-
-    class CoreLike:
-        def __cuda_stream__(self):
-            return (0, 99)
-
-    class CupyLike:
-        ptr = 77
-
-    assert mem._stream_handle(5, 0) == 5
-    assert mem._stream_handle(TorchLike(), 0) == 1234
-    assert mem._stream_handle(CoreLike(), 0) == 99
-    assert mem._stream_handle(CupyLike(), 0) == 77
-    with pytest.raises(TypeError):
-        mem._stream_handle("stream", 0)
-
-
 def test_data_ptr_of_arrays_and_pointers():
     class WithDataPtr:
         def data_ptr(self):

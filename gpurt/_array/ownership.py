@@ -19,18 +19,19 @@ tuple (unpacking a tuple is the cheapest read Python has)::
     (device index, raw stream handle, Stream, Device, the allocator's malloc, the finalizer)
 
 The place of this thread's current device and that device's current stream is kept in
-gpurt.device's per-thread state (``current_place``), which drops it whenever either changes.
+the per-thread state (gpurt/_core/state.py's ``place``), which drops it whenever either changes.
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 from typing import Any, Callable
 
 from .. import memory, streams
 from .._core.driver import is_forked_child
-from ..device import Device, DeviceLike, _index, current_device, current_place, remember_place
+from .._core.fork import at_fork_in_child
+from .._core.state import current_place, remember_place
+from ..device import Device, DeviceLike, _index, current_device
 
 __all__: list[str] = []  # internal module
 
@@ -101,7 +102,7 @@ def _forget_allocators_after_fork() -> None:
         _allocators.clear()
 
 
-os.register_at_fork(after_in_child=_forget_allocators_after_fork)
+at_fork_in_child("array places", _forget_allocators_after_fork)
 
 
 def device_index(device: DeviceLike) -> int:

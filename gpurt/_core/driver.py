@@ -17,6 +17,8 @@ from cuda.bindings import __version__ as _bindings_version
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc as _nvrtc
 
+from .fork import at_fork_in_child
+
 __all__ = [
     "CudaError",
     "CudaUnavailableError",
@@ -127,7 +129,7 @@ def _after_fork_in_child() -> None:
         _initialized = False
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork_in_child("driver", _after_fork_in_child)
 
 
 def init() -> None:

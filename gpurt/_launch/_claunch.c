@@ -623,13 +623,14 @@ static PyTypeObject PackingLauncherType = {
 
 /* ---- KernelCall: Kernel.__call__ ------------------------------------------------------ */
 
-/* KernelCall(function) is Kernel.__call__ when this extension is there: ``function`` is the
- * Python __call__ of gpurt/_launch/kernel.py, and this does what its fast path does, from C. It reads
- * the names that function reads in its module (``function.__globals__``): _device_tls (.index,
- * .bound: this thread's current device and the device whose context is bound) and _stream_tls
- * (.state.handles: the current stream handle of each device), then the kernel's _loaded[index]
- * (.launch, .max_dynamic_shared), and calls loaded.launch(grid, block, args, shared_mem,
- * stream, index). Every other case -- a device not loaded or not bound yet, more dynamic shared
+/* KernelCall(function, thread, convert) is Kernel.__call__ when this extension is there:
+ * ``function`` is the Python __call__ of gpurt/_launch/kernel.py, and this does what its fast
+ * path does, from C. ``thread`` is gpurt/_core/state.py's THREAD, whose contract that module
+ * documents: this reads the calling thread's ``index`` and ``bound`` (its current device and
+ * the device whose context is bound) and ``streams.handles`` (the current stream handle of
+ * each device), then the kernel's _loaded[index] (.launch, .max_dynamic_shared), and calls
+ * loaded.launch(grid, block, args, shared_mem, stream, index). ``convert`` is
+ * gpurt.as_stream_handle, for a stream given as an object. Every other case -- a device not loaded or not bound yet, more dynamic shared
  * memory than allowed so far, a stream object, keywords it does not know -- goes to
  * ``function`` with the call's arguments as they were. */
 
@@ -637,11 +638,11 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *function; /* the Python __call__ */
-    PyObject *globals;  /* its module's namespace */
+    PyObject *thread;   /* gpurt._core.state.THREAD */
+    PyObject *convert;  /* gpurt.as_stream_handle */
 } KernelCall;
 
-static PyObject *str_dict, *str_device_tls, *str_stream_tls, *str_stream_handle, *str_bound,
-    *str_state, *str_handles,
+static PyObject *str_dict, *str_bound, *str_streams, *str_handles,
     *str_loaded, *str_launch, *str_max_dynamic_shared, *str_shared_mem, *str_stream;
 
 /* (grid, block, args, shared_mem, stream) of a call kernel(grid, block, args, shared_mem=0,
@@ -667,12 +668,11 @@ static int gather(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py
     return 1;
 }
 
-/* The attributes of this thread in a threading.local that ``globals`` names (a new reference
- * to the thread's dict; reading it once is cheaper than two attribute reads), or NULL. */
-static PyObject *thread_attributes(PyObject *globals, PyObject *name)
+/* The attributes of this thread in the threading.local ``thread`` (a new reference to the
+ * thread's dict; reading it once is cheaper than two attribute reads), or NULL. */
+static PyObject *thread_attributes(PyObject *thread)
 {
-    PyObject *local = PyDict_GetItemWithError(globals, name);
-    PyObject *attributes = local == NULL ? NULL : PyObject_GetAttr(local, str_dict);
+    PyObject *attributes = PyObject_GetAttr(thread, str_dict);
     if (attributes != NULL && !PyDict_CheckExact(attributes)) {
         Py_CLEAR(attributes);
     }
@@ -680,7 +680,7 @@ static PyObject *thread_attributes(PyObject *globals, PyObject *name)
 }
 
 /* This thread's device index, when its context is bound (borrowed from ``device``, this
- * thread's attributes in _device_tls), else NULL. */
+ * thread's attributes), else NULL. */
 static PyObject *bound_device(PyObject *device)
 {
     PyObject *index = PyDict_GetItemWithError(device, str_index);
@@ -693,12 +693,10 @@ static PyObject *bound_device(PyObject *device)
 }
 
 /* The current stream handle of device ``index`` on this thread (a new reference) or NULL. */
-static PyObject *current_stream(KernelCall *self, PyObject *index)
+static PyObject *current_stream(PyObject *attributes, PyObject *index)
 {
-    PyObject *local = thread_attributes(self->globals, str_stream_tls);
-    PyObject *state = local == NULL ? NULL : PyDict_GetItemWithError(local, str_state);
-    PyObject *handles = state == NULL ? NULL : PyObject_GetAttr(state, str_handles);
-    Py_XDECREF(local);
+    PyObject *streams = PyDict_GetItemWithError(attributes, str_streams);
+    PyObject *handles = streams == NULL ? NULL : PyObject_GetAttr(streams, str_handles);
     if (handles == NULL || !PyDict_CheckExact(handles)) {
         Py_XDECREF(handles);
         return NULL;
@@ -713,12 +711,11 @@ static PyObject *current_stream(KernelCall *self, PyObject *index)
     return handle;
 }
 
-/* _stream_handle(stream) of the Python module, the handle of a stream object; it raises for
- * what is not a stream. */
+/* as_stream_handle(stream), the handle of a stream object; it raises for what is not a
+ * stream. */
 static PyObject *stream_handle(KernelCall *self, PyObject *stream)
 {
-    PyObject *convert = PyDict_GetItemWithError(self->globals, str_stream_handle);
-    return convert == NULL ? NULL : PyObject_CallOneArg(convert, stream);
+    return PyObject_CallOneArg(self->convert, stream);
 }
 
 /* loaded.launch(...) for a plain call on a loaded, bound device: 1 with *result set (NULL
@@ -730,10 +727,10 @@ static int fast_call(KernelCall *self, PyObject *kernel, PyObject *const call[5]
     if (shared_mem != NULL && !PyLong_CheckExact(shared_mem)) {
         return 0;
     }
-    PyObject *device = thread_attributes(self->globals, str_device_tls);
-    PyObject *index = device == NULL ? NULL : Py_XNewRef(bound_device(device));
-    Py_XDECREF(device);
+    PyObject *attributes = thread_attributes(self->thread);
+    PyObject *index = attributes == NULL ? NULL : Py_XNewRef(bound_device(attributes));
     if (index == NULL) {
+        Py_XDECREF(attributes);
         return unsupported();
     }
     PyObject *table = PyObject_GetAttr(kernel, str_loaded);
@@ -750,15 +747,16 @@ static int fast_call(KernelCall *self, PyObject *kernel, PyObject *const call[5]
     }
     Py_XDECREF(loaded);
     PyObject *handle = NULL;
-    int raised = 0; /* by _stream_handle: then that is the call's exception */
+    int raised = 0; /* by as_stream_handle: then that is the call's exception */
     if (fits && (stream == NULL || stream == Py_None)) {
-        handle = current_stream(self, index);
+        handle = current_stream(attributes, index);
     } else if (fits && PyLong_CheckExact(stream)) {
         handle = Py_NewRef(stream);
     } else if (fits) {
         handle = stream_handle(self, stream);
         raised = handle == NULL && PyErr_Occurred();
     }
+    Py_DECREF(attributes);
     if (handle == NULL) {
         Py_XDECREF(launch);
         Py_DECREF(index);
@@ -790,8 +788,13 @@ static PyObject *kernel_call(PyObject *callable, PyObject *const *args, size_t n
 
 static PyObject *kernel_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *function;
-    if (!PyArg_ParseTuple(args, "O!:KernelCall", &PyFunction_Type, &function)) {
+    PyObject *function, *thread, *convert;
+    if (!PyArg_ParseTuple(args, "O!OO:KernelCall", &PyFunction_Type, &function, &thread,
+                          &convert)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(convert)) {
+        PyErr_SetString(PyExc_TypeError, "convert must be callable");
         return NULL;
     }
     KernelCall *self = (KernelCall *)type->tp_alloc(type, 0);
@@ -800,7 +803,8 @@ static PyObject *kernel_call_new(PyTypeObject *type, PyObject *args, PyObject *k
     }
     self->vectorcall = kernel_call;
     self->function = Py_NewRef(function);
-    self->globals = Py_NewRef(PyFunction_GET_GLOBALS(function));
+    self->thread = Py_NewRef(thread);
+    self->convert = Py_NewRef(convert);
     return (PyObject *)self;
 }
 
@@ -815,14 +819,16 @@ static PyObject *kernel_call_get(PyObject *self, PyObject *instance, PyObject *o
 static int kernel_call_traverse(KernelCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->function);
-    Py_VISIT(self->globals);
+    Py_VISIT(self->thread);
+    Py_VISIT(self->convert);
     return 0;
 }
 
 static int kernel_call_clear(KernelCall *self)
 {
     Py_CLEAR(self->function);
-    Py_CLEAR(self->globals);
+    Py_CLEAR(self->thread);
+    Py_CLEAR(self->convert);
     return 0;
 }
 
@@ -883,9 +889,7 @@ PyMODINIT_FUNC PyInit__claunch(void)
         const char *text;
     } names[] = {
         {&str_device, "device"}, {&str_index, "index"}, {&str_ptr, "ptr"}, {&str_dict, "__dict__"},
-        {&str_device_tls, "_device_tls"}, {&str_stream_tls, "_stream_tls"},
-        {&str_stream_handle, "_stream_handle"},
-        {&str_bound, "bound"}, {&str_state, "state"}, {&str_handles, "handles"},
+        {&str_bound, "bound"}, {&str_streams, "streams"}, {&str_handles, "handles"},
         {&str_loaded, "_loaded"}, {&str_launch, "launch"},
         {&str_max_dynamic_shared, "max_dynamic_shared"}, {&str_shared_mem, "shared_mem"},
         {&str_stream, "stream"},

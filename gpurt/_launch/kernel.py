@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import operator
-import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -31,15 +30,14 @@ from cuda.bindings import driver as cu
 
 from . import path as _launchpath
 from .args import Plan, build_plan
-from .._core.driver import CudaError, check, is_forked_child
+from .._core.driver import CudaError, check
+from .._core.state import THREAD
 from .path import claunch as _claunch
 from .path import launch_path
 from .params import Param, kernel_params
 from ..array import Array
 from ..device import _index, bind_context, current_device
-from ..device import _tls as _device_tls
-from ..streams import Stream, current_stream_handle
-from ..streams import _local as _stream_tls
+from ..streams import as_stream_handle, current_stream_handle
 
 __all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "launch_path", "remove_launch_hook"]
 
@@ -55,20 +53,11 @@ _BLOCK_TOO_BIG = (cu.CUresult.CUDA_ERROR_INVALID_VALUE,
                   cu.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
 
 # ---- this thread's device and stream, read in place --------------------------------------
-# Kernel.__call__ reads the per-thread state that device.py and streams.py keep (the current
-# device, the device whose context is bound, the current stream of each device) without
-# calling their accessors, which would cost as much again as the reads. device.py replaces
-# its thread-local in a child forked after CUDA started; this module then forgets its copy,
-# so launches there take the accessors, which raise the fork error.
-
-
-def _forget_device_state_after_fork() -> None:
-    global _device_tls
-    if is_forked_child():  # device.py's own hook, which ran before, made a fresh one too
-        _device_tls = threading.local()
-
-
-os.register_at_fork(after_in_child=_forget_device_state_after_fork)
+# Kernel.__call__ reads the per-thread state (gpurt/_core/state.py: the current device, the
+# device whose context is bound, the current stream of each device) without calling the
+# accessors of device.py and streams.py, which would cost as much again as the reads. In a
+# child forked after CUDA started that state is empty, so launches there take the accessors,
+# which raise the fork error.
 
 
 def _bound_current_device() -> int:
@@ -452,8 +441,8 @@ class Kernel:
         # far and a shared_mem that is not an int take _launch_slowly; everything else is a
         # few reads and this kernel's generated launcher.
         try:
-            index = _device_tls.index
-            bound = _device_tls.bound
+            index = THREAD.index
+            bound = THREAD.bound
         except AttributeError:  # no device chosen or no context bound on this thread yet
             index, bound = 0, None
         if bound != index:
@@ -464,15 +453,15 @@ class Kernel:
             self._launch_slowly(grid, block, args, shared_mem, stream, index)
             return
         if stream is None:
-            stream = _stream_tls.state.handles.get(index, 0)  # current_stream_handle(index)
+            stream = THREAD.streams.handles.get(index, 0)  # current_stream_handle(index)
         elif type(stream) is not int:
-            stream = _stream_handle(stream)
+            stream = as_stream_handle(stream)
         loaded.launch(grid, block, args, shared_mem, stream, index)
 
     if _claunch is not None and not _launchpath.pure_python:
-        # The fast path above, in C (gpurt/_launch/_claunch.c reads the same names of this module);
-        # every call it does not take goes to the function above.
-        __call__ = _claunch.KernelCall(__call__)  # type: ignore[assignment]
+        # The fast path above, in C: gpurt/_launch/_claunch.c reads THREAD as
+        # gpurt/_core/state.py documents; every call it does not take goes to the function above.
+        __call__ = _claunch.KernelCall(__call__, THREAD, as_stream_handle)  # type: ignore[assignment]
 
     def _launch_slowly(self, grid: Dims, block: Dims, args: Sequence[Any], shared_mem: int,
                        stream: Any, index: int) -> None:
@@ -481,14 +470,14 @@ class Kernel:
         if type(shared_mem) is not int or shared_mem < 0:
             shared_mem = LaunchConfig(1, 1, shared_mem).shared_mem  # raises for what is wrong
         loaded = self._on_device(index, shared_mem)
-        handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
+        handle = current_stream_handle(index) if stream is None else as_stream_handle(stream)
         loaded.launch(grid, block, args, shared_mem, handle, index)
 
     def _prepare(self, shared_mem: int, stream: Any) -> tuple[int, _Loaded, Any]:
         """(device index, loaded kernel, stream handle) of a launch on this thread."""
         index = current_device()
         loaded = self._on_device(index, shared_mem)
-        handle = current_stream_handle(index) if stream is None else _stream_handle(stream)
+        handle = current_stream_handle(index) if stream is None else as_stream_handle(stream)
         return index, loaded, handle
 
     def _on_device(self, index: int, shared_mem: int) -> _Loaded:
@@ -591,25 +580,3 @@ class Kernel:
         _, block = check(cu.cuOccupancyMaxPotentialBlockSize(
             self._function(), None, shared_mem, max_block_size), "cuOccupancyMaxPotentialBlockSize")
         return int(block)
-
-
-def _stream_handle(stream: Any) -> Any:
-    """The handle of a gpurt/torch/CuPy/cuda.core stream, a CUstream or an int: an int, or
-    for a gpurt Stream its CUstream (which the bindings take without converting)."""
-    if isinstance(stream, Stream):
-        return stream.handle
-    if isinstance(stream, int):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
-    if handle is not None:
-        return int(handle)
-    protocol = getattr(stream, "__cuda_stream__", None)  # cuda.core's protocol
-    if protocol is not None:
-        return int(protocol()[1])
-    if isinstance(stream, cu.CUstream):
-        return stream
-    handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
-    if isinstance(handle, int):
-        return handle
-    raise TypeError(f"expected a stream (gpurt.Stream, an object with __cuda_stream__, or an int "
-                    f"handle), got {type(stream).__name__}")

@@ -26,6 +26,7 @@ from .backends import event_query
 from .blocks import RetiredUse
 from .._core.driver import check
 from ..device import bind_context, current_device
+from ..streams import as_stream_handle
 
 __all__ = [
     "pinned_empty",
@@ -318,8 +319,9 @@ def is_pinned(obj: Any) -> bool:
 
 def host_record_stream(obj: Any, stream: Any) -> None:
     """Keep the pinned block holding ``obj`` from reuse until the work now queued on
-    ``stream`` (a gpurt Stream or raw handle of the current device) has finished."""
-    handle = int(getattr(stream, "cuda_stream", stream))
+    ``stream`` (a gpurt Stream, or a raw handle or foreign stream of the current device)
+    has finished."""
+    handle = as_stream_handle(stream)
     device = int(getattr(stream, "device_index", current_device()))
     if not _host.record_stream(_host_pointer(obj), handle, device):
         raise ValueError("host_record_stream: not pinned memory from gpurt's host allocator")
