@@ -149,6 +149,7 @@ def _canonical(options: Sequence[str] | str, include_paths: Sequence[Any], arch:
     """(options, include folders, arch) of a request: -I and -arch options pulled out,
     the arch resolved (default: the current device's) and -std=c++17 added if absent."""
     opts = (options,) if isinstance(options, str) else tuple(options)
+    _refuse_unloadable(opts)
     option_includes, opts = _split_includes(opts)
     incs = tuple(os.path.abspath(os.fspath(p)) for p in (*include_paths, *option_includes))
     option_arch, opts = _split_arch(opts)
@@ -158,6 +159,31 @@ def _canonical(options: Sequence[str] | str, include_paths: Sequence[Any], arch:
     if not any(o.startswith(("-std", "--std")) for o in opts):
         opts = ("-std=c++17", *opts)
     return opts, incs, arch
+
+
+# NVRTC options whose output gpurt cannot load: relocatable code and LTO IR must be linked
+# first, and gpurt chooses the output kind itself (a cubin, or PTX with ptx=True).
+_NEEDS_LINKING = frozenset({"-dlto", "--dlto", "-dlink-time-opt", "--dlink-time-opt", "-dc",
+                            "--device-c"})
+_RELOCATABLE = frozenset({"-rdc", "--relocatable-device-code"})
+_OUTPUT_KIND = frozenset({"-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin",
+                          "-fdevice-syntax-only", "--fdevice-syntax-only"})
+
+
+def _refuse_unloadable(opts: tuple[str, ...]) -> None:
+    """ValueError for options whose output gpurt cannot load, before NVRTC runs (NVRTC
+    would make code that loads as nothing, or that must be linked first)."""
+    for option in opts:
+        if not isinstance(option, str):
+            raise TypeError(f"NVRTC options are strings, got {option!r}")
+        flag, _, value = option.partition("=")
+        if option in _NEEDS_LINKING or (flag in _RELOCATABLE and value.lower() != "false"):
+            raise ValueError(f"NVRTC option {option!r} makes relocatable code or LTO IR, which "
+                             "must be linked before it can be loaded: linking is not supported "
+                             "yet")
+        if flag in _OUTPUT_KIND:
+            raise ValueError(f"NVRTC option {option!r} changes the kind of output; gpurt makes "
+                             "a cubin, or PTX with ptx=True (or a compute_XX arch)")
 
 
 def _nvrtc_options(arch: str, opts: tuple[str, ...], incs: tuple[str, ...],
@@ -183,7 +209,14 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
     template kernels reachable by those names; ``headers`` maps include names to sources;
     ``include_paths`` (and -I options) are searched before CUDA's own headers, and their files
     are part of the cache key (re-checked at most once a second). ``-std=c++17`` is the
-    default. Results are cached in memory and on disk; raises :class:`CompileError`."""
+    default. Results are cached in memory and on disk; raises :class:`CompileError`.
+
+    ``source`` must be a str (TypeError otherwise, also for bytes: decode them first, so that
+    the encoding is the caller's choice). Options whose output gpurt cannot load (relocatable
+    code: -rdc=true, -dc; LTO IR: -dlto; other output kinds) raise ValueError."""
+    if not isinstance(source, str):
+        raise TypeError(f"compile() needs the source as a str, got {type(source).__name__}"
+                        + (" (decode the bytes first)" if isinstance(source, bytes) else ""))
     opts, incs, arch = _canonical(options, include_paths, arch, ptx)
     ptx = arch.startswith("compute_")
     exprs = tuple(name_expressions)

@@ -8,6 +8,8 @@ compiles the code; this package loads and launches it.
 
 from __future__ import annotations
 
+import re
+import struct
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -38,6 +40,45 @@ def _recompiling_helps(err: CudaError) -> bool:
     memory or of a usable driver, nor for a kernel name that is not in the code."""
     return not isinstance(err, (OutOfMemoryError, CudaUnavailableError)) and (
         err.name != "CUDA_ERROR_NOT_FOUND")
+
+
+_PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$]*)")
+_STT_FUNC, _STO_CUDA_ENTRY, _SHT_SYMTAB = 2, 0x10, 2
+
+
+def entry_names(code: bytes, kind: str) -> frozenset[str] | None:
+    """The (mangled) names of the kernels in ``code``, read without a GPU: the ``.entry``
+    lines of PTX, or the cubin's ELF symbol table (functions marked as CUDA entries). None
+    where the code cannot be read so (then the driver tells at load)."""
+    if kind == "ptx":
+        return frozenset(m.decode() for m in _PTX_ENTRY.findall(code))
+    try:
+        return _elf_entries(code)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _elf_entries(code: bytes) -> frozenset[str] | None:
+    """Entry functions of a little-endian ELF64 cubin (every read bounds-checked)."""
+    if code[:4] != b"\x7fELF" or code[4] != 2 or code[5] != 1:
+        return None
+    shoff, = struct.unpack_from("<Q", code, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", code, 0x3A)
+    if shentsize < 64 or shoff + shnum * shentsize > len(code):
+        return None
+    sections = [struct.unpack_from("<IIQQQQIIQQ", code, shoff + i * shentsize)
+                for i in range(shnum)]
+    names = set()
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != _SHT_SYMTAB or entsize != 24 or offset + size > len(code):
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size - 23, 24):
+            name, info, other = struct.unpack_from("<IBB", code, at)
+            if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
+                start = strings + name
+                names.add(code[start:code.index(b"\0", start)].decode())
+    return frozenset(names)
 
 
 class Module:
@@ -71,6 +112,7 @@ class Module:
         self.kind = entry.kind
         self.lowered_names = dict(entry.lowered)
         self.log = entry.log
+        self._entries = entry_names(self.code, self.kind)
 
     def __repr__(self) -> str:
         return f"<gpurt.Module {self.program_name} {self.kind} {self.arch}, {len(self.code)} bytes>"
@@ -87,6 +129,11 @@ class Module:
                     raise KeyError(f"{name!r} is not one of this module's name expressions "
                                    f"({known}); pass it in compile(..., name_expressions=[...])")
                 symbol = name
+            if self._entries is not None and symbol not in self._entries:
+                known = ", ".join(map(repr, sorted(self._entries))) or "none"
+                raise KeyError(f"no kernel {name!r} in this module; its kernels are: {known} "
+                               "(C++ kernels that are not extern \"C\" are reached by a name "
+                               "given in compile(..., name_expressions=[...]))")
             kernel = self._kernels.setdefault(name, Kernel(self, name, symbol))
         return kernel
 
