@@ -113,7 +113,6 @@ class CUDAGraph:
         except BaseException:
             _memory.release_pool(index, pool_id)
             raise
-        _capture.capture_started()
         try:
             check(cu.cuStreamBeginCapture(stream.handle, mode), "cuStreamBeginCapture")
         except BaseException:
@@ -162,10 +161,7 @@ class CUDAGraph:
         _capture.drain_deferred()
 
     def _stop_pool_routing(self, capture: _Capture) -> None:
-        try:
-            _memory.end_allocate_to_pool(capture.device, capture.pool)
-        finally:
-            _capture.capture_stopped()
+        _memory.end_allocate_to_pool(capture.device, capture.pool)
 
     def _abort_capture(self) -> None:
         """End a failed capture without instantiating it, never raising (used when the

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from allocator_model import KiB, MiB, FakeBackend, NaiveTorchModel
 from gpurt._memory import allocator as _allocator
 from gpurt._memory import stats as ms
-from gpurt._memory.allocator import CAPTURES, CachingAllocator
+from gpurt._core.captures import CAPTURES
+from gpurt._memory.allocator import CachingAllocator
 from gpurt._memory.config import AllocatorConfig, parse
 from gpurt._memory.history import HistorySettings
 

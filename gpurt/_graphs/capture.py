@@ -12,7 +12,6 @@ run when the last capture ends (likewise for a finalizer run on the driver's cal
 from __future__ import annotations
 
 import collections
-import threading
 import warnings
 from typing import Any
 
@@ -20,6 +19,7 @@ from cuda.bindings import driver as cu
 
 from .. import memory as _memory
 from .._core.driver import CudaError, check
+from .._core.captures import CAPTURES
 from .._core.handles import in_host_callback
 from ..device import bind_context
 
@@ -142,26 +142,12 @@ class GraphState:
         self.keepalive: dict[Any, Any] = {}  # objects the graph's kernels now point into
 
 
-_lock = threading.Lock()
-_active_captures = 0
 _deferred: collections.deque[GraphState] = collections.deque()
-
-
-def capture_started() -> None:
-    global _active_captures
-    with _lock:
-        _active_captures += 1
-
-
-def capture_stopped() -> None:
-    global _active_captures
-    with _lock:
-        _active_captures -= 1
 
 
 def captures_active() -> int:
     """Number of gpurt captures underway in this process (any thread, any device)."""
-    return _active_captures
+    return CAPTURES.count
 
 
 def pending_releases() -> int:
@@ -173,7 +159,7 @@ def release(state: GraphState, warn: bool = False) -> None:
     """Destroy a graph's handles and release its pools now, or queue that while a capture
     is underway or on the driver's host-callback thread (where a finalizer may run, and no
     CUDA call is allowed). Called from finalizers: never raises."""
-    if _active_captures or in_host_callback():
+    if CAPTURES.count or in_host_callback():
         _deferred.append(state)
     else:
         _destroy(state, warn)
@@ -181,7 +167,7 @@ def release(state: GraphState, warn: bool = False) -> None:
 
 def drain_deferred() -> None:
     """Run the releases queued during captures, once none is underway."""
-    while not _active_captures and not in_host_callback():
+    while not CAPTURES.count and not in_host_callback():
         try:
             state = _deferred.popleft()
         except IndexError:

@@ -48,7 +48,8 @@ from . import stats as ms
 from .config import AllocatorConfig
 from .blocks import Block
 from .history import HistorySettings, capture_frames
-from .segments import CAPTURES, MIN_BLOCK, SMALL_SIZE, Backend, CaptureRoute
+from .._core.captures import CAPTURES
+from .segments import MIN_BLOCK, SMALL_SIZE, Backend, CaptureRoute
 from .streamuses import StreamUses
 
 __all__: list[str] = []

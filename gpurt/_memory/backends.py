@@ -17,7 +17,8 @@ from typing import Any, Deque
 from cuda.bindings import driver as cu
 
 from . import stats as ms
-from .allocator import CAPTURES, RETIRE_WAIT
+from .._core.captures import CAPTURES
+from .allocator import RETIRE_WAIT
 from .blocks import RetiredUse
 from .._core.driver import OutOfMemoryError, check
 from .._core.handles import in_host_callback

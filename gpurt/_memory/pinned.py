@@ -21,7 +21,8 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from . import stats as ms
-from .allocator import CAPTURES, RETIRE_WAIT
+from .._core.captures import CAPTURES
+from .allocator import RETIRE_WAIT
 from .backends import event_query
 from .blocks import RetiredUse
 from .._core.driver import check

@@ -10,10 +10,10 @@ policy on top. No driver here: segments come from a :class:`Backend`.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Iterator, Protocol
 
 from . import stats as ms
+from .._core.captures import CAPTURES
 from .config import UNLIMITED, AllocatorConfig, divisions_for, roundup_power2_next_division
 from .blocks import Block, BlockPool, FreeBlocks, PrivatePool
 from .history import DeviceTrace, HistorySettings, capture_frames, frames_json
@@ -68,23 +68,6 @@ class CaptureRoute:
         self.pool_id = pool_id
         self.stream = stream
         self.capture_id = capture_id
-
-
-class _Captures:
-    """Graph captures underway in the whole process: while any is, no allocator does
-    anything that is illegal during a (global-mode) capture: freeing segments, querying,
-    recording or synchronizing events."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def add(self, n: int) -> None:
-        with self._lock:
-            self.count += n
-
-
-CAPTURES = _Captures()
 
 
 def allocation_size(size: int) -> int:

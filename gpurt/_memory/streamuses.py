@@ -19,7 +19,8 @@ import collections
 from typing import Any, Deque
 
 from .blocks import Block, RetiredUse
-from .segments import CAPTURES, SegmentCache
+from .._core.captures import CAPTURES
+from .segments import SegmentCache
 
 __all__: list[str] = []
 
