@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import warnings
-from typing import Any, Union
+from typing import Any
 
 from ._memory import config as _allocconf
 from ._memory import stats as ms
@@ -26,6 +26,7 @@ from ._core.driver import is_forked_child, is_initialized
 from ._core.fork import at_fork_in_child
 from ._core.handles import before_stream_destroy
 from ._memory.history import HistorySettings
+from ._memory.protocol import Allocator, DeviceAllocator
 from ._memory.summary import summary_table
 from ._memory.pinned import *  # noqa: F401,F403
 from ._memory.pinned import __all__ as _pinned_all
@@ -57,11 +58,10 @@ __all__ = [
 ]
 
 AllocatorConfigError = _allocconf.AllocatorConfigError
-Allocator = Union[CachingAllocator, AsyncAllocator]
 PoolId = tuple  # (int, int), like torch's graph_pool_handle()
 
 _lock = threading.Lock()
-_allocators: dict[int, Allocator] = {}
+_allocators: dict[int, DeviceAllocator] = {}
 _only: list[Any] = []  # the free method while exactly one allocator exists (fast path)
 _config: _allocconf.AllocatorConfig | None = None
 _history = HistorySettings()
@@ -89,7 +89,7 @@ def _settings() -> _allocconf.AllocatorConfig:
     return _config
 
 
-def _create(index: int) -> Allocator:
+def _create(index: int) -> DeviceAllocator:
     with _lock:
         allocator = _allocators.get(index)
         if allocator is None:
@@ -103,12 +103,12 @@ def _create(index: int) -> Allocator:
     return allocator
 
 
-def _allocator(device: Any = None) -> Allocator:
+def _allocator(device: Any = None) -> DeviceAllocator:
     index = current_device() if device is None else _index(device)
     return _allocators.get(index) or _create(index)
 
 
-def allocator_for(index: int) -> Allocator:
+def allocator_for(index: int) -> DeviceAllocator:
     """The allocator of device ``index`` (an ordinal; created on first use, never replaced).
     Its ``malloc(size, stream_handle) -> ptr`` and ``free(ptr)`` are the direct entry points
     of hot paths such as gpurt.empty; ``free`` never calls the driver (safe from finalizers)
@@ -188,13 +188,10 @@ def _retire_stream(device_index: int, handle: int) -> bool:
     would later have recorded on that stream (see gpurt/_memory/streamuses.py). False asks
     gpurt.streams to keep the stream and try again at its next safe point. Never raises."""
     done = True
-    allocators: list[Any] = [*_allocators.values(), None]
+    allocators: list[Allocator] = [*_allocators.values(), _pinned.host_allocator()]
     for allocator in allocators:
         try:
-            if allocator is None:
-                done = _pinned.retire_stream(device_index, handle) and done
-            else:
-                done = allocator.retire_stream(handle, allocator.device == device_index) and done
+            done = allocator.retire_stream(device_index, handle) and done
         except Exception as exc:  # noqa: BLE001 - the device is failing; say so, carry on
             warnings.warn(f"gpurt: finishing with a stream before destroying it: {exc}",
                           RuntimeWarning, stacklevel=2)
@@ -208,7 +205,7 @@ before_stream_destroy(_retire_stream)
 
 
 def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
-    """Allocator statistics of ``device`` as nested dicts (torch's layout); {} before CUDA
+    """DeviceAllocator statistics of ``device`` as nested dicts (torch's layout); {} before CUDA
     is initialised."""
     if not is_initialized():
         return {}
@@ -220,7 +217,7 @@ def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    """Allocator statistics of ``device`` with torch's flat keys, sorted, e.g.
+    """DeviceAllocator statistics of ``device`` with torch's flat keys, sorted, e.g.
     ``'allocated_bytes.all.current'``; {} before CUDA is initialised."""
     return ms.flatten(memory_stats_as_nested_dict(device))
 
@@ -245,7 +242,7 @@ def max_memory_reserved(device: Any = None) -> int:
     return int(memory_stats(device).get("reserved_bytes.all.peak", 0))
 
 
-def _existing(device: Any) -> Allocator | None:
+def _existing(device: Any) -> DeviceAllocator | None:
     if not is_initialized():
         return None
     index = current_device() if device is None else _index(device)

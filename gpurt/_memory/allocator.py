@@ -48,6 +48,7 @@ from . import stats as ms
 from .config import AllocatorConfig
 from .blocks import Block
 from .history import HistorySettings, capture_frames
+from .protocol import RETIRE_WAIT
 from .._core.captures import CAPTURES
 from .segments import MIN_BLOCK, SMALL_SIZE, Backend, CaptureRoute
 from .streamuses import StreamUses
@@ -59,11 +60,11 @@ _ALLOC_BYTES = ms.ALLOC_BYTES
 _REQUESTED_SHIFT = ms.REQUESTED_SHIFT
 _SPLIT = ms.SPLIT
 _SPLIT_BYTES = ms.SPLIT_BYTES
-RETIRE_WAIT = 1.0  # seconds retire_stream waits for the lock before asking to be called again
 
 
 class CachingAllocator(StreamUses):
-    """The caching allocator of one device. Thread-safe (one lock)."""
+    """The caching allocator of one device. Thread-safe (one lock). A DeviceAllocator
+    (gpurt/_memory/protocol.py)."""
 
     def __init__(self, device: int, backend: Backend, config: AllocatorConfig,
                  history: HistorySettings | None = None) -> None:
@@ -400,7 +401,7 @@ class CachingAllocator(StreamUses):
                 return block
         return None
 
-    def retire_stream(self, stream: int, own_device: bool) -> bool:
+    def retire_stream(self, device: int, stream: int) -> bool:
         """Finish with ``stream`` before gpurt destroys it (see the module docstring and
         :meth:`_retire_uses`). False when that has to wait (a capture is underway, or the
         lock stayed busy): the stream must then be kept and this asked again later."""
@@ -413,7 +414,7 @@ class CachingAllocator(StreamUses):
                 self._unpark()
             users = [b for b in self._allocated.values()
                      if b.stream_uses and stream in b.stream_uses]
-            done = self._retire_uses(stream, users, own_device)
+            done = self._retire_uses(stream, users, device == self.device)
             self._work = self._work or bool(self._retired)
             return done
         finally:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Sequence
 from typing import Any, Deque
 
 from cuda.bindings import driver as cu
 
 from . import stats as ms
 from .._core.captures import CAPTURES
-from .allocator import RETIRE_WAIT
+from .protocol import retire
 from .blocks import RetiredUse
 from .._core.driver import OutOfMemoryError, check
 from .._core.handles import in_host_callback
@@ -136,7 +137,8 @@ class DriverBackend:
 
 
 class AsyncAllocator:
-    """``backend:cudaMallocAsync``: allocations from the device's default memory pool with
+    """A DeviceAllocator (gpurt/_memory/protocol.py) for ``backend:cudaMallocAsync``:
+    allocations from the device's default memory pool with
     cuMemAllocAsync/cuMemFreeAsync, which caches freed memory itself.
 
     Statistics are honest rather than complete, as in torch: counts and bytes of live
@@ -244,20 +246,16 @@ class AsyncAllocator:
             if stream != entry[1]:
                 entry[3] = (entry[3] or set()) | {stream}
 
-    def retire_stream(self, stream: int, own_device: bool) -> bool:
+    def retire_stream(self, device: int, stream: int) -> bool:
         """Finish with ``stream`` before gpurt destroys it: for allocations used on it, or
         made on it (their free is ordered on that stream), record an event on it now, which
         the free waits for instead; those made on it are then freed on the legacy default
-        stream. False when that must wait (a capture is underway, or the lock stays busy)."""
-        if not self._lock.acquire(timeout=RETIRE_WAIT):
-            return False
-        try:
-            entries = [e for e in self._live.values()
-                       if e[1] == stream or (e[3] and stream in e[3])]
-            if not entries:
-                return True
-            if CAPTURES.count:
-                return False
+        stream. False when that must wait (see gpurt/_memory/protocol.py's retire)."""
+
+        def users() -> list[list[Any]]:
+            return [e for e in self._live.values() if e[1] == stream or (e[3] and stream in e[3])]
+
+        def record(entries: Sequence[list[Any]]) -> None:
             bind_context(self.device)
             for entry in entries:
                 event = check(cu.cuEventCreate(_NO_TIMING), "cuEventCreate")
@@ -267,9 +265,8 @@ class AsyncAllocator:
                 entry[3] = uses
                 if entry[1] == stream:
                     entry[1] = 0
-            return True
-        finally:
-            self._lock.release()
+
+        return retire(self._lock, users, record)
 
     def empty_cache(self) -> None:
         """Issue queued frees, synchronize, and trim the pool (wraps cuMemPoolTrimTo)."""

@@ -15,6 +15,7 @@ import ctypes
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any, Deque
 
 import numpy as np
@@ -22,7 +23,7 @@ from cuda.bindings import driver as cu
 
 from . import stats as ms
 from .._core.captures import CAPTURES
-from .allocator import RETIRE_WAIT
+from .protocol import retire
 from .backends import event_query
 from .blocks import RetiredUse
 from .._core.driver import check
@@ -59,7 +60,8 @@ class _HostBlock:
 
 
 class PinnedAllocator:
-    """The process's pinned host memory cache (one for all devices)."""
+    """The process's pinned host memory cache (one for all devices); an Allocator
+    (gpurt/_memory/protocol.py)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -158,24 +160,21 @@ class PinnedAllocator:
 
     def retire_stream(self, device: int, stream: int) -> bool:
         """Before gpurt destroys ``stream``: record the events of the blocks used on it now
-        (see gpurt/_memory/streamuses.py). False when that must wait (a graph capture is underway,
-        or the lock stays busy)."""
-        if not self._lock.acquire(timeout=RETIRE_WAIT):
-            return False
-        try:
-            use = (device, stream)
-            users = [b for b in self._blocks.values() if b.streams and use in b.streams]
-            if not users:
-                return True
-            if CAPTURES.count:
-                return False
-            for block in users:
+        (see gpurt/_memory/streamuses.py). False when that must wait (see
+        gpurt/_memory/protocol.py's retire)."""
+        use = (device, stream)
+
+        def users() -> list[_HostBlock]:
+            return [b for b in self._blocks.values() if b.streams and use in b.streams]
+
+        def record(blocks: Sequence[_HostBlock]) -> None:
+            for block in blocks:
+                assert block.streams is not None
                 block.streams.discard(use)
                 block.streams.add(RetiredUse(device, stream, self._record(device, stream)))
             bind_context(current_device())
-            return True
-        finally:
-            self._lock.release()
+
+        return retire(self._lock, users, record)
 
     @staticmethod
     def _record(device: int, stream: int) -> Any:
@@ -258,6 +257,11 @@ class PinnedAllocator:
 
 
 _host = PinnedAllocator()
+
+
+def host_allocator() -> PinnedAllocator:
+    """The process's pinned host memory allocator."""
+    return _host
 
 
 def retire_stream(device: int, stream: int) -> bool:
