@@ -21,7 +21,8 @@ from ._memory import config as _allocconf
 from ._memory import stats as ms
 from ._memory import pinned as _pinned
 from ._memory.allocator import CachingAllocator
-from ._memory.backends import AsyncAllocator, DriverBackend
+from ._memory.async_pool import AsyncAllocator
+from ._memory.driver import DriverBackend
 from ._core.driver import is_forked_child, is_initialized
 from ._core.fork import at_fork_in_child
 from ._core.handles import before_stream_destroy

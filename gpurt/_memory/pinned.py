@@ -24,7 +24,7 @@ from cuda.bindings import driver as cu
 from . import stats as ms
 from .._core.captures import CAPTURES
 from .protocol import retire
-from .backends import event_query
+from .driver import event_query
 from .blocks import RetiredUse
 from .._core.driver import check
 from ..device import bind_context, current_device
