@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ._cli import demo as _demo, info as _info
 from . import nvrtc
+from ._cli import demo as _demo
+from ._cli import info as _info
 from ._core.driver import CudaError
 from .device import get_arch, is_available
 

@@ -24,8 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from ._array import copies as _copy, dlpack as _dlpack, dtypes as _dtypes, interop as _interop, layout as _layout
 from . import memory
+from ._array import copies as _copy
+from ._array import dlpack as _dlpack
+from ._array import dtypes as _dtypes
+from ._array import interop as _interop
+from ._array import layout as _layout
 from ._array.arraycopy import _check_match, _copy_device, _host_copy, _wait_for
 from ._array.dlpack import DLDeviceType
 from ._array.dtypes import *  # noqa: F403 (the dtype names, re-exported below)

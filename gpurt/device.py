@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 from cuda.bindings import driver as cu
 
@@ -72,11 +73,11 @@ class Device:
         return self.index
 
     @property
-    def properties(self) -> DeviceProperties:
+    def properties(self) -> Any:  # a DeviceProperties (made below by make_dataclass)
         return get_device_properties(self.index)
 
 
-DeviceLike = Union[int, str, Device, None]
+DeviceLike = int | str | Device | None
 
 _lock = threading.Lock()
 _primary: dict[int, Any] = {}
@@ -135,7 +136,8 @@ def _index(device: Any) -> int:
     elif isinstance(device, str):
         kind, _, rest = device.partition(":")
         if kind != "cuda":
-            raise ValueError(f"expected a CUDA device string like 'cuda' or 'cuda:1', got {device!r}")
+            raise ValueError(
+                f"expected a CUDA device string like 'cuda' or 'cuda:1', got {device!r}")
         if not rest:
             return current_device()
         if not rest.isdigit():
@@ -216,7 +218,7 @@ class device:
         self.idx = -1 if device is None else _index(device)
         self.prev_idx = -1
 
-    def __enter__(self) -> "device":
+    def __enter__(self) -> device:
         if self.idx >= 0:
             self.prev_idx = current_device()
             if self.prev_idx != self.idx:

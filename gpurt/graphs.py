@@ -17,16 +17,17 @@ import os
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from cuda.bindings import driver as cu
 
-from ._graphs import capture as _capture
-from ._core import driver as _driver
 from . import memory as _memory
 from . import streams as _streams
-from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
+from ._core import driver as _driver
 from ._core.driver import CudaError, check
+from ._graphs import capture as _capture
+from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
 from ._graphs.nodes import KernelNode, kernel_nodes_of
 from .array import Array
 from .device import bind_context, current_device, synchronize
@@ -528,8 +529,9 @@ def make_graphed_callables(
     Returns a :class:`GraphedCallable`, or a tuple of them for a sequence of functions.
     Arguments other than gpurt Arrays are constants baked into the graph."""
     single = callable(callables)
-    fns = (callables,) if single else tuple(callables)  # type: ignore[arg-type]
-    all_args = (sample_args,) if single else tuple(sample_args)  # type: ignore[arg-type]
+    fns = cast(tuple[Callable[..., Any], ...],
+               (callables,) if single else tuple(cast(Sequence[Any], callables)))
+    all_args = (sample_args,) if single else tuple(sample_args)
     if len(fns) != len(all_args):
         raise ValueError(f"got {len(fns)} callables but {len(all_args)} sample argument tuples")
     for fn, args in zip(fns, all_args):

@@ -17,22 +17,22 @@ import threading
 import warnings
 from typing import Any
 
+from ._core.driver import is_forked_child, is_initialized
+from ._core.fork import at_fork_in_child
+from ._core.state import THREAD
 from ._memory import config as _allocconf
-from ._memory import stats as ms
 from ._memory import pinned as _pinned
+from ._memory import stats as ms
 from ._memory.allocator import CachingAllocator
 from ._memory.async_pool import AsyncAllocator
 from ._memory.driver import DriverBackend
-from ._core.driver import is_forked_child, is_initialized
-from ._core.fork import at_fork_in_child
-from ._core.handles import before_stream_destroy
 from ._memory.history import HistorySettings
-from ._memory.protocol import Allocator, DeviceAllocator
-from ._memory.summary import summary_table
 from ._memory.pinned import *  # noqa: F401,F403
 from ._memory.pinned import __all__ as _pinned_all
+from ._memory.protocol import Allocator, DeviceAllocator
+from ._memory.summary import summary_table
+from ._streams.handles import before_stream_destroy
 from .device import _index, current_device, device_count
-from ._core.state import THREAD
 from .streams import as_stream_handle
 
 __all__ = [
@@ -92,7 +92,7 @@ def _settings() -> _allocconf.AllocatorConfig:
 
 def _create(index: int) -> DeviceAllocator:
     with _lock:
-        allocator = _allocators.get(index)
+        allocator: DeviceAllocator | None = _allocators.get(index)
         if allocator is None:
             config = _settings()
             if config.backend == "cudaMallocAsync":
@@ -127,6 +127,7 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
     # Fast paths first: None or an int ordinal whose allocator exists (validated when it
     # was created), None or an int stream handle.
     allocators = _allocators
+    allocator: DeviceAllocator | None
     if device is None:
         index = current_device()
         allocator = allocators.get(index) or _create(index)

@@ -18,12 +18,12 @@ from typing import Any
 
 from cuda.bindings import nvrtc as _nvrtc
 
-from ._nvrtc import cache as _kcache
 from ._core.driver import CudaError, check
-from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
-from .device import get_arch
 from ._launch.kernel import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
 from ._launch.module import Module
+from ._nvrtc import cache as _kcache
+from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
+from .device import get_arch
 
 __all__ = [
     "compile",

@@ -17,18 +17,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cuda.bindings import driver as cu
 from rich.console import Console
 
-from ._launch import kernel as _launch
 from . import nvtx
 from . import streams as _streams
 from ._core.driver import CudaError, check
+from ._launch import kernel as _launch
+from ._profiler.trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 from .device import bind_context, current_device
 from .device import synchronize as synchronize_device
-from ._profiler.trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 
 __all__ = [
     "nvtx",

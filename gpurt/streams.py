@@ -25,21 +25,21 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from ._core.driver import check
-from ._core.handles import (
-    launch_host_func,
+from ._core.state import THREAD, Saved, all_thread_streams
+from ._streams.handles import (
     Owned,
     adopt,
     call,
     drop_callback,
     is_ready,
     keep_callback,
+    launch_host_func,
     live_handles,  # noqa: F401  (re-exported for leak checks)
     not_ready,
     raw_call,
     release_later,
     release_pending,
 )
-from ._core.state import THREAD, Saved, all_thread_streams
 from .device import Device, DeviceLike, _index, current_device, set_device
 
 __all__ = [

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpurt._cli import demo as _demo, demo_kernels as _demo_kernels
+from gpurt._cli import demo as _demo
+from gpurt._cli import demo_kernels as _demo_kernels
 
 _ptrs = itertools.count(0x7F0000000000, 1 << 24)
 

@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 from cuda.bindings import driver as cu
 
-from gpurt._core import driver as _driver, handles as _handles
+from gpurt import streams
+from gpurt._core import driver as _driver
 from gpurt._core import state
 from gpurt._core.state import THREAD
-from gpurt import streams
+from gpurt._streams import handles as _handles
 
 # gpurt.device is the torch-style `device` context manager; the module is reached by name
 device_module = importlib.import_module("gpurt.device")

@@ -19,9 +19,10 @@ import pytest
 from cuda.bindings import driver as cu
 
 from _fakes import FakeDriver, fake_driver, fake_gpus  # noqa: F401  (fixtures used below)
-from gpurt._core.captures import CAPTURES
-from gpurt._graphs import capture as _capture, nodes as _graph_nodes
 from gpurt import graphs
+from gpurt._core.captures import CAPTURES
+from gpurt._graphs import capture as _capture
+from gpurt._graphs import nodes as _graph_nodes
 
 OK = cu.CUresult.CUDA_SUCCESS
 INVALID_VALUE = cu.CUresult.CUDA_ERROR_INVALID_VALUE

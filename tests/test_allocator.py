@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator_model import KiB, MiB, FakeBackend, NaiveTorchModel
+from allocator_model import FakeBackend, KiB, MiB, NaiveTorchModel
+from gpurt._core.captures import CAPTURES
 from gpurt._memory import allocator as _allocator
 from gpurt._memory import stats as ms
-from gpurt._core.captures import CAPTURES
 from gpurt._memory.allocator import CachingAllocator
 from gpurt._memory.config import AllocatorConfig, parse
 from gpurt._memory.history import HistorySettings

@@ -23,19 +23,22 @@ import weakref
 import ml_dtypes
 import numpy as np
 import pytest
-from _fakes import device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
-from _threads import in_thread
-from test_driver import FORK_MESSAGE, describe, run_in_fork
 from cuda.bindings import driver as cu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt._core import state
-from gpurt._array import arraycopy as _arraycopy, dlpack as _dlpack, layout as _layout, ownership as _ownership
-from gpurt import memory, streams
+from _fakes import device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
+from _threads import in_thread
 from gpurt import array as garray
+from gpurt import memory, streams
+from gpurt._array import arraycopy as _arraycopy
+from gpurt._array import dlpack as _dlpack
+from gpurt._array import layout as _layout
+from gpurt._array import ownership as _ownership
+from gpurt._core import state
 from gpurt.device import Device, bind_context
+from test_driver import FORK_MESSAGE, describe, run_in_fork
 
 # ======================================================================================
 # CPU: dtypes

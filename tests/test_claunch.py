@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _driver_calls import CLaunchKernel
 from cuda.bindings import driver as cu
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt._launch import path as _launchpath
+from _driver_calls import CLaunchKernel
 from gpurt._launch import kernel as glaunch
+from gpurt._launch import path as _launchpath
 
 _claunch = _launchpath.claunch
 needs_claunch = pytest.mark.skipif(_claunch is None,

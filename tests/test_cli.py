@@ -18,8 +18,8 @@ from rich.console import Console
 
 import gpurt
 import gpurt.__main__ as cli
-from gpurt._cli import info as _info
 from gpurt import nvrtc
+from gpurt._cli import info as _info
 from gpurt._core.driver import CudaError
 
 HAS_GPU = gpurt.is_available()

@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-# the fake_* fixtures are used by name
-from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt._core import state
+
+# the fake_* fixtures are used by name
+from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
 from _threads import in_thread
+from gpurt._core import state
 from gpurt._core.driver import CudaUnavailableError, check
 
 dev = importlib.import_module("gpurt.device")  # gpurt.device is the context manager

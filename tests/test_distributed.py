@@ -21,8 +21,8 @@ import pytest
 
 import _multigpu
 import gpurt
-from gpurt.distributed import _nccl
 from gpurt import distributed as dist
+from gpurt.distributed import _nccl
 
 WORKER = Path(__file__).with_name("_dist_worker.py")
 

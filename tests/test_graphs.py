@@ -20,8 +20,8 @@ from cuda.bindings import driver as cu
 
 import gpurt
 from _graph_fakes import FakeGraphs, fake_driver, fake_gpus, fake_graphs  # noqa: F401
-from gpurt._graphs import capture as _capture
 from gpurt._core.driver import CudaError, check
+from gpurt._graphs import capture as _capture
 from gpurt._graphs.nodes import KernelNode, pack_arg, topological_order
 
 

@@ -1,5 +1,6 @@
-"""gpurt._launch.kernel (Kernel, LaunchConfig, hooks) with its helpers gpurt._launch.params (parameter types
-from declarations and mangled names) and gpurt._launch.args (argument conversion and packing).
+"""gpurt._launch.kernel (Kernel, LaunchConfig, hooks) with its helpers gpurt._launch.params
+(parameter types from declarations and mangled names) and gpurt._launch.args (argument
+conversion and packing).
 
 CPU tests compile real kernels with NVRTC (explicit arch) and check the parameter plans and
 the packed parameter buffers byte for byte; GPU tests launch and compare with numpy."""
@@ -16,14 +17,16 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
-from _driver_calls import CLaunchKernel
 
 import gpurt
-from gpurt._launch import args as _args, path as _launchpath, params as _params
-from gpurt._nvrtc import cache as _kcache
-from gpurt._core import state
+from _driver_calls import CLaunchKernel
 from gpurt import nvrtc
+from gpurt._core import state
+from gpurt._launch import args as _args
 from gpurt._launch import kernel as glaunch
+from gpurt._launch import params as _params
+from gpurt._launch import path as _launchpath
+from gpurt._nvrtc import cache as _kcache
 
 # ---- parameter types -----------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""gpurt._launch.kernel's host side on a fake driver: loading (and recompiling refused cache entries),
-the generated launchers, error checks before a launch, dynamic shared memory and hooks.
+"""gpurt._launch.kernel's host side on a fake driver: loading (and recompiling refused cache
+entries), the generated launchers, error checks before a launch, dynamic shared memory and hooks.
 
 Real kernels are compiled with NVRTC (explicit arch); only the driver calls are faked, so
 this runs on any CPU. Every test runs on both launch paths: "compiled" (gpurt._launch._claunch calls
@@ -17,15 +17,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _driver_calls import CLaunchKernel
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt._nvrtc import cache as _kcache
-from gpurt._launch import path as _launchpath
+from _driver_calls import CLaunchKernel
 from gpurt import nvrtc
 from gpurt._launch import kernel as glaunch
 from gpurt._launch import module as gmodule
+from gpurt._launch import path as _launchpath
+from gpurt._nvrtc import cache as _kcache
 
 R = cu.CUresult
 SOURCE = r"""
@@ -326,7 +326,8 @@ def test_a_missing_kernel_is_not_recompiled(fake: FakeDriver) -> None:
     module = gpurt.compile(source, arch="sm_90")  # from the disk cache
     with pytest.raises(KeyError) as caught:
         module["other"]  # known from the cubin, before anything is loaded
-    assert "no kernel 'other' in this module; its kernels are: 'axpy', 'narrow'" in caught.value.args[0]
+    assert ("no kernel 'other' in this module; its kernels are: 'axpy', 'narrow'"
+            in caught.value.args[0])
     assert fake.loads == []
 
 

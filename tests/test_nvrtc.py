@@ -19,8 +19,8 @@ import warnings
 import pytest
 
 import gpurt
-from gpurt._nvrtc import cache as _kcache
 from gpurt import nvrtc as gnvrtc
+from gpurt._nvrtc import cache as _kcache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpurt.__file__)))
 

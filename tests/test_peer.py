@@ -13,7 +13,6 @@ import _multigpu
 import gpurt
 from gpurt._core.driver import check
 
-
 pytestmark = [pytest.mark.gpu, _multigpu.multi_gpu(nccl=False)]
 
 

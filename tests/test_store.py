@@ -1,5 +1,5 @@
-"""Tests for gpurt/distributed/_store.py and gpurt/distributed/_rendezvous.py: the stores (HashStore, TCPStore,
-FileStore), rendezvous and its world checks, and the store barrier. CPU only.
+"""Tests for gpurt/distributed/_store.py and gpurt/distributed/_rendezvous.py: the stores
+(HashStore, TCPStore, FileStore), rendezvous and its world checks, and the store barrier. CPU only.
 
 Each store passes the same set/get/add/wait/timeout tests; the multi-process tests start
 ``python -c`` workers (ports are picked free, folders are tmp_path) and assert the messages

@@ -22,19 +22,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-# the fake_* fixtures are used by name
-from _fakes import FakeContexts, FakeDriver, device_module
-from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
 import gpurt
-from gpurt._core import state
+
+# the fake_* fixtures are used by name
+from _fakes import FakeContexts, FakeDriver, device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from _threads import in_thread
-from gpurt._core import handles as _handles
 from gpurt import streams
+from gpurt._core import state
 from gpurt._core.driver import CudaUnavailableError, check
+from gpurt._streams import handles as _handles
 
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

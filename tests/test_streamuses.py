@@ -30,13 +30,15 @@ from cuda.bindings import driver as cu
 
 import gpurt
 from _fakes import FakeDriver, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
-from allocator_model import KiB, FakeBackend, Segfault
-from gpurt._memory import async_pool as _async_pool, blocks as _blocks, driver as _backend
-from gpurt._memory import pinned as _pinned
-from gpurt._core import handles as _handles
+from allocator_model import FakeBackend, KiB, Segfault
 from gpurt import memory as mem
+from gpurt._memory import async_pool as _async_pool
+from gpurt._memory import blocks as _blocks
+from gpurt._memory import driver as _backend
+from gpurt._memory import pinned as _pinned
 from gpurt._memory.allocator import CachingAllocator
 from gpurt._memory.config import AllocatorConfig
+from gpurt._streams import handles as _handles
 from gpurt.device import bind_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,16 +10,17 @@ asynchronous when the host buffer is pinned; the driver makes pageable copies sa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from . import copies as _copy, layout as _layout
-from .ownership import owner_of
 from ..device import bind_context, current_device, enable_peer_access, primary_context
+from . import copies as _copy
+from . import layout as _layout
+from .ownership import owner_of
 
-if TYPE_CHECKING:  # only for type hints; gpurt.array imports this module, not the reverse
-    from ..array import Array
+# gpurt.array imports this module, not the reverse: its Array is typed by name only here.
+Array = Any
 
 __all__: list[str] = []  # internal module
 

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
-from . import layout as _layout
 from .._core.driver import check
 from ..device import bind_context, current_device, primary_index
+from . import layout as _layout
 
 __all__: list[str] = []  # internal module
 
@@ -69,7 +69,7 @@ def wait_for(index: int, consumer: int, producer: int, producer_index: int | Non
     across = producer_index is not None and producer_index != index
     if not across and (consumer == producer or (consumer <= 1 and producer <= 1)):
         return
-    home = producer_index if across else index
+    home = producer_index if across and producer_index is not None else index
     if across:
         bind_context(home)  # the event is made and recorded in the producer's context
     idle = _idle_events.setdefault(home, [])

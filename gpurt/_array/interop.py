@@ -10,11 +10,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import copies as _copy, dlpack as _dlpack, layout as _layout
 from .. import streams
+from ..device import bind_context, current_device
+from . import copies as _copy
+from . import dlpack as _dlpack
+from . import layout as _layout
 from .dlpack import DLDeviceType
 from .dtypes import as_dtype
-from ..device import bind_context, current_device
 
 __all__: list[str] = []  # internal module
 

@@ -25,7 +25,8 @@ the per-thread state (gpurt/_core/state.py's ``place``), which drops it whenever
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import memory, streams
 from .._core.driver import is_forked_child

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import os
 import time
 from collections.abc import Callable
@@ -22,7 +23,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from . import demo_kernels as _demo_kernels
 from .. import nvtx, profiler
 from .._core.driver import CudaError
 from .._nvrtc.cache import cache_dir
@@ -49,18 +49,19 @@ from ..memory import (
 )
 from ..nvrtc import Module, compile
 from ..streams import Event, Stream, current_stream
+from . import demo_kernels as _demo_kernels
 
 # The bundled kernels (the top-level kernels/ folder, installed as gpurt.kernels). Any
 # failure to import them, not only ImportError, must leave the `gpurt` command working:
 # the tour then uses its own kernels and says why.
 try:
-    from ..kernels.gemm import gemm as _bundled_gemm
+    _bundled_gemm = importlib.import_module("gpurt.kernels.gemm").gemm
 except Exception as exc:  # noqa: BLE001
     _bundled_gemm, _NO_GEMM = None, f"{type(exc).__name__}: {exc}"
 else:
     _NO_GEMM = ""
 try:
-    from ..kernels.softmax import softmax as _bundled_softmax
+    _bundled_softmax = importlib.import_module("gpurt.kernels.softmax").softmax
 except Exception as exc:  # noqa: BLE001
     _bundled_softmax, _NO_SOFTMAX = None, f"{type(exc).__name__}: {exc}"
 else:

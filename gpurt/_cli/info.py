@@ -23,7 +23,6 @@ from rich.table import Table
 from .. import __version__ as _gpurt_version
 from .._core.driver import CudaError, bindings_version, check, driver_version
 from .._launch.path import launch_path
-from ..distributed._nccl import describe as _nccl_describe
 from ..device import (
     clock_rate,
     device_count,
@@ -36,6 +35,7 @@ from ..device import (
     temperature,
     utilization,
 )
+from ..distributed._nccl import describe as _nccl_describe
 
 __all__ = ["collect", "render"]
 

@@ -18,9 +18,9 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from .. import memory as _memory
-from .._core.driver import CudaError, check
 from .._core.captures import CAPTURES
-from .._core.handles import in_host_callback
+from .._core.driver import CudaError, check
+from .._streams.handles import in_host_callback
 from ..device import bind_context
 
 __all__ = ["GraphCaptureError", "GraphUpdateError"]

@@ -14,17 +14,23 @@ from __future__ import annotations
 import ctypes
 import heapq
 import struct
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, cast
 
 import numpy as np
 from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, check
-from ..device import bind_context
 from .._launch.kernel import Kernel
+from ..device import bind_context
+from .capture import GraphState
 
-if TYPE_CHECKING:  # only for type hints; graphs.py imports this module, not the reverse
-    from ..graphs import CUDAGraph
+
+class CUDAGraph(Protocol):
+    """What a kernel node needs of its gpurt.CUDAGraph (graphs.py imports this module, not
+    the reverse)."""
+
+    def _live(self) -> GraphState: ...
 
 __all__ = ["KernelNode"]
 
@@ -259,7 +265,8 @@ class KernelNode:
                 "use set_args() with every argument"
             )
         pointers = (ctypes.c_void_p * len(layout)).from_address(address)
-        return [ctypes.string_at(pointers[i], size) for i, (_, size) in enumerate(layout)]
+        return [ctypes.string_at(cast(int, pointers[i]), size)
+                for i, (_, size) in enumerate(layout)]
 
     def _apply(self, params: Any, values: list[bytes], keep: dict[int, Any]) -> None:
         state = self._graph._live()

@@ -17,12 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from cuda.bindings import driver as cu
 
 from .._array.copies import pointer_device
-from .._core.driver import check
-from .params import Param
 from ..array import Array, from_dlpack
+from .params import Param
 
 __all__ = ["Plan", "build_plan", "pointer"]
 
@@ -167,8 +165,8 @@ _C_CODES = frozenset("bBhHiIqQefd")  # scalar struct codes that gpurt._launch._c
 
 
 def _c_code(param: Param) -> str | None:
-    """How gpurt._launch._claunch packs ``param`` ("P" a pointer, else its struct code), or None for a
-    parameter that needs a converter of this module."""
+    """How gpurt._launch._claunch packs ``param`` ("P" a pointer, else its struct code), or
+    None for a parameter that needs a converter of this module."""
     if param.kind == "pointer":
         return "P"
     if param.kind == "scalar" and param.fmt in _C_CODES:
@@ -319,7 +317,7 @@ class Plan:
         """This thread's parameter buffer and the address of its void* array, which points
         at each parameter's offset in the buffer (made on a thread's first call)."""
         try:
-            return self._local.buffers  # type: ignore[no-any-return]
+            return self._local.buffers
         except AttributeError:
             pass
         buffer = ctypes.create_string_buffer(max(self.size, 1))
@@ -327,7 +325,7 @@ class Plan:
         pointers = (ctypes.c_void_p * max(len(self.offsets), 1))(*[base + o for o in self.offsets])
         self._local.pointers = pointers  # kept alive with the buffer
         self._local.buffers = (buffer, ctypes.addressof(pointers))
-        return self._local.buffers  # type: ignore[no-any-return]
+        return self._local.buffers
 
     def launch_source(self, compiled: bool) -> str:
         """The source of the launchers :meth:`launcher` makes."""
@@ -360,7 +358,7 @@ class Plan:
                          dims=dims, hooks=hooks, hooked=hooked, explain=explain,
                          refused=refused)
         exec(code, namespace)
-        return namespace["launch"]  # type: ignore[no-any-return]
+        return namespace["launch"]
 
     def diagnose(self, args: Sequence[Any],
                  index: int | None) -> tuple[Param, Any, Exception] | None:

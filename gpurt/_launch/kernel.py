@@ -28,16 +28,16 @@ from typing import Any, Protocol, cast
 import numpy as np
 from cuda.bindings import driver as cu
 
-from . import path as _launchpath
-from .args import Plan, build_plan
 from .._core.driver import CudaError, check
 from .._core.state import THREAD
-from .path import claunch as _claunch
-from .path import launch_path
-from .params import Param, kernel_params
 from ..array import Array
 from ..device import _index, bind_context, current_device
 from ..streams import as_stream_handle, current_stream_handle
+from . import path as _launchpath
+from .args import Plan, build_plan
+from .params import Param, kernel_params
+from .path import claunch as _claunch
+from .path import launch_path
 
 __all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "launch_path", "remove_launch_hook"]
 

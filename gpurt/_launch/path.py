@@ -1,8 +1,9 @@
 """Which driver call kernel launches take: gpurt._launch._claunch's, or cuda.bindings' from Python.
 
-The C extension ``gpurt._launch._claunch`` (gpurt/_launch/_claunch.c, built on install where there is a C
-compiler) calls the driver's cuLaunchKernel, whose address :func:`find_launch_kernel` gets
-once through cuda.bindings (cuGetProcAddress), the way the bindings find it for themselves.
+The C extension ``gpurt._launch._claunch`` (gpurt/_launch/_claunch.c, built on install where
+there is a C compiler) calls the driver's cuLaunchKernel, whose address
+:func:`find_launch_kernel` gets once through cuda.bindings (cuGetProcAddress), the way the
+bindings find it for themselves.
 Without the extension, or with ``GPURT_PURE_PYTHON_LAUNCH=1`` (read at import, for debugging),
 launches go through cuda.bindings' cuLaunchKernel from Python. gpurt/_launch/kernel.py makes the
 launchers; ``gpurt info`` reports :func:`launch_path`.
@@ -56,13 +57,15 @@ def find_launch_kernel() -> tuple[int, str]:
             _found = 0, str(err)
         else:
             address = int(address or 0)
-            _found = (address, f"gpurt._launch._claunch calls cuLaunchKernel at {address:#x}" if address
+            _found = (address,
+                      f"gpurt._launch._claunch calls cuLaunchKernel at {address:#x}" if address
                       else "cuGetProcAddress found no cuLaunchKernel")
     return _found
 
 
 def route() -> tuple[int, str]:
-    """(the address of cuLaunchKernel for gpurt._launch._claunch, or 0 for cuda.bindings' path, why).
+    """(the address of cuLaunchKernel for gpurt._launch._claunch, or 0 for cuda.bindings'
+    path, why).
     Initialises the driver where the extension is there."""
     if pure_python:
         return 0, f"{PURE_PYTHON_ENV} is set"
@@ -78,8 +81,8 @@ def launch_path() -> dict[str, str]:
     try:
         address, why = route()
     except CudaUnavailableError:  # the extension is there, the driver is not
-        return {"path": "compiled", "why": "gpurt._launch._claunch is built; it finds cuLaunchKernel "
-                                           "once a driver is there"}
+        return {"path": "compiled", "why": "gpurt._launch._claunch is built; it finds "
+                                           "cuLaunchKernel once a driver is there"}
     return {"path": "compiled" if address else "python", "why": why}
 
 

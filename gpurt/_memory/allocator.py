@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Deque
+from typing import Any
 
+from .._core.captures import CAPTURES
 from . import stats as ms
-from .config import AllocatorConfig
 from .blocks import Block
+from .config import AllocatorConfig
 from .history import HistorySettings, capture_frames
 from .protocol import RETIRE_WAIT
-from .._core.captures import CAPTURES
 from .segments import MIN_BLOCK, SMALL_SIZE, Backend, CaptureRoute
 from .streamuses import StreamUses
 
@@ -71,8 +71,9 @@ class CachingAllocator(StreamUses):
         super().__init__(device, backend, config, history)
         self._lock = threading.Lock()
         self._allocated: dict[int, Block] = {}
-        self._queued: Deque[int] = collections.deque()  # frees that could not take the lock
-        self._queued_releases: Deque[Any] = collections.deque()  # release_pool, likewise
+        # frees that could not take the lock, and release_pool calls likewise
+        self._queued: collections.deque[int] = collections.deque()
+        self._queued_releases: collections.deque[Any] = collections.deque()
         self._work = False  # deferred work waits (events, empty_cache, uncached frees)
         self._empty_cache_wanted = False
         self._round_pow2 = config.rounds_to_power2
@@ -232,7 +233,8 @@ class CachingAllocator(StreamUses):
         """Make the parked block ordinary: settle its statistics, merge and index it as the
         full path would."""
         self._settle()
-        block, rest = self._hot, self._hot_rest
+        block: Block = self._hot  # type: ignore[assignment]  # (only called while parked)
+        rest = self._hot_rest
         self._hot = self._hot_rest = None
         self._hot_ptr = -1
         if self._hot_free:  # F = block + rest, free

@@ -8,14 +8,14 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Sequence
-from typing import Any, Deque
+from typing import Any
 
 from cuda.bindings import driver as cu
 
-from . import stats as ms
 from .._core.captures import CAPTURES
 from .._core.driver import check
 from ..device import bind_context
+from . import stats as ms
 from .blocks import RetiredUse
 from .driver import _NO_TIMING, _OOM, out_of_memory_error
 from .history import DeviceTrace, HistorySettings, capture_frames, frames_json
@@ -47,7 +47,7 @@ class AsyncAllocator:
             "cuMemPoolSetAttribute")
         self._lock = threading.Lock()
         self._live: dict[int, list[Any]] = {}  # ptr -> [size, stream, requested, uses, frames]
-        self._queued: Deque[int] = collections.deque()
+        self._queued: collections.deque[int] = collections.deque()
         self._stats = {name: ms.Stat() for name in
                        ("allocation", "active", "allocated_bytes", "active_bytes",
                         "requested_bytes")}

@@ -9,7 +9,8 @@ gives them, so ``lower_bound`` picks the same block torch would.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .stats import PoolStats
 
@@ -114,10 +115,10 @@ class FreeBlocks:
         if bucket:
             return bucket[0]
         sizes, buckets = self.sizes, self.buckets
-        i = bisect.bisect_left(sizes, size)
+        start = bisect.bisect_left(sizes, size)
         skipped = 0
         found = None
-        for i in range(i, len(sizes)):
+        for i in range(start, len(sizes)):
             bucket = buckets[sizes[i]]
             if bucket:
                 found = bucket[0]

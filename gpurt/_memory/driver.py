@@ -15,7 +15,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from .._core.driver import OutOfMemoryError, check
-from .._core.handles import in_host_callback
+from .._streams.handles import in_host_callback
 from ..device import bind_context, primary_context
 
 __all__: list[str] = []

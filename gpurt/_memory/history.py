@@ -13,7 +13,8 @@ import collections
 import os
 import sys
 import time
-from typing import Any, Deque
+import types
+from typing import Any
 
 __all__: list[str] = []
 
@@ -28,8 +29,8 @@ ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segmen
 
 def capture_frames() -> Frames:
     """The calling Python stack, innermost first, without gpurt's own frames."""
-    frame = sys._getframe(1)
-    frames = []
+    frame: types.FrameType | None = sys._getframe(1)
+    frames: list[tuple[str, int, str]] = []
     while frame is not None and len(frames) < _MAX_DEPTH:
         code = frame.f_code
         if not code.co_filename.startswith(_PACKAGE_DIR):
@@ -90,7 +91,7 @@ class DeviceTrace:
     __slots__ = ("entries",)
 
     def __init__(self, max_entries: int = 1) -> None:
-        self.entries: Deque[tuple] = collections.deque(maxlen=max_entries)
+        self.entries: collections.deque[tuple] = collections.deque(maxlen=max_entries)
 
     def resize(self, max_entries: int) -> None:
         if self.entries.maxlen != max_entries:

@@ -16,19 +16,19 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any, Deque
+from typing import Any, cast
 
 import numpy as np
 from cuda.bindings import driver as cu
 
-from . import stats as ms
 from .._core.captures import CAPTURES
-from .protocol import retire
-from .driver import event_query
-from .blocks import RetiredUse
 from .._core.driver import check
 from ..device import bind_context, current_device
 from ..streams import as_stream_handle
+from . import stats as ms
+from .blocks import RetiredUse
+from .driver import event_query
+from .protocol import retire
 
 __all__ = [
     "pinned_empty",
@@ -68,8 +68,8 @@ class PinnedAllocator:
         self._blocks: dict[int, _HostBlock] = {}
         self._free: dict[int, list[_HostBlock]] = collections.defaultdict(list)
         self._needs_events: list[_HostBlock] = []
-        self._events: Deque[tuple[Any, _HostBlock]] = collections.deque()
-        self._queued: Deque[int] = collections.deque()
+        self._events: collections.deque[tuple[Any, _HostBlock]] = collections.deque()
+        self._queued: collections.deque[int] = collections.deque()
         self.allocations = ms.Stat()
         self.allocated_bytes = ms.Stat()
         self.active_requests = ms.Stat()
@@ -190,7 +190,7 @@ class PinnedAllocator:
             return
         for block in self._needs_events:
             for use in block.streams or ():
-                event = use.event if type(use) is RetiredUse else self._record(*use)
+                event = use.event if type(use) is RetiredUse else self._record(*cast(Any, use))
                 block.event_count += 1
                 self._events.append((event, block))
             block.streams = None
@@ -199,7 +199,7 @@ class PinnedAllocator:
         if self._needs_events:
             bind_context(current_device())
         self._needs_events = []
-        pending: Deque[tuple[Any, _HostBlock]] = collections.deque()
+        pending: collections.deque[tuple[Any, _HostBlock]] = collections.deque()
         while self._events:
             event, block = self._events.popleft()
             if not event_query(event):

@@ -10,12 +10,13 @@ policy on top. No driver here: segments come from a :class:`Backend`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
-from . import stats as ms
 from .._core.captures import CAPTURES
-from .config import UNLIMITED, AllocatorConfig, divisions_for, roundup_power2_next_division
+from . import stats as ms
 from .blocks import Block, BlockPool, FreeBlocks, PrivatePool
+from .config import UNLIMITED, AllocatorConfig, divisions_for, roundup_power2_next_division
 from .history import DeviceTrace, HistorySettings, capture_frames, frames_json
 
 __all__: list[str] = []

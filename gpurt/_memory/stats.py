@@ -178,13 +178,13 @@ class DeviceStats:
             per_pool.append((unpack(cur), unpack(pool.peak), unpack(pool.inc), unpack(freed)))
         all_peak = unpack(self.all_peak)
         for i in range(_N):
-            for cur, _, inc, freed in per_pool:
-                sums[i][0] += cur[i]
-                sums[i][1] += inc[i]
-                sums[i][2] += freed[i]
+            for p_cur, _, p_inc, p_freed in per_pool:
+                sums[i][0] += p_cur[i]
+                sums[i][1] += p_inc[i]
+                sums[i][2] += p_freed[i]
             columns[i].append(_stat(sums[i][0], all_peak[i], sums[i][1], sums[i][2]))
-            for cur, peak, inc, freed in per_pool:
-                columns[i].append(_stat(cur[i], peak[i], inc[i], freed[i]))
+            for p_cur, p_peak, p_inc, p_freed in per_pool:
+                columns[i].append(_stat(p_cur[i], p_peak[i], p_inc[i], p_freed[i]))
         return dict(zip(FAMILIES, columns))
 
     def as_nested_dict(self, max_split_size: int) -> dict[str, Any]:

@@ -16,10 +16,10 @@ gets the same handle from the driver waits for before blocks cached for the old 
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque
+from typing import Any, cast
 
-from .blocks import Block, RetiredUse
 from .._core.captures import CAPTURES
+from .blocks import Block, RetiredUse
 from .segments import SegmentCache
 
 __all__: list[str] = []
@@ -31,7 +31,8 @@ class StreamUses(SegmentCache):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._events: dict[int, Deque[tuple[Any, Block]]] = {}  # stream -> (event, block)
+        # stream -> (event, block)
+        self._events: dict[int, collections.deque[tuple[Any, Block]]] = {}
         self._event_pool: list[Any] = []
         self._needs_events: list[Block] = []  # freed with stream uses, events not recorded yet
         self._retired: dict[int, Any] = {}  # destroyed stream -> event after its last work
@@ -74,7 +75,7 @@ class StreamUses(SegmentCache):
             if type(use) is RetiredUse:
                 stream, event = use.stream, use.event
             else:
-                stream = use
+                stream = cast(int, use)
                 try:
                     event = self._record_now(stream)
                 except BaseException:
@@ -152,6 +153,8 @@ class StreamUses(SegmentCache):
         if CAPTURES.count:
             return False
         for block in users:
+            if block.stream_uses is None:  # (users are blocks used on ``stream``)
+                continue
             block.stream_uses.discard(stream)
             event = self._record_now(stream)
             if event is not None:  # else the device was synchronized: the use is over

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
 
 __all__ = ["Allocation", "Timeline", "load_snapshot", "build_timelines", "format_bytes"]
 
@@ -240,8 +241,10 @@ def _allocations(trace: Sequence[Mapping[str, Any]], segments: Sequence[Mapping[
                 live[addr].free_requested = True
         elif action == close:
             step += 1
-            a = live.pop(addr, None)
-            if a is None:  # allocated before the trace began
+            found = live.pop(addr) if addr in live else None
+            if found is not None:
+                a = found
+            else:  # allocated before the trace began
                 a = Allocation(0, addr, int(event.get("size", 0)), int(event.get("stream", 0)),
                                0, None, [], before_trace=True)
                 before.append(a)

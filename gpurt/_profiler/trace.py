@@ -9,7 +9,8 @@ import dataclasses
 import io
 import json
 import os
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table

@@ -1,8 +1,8 @@
 """Several processes, one GPU each: torch.distributed's NCCL collectives on gpurt Arrays.
 
 ``init_process_group`` finds the other ranks through a store (``env://`` torchrun-style
-variables, ``tcp://host:port`` or ``file:///path``; see gpurt/distributed/_rendezvous.py), which also
-checks that every rank agrees on the world; rank 0's NCCL unique id travels through it,
+variables, ``tcp://host:port`` or ``file:///path``; see gpurt/distributed/_rendezvous.py),
+which also checks that every rank agrees on the world; rank 0's NCCL unique id travels through it,
 and each rank opens its NCCL communicator on its GPU (``device_id``, else LOCAL_RANK, else
 rank % device_count; that device becomes current). The collectives take gpurt Arrays or
 any device array (torch, CuPy, JAX; read zero-copy) and run on the current stream of that
@@ -28,17 +28,17 @@ import time
 import warnings
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from cuda.bindings import driver as cu
 
-from . import _collective, _nccl, _rendezvous, _store
 from .._core.driver import check
-from ._nccl import NcclError, ReduceOp
-from ._store import DistributedError, DistributedTimeoutError, Store
 from ..array import Array
 from ..device import bind_context, device_count, set_device
 from ..streams import Stream, current_stream
+from . import _collective, _nccl, _rendezvous, _store
+from ._nccl import NcclError, ReduceOp
+from ._store import DistributedError, DistributedTimeoutError, Store
 
 __all__ = [
     "DistributedError", "DistributedTimeoutError", "NcclError", "ReduceOp", "Work",
@@ -228,7 +228,7 @@ class _Group:
                 # deadline, not NCCL's view of the abort; any other failure ends the group too
                 if self.failure is None:
                     self.fail(exc)
-                raise self.failure from exc
+                raise cast(DistributedError, self.failure) from exc
             work._recorded(stream)
         _collective.after(stream, arrays)
         return work if async_op else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import enum
+import importlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -21,8 +22,8 @@ import ml_dtypes
 import numpy as np
 
 from .._array import dtypes as _dtypes
-from ._store import DistributedError
 from ..device import bind_context
+from ._store import DistributedError
 
 __all__ = ["NcclError", "ReduceOp"]
 
@@ -50,7 +51,7 @@ def bindings() -> Any:
         with _load_lock:
             if _module is None:
                 try:
-                    import nccl.bindings.nccl as module
+                    module = importlib.import_module("nccl.bindings.nccl")
                 except ImportError as exc:
                     raise DistributedError(f"{INSTALL_HINT} ({exc})") from None
                 _module = module
@@ -168,7 +169,8 @@ class Communicator:
 
     def __repr__(self) -> str:
         state = "" if self.alive else ", destroyed"
-        return f"<gpurt NCCL communicator rank {self.rank}/{self.size} on cuda:{self.device}{state}>"
+        return (f"<gpurt NCCL communicator rank {self.rank}/{self.size} "
+                f"on cuda:{self.device}{state}>")
 
     @property
     def alive(self) -> bool:

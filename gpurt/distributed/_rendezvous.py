@@ -1,5 +1,5 @@
-"""The rendezvous of gpurt.distributed over the stores of gpurt/distributed/_store.py (stdlib only: no
-CUDA, no NCCL), with torch.distributed's names and meanings.
+"""The rendezvous of gpurt.distributed over the stores of gpurt/distributed/_store.py (stdlib
+only: no CUDA, no NCCL), with torch.distributed's names and meanings.
 
 :func:`rendezvous` reads torch's ``init_method`` (``env://``, ``tcp://host:port``,
 ``file:///path``), opens the store and calls :func:`join_world`: each rank appends

@@ -1,5 +1,6 @@
 """Key-value stores that gpurt.distributed stands on (stdlib only: no CUDA, no NCCL), with
-torch.distributed's names and meanings; the rendezvous over them is gpurt/distributed/_rendezvous.py.
+torch.distributed's names and meanings; the rendezvous over them is
+gpurt/distributed/_rendezvous.py.
 
 The processes of a world (one per GPU, on one or several hosts) meet through a :class:`Store`:
 :class:`TCPStore` (a server thread in rank 0's process, a client in each), :class:`FileStore`

@@ -30,8 +30,8 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from . import driver as _driver
-from .driver import CudaError, check
+from .._core import driver as _driver
+from .._core.driver import CudaError, check
 from ..device import bind_context, current_device
 
 __all__: list[str] = []
