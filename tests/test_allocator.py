@@ -880,3 +880,18 @@ def test_a_use_on_a_stream_that_cannot_record_falls_back_to_a_full_sync():
     assert a.malloc(4 * KiB, S0) == p  # synchronized, so the block was reusable at once
     assert "synchronize" in backend.calls
     recount(a, backend)
+
+
+def test_captured_frames_leave_out_all_of_gpurt():
+    """Frames of gpurt's own modules (the fronts and every subpackage) are not the caller's:
+    the innermost recorded frame is the code that asked for memory."""
+    import os
+
+    import gpurt
+    from gpurt._memory.history import capture_frames
+
+    namespace = {"capture_frames": capture_frames}
+    front = os.path.join(os.path.dirname(gpurt.__file__), "memory.py")  # as if gpurt.memory
+    exec(compile("def alloc():\n    return capture_frames()\n", front, "exec"), namespace)
+    frames = namespace["alloc"]()
+    assert frames and frames[0][0] == __file__

@@ -151,6 +151,13 @@ def test_callsite_skips_gpurt_frames():
     assert callsite([]) == "(no stack recorded)"
 
 
+def test_callsite_skips_frames_of_gpurt_subpackages_but_not_bundled_kernels():
+    frames = [{"filename": "/venv/site-packages/gpurt/_memory/allocator.py", "line": 9,
+               "name": "malloc"},
+              {"filename": "/venv/site-packages/gpurt/kernels/gemm.py", "line": 7, "name": "gemm"}]
+    assert callsite(frames) == "gemm (gemm.py:7)"
+
+
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.50 KiB"

@@ -72,6 +72,11 @@ _WORKS_WITHOUT_GPU = [
 ]
 
 
+
+def _package_dir() -> str:
+    """The folder gpurt is imported from (this file is in gpurt/_cli/)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 def _cuda_version_text(version: int | None) -> str | None:
     """13000 -> '13.0' (the driver's and runtime's integer encoding)."""
     if version is None:
@@ -155,7 +160,7 @@ def collect() -> dict[str, Any]:
         text for needs_nvrtc, text in _WORKS_WITHOUT_GPU if not (needs_nvrtc and nvrtc["error"])
     ]
     return {
-        "gpurt": {"version": _gpurt_version, "path": os.path.dirname(os.path.abspath(__file__))},
+        "gpurt": {"version": _gpurt_version, "path": _package_dir()},
         "python": {
             "version": platform.python_version(),
             "executable": sys.executable,

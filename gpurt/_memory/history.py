@@ -20,7 +20,7 @@ __all__: list[str] = []
 
 Frames = tuple  # tuple of (filename, line, name)
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # gpurt/
 _MAX_DEPTH = 64
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",

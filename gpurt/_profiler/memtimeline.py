@@ -21,7 +21,7 @@ __all__ = ["Allocation", "Timeline", "load_snapshot", "build_timelines", "format
 
 Snapshot = Mapping[str, Any]
 SnapshotLike = Union[Snapshot, str, "os.PathLike[str]"]
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gpurt/
 _LIVE_STATES = ("active_allocated", "active_pending_free")
 
 
@@ -99,9 +99,13 @@ def frame_text(frame: Mapping[str, Any]) -> str:
 
 
 def is_internal(frame: Mapping[str, Any]) -> bool:
-    """True for a frame in gpurt's own package (here, or where the snapshot was taken)."""
+    """True for a frame in gpurt's own modules, here or where the snapshot was taken:
+    gpurt/*.py and its subpackages, not the bundled kernels (gpurt/kernels)."""
     parent = os.path.dirname(str(frame.get("filename", "")).replace("\\", "/"))
-    return parent == _PACKAGE_DIR or os.path.basename(parent) == "gpurt"
+    if os.path.basename(parent) == "kernels":
+        return False
+    return (parent == _PACKAGE_DIR or os.path.basename(parent) == "gpurt"
+            or os.path.basename(os.path.dirname(parent)) == "gpurt")
 
 
 def callsite(frames: Sequence[Mapping[str, Any]]) -> str:
