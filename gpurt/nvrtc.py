@@ -21,6 +21,7 @@ from cuda.bindings import nvrtc as _nvrtc
 from ._core.driver import CudaError, check
 from ._launch.kernel import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
 from ._launch.module import Module
+from ._launch.path import launch_path  # noqa: F401 (gpurt.nvrtc.launch_path(): the launch path in use)
 from ._nvrtc import cache as _kcache
 from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from .device import get_arch
