@@ -390,3 +390,16 @@ def test_gpu_nvml_readings() -> None:
     assert 5 <= readings["temperature"] <= 120  # degrees C
     assert 1_000 <= readings["power_draw"] <= 2_000_000  # mW
     assert 100 <= readings["clock_rate"] <= 5_000  # MHz
+
+
+def test_forget_devices_empties_this_threads_device_state_in_place(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a forked child does (gpurt/_core/state.py): THREAD stays the same object (the C
+    launch path holds it), its device fields go, its current streams stay."""
+    thread, streams = state.THREAD, state.THREAD.streams
+    for name, value in (("index", 1), ("bound", 1), ("place", ("place",))):
+        monkeypatch.setattr(thread, name, value, raising=False)
+    state.forget_devices()
+    assert state.THREAD is thread and thread.streams is streams
+    assert not any(hasattr(thread, name) for name in ("index", "bound", "place"))
+    assert state.current_place() is None
