@@ -392,14 +392,17 @@ def test_gpu_nvml_readings() -> None:
     assert 100 <= readings["clock_rate"] <= 5_000  # MHz
 
 
-def test_forget_devices_empties_this_threads_device_state_in_place(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forget_devices_empties_this_threads_device_state_in_place() -> None:
     """What a forked child does (gpurt/_core/state.py): THREAD stays the same object (the C
     launch path holds it), its device fields go, its current streams stay."""
     thread, streams = state.THREAD, state.THREAD.streams
-    for name, value in (("index", 1), ("bound", 1), ("place", ("place",))):
-        monkeypatch.setattr(thread, name, value, raising=False)
-    state.forget_devices()
-    assert state.THREAD is thread and thread.streams is streams
-    assert not any(hasattr(thread, name) for name in ("index", "bound", "place"))
-    assert state.current_place() is None
+    saved = dict(vars(thread))
+    try:
+        thread.index, thread.bound, thread.place = 1, 1, ("place",)
+        state.forget_devices()
+        assert state.THREAD is thread and thread.streams is streams
+        assert not any(hasattr(thread, name) for name in ("index", "bound", "place"))
+        assert state.current_place() is None
+    finally:
+        vars(thread).clear()
+        vars(thread).update(saved)
