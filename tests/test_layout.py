@@ -89,3 +89,14 @@ def test_the_checker_sees_cycles_and_upward_imports() -> None:
     assert "gpurt._core.driver" in GRAPH["gpurt.device"]
     assert "gpurt._launch.kernel" in GRAPH["gpurt._graphs.nodes"]
     assert layer("gpurt._core.state") < layer("gpurt.streams") < layer("gpurt._launch.kernel")
+
+
+def test_every_subpackage_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages (kernels/ is mapped to gpurt.kernels there): a new
+    subpackage missing from the list would be absent from a non-editable install."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert found | {"gpurt.kernels"} == listed
+    assert (PACKAGE / "py.typed").is_file()
