@@ -81,8 +81,8 @@ def environment() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "gpurt": gpurt.__version__,
-        "cuda_bindings": gpurt._driver.bindings_version(),
-        "driver_cuda_version": gpurt._driver.driver_version(),
+        "cuda_bindings": gpurt._core.driver.bindings_version(),
+        "driver_cuda_version": gpurt._core.driver.driver_version(),
     }
     if gpurt.is_available():
         env["device"] = gpurt.get_device_name(0)

@@ -6,7 +6,7 @@ GPU). DESIGN.md's numbers to beat on an H200: raw cuLaunchKernel with pre-packed
 cuda.core 3.36, CuPy RawKernel 4.27, torch x.add_(1) 4.86; gpurt must be <= cuda.core and
 aims at <= 1.1x the raw call.
 
-gpurt's rows say which launch path they take ("path"): "compiled" (gpurt._claunch, the
+gpurt's rows say which launch path they take ("path"): "compiled" (gpurt._launch._claunch, the
 default where it is built) or "python" (cuda.bindings' cuLaunchKernel from Python, as with
 GPURT_PURE_PYTHON_LAUNCH=1), measured side by side on the main case.
 
@@ -53,7 +53,7 @@ def python_path_kernel(kernel: Any) -> Any:
     through cuda.bindings' cuLaunchKernel and Kernel.__call__ in Python, as a process started
     with GPURT_PURE_PYTHON_LAUNCH=1 has them."""
     import gpurt
-    from gpurt import _launchpath
+    from gpurt._launch import path as _launchpath
 
     python_call = getattr(gpurt.Kernel.__call__, "__wrapped__", gpurt.Kernel.__call__)
 
@@ -216,11 +216,11 @@ def packing_rows() -> list[dict[str, Any]]:
     alone, the generated Python launcher with a Python driver call that does nothing, and the
     compiled launcher with a C one (where the extension and a C compiler are there)."""
     import gpurt
-    from gpurt import _launchpath
-    from gpurt.launch import _dims3
+    from gpurt._launch import path as _launchpath
+    from gpurt._launch.kernel import _dims3
 
     kernel = gpurt.compile(SOURCE, arch="sm_90")["add_one"]
-    plan = gpurt._args.build_plan(kernel.name, kernel.params, None)
+    plan = gpurt._launch.args.build_plan(kernel.name, kernel.params, None)
     buffer = ctypes.create_string_buffer(plan.size)
 
     class ForeignArray:  # the __cuda_array_interface__ path (torch, CuPy, JAX arrays)
@@ -294,7 +294,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     import gpurt
-    from gpurt import _launchpath
+    from gpurt._launch import path as _launchpath
 
     rows = packing_rows()
     if gpurt.is_available():

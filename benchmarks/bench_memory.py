@@ -241,9 +241,9 @@ def fragmentation_rows(trace: list[tuple[str, int, int]]) -> list[dict[str, Any]
 
 
 def cpu_proxy_rows(trace: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
-    from gpurt import _memstats
-    from gpurt._allocator import CachingAllocator
-    from gpurt._allocconf import AllocatorConfig
+    from gpurt._memory import stats as _memstats
+    from gpurt._memory.allocator import CachingAllocator
+    from gpurt._memory.config import AllocatorConfig
 
     allocator = CachingAllocator(0, HostBackend(), AllocatorConfig())
     rows = core_rows(allocator, "gpurt core (CPU proxy)")

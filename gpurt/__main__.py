@@ -12,8 +12,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import _demo, _info, nvrtc
-from ._driver import CudaError
+from . import nvrtc
+from ._cli import demo as _demo
+from ._cli import info as _info
+from ._core.driver import CudaError
 from .device import get_arch, is_available
 
 __all__ = ["main"]

@@ -6,13 +6,13 @@ An :class:`Array` is metadata (``ptr``, ``shape``, byte ``strides``, numpy ``dty
 alive. The array that allocated or imported the memory is its owner: its death returns
 the block to the caching allocator (``gpurt.memory``) or releases the consumed DLPack
 tensor; views hold the owner (or the foreign CAI array), so memory lives exactly as long
-as the last array over it (gpurt/_ownership.py).
+as the last array over it (gpurt/_array/ownership.py).
 
 Copies are stream ordered on the destination array's stream (the source array's stream
 is made to wait first when it differs) and go through ``cuMemcpy*Async``; a copy that
 involves host memory waits for completion unless ``non_blocking=True`` (truly
 asynchronous when the host buffer is pinned; the driver makes pageable copies safe).
-The copies themselves are gpurt/_arraycopy.py.
+The copies themselves are gpurt/_array/arraycopy.py.
 """
 
 from __future__ import annotations
@@ -24,15 +24,21 @@ from typing import Any
 
 import numpy as np
 
-from . import _copy, _dlpack, _dtypes, _interop, _layout, memory
-from ._arraycopy import _check_match, _copy_device, _host_copy, _wait_for
-from ._dlpack import DLDeviceType
-from ._dtypes import *  # noqa: F403 (the dtype names, re-exported below)
-from ._dtypes import CACHE as _DTYPES
-from ._dtypes import as_dtype as _as_dtype
-from ._ownership import FINALIZERS as _finalizers
-from ._ownership import device_object, own_import, owner_of, place, place_on
-from .device import Device, DeviceLike, _index, bind_context, current_place
+from . import memory
+from ._array import copies as _copy
+from ._array import dlpack as _dlpack
+from ._array import dtypes as _dtypes
+from ._array import interop as _interop
+from ._array import layout as _layout
+from ._array.arraycopy import _check_match, _copy_device, _host_copy, _wait_for
+from ._array.dlpack import DLDeviceType
+from ._array.dtypes import *  # noqa: F403 (the dtype names, re-exported below)
+from ._array.dtypes import CACHE as _DTYPES
+from ._array.dtypes import as_dtype as _as_dtype
+from ._array.ownership import FINALIZERS as _finalizers
+from ._array.ownership import device_object, own_import, owner_of, place, place_on
+from ._core.state import current_place
+from .device import Device, DeviceLike, _index, bind_context
 
 __all__ = [
     "Array", "empty", "zeros", "full", "empty_like", "zeros_like", "full_like", "asarray",

@@ -6,7 +6,7 @@ Arrays (or any device array, read zero-copy); ``all_reduce`` (in place, on every
 is gpurt's addition. Each call runs as one NCCL group over communicators made once per set
 of devices (ncclCommInitAll) and kept for the process. On each device the work runs on the
 current stream of that device (or the ``streams`` given), ordered after the streams the
-arrays were made on, and outputs belong to that stream; see gpurt/_collective.py for how
+arrays were made on, and outputs belong to that stream; see gpurt/distributed/_collective.py for how
 inputs stay alive until NCCL has read them.
 
 Needs NCCL: ``pip install 'gpurt[nccl]'``.
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from . import _collective, _nccl
-from ._nccl import ReduceOp
 from .array import Array, empty, zeros
 from .device import DeviceLike, _index, current_device
+from .distributed import _collective, _nccl
+from .distributed._nccl import ReduceOp
 from .streams import Stream, current_stream
 
 __all__ = ["ReduceOp", "all_reduce", "broadcast", "broadcast_coalesced", "gather",
@@ -88,7 +88,7 @@ def broadcast(array: Any, devices: Sequence[DeviceLike] | None = None, *,
     root = src.device.index
     if out is None:
         targets = [src if d == root else empty(src.shape, src.dtype, d)
-                   for d in _devices(devices, what)]
+                   for d in _devices(cast(Sequence[DeviceLike], devices), what)]
     else:
         targets = _collective.flat_arrays(out, what, "out")
         _collective.same_layout([src, *targets], what)
@@ -201,8 +201,8 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[Any]], destination: DeviceLik
                 send = row[i]
                 recv = results[i] if index == root else send
                 steps.append((stream, [send, recv], nccl.reduce,
-                              (send.ptr, recv.ptr, send.size, _nccl.datatype(send.dtype, what), total,
-                               root_rank, handle)))
+                              (send.ptr, recv.ptr, send.size, _nccl.datatype(send.dtype, what),
+                               total, root_rank, handle)))
         _run(what, steps)
     return tuple(results)
 
@@ -264,7 +264,7 @@ def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
         indices = _devices([o.device.index for o in outs], what)
         sizes = [o.shape[axis] for o in outs]
     else:
-        indices = _devices(devices, what)
+        indices = _devices(cast(Sequence[DeviceLike], devices), what)
         sizes = list(chunk_sizes) if chunk_sizes is not None else \
             _torch_chunks(src.shape[axis], len(indices))
         indices = indices[:len(sizes)]

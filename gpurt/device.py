@@ -8,14 +8,17 @@ context bound to a thread follows it lazily through :func:`bind_context`.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 from cuda.bindings import driver as cu
 
-from . import _driver
-from ._driver import CudaError, CudaUnavailableError, check
+from ._core import driver as _driver
+from ._core.driver import CudaError, CudaUnavailableError, check
+from ._core.fork import at_fork_in_child
+from ._core.state import THREAD as _tls  # this thread's index, bound (see _core/state.py)
+from ._core.state import forget_devices, forget_place
 
 __all__ = [
     "Device",
@@ -70,14 +73,12 @@ class Device:
         return self.index
 
     @property
-    def properties(self) -> DeviceProperties:
+    def properties(self) -> Any:  # a DeviceProperties (made below by make_dataclass)
         return get_device_properties(self.index)
 
 
-DeviceLike = Union[int, str, Device, None]
+DeviceLike = int | str | Device | None
 
-_tls = threading.local()  # .index: current device; .bound: device whose context is current;
-#                           .place: see current_place
 _lock = threading.Lock()
 _primary: dict[int, Any] = {}
 _count: int | None = None
@@ -135,7 +136,8 @@ def _index(device: Any) -> int:
     elif isinstance(device, str):
         kind, _, rest = device.partition(":")
         if kind != "cuda":
-            raise ValueError(f"expected a CUDA device string like 'cuda' or 'cuda:1', got {device!r}")
+            raise ValueError(
+                f"expected a CUDA device string like 'cuda' or 'cuda:1', got {device!r}")
         if not rest:
             return current_device()
         if not rest.isdigit():
@@ -156,13 +158,12 @@ def _forget_contexts_after_fork() -> None:
     """In a child forked after CUDA was initialised, no context the parent bound is valid:
     forget them, so the next call goes through _driver.init() and raises its clear fork
     error instead of reaching the driver (whose behaviour in such a child is undefined)."""
-    global _tls
-    if _driver.is_forked_child():  # set by _driver's own at-fork hook, which runs first
-        _tls = threading.local()
+    if _driver.is_forked_child():  # set by _driver's own at-fork step, which runs first
+        forget_devices()
         _primary.clear()
 
 
-os.register_at_fork(after_in_child=_forget_contexts_after_fork)
+at_fork_in_child("devices", _forget_contexts_after_fork)
 
 
 def primary_context(index: int) -> Any:
@@ -209,34 +210,6 @@ def set_device(device: DeviceLike) -> None:
     forget_place()
 
 
-# The layers above keep one record per thread about its current device and that device's
-# current stream: the *place* where new arrays go (gpurt/_ownership.py), found by gpurt.empty
-# with one lookup. It lives here, next to the current device, so that set_device drops it;
-# gpurt.streams drops it whenever it changes a current stream, and a forked child (a fresh
-# _tls) starts without one.
-
-
-def current_place() -> Any:
-    """This thread's place (see above), or None when there is none yet."""
-    try:
-        return _tls.place
-    except AttributeError:
-        return None
-
-
-def remember_place(place: Any) -> None:
-    """Keep ``place``, made for this thread's current device and its current stream."""
-    _tls.place = place
-
-
-def forget_place() -> None:
-    """Drop this thread's place: its current device or that device's stream changed."""
-    try:
-        del _tls.place
-    except AttributeError:
-        pass
-
-
 class device:
     """Context manager that makes ``device`` current and restores the previous one on exit
     (also on exceptions). ``None`` is a no-op, as in torch."""
@@ -245,7 +218,7 @@ class device:
         self.idx = -1 if device is None else _index(device)
         self.prev_idx = -1
 
-    def __enter__(self) -> "device":
+    def __enter__(self) -> device:
         if self.idx >= 0:
             self.prev_idx = current_device()
             if self.prev_idx != self.idx:

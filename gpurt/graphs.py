@@ -5,7 +5,7 @@ A :class:`CUDAGraph` captures everything enqueued on the current stream between
 instantiates it (cuGraphInstantiate) and replays it with cuGraphLaunch. Memory allocated
 during capture comes from a private pool of the caching allocator that the graph owns
 (shareable with other graphs through :func:`graph_pool_handle` or ``g.pool()``); it is given
-back when the graph is reset or garbage collected (see gpurt._capture for how releases
+back when the graph is reset or garbage collected (see gpurt._graphs.capture for how releases
 during another capture are queued).
 """
 
@@ -17,17 +17,18 @@ import os
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from cuda.bindings import driver as cu
 
-from . import _capture
-from . import _driver
 from . import memory as _memory
 from . import streams as _streams
-from ._capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
-from ._driver import CudaError, check
-from ._graph_nodes import KernelNode, kernel_nodes_of
+from ._core import driver as _driver
+from ._core.driver import CudaError, check
+from ._graphs import capture as _capture
+from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
+from ._graphs.nodes import KernelNode, kernel_nodes_of
 from .array import Array
 from .device import bind_context, current_device, synchronize
 
@@ -113,7 +114,6 @@ class CUDAGraph:
         except BaseException:
             _memory.release_pool(index, pool_id)
             raise
-        _capture.capture_started()
         try:
             check(cu.cuStreamBeginCapture(stream.handle, mode), "cuStreamBeginCapture")
         except BaseException:
@@ -162,10 +162,7 @@ class CUDAGraph:
         _capture.drain_deferred()
 
     def _stop_pool_routing(self, capture: _Capture) -> None:
-        try:
-            _memory.end_allocate_to_pool(capture.device, capture.pool)
-        finally:
-            _capture.capture_stopped()
+        _memory.end_allocate_to_pool(capture.device, capture.pool)
 
     def _abort_capture(self) -> None:
         """End a failed capture without instantiating it, never raising (used when the
@@ -532,8 +529,9 @@ def make_graphed_callables(
     Returns a :class:`GraphedCallable`, or a tuple of them for a sequence of functions.
     Arguments other than gpurt Arrays are constants baked into the graph."""
     single = callable(callables)
-    fns = (callables,) if single else tuple(callables)  # type: ignore[arg-type]
-    all_args = (sample_args,) if single else tuple(sample_args)  # type: ignore[arg-type]
+    fns = cast(tuple[Callable[..., Any], ...],
+               (callables,) if single else tuple(cast(Sequence[Any], callables)))
+    all_args = (sample_args,) if single else tuple(sample_args)
     if len(fns) != len(all_args):
         raise ValueError(f"got {len(fns)} callables but {len(all_args)} sample argument tuples")
     for fn, args in zip(fns, all_args):

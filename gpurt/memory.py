@@ -1,11 +1,11 @@
 """Device memory: the caching allocator, its statistics and history (torch.cuda's names).
 
 One allocator per device, created on first use from ``GPURT_ALLOC_CONF`` (torch's
-PYTORCH_CUDA_ALLOC_CONF keys; see gpurt/_allocconf.py) and ``GPURT_NO_CACHING=1``. The
-default backend is gpurt's port of torch's caching allocator (gpurt/_allocator.py), whose
+PYTORCH_CUDA_ALLOC_CONF keys; see gpurt/_memory/config.py) and ``GPURT_NO_CACHING=1``. The
+default backend is gpurt's port of torch's caching allocator (gpurt/_memory/allocator.py), whose
 statistics match ``torch.cuda.memory_stats()`` key for key; ``backend:cudaMallocAsync``
 uses CUDA's stream-ordered pool instead. Everything here returns zeros/empty before CUDA is
-initialised instead of failing. Pinned host memory has its own cache (gpurt/_pinned.py).
+initialised instead of failing. Pinned host memory has its own cache (gpurt/_memory/pinned.py).
 """
 
 from __future__ import annotations
@@ -15,22 +15,25 @@ import json
 import os
 import threading
 import warnings
-from typing import Any, Union
+from typing import Any
 
-from . import _allocconf
-from . import _memstats as ms
-from . import _pinned
-from ._allocator import CachingAllocator
-from ._backends import AsyncAllocator, DriverBackend
-from ._driver import is_forked_child, is_initialized
-from ._handles import before_stream_destroy
-from ._memhistory import HistorySettings
-from ._memsummary import summary_table
-from ._pinned import *  # noqa: F401,F403
-from ._pinned import __all__ as _pinned_all
+from ._core.driver import is_forked_child, is_initialized
+from ._core.fork import at_fork_in_child
+from ._core.state import THREAD
+from ._memory import config as _allocconf
+from ._memory import pinned as _pinned
+from ._memory import stats as ms
+from ._memory.allocator import CachingAllocator
+from ._memory.async_pool import AsyncAllocator
+from ._memory.driver import DriverBackend
+from ._memory.history import HistorySettings
+from ._memory.pinned import *  # noqa: F401,F403
+from ._memory.pinned import __all__ as _pinned_all
+from ._memory.protocol import Allocator, DeviceAllocator
+from ._memory.summary import summary_table
+from ._streams.handles import before_stream_destroy
 from .device import _index, current_device, device_count
-from .streams import _local as _stream_state
-from .streams import current_stream_handle
+from .streams import as_stream_handle
 
 __all__ = [
     "caching_allocator_alloc",
@@ -56,11 +59,10 @@ __all__ = [
 ]
 
 AllocatorConfigError = _allocconf.AllocatorConfigError
-Allocator = Union[CachingAllocator, AsyncAllocator]
 PoolId = tuple  # (int, int), like torch's graph_pool_handle()
 
 _lock = threading.Lock()
-_allocators: dict[int, Allocator] = {}
+_allocators: dict[int, DeviceAllocator] = {}
 _only: list[Any] = []  # the free method while exactly one allocator exists (fast path)
 _config: _allocconf.AllocatorConfig | None = None
 _history = HistorySettings()
@@ -73,12 +75,12 @@ def _forget_allocators_after_fork() -> None:
     clear fork error instead of handing out one of the parent's cached blocks. (Arrays the
     child inherited still return their blocks to the forgotten allocators: bookkeeping
     only.)"""
-    if is_forked_child():  # set by _driver's own at-fork hook, which runs first
+    if is_forked_child():  # set by the driver's at-fork step, which runs first
         _allocators.clear()
         _only.clear()
 
 
-os.register_at_fork(after_in_child=_forget_allocators_after_fork)
+at_fork_in_child("allocators", _forget_allocators_after_fork)
 
 
 def _settings() -> _allocconf.AllocatorConfig:
@@ -88,9 +90,9 @@ def _settings() -> _allocconf.AllocatorConfig:
     return _config
 
 
-def _create(index: int) -> Allocator:
+def _create(index: int) -> DeviceAllocator:
     with _lock:
-        allocator = _allocators.get(index)
+        allocator: DeviceAllocator | None = _allocators.get(index)
         if allocator is None:
             config = _settings()
             if config.backend == "cudaMallocAsync":
@@ -102,33 +104,17 @@ def _create(index: int) -> Allocator:
     return allocator
 
 
-def _allocator(device: Any = None) -> Allocator:
+def _allocator(device: Any = None) -> DeviceAllocator:
     index = current_device() if device is None else _index(device)
     return _allocators.get(index) or _create(index)
 
 
-def allocator_for(index: int) -> Allocator:
+def allocator_for(index: int) -> DeviceAllocator:
     """The allocator of device ``index`` (an ordinal; created on first use, never replaced).
     Its ``malloc(size, stream_handle) -> ptr`` and ``free(ptr)`` are the direct entry points
     of hot paths such as gpurt.empty; ``free`` never calls the driver (safe from finalizers)
     and raises ValueError only for a pointer it does not own."""
     return _allocators.get(index) or _create(_index(index))
-
-
-def _stream_handle(stream: Any, index: int) -> int:
-    """Raw handle of a gpurt/torch/CuPy stream, an int handle, or None (current stream)."""
-    if stream is None:
-        return current_stream_handle(index)
-    if isinstance(stream, int):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)  # gpurt and torch streams
-    if handle is None and hasattr(stream, "__cuda_stream__"):
-        handle = stream.__cuda_stream__()[1]
-    if handle is None:
-        handle = getattr(stream, "ptr", None)  # CuPy
-    if handle is None:
-        raise TypeError(f"expected a stream (gpurt.Stream, a raw handle or None), got {stream!r}")
-    return int(handle)
 
 
 # ---- allocation ----------------------------------------------------------------------
@@ -141,6 +127,7 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
     # Fast paths first: None or an int ordinal whose allocator exists (validated when it
     # was created), None or an int stream handle.
     allocators = _allocators
+    allocator: DeviceAllocator | None
     if device is None:
         index = current_device()
         allocator = allocators.get(index) or _create(index)
@@ -152,10 +139,10 @@ def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -
         else:
             index = device
     if stream is None:  # current_stream_handle(index), inlined
-        return allocator.malloc(size, _stream_state.state.handles.get(index, 0))
+        return allocator.malloc(size, THREAD.streams.handles.get(index, 0))
     if type(stream) is int:
         return allocator.malloc(size, stream)
-    return allocator.malloc(size, _stream_handle(stream, index))
+    return allocator.malloc(size, as_stream_handle(stream, index))
 
 
 def caching_allocator_delete(ptr: int) -> None:
@@ -191,7 +178,7 @@ def record_stream(obj: Any, stream: Any) -> None:
     ptr = _data_ptr(obj)
     for allocator in list(_allocators.values()):
         try:
-            allocator.record_stream(ptr, _stream_handle(stream, allocator.device))
+            allocator.record_stream(ptr, as_stream_handle(stream, allocator.device))
             return
         except ValueError:
             continue
@@ -200,16 +187,13 @@ def record_stream(obj: Any, stream: Any) -> None:
 
 def _retire_stream(device_index: int, handle: int) -> bool:
     """Runs before gpurt destroys one of its streams: every allocator records now what it
-    would later have recorded on that stream (see gpurt/_streamuses.py). False asks
+    would later have recorded on that stream (see gpurt/_memory/streamuses.py). False asks
     gpurt.streams to keep the stream and try again at its next safe point. Never raises."""
     done = True
-    allocators: list[Any] = [*_allocators.values(), None]
+    allocators: list[Allocator] = [*_allocators.values(), _pinned.host_allocator()]
     for allocator in allocators:
         try:
-            if allocator is None:
-                done = _pinned.retire_stream(device_index, handle) and done
-            else:
-                done = allocator.retire_stream(handle, allocator.device == device_index) and done
+            done = allocator.retire_stream(device_index, handle) and done
         except Exception as exc:  # noqa: BLE001 - the device is failing; say so, carry on
             warnings.warn(f"gpurt: finishing with a stream before destroying it: {exc}",
                           RuntimeWarning, stacklevel=2)
@@ -223,7 +207,7 @@ before_stream_destroy(_retire_stream)
 
 
 def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
-    """Allocator statistics of ``device`` as nested dicts (torch's layout); {} before CUDA
+    """DeviceAllocator statistics of ``device`` as nested dicts (torch's layout); {} before CUDA
     is initialised."""
     if not is_initialized():
         return {}
@@ -235,7 +219,7 @@ def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    """Allocator statistics of ``device`` with torch's flat keys, sorted, e.g.
+    """DeviceAllocator statistics of ``device`` with torch's flat keys, sorted, e.g.
     ``'allocated_bytes.all.current'``; {} before CUDA is initialised."""
     return ms.flatten(memory_stats_as_nested_dict(device))
 
@@ -260,7 +244,7 @@ def max_memory_reserved(device: Any = None) -> int:
     return int(memory_stats(device).get("reserved_bytes.all.peak", 0))
 
 
-def _existing(device: Any) -> Allocator | None:
+def _existing(device: Any) -> DeviceAllocator | None:
     if not is_initialized():
         return None
     index = current_device() if device is None else _index(device)

@@ -16,9 +16,10 @@ import json
 import os
 import sys
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, cast
 
-from ._memtimeline import (
+from ._profiler.memtimeline import (
     Allocation,
     SnapshotLike,
     Timeline,
@@ -26,7 +27,7 @@ from ._memtimeline import (
     format_bytes,
     is_internal,
 )
-from ._memviz_page import PAGE
+from ._profiler.memviz_page import PAGE
 
 __all__ = ["render_html", "render_png", "memviz_main", "build_timelines"]
 
@@ -89,7 +90,7 @@ def _timeline_data(tl: Timeline) -> dict[str, Any]:
                        "gpurt.memory._record_memory_history('all') on?): only the blocks "
                        "live at snapshot time are shown.")
     merged = [a for a in tl.allocations if not a.drawn]
-    largest = sorted((b for b in bands), key=lambda b: (-b["s"], b["i"]))[:15]
+    largest = sorted(bands, key=lambda b: (-cast(int, b["s"]), cast(int, b["i"])))[:15]
     return {
         "device": tl.device, "steps": tl.steps, "times": tl.times_us,
         "t0": tl.times_us[1] if tl.steps else tl.times_us[0],
@@ -133,10 +134,15 @@ def _matplotlib() -> types.SimpleNamespace:
     """The pieces of matplotlib we draw with (no pyplot: no global state, no GUI backend).
     Imported here, not at the top: matplotlib is the optional 'plot' extra."""
     try:
-        from matplotlib import patches
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.collections import PolyCollection
-        from matplotlib.figure import Figure
+        # (the optional extra: mypy runs without it)
+        from matplotlib import patches  # type: ignore[import-not-found,unused-ignore]
+        from matplotlib.backends.backend_agg import (  # type: ignore[import-not-found,unused-ignore]
+            FigureCanvasAgg,
+        )
+        from matplotlib.collections import (  # type: ignore[import-not-found,unused-ignore]
+            PolyCollection,
+        )
+        from matplotlib.figure import Figure  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
         raise ImportError(_PLOT_HELP) from exc
     return types.SimpleNamespace(Figure=Figure, FigureCanvas=FigureCanvasAgg, patches=patches,

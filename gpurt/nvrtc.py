@@ -4,7 +4,7 @@
 device architecture by default, PTX only when asked); ``module["name"]`` (or a name
 expression such as ``module["f<float, 128>"]``) returns a :class:`~gpurt.Kernel`. With an
 explicit ``arch`` nothing needs a GPU, so kernels can be compiled and cached ahead of time.
-See ``gpurt/_kcache.py`` for the caches and ``gpurt/launch.py`` for launching.
+See ``gpurt/_nvrtc/cache.py`` for the caches and ``gpurt/_launch/kernel.py`` for launching.
 """
 
 from __future__ import annotations
@@ -13,25 +13,18 @@ import functools
 import os
 import re
 import sys
-import threading
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc as _nvrtc
 
-from . import _kcache
-from ._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
-from ._kcache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
+from ._core.driver import CudaError, check
+from ._launch.kernel import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
+from ._launch.module import Module
+from ._launch.path import launch_path  # noqa: F401 (gpurt.nvrtc.launch_path(): the launch path in use)
+from ._nvrtc import cache as _kcache
+from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from .device import get_arch
-from .launch import (
-    Kernel,
-    LaunchConfig,
-    add_launch_hook,
-    explain_load_error,
-    remove_launch_hook,
-)
 
 __all__ = [
     "compile",
@@ -102,119 +95,6 @@ class CompileError(CudaError):
         return "\n".join(shown)
 
 
-# ---- modules ----------------------------------------------------------------------------
-
-
-def _unload(libraries: list[Any]) -> None:
-    """Finalizer: unload a module's libraries; never raises (the driver may be gone at exit)."""
-    for i, library in enumerate(libraries):
-        libraries[i] = None
-        if library is not None:
-            try:
-                cu.cuLibraryUnload(library)
-            except Exception:
-                pass
-
-
-def _recompiling_helps(err: CudaError) -> bool:
-    """Whether the driver's refusal of cached code may be the code's fault: not for lack of
-    memory or of a usable driver, nor for a kernel name that is not in the code."""
-    return not isinstance(err, (OutOfMemoryError, CudaUnavailableError)) and (
-        err.name != "CUDA_ERROR_NOT_FOUND")
-
-
-class Module:
-    """Compiled code and its kernels: ``module["name"]`` / ``get_function(name)``.
-
-    ``code`` is the cubin (or PTX), ``kind`` says which, ``lowered_names`` maps each name
-    expression to its mangled name and ``log`` holds NVRTC's warnings. The code is loaded
-    (cuLibraryLoadData, context-independent) on the first launch of one of its kernels.
-    Code from the disk cache that the driver refuses, at load or at the first use of a
-    kernel, is compiled afresh once (replacing the cache entry) and loaded instead."""
-
-    def __init__(self, entry: Entry, arch: str, source: str | None, options: Sequence[str] = (),
-                 program_name: str = "kernel.cu",
-                 rebuild: Callable[[], Entry] | None = None) -> None:
-        self._use(entry)
-        self.arch = arch
-        self.source = source
-        self.options = tuple(options)
-        self.program_name = program_name
-        self._rebuild = rebuild
-        self._kernels: dict[str, Kernel] = {}
-        self._lock = threading.Lock()
-        # [the library in use, then libraries the driver refused after loading them: kernels
-        # may hold handles into those, so they are unloaded with the module]
-        self._libraries: list[Any] = [None]
-        finalizer = weakref.finalize(self, _unload, self._libraries)
-        finalizer.atexit = False
-
-    def _use(self, entry: Entry) -> None:
-        self.code = entry.binary
-        self.kind = entry.kind
-        self.lowered_names = dict(entry.lowered)
-        self.log = entry.log
-
-    def __repr__(self) -> str:
-        return f"<gpurt.Module {self.program_name} {self.kind} {self.arch}, {len(self.code)} bytes>"
-
-    def get_function(self, name: str) -> Kernel:
-        """The kernel called ``name``: an extern "C" name, a name expression given to
-        :func:`compile`, or a mangled name."""
-        kernel = self._kernels.get(name)
-        if kernel is None:
-            symbol = self.lowered_names.get(name)
-            if symbol is None:
-                if any(ch in name for ch in "<>:(& "):
-                    known = ", ".join(map(repr, self.lowered_names)) or "none"
-                    raise KeyError(f"{name!r} is not one of this module's name expressions "
-                                   f"({known}); pass it in compile(..., name_expressions=[...])")
-                symbol = name
-            kernel = self._kernels.setdefault(name, Kernel(self, name, symbol))
-        return kernel
-
-    __getitem__ = get_function
-
-    def library(self) -> Any:
-        """The loaded CUlibrary (wraps cuLibraryLoadData on first call)."""
-        library = self._libraries[0]
-        if library is not None:
-            return library
-        with self._lock:
-            while self._libraries[0] is None:
-                try:
-                    self._libraries[0] = check(cu.cuLibraryLoadData(
-                        self.code, None, None, 0, None, None, 0), "cuLibraryLoadData")
-                except CudaError as err:
-                    if not self._recompile(err):  # True once at most
-                        raise explain_load_error(err, self.arch) from None
-            return self._libraries[0]
-
-    def replace_refused(self, library: Any, err: CudaError) -> bool:
-        """After the driver refused ``library`` at the first use of a kernel (``err``): True
-        when :meth:`library` now loads other code (freshly compiled, since this came from
-        the disk cache, or already replaced by another thread); False when ``err`` stands."""
-        with self._lock:
-            if self._libraries[0] is not library:
-                return True
-            if not self._recompile(err):
-                return False
-            self._libraries.append(library)
-            self._libraries[0] = None
-            return True
-
-    def _recompile(self, err: CudaError) -> bool:
-        """Replace code from the disk cache that the driver refused with ``err`` by a fresh
-        compile (which also replaces the cache entry); False where that cannot help. Once
-        per module: fresh code that is refused too is NVRTC's or the driver's problem."""
-        if self._rebuild is None or not _recompiling_helps(err):
-            return False
-        entry = self._rebuild()
-        self._rebuild = None
-        self._use(entry)
-        return True
-
-
 # ---- compiling ----------------------------------------------------------------------------
 
 
@@ -270,6 +150,7 @@ def _canonical(options: Sequence[str] | str, include_paths: Sequence[Any], arch:
     """(options, include folders, arch) of a request: -I and -arch options pulled out,
     the arch resolved (default: the current device's) and -std=c++17 added if absent."""
     opts = (options,) if isinstance(options, str) else tuple(options)
+    _refuse_unloadable(opts)
     option_includes, opts = _split_includes(opts)
     incs = tuple(os.path.abspath(os.fspath(p)) for p in (*include_paths, *option_includes))
     option_arch, opts = _split_arch(opts)
@@ -279,6 +160,31 @@ def _canonical(options: Sequence[str] | str, include_paths: Sequence[Any], arch:
     if not any(o.startswith(("-std", "--std")) for o in opts):
         opts = ("-std=c++17", *opts)
     return opts, incs, arch
+
+
+# NVRTC options whose output gpurt cannot load: relocatable code and LTO IR must be linked
+# first, and gpurt chooses the output kind itself (a cubin, or PTX with ptx=True).
+_NEEDS_LINKING = frozenset({"-dlto", "--dlto", "-dlink-time-opt", "--dlink-time-opt", "-dc",
+                            "--device-c"})
+_RELOCATABLE = frozenset({"-rdc", "--relocatable-device-code"})
+_OUTPUT_KIND = frozenset({"-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin",
+                          "-fdevice-syntax-only", "--fdevice-syntax-only"})
+
+
+def _refuse_unloadable(opts: tuple[str, ...]) -> None:
+    """ValueError for options whose output gpurt cannot load, before NVRTC runs (NVRTC
+    would make code that loads as nothing, or that must be linked first)."""
+    for option in opts:
+        if not isinstance(option, str):
+            raise TypeError(f"NVRTC options are strings, got {option!r}")
+        flag, _, value = option.partition("=")
+        if option in _NEEDS_LINKING or (flag in _RELOCATABLE and value.lower() != "false"):
+            raise ValueError(f"NVRTC option {option!r} makes relocatable code or LTO IR, which "
+                             "must be linked before it can be loaded: linking is not supported "
+                             "yet")
+        if flag in _OUTPUT_KIND:
+            raise ValueError(f"NVRTC option {option!r} changes the kind of output; gpurt makes "
+                             "a cubin, or PTX with ptx=True (or a compute_XX arch)")
 
 
 def _nvrtc_options(arch: str, opts: tuple[str, ...], incs: tuple[str, ...],
@@ -304,7 +210,14 @@ def compile(source: str, options: Sequence[str] | str = (), name_expressions: Se
     template kernels reachable by those names; ``headers`` maps include names to sources;
     ``include_paths`` (and -I options) are searched before CUDA's own headers, and their files
     are part of the cache key (re-checked at most once a second). ``-std=c++17`` is the
-    default. Results are cached in memory and on disk; raises :class:`CompileError`."""
+    default. Results are cached in memory and on disk; raises :class:`CompileError`.
+
+    ``source`` must be a str (TypeError otherwise, also for bytes: decode them first, so that
+    the encoding is the caller's choice). Options whose output gpurt cannot load (relocatable
+    code: -rdc=true, -dc; LTO IR: -dlto; other output kinds) raise ValueError."""
+    if not isinstance(source, str):
+        raise TypeError(f"compile() needs the source as a str, got {type(source).__name__}"
+                        + (" (decode the bytes first)" if isinstance(source, bytes) else ""))
     opts, incs, arch = _canonical(options, include_paths, arch, ptx)
     ptx = arch.startswith("compute_")
     exprs = tuple(name_expressions)

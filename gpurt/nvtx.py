@@ -19,10 +19,11 @@ import functools
 import itertools
 import threading
 import warnings
-from typing import Any, Callable, Protocol, TypeVar, Union
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, Union
 
 try:
-    import nvtx as _nvtx
+    import nvtx as _nvtx  # type: ignore[import-untyped]  # (it ships no type information)
 except ImportError:  # optional at run time: degrade to counting no-ops
     _nvtx = None
 
@@ -37,8 +38,8 @@ __all__ = [
     "is_tool_attached",
 ]
 
-ColorLike = Union[str, int, None]
-DomainLike = Union["Domain", str, None]
+ColorLike = str | int | None
+DomainLike = Union["Domain", str, None]  # noqa: UP007 (a forward reference)
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Named colours (0xRRGGBB); anything else is '#rrggbb' or an int.
@@ -154,6 +155,10 @@ class Domain:
     ``Domain("name")`` returns the same object for the same name."""
 
     __slots__ = ("name", "_depth", "_native", "_attributes")
+    name: str | None
+    _depth: _Depth
+    _native: Any
+    _attributes: dict[tuple[str, ColorLike], Any]
 
     def __new__(cls, name: str | None = None) -> Domain:
         if name is not None and not isinstance(name, str):
@@ -169,7 +174,7 @@ class Domain:
             self.name = name
             self._depth = _Depth()
             self._native = _UNBOUND
-            self._attributes: dict[tuple[str, ColorLike], Any] = {}
+            self._attributes = {}
             _domains[name] = self
             return self
 

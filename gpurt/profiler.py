@@ -17,18 +17,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cuda.bindings import driver as cu
 from rich.console import Console
 
-from . import nvrtc as _nvrtc
 from . import nvtx
 from . import streams as _streams
-from ._driver import CudaError, check
+from ._core.driver import CudaError, check
+from ._launch import kernel as _launch
+from ._profiler.trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 from .device import bind_context, current_device
 from .device import synchronize as synchronize_device
-from ._trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 
 __all__ = [
     "nvtx",
@@ -144,13 +145,13 @@ class Profile:
         except BaseException:
             nvtx._set_observer(None)
             raise
-        _nvrtc.add_launch_hook(self._on_launch)
+        _launch.add_launch_hook(self._on_launch)
         self._active = True
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self._active = False
-        _nvrtc.remove_launch_hook(self._on_launch)
+        _launch.remove_launch_hook(self._on_launch)
         nvtx._set_observer(None)
         with self._lock:
             unfinished = [p for stack in self._open.values() for p in stack]

@@ -18,35 +18,37 @@ from __future__ import annotations
 
 import ctypes
 import operator
-import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from cuda.bindings import driver as cu
 
-from ._driver import check
-from ._handles import (
-    launch_host_func,
+from ._core.driver import check
+from ._core.state import THREAD, Saved, all_thread_streams
+from ._streams.handles import (
     Owned,
     adopt,
     call,
     drop_callback,
     is_ready,
     keep_callback,
+    launch_host_func,
     live_handles,  # noqa: F401  (re-exported for leak checks)
     not_ready,
     raw_call,
     release_later,
     release_pending,
 )
-from .device import Device, DeviceLike, _index, current_device, forget_place, set_device
+from .device import Device, DeviceLike, _index, current_device, set_device
 
 __all__ = [
     "Event",
     "ExternalStream",
     "Stream",
     "StreamContext",
+    "as_stream",
+    "as_stream_handle",
     "current_stream",
     "default_stream",
     "set_stream",
@@ -64,58 +66,9 @@ _IPC_HANDLE_SIZE = 64  # CU_IPC_HANDLE_SIZE
 # ---- per-thread current streams ----------------------------------------------------------
 
 
-class _Saved(NamedTuple):
-    """What a ``with`` block replaced, to be put back on exit."""
-
-    owner: object  # the Stream or StreamContext whose block this is
-    prev_device: int
-    prev_stream: Stream | None  # None: the device's default stream
-    target_device: int
-    target_prev: Stream | None
-
-
-class _ThreadState:
-    """One thread's current stream per device (unset = default stream), their raw handles
-    for :func:`current_stream_handle`, and the saved states of its open ``with`` blocks."""
-
-    __slots__ = ("__weakref__", "handles", "saved", "streams")
-
-    def __init__(self) -> None:
-        self.streams: dict[int, Stream] = {}
-        self.handles: dict[int, int] = {}
-        self.saved: list[_Saved] = []
-
-    def assign(self, index: int, stream: Stream | None) -> None:
-        """Make ``stream`` (None: the default stream) current on device ``index`` for the
-        thread that owns this state (only that thread calls this)."""
-        forget_place()
-        if stream is None:
-            self.streams.pop(index, None)
-            self.handles.pop(index, None)
-        else:
-            self.streams[index] = stream
-            self.handles[index] = stream._ident
-
-
-_states: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
-_states_lock = threading.Lock()
-
-
-class _Local(threading.local):
-    def __init__(self) -> None:  # runs once in every thread that touches _local
-        self.state = _ThreadState()
-        with _states_lock:
-            _states.add(self.state)
-
-
-_local = _Local()
-
-
 def _in_use(stream: Stream) -> bool:
     """True when ``stream`` is current on some thread or will be restored by a ``with``."""
-    with _states_lock:
-        states = list(_states)
-    for state in states:
+    for state in all_thread_streams():
         if stream in list(state.streams.values()):
             return True
         if any(stream in saved for saved in list(state.saved)):
@@ -126,10 +79,10 @@ def _in_use(stream: Stream) -> bool:
 def _enter(owner: object, stream: Stream) -> None:
     """Make ``stream`` (and its device) current on this thread, remembering what was."""
     stream._live()
-    state = _local.state
+    state = THREAD.streams
     target = stream.device_index
     prev_device = current_device()
-    saved = _Saved(owner, prev_device, state.streams.get(prev_device), target,
+    saved = Saved(owner, prev_device, state.streams.get(prev_device), target,
                    state.streams.get(target))
     if prev_device != target:
         set_device(target)
@@ -139,14 +92,14 @@ def _enter(owner: object, stream: Stream) -> None:
 
 def _exit(owner: object) -> None:
     """Undo the latest :func:`_enter` of ``owner`` on this thread."""
-    saved_list = _local.state.saved
+    saved_list = THREAD.streams.saved
     for position in range(len(saved_list) - 1, -1, -1):
         if saved_list[position].owner is owner:
             saved = saved_list.pop(position)
             break
     else:
         return  # __exit__ without __enter__ on this thread
-    state = _local.state
+    state = THREAD.streams
     state.assign(saved.target_device, saved.target_prev)
     state.assign(saved.prev_device, saved.prev_stream)
     if current_device() != saved.prev_device:
@@ -156,18 +109,47 @@ def _exit(owner: object) -> None:
 def current_stream_handle(index: int) -> int:
     """Raw handle (an int, 0 = legacy default stream) of this thread's current stream on
     device ``index``. Unchecked, for the launch and allocation hot paths."""
-    return _local.state.handles.get(index, 0)
+    return THREAD.streams.handles.get(index, 0)
 
 
 # ---- streams ---------------------------------------------------------------------------------
 
 
-def _as_handle(stream_ptr: Any) -> int:
-    """Raw stream handle from an int, a CUstream or anything with ``__cuda_stream__``."""
-    protocol = getattr(stream_ptr, "__cuda_stream__", None)
+def as_stream_handle(stream: Any, device: DeviceLike = None) -> int:
+    """The raw handle (an int; 0 is the legacy default stream) of ``stream``: None (this
+    thread's current stream on ``device``, default the current device), an int handle, a
+    gpurt Stream, a CUstream, or a stream of another library: anything with
+    ``__cuda_stream__`` (cuda.core's protocol), ``cuda_stream`` (torch) or an int ``ptr``
+    (CuPy). Raises TypeError for anything else. The one such conversion in gpurt."""
+    if type(stream) is int:
+        return stream
+    if stream is None:
+        return current_stream_handle(current_device() if device is None else _index(device))
+    if isinstance(stream, Stream):
+        return stream._ident
+    if isinstance(stream, (int, cu.CUstream)) and not isinstance(stream, bool):
+        return int(stream)
+    protocol = getattr(stream, "__cuda_stream__", None)
     if protocol is not None:
         return int(protocol()[1])
-    return int(stream_ptr)
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if handle is None:
+        handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
+    if isinstance(handle, int):
+        return int(handle)
+    raise TypeError(f"expected a stream (a gpurt.Stream, an object with __cuda_stream__, "
+                    f"cuda_stream or ptr, an int handle, or None), got {type(stream).__name__}")
+
+
+def as_stream(stream: Any, device: DeviceLike = None) -> Stream:
+    """``stream`` as a gpurt Stream: this thread's current stream on ``device`` for None, a
+    gpurt Stream itself, anything else :func:`as_stream_handle` takes as an
+    :class:`ExternalStream` on ``device`` (default: the current device)."""
+    if stream is None:
+        return current_stream(device)
+    if isinstance(stream, Stream):
+        return stream
+    return ExternalStream(stream, device)
 
 
 class Stream:
@@ -343,13 +325,13 @@ class Stream:
 
 class ExternalStream(Stream):
     """A stream created elsewhere (torch, CuPy, raw driver calls), wrapped by its handle:
-    an int, a CUstream or an object with ``__cuda_stream__``. Never destroyed by us; the
+    anything :func:`as_stream_handle` takes but None. Never destroyed by us; the
     caller keeps it alive. ``device`` defaults to the current device, as in torch."""
 
     __slots__ = ()
 
     def __init__(self, stream_ptr: Any, device: DeviceLike = None) -> None:
-        self._setup(_index(device), cu.CUstream(_as_handle(stream_ptr)))
+        self._setup(_index(device), cu.CUstream(as_stream_handle(stream_ptr)))
 
 
 # ---- events ----------------------------------------------------------------------------------
@@ -552,7 +534,7 @@ def default_stream(device: DeviceLike = None) -> Stream:
 def current_stream(device: DeviceLike = None) -> Stream:
     """This thread's current stream on ``device`` (default: the current device)."""
     index = current_device() if device is None else _index(device)
-    stream = _local.state.streams.get(index)
+    stream = THREAD.streams.streams.get(index)
     if stream is None:
         stream = _defaults.get(index) or default_stream(index)
     return stream
@@ -566,7 +548,7 @@ def set_stream(stream: Stream | None) -> None:
     stream._live()
     if current_device() != stream.device_index:
         set_device(stream.device_index)
-    _local.state.assign(stream.device_index, stream)
+    THREAD.streams.assign(stream.device_index, stream)
 
 
 class StreamContext:

@@ -463,19 +463,6 @@ def _max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
     return found
 
 
-def _stream_object(stream: Any, index: int) -> Any:
-    """``stream`` as a gpurt Stream: the current one for None, foreign streams (torch, CuPy,
-    raw handles) wrapped in an ExternalStream."""
-    if stream is None:
-        return gpurt.current_stream(index)
-    if isinstance(stream, gpurt.Stream):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)
-    if handle is None and hasattr(stream, "__cuda_stream__"):
-        handle = stream.__cuda_stream__()[1]
-    return gpurt.ExternalStream(int(handle if handle is not None else stream), device=index)
-
-
 # ---- choosing a config ---------------------------------------------------------------------------
 
 def _tuner() -> tune.Tuner:
@@ -574,7 +561,7 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     if c is not None and type(c) is not gpurt.Array:
         c = _as_array(c, "c")
     if stream is not None:
-        stream = _stream_object(stream, a.device.index)
+        stream = gpurt.as_stream(stream, a.device.index)
     key = (a.shape, a.strides, a.dtype, a.ptr & 15, a.device.index,
            b.shape, b.strides, b.dtype, b.ptr & 15, b.device.index,
            None if out is None else _signature(out),
@@ -650,7 +637,7 @@ def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha:
                 allow_tf32: bool, config: Optional[Config]) -> Any:
     """A call without a plan: validate everything, choose, launch, and remember the plan
     under ``key`` when it works on the operands themselves (no copies)."""
-    alloc_stream = _stream_object(stream, a.device.index)
+    alloc_stream = gpurt.as_stream(stream, a.device.index)
     plan, returned, copy_back = _plan(a, b, out, float(beta), c, trans_a, trans_b, alloc_stream)
     if plan.m == 0 or plan.n == 0:
         return returned
@@ -703,7 +690,7 @@ def gemm_eligible_configs(a: Any, b: Any, out: Any = None, trans_a: bool = False
     in every kernel family, split-K included; any of them gives the same result."""
     a_arr = _as_array(a, "a")
     plan, _, _ = _plan(a_arr, b, out, 0.0, None, trans_a, trans_b,
-                       _stream_object(None, a_arr.device.index))
+                       gpurt.as_stream(None, a_arr.device.index))
     return tune.all_configs(_problem(plan, allow_tf32))
 
 

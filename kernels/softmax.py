@@ -119,15 +119,6 @@ def _as_array(obj: Any, what: str) -> Any:
                         f"got {type(obj).__name__}: {exc}") from exc
 
 
-def _as_stream(stream: Any, index: int) -> Any:
-    """A gpurt Stream for ``stream`` (gpurt, torch, CuPy, cuda.core or an int handle), so
-    the output is allocated in the order of the stream that writes it."""
-    if stream is None or isinstance(stream, gpurt.Stream):
-        return stream
-    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
-    return gpurt.ExternalStream(stream if handle is None else int(handle), index)
-
-
 def _check_like(ref: Any, other: Any, what: str, ref_name: str) -> None:
     if tuple(other.shape) != tuple(ref.shape) or np.dtype(other.dtype) != np.dtype(ref.dtype):
         raise ValueError(f"{what} has shape {tuple(other.shape)} and dtype {other.dtype}; "
@@ -169,8 +160,9 @@ class _Call:
             self.kernels[0](self.grid, self.threads, (a, b, out, self.rows, self.cols),
                             shared_mem=self.shared_mem, stream=stream)
             return
+        alloc = None if stream is None else gpurt.as_stream(stream, self.index)
         partials = gpurt.empty((self.grid, 2), dtype=np.float32, device=self.index,
-                               stream=_as_stream(stream, self.index))
+                               stream=alloc)
         self.kernels[0](self.grid, self.threads, (a, b, partials, self.rows, self.cols,
                                                   self.chunks), stream=stream)
         self.kernels[1](self.grid, self.threads, (a, b, out, partials, self.rows, self.cols,
@@ -207,7 +199,7 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
         return result if given is None else given
     if out is None:
         out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
-                          stream=None if stream is None else _as_stream(stream, call.index))
+                          stream=None if stream is None else gpurt.as_stream(stream, call.index))
     if call.index != gpurt.current_device():
         with gpurt.device(call.index):
             call.launch(first, inputs[-1], out, stream)
@@ -234,7 +226,7 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
     inputs = [a if a.is_contiguous() else a.contiguous() for a in inputs]
     view = rows_view(first.shape, None, 1, dim)
     index = first.device.index
-    alloc_stream = _as_stream(stream, index)
+    alloc_stream = None if stream is None else gpurt.as_stream(stream, index)
     if out is None:
         target = returned = gpurt.empty(tuple(first.shape), dtype=first.dtype, device=index,
                                         stream=alloc_stream)

@@ -1,6 +1,6 @@
 """A numpy stand-in for the parts of gpurt that ``gpurt demo`` uses, so that every step of the
 tour (its control flow, its numpy references and its checks) runs on a CPU. The kernels of
-gpurt/_demo_kernels.py are emulated in float32; a CUDA graph records launches during capture
+gpurt/_cli/demo_kernels.py are emulated in float32; a CUDA graph records launches during capture
 and re-runs them on replay; the profile records ranges and the launches made outside a
 capture, as gpurt.profiler does. The real gpurt runs the same tour in the ``gpu`` tests."""
 
@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpurt import _demo, _demo_kernels
+from gpurt._cli import demo as _demo
+from gpurt._cli import demo_kernels as _demo_kernels
 
 _ptrs = itertools.count(0x7F0000000000, 1 << 24)
 
@@ -213,7 +214,7 @@ class FakeProfile:
 
 def install(monkeypatch: pytest.MonkeyPatch, cache: str, bugs: set[str] = frozenset(),
             bundled: bool = False, bundled_raises: bool = False) -> Machine:
-    """Point gpurt/_demo.py (and _demo_kernels.py) at a fake one-GPU machine."""
+    """Point gpurt/_cli/demo.py (and _demo_kernels.py) at a fake one-GPU machine."""
     machine = Machine()
     modules: dict[str, FakeModule] = {}
 

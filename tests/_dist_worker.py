@@ -31,7 +31,8 @@ OPS: dict[dist.ReduceOp, Callable[..., np.ndarray]] = {
 }
 
 
-def data(seed: int, rank: int, shape: tuple[int, ...], dtype: Any, small: bool = False) -> np.ndarray:
+def data(seed: int, rank: int, shape: tuple[int, ...], dtype: Any,
+         small: bool = False) -> np.ndarray:
     """Rank ``rank``'s input: small integers, exact in every dtype and under every op."""
     rng = np.random.default_rng([seed, rank])
     dt = np.dtype(dtype)
@@ -140,7 +141,8 @@ def errors(seed: int) -> None:
         else:
             raise AssertionError(f"no {kind.__name__} for {text!r}")
     if gpurt.device_count() > size:  # an array on a device that is not this rank's
-        other = gpurt.zeros(8, np.float32, device=(gpurt.current_device() + 1) % gpurt.device_count())
+        other_device = (gpurt.current_device() + 1) % gpurt.device_count()
+        other = gpurt.zeros(8, np.float32, device=other_device)
         try:
             dist.all_reduce(other)
         except ValueError as exc:

@@ -1,4 +1,4 @@
-"""Stand-ins for the driver's cuLaunchKernel that gpurt._claunch can call: a ctypes callback
+"""Stand-ins for the driver's cuLaunchKernel that gpurt._launch._claunch can call: a ctypes callback
 with its C signature, whose address takes the place of the one cuGetProcAddress returns."""
 
 from __future__ import annotations

@@ -16,12 +16,17 @@ import ctypes
 import importlib
 import itertools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from cuda.bindings import driver as cu
 
-from gpurt import _driver, _handles, streams
+from gpurt import streams
+from gpurt._core import driver as _driver
+from gpurt._core import state
+from gpurt._core.state import THREAD
+from gpurt._streams import handles as _handles
 
 # gpurt.device is the torch-style `device` context manager; the module is reached by name
 device_module = importlib.import_module("gpurt.device")
@@ -217,14 +222,28 @@ class FakeDriver:
         return OK, cu.CUevent(h)
 
 
+def fresh_device_state() -> Callable[[], None]:
+    """Empty this thread's device state (gpurt/_core/state.py); returns what puts it back."""
+    names = ("index", "bound", "place")
+    saved = {name: THREAD.__dict__.pop(name) for name in names if name in THREAD.__dict__}
+
+    def restore() -> None:
+        for name in names:
+            THREAD.__dict__.pop(name, None)
+        THREAD.__dict__.update(saved)
+
+    return restore
+
+
 @pytest.fixture(name="fake_gpus")
-def fake_gpus_fixture(monkeypatch: pytest.MonkeyPatch) -> FakeContexts:
+def fake_gpus_fixture(monkeypatch: pytest.MonkeyPatch,
+                      request: pytest.FixtureRequest) -> FakeContexts:
     """gpurt sees two initialised devices; context binds are recorded, not made."""
     contexts = FakeContexts()
     monkeypatch.setattr(_driver, "_initialized", True)
     monkeypatch.setattr(_driver, "_forked_child", False)
     monkeypatch.setattr(device_module, "_count", 2)
-    monkeypatch.setattr(device_module, "_tls", threading.local())
+    request.addfinalizer(fresh_device_state())
     monkeypatch.setattr(device_module, "bind_context", contexts.bind)
     monkeypatch.setattr(_handles, "bind_context", contexts.bind)
     # The real allocators' stream hooks must never see fake stream handles: on a GPU machine
@@ -243,7 +262,10 @@ def fake_driver_fixture(fake_gpus: FakeContexts, monkeypatch: pytest.MonkeyPatch
         "launch_host_func",
         lambda handle, key: driver.cuLaunchHostFunc(handle, _handles._HOST_FN_ADDRESS, key),
     )
-    monkeypatch.setattr(streams, "_local", streams._Local())
+    fresh = state.ThreadStreams()  # this thread's current streams start empty
+    with state._all_streams_lock:
+        state._all_streams.add(fresh)
+    monkeypatch.setattr(state.THREAD, "streams", fresh)
     monkeypatch.setattr(streams, "_defaults", {})
     monkeypatch.setattr(_handles, "_pending", collections.deque())
     monkeypatch.setattr(_handles, "_live", collections.Counter())

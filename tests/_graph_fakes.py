@@ -19,7 +19,10 @@ import pytest
 from cuda.bindings import driver as cu
 
 from _fakes import FakeDriver, fake_driver, fake_gpus  # noqa: F401  (fixtures used below)
-from gpurt import _capture, _graph_nodes, graphs
+from gpurt import graphs
+from gpurt._core.captures import CAPTURES
+from gpurt._graphs import capture as _capture
+from gpurt._graphs import nodes as _graph_nodes
 
 OK = cu.CUresult.CUDA_SUCCESS
 INVALID_VALUE = cu.CUresult.CUDA_ERROR_INVALID_VALUE
@@ -242,11 +245,16 @@ class FakePools:
     def begin_allocate_to_pool(self, index: int, pool: tuple[int, int], stream: int) -> None:
         self.calls.append(("begin", pool))
         self.routing[(index, stream)] = pool
+        CAPTURES.add(1)  # as the real allocators count a capture (gpurt/_core/captures.py)
 
     def end_allocate_to_pool(self, index: int, pool: tuple[int, int]) -> None:
         self.calls.append(("end", pool))
-        for key in [k for k, p in self.routing.items() if p == pool and k[0] == index]:
+        keys = [k for k, p in self.routing.items() if p == pool and k[0] == index]
+        if not keys:
+            raise RuntimeError(f"not allocating to private pool {pool!r}")
+        for key in keys:
             del self.routing[key]
+        CAPTURES.add(-1)
 
     def empty_cache(self) -> None:
         self.calls.append(("empty_cache", None))
@@ -279,5 +287,5 @@ def fake_graphs(
     monkeypatch.setattr(graphs, "synchronize", lambda index=None: driver.calls.append("sync"))
     monkeypatch.setattr(graphs, "_capture_streams", {})
     monkeypatch.setattr(_capture, "_deferred", collections.deque())
-    monkeypatch.setattr(_capture, "_active_captures", 0)
+    monkeypatch.setattr(CAPTURES, "count", 0)
     return FakeGraphs(fake_driver, driver, pools)

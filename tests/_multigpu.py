@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import gpurt
-from gpurt import _nccl
+from gpurt.distributed import _nccl
 
 
 def why_not(nccl: bool) -> str | None:

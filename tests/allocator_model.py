@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpurt import _memstats as ms
-from gpurt._allocconf import UNLIMITED, AllocatorConfig, divisions_for, roundup_power2_next_division
+from gpurt._memory import stats as ms
+from gpurt._memory.config import (
+    UNLIMITED,
+    AllocatorConfig,
+    divisions_for,
+    roundup_power2_next_division,
+)
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import random
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -1,4 +1,4 @@
-"""The allocator core (gpurt/_allocator.py) on a CPU, over a fake host-memory backend.
+"""The allocator core (gpurt/_memory/allocator.py) on a CPU, over a fake host-memory backend.
 
 The same core runs on the GPU over cuMemAlloc (tests/test_memory.py replays traces through
 it and torch). Here: torch's policy rule by rule, property tests with hypothesis (no
@@ -15,12 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocator_model import KiB, MiB, FakeBackend, NaiveTorchModel
-from gpurt import _allocator
-from gpurt import _memstats as ms
-from gpurt._allocator import CAPTURES, CachingAllocator
-from gpurt._allocconf import AllocatorConfig, parse
-from gpurt._memhistory import HistorySettings
+from allocator_model import FakeBackend, KiB, MiB, NaiveTorchModel
+from gpurt._core.captures import CAPTURES
+from gpurt._memory import allocator as _allocator
+from gpurt._memory import stats as ms
+from gpurt._memory.allocator import CachingAllocator
+from gpurt._memory.config import AllocatorConfig, parse
+from gpurt._memory.history import HistorySettings
 
 S0, S1, S2 = 0, 7, 9  # stream handles
 
@@ -271,7 +272,7 @@ def test_a_destroyed_streams_uses_are_recorded_before_it_goes(when):
         backend.recording_allowed = False  # e.g. freed by a finalizer under another context
         a.free(p)
         backend.recording_allowed = True
-    assert a.retire_stream(S2, own_device=True)
+    assert a.retire_stream(a.device, S2)
     assert backend.calls.count("event_record") == 2  # the use, and the guard for S2's blocks
     backend.destroy(S2)
     if when == "allocated":
@@ -290,7 +291,7 @@ def test_a_new_stream_with_a_dead_streams_handle_waits_for_its_work():
     p = a.malloc(64 * KiB, S1)
     backend.launch(S1)  # work on S1 still uses p ...
     a.free(p)  # ... which is cached for S1: fine while S1 orders everything
-    assert a.retire_stream(S1, own_device=True)
+    assert a.retire_stream(a.device, S1)
     backend.destroy(S1)
     backend.create(S1)  # the driver hands the handle out again
     assert a.malloc(64 * KiB, S1) == p
@@ -298,7 +299,7 @@ def test_a_new_stream_with_a_dead_streams_handle_waits_for_its_work():
     assert backend.done[S1] == 1
     a.free(p)
     # once the old stream's work has finished, nothing waits
-    a.retire_stream(S1, own_device=True)
+    a.retire_stream(a.device, S1)
     backend.complete(S1)
     calls = len(backend.calls)
     assert a.malloc(64 * KiB, S1) == p
@@ -311,9 +312,9 @@ def test_retiring_a_stream_nobody_used_on_another_device_does_nothing():
     p = a.malloc(4 * KiB, S0)
     a.record_stream(p, S1)
     calls = list(backend.calls)
-    assert a.retire_stream(S2, own_device=False)
+    assert a.retire_stream(a.device + 1, S2)
     assert backend.calls == calls
-    assert a.retire_stream(S1, own_device=False)  # another device's stream used here
+    assert a.retire_stream(a.device + 1, S1)  # another device's stream used here
     assert backend.calls == calls + ["event_record"] and not a._retired
     a.free(p)
 
@@ -324,14 +325,14 @@ def test_retiring_waits_while_a_capture_is_underway_or_the_lock_stays_busy(monke
     a.record_stream(p, S2)
     a.begin_allocate_to_pool((0, 3), S1)
     try:
-        assert not a.retire_stream(S2, own_device=True)  # no event during a capture
+        assert not a.retire_stream(a.device, S2)  # no event during a capture
         assert "event_record" not in backend.calls
     finally:
         a.end_allocate_to_pool((0, 3))
     monkeypatch.setattr(_allocator, "RETIRE_WAIT", 0.01)
     with a._lock:  # held by a thread busy in the allocator (or this one, re-entered)
-        assert not a.retire_stream(S2, own_device=True)
-    assert a.retire_stream(S2, own_device=True)
+        assert not a.retire_stream(a.device, S2)
+    assert a.retire_stream(a.device, S2)
     backend.destroy(S2)
     a.free(p)
     a.malloc(4 * KiB, S0)
@@ -759,7 +760,7 @@ def replay(trace: list, conf: str, capacity: int, check_every: int = 1) -> None:
             getattr(backend, op)(x)
             getattr(model_backend, op)(x)
         elif op == "destroy" and x not in backend.destroyed:  # Stream.close(), in effect
-            assert a.retire_stream(x, own_device=True)
+            assert a.retire_stream(a.device, x)
             model.retire_stream(x)
             backend.destroy(x)
         elif op == "create":  # a new stream that gets the destroyed one's handle
@@ -879,3 +880,18 @@ def test_a_use_on_a_stream_that_cannot_record_falls_back_to_a_full_sync():
     assert a.malloc(4 * KiB, S0) == p  # synchronized, so the block was reusable at once
     assert "synchronize" in backend.calls
     recount(a, backend)
+
+
+def test_captured_frames_leave_out_all_of_gpurt():
+    """Frames of gpurt's own modules (the fronts and every subpackage) are not the caller's:
+    the innermost recorded frame is the code that asked for memory."""
+    import os
+
+    import gpurt
+    from gpurt._memory.history import capture_frames
+
+    namespace = {"capture_frames": capture_frames}
+    front = os.path.join(os.path.dirname(gpurt.__file__), "memory.py")  # as if gpurt.memory
+    exec(compile("def alloc():\n    return capture_frames()\n", front, "exec"), namespace)
+    frames = namespace["alloc"]()
+    assert frames and frames[0][0] == __file__

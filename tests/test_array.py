@@ -1,4 +1,4 @@
-"""Tests for gpurt.array, gpurt._layout and gpurt._dlpack.
+"""Tests for gpurt.array, gpurt._array.layout and gpurt._array.dlpack.
 
 CPU: dtype tables, shape/stride arithmetic and the copy planner against numpy, the DLPack
 structs and capsule protocol against numpy's own DLPack, errors without a driver, and
@@ -23,17 +23,22 @@ import weakref
 import ml_dtypes
 import numpy as np
 import pytest
-from _fakes import device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
-from _threads import in_thread
-from test_driver import FORK_MESSAGE, describe, run_in_fork
 from cuda.bindings import driver as cu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt import _arraycopy, _dlpack, _layout, _ownership, memory, streams
+from _fakes import device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
+from _threads import in_thread
 from gpurt import array as garray
+from gpurt import memory, streams
+from gpurt._array import arraycopy as _arraycopy
+from gpurt._array import dlpack as _dlpack
+from gpurt._array import layout as _layout
+from gpurt._array import ownership as _ownership
+from gpurt._core import state
 from gpurt.device import Device, bind_context
+from test_driver import FORK_MESSAGE, describe, run_in_fork
 
 # ======================================================================================
 # CPU: dtypes
@@ -633,7 +638,7 @@ def test_empty_metadata(fake_gpu):
 @pytest.fixture
 def fake_streams(fake_driver, monkeypatch):
     """Real gpurt Streams over the fake two-GPU driver of tests/_fakes.py, a fake
-    allocator, and an empty cache of devices in gpurt._ownership."""
+    allocator, and an empty cache of devices in gpurt._array.ownership."""
     allocator = FakeAllocator()
     use_allocator(monkeypatch, allocator)
     monkeypatch.setattr(_ownership, "_devices", {})
@@ -687,22 +692,22 @@ def test_new_arrays_take_each_threads_stream(fake_streams):
 
 def test_new_arrays_reuse_the_threads_place_until_it_changes(fake_streams):
     """gpurt.empty finds the current device, its current stream and allocator in one
-    per-thread record (gpurt/_ownership.py's place), made once and dropped on a change."""
+    per-thread record (gpurt/_array/ownership.py's place), made once and dropped on a change."""
     a = gpurt.empty(4)
-    place = device_module.current_place()
+    place = state.current_place()
     assert place[:4] == (0, 0, a.stream, a.device)
     for spelling in ({}, {"device": "cuda"}, {"device": 0}):
         assert gpurt.empty(4, **spelling).stream is a.stream
-        assert device_module.current_place() is place, spelling  # the same record
+        assert state.current_place() is place, spelling  # the same record
     assert gpurt.empty(4, device=1).device.index == 1  # another device's place is not kept
-    assert device_module.current_place() is place
+    assert state.current_place() is place
     with gpurt.Stream() as s:
-        assert device_module.current_place() is None
-        assert gpurt.empty(4).stream is s and device_module.current_place()[2] is s
+        assert state.current_place() is None
+        assert gpurt.empty(4).stream is s and state.current_place()[2] is s
     assert gpurt.empty(4).stream is a.stream
     with gpurt.device(1):
-        assert gpurt.empty(4).device.index == 1 and device_module.current_place()[0] == 1
-    assert in_thread(device_module.current_place) is None  # other threads make their own
+        assert gpurt.empty(4).device.index == 1 and state.current_place()[0] == 1
+    assert in_thread(state.current_place) is None  # other threads make their own
     assert in_thread(lambda: gpurt.empty(4).stream) is a.stream
 
 
@@ -710,7 +715,7 @@ def test_a_forked_child_gets_the_fork_error_from_empty(fake_gpu):
     """The parent's place (and cached allocator entries) do not reach a forked child: its
     first array raises the clear fork error."""
     gpurt.empty(4)
-    assert device_module.current_place() is not None
+    assert state.current_place() is not None
 
     def child() -> str:
         return describe(lambda: gpurt.empty(4))
@@ -939,7 +944,7 @@ def test_copy_argument_checks(fake_gpu):
 
 
 class HostMemoryDriver(DirectEntry):
-    """The driver calls gpurt/_copy.py makes, over host memory: "device" blocks are host
+    """The driver calls gpurt/_array/copies.py makes, over host memory: "device" blocks are host
     buffers, so copies and fills can be checked by value; every call is recorded."""
 
     OK = (cu.CUresult.CUDA_SUCCESS,)

@@ -1,4 +1,4 @@
-"""gpurt._claunch, the compiled launch path (gpurt/_claunch.c).
+"""gpurt._launch._claunch, the compiled launch path (gpurt/_launch/_claunch.c).
 
 On the CPU its Launcher and PackingLauncher call a ctypes stand-in for cuLaunchKernel
 (tests/_driver_calls.py), which must receive exactly what gpurt computed; what PackingLauncher
@@ -21,18 +21,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _driver_calls import CLaunchKernel
 from cuda.bindings import driver as cu
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gpurt
-from gpurt import _launchpath
-from gpurt import launch as glaunch
+from _driver_calls import CLaunchKernel
+from gpurt._launch import kernel as glaunch
+from gpurt._launch import path as _launchpath
 
 _claunch = _launchpath.claunch
 needs_claunch = pytest.mark.skipif(_claunch is None,
-                                   reason="the C extension gpurt._claunch is not built")
+                                   reason="the C extension gpurt._launch._claunch is not built")
 REQUIRED = os.environ.get("GPURT_REQUIRE_CLAUNCH", "") not in ("", "0")
 SIZES = {"b": 1, "B": 1, "h": 2, "H": 2, "e": 2, "i": 4, "I": 4, "f": 4, "q": 8, "Q": 8,
          "d": 8, "P": 8}
@@ -391,7 +391,7 @@ def test_cu_launch_kernel_is_found_as_cuda_bindings_finds_it(monkeypatch, per_th
         monkeypatch.delenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", raising=False)
     else:
         monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", per_thread)
-    why = "gpurt._claunch calls cuLaunchKernel at 0x7f00dead0000"
+    why = "gpurt._launch._claunch calls cuLaunchKernel at 0x7f00dead0000"
     assert _launchpath.find_launch_kernel() == (0x7F00DEAD0000, why)
     assert _launchpath.find_launch_kernel()[0] == 0x7F00DEAD0000  # looked up once
     assert driver.asked == [(b"cuLaunchKernel", version, getattr(cu.CUdriverProcAddress_flags,
@@ -417,9 +417,9 @@ def test_without_cu_launch_kernel_launches_take_the_python_path(monkeypatch, res
 _PATH_OF_A_FRESH_PROCESS = """\
 import sys
 if sys.argv[1] == "block":
-    sys.modules["gpurt._claunch"] = None  # as if it had not been built
+    sys.modules["gpurt._launch._claunch"] = None  # as if it had not been built
 import inspect, json, gpurt
-from gpurt import launch
+from gpurt._launch import kernel as launch
 print(json.dumps([launch.launch_path(), inspect.isfunction(gpurt.Kernel.__dict__["__call__"])]))
 """
 

@@ -18,8 +18,9 @@ from rich.console import Console
 
 import gpurt
 import gpurt.__main__ as cli
-from gpurt import _info, nvrtc
-from gpurt._driver import CudaError
+from gpurt import nvrtc
+from gpurt._cli import info as _info
+from gpurt._core.driver import CudaError
 
 HAS_GPU = gpurt.is_available()
 _BROKEN = cuda_nvrtc.nvrtcResult.NVRTC_ERROR_INTERNAL_ERROR
@@ -114,7 +115,7 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 def test_info_json_reports_versions(capsys: pytest.CaptureFixture[str]) -> None:
     report = info_json(capsys)
     assert report["gpurt"]["version"] == gpurt.__version__
-    assert report["packages"]["cuda-bindings"] == gpurt._driver.bindings_version()
+    assert report["packages"]["cuda-bindings"] == gpurt._core.driver.bindings_version()
     major, minor = cuda_nvrtc.nvrtcVersion()[1:]
     assert report["nvrtc"]["version"] == f"{major}.{minor}"
     assert "sm_90" in report["nvrtc"]["supported_archs"]
@@ -332,7 +333,7 @@ def test_info_json_on_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     report = info_json(capsys)
     driver = report["driver"]
     assert driver["available"] is True and driver["error"] is None
-    version = gpurt._driver.driver_version()
+    version = gpurt._core.driver.driver_version()
     assert version is not None
     assert driver["cuda_version"] == f"{version // 1000}.{version % 1000 // 10}"
     assert len(report["devices"]) == driver["device_count"] == gpurt.device_count()

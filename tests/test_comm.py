@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 import _multigpu
-from _fakes import fake_gpus_fixture  # noqa: F401  (the fake_gpus fixture)
 import gpurt
-from gpurt import _nccl, comm
-from gpurt._driver import check
+from _fakes import fake_gpus_fixture  # noqa: F401  (the fake_gpus fixture)
+from gpurt import comm
+from gpurt._core.driver import check
+from gpurt.distributed import _nccl
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast (shared machines)
 
@@ -179,7 +180,8 @@ def test_broadcast_and_reduce_add(devices: list[int], rng: np.random.Generator,
 @pytest.mark.gpu
 def test_coalesced_calls(devices: list[int], rng: np.random.Generator) -> None:
     hosts = [random(shape, dt, rng) for shape, dt in
-             [((1000,), np.float32), ((17, 3), np.int64), ((4096, 64), np.float16), ((5,), np.uint8)]]
+             [((1000,), np.float32), ((17, 3), np.int64), ((4096, 64), np.float16),
+              ((5,), np.uint8)]]
     arrays = [gpurt.from_numpy(h, device=devices[0]) for h in hosts]
     per_device = comm.broadcast_coalesced(arrays, devices, buffer_size=4096)
     assert per_device[0] == tuple(arrays)
@@ -301,7 +303,7 @@ def test_ordering_with_the_arrays_streams_and_record_stream(devices: list[int],
 
 
 def test_gpurt_info_says_whether_collectives_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpurt import _info
+    from gpurt._cli import info as _info
 
     assert _info.collect()["collectives"]["available"] == _nccl.is_available()
     monkeypatch.setattr(_nccl, "_module", None)
@@ -321,9 +323,11 @@ def fake_nccl(fake_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
     import types
 
     from allocator_model import FakeBackend
-
-    from gpurt import _allocconf, _arraycopy, _collective, array, memory
-    from gpurt._allocator import CachingAllocator
+    from gpurt import array, memory
+    from gpurt._array import arraycopy as _arraycopy
+    from gpurt._memory import config as _allocconf
+    from gpurt._memory.allocator import CachingAllocator
+    from gpurt.distributed import _collective
 
     for module in (array, _collective, _arraycopy):
         monkeypatch.setattr(module, "bind_context", fake_gpus.bind)
@@ -333,7 +337,7 @@ def fake_nccl(fake_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
     calls: list[tuple[str, tuple]] = []
     names = ("group_start", "group_end", "broadcast", "reduce", "all_reduce", "send", "recv")
     fake = types.SimpleNamespace(NCCLError=RuntimeError, **{
-        name: (lambda name: lambda *args: calls.append((name, args)))(name) for name in names})
+        name: (lambda op: lambda *args: calls.append((op, args)))(name) for name in names})
     monkeypatch.setattr(_nccl, "_module", fake)
     comms = {d: types.SimpleNamespace(device=d, rank=d, handle=f"comm{d}") for d in (0, 1)}
     monkeypatch.setitem(comm._cliques, (0, 1), comms)

@@ -1,4 +1,5 @@
-"""``gpurt demo`` (gpurt/_demo.py, gpurt/_demo_kernels.py): the tour without and with a GPU."""
+"""``gpurt demo`` (gpurt/_cli/demo.py, gpurt/_cli/demo_kernels.py): the tour without and with a
+GPU."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import _demo_fakes
 import numpy as np
 import pytest
 from rich.console import Console
 
+import _demo_fakes
 import gpurt
-from gpurt import _demo, _demo_kernels
+from gpurt._cli import demo as _demo
+from gpurt._cli import demo_kernels as _demo_kernels
 
 HAS_GPU = gpurt.is_available()
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="checks the path taken without a GPU")

@@ -11,14 +11,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-# the fake_* fixtures are used by name
-from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 
 import gpurt
+
+# the fake_* fixtures are used by name
+from _fakes import FakeContexts, fake_gpus_fixture  # noqa: F401
 from _threads import in_thread
-from gpurt._driver import CudaUnavailableError, check
+from gpurt._core import state
+from gpurt._core.driver import CudaUnavailableError, check
 
 dev = importlib.import_module("gpurt.device")  # gpurt.device is the context manager
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
@@ -119,23 +120,23 @@ def test_current_device_is_per_thread(fake_gpus: FakeContexts) -> None:
 
 def test_the_place_is_per_thread_and_goes_with_the_current_device(
         fake_gpus: FakeContexts) -> None:
-    """The per-thread record the layers above keep (gpurt/_ownership.py's place) is
+    """The per-thread record the layers above keep (gpurt/_array/ownership.py's place) is
     dropped whenever the current device is set, also to the same device."""
-    assert dev.current_place() is None
-    dev.remember_place(("place", 0))
-    assert dev.current_place() == ("place", 0)
-    assert in_thread(dev.current_place) is None  # each thread has its own
+    assert state.current_place() is None
+    state.remember_place(("place", 0))
+    assert state.current_place() == ("place", 0)
+    assert in_thread(state.current_place) is None  # each thread has its own
     with gpurt.device(0):  # the device is already current: nothing changes
-        assert dev.current_place() == ("place", 0)
+        assert state.current_place() == ("place", 0)
     with gpurt.device(1):
-        assert dev.current_place() is None
-        dev.remember_place(("place", 1))
-    assert dev.current_place() is None  # the device was set back
-    dev.remember_place(("place", 0))
+        assert state.current_place() is None
+        state.remember_place(("place", 1))
+    assert state.current_place() is None  # the device was set back
+    state.remember_place(("place", 0))
     gpurt.set_device(0)
-    assert dev.current_place() is None
-    dev.forget_place()  # idempotent
-    assert dev.current_place() is None
+    assert state.current_place() is None
+    state.forget_place()  # idempotent
+    assert state.current_place() is None
 
 
 def test_device_context_restores_on_exception_and_nests(fake_gpus: FakeContexts) -> None:
@@ -389,3 +390,19 @@ def test_gpu_nvml_readings() -> None:
     assert 5 <= readings["temperature"] <= 120  # degrees C
     assert 1_000 <= readings["power_draw"] <= 2_000_000  # mW
     assert 100 <= readings["clock_rate"] <= 5_000  # MHz
+
+
+def test_forget_devices_empties_this_threads_device_state_in_place() -> None:
+    """What a forked child does (gpurt/_core/state.py): THREAD stays the same object (the C
+    launch path holds it), its device fields go, its current streams stay."""
+    thread, streams = state.THREAD, state.THREAD.streams
+    saved = dict(vars(thread))
+    try:
+        thread.index, thread.bound, thread.place = 1, 1, ("place",)
+        state.forget_devices()
+        assert state.THREAD is thread and thread.streams is streams
+        assert not any(hasattr(thread, name) for name in ("index", "bound", "place"))
+        assert state.current_place() is None
+    finally:
+        vars(thread).clear()
+        vars(thread).update(saved)

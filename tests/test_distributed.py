@@ -21,8 +21,8 @@ import pytest
 
 import _multigpu
 import gpurt
-from gpurt import _nccl
 from gpurt import distributed as dist
+from gpurt.distributed import _nccl
 
 WORKER = Path(__file__).with_name("_dist_worker.py")
 
@@ -168,7 +168,7 @@ class FakeComm:
 
 
 def _watched_group(monkeypatch: pytest.MonkeyPatch, timeout: float) -> tuple[dist._Group, FakeComm]:
-    from gpurt._store import HashStore
+    from gpurt.distributed._store import HashStore
 
     monkeypatch.setattr(dist, "bind_context", lambda index: None)
     monkeypatch.setattr(dist, "_WATCH_PERIOD", 0.01)

@@ -64,7 +64,7 @@ def test_every_gpurt_name_exists(page: Path) -> None:
 
 def test_every_environment_variable_is_read_by_the_code() -> None:
     code = "\n".join(p.read_text() for folder in ("gpurt", "kernels")
-                     for p in (ROOT / folder).glob("*.py"))
+                     for p in (ROOT / folder).rglob("*.py"))
     for page in PAGES:
         for var in set(ENV.findall(page.read_text())):
             assert var in code, f"{page.name} documents {var}, which no code reads"

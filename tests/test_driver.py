@@ -1,4 +1,4 @@
-"""The driver layer (gpurt/_driver.py): check(), the exception family, lazy init, no-driver
+"""The driver layer (gpurt/_core/driver.py): check(), the exception family, lazy init, no-driver
 behaviour and the fork guard."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
 import gpurt
-from gpurt import _driver
-from gpurt._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
+from gpurt._core import driver as _driver
+from gpurt._core.driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -253,3 +253,29 @@ def test_gpu_fork_after_init_gives_a_clear_error() -> None:
 def test_gpu_driver_version() -> None:
     version = _driver.driver_version()
     assert version is not None and version >= 12000
+
+
+# ---- the at-fork registry (gpurt/_core/fork.py) ------------------------------------------
+
+
+def test_every_at_fork_step_is_registered_and_runs_in_order(monkeypatch: pytest.MonkeyPatch):
+    from gpurt._core import fork
+
+    assert fork.ORDER[0] == "driver"  # it decides whether the later steps have work
+    assert set(fork._steps) == set(fork.ORDER)  # import gpurt registered every step
+    ran: list[str] = []
+    steps = {step: (lambda step=step: ran.append(step)) for step in reversed(fork.ORDER)}
+    monkeypatch.setattr(fork, "_steps", steps)
+    fork._after_fork_in_child()
+    assert ran == list(fork.ORDER)
+
+
+def test_at_fork_steps_are_named_and_registered_once(monkeypatch: pytest.MonkeyPatch):
+    from gpurt._core import fork
+
+    monkeypatch.setattr(fork, "_steps", {})
+    with pytest.raises(ValueError, match="unknown at-fork step 'later'"):
+        fork.at_fork_in_child("later", lambda: None)
+    fork.at_fork_in_child("devices", lambda: None)
+    with pytest.raises(ValueError, match="registered already"):
+        fork.at_fork_in_child("devices", lambda: None)

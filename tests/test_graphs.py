@@ -20,9 +20,9 @@ from cuda.bindings import driver as cu
 
 import gpurt
 from _graph_fakes import FakeGraphs, fake_driver, fake_gpus, fake_graphs  # noqa: F401
-from gpurt import _capture
-from gpurt._driver import CudaError, check
-from gpurt._graph_nodes import KernelNode, pack_arg, topological_order
+from gpurt._core.driver import CudaError, check
+from gpurt._graphs import capture as _capture
+from gpurt._graphs.nodes import KernelNode, pack_arg, topological_order
 
 
 def driver_error(name: str, call: str) -> CudaError:
@@ -252,8 +252,8 @@ class HostBackend:
 
 @pytest.fixture
 def core():
-    allocator_core = pytest.importorskip("gpurt._allocator")
-    from gpurt._allocconf import AllocatorConfig
+    allocator_core = pytest.importorskip("gpurt._memory.allocator")
+    from gpurt._memory.config import AllocatorConfig
 
     backend = HostBackend()
     return types.SimpleNamespace(

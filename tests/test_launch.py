@@ -1,5 +1,6 @@
-"""gpurt.launch (Kernel, LaunchConfig, hooks) with its helpers gpurt._params (parameter types
-from declarations and mangled names) and gpurt._args (argument conversion and packing).
+"""gpurt._launch.kernel (Kernel, LaunchConfig, hooks) with its helpers gpurt._launch.params
+(parameter types from declarations and mangled names) and gpurt._launch.args (argument
+conversion and packing).
 
 CPU tests compile real kernels with NVRTC (explicit arch) and check the parameter plans and
 the packed parameter buffers byte for byte; GPU tests launch and compare with numpy."""
@@ -16,11 +17,16 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
-from _driver_calls import CLaunchKernel
 
 import gpurt
-from gpurt import _args, _kcache, _launchpath, _params, nvrtc
-from gpurt import launch as glaunch
+from _driver_calls import CLaunchKernel
+from gpurt import nvrtc
+from gpurt._core import state
+from gpurt._launch import args as _args
+from gpurt._launch import kernel as glaunch
+from gpurt._launch import params as _params
+from gpurt._launch import path as _launchpath
+from gpurt._nvrtc import cache as _kcache
 
 # ---- parameter types -----------------------------------------------------------------------
 
@@ -359,7 +365,7 @@ def test_generated_launcher_calls_the_driver_with_this_threads_buffer(decls, com
 
     if compiled:
         if _launchpath.claunch is None:
-            pytest.skip("the C extension gpurt._claunch is not built")
+            pytest.skip("the C extension gpurt._launch._claunch is not built")
         c_driver = CLaunchKernel(driver)
         function = 0x46
         launch_kernel = _launchpath.claunch.Launcher(c_driver.address, function, glaunch._dims3)
@@ -446,12 +452,10 @@ def test_hook_registry():
 
 
 def test_hot_path_reads_the_state_the_accessors_read():
-    """Kernel.__call__ reads device.py's and streams.py's per-thread state in place."""
-    device_module = sys.modules["gpurt.device"]
+    """Kernel.__call__ reads the per-thread state (gpurt/_core/state.py) in place."""
     streams_module = sys.modules["gpurt.streams"]
-    assert glaunch._device_tls is device_module._tls
-    assert glaunch._stream_tls is streams_module._local
-    handles = glaunch._stream_tls.state.handles
+    assert glaunch.THREAD is state.THREAD
+    handles = glaunch.THREAD.streams.handles
     handles[7] = 0x99
     try:
         assert streams_module.current_stream_handle(7) == 0x99

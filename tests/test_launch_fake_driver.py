@@ -1,8 +1,8 @@
-"""gpurt.launch's host side on a fake driver: loading (and recompiling refused cache entries),
-the generated launchers, error checks before a launch, dynamic shared memory and hooks.
+"""gpurt._launch.kernel's host side on a fake driver: loading (and recompiling refused cache
+entries), the generated launchers, error checks before a launch, dynamic shared memory and hooks.
 
 Real kernels are compiled with NVRTC (explicit arch); only the driver calls are faked, so
-this runs on any CPU. Every test runs on both launch paths: "compiled" (gpurt._claunch calls
+this runs on any CPU. Every test runs on both launch paths: "compiled" (gpurt._launch._claunch calls
 the fake cuLaunchKernel through its C address) and "python" (cuda.bindings' call, faked, as
 with GPURT_PURE_PYTHON_LAUNCH=1). The GPU tests in test_launch.py run the same on the device."""
 
@@ -17,12 +17,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _driver_calls import CLaunchKernel
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt import _kcache, _launchpath, nvrtc
-from gpurt import launch as glaunch
+from _driver_calls import CLaunchKernel
+from gpurt import nvrtc
+from gpurt._launch import kernel as glaunch
+from gpurt._launch import module as gmodule
+from gpurt._launch import path as _launchpath
+from gpurt._nvrtc import cache as _kcache
 
 R = cu.CUresult
 SOURCE = r"""
@@ -128,24 +131,24 @@ def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
     driver = FakeDriver({b"axpy": AXPY_SIZES, b"narrow": [8]})
     if request.param == "compiled":
         if _launchpath.claunch is None:
-            pytest.skip("the C extension gpurt._claunch is not built")
+            pytest.skip("the C extension gpurt._launch._claunch is not built")
         c_launch = CLaunchKernel(lambda *args: int(driver.cuLaunchKernel(*args)[0]))
         monkeypatch.setattr(_launchpath, "_found", (c_launch.address, "the fake driver"))
         monkeypatch.setattr(_launchpath, "pure_python", False)
-    else:  # what GPURT_PURE_PYTHON_LAUNCH=1 makes of gpurt.launch at import
+    else:  # what GPURT_PURE_PYTHON_LAUNCH=1 makes of gpurt._launch.kernel at import
         monkeypatch.setattr(_launchpath, "pure_python", True)
         monkeypatch.setattr(gpurt.Kernel, "__call__", _PYTHON_CALL)
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("GPURT_CACHE_DISABLE", raising=False)
     monkeypatch.setattr(glaunch, "cu", driver)
-    monkeypatch.setattr(nvrtc, "cu", driver)
+    monkeypatch.setattr(gmodule, "cu", driver)
     monkeypatch.setattr(glaunch, "_cuLaunchKernel", driver.cuLaunchKernel)
     monkeypatch.setattr(glaunch, "bind_context", lambda index: None)
     monkeypatch.setattr(glaunch, "current_device", lambda: 0)
     monkeypatch.setattr(glaunch, "_index", lambda device=None: 0)
-    state = threading.local()
-    state.index = state.bound = 0  # as set_device(0) leaves it, on this thread only
-    monkeypatch.setattr(glaunch, "_device_tls", state)
+    # as set_device(0) leaves this thread's state (gpurt/_core/state.py)
+    monkeypatch.setattr(glaunch.THREAD, "index", 0, raising=False)
+    monkeypatch.setattr(glaunch.THREAD, "bound", 0, raising=False)
     nvrtc.clear_cache()
     yield driver
     nvrtc.clear_cache()
@@ -321,9 +324,11 @@ def test_a_missing_kernel_is_not_recompiled(fake: FakeDriver) -> None:
     gpurt.compile(source, arch="sm_90")
     nvrtc.clear_cache()
     module = gpurt.compile(source, arch="sm_90")  # from the disk cache
-    with pytest.raises(gpurt.CudaError, match="CUDA_ERROR_NOT_FOUND.*name_expressions"):
-        module["other"](1, 1, ())
-    assert len(fake.loads) == 1
+    with pytest.raises(KeyError) as caught:
+        module["other"]  # known from the cubin, before anything is loaded
+    assert ("no kernel 'other' in this module; its kernels are: 'axpy', 'narrow'"
+            in caught.value.args[0])
+    assert fake.loads == []
 
 
 @pytest.mark.parametrize("code, kind", [

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import gpurt
 from gpurt import memviz
-from gpurt._memtimeline import build_timelines, callsite, format_bytes, load_snapshot
+from gpurt._profiler.memtimeline import build_timelines, callsite, format_bytes, load_snapshot
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 FIXTURE = os.path.join(DATA, "memory_snapshot.json")
@@ -149,6 +149,13 @@ def test_callsite_skips_gpurt_frames():
     assert callsite(frames) == "forward (model.py:42)"
     assert callsite(frames[:1]) == "alloc (memory.py:3)"
     assert callsite([]) == "(no stack recorded)"
+
+
+def test_callsite_skips_frames_of_gpurt_subpackages_but_not_bundled_kernels():
+    frames = [{"filename": "/venv/site-packages/gpurt/_memory/allocator.py", "line": 9,
+               "name": "malloc"},
+              {"filename": "/venv/site-packages/gpurt/kernels/gemm.py", "line": 7, "name": "gemm"}]
+    assert callsite(frames) == "gemm (gemm.py:7)"
 
 
 def test_format_bytes():

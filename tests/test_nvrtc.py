@@ -19,8 +19,8 @@ import warnings
 import pytest
 
 import gpurt
-from gpurt import _kcache
 from gpurt import nvrtc as gnvrtc
+from gpurt._nvrtc import cache as _kcache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpurt.__file__)))
 
@@ -160,6 +160,66 @@ def test_templates_and_name_expressions(cache):
     assert [p.fmt for p in module["ns::fill<int>"].params] == ["Q", "i"]
     with pytest.raises(KeyError, match="name_expressions"):
         module["scale<int, 1>"]
+
+
+@pytest.mark.parametrize("source", [b'extern "C" __global__ void f() {}', None, 3,
+                                    ['extern "C" __global__ void f() {}']])
+def test_a_source_that_is_not_a_str_is_a_type_error(cache, source):
+    with pytest.raises(TypeError, match="source as a str"):
+        gpurt.compile(source, arch="sm_90")
+    assert entries(cache) == []  # refused before NVRTC ran
+
+
+def test_bytes_are_told_to_be_decoded(cache):
+    with pytest.raises(TypeError, match="decode the bytes first"):
+        gpurt.compile(SAXPY.encode(), arch="sm_90")
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "compute_90"])
+def test_a_missing_kernel_is_a_key_error_naming_the_kernels(cache, arch):
+    """Known at the lookup, without a GPU: the cubin's symbol table (PTX: its .entry lines)
+    lists the module's kernels."""
+    source = SAXPY + 'extern "C" __global__ void other(int* x) { x[0] = helper(x[0]); }\n'
+    source = "__device__ __noinline__ int helper(int v) { return v * 3; }\n" + source
+    module = gpurt.compile(source, arch=arch)
+    assert module["saxpy"] is module["saxpy"] and module["other"].name == "other"
+    for missing in ("no_such_kernel", "helper", "saxp"):
+        with pytest.raises(KeyError) as caught:
+            module[missing]
+        assert caught.value.args[0].startswith(
+            f"no kernel '{missing}' in this module; its kernels are: 'other', 'saxpy' (C++")
+
+
+def test_kernels_by_mangled_name_and_unparsable_code(cache):
+    from gpurt._launch.module import entry_names
+    module = gpurt.compile(TEMPLATES, name_expressions=["scale<float, 128>"], arch="sm_90")
+    assert module["_Z5scaleIfLi128EEvPT_PKS0_S0_i"].symbol == "_Z5scaleIfLi128EEvPT_PKS0_S0_i"
+    with pytest.raises(KeyError) as caught:
+        module["scale"]  # a C++ kernel: its plain name is not its symbol
+    assert "its kernels are: '_Z5scaleIfLi128EEvPT_PKS0_S0_i'" in caught.value.args[0]
+    assert entry_names(module.code[:100], "cubin") is None  # cut short: the driver will tell
+    assert entry_names(b"not an ELF at all", "cubin") is None
+    assert entry_names(b"", "ptx") == frozenset()
+
+
+@pytest.mark.parametrize("option", [
+    "-dlto", "--dlink-time-opt", "-rdc=true", "--relocatable-device-code=true", "-rdc", "-dc",
+    "--device-c"])
+def test_options_that_need_linking_are_refused_before_compiling(cache, option):
+    with pytest.raises(ValueError, match="linking is not supported yet"):
+        gpurt.compile(SAXPY, options=[option], arch="sm_90")
+    assert entries(cache) == []
+
+
+@pytest.mark.parametrize("option", ["--ptx", "-fatbin", "--fdevice-syntax-only"])
+def test_options_that_change_the_output_kind_are_refused(cache, option):
+    with pytest.raises(ValueError, match="kind of output"):
+        gpurt.compile(SAXPY, options=[option], arch="sm_90")
+
+
+def test_relocatable_code_off_is_fine(cache):
+    module = gpurt.compile(SAXPY, options=["-rdc=false"], arch="sm_90")
+    assert module.kind == "cubin" and len(module.code) > 0 and module["saxpy"]
 
 
 def test_in_memory_headers(cache):

@@ -11,8 +11,7 @@ from cuda.bindings import driver as cu
 
 import _multigpu
 import gpurt
-from gpurt._driver import check
-
+from gpurt._core.driver import check
 
 pytestmark = [pytest.mark.gpu, _multigpu.multi_gpu(nccl=False)]
 

@@ -15,7 +15,7 @@ from rich.console import Console
 
 import gpurt
 from gpurt import nvtx, profiler
-from gpurt._trace import HOST_PID, ProfileResult, TraceRecord, chrome_trace, key_averages
+from gpurt._profiler.trace import HOST_PID, ProfileResult, TraceRecord, chrome_trace, key_averages
 
 
 def rec(name, kind="kernel", start=0.0, dur=1000.0, stream=7, device=0, **kw) -> TraceRecord:
@@ -192,13 +192,13 @@ class FakeDevice:
             device.synchronized += 1
 
         streams = importlib.import_module("gpurt.streams")
-        nvrtc = importlib.import_module("gpurt.nvrtc")
+        launch = importlib.import_module("gpurt._launch.kernel")
         monkeypatch.setattr(streams, "Event", Event, raising=False)
         monkeypatch.setattr(streams, "ExternalStream", external_stream, raising=False)
         monkeypatch.setattr(streams, "current_stream", lambda device=None: self.current,
                             raising=False)
-        monkeypatch.setattr(nvrtc, "add_launch_hook", self.hooks.append, raising=False)
-        monkeypatch.setattr(nvrtc, "remove_launch_hook", self.hooks.remove, raising=False)
+        monkeypatch.setattr(launch, "add_launch_hook", self.hooks.append, raising=False)
+        monkeypatch.setattr(launch, "remove_launch_hook", self.hooks.remove, raising=False)
         monkeypatch.setattr(profiler, "current_device", lambda: 0)
         monkeypatch.setattr(profiler, "synchronize_device", synchronize)
         monkeypatch.setattr(profiler, "_pool", profiler._EventPool())
@@ -334,7 +334,7 @@ def test_exception_inside_unhooks_and_keeps_records(fake):
     with pytest.raises(ZeroDivisionError):
         with profiler.profile(console=Console(file=out)) as prof:
             fake.launch("k", 1.0)
-            1 / 0
+            _ = 1 / 0
     assert fake.hooks == [] and nvtx._observer is None
     assert out.getvalue() == ""  # no table on an exception
     assert [r.name for r in prof.records] == ["k"]

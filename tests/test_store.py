@@ -1,5 +1,5 @@
-"""Tests for gpurt/_store.py and gpurt/_rendezvous.py: the stores (HashStore, TCPStore,
-FileStore), rendezvous and its world checks, and the store barrier. CPU only.
+"""Tests for gpurt/distributed/_store.py and gpurt/distributed/_rendezvous.py: the stores
+(HashStore, TCPStore, FileStore), rendezvous and its world checks, and the store barrier. CPU only.
 
 Each store passes the same set/get/add/wait/timeout tests; the multi-process tests start
 ``python -c`` workers (ports are picked free, folders are tmp_path) and assert the messages
@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from _threads import in_thread
-from gpurt import _store
-from gpurt._rendezvous import barrier, join_world, rendezvous
-from gpurt._store import (
+from gpurt.distributed import _store
+from gpurt.distributed._rendezvous import barrier, join_world, rendezvous
+from gpurt.distributed._store import (
     DistributedError,
     DistributedTimeoutError,
     FileStore,
@@ -47,8 +47,8 @@ ENV_NAMES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
 WORKER = textwrap.dedent(
     """
     import json, os, sys
-    from gpurt._rendezvous import barrier, rendezvous
-    from gpurt._store import DistributedError
+    from gpurt.distributed._rendezvous import barrier, rendezvous
+    from gpurt.distributed._store import DistributedError
     spec = json.loads(sys.argv[1])
     result = {"pid": os.getpid()}
     try:
@@ -71,7 +71,7 @@ WORKER = textwrap.dedent(
 
 # A TCPStore master that prints its port and lives until it is killed.
 MASTER = (
-    "import time; from gpurt._store import TCPStore; "
+    "import time; from gpurt.distributed._store import TCPStore; "
     "store = TCPStore('127.0.0.1', 0, is_master=True, timeout=5); "
     "print(store.port, flush=True); time.sleep(60)"
 )

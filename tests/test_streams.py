@@ -22,17 +22,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-# the fake_* fixtures are used by name
-from _fakes import FakeContexts, FakeDriver, device_module
-from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from cuda.bindings import driver as cu
 from cuda.bindings import nvrtc
 
 import gpurt
+
+# the fake_* fixtures are used by name
+from _fakes import FakeContexts, FakeDriver, device_module, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from _threads import in_thread
-from gpurt import _handles, streams
-from gpurt._driver import CudaUnavailableError, check
+from gpurt import streams
+from gpurt._core import state
+from gpurt._core.driver import CudaUnavailableError, check
+from gpurt._streams import handles as _handles
 
 NO_DRIVER = pytest.mark.skipif(gpurt.is_available(), reason="checks behaviour without a driver")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,7 +154,7 @@ def test_default_and_current_stream(fake_driver: FakeDriver) -> None:
 def test_every_change_of_a_current_stream_drops_the_threads_place(
         fake_driver: FakeDriver) -> None:
     """gpurt.device keeps a per-thread record of the current device and its current stream
-    (gpurt/_ownership.py's place); whatever changes a current stream drops it."""
+    (gpurt/_array/ownership.py's place); whatever changes a current stream drops it."""
     s, s1 = gpurt.Stream(), gpurt.Stream(device=1)
     context = gpurt.stream(s)
     changes: list[Callable[[], Any]] = [
@@ -163,12 +164,12 @@ def test_every_change_of_a_current_stream_drops_the_threads_place(
         s.__enter__, lambda: s.__exit__(None, None, None),
     ]
     for change in changes:
-        device_module.remember_place(("place",))
+        state.remember_place(("place",))
         change()
-        assert device_module.current_place() is None
+        assert state.current_place() is None
     with gpurt.stream(s1):
-        device_module.remember_place(("place",))
-    assert device_module.current_place() is None  # the exit restored device 0 and its stream
+        state.remember_place(("place",))
+    assert state.current_place() is None  # the exit restored device 0 and its stream
 
 
 def test_current_stream_is_per_device(fake_driver: FakeDriver) -> None:
@@ -204,7 +205,7 @@ def test_with_stream_restores_on_exception(fake_driver: FakeDriver) -> None:
         raise KeyError("boom")
     assert gpurt.current_stream() is gpurt.default_stream()
     assert streams.current_stream_handle(0) == 0
-    assert streams._local.state.saved == []
+    assert streams.THREAD.streams.saved == []
     with pytest.raises(KeyError), gpurt.stream(s):
         raise KeyError("boom")
     assert gpurt.current_stream() is gpurt.default_stream()
@@ -997,3 +998,39 @@ def test_gpu_streams_on_two_devices(host_flags: HostFlags) -> None:
         assert host_flags.values[1] == 9
     with pytest.raises(ValueError, match="created on cuda:0"):
         s1.record_event(s0.record_event())
+
+
+def test_as_stream_handle_takes_every_kind_of_stream(fake_driver: FakeDriver) -> None:
+    """gpurt.as_stream_handle, the one conversion from a stream object to its raw handle."""
+    class TorchLike:
+        cuda_stream = 1234
+
+    class CoreLike:
+        def __cuda_stream__(self):
+            return (0, 99)
+
+    class CupyLike:
+        ptr = 77
+
+    s = gpurt.Stream()
+    assert gpurt.as_stream_handle(5) == 5
+    assert gpurt.as_stream_handle(cu.CUstream(6)) == 6
+    assert gpurt.as_stream_handle(s) == int(s.cuda_stream) != 0
+    assert gpurt.as_stream_handle(TorchLike()) == 1234
+    assert gpurt.as_stream_handle(CoreLike()) == 99
+    assert gpurt.as_stream_handle(CupyLike()) == 77
+    assert gpurt.as_stream_handle(None) == 0  # the current stream: the legacy default
+    with s:
+        assert gpurt.as_stream_handle(None) == gpurt.as_stream_handle(None, 0) == int(s.cuda_stream)
+    for bad in ("stream", 1.5, True, object()):
+        with pytest.raises(TypeError, match="expected a stream"):
+            gpurt.as_stream_handle(bad)
+
+
+def test_as_stream_wraps_foreign_streams(fake_driver: FakeDriver) -> None:
+    s = gpurt.Stream()
+    assert gpurt.as_stream(s) is s
+    assert gpurt.as_stream(None) is gpurt.current_stream()
+    external = gpurt.as_stream(1234, device=1)
+    assert isinstance(external, gpurt.ExternalStream)
+    assert int(external.cuda_stream) == 1234 and external.device_index == 1

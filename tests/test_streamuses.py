@@ -1,4 +1,4 @@
-"""Blocks used on streams that are destroyed (gpurt/_streamuses.py and the stream-destroy
+"""Blocks used on streams that are destroyed (gpurt/_memory/streamuses.py and the stream-destroy
 hook that gpurt.memory registers with gpurt.streams).
 
 The crash this guards against: ``record_stream`` on a side stream, the stream is closed (or
@@ -30,11 +30,15 @@ from cuda.bindings import driver as cu
 
 import gpurt
 from _fakes import FakeDriver, fake_driver_fixture, fake_gpus_fixture  # noqa: F401
-from allocator_model import KiB, FakeBackend, Segfault
-from gpurt import _backends, _blocks, _handles, _pinned
+from allocator_model import FakeBackend, KiB, Segfault
 from gpurt import memory as mem
-from gpurt._allocator import CachingAllocator
-from gpurt._allocconf import AllocatorConfig
+from gpurt._memory import async_pool as _async_pool
+from gpurt._memory import blocks as _blocks
+from gpurt._memory import driver as _backend
+from gpurt._memory import pinned as _pinned
+from gpurt._memory.allocator import CachingAllocator
+from gpurt._memory.config import AllocatorConfig
+from gpurt._streams import handles as _handles
 from gpurt.device import bind_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -194,9 +198,9 @@ def test_pinned_blocks_used_on_a_closed_stream(fake_driver: FakeDriver,
 def test_cuda_malloc_async_frees_after_a_closed_streams_work(
         fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
     driver = MoreDriver(fake_driver)
-    monkeypatch.setattr(_backends, "cu", driver)
-    monkeypatch.setattr(_backends, "bind_context", fake_driver.contexts.bind)
-    allocator = _backends.AsyncAllocator.__new__(_backends.AsyncAllocator)  # no memory pool
+    monkeypatch.setattr(_async_pool, "cu", driver)
+    monkeypatch.setattr(_async_pool, "bind_context", fake_driver.contexts.bind)
+    allocator = _async_pool.AsyncAllocator.__new__(_async_pool.AsyncAllocator)  # no memory pool
     allocator.device = 0
     allocator._lock = threading.Lock()
     allocator._queued = collections.deque()
@@ -232,14 +236,14 @@ def test_driver_backend_records_at_free_only_under_its_own_context(
         def cuCtxGetCurrent() -> tuple:
             return cu.CUresult.CUDA_SUCCESS, cu.CUcontext(current[0])
 
-    monkeypatch.setattr(_backends, "cu", Contexts)
-    monkeypatch.setattr(_backends, "primary_context", lambda index: cu.CUcontext(0x700 + index))
-    backend = _backends.DriverBackend(0)
+    monkeypatch.setattr(_backend, "cu", Contexts)
+    monkeypatch.setattr(_backend, "primary_context", lambda index: cu.CUcontext(0x700 + index))
+    backend = _backend.DriverBackend(0)
     assert backend.may_record_events()
     current[0] = 0x701  # device 1's context is bound (a finalizer inside its driver call)
     assert not backend.may_record_events()
     current[0] = 0x700
-    monkeypatch.setattr(_backends, "in_host_callback", lambda: True)
+    monkeypatch.setattr(_backend, "in_host_callback", lambda: True)
     assert not backend.may_record_events()  # no CUDA call on the driver's callback thread
 
 
@@ -259,9 +263,9 @@ def test_driver_backend_reads_the_capture_id(monkeypatch: pytest.MonkeyPatch) ->
         def cuStreamGetCaptureInfo(stream: int) -> tuple:
             return answers[int(stream)]
 
-    monkeypatch.setattr(_backends, "cu", Captures)
-    monkeypatch.setattr(_backends, "bind_context", lambda index: None)
-    backend = _backends.DriverBackend(0)
+    monkeypatch.setattr(_backend, "cu", Captures)
+    monkeypatch.setattr(_backend, "bind_context", lambda index: None)
+    backend = _backend.DriverBackend(0)
     assert backend.capture_id(0x10) == 42
     assert backend.capture_id(0x20) is None and backend.capture_id(0x30) is None
     assert backend.capture_id(0) is None  # the legacy stream is in no capture
@@ -373,7 +377,7 @@ def test_gpu_arrays_like_the_demo(gpu_state: None) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_pinned_and_async_backends_survive_a_closed_stream() -> None:
+def test_gpu_pinned_and_async_backend_survive_a_closed_stream() -> None:
     code = textwrap.dedent("""
         import gc, numpy as np, gpurt
         from cuda.bindings import driver as cu

@@ -131,7 +131,7 @@ def make_snapshot(steps: int = 6, seed: int = 0) -> dict[str, Any]:
     history = []
     for step in range(steps):
         activations = []
-        for layer in range(4):
+        for _layer in range(4):
             activations.append(alloc.malloc(rng.choice([3, 4, 6]) * MiB, frames("forward", 52)))
             temps = [alloc.malloc(rng.choice([64, 128, 256, 512]) * KiB, frames("attention", 67))
                      for _ in range(3)]

@@ -1,0 +1,1 @@
+"""The machinery behind gpurt.array: ownership, copies, layout, dtypes, DLPack/CAI interop."""

@@ -1,0 +1,132 @@
+"""Reading foreign device arrays without copying: the consumer side of the CUDA Array
+Interface (v3) and of DLPack. Each returns a :class:`Foreign` description that
+gpurt.array wraps into an Array; the producer's work is ordered before our stream's
+(the CAI ``stream`` field through an event, DLPack by handing the producer our stream).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import streams
+from ..device import bind_context, current_device
+from . import copies as _copy
+from . import dlpack as _dlpack
+from . import layout as _layout
+from .dlpack import DLDeviceType
+from .dtypes import as_dtype
+
+__all__: list[str] = []  # internal module
+
+
+class Foreign(NamedTuple):
+    """A foreign device array as gpurt sees it; ``keep`` must stay alive as long as the
+    memory is used (the CAI producer), or ``imported`` must be released once (DLPack)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+    device_index: int
+    stream: Any  # the gpurt Stream that may use the data
+    keep: Any
+    imported: _dlpack.Imported | None
+
+
+def describe(obj: Any, stream: Any) -> Foreign | None:
+    """``obj`` as a foreign device array, or None when it is host data."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        cai = None
+    except Exception:
+        if not hasattr(obj, "__dlpack__"):
+            raise
+        cai = None  # e.g. a dtype the producer cannot describe this way: DLPack may
+    if cai is not None:
+        return from_cuda_array_interface(obj, cai, stream)
+    dlpack_device = getattr(obj, "__dlpack_device__", None)
+    on_cuda = dlpack_device is not None and int(dlpack_device()[0]) == DLDeviceType.kDLCUDA
+    return from_dlpack(obj, stream) if on_cuda and hasattr(obj, "__dlpack__") else None
+
+
+def _consumer_stream(index: int, stream: Any) -> Any:
+    """The stream that will use the data: ``stream`` (checked) or the current one."""
+    if stream is None:  # without an argument current_stream() skips validating the index
+        return streams.current_stream() if index == current_device() else \
+            streams.current_stream(index)
+    if stream.device_index != index:
+        raise ValueError(
+            f"the array lives on cuda:{index}, the stream on cuda:{stream.device_index}"
+        )
+    return stream
+
+
+def from_cuda_array_interface(obj: Any, cai: dict[str, Any], stream: Any) -> Foreign:
+    """Read a ``__cuda_array_interface__`` dict; our stream waits for the producer's
+    ``stream`` (v3; None means no synchronisation is needed)."""
+    if cai.get("mask") is not None:
+        raise ValueError("masked arrays (a 'mask' in __cuda_array_interface__) are not supported")
+    shape = _layout.normalize_shape(cai["shape"])
+    dtype = as_dtype(cai["typestr"])
+    ptr = int(cai["data"][0] or 0)
+    raw_strides = cai.get("strides")
+    if raw_strides is None:
+        strides = _layout.contiguous_strides(shape, dtype.itemsize)
+    else:
+        strides = tuple(int(s) for s in raw_strides)
+        if len(strides) != len(shape):
+            raise ValueError(f"__cuda_array_interface__ strides {strides} do not match {shape}")
+    if ptr:
+        index = _copy.pointer_device(ptr)
+        stream = _consumer_stream(index, stream)
+    else:  # an empty array has no address, hence no device of its own
+        stream = streams.current_stream() if stream is None else stream
+        index = stream.device_index
+    producer = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
+    if producer is not None:
+        if int(producer) == 0:
+            raise ValueError("__cuda_array_interface__ stream 0 is not allowed (1 means the "
+                             "legacy default stream)")
+        if int(producer) != stream.cuda_stream:
+            bind_context(index)
+            _copy.wait_for(index, stream.cuda_stream, int(producer))
+    return Foreign(ptr, shape, strides, dtype, index, stream, obj, None)
+
+
+def from_dlpack(obj: Any, stream: Any) -> Foreign:
+    """Consume a DLPack producer (anything with ``__dlpack__``, or a capsule). We pass
+    our stream so that the producer orders its work before it (DLPack's handshake)."""
+    if type(obj).__name__ == "PyCapsule":
+        imported = _dlpack.consume_capsule(obj)
+    else:
+        if not hasattr(obj, "__dlpack__"):
+            raise TypeError(f"{type(obj).__name__} does not support DLPack (no __dlpack__)")
+        dev_type, dev_id = obj.__dlpack_device__()
+        dev_type, dev_id = int(dev_type), int(dev_id)
+        if dev_type != DLDeviceType.kDLCUDA:
+            raise TypeError(
+                f"from_dlpack needs a CUDA device array; this {type(obj).__name__} is on "
+                f"{_dlpack.device_type_name(dev_type)} (use gpurt.asarray to copy host data)"
+            )
+        stream = _consumer_stream(dev_id, stream)
+        handle = stream.cuda_stream or 1  # 1: the legacy default stream in DLPack terms
+        try:
+            capsule = obj.__dlpack__(stream=handle, max_version=_dlpack.VERSION)
+        except TypeError:  # a producer older than DLPack 1.0's keywords
+            capsule = obj.__dlpack__(stream=handle)
+        imported = _dlpack.consume_capsule(capsule)
+    try:
+        if imported.device_type != DLDeviceType.kDLCUDA:
+            raise TypeError(
+                "from_dlpack needs a CUDA device tensor; this one is on "
+                f"{_dlpack.device_type_name(imported.device_type)}"
+            )
+        stream = _consumer_stream(imported.device_id, stream)
+    except BaseException:
+        imported.release()
+        raise
+    return Foreign(imported.data, imported.shape, imported.strides, imported.dtype,
+                   imported.device_id, stream, None, imported)

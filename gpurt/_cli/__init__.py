@@ -1,0 +1,1 @@
+"""The `gpurt` command's reports: info and the demo tour."""

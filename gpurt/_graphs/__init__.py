@@ -1,0 +1,1 @@
+"""The machinery behind gpurt.graphs: capture state and graph kernel nodes."""

@@ -1,0 +1,1 @@
+"""Kernel launch: the Kernel object, argument plans, parameter types, the C launch path."""

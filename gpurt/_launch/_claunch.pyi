@@ -1,0 +1,39 @@
+"""Type stub of the C extension gpurt._launch._claunch (gpurt/_launch/_claunch.c)."""
+
+from collections.abc import Callable
+from typing import Any
+
+class Launcher:
+    """Calls cuLaunchKernel at ``address`` for the CUfunction ``function``."""
+
+    address: int
+    function: int
+
+    def __init__(self, address: int, function: int,
+                 dims: Callable[[Any, str], tuple[int, int, int]]) -> None: ...
+    def __call__(self, grid: Any, block: Any, shared_mem: int, stream: Any,
+                 params: int) -> int: ...
+
+MAX_PARAM_BYTES: int
+MAX_PARAMS: int
+
+class PackingLauncher:
+    """Packs plain arguments and launches with ``launcher``; hands the rest to ``fallback``."""
+
+    launcher: Launcher
+    fallback: Callable[..., None]
+
+    def __init__(self, launcher: Launcher, size: int, layout: tuple[tuple[int, str], ...],
+                 array_type: type, hooks: list[Any], fallback: Callable[..., None],
+                 refused: Callable[..., None]) -> None: ...
+    def __call__(self, grid: Any, block: Any, args: Any, shared_mem: int, stream: Any,
+                 index: int) -> None: ...
+
+class KernelCall:
+    """Kernel.__call__ in C, taking the calls that ``function`` (the Python one) does not."""
+
+    __wrapped__: Callable[..., None]
+
+    def __init__(self, function: Callable[..., None], thread: Any,
+                 convert: Callable[[Any], int]) -> None: ...
+    def __call__(self, kernel: Any, *args: Any, **kwargs: Any) -> None: ...

@@ -1,0 +1,1 @@
+"""The machinery behind gpurt.nvrtc: the kernel cache (memory and disk)."""
