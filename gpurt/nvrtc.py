@@ -23,6 +23,7 @@ from cuda.bindings import nvrtc as _nvrtc
 
 from . import _kcache
 from ._driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
+from ._files import write_atomic
 from ._kcache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from .device import get_arch
 from .launch import (
@@ -412,10 +413,7 @@ def compile_file(path: str, arch: str, options: Sequence[str] = (),
     if output is None:
         output = os.path.splitext(path)[0] + (".ptx" if entry.kind == "ptx" else ".cubin")
     data = entry.binary.rstrip(b"\0") if entry.kind == "ptx" else entry.binary
-    tmp = f"{output}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, output)
+    write_atomic(output, data, ".gpurt-tmp-", 0o666)
     return output
 
 
