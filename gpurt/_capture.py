@@ -144,19 +144,38 @@ class GraphState:
 
 _lock = threading.Lock()
 _active_captures = 0
+_capturing_threads: collections.Counter[int] = collections.Counter()  # by threading.get_ident
 _deferred: collections.deque[GraphState] = collections.deque()
 
 
-def capture_started() -> None:
+def capture_started(thread: int) -> None:
+    """Count a capture begun by the thread ``thread`` (a threading.get_ident())."""
     global _active_captures
     with _lock:
         _active_captures += 1
+        _capturing_threads[thread] += 1
 
 
-def capture_stopped() -> None:
+def capture_stopped(thread: int) -> None:
     global _active_captures
     with _lock:
         _active_captures -= 1
+        _capturing_threads[thread] -= 1
+        if _capturing_threads[thread] <= 0:
+            del _capturing_threads[thread]
+
+
+def refuse_host_access(what: str) -> None:
+    """Raise GraphCaptureError when the calling thread is capturing a CUDA graph: ``what``
+    (a host read of device data, or a copy from host memory) would run now, before any of
+    the captured work, and the graph would lack it. Callers test ``_active_captures``
+    first, so that code outside any capture pays one global read."""
+    if _capturing_threads.get(threading.get_ident()):
+        raise GraphCaptureError(
+            900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+            f"{what} during CUDA graph capture: a host read or a copy from host memory would "
+            "run now, not at replay, and the graph would lack it (torch raises too). Do it "
+            "before or after the capture; the capture is unaffected and can go on.")
 
 
 def captures_active() -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _copy, _dlpack, _dtypes, _interop, _layout, memory
+from . import _capture, _copy, _dlpack, _dtypes, _interop, _layout, memory
 from ._arraycopy import _check_match, _copy_device, _host_copy, _wait_for
 from ._dlpack import DLDeviceType
 from ._dtypes import *  # noqa: F403 (the dtype names, re-exported below)
@@ -234,6 +234,8 @@ class Array:
             else:  # a (nested) sequence of numbers becomes this array's dtype
                 host = np.asarray(src, dtype=self.dtype)
         _check_match(self, host.dtype, host.shape, "copy_")
+        if _capture._active_captures:
+            _capture.refuse_host_access("Array.copy_() from host memory")
         if not host.flags.c_contiguous:
             host = np.ascontiguousarray(host)
         _host_copy(self, host, True, non_blocking)
@@ -243,6 +245,8 @@ class Array:
         """Copy to host memory (``out`` if given: same shape and dtype) and return it.
         Synchronous unless ``non_blocking`` and ``out`` is C-contiguous, in which case the
         data is there once the array's stream is synchronized."""
+        if _capture._active_captures:
+            _capture.refuse_host_access("Array.to_numpy()")
         if out is None:
             target = out = np.empty(self.shape, self.dtype)
         else:
@@ -260,12 +264,16 @@ class Array:
 
     def numpy(self) -> np.ndarray:
         """A host copy as a numpy array (torch's name; synchronous)."""
+        if _capture._active_captures:
+            _capture.refuse_host_access("Array.numpy()")
         return self.to_numpy()
 
     def item(self) -> Any:
         """The single element as a Python scalar (a synchronous copy)."""
         if self.size != 1:
             raise ValueError(f"item() needs an array with one element, this one has {self.size}")
+        if _capture._active_captures:
+            _capture.refuse_host_access("Array.item()")
         return self.to_numpy().reshape(()).item()
 
     def fill_(self, value: Any) -> Array:

@@ -60,6 +60,7 @@ class _Capture:
     stream: Any  # the gpurt Stream being captured (kept alive while capturing)
     device: int
     pool: PoolId
+    thread: int = dataclasses.field(default_factory=threading.get_ident)  # capture_begin's
 
 
 class CUDAGraph:
@@ -113,7 +114,7 @@ class CUDAGraph:
         except BaseException:
             _memory.release_pool(index, pool_id)
             raise
-        _capture.capture_started()
+        _capture.capture_started(capture.thread)
         try:
             check(cu.cuStreamBeginCapture(stream.handle, mode), "cuStreamBeginCapture")
         except BaseException:
@@ -165,7 +166,7 @@ class CUDAGraph:
         try:
             _memory.end_allocate_to_pool(capture.device, capture.pool)
         finally:
-            _capture.capture_stopped()
+            _capture.capture_stopped(capture.thread)
 
     def _abort_capture(self) -> None:
         """End a failed capture without instantiating it, never raising (used when the
