@@ -19,7 +19,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from . import memory as _memory
-from ._driver import CudaError, check
+from ._driver import CudaError, check, renew_after_fork
 from ._handles import in_host_callback
 from .device import bind_context
 
@@ -143,6 +143,7 @@ class GraphState:
 
 
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 _active_captures = 0
 _capturing_threads: collections.Counter[int] = collections.Counter()  # by threading.get_ident
 _deferred: collections.deque[GraphState] = collections.deque()

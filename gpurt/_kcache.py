@@ -35,7 +35,7 @@ from typing import Any
 from cuda import pathfinder
 from cuda.bindings import nvrtc as _nvrtc
 
-from ._driver import bindings_version, check
+from ._driver import bindings_version, check, renew_after_fork
 from ._files import write_atomic
 
 __all__ = ["Entry", "Toolchain", "cache_dir", "clear_cache"]
@@ -87,6 +87,7 @@ def cache_dir() -> str | None:
 
 
 _state_lock = threading.Lock()
+renew_after_fork(globals(), _state_lock=threading.Lock)
 _unusable: set[str] = set()
 _warned = False
 _made: set[str] = set()

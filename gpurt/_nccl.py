@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _dtypes
+from ._driver import renew_after_fork
 from ._store import DistributedError
 from .device import bind_context
 
@@ -33,6 +34,7 @@ _IN_PROGRESS = 7  # ncclInProgress: a non-blocking call still running
 
 _module: Any = None
 _load_lock = threading.Lock()
+renew_after_fork(globals(), _load_lock=threading.Lock)
 
 
 class NcclError(DistributedError):

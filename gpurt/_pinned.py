@@ -24,7 +24,7 @@ from . import _memstats as ms
 from ._allocator import CAPTURES, RETIRE_WAIT
 from ._backends import event_query
 from ._blocks import RetiredUse
-from ._driver import check
+from ._driver import check, renew_after_fork
 from .device import bind_context, current_device
 
 __all__ = [
@@ -256,6 +256,7 @@ class PinnedAllocator:
 
 
 _host = PinnedAllocator()
+renew_after_fork(_host, _lock=threading.Lock)
 
 
 def retire_stream(device: int, stream: int) -> bool:

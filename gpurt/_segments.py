@@ -10,6 +10,7 @@ policy on top. No driver here: segments come from a :class:`Backend`.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Iterator, Protocol
 
@@ -85,6 +86,8 @@ class _Captures:
 
 
 CAPTURES = _Captures()
+# A forked child gets a fresh lock (a parent thread may have held this one at the fork).
+os.register_at_fork(after_in_child=lambda: setattr(CAPTURES, "_lock", threading.Lock()))
 
 
 def allocation_size(size: int) -> int:

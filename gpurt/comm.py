@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _collective, _nccl
+from ._driver import renew_after_fork
 from ._nccl import ReduceOp
 from .array import Array, empty, zeros
 from .device import DeviceLike, _index, current_device
@@ -31,6 +32,7 @@ _BUFFER_SIZE = 10 * 1024 * 1024  # torch's default for the *_coalesced calls
 
 _cliques: dict[tuple[int, ...], dict[int, _nccl.Communicator]] = {}
 _cliques_lock = threading.Lock()
+renew_after_fork(globals(), _cliques_lock=threading.Lock)
 
 
 def _clique(devices: Sequence[int]) -> dict[int, _nccl.Communicator]:

@@ -33,7 +33,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from . import _collective, _nccl, _rendezvous, _store
-from ._driver import check
+from ._driver import check, renew_after_fork
 from ._nccl import NcclError, ReduceOp
 from ._store import DistributedError, DistributedTimeoutError, Store
 from .array import Array
@@ -54,6 +54,7 @@ _NO_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
 _NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
 _CAPTURE_NONE = int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 _events_lock = threading.Lock()
+renew_after_fork(globals(), _events_lock=threading.Lock)
 _QUEUEING = object()  # a Work whose collective is being queued
 
 
@@ -243,6 +244,7 @@ def _capturing(stream: Stream) -> bool:
 
 _world: _Group | None = None
 _world_lock = threading.Lock()
+renew_after_fork(globals(), _world_lock=threading.Lock)
 _groups_made = 0  # keys in the store stay distinct when a process re-initialises
 
 

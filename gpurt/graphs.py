@@ -26,7 +26,7 @@ from . import _driver
 from . import memory as _memory
 from . import streams as _streams
 from ._capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
-from ._driver import CudaError, check
+from ._driver import CudaError, check, renew_after_fork
 from ._graph_nodes import KernelNode, kernel_nodes_of
 from .array import Array
 from .device import bind_context, current_device, synchronize
@@ -370,6 +370,7 @@ class stream_capture_mode:
 
 _capture_streams: dict[int, Any] = {}
 _capture_streams_lock = threading.Lock()
+renew_after_fork(globals(), _capture_streams_lock=threading.Lock)
 
 
 def _default_capture_stream(index: int) -> Any:

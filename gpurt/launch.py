@@ -31,7 +31,7 @@ from cuda.bindings import driver as cu
 
 from . import _launchpath
 from ._args import Plan, build_plan
-from ._driver import CudaError, check, is_forked_child
+from ._driver import CudaError, check, is_forked_child, renew_after_fork
 from ._launchpath import claunch as _claunch
 from ._launchpath import launch_path
 from ._params import Param, kernel_params
@@ -166,6 +166,7 @@ def _launch_attributes(config: LaunchConfig) -> list[Any]:
 
 _hooks: list[LaunchHook] = []  # changed in place: the generated launchers hold this list
 _hooks_lock = threading.Lock()
+renew_after_fork(globals(), _hooks_lock=threading.Lock)
 
 
 def add_launch_hook(fn: LaunchHook) -> None:

@@ -22,7 +22,7 @@ from . import _memstats as ms
 from . import _pinned
 from ._allocator import CachingAllocator
 from ._backends import AsyncAllocator, DriverBackend
-from ._driver import is_forked_child, is_initialized
+from ._driver import is_forked_child, is_initialized, renew_after_fork
 from ._handles import before_stream_destroy
 from ._memhistory import HistorySettings
 from ._memsummary import summary_table
@@ -60,6 +60,7 @@ Allocator = Union[CachingAllocator, AsyncAllocator]
 PoolId = tuple  # (int, int), like torch's graph_pool_handle()
 
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 _allocators: dict[int, Allocator] = {}
 _only: list[Any] = []  # the free method while exactly one allocator exists (fast path)
 _config: _allocconf.AllocatorConfig | None = None

@@ -25,7 +25,7 @@ from rich.console import Console
 from . import nvrtc as _nvrtc
 from . import nvtx
 from . import streams as _streams
-from ._driver import CudaError, check
+from ._driver import CudaError, check, renew_after_fork
 from .device import bind_context, current_device
 from .device import synchronize as synchronize_device
 from ._trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
@@ -80,6 +80,7 @@ class _EventPool:
 
 
 _pool = _EventPool()
+renew_after_fork(_pool, _lock=threading.Lock)
 
 
 class _Pending:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from cuda.bindings import driver as cu
 
-from ._driver import check
+from ._driver import check, renew_after_fork
 from ._handles import (
     launch_host_func,
     Owned,
@@ -99,6 +99,7 @@ class _ThreadState:
 
 _states: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
 _states_lock = threading.Lock()
+renew_after_fork(globals(), _states_lock=threading.Lock)
 
 
 class _Local(threading.local):

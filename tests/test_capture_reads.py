@@ -11,9 +11,9 @@ import types
 
 import numpy as np
 import pytest
+from _graph_fakes import FakeGraphs, fake_driver, fake_gpus, fake_graphs  # noqa: F401
 
 import gpurt
-from _graph_fakes import FakeGraphs, fake_driver, fake_gpus, fake_graphs  # noqa: F401
 from gpurt import _capture
 from gpurt.graphs import GraphCaptureError
 

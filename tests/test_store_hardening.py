@@ -37,8 +37,7 @@ def server_of(store: TCPStore) -> _store._Server:
 def raw(store: TCPStore) -> socket.socket:
     """A bare connection to ``store``'s server, its hello read."""
     sock = socket.create_connection(("127.0.0.1", store.port), timeout=5)
-    status, (hello,) = _store._receive(sock, _store._REPLY)
-    assert status == _store._OK
+    assert _store._receive(sock, _store._REPLY)[0] == _store._OK
     return sock
 
 
@@ -191,7 +190,7 @@ def test_the_secret_is_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
         conn, _ = listener.accept()
         with conn:
             _store._send(conn, _store._REPLY, _store._OK, _store._INT.pack(100) + nonce)
-            op, (client_nonce, proof) = _store._receive(conn, _store._REQUEST)
+            _, (client_nonce, proof) = _store._receive(conn, _store._REQUEST)
             seen.extend([client_nonce, proof])
             _store._send(conn, _store._REPLY, _store._ERROR, b"no")
 
