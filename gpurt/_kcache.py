@@ -158,6 +158,13 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=20).hexdigest()
 
 
+def _entry_digest(key: str, kind: str, lowered: dict[str, str], log: str,
+                  binary: bytes) -> str:
+    """The digest of everything an entry says, its header fields as well as its binary."""
+    head = json.dumps([key, kind, lowered, log], sort_keys=True).encode()
+    return _digest(len(head).to_bytes(8, "little") + head + binary)
+
+
 def encode(key: str, entry: Entry) -> bytes:
     header = {
         "schema": SCHEMA,
@@ -166,7 +173,7 @@ def encode(key: str, entry: Entry) -> bytes:
         "lowered": entry.lowered,
         "log": entry.log,
         "size": len(entry.binary),
-        "blake2b": _digest(entry.binary),
+        "blake2b": _entry_digest(key, entry.kind, entry.lowered, entry.log, entry.binary),
     }
     head = json.dumps(header, sort_keys=True).encode()
     return _MAGIC + len(head).to_bytes(4, "little") + head + entry.binary
@@ -194,8 +201,9 @@ def decode(key: str, data: bytes) -> Entry | None:
         and header.get("schema") == SCHEMA
         and header.get("key") == key
         and header.get("size") == len(binary)
-        and header.get("blake2b") == _digest(binary)
         and header.get("kind") in ("cubin", "ptx")
+        and header.get("blake2b") == _entry_digest(key, header["kind"], lowered, header["log"],
+                                                   binary)
     )
     return Entry(binary, header["kind"], dict(lowered), header["log"]) if ok else None
 
