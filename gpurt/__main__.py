@@ -81,19 +81,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _find_bench_script() -> Path | None:
-    """benchmarks/run_all.py of the current directory, else of gpurt's source checkout."""
+    """benchmarks/run_all.py of the current directory, else of gpurt's source checkout;
+    only of a gpurt checkout (never a script that happens to sit in some folder)."""
     for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
         script = root / _BENCH_SCRIPT
-        if script.is_file():
+        if script.is_file() and _is_gpurt_checkout(root):
             return script
     return None
+
+
+def _is_gpurt_checkout(root: Path) -> bool:
+    """True for a folder with gpurt's pyproject.toml and its gpurt/ package."""
+    try:
+        project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    named = re.search(r'^name\s*=\s*"gpurt"\s*$', project, re.M) is not None
+    return named and (root / "gpurt" / "__init__.py").is_file()
 
 
 def _cmd_bench(argv: list[str]) -> int:
     script = _find_bench_script()
     if script is None:
-        return _fail("bench: benchmarks/run_all.py not found; the benchmarks ship with the "
-                     "source tree, not the wheel: run this from a gpurt checkout")
+        return _fail("bench: benchmarks/run_all.py of a gpurt checkout not found; the "
+                     "benchmarks ship with the source tree, not the wheel: run this from a "
+                     "gpurt checkout (a folder with gpurt's pyproject.toml)")
     return subprocess.call([sys.executable, str(script), *argv])
 
 

@@ -37,6 +37,7 @@ from ._array.dtypes import CACHE as _DTYPES
 from ._array.dtypes import as_dtype as _as_dtype
 from ._array.ownership import FINALIZERS as _finalizers
 from ._array.ownership import device_object, own_import, owner_of, place, place_on
+from ._core.captures import CAPTURES
 from ._core.state import current_place
 from .device import Device, DeviceLike, _index, bind_context
 
@@ -240,6 +241,8 @@ class Array:
             else:  # a (nested) sequence of numbers becomes this array's dtype
                 host = np.asarray(src, dtype=self.dtype)
         _check_match(self, host.dtype, host.shape, "copy_")
+        if CAPTURES.threads:
+            CAPTURES.refuse_host_access("Array.copy_() from host memory")
         if not host.flags.c_contiguous:
             host = np.ascontiguousarray(host)
         _host_copy(self, host, True, non_blocking)
@@ -249,6 +252,8 @@ class Array:
         """Copy to host memory (``out`` if given: same shape and dtype) and return it.
         Synchronous unless ``non_blocking`` and ``out`` is C-contiguous, in which case the
         data is there once the array's stream is synchronized."""
+        if CAPTURES.threads:
+            CAPTURES.refuse_host_access("Array.to_numpy()")
         if out is None:
             target = out = np.empty(self.shape, self.dtype)
         else:
@@ -266,12 +271,16 @@ class Array:
 
     def numpy(self) -> np.ndarray:
         """A host copy as a numpy array (torch's name; synchronous)."""
+        if CAPTURES.threads:
+            CAPTURES.refuse_host_access("Array.numpy()")
         return self.to_numpy()
 
     def item(self) -> Any:
         """The single element as a Python scalar (a synchronous copy)."""
         if self.size != 1:
             raise ValueError(f"item() needs an array with one element, this one has {self.size}")
+        if CAPTURES.threads:
+            CAPTURES.refuse_host_access("Array.item()")
         return self.to_numpy().reshape(()).item()
 
     def fill_(self, value: Any) -> Array:

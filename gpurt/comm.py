@@ -14,10 +14,12 @@ Needs NCCL: ``pip install 'gpurt[nccl]'``.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
+from ._core.fork import renew_after_fork
 from .array import Array, empty, zeros
 from .device import DeviceLike, _index, current_device
 from .distributed import _collective, _nccl
@@ -27,10 +29,27 @@ from .streams import Stream, current_stream
 __all__ = ["ReduceOp", "all_reduce", "broadcast", "broadcast_coalesced", "gather",
            "reduce_add", "reduce_add_coalesced", "scatter"]
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 _BUFFER_SIZE = 10 * 1024 * 1024  # torch's default for the *_coalesced calls
 
 _cliques: dict[tuple[int, ...], dict[int, _nccl.Communicator]] = {}
 _cliques_lock = threading.Lock()
+renew_after_fork(globals(), _cliques_lock=threading.Lock)
+
+
+def _torch_names(**renamed: str) -> Callable[[_F], _F]:
+    """Take the keyword names gpurt used before (``array=``) as torch's (``tensor=``)."""
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renamed.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {old}= and {new}=")
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        return call  # type: ignore[return-value]
+    return wrap
 
 
 def _clique(devices: Sequence[int]) -> dict[int, _nccl.Communicator]:
@@ -76,13 +95,14 @@ def _run(what: str, steps: list[Step]) -> None:
 # ---- broadcast ---------------------------------------------------------------------------
 
 
-def broadcast(array: Any, devices: Sequence[DeviceLike] | None = None, *,
+@_torch_names(array="tensor")
+def broadcast(tensor: Any, devices: Sequence[DeviceLike] | None = None, *,
               out: Sequence[Any] | None = None) -> tuple[Array, ...]:
-    """Copies of ``array`` on each of ``devices`` (the array itself for its own device),
-    or written into ``out`` (contiguous arrays, one per device). Exactly one of
-    ``devices`` and ``out``, as in torch.cuda.comm.broadcast."""
+    """Copies of ``tensor`` (a device array) on each of ``devices`` (the array itself for
+    its own device), or written into ``out`` (contiguous arrays, one per device). Exactly
+    one of ``devices`` and ``out``, as in torch.cuda.comm.broadcast."""
     what = "comm.broadcast"
-    src = _collective.flat(_collective.device_array(array, what, "array"), what, "array")
+    src = _collective.flat(_collective.device_array(tensor, what, "tensor"), what, "tensor")
     if (devices is None) == (out is None):
         raise ValueError(f"{what}: give exactly one of devices and out")
     root = src.device.index
@@ -122,17 +142,18 @@ def _broadcast_group(what: str, pairs: list[tuple[Array, list[Array]]]) -> None:
     _run(what, steps)
 
 
-def broadcast_coalesced(arrays: Sequence[Any], devices: Sequence[DeviceLike],
+@_torch_names(arrays="tensors")
+def broadcast_coalesced(tensors: Sequence[Any], devices: Sequence[DeviceLike],
                         buffer_size: int = _BUFFER_SIZE) -> list[tuple[Array, ...]]:
     """Broadcast several arrays, all on ``devices[0]``, to ``devices``; returns one tuple
     of arrays per device (the originals for ``devices[0]``). Small arrays go together:
     one NCCL group per ``buffer_size`` bytes, which NCCL fuses into few kernels."""
     what = "comm.broadcast_coalesced"
     indices = _devices(devices, what)
-    srcs = _collective.flat_arrays(arrays, what, "arrays")
+    srcs = _collective.flat_arrays(tensors, what, "tensors")
     for i, s in enumerate(srcs):
         if s.device.index != indices[0]:
-            raise ValueError(f"{what}: arrays[{i}] is on {s.device}; all must be on "
+            raise ValueError(f"{what}: tensors[{i}] is on {s.device}; all must be on "
                              f"devices[0] (cuda:{indices[0]})")
     outputs = [[s if d == indices[0] else empty(s.shape, s.dtype, d) for s in srcs]
                for d in indices]
@@ -246,16 +267,17 @@ def _torch_chunks(length: int, parts: int) -> list[int]:
     return [min(step, length - s) for s in range(0, length, step)] if step else [0] * parts
 
 
-def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
+@_torch_names(array="tensor")
+def scatter(tensor: Any, devices: Sequence[DeviceLike] | None = None,
             chunk_sizes: Sequence[int] | None = None, dim: int = 0,
             streams: Sequence[Stream | None] | None = None, *,
             out: Sequence[Any] | None = None) -> tuple[Array, ...]:
-    """Split ``array`` along ``dim`` and send chunk i to ``devices[i]`` (torch.chunk's
-    sizes unless ``chunk_sizes``), or into ``out``. The chunk for ``array``'s own device
-    is a view of it, as in torch. Chunks travel by NCCL send/recv on ``streams`` (default:
-    each device's current stream)."""
+    """Split ``tensor`` (a device array) along ``dim`` and send chunk i to ``devices[i]``
+    (torch.chunk's sizes unless ``chunk_sizes``), or into ``out``. The chunk for
+    ``tensor``'s own device is a view of it, as in torch. Chunks travel by NCCL send/recv
+    on ``streams`` (default: each device's current stream)."""
     what = "comm.scatter"
-    src = _collective.device_array(array, what, "array")
+    src = _collective.device_array(tensor, what, "tensor")
     axis = _axis(dim, src.ndim, what)
     if (devices is None) == (out is None):
         raise ValueError(f"{what}: give exactly one of devices and out")
@@ -306,22 +328,23 @@ def scatter(array: Any, devices: Sequence[DeviceLike] | None = None,
     return tuple(results)
 
 
-def gather(arrays: Sequence[Any], dim: int = 0, destination: DeviceLike = None, *,
+@_torch_names(arrays="tensors")
+def gather(tensors: Sequence[Any], dim: int = 0, destination: DeviceLike = None, *,
            out: Any = None) -> Array:
-    """Concatenate ``arrays`` (one per device) along ``dim`` into a new array on
-    ``destination`` (default: the current device), or into ``out``; the parts travel by
-    NCCL send/recv."""
+    """Concatenate ``tensors`` (device arrays, one per device) along ``dim`` into a new
+    array on ``destination`` (default: the current device), or into ``out``; the parts
+    travel by NCCL send/recv."""
     what = "comm.gather"
-    parts = _collective.flat_arrays(arrays, what, "arrays")
+    parts = _collective.flat_arrays(tensors, what, "tensors")
     if not parts:
-        raise ValueError(f"{what}: no arrays")
+        raise ValueError(f"{what}: no tensors")
     axis = _axis(dim, parts[0].ndim, what)
     shape = list(parts[0].shape)
     for i, p in enumerate(parts):
         if p.dtype != parts[0].dtype or p.ndim != len(shape) or any(
                 a != b for k, (a, b) in enumerate(zip(p.shape, shape)) if k != axis):
-            raise ValueError(f"{what}: arrays[{i}] ({p.shape}, {p.dtype.name}) does not "
-                             f"fit arrays[0] ({parts[0].shape}, {parts[0].dtype.name}) "
+            raise ValueError(f"{what}: tensors[{i}] ({p.shape}, {p.dtype.name}) does not "
+                             f"fit tensors[0] ({parts[0].shape}, {parts[0].dtype.name}) "
                              f"along dim {axis}")
     shape[axis] = sum(p.shape[axis] for p in parts)
     if out is not None:

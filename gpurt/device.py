@@ -16,7 +16,7 @@ from cuda.bindings import driver as cu
 
 from ._core import driver as _driver
 from ._core.driver import CudaError, CudaUnavailableError, check
-from ._core.fork import at_fork_in_child
+from ._core.fork import at_fork_in_child, renew_after_fork
 from ._core.state import THREAD as _tls  # this thread's index, bound (see _core/state.py)
 from ._core.state import forget_devices, forget_place
 
@@ -49,13 +49,19 @@ __all__ = [
 
 class Device:
     """A CUDA device by ordinal; compares equal to torch's ``device(type='cuda', index=i)``
-    in spirit (``type`` and ``index``). Creating one never initialises CUDA."""
+    in spirit (``type`` and ``index``). Creating one never initialises CUDA (it is plain
+    data, as torch.device: safe before a fork); ``Device()`` and ``Device("cuda")`` name
+    this thread's current device, 0 when none was set. Whether the device exists is checked
+    where it is used."""
 
     __slots__ = ("index",)
     type = "cuda"
 
     def __init__(self, index: DeviceLike = None) -> None:
-        self.index = _index(index)
+        ordinal = _ordinal(index, _current_or_first)
+        if ordinal < 0:
+            raise ValueError(f"invalid device ordinal {ordinal}: ordinals start at 0")
+        self.index = ordinal
 
     def __repr__(self) -> str:
         return f"device(type='cuda', index={self.index})"
@@ -80,6 +86,7 @@ class Device:
 DeviceLike = int | str | Device | None
 
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 _primary: dict[int, Any] = {}
 _count: int | None = None
 
@@ -124,9 +131,28 @@ def _require() -> int:
 
 
 def _index(device: Any) -> int:
-    """Ordinal for an int, 'cuda', 'cuda:N', Device, torch.device or None (= current)."""
+    """Ordinal for an int, 'cuda', 'cuda:N', Device, torch.device or None (= current),
+    checked against the visible devices (initialises CUDA)."""
     if device is None:
         return current_device()
+    if isinstance(device, Device):
+        index = device.index
+        if _count is not None and index < _count:  # the common case, without a call
+            return index
+    else:
+        index = _ordinal(device, current_device)
+    count = _require()
+    if not 0 <= index < count:
+        raise ValueError(f"invalid device ordinal {index}: valid devices are 0..{count - 1}")
+    return index
+
+
+def _ordinal(device: Any, current: Callable[[], int]) -> int:
+    """The ordinal that ``device`` names, not checked against the visible devices: an int,
+    'cuda:N', Device or torch.device; ``current()`` for None, 'cuda' and torch's
+    device('cuda')."""
+    if device is None:
+        return current()
     if isinstance(device, Device):
         return device.index
     if isinstance(device, bool):
@@ -139,19 +165,22 @@ def _index(device: Any) -> int:
             raise ValueError(
                 f"expected a CUDA device string like 'cuda' or 'cuda:1', got {device!r}")
         if not rest:
-            return current_device()
+            return current()
         if not rest.isdigit():
             raise ValueError(f"invalid device string {device!r}")
         index = int(rest)
     elif getattr(device, "type", None) == "cuda":  # torch.device and alikes
         idx = getattr(device, "index", None)
-        return current_device() if idx is None else _index(int(idx))
+        return current() if idx is None else _ordinal(int(idx), current)
     else:
         raise TypeError(f"expected a device (int, 'cuda:N' or Device), got {type(device).__name__}")
-    count = _require()
-    if not 0 <= index < count:
-        raise ValueError(f"invalid device ordinal {index}: valid devices are 0..{count - 1}")
     return index
+
+
+def _current_or_first() -> int:
+    """This thread's current device if one was set or used, else 0 (no CUDA call)."""
+    index = getattr(_tls, "index", None)
+    return 0 if index is None else index
 
 
 def _forget_contexts_after_fork() -> None:

@@ -25,7 +25,9 @@ from cuda.bindings import driver as cu
 from . import memory as _memory
 from . import streams as _streams
 from ._core import driver as _driver
+from ._core.captures import CAPTURES
 from ._core.driver import CudaError, check
+from ._core.fork import renew_after_fork
 from ._graphs import capture as _capture
 from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
 from ._graphs.nodes import KernelNode, kernel_nodes_of
@@ -61,6 +63,7 @@ class _Capture:
     stream: Any  # the gpurt Stream being captured (kept alive while capturing)
     device: int
     pool: PoolId
+    thread: int = dataclasses.field(default_factory=threading.get_ident)  # capture_begin's
 
 
 class CUDAGraph:
@@ -114,6 +117,7 @@ class CUDAGraph:
         except BaseException:
             _memory.release_pool(index, pool_id)
             raise
+        CAPTURES.thread_started(capture.thread)
         try:
             check(cu.cuStreamBeginCapture(stream.handle, mode), "cuStreamBeginCapture")
         except BaseException:
@@ -162,7 +166,10 @@ class CUDAGraph:
         _capture.drain_deferred()
 
     def _stop_pool_routing(self, capture: _Capture) -> None:
-        _memory.end_allocate_to_pool(capture.device, capture.pool)
+        try:
+            _memory.end_allocate_to_pool(capture.device, capture.pool)
+        finally:
+            CAPTURES.thread_stopped(capture.thread)
 
     def _abort_capture(self) -> None:
         """End a failed capture without instantiating it, never raising (used when the
@@ -366,6 +373,7 @@ class stream_capture_mode:
 
 _capture_streams: dict[int, Any] = {}
 _capture_streams_lock = threading.Lock()
+renew_after_fork(globals(), _capture_streams_lock=threading.Lock)
 
 
 def _default_capture_stream(index: int) -> Any:

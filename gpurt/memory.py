@@ -18,7 +18,7 @@ import warnings
 from typing import Any
 
 from ._core.driver import is_forked_child, is_initialized
-from ._core.fork import at_fork_in_child
+from ._core.fork import at_fork_in_child, renew_after_fork
 from ._core.state import THREAD
 from ._memory import config as _allocconf
 from ._memory import pinned as _pinned
@@ -62,6 +62,7 @@ AllocatorConfigError = _allocconf.AllocatorConfigError
 PoolId = tuple  # (int, int), like torch's graph_pool_handle()
 
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 _allocators: dict[int, DeviceAllocator] = {}
 _only: list[Any] = []  # the free method while exactly one allocator exists (fast path)
 _config: _allocconf.AllocatorConfig | None = None

@@ -14,6 +14,7 @@ import argparse
 import html
 import json
 import os
+import re
 import sys
 import types
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from typing import Any, cast
 
 from ._profiler.memtimeline import (
     Allocation,
+    SnapshotError,
     SnapshotLike,
     Timeline,
     build_timelines,
@@ -123,8 +125,10 @@ def render_html(snapshot: SnapshotLike, out_path: str | os.PathLike[str], *,
     timelines = build_timelines(snapshot, max_bands=max_bands)
     title = title or _default_title(snapshot)
     data = {"timelines": [_timeline_data(tl) for tl in timelines]}
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    page = PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+    # Every "<" escaped: no "</script", "<!--" or "<script" can end or change the data block.
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    fills = {"__TITLE__": html.escape(title), "__DATA__": payload}
+    page = re.sub("__TITLE__|__DATA__", lambda m: fills[m.group(0)], PAGE)  # one pass
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(page)
     return os.fspath(out_path)
@@ -297,6 +301,9 @@ def memviz_main(argv: Sequence[str] | None = None) -> int:
         if args.png:
             render_png(args.snapshot, args.png, title=args.title, max_bands=args.max_bands)
             written.append(args.png)
+    except SnapshotError as exc:
+        print(f"gpurt memviz: error: {exc}", file=sys.stderr)
+        return 2
     except (ValueError, ImportError, OSError) as exc:
         print(f"gpurt memviz: error: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,7 @@ from typing import Any
 from cuda.bindings import nvrtc as _nvrtc
 
 from ._core.driver import CudaError, check
+from ._core.files import write_atomic
 from ._launch.kernel import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
 from ._launch.module import Module
 from ._launch.path import launch_path  # noqa: F401 (gpurt.nvrtc.launch_path(): the launch path in use)
@@ -325,10 +326,7 @@ def compile_file(path: str, arch: str, options: Sequence[str] = (),
     if output is None:
         output = os.path.splitext(path)[0] + (".ptx" if entry.kind == "ptx" else ".cubin")
     data = entry.binary.rstrip(b"\0") if entry.kind == "ptx" else entry.binary
-    tmp = f"{output}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, output)
+    write_atomic(output, data, ".gpurt-tmp-", 0o666)
     return output
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -120,6 +121,15 @@ class _Depth(threading.local):
 
 _UNBOUND: Any = object()  # the native domain is looked up on first use, not at import
 _bind_lock = threading.Lock()
+
+
+def _renew_lock_after_fork() -> None:
+    """A forked child gets a fresh lock (a parent thread may have held this one)."""
+    global _bind_lock
+    _bind_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock_after_fork)
 _warned = False  # one warning per process when NVTX cannot be used
 _range_ids = itertools.count(1)  # ids for range_start when no tool hands them out
 _domains: dict[str | None, Domain] = {}

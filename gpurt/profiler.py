@@ -26,6 +26,7 @@ from rich.console import Console
 from . import nvtx
 from . import streams as _streams
 from ._core.driver import CudaError, check
+from ._core.fork import renew_after_fork
 from ._launch import kernel as _launch
 from ._profiler.trace import ProfileResult, Stat, TraceRecord, chrome_trace, key_averages
 from .device import bind_context, current_device
@@ -81,6 +82,7 @@ class _EventPool:
 
 
 _pool = _EventPool()
+renew_after_fork(_pool, _lock=threading.Lock)
 
 
 class _Pending:

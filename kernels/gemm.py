@@ -69,6 +69,8 @@ def _source_digest() -> str:
 
 _kernels: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _kernels_lock = threading.Lock()
+# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
+os.register_at_fork(after_in_child=lambda: globals().update(_kernels_lock=threading.Lock()))
 
 
 def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[Any, ...]:

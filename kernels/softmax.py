@@ -26,6 +26,7 @@ array first; ``out`` must be contiguous. Host arrays are refused (TypeError).
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Any, Iterable, Optional, Sequence
 
@@ -65,6 +66,8 @@ __all__ = [
 _source: Optional[str] = None
 _kernels: dict[tuple[str, str], Any] = {}  # (arch, name expression) -> Kernel
 _lock = threading.Lock()
+# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
+os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock()))
 
 
 def source() -> str:

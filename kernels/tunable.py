@@ -49,6 +49,8 @@ SETTINGS = _Settings()
 _listeners: list[Callable[[], None]] = []  # gemm.clear_plans: plans remember the settings
 _tuners: dict[tuple[Optional[str], str], _tune.Tuner] = {}
 _lock = threading.Lock()
+# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
+os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock()))
 
 
 def on_change(listener: Callable[[], None]) -> None:

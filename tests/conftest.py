@@ -4,14 +4,17 @@ current device and stream restored after them."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 
 import pytest
 
 # Tests never write into the user's kernel cache: one fresh cache folder per test run
-# (scripts/gpu-check sets its own).
-os.environ.setdefault("GPURT_CACHE_DIR", tempfile.mkdtemp(prefix="gpurt-test-cache-"))
+# (scripts/gpu-check sets its own), deleted when the run ends.
+_MADE_CACHE: str | None = None
+if not os.environ.get("GPURT_CACHE_DIR"):
+    _MADE_CACHE = os.environ["GPURT_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpurt-test-cache-")
 
 import gpurt  # noqa: E402
 
@@ -42,3 +45,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and os.environ.get("GPURT_INSTAFAIL"):
         sys.stderr.write(f"\n--- FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n")
         sys.stderr.flush()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Delete the run's own kernel cache folder (never one that GPURT_CACHE_DIR named)."""
+    if _MADE_CACHE is not None:
+        shutil.rmtree(_MADE_CACHE, ignore_errors=True)

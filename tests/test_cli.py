@@ -292,6 +292,9 @@ def test_demo_without_gpu_describes_the_tour(capsys: pytest.CaptureFixture[str])
 def test_bench_runs_run_all_with_its_arguments(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "gpurt"\n')  # a checkout
+    (tmp_path / "gpurt").mkdir()
+    (tmp_path / "gpurt" / "__init__.py").write_text("")
     seen = tmp_path / "argv.json"
     (tmp_path / "benchmarks" / "run_all.py").write_text(
         "import json, sys\n"

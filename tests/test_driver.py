@@ -154,7 +154,7 @@ GPU_CALLS: dict[str, Callable[[], Any]] = {
     "init": gpurt.init,
     "current_device": gpurt.current_device,
     "set_device": lambda: gpurt.set_device(0),
-    "Device": lambda: gpurt.Device(0),
+    "Device.properties": lambda: gpurt.Device(0).properties,  # Device(0) itself is lazy
     "device ctx": lambda: gpurt.device(0),
     "get_device_properties": gpurt.get_device_properties,
     "get_device_name": gpurt.get_device_name,

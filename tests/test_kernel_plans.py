@@ -9,9 +9,9 @@ import importlib
 
 import numpy as np
 import pytest
-from _kernel_cases import GemmCase, SoftmaxCase, run_gemm, run_softmax
 
 import gpurt
+from _kernel_cases import GemmCase, SoftmaxCase, run_gemm, run_softmax
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 softmax_mod = importlib.import_module("gpurt.kernels.softmax")

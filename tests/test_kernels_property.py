@@ -16,6 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+import gpurt
 from _kernel_cases import (
     GEMM_DTYPES,
     OPS,
@@ -27,10 +31,6 @@ from _kernel_cases import (
     run_softmax,
     stored,
 )
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
-
-import gpurt
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")

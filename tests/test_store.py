@@ -343,6 +343,7 @@ def test_tcp_master_close_lets_clients_finish() -> None:
 def test_tcp_server_survives_malformed_requests() -> None:
     with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as master:
         with socket.create_connection(("127.0.0.1", master.port), timeout=5) as rogue:
+            assert _store._receive(rogue, _store._REPLY)[0] == _store._OK  # the hello
             for wait in (float("nan"), float("inf"), -1.0):  # a get of key "x" with a bad wait
                 payload = _store._FLOAT.pack(wait)
                 rogue.sendall(_store._REQUEST.pack(_store._GET, 1, len(payload)) + b"x" + payload)
@@ -350,6 +351,7 @@ def test_tcp_server_survives_malformed_requests() -> None:
                 assert status == _store._ERROR
                 assert message.startswith(b"malformed request: ValueError: a wait of")
             rogue.sendall(b"\xff" * 9)  # a header announcing two 4 GiB parts
+            assert _store._receive(rogue, _store._REPLY)[0] == _store._ERROR
             assert rogue.recv(1) == b""  # the server hangs up on it
         master.set("still", b"serving")
         with TCPStore("127.0.0.1", master.port, timeout=5) as client:

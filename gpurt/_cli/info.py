@@ -23,6 +23,7 @@ from rich.table import Table
 from .. import __version__ as _gpurt_version
 from .._core.driver import CudaError, bindings_version, check, driver_version
 from .._launch.path import launch_path
+from .._nvrtc import cache as _kcache
 from ..device import (
     clock_rate,
     device_count,
@@ -59,15 +60,16 @@ _NVML_READINGS: dict[str, tuple[Callable[[int], int], str]] = {
     "clock_rate": (clock_rate, "MHz"),
 }
 
-_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "GPURT_CACHE_DIR", "GPURT_CACHE_DISABLE", "GPURT_ALLOC_CONF",
-             "NCCL_NVLS_ENABLE", "NCCL_DEBUG")
+_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "GPURT_CACHE_DIR", "GPURT_CACHE_DISABLE",
+             "GPURT_CACHE_MAX_BYTES", "XDG_CACHE_HOME", "GPURT_ALLOC_CONF", "NCCL_NVLS_ENABLE",
+             "NCCL_DEBUG")
 
 # what still works without a GPU: (needs NVRTC, text)
 _WORKS_WITHOUT_GPU = [
     (True, ("compiling kernels ahead of time with NVRTC: gpurt compile FILE.cu --arch sm_90 "
             "(or gpurt.compile(source, arch='sm_90') from Python)")),
-    (True, ("the kernel cache: compiled kernels are kept on disk under $GPURT_CACHE_DIR "
-            "(default ~/.cache/gpurt/kernels), so each is compiled once")),
+    (True, "the kernel cache: compiled kernels are kept on disk ({where}), so each is "
+           "compiled once"),
     (False, "import gpurt and the test suite (the GPU tests are skipped with the reason)"),
 ]
 
@@ -146,6 +148,13 @@ def _device_info(index: int) -> dict[str, Any]:
     return info
 
 
+def _cache_info() -> dict[str, Any]:
+    """The disk kernel cache: its folder (None when off), its size and its size limit."""
+    directory = _kcache.cache_dir()
+    return {"dir": directory, "bytes": _kcache.disk_usage(directory),
+            "limit": _kcache.max_bytes()}
+
+
 def collect() -> dict[str, Any]:
     """Everything ``gpurt info`` reports, as one JSON-ready dict."""
     driver = _driver_info()
@@ -156,8 +165,11 @@ def collect() -> dict[str, Any]:
         missing.append(f"no usable GPU: {driver['error']}")
     if nvrtc["error"]:
         missing.append(f"NVRTC cannot be used: {nvrtc['error']}")
+    cache = _cache_info()
+    where = cache["dir"] or "off: GPURT_CACHE_DISABLE=1"
     works = [] if driver["available"] else [
-        text for needs_nvrtc, text in _WORKS_WITHOUT_GPU if not (needs_nvrtc and nvrtc["error"])
+        text.format(where=where) for needs_nvrtc, text in _WORKS_WITHOUT_GPU
+        if not (needs_nvrtc and nvrtc["error"])
     ]
     return {
         "gpurt": {"version": _gpurt_version, "path": _package_dir()},
@@ -171,6 +183,7 @@ def collect() -> dict[str, Any]:
         "nvrtc": nvrtc,
         "launch": launch_path(),
         "collectives": _nccl_describe(),
+        "kernel_cache": cache,
         "devices": devices,
         "environment": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "missing": missing,
@@ -223,6 +236,10 @@ def _software_table(report: dict[str, Any]) -> Table:
         table.add_row("NVRTC", f"[red]n/a[/red]: {escape(nvrtc['error'])}")
     launch = report["launch"]
     table.add_row("kernel launches", escape(f"{launch['path']}: {launch['why']}"))
+    cache = report["kernel_cache"]
+    table.add_row("kernel cache", escape(
+        f"{cache['dir']}  ({_bytes_text(cache['bytes'])} of {_bytes_text(cache['limit'])}, "
+        "GPURT_CACHE_MAX_BYTES)" if cache["dir"] else "off (GPURT_CACHE_DISABLE=1)"))
     nccl = report["collectives"]
     table.add_row("collectives", escape(nccl["why"]) if nccl["available"] else
                   "[yellow]not available[/yellow]: " + escape(nccl["why"]))

@@ -72,6 +72,7 @@ class OutOfMemoryError(CudaError, MemoryError):
 
 _lock = threading.RLock()
 _initialized = False
+_initializing = False  # cuInit is running (on some thread, under _lock)
 _init_error: CudaUnavailableError | None = None
 _init_pid: int | None = None
 _forked_child = False
@@ -123,10 +124,14 @@ def check(result: tuple, call: str = "") -> Any:
 
 
 def _after_fork_in_child() -> None:
-    global _forked_child, _initialized
-    if _initialized:
+    """The child of a fork: CUDA started (or starting, on another thread) in the parent
+    cannot be used here; and _lock, which that thread may hold, is renewed (only the
+    forking thread lives on in the child, so a held lock would never be released)."""
+    global _forked_child, _initialized, _initializing, _lock
+    _lock = threading.RLock()
+    if _initialized or _initializing:
         _forked_child = True
-        _initialized = False
+        _initialized = _initializing = False
 
 
 at_fork_in_child("driver", _after_fork_in_child)
@@ -141,7 +146,7 @@ def init() -> None:
 
 
 def _slow_init() -> None:
-    global _initialized, _init_error, _init_pid
+    global _initialized, _initializing, _init_error, _init_pid
     with _lock:
         if _initialized:
             return
@@ -151,11 +156,14 @@ def _slow_init() -> None:
             # A fresh exception each time: re-raising the cached one would grow its
             # traceback on every call (device_count() is called over and over).
             raise CudaUnavailableError(_init_error.description, _init_error.code) from None
+        _initializing = True
         try:
             err = cu.cuInit(0)[0]
         except Exception as exc:  # libcuda.so missing: the bindings raise while loading it
             _init_error = CudaUnavailableError(f"{_NO_DRIVER_HELP} [{exc.__class__.__name__}]")
             raise _init_error from None
+        finally:
+            _initializing = False
         if err != _SUCCESS:
             name, desc = _error_text(err)
             if int(err) == int(cu.CUresult.CUDA_ERROR_NO_DEVICE):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["ORDER", "at_fork_in_child"]
+__all__ = ["ORDER", "at_fork_in_child", "renew_after_fork"]
 
 ORDER = (
     "driver",  # marks the child (gpurt/_core/driver.py)
@@ -21,6 +22,7 @@ ORDER = (
 )
 
 _steps: dict[str, Callable[[], None]] = {}
+_renewals: list[Callable[[], None]] = []
 
 
 def at_fork_in_child(step: str, hook: Callable[[], None]) -> None:
@@ -32,7 +34,25 @@ def at_fork_in_child(step: str, hook: Callable[[], None]) -> None:
     _steps[step] = hook
 
 
+def renew_after_fork(owner: Any, **factories: Callable[[], Any]) -> None:
+    """In a forked child, replace each lock ``name`` of ``owner`` (a module's globals() or
+    an object that lives as long as the process) by ``factories[name]()``, before any step
+    runs: a lock that another thread of the parent held at the fork would stay held forever
+    in the child (only the forking thread lives on)."""
+
+    def renew() -> None:
+        for name, factory in factories.items():
+            if isinstance(owner, dict):
+                owner[name] = factory()
+            else:
+                setattr(owner, name, factory())
+
+    _renewals.append(renew)
+
+
 def _after_fork_in_child() -> None:
+    for renew in _renewals:
+        renew()
     for step in ORDER:
         hook = _steps.get(step)
         if hook is not None:

@@ -24,6 +24,8 @@ import threading
 import weakref
 from typing import Any, NamedTuple
 
+from .fork import renew_after_fork
+
 __all__ = ["THREAD", "ThreadStreams", "all_thread_streams", "current_place", "forget_devices",
            "forget_place", "remember_place"]
 
@@ -64,6 +66,7 @@ class ThreadStreams:
 
 _all_streams: weakref.WeakSet[ThreadStreams] = weakref.WeakSet()
 _all_streams_lock = threading.Lock()
+renew_after_fork(globals(), _all_streams_lock=threading.Lock)
 
 
 class _Thread(threading.local):

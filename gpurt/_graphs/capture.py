@@ -18,7 +18,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from .. import memory as _memory
-from .._core.captures import CAPTURES
+from .._core.captures import CAPTURES, GraphCaptureError
 from .._core.driver import CudaError, check
 from .._streams.handles import in_host_callback
 from ..device import bind_context
@@ -66,12 +66,6 @@ CAPTURE_HINTS = {
         "on another thread"
     ),
 }
-
-
-class GraphCaptureError(CudaError):
-    """A CUDA graph capture failed; the message says which call was illegal. Raised from
-    ``capture_end`` or the :class:`~gpurt.graph` context, the capture was aborted and its
-    private pool released, and the stream is usable again."""
 
 
 class GraphUpdateError(CudaError):

@@ -410,8 +410,8 @@ static int pack_pointer(PackingLauncher *self, PyObject *value, long index, unsi
         Py_XDECREF(device);
         long on_index = on == NULL ? -1 : PyLong_AsLong(on);
         Py_XDECREF(on);
-        if (on_index != index) {
-            return unsupported(); /* another device: the Python launcher says so */
+        if (on == NULL || (on_index == -1 && PyErr_Occurred()) || on_index != index) {
+            return unsupported(); /* no int index, or another device: Python says which */
         }
         PyObject *ptr = slot_get(&self->ptr, value, str_ptr);
         if (ptr == NULL) {
@@ -475,7 +475,7 @@ static PyObject *packing_call(PyObject *callable, PyObject *const *args, size_t 
                 plain_dims3(args[0], grid) == 1 && plain_dims3(args[1], block) == 1 &&
                 PyLong_CheckExact(args[3]) && as_uint(args[3], &shared_mem) == 0 &&
                 as_pointer(args[4], &stream) == 0 &&
-                pack_args(self, args[2], index, buffer, pointers);
+                pack_args(self, args[2], index, buffer, pointers) && !PyErr_Occurred();
     if (!plain) {
         PyErr_Clear();
         return PyObject_Vectorcall(self->fallback, args, nargs, NULL);
@@ -534,7 +534,8 @@ static PyObject *packing_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
             return NULL;
         }
         int bytes = length == 1 ? code_size(*code) : 0;
-        if (bytes == 0 || offset < 0 || offset + bytes > size) {
+        /* offset > size - bytes, not offset + bytes > size: that sum overflows (UB) */
+        if (bytes == 0 || offset < 0 || offset > size - bytes) {
             PyErr_Format(PyExc_ValueError, "layout entry %zd: (%zd, %R) is not an (offset, "
                          "code) inside %zd bytes with a code of bBhHiIqQefdP", i, offset,
                          PyTuple_GET_ITEM(item, 1), size);

@@ -100,7 +100,7 @@ def _float_to_bfloat16_bits(value: Any) -> int:
     """The bfloat16 bit pattern nearest to ``value`` (round to nearest even)."""
     if isinstance(value, (np.generic, np.ndarray)) and value.dtype.name == "bfloat16":
         return int(np.asarray(value).view(np.uint16))
-    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]  # numbers only, as a float param
     if (bits & 0x7F800000) == 0x7F800000 and bits & 0x007FFFFF:
         return (bits >> 16) | 0x40  # NaN stays NaN
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF

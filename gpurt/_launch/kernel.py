@@ -29,6 +29,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, check
+from .._core.fork import renew_after_fork
 from .._core.state import THREAD
 from ..array import Array
 from ..device import _index, bind_context, current_device
@@ -155,6 +156,7 @@ def _launch_attributes(config: LaunchConfig) -> list[Any]:
 
 _hooks: list[LaunchHook] = []  # changed in place: the generated launchers hold this list
 _hooks_lock = threading.Lock()
+renew_after_fork(globals(), _hooks_lock=threading.Lock)
 
 
 def add_launch_hook(fn: LaunchHook) -> None:

@@ -23,6 +23,7 @@ from cuda.bindings import driver as cu
 
 from .._core.captures import CAPTURES
 from .._core.driver import check
+from .._core.fork import renew_after_fork
 from ..device import bind_context, current_device
 from ..streams import as_stream_handle
 from . import stats as ms
@@ -257,6 +258,7 @@ class PinnedAllocator:
 
 
 _host = PinnedAllocator()
+renew_after_fork(_host, _lock=threading.Lock)
 
 
 def host_allocator() -> PinnedAllocator:

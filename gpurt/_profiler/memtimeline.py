@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
@@ -116,8 +117,73 @@ def callsite(frames: Sequence[Mapping[str, Any]]) -> str:
     return frame_text(frames[0]) if frames else "(no stack recorded)"
 
 
+class SnapshotError(ValueError):
+    """A memory snapshot whose content is not what ``_dump_snapshot`` writes."""
+
+
+_MAX_DEVICE = 1 << 12  # device ordinals a snapshot may name (traces are a list by device)
+
+
+def _refuse_constant(name: str) -> float:
+    raise SnapshotError(f"the snapshot holds {name}, which is not a JSON number")
+
+
+def _expect(ok: bool, where: str, what: str, value: Any) -> None:
+    if not ok:
+        raise SnapshotError(f"memory snapshot: {where} should be {what}, not {value!r:.60}")
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return type(value) is int and value >= low
+
+
+def _check_fields(item: Any, where: str, ints: Sequence[str], texts: Sequence[str]) -> None:
+    """``item`` is a dict whose present ``ints`` are ints >= 0 and ``texts`` strings, and
+    whose frames, if any, are a list of dicts."""
+    _expect(isinstance(item, dict), where, "an object", item)
+    for key in ints:
+        if key in item:
+            _expect(_is_int(item[key]), f"{where}.{key}", "an integer >= 0", item[key])
+    for key in texts:
+        if key in item:
+            _expect(isinstance(item[key], str), f"{where}.{key}", "a string", item[key])
+    frames = item.get("frames")
+    _expect(frames is None or isinstance(frames, list), f"{where}.frames", "a list", frames)
+    for i, frame in enumerate(frames or []):
+        _check_fields(frame, f"{where}.frames[{i}]", ("line",), ("filename", "name"))
+
+
+def check_snapshot(data: Any) -> None:
+    """Raise SnapshotError unless ``data`` has the shape ``_dump_snapshot`` writes, as far
+    as the timeline reads it: typed fields, finite times, sizes and addresses >= 0."""
+    _expect(isinstance(data, dict) and ("segments" in data or "device_traces" in data),
+            "the top level", "a dict with 'segments' and 'device_traces'", data)
+    segments, traces = data.get("segments") or [], data.get("device_traces") or []
+    _expect(isinstance(segments, list), "segments", "a list", segments)
+    _expect(isinstance(traces, list) and len(traces) <= _MAX_DEVICE, "device_traces",
+            f"a list (at most {_MAX_DEVICE} devices)", traces)
+    for i, segment in enumerate(segments):
+        _check_fields(segment, f"segments[{i}]", ("stream", "total_size"), ())
+        _expect(_is_int(segment.get("device", 0)) and segment.get("device", 0) < _MAX_DEVICE,
+                f"segments[{i}].device", "a device ordinal", segment.get("device"))
+        blocks = segment.get("blocks")
+        _expect(blocks is None or isinstance(blocks, list), f"segments[{i}].blocks", "a list",
+                blocks)
+        for j, block in enumerate(blocks or []):
+            _check_fields(block, f"segments[{i}].blocks[{j}]", ("address", "size"), ("state",))
+    for d, trace in enumerate(traces):
+        _expect(trace is None or isinstance(trace, list), f"device_traces[{d}]", "a list", trace)
+        for i, event in enumerate(trace or []):
+            where = f"device_traces[{d}][{i}]"
+            _check_fields(event, where, ("addr", "size", "stream"), ("action",))
+            t = event.get("time_us")
+            _expect(t is None or (type(t) in (int, float) and math.isfinite(t)),
+                    f"{where}.time_us", "a finite number", t)
+
+
 def load_snapshot(snapshot: SnapshotLike) -> dict[str, Any]:
-    """A snapshot dict from a dict or a JSON file written by ``_dump_snapshot``."""
+    """A snapshot dict from a dict or a JSON file written by ``_dump_snapshot``, checked
+    (SnapshotError names the first field that is wrong)."""
     if isinstance(snapshot, Mapping):
         data: Any = dict(snapshot)
     else:
@@ -128,14 +194,13 @@ def load_snapshot(snapshot: SnapshotLike) -> dict[str, Any]:
         except OSError as exc:
             raise ValueError(f"cannot read memory snapshot {path!r}: {exc.strerror}") from None
         try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ValueError(
+            data = json.loads(raw, parse_constant=_refuse_constant)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise SnapshotError(
                 f"{path!r} is not a JSON memory snapshot (write one with "
                 "gpurt.memory._dump_snapshot(path); pickled torch snapshots are not read)"
             ) from None
-    if not isinstance(data, dict) or not ("segments" in data or "device_traces" in data):
-        raise ValueError("a memory snapshot is a dict with 'segments' and 'device_traces'")
+    check_snapshot(data)
     return data
 
 

@@ -33,6 +33,7 @@ from typing import Any, cast
 from cuda.bindings import driver as cu
 
 from .._core.driver import check
+from .._core.fork import renew_after_fork
 from ..array import Array
 from ..device import bind_context, device_count, set_device
 from ..streams import Stream, current_stream
@@ -54,6 +55,7 @@ _NO_TIMING = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
 _NOT_READY = cu.CUresult.CUDA_ERROR_NOT_READY
 _CAPTURE_NONE = int(cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 _events_lock = threading.Lock()
+renew_after_fork(globals(), _events_lock=threading.Lock)
 _QUEUEING = object()  # a Work whose collective is being queued
 
 
@@ -243,6 +245,7 @@ def _capturing(stream: Stream) -> bool:
 
 _world: _Group | None = None
 _world_lock = threading.Lock()
+renew_after_fork(globals(), _world_lock=threading.Lock)
 _groups_made = 0  # keys in the store stay distinct when a process re-initialises
 
 

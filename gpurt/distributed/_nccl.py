@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from .._array import dtypes as _dtypes
+from .._core.fork import renew_after_fork
 from ..device import bind_context
 from ._store import DistributedError
 
@@ -34,6 +35,7 @@ _IN_PROGRESS = 7  # ncclInProgress: a non-blocking call still running
 
 _module: Any = None
 _load_lock = threading.Lock()
+renew_after_fork(globals(), _load_lock=threading.Lock)
 
 
 class NcclError(DistributedError):

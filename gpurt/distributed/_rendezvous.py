@@ -170,10 +170,10 @@ def join_world(
         try:
             raw = store.get(f"world/member/{index}", max(deadline - time.monotonic(), 1e-3))
         except DistributedTimeoutError:
-            missing = [r for r in range(world_size) if r not in members]
+            joined = _runs(sorted(members))
             raise DistributedTimeoutError(
                 f"{store!r}: {len(members)} of {world_size} ranks joined within {seconds:g} s; "
-                f"joined: {_ranks(sorted(members))}; missing: {_ranks(missing)}"
+                f"joined: {_ranks(joined)}; missing: {_ranks(_gaps(joined, world_size))}"
             ) from None
         entry = _Member.decode(raw)
         first = entry if index == 1 else first
@@ -212,8 +212,44 @@ def _check_entry(store: Store, first: _Member, members: dict[int, _Member], entr
     raise DistributedError(conflict)
 
 
-def _ranks(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks)) or "none"
+_SHOWN = 16  # runs of ranks a message lists; it counts the rest
+_SCANNED = 4096  # ranks a barrier's timeout checks one by one
+
+
+def _runs(ranks: list[int]) -> list[tuple[int, int]]:
+    """Sorted ranks as runs of consecutive ones: (first, last) pairs."""
+    runs: list[tuple[int, int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    return runs
+
+
+def _gaps(runs: list[tuple[int, int]], world_size: int) -> list[tuple[int, int]]:
+    """The runs of 0..world_size-1 that ``runs`` leave out."""
+    gaps, start = [], 0
+    for first, last in runs:
+        if first > start:
+            gaps.append((start, first - 1))
+        start = last + 1
+    if start < world_size:
+        gaps.append((start, world_size - 1))
+    return gaps
+
+
+def _ranks(runs: list[tuple[int, int]]) -> str:
+    """Runs of ranks as "0-3, 7", with at most _SHOWN runs and a count of the rest (a message
+    about a huge world stays short)."""
+    if not runs:
+        return "none"
+    text = ", ".join(f"{a}-{b}" if b > a + 1 else ", ".join(map(str, dict.fromkeys((a, b))))
+                     for a, b in runs[:_SHOWN])
+    if len(runs) > _SHOWN:
+        rest = sum(b - a + 1 for a, b in runs[_SHOWN:])
+        text += f" and {rest} more"
+    return text
 
 
 def barrier(
@@ -233,7 +269,11 @@ def barrier(
     try:
         store.wait([f"{prefix}/done"], timeout)
     except DistributedTimeoutError:
-        missing = [r for r in range(world_size) if not store.check([f"{prefix}/{r}"])]
+        scanned = range(min(world_size, _SCANNED))
+        missing = [r for r in scanned if not store.check([f"{prefix}/{r}"])]
+        absent = world_size - store.add(f"{prefix}/arrived", 0)
+        more = f" (ranks from {_SCANNED} on not checked)" if world_size > _SCANNED else ""
         raise DistributedTimeoutError(
-            f"{store!r}: barrier {tag!r} timed out; ranks that did not arrive: {_ranks(missing)}"
+            f"{store!r}: barrier {tag!r} timed out; ranks that did not arrive: "
+            f"{_ranks(_runs(missing))}{more} ({absent} of {world_size} in all)"
         ) from None

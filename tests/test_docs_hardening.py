@@ -1,0 +1,41 @@
+"""The documentation items of issue #18: migration.md's list of what gpurt does not have is
+complete (the torch.cuda features the issue names) and true (gpurt has none of them), and
+README says that memviz's --png needs the plot extra."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gpurt
+import gpurt.memory
+
+ROOT = Path(__file__).resolve().parent.parent
+MISSING = ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode", "tunable", "gds",
+           "sanitizer", "manual_seed", "jiterator", "MemPool", "expandable",
+           "CUDAPluggableAllocator", "ipc_collect", "list_gpu_processes", "IPC"]
+
+
+def section() -> str:
+    text = (ROOT / "docs" / "migration.md").read_text()
+    return text[text.index("## What gpurt does not have"):]
+
+
+@pytest.mark.parametrize("name", MISSING)
+def test_the_list_of_what_is_missing_is_complete(name: str) -> None:
+    assert name in section()
+
+
+@pytest.mark.parametrize("name", ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode",
+                                  "get_sync_debug_mode", "manual_seed", "MemPool",
+                                  "use_mem_pool", "ipc_collect", "list_gpu_processes",
+                                  "jiterator", "tunable", "gds", "CUDAPluggableAllocator"])
+def test_the_list_is_true(name: str) -> None:
+    assert not hasattr(gpurt, name) and not hasattr(gpurt.memory, name)
+
+
+def test_readme_says_png_needs_the_plot_extra() -> None:
+    line = next(row for row in (ROOT / "README.md").read_text().splitlines()
+                if "--png" in row)
+    assert "gpurt[plot]" in line
