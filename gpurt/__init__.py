@@ -19,6 +19,20 @@ from .nvrtc import *  # noqa: F401,F403
 from .nvrtc import __all__ as _nvrtc_all
 from .graphs import *  # noqa: F401,F403
 from .graphs import __all__ as _graphs_all
+from . import random  # noqa: F401  (gpurt.random: fills, Generator, the RNG state API)
+from .random import RNG_STATE_API as _random_all
+from .random import (  # noqa: F401  (torch.cuda's RNG names, flat)
+    Generator,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 from . import profiler  # noqa: F401
 from .profiler import nvtx  # noqa: F401
 from . import comm, distributed  # noqa: F401  (NCCL itself loads on first use)
@@ -33,6 +47,8 @@ __all__ = [
     *_array_all,
     *_nvrtc_all,
     *_graphs_all,
+    *_random_all,
+    "random",
     "profiler",
     "nvtx",
     "__version__",
