@@ -14,7 +14,8 @@ Users' kernels draw the same way with ``#include <gpurt/random.cuh>`` (:func:`in
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -25,11 +26,25 @@ from ._random.state import PhiloxCudaState, seed_value
 from .device import current_device, device_count, is_available
 
 __all__ = [
-    "Generator", "PhiloxCudaState", "default_generator",
-    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
-    "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
-    "uniform_", "normal_", "randint_", "bernoulli_", "dropout",
-    "include_dir", "headers",
+    "Generator",
+    "PhiloxCudaState",
+    "bernoulli_",
+    "default_generator",
+    "dropout",
+    "get_rng_state",
+    "get_rng_state_all",
+    "headers",
+    "include_dir",
+    "initial_seed",
+    "manual_seed",
+    "manual_seed_all",
+    "normal_",
+    "randint_",
+    "seed",
+    "seed_all",
+    "set_rng_state",
+    "set_rng_state_all",
+    "uniform_",
 ]
 
 # The functions below are the ones gpurt re-exports at top level (torch.cuda's names).

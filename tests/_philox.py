@@ -7,6 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+F32 = np.dtype(np.float32)
 MASK32 = np.uint64(0xFFFFFFFF)
 M0, M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 W0, W1 = 0x9E3779B9, 0xBB67AE85
@@ -50,7 +51,7 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def uniform(seed: int, offset: int, n: int, low: float, high: float,
-            dtype: np.dtype = np.dtype(np.float32)) -> np.ndarray:
+            dtype: np.dtype = F32) -> np.ndarray:
     scale = np.float32(high - low)
     values = np.float32(low) + uniform01(words(seed, offset, n)) * scale
     return cast(values, dtype)

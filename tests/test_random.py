@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import struct
 
+import _philox
 import numpy as np
 import pytest
 
 import gpurt
 from gpurt import random as grandom
 from gpurt._random import kernels, state
-
-import _philox
-
 
 # ---- the reference ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from ..device import device as _device_ctx
 from . import kernels
 from .generator import Generator, default_generator, stream_handle
 
-__all__ = ["uniform_", "normal_", "randint_", "bernoulli_", "dropout", "INCREMENT"]
+__all__ = ["INCREMENT", "bernoulli_", "dropout", "normal_", "randint_", "uniform_"]
 
 INCREMENT = 4  # offset advance per call: one Philox block (4 words) per element block
 _FLOATS = frozenset({"float32", "float16", "bfloat16"})

@@ -19,8 +19,16 @@ import numpy as np
 from .. import nvrtc
 from ..device import get_arch, get_device_properties
 
-__all__ = ["HERE", "INCLUDE_DIR", "MAX_DIMS", "kernel", "set_state_kernel", "layout", "grid_for",
-           "TYPE_NAMES"]
+__all__ = [
+    "HERE",
+    "INCLUDE_DIR",
+    "MAX_DIMS",
+    "TYPE_NAMES",
+    "grid_for",
+    "kernel",
+    "layout",
+    "set_state_kernel",
+]
 
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
@@ -121,7 +129,7 @@ def layout(shape: tuple[int, ...], strides_bytes: tuple[int, ...], itemsize: int
     return _LAYOUT.pack(len(dims), mode, *dims, *([1] * pad), *steps, *([0] * pad))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _max_blocks(device: int) -> int:
     props = get_device_properties(device)
     return int(props.multi_processor_count) * 8

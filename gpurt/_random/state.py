@@ -17,15 +17,21 @@ import threading
 from typing import Any
 
 import numpy as np
-
-from .. import array as _array
-from ..device import bind_context
-from .._driver import CudaError, check
-
 from cuda.bindings import driver as cu
 
-__all__ = ["GeneratorState", "PhiloxCudaState", "DEFAULT_SEED", "STATE_VERSION",
-           "encode_state", "decode_state", "stream_is_capturing"]
+from .. import array as _array
+from .._driver import CudaError, check
+from ..device import bind_context
+
+__all__ = [
+    "DEFAULT_SEED",
+    "STATE_VERSION",
+    "GeneratorState",
+    "PhiloxCudaState",
+    "decode_state",
+    "encode_state",
+    "stream_is_capturing",
+]
 
 DEFAULT_SEED = 67280421310721  # torch's default CUDA seed (default_rng_seed_val)
 STATE_VERSION = 1
