@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..device import current_device, device
 from . import kernels
 from .generator import default_generator
 from .state import GeneratorState
@@ -21,8 +22,13 @@ __all__ = ["GraphGenerators"]
 
 
 def _write_state(buffer: Any, seed: int, offset: int, stream_handle: Any) -> None:
-    kernels.set_state_kernel(buffer.device.index)(1, 1, (buffer, seed, offset),
-                                                   stream=stream_handle)
+    index = buffer.device.index
+    kernel = kernels.set_state_kernel(index)
+    if current_device() == index:
+        kernel(1, 1, (buffer, seed, offset), stream=stream_handle)
+    else:  # launches go to the current device
+        with device(index):
+            kernel(1, 1, (buffer, seed, offset), stream=stream_handle)
 
 
 class GraphGenerators:
