@@ -12,7 +12,7 @@ import pytest
 
 import gpurt
 from gpurt import random as grandom
-from gpurt._random import kernels, state
+from gpurt._random import capture, kernels, state
 
 # ---- the reference ---------------------------------------------------------------------------
 
@@ -187,3 +187,46 @@ def test_layout_refuses_too_many_dims_and_odd_strides():
         kernels.layout(shape, strides, 4, 0, 4)
     with pytest.raises(ValueError, match="item size"):
         kernels.layout((3,), (6,), 4, 0, 4)
+
+
+# ---- graph bookkeeping (the driver side runs in test_random_graphs.py) -----------------------
+
+def test_graph_generators_capture_and_replay_bookkeeping(monkeypatch):
+    graph = capture.GraphGenerators()
+    g = gpurt.Generator(0).manual_seed(3)
+    graph.register(g)
+    graph.register(g.graphsafe_get_state())  # the same state: registered once
+    assert graph.registered == [g._state]
+    with pytest.raises(TypeError):
+        graph.register(g.get_state())
+    default = grandom.default_generator(0)._state
+    graph.begin(0)
+    try:
+        assert g._state.capturing and default.capturing
+        with pytest.raises(RuntimeError, match="before capture_begin"):
+            graph.register(gpurt.Generator(0))
+        with pytest.raises(RuntimeError, match="captures"):
+            g.manual_seed(1)
+        g._state.intragraph = 8  # as if two fills had been captured
+    finally:
+        graph.end()
+    assert not g._state.capturing and not default.capturing
+    assert graph.increments == {default: 0, g._state: 8}
+    writes = []
+    monkeypatch.setattr(capture, "_write_state",
+                        lambda buffer, seed, offset, handle: writes.append((seed, offset, handle)))
+    graph.replay(123)
+    graph.replay(123)
+    assert writes == [(3, 0, 123), (3, 8, 123)] and g.get_offset() == 16
+
+
+def test_graph_generators_refuse_other_devices_and_abort_cleanly():
+    graph = capture.GraphGenerators()
+    graph.register(gpurt.Generator(1))
+    with pytest.raises(ValueError, match="cuda:1"):
+        graph.begin(0)
+    assert not grandom.default_generator(0)._state.capturing
+    clean = capture.GraphGenerators()
+    clean.begin(0)
+    clean.abort()
+    assert not grandom.default_generator(0)._state.capturing and clean.increments == {}

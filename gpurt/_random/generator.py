@@ -2,8 +2,8 @@
 
 A Generator is a handle on a :class:`~gpurt._random.state.GeneratorState` (a seed and an
 offset); ``graphsafe_get_state``/``graphsafe_set_state`` share states between generators
-as torch does. Nothing here touches the GPU: a state's device buffer is made only when a
-CUDA graph captures it.
+as torch does. Nothing here touches the GPU: a state's device buffer (where captured
+kernels read seed and offset) is made on its first draw on the GPU.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class Generator:
     def draw(self, increment: int, handle: Any) -> PhiloxCudaState:
         """philox_cuda_state for a stream handle already resolved (gpurt's own fills)."""
         capturing = stream_is_capturing(self._state.device, handle)
-        return self._state.cuda_state(increment, capturing)
+        return self._state.cuda_state(increment, capturing, handle)
 
 
 _defaults: dict[int, Generator] = {}

@@ -22,6 +22,7 @@ from cuda.bindings import driver as cu
 from .. import array as _array
 from .._driver import CudaError, check
 from ..device import bind_context
+from ..streams import ExternalStream, current_stream
 
 __all__ = [
     "DEFAULT_SEED",
@@ -130,7 +131,7 @@ class GeneratorState:
         self.lock = threading.Lock()
         self.capturing = False
         self.intragraph = 0  # offset inside the graph being captured
-        self.buffer: Any = None  # 2 uint64 on the device: seed, offset (made for capture)
+        self.buffer: Any = None  # 2 uint64 on the device: seed, offset (made on first draw)
 
     def __repr__(self) -> str:
         return f"GeneratorState(cuda:{self.device}, seed={self.seed}, offset={self.offset})"
@@ -159,31 +160,46 @@ class GeneratorState:
             self.offset = (offset + step) & _U64
         return seed, offset
 
-    def cuda_state(self, increment: int, capturing: bool) -> PhiloxCudaState:
-        """The inputs of a draw on a stream that is (``capturing``) or is not capturing."""
+    def cuda_state(self, increment: int, capturing: bool, handle: Any) -> PhiloxCudaState:
+        """The inputs of a draw on the stream ``handle``, which is (``capturing``) or is not
+        capturing a CUDA graph. The first draw makes the state's device buffer."""
         if not capturing:
+            if self.buffer is None:
+                self._make_buffer(handle)
             seed, offset = self.engine_inputs(increment)
             return PhiloxCudaState(seed=seed, offset=offset)
         step = round4(increment)
+        if not self.capturing:
+            raise RuntimeError(
+                "this stream is capturing a CUDA graph that this generator is not "
+                "registered with: capture with gpurt.CUDAGraph (it registers the capture "
+                "device's default generator) and register other generators with "
+                "CUDAGraph.register_generator_state(generator) before capture_begin()")
+        if self.buffer is None:
+            self._make_buffer(handle)
         with self.lock:
-            if not self.capturing:
-                raise RuntimeError(
-                    "this stream is capturing a CUDA graph that this generator is not "
-                    "registered with: capture with gpurt.CUDAGraph (it registers the capture "
-                    "device's default generator) and register other generators with "
-                    "CUDAGraph.register_generator_state(generator) before capture_begin()")
             intragraph = self.intragraph
             self.intragraph += step
         ptr = int(self.buffer.ptr)
         return PhiloxCudaState(seed_ptr=ptr, offset_ptr=ptr + 8,
                                intragraph_offset=intragraph, captured=1)
 
+    def _make_buffer(self, handle: Any) -> None:
+        """The 2 uint64 (seed, offset) that captured kernels read, allocated on the drawing
+        stream: from the regular pool when it is not capturing, from the graph's private
+        pool when it is (the caching allocator makes that legal during capture). Nothing
+        initialises it: every replay writes it before its kernels run."""
+        stream = current_stream(self.device)
+        if int(stream.cuda_stream) != int(handle):
+            stream = ExternalStream(int(handle), self.device)
+        with self.lock:
+            if self.buffer is None:
+                self.buffer = _array.empty((2,), np.uint64, stream=stream)
+
     # -- capture (called by gpurt/_random/capture.py) -----------------------------------
 
     def capture_prologue(self) -> None:
-        """Before a capture begins: the device buffer exists, draws go to the graph."""
-        if self.buffer is None:
-            self.buffer = _array.zeros((2,), np.uint64, device=self.device)
+        """Before a capture begins: draws go to the graph from now on."""
         with self.lock:
             self._not_capturing("begin a second capture with")
             self.capturing, self.intragraph = True, 0
