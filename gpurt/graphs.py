@@ -109,7 +109,7 @@ class CUDAGraph:
         _capture.drain_deferred()
         bind_context(index)
         capture = _Capture(stream, index, pool_id)
-        self._generators.begin(index)  # RNG hook: before capture (it may allocate)
+        self._generators.begin(index)  # RNG hook: generators enter capture mode
         _memory.retain_pool(index, pool_id)
         try:
             _memory.begin_allocate_to_pool(index, pool_id, int(stream.cuda_stream))
