@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (NCCL itself loads on first use)
     comm,
     distributed,
     profiler,  # noqa: F401
+    random,  # noqa: F401  (gpurt.random: fills, Generator, the RNG state API)
 )
 from ._core.driver import *  # noqa: F401,F403
 from ._core.driver import __all__ as _driver_all
@@ -23,6 +24,19 @@ from .memory import __all__ as _memory_all
 from .nvrtc import *  # noqa: F401,F403
 from .nvrtc import __all__ as _nvrtc_all
 from .profiler import nvtx  # noqa: F401
+from .random import RNG_STATE_API as _random_all
+from .random import (  # noqa: F401  (torch.cuda's RNG names, flat)
+    Generator,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 from .streams import *  # noqa: F401,F403
 from .streams import __all__ as _streams_all
 
@@ -36,6 +50,8 @@ __all__ = [
     *_array_all,
     *_nvrtc_all,
     *_graphs_all,
+    *_random_all,
+    "random",
     "profiler",
     "nvtx",
     "__version__",

@@ -31,6 +31,7 @@ from ._core.fork import renew_after_fork
 from ._graphs import capture as _capture
 from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
 from ._graphs.nodes import KernelNode, kernel_nodes_of
+from ._random.capture import GraphGenerators  # generators drawing in a graph (gpurt.random)
 from .array import Array
 from .device import bind_context, current_device, synchronize
 
@@ -80,6 +81,7 @@ class CUDAGraph:
         self._capturing: _Capture | None = None
         self._finalizer: weakref.finalize | None = None
         self._debug = False
+        self._generators = GraphGenerators()  # RNG hook: generators drawing in this graph
 
     def __repr__(self) -> str:
         capture = self._capturing
@@ -111,11 +113,13 @@ class CUDAGraph:
         _capture.drain_deferred()
         bind_context(index)
         capture = _Capture(stream, index, pool_id)
+        self._generators.begin(index)  # RNG hook: generators enter capture mode
         _memory.retain_pool(index, pool_id)
         try:
             _memory.begin_allocate_to_pool(index, pool_id, int(stream.cuda_stream))
         except BaseException:
             _memory.release_pool(index, pool_id)
+            self._generators.abort()  # RNG hook
             raise
         CAPTURES.thread_started(capture.thread)
         try:
@@ -123,6 +127,7 @@ class CUDAGraph:
         except BaseException:
             self._stop_pool_routing(capture)
             _memory.release_pool(index, pool_id)
+            self._generators.abort()  # RNG hook
             raise
         self._capturing = capture
 
@@ -140,11 +145,13 @@ class CUDAGraph:
             if exc.name == _capture.WRONG_THREAD:  # the capture is still running on its own thread
                 raise capture_error(exc, int(capture.stream.cuda_stream), aborted=False) from exc
             self._capturing = None
+            self._generators.abort()  # RNG hook
             self._stop_pool_routing(capture)
             _memory.release_pool(capture.device, capture.pool)
             _capture.drain_deferred()
             raise capture_error(exc, int(capture.stream.cuda_stream), aborted=True) from exc
         self._capturing = None
+        self._generators.end()  # RNG hook: each generator's increment per replay
         self._stop_pool_routing(capture)
         try:
             exec_ = check(cu.cuGraphInstantiate(graph, _INSTANTIATE_FLAGS), "cuGraphInstantiate")
@@ -191,6 +198,7 @@ class CUDAGraph:
                 return
             graph = None  # an invalidated capture returns no graph
         self._capturing = None
+        self._generators.abort()  # RNG hook
         if graph is not None and int(graph):
             _quietly(cu.cuGraphDestroy, graph)
         try:
@@ -208,10 +216,15 @@ class CUDAGraph:
         if state is None:
             raise RuntimeError("replay() needs a successful capture first")
         bind_context(state.device)
-        check(
-            cu.cuGraphLaunch(state.exec, _streams.current_stream_handle(state.device)),
-            "cuGraphLaunch",
-        )
+        handle = _streams.current_stream_handle(state.device)
+        self._generators.replay(handle)  # RNG hook: fresh seed/offset for this replay
+        check(cu.cuGraphLaunch(state.exec, handle), "cuGraphLaunch")
+
+    def register_generator_state(self, generator: Any) -> None:
+        """Let ``generator`` (a gpurt.Generator) draw inside this graph's next capture, like
+        the capture device's default generator, which is registered automatically; call it
+        before capture_begin(). See gpurt/_random/capture.py."""
+        self._generators.register(generator)
 
     def reset(self) -> None:
         """Destroy the graph (cuGraphExecDestroy, cuGraphDestroy) and release its private

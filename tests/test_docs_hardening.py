@@ -12,9 +12,9 @@ import gpurt
 import gpurt.memory
 
 ROOT = Path(__file__).resolve().parent.parent
-MISSING = ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode", "tunable", "gds",
-           "sanitizer", "manual_seed", "jiterator", "MemPool", "expandable",
-           "CUDAPluggableAllocator", "ipc_collect", "list_gpu_processes", "IPC"]
+MISSING = ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode", "gds",
+           "sanitizer", "MemPool", "expandable", "CUDAPluggableAllocator", "ipc_collect",
+           "list_gpu_processes", "IPC"]
 
 
 def section() -> str:
@@ -28,11 +28,18 @@ def test_the_list_of_what_is_missing_is_complete(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode",
-                                  "get_sync_debug_mode", "manual_seed", "MemPool",
-                                  "use_mem_pool", "ipc_collect", "list_gpu_processes",
-                                  "jiterator", "tunable", "gds", "CUDAPluggableAllocator"])
+                                  "get_sync_debug_mode", "MemPool", "use_mem_pool",
+                                  "ipc_collect", "list_gpu_processes", "gds",
+                                  "CUDAPluggableAllocator"])
 def test_the_list_is_true(name: str) -> None:
     assert not hasattr(gpurt, name) and not hasattr(gpurt.memory, name)
+
+
+def test_what_left_the_list_is_there() -> None:
+    import importlib
+
+    assert callable(gpurt.manual_seed) and callable(gpurt.get_rng_state)
+    assert callable(importlib.import_module("gpurt.kernels.tunable").tuning_enable)
 
 
 def test_readme_says_png_needs_the_plot_extra() -> None:

@@ -19,7 +19,7 @@ LAYERS = [
     ["gpurt._array", "gpurt.array"],
     ["gpurt._nvrtc", "gpurt._launch", "gpurt.nvrtc"],
     ["gpurt._graphs", "gpurt.graphs", "gpurt._profiler", "gpurt.profiler", "gpurt.nvtx",
-     "gpurt.memviz"],
+     "gpurt.memviz", "gpurt._random", "gpurt.random"],
     ["gpurt.comm", "gpurt.distributed"],
     ["gpurt", "gpurt._cli", "gpurt.__main__"],
 ]
