@@ -22,6 +22,9 @@ from .graphs import __all__ as _graphs_all
 from . import profiler  # noqa: F401
 from .profiler import nvtx  # noqa: F401
 from . import comm, distributed  # noqa: F401  (NCCL itself loads on first use)
+from .elementwise import *  # noqa: F401,F403
+from .elementwise import __all__ as _elementwise_all
+from . import jiterator  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -33,7 +36,9 @@ __all__ = [
     *_array_all,
     *_nvrtc_all,
     *_graphs_all,
+    *_elementwise_all,
     "profiler",
+    "jiterator",
     "nvtx",
     "__version__",
 ]
