@@ -18,7 +18,7 @@ import numpy as np
 
 import gpurt
 
-from ._elementwise.binding import bind, split_args
+from ._elementwise.binding import bind, returned, split_args
 from ._elementwise.codegen import Operand
 from ._elementwise.plan import (
     MAX_PLANS,
@@ -93,16 +93,15 @@ class ElementwiseKernel:
     def __call__(self, *args: Any) -> Any:
         values, outs, given = split_args(args, len(self.in_params), len(self.out_params),
                                          self.name)
-        key = signature(values) + signature(outs)
+        key = signature(values, outs)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(values, outs)
             if len(self._plans) < MAX_PLANS:
                 self._plans[key] = plan
-        outputs = plan.run(values, outs)
+        result = returned(plan.run(values, outs), given)
         if self.no_return:
             return None
-        result = [g if g is not None else o for g, o in zip(given, outputs)]
         return result[0] if len(result) == 1 and not self.return_tuple else tuple(result)
 
     def _plan(self, values: Sequence[Any], outs: Sequence[Any]) -> ElementwisePlan:
@@ -161,14 +160,13 @@ class ReductionKernel:
         values, outs, given = split_args(args, len(self.in_params), len(self.out_params),
                                          self.name)
         axis_key = tuple(axis) if isinstance(axis, (list, tuple)) else axis
-        key = signature(values) + signature(outs) + (axis_key, bool(keepdims))
+        key = signature(values, outs) + (axis_key, bool(keepdims))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(values, outs, axis_key, bool(keepdims))
             if len(self._plans) < MAX_PLANS:
                 self._plans[key] = plan
-        outputs = plan.run(values, outs)
-        result = [g if g is not None else o for g, o in zip(given, outputs)]
+        result = returned(plan.run(values, outs), given)
         return result[0] if len(result) == 1 else tuple(result)
 
     def _plan(self, values: Sequence[Any], outs: Sequence[Any], axis: Any,

@@ -21,7 +21,7 @@ import numpy as np
 
 import gpurt
 
-from ._elementwise.binding import is_scalar
+from ._elementwise.binding import PASSED_AS_IS, as_value, returned
 from ._elementwise.codegen import Operand
 from ._elementwise.plan import (
     MAX_PLANS,
@@ -91,25 +91,25 @@ class _JittedFunction:
                 raise TypeError(f"{self.kernel_name}: unexpected keyword arguments {unknown}; "
                                 f"the function's extra arguments are {sorted(extras)}")
             extras = {**extras, **kwargs}
-        values = [t if type(t) is gpurt.Array or is_scalar(t) else as_array(t, f"input {k}")
+        values = [t if type(t) in PASSED_AS_IS else as_value(t, f"input {k}")
                   for k, t in enumerate(tensors)]
         values += extras.values()
-        given = self._given(out)
-        outs = [o if o is None or type(o) is gpurt.Array else as_array(o, "out")
-                for o in given]
-        key = signature(values) + signature(outs)
+        if out is None:
+            given, outs = None, [None] * self.num_outputs
+        else:
+            given = self._given(out)
+            outs = [o if o is None or type(o) is gpurt.Array else as_array(o, "out")
+                    for o in given]
+        key = signature(values, outs)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(values, outs, len(tensors), list(extras))
             if len(self._plans) < MAX_PLANS:
                 self._plans[key] = plan
-        outputs = plan.run(values, outs)
-        result = [g if g is not None else o for g, o in zip(given, outputs)]
+        result = returned(plan.run(values, outs), given)
         return result[0] if not self.return_by_ref else tuple(result)
 
     def _given(self, out: Any) -> list[Any]:
-        if out is None:
-            return [None] * self.num_outputs
         given = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(given) != self.num_outputs:
             raise ValueError(f"{self.kernel_name}: out= needs {self.num_outputs} arrays, got "

@@ -113,10 +113,15 @@ def test_matches_torch_jiterator_with_scalars_kwargs_views_and_out(gpu_state) ->
     theirs = torch.cuda.jiterator._create_jit_fn(AXPY, alpha=1.0)
     x = torch.randn(64, 300, device="cuda")
     y = torch.randn(300, device="cuda", dtype=torch.float16)
-    for args, kw in [((x, y), {}), ((x, y), {"alpha": 3.5}), ((x[:, ::3], 2.0), {}),
-                     ((x.t(), x.t()), {"alpha": -1.0})]:
+    for args, kw in [((x, y), {}), ((x, y), {"alpha": 3.5}), ((x.t(), x.t()), {"alpha": -1.0})]:
         got = torch.from_dlpack(ours(*args, **kw))
         torch.testing.assert_close(got, theirs(*args, **kw), rtol=1e-5, atol=1e-5)
+    # torch's jiterator takes tensors only; a Python scalar input promotes like torch's ops
+    got = torch.from_dlpack(ours(x[:, ::3], 2.0))
+    torch.testing.assert_close(got, -x[:, ::3] + 2.0, rtol=1e-5, atol=1e-5)
+    half = torch.from_dlpack(ours(y, 2.5, alpha=2.0))
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half, -y + 5.0, rtol=1e-2, atol=1e-2)
     out = torch.full((64, 300), float("nan"), device="cuda")
     assert ours(x, y, out=out) is out
     torch.testing.assert_close(out, theirs(x, y), rtol=1e-5, atol=1e-5)

@@ -20,7 +20,7 @@ import gpurt
 from .plan import as_array
 from .types import Param, check_dtype, scalar_dtype
 
-__all__ = ["split_args", "bind", "is_scalar"]
+__all__ = ["split_args", "bind", "is_scalar", "returned", "PASSED_AS_IS", "as_value"]
 
 
 def is_scalar(value: Any) -> bool:
@@ -28,22 +28,40 @@ def is_scalar(value: Any) -> bool:
     return isinstance(value, (bool, int, float, np.generic))
 
 
+PASSED_AS_IS = frozenset({gpurt.Array, bool, int, float})
+
+
+def as_value(arg: Any, what: str) -> Any:
+    """An argument as a kernel value: an Array or scalar as is, a device array as an Array."""
+    if type(arg) in PASSED_AS_IS or is_scalar(arg):
+        return arg
+    return as_array(arg, what)
+
+
 def split_args(args: Sequence[Any], n_in: int, n_out: int,
-               name: str) -> tuple[list[Any], list[Any], list[Any]]:
-    """(input values, output Arrays or None, outputs as given) from a call's arguments:
-    ``n_in`` inputs, then optionally all ``n_out`` outputs. Device arrays become Arrays."""
+               name: str) -> tuple[list[Any], list[Any], Optional[list[Any]]]:
+    """(input values, output Arrays or None, outputs as given or None when none were) from
+    a call's arguments: ``n_in`` inputs, then optionally all ``n_out`` outputs. Device
+    arrays become Arrays. On the hot path of every call."""
     if len(args) == n_in:
-        given: list[Any] = [None] * n_out
-    elif len(args) == n_in + n_out:
-        given = list(args[n_in:])
-    else:
+        values = [a if type(a) in PASSED_AS_IS else as_value(a, f"argument {k}")
+                  for k, a in enumerate(args)]
+        return values, [None] * n_out, None
+    if len(args) != n_in + n_out:
         raise TypeError(f"kernel {name!r} takes {n_in} inputs (and optionally {n_out} "
                         f"outputs), got {len(args)} arguments")
-    values = [a if type(a) is gpurt.Array or is_scalar(a) else as_array(a, f"argument {k}")
-              for k, a in enumerate(args[:n_in])]
+    values = [as_value(a, f"argument {k}") for k, a in enumerate(args[:n_in])]
+    given = list(args[n_in:])
     outs = [o if o is None or type(o) is gpurt.Array else as_array(o, f"output {k}")
             for k, o in enumerate(given)]
     return values, outs, given
+
+
+def returned(outputs: list[Any], given: Optional[list[Any]]) -> list[Any]:
+    """What a call returns: its outputs, the caller's own objects where it passed them."""
+    if given is None:
+        return outputs
+    return [g if g is not None else o for g, o in zip(given, outputs)]
 
 
 def _dtype_of(value: Any, what: str) -> np.dtype:

@@ -21,6 +21,12 @@ UNROLL = 4
 
 PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
 __device__ __forceinline__ float _gpurt_ld(__half v) { return __half2float(v); }
 __device__ __forceinline__ float _gpurt_ld(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T> __device__ __forceinline__ T _gpurt_ld(T v) { return v; }

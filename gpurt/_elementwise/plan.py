@@ -50,17 +50,22 @@ def as_array(obj: Any, what: str) -> Any:
                         f"scalar, got {type(obj).__name__}: {exc}") from exc
 
 
-def signature(values: Sequence[Any]) -> tuple[Any, ...]:
-    """What a plan depends on, per value: an Array's dtype, shape, strides, device and
-    address modulo 16; a scalar's type; None for a missing output."""
+def signature(values: Sequence[Any], outs: Sequence[Any]) -> tuple[Any, ...]:
+    """What a plan depends on, as one flat tuple (the cheapest to build and hash): per
+    Array its dtype (its number: hashing a dtype object is slow), shape, strides, address
+    modulo 16 and device; per scalar its type; None for a missing output. On the hot path
+    of every call."""
     key: list[Any] = []
     for v in values:
         if type(v) is gpurt.Array:
-            key.append((v.dtype, v.shape, v.strides, v.ptr & 15, v.device.index))
-        elif isinstance(v, np.generic):
-            key.append(v.dtype)
+            key += (v.dtype.num, v.shape, v.strides, v.ptr & 15, v.device.index)
         else:
-            key.append(type(v))
+            key.append(v.dtype.num if isinstance(v, np.generic) else type(v))
+    for o in outs:
+        if o is None:
+            key.append(None)
+        else:
+            key += (o.dtype.num, o.shape, o.strides, o.ptr & 15, o.device.index)
     return tuple(key)
 
 
@@ -79,7 +84,6 @@ class ElementwisePlan:
 
     kernel: Any
     grid: int
-    slots: tuple[Slot, ...]
     tail: tuple[Any, ...]
     shape: tuple[int, ...]
     out_dtypes: tuple[np.dtype, ...]
@@ -87,17 +91,15 @@ class ElementwisePlan:
     size: int
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
-        """Allocate the missing outputs, launch, return the outputs (gpurt Arrays)."""
+        """Allocate the missing outputs, launch, return the outputs (gpurt Arrays). The
+        kernel's operands are the values in call order, then the outputs."""
         index = self.device
         outputs = [o if o is not None else gpurt.empty(self.shape, dt, index)
                    for o, dt in zip(outs, self.out_dtypes)]
         if not self.size:
             return outputs
-        args = []
-        for slot in self.slots:
-            value = values[slot.index] if slot.source == "value" else outputs[slot.index]
-            args.append(value.ptr if type(value) is gpurt.Array else value)
-        args += self.tail
+        args = tuple([v.ptr if type(v) is gpurt.Array else v for v in values] +
+                     [o.ptr for o in outputs]) + self.tail
         if index == gpurt.current_device():
             self.kernel(self.grid, codegen.THREADS, args)
         else:
@@ -153,7 +155,13 @@ def plan_elementwise(text: KernelText, params: Sequence[Operand], slots: Sequenc
                      out_dtypes: Sequence[np.dtype]) -> ElementwisePlan:
     """Plan the launch of ``params`` (operands whose ``storage`` is filled in here from the
     arrays) over ``values`` and ``outs`` (None: allocate): broadcast the inputs, check the
-    given outputs, choose the layout and compile."""
+    given outputs, choose the layout and compile. ``slots`` say which value or output each
+    operand is; they must be the values in order, then the outputs (ElementwisePlan.run
+    passes them so)."""
+    expected = [Slot("value", k) for k in range(len(values))] + \
+        [Slot("out", k) for k in range(len(outs))]
+    if list(slots) != expected:
+        raise ValueError("operands must be the call's values in order, then its outputs")
     arrays = [values[s.index] for s, p in zip(slots, params)
               if p.kind == "in" and s.source == "value"]
     given = [o for o in outs if o is not None]
@@ -206,7 +214,7 @@ def plan_elementwise(text: KernelText, params: Sequence[Operand], slots: Sequenc
         grid = max(1, min(-(-n // codegen.THREADS), 1 << 16))
     else:
         grid = max(1, -(-n // (codegen.THREADS * codegen.UNROLL * layout.vec)))
-    return ElementwisePlan(kernel, grid, tuple(slots), tail, shape, tuple(out_dtypes),
+    return ElementwisePlan(kernel, grid, tail, shape, tuple(out_dtypes),
                            device, n)
 
 

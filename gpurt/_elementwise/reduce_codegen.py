@@ -253,13 +253,18 @@ def finish_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
     params += [f"{op.storage}* _p_{op.name}" for op in outs]
     params += [f"{idx} _s{d}" for d in range(layout.kept)]
     params += [f"{idx} _ts_{op.name}_{d}" for op in outs for d in range(layout.kept)]
-    body = (f"    for ({idx} _m = ({idx})blockIdx.x * blockDim.x + threadIdx.x; _m < _M;"
-            f" _m += ({idx})gridDim.x * blockDim.x) {{\n"
-            "        _type_reduce _acc = _partial[_m];\n"
-            "        for (int _y = 1; _y < _splits; ++_y)"
-            " _acc = _gpurt_reduce(_acc, _partial[(long long)_y * _M + _m]);\n")
-    body += _store(ops, dataclasses.replace(layout, split=False), "        ")
-    body += "    }\n"
+    # a warp per output: lanes stride over the splits, then shuffle
+    body = (f"    const int _lane = threadIdx.x % 32;\n"
+            f"    for ({idx} _m = ({idx})blockIdx.x * {BLOCK // 32} + threadIdx.x / 32; _m < _M;"
+            f" _m += ({idx})gridDim.x * {BLOCK // 32}) {{\n"
+            "        _type_reduce _acc = _gpurt_identity();\n"
+            "        for (int _y = _lane; _y < _splits; _y += 32)"
+            " _acc = _gpurt_reduce(_acc, _partial[(long long)_y * _M + _m]);\n"
+            "        #pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
+            " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n"
+            "        if (_lane == 0) {\n")
+    body += _store(ops, dataclasses.replace(layout, split=False), "            ")
+    body += "        }\n    }\n"
     joined = ",\n        ".join(params)
     return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({BLOCK}) {text.name}_finish(\n'

@@ -42,9 +42,8 @@ class ReductionPlan:
 
     kernel: Any
     finish: Any
-    grid: tuple[int, int]
+    grid: tuple[int, int, int]
     finish_grid: int
-    value_slots: tuple[int, ...]  # which call values are kernel operands, in order
     middle: tuple[Any, ...]       # M, K, chunk, dims, input strides
     out_strides: tuple[Any, ...]  # per output, its kept strides
     finish_head: tuple[Any, ...]  # M, K, splits
@@ -63,26 +62,25 @@ class ReductionPlan:
                    for o, dt in zip(outs, self.out_dtypes)]
         if not self.size:
             return outputs
-        operands = [values[k] for k in self.value_slots]
-        head = [v.ptr if type(v) is gpurt.Array else v for v in operands]
-        scalars = [v for v in operands if type(v) is not gpurt.Array]
-        pointers = [o.ptr for o in outputs]
+        head = tuple([v.ptr if type(v) is gpurt.Array else v for v in values])
+        pointers = tuple([o.ptr for o in outputs])
         if index != gpurt.current_device():
             with gpurt.device(index):
-                self._launch(head, scalars, pointers, index)
+                self._launch(values, head, pointers, index)
         else:
-            self._launch(head, scalars, pointers, index)
+            self._launch(values, head, pointers, index)
         return outputs
 
-    def _launch(self, head: list[Any], scalars: list[Any], pointers: list[int],
-                index: int) -> None:
+    def _launch(self, values: Sequence[Any], head: tuple[Any, ...],
+                pointers: tuple[int, ...], index: int) -> None:
         if self.partial is None:
-            self.kernel(self.grid, BLOCK, (*head, *pointers, *self.middle, *self.out_strides))
+            self.kernel(self.grid, BLOCK, head + pointers + self.middle + self.out_strides)
             return
         partial = gpurt.empty(self.splits * self.size, self.partial, index)
-        self.kernel(self.grid, BLOCK, (*head, partial.ptr, *self.middle))
-        self.finish(self.finish_grid, BLOCK, (partial.ptr, *self.finish_head, *scalars,
-                                              *pointers, *self.finish_dims, *self.out_strides))
+        self.kernel(self.grid, BLOCK, head + (partial.ptr,) + self.middle)
+        scalars = tuple([v for v in values if type(v) is not gpurt.Array])
+        self.finish(self.finish_grid, BLOCK, (partial.ptr,) + self.finish_head + scalars +
+                    pointers + self.finish_dims + self.out_strides)
 
 
 def _out_kept_strides(out: Any, out_shape: tuple[int, ...], dtype: np.dtype,
@@ -182,10 +180,14 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     middle = (m, k, chunk, *kept_dims, *red_dims,
               *(s for ks, rs in zip(in_kept_c, red_strides) for s in (*ks, *rs)))
     return ReductionPlan(
-        kernel, finish, (blocks, splits), max(1, min(-(-m // BLOCK), 1 << 16)),
-        tuple(range(n_in)), middle, tuple(s for st in out_kept_c for s in st),
+        kernel, finish, (blocks, splits, 1), _finish_blocks(m), middle, tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, splits, m, device)
+
+
+def _finish_blocks(m: int) -> int:
+    """Blocks of the finish kernel: a warp per output (reduce_codegen.finish_source)."""
+    return max(1, min(-(-m // (BLOCK // 32)), 1 << 20))
 
 
 def _split(blocks: int, k: int, vec: int, walk: str, group: int,
@@ -195,8 +197,8 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int,
     target = gpurt.get_device_properties(device).multi_processor_count * 8
     least = group * vec * 8 if walk == "row" else (BLOCK // COLUMN_WIDTH) * 32
     splits = 1
-    if blocks < target and k > least:
-        splits = min(-(-target // blocks), -(-k // least), 65535)
+    if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs
+        splits = min(target // blocks, -(-k // least), 65535)
     chunk = -(-k // splits) if k else 1
     chunk = -(-chunk // vec) * vec
     splits = max(1, -(-k // chunk)) if k else 1
