@@ -83,24 +83,24 @@ def host_rows(torch: Any) -> list[dict[str, Any]]:
     torch_jit = torch.cuda.jiterator._create_jit_fn(
         "template <typename T> T bench_tjaxpy(T x, T y) { return x * T(2) + y; }")
     cases = [
-        ("x * 2 + y, ElementwiseKernel, gpurt Arrays", lambda: AXPY(gx, gy),
-         lambda: x * 2 + y, "torch x * 2 + y"),
-        ("x * 2 + y, ElementwiseKernel, torch tensors", lambda: AXPY(x, y),
-         lambda: x * 2 + y, "torch x * 2 + y"),
-        ("x * 2 + y, jiterator, gpurt Arrays", lambda: JIT_AXPY(gx, gy),
+        ("x * 2 + y (1000 f32): ElementwiseKernel, gpurt Arrays", lambda: AXPY(gx, gy),
+         lambda: x * 2 + y, "x * 2 + y"),
+        ("x * 2 + y (1000 f32): ElementwiseKernel, torch tensors", lambda: AXPY(x, y),
+         lambda: x * 2 + y, "x * 2 + y"),
+        ("x * 2 + y (1000 f32): jiterator, gpurt Arrays", lambda: JIT_AXPY(gx, gy),
          lambda: torch_jit(x, y), "torch jiterator"),
-        ("x * 2 + y, jiterator, torch tensors", lambda: JIT_AXPY(x, y),
+        ("x * 2 + y (1000 f32): jiterator, torch tensors", lambda: JIT_AXPY(x, y),
          lambda: torch_jit(x, y), "torch jiterator"),
-        ("x.sum(-1) (32x1000), ReductionKernel, gpurt Arrays", lambda: SUM(gm, axis=-1),
-         lambda: m.sum(-1), "torch x.sum(-1)"),
-        ("x.sum(-1) (32x1000), ReductionKernel, torch tensors", lambda: SUM(m, axis=-1),
-         lambda: m.sum(-1), "torch x.sum(-1)"),
+        ("x.sum(-1) (32x1000 f32): ReductionKernel, gpurt Arrays", lambda: SUM(gm, axis=-1),
+         lambda: m.sum(-1), "x.sum(-1)"),
+        ("x.sum(-1) (32x1000 f32): ReductionKernel, torch tensors", lambda: SUM(m, axis=-1),
+         lambda: m.sum(-1), "x.sum(-1)"),
     ]
     rows = []
-    for what, ours, theirs, peer_name in cases:
+    for what, ours, theirs, torch_op in cases:
         a, b = side_by_side(ours, theirs, sync)
-        rows.append({"what": what, "unit": "us (host)", "gpurt": round(a, 3),
-                     "peer": peer_name, "peer_us": round(b, 3), "gpurt/peer": round(a / b, 3),
+        rows.append({"what": what, "torch op": torch_op, "unit": "us (host)",
+                     "gpurt": round(a, 3), "torch": round(b, 3), "gpurt/torch": round(a / b, 3),
                      "target (gpurt/peer <=)": 1.0})
     return rows
 
