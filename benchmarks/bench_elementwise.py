@@ -19,9 +19,11 @@ reductions >= 85% of copy and >= torch.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from _common import device_ms, peer, print_rows, write_results
@@ -171,14 +173,13 @@ def bandwidth_rows(torch: Any, timer: Timer, copy: float) -> list[dict[str, Any]
         for what, kind, make, ours, theirs, nbytes, target in _bandwidth_cases(torch):
             tensors = make()
             arrays = [gpurt.asarray(t) for t in tensors]
-            gbps = nbytes / timer.ms(lambda: ours(arrays)) / 1e6
-            torch_gbps = nbytes / timer.ms(lambda: theirs(tensors)) / 1e6
+            gbps = nbytes / timer.ms(functools.partial(ours, arrays)) / 1e6
+            torch_gbps = nbytes / timer.ms(functools.partial(theirs, tensors)) / 1e6
             rows.append({"what": what, "kind": kind, "gpurt_GBps": round(gbps, 1),
                          "torch_GBps": round(torch_gbps, 1), "copy_GBps": round(copy, 1),
                          "pct_copy": round(100 * gbps / copy, 1),
                          "vs_torch": round(gbps / torch_gbps, 3), "target_pct": target,
                          "meets_target": gbps >= target / 100 * copy and gbps >= torch_gbps})
-            del tensors, arrays
     return rows
 
 

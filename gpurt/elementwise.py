@@ -12,7 +12,8 @@ float, what ``i`` and ``_ind.size()`` are).
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,8 @@ from ._elementwise.plan import (
 )
 from ._elementwise.reduce_codegen import ReduceText
 from ._elementwise.reduction import ReductionPlan, plan_reduction
-from ._elementwise.types import COMPUTE, STORAGE, TYPE_NAMES as _TYPE_NAMES, parse_params
+from ._elementwise.types import COMPUTE, STORAGE, parse_params
+from ._elementwise.types import TYPE_NAMES as _TYPE_NAMES
 
 __all__ = ["ElementwiseKernel", "ReductionKernel"]
 

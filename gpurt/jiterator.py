@@ -15,9 +15,8 @@ torch's promotion rules, which is also the output dtype; float16 and bfloat16 co
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gpurt
 
@@ -94,8 +93,10 @@ class _JittedFunction:
         values = [t if type(t) in PASSED_AS_IS else as_value(t, f"input {k}")
                   for k, t in enumerate(tensors)]
         values += extras.values()
+        given: list[Any] | None = None
+        outs: list[Any]
         if out is None:
-            given, outs = None, [None] * self.num_outputs
+            outs = [None] * self.num_outputs
         else:
             given = self._given(out)
             outs = [o if o is None or type(o) is gpurt.Array else as_array(o, "out")

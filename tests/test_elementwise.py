@@ -9,13 +9,12 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
 
 import gpurt
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
-
-from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -79,7 +78,8 @@ def test_reads_output_tells_assignments_from_reads() -> None:
     assert reads_output("z = z * 2", "z")
 
 
-def test_elementwise_plans_contiguous_vectorized_and_strided(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_elementwise_plans_contiguous_vectorized_and_strided() -> None:
     k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "axpy_plan")
     x, y = fake_array((1000, 1000)), fake_array((1000, 1000), ptr=1 << 24)
     plan = k._plan([x, y], [None])
@@ -93,7 +93,8 @@ def test_elementwise_plans_contiguous_vectorized_and_strided(sm90) -> None:
         10**6 / (256 * 4 * 8))
 
 
-def test_elementwise_binding_errors(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_elementwise_binding_errors() -> None:
     k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x + y", "add_bind")
     with pytest.raises(TypeError, match="T is already float32"):
         k._plan([fake_array((4,)), fake_array((4,), np.float64)], [None])
@@ -113,7 +114,8 @@ def test_elementwise_binding_errors(sm90) -> None:
         gpurt.ElementwiseKernel("T x", "T z", "z = x", "not a name")
 
 
-def test_bad_expression_raises_compile_error_with_the_line(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_bad_expression_raises_compile_error_with_the_line() -> None:
     k = gpurt.ElementwiseKernel("T x", "T z", "z = x +* undefined_thing", "broken")
     with pytest.raises(gpurt.CompileError) as info:
         k._plan([fake_array((4,))], [None])
@@ -121,7 +123,8 @@ def test_bad_expression_raises_compile_error_with_the_line(sm90) -> None:
     assert "undefined_thing" in str(info.value)  # the generated source line is shown
 
 
-def test_reduction_plans_walks_and_splits(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_reduction_plans_walks_and_splits() -> None:
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_plan")
     rows = r._plan([fake_array((8192, 8192))], [None], -1, False)
     assert rows.splits == 1 and rows.grid == (8192, 1, 1) and rows.out_shape == (8192,)
@@ -135,7 +138,8 @@ def test_reduction_plans_walks_and_splits(sm90) -> None:
     assert some.out_shape == (4,) and some.middle[:2] == (4, 15)
 
 
-def test_reduction_rejects_what_it_cannot_do(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_reduction_rejects_what_it_cannot_do() -> None:
     with pytest.raises(ValueError, match="identity=None"):
         gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", None, "noid")
     with pytest.raises(ValueError, match="raw"):

@@ -9,11 +9,10 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
+from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
 
 import gpurt
 from gpurt.jiterator import _create_jit_fn, _create_multi_output_jit_fn, function_name
-
-from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 AXPY = "template <typename T> T my_axpy(T x, T y, T alpha) { return -x + alpha * y; }"
@@ -42,7 +41,8 @@ def test_arguments_are_checked_before_any_work() -> None:
         _create_multi_output_jit_fn(TWO, num_outputs=0)
 
 
-def test_plan_promotes_like_torch(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_plan_promotes_like_torch() -> None:
     fn = _create_jit_fn(AXPY, alpha=1.0)
     cases = [((np.float16, np.int32), np.float16), ((np.float16, BF16), np.float32),
              ((np.int8, np.uint8), np.int16), ((np.bool_, np.int64), np.int64),
@@ -57,7 +57,8 @@ def test_plan_promotes_like_torch(sm90) -> None:
         fn._plan([fake_array((3,)), fake_array((4,)), 1.0], [None], 2, ["alpha"])
 
 
-def test_multi_output_plan_and_bad_code(sm90) -> None:
+@pytest.mark.usefixtures("sm90")
+def test_multi_output_plan_and_bad_code() -> None:
     fn = _create_multi_output_jit_fn(TWO, num_outputs=2, scale=2)
     plan = fn._plan([fake_array((5, 7), np.float16), fake_array((7,), np.float16, ptr=1 << 24),
                      2], [None, None], 2, ["scale"])

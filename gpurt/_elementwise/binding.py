@@ -11,7 +11,8 @@ type.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ import gpurt
 from .plan import as_array
 from .types import Param, check_dtype, scalar_dtype
 
-__all__ = ["split_args", "bind", "is_scalar", "returned", "PASSED_AS_IS", "as_value"]
+__all__ = ["PASSED_AS_IS", "as_value", "bind", "is_scalar", "returned", "split_args"]
 
 
 def is_scalar(value: Any) -> bool:
@@ -39,7 +40,7 @@ def as_value(arg: Any, what: str) -> Any:
 
 
 def split_args(args: Sequence[Any], n_in: int, n_out: int,
-               name: str) -> tuple[list[Any], list[Any], Optional[list[Any]]]:
+               name: str) -> tuple[list[Any], list[Any], list[Any] | None]:
     """(input values, output Arrays or None, outputs as given or None when none were) from
     a call's arguments: ``n_in`` inputs, then optionally all ``n_out`` outputs. Device
     arrays become Arrays. On the hot path of every call."""
@@ -57,7 +58,7 @@ def split_args(args: Sequence[Any], n_in: int, n_out: int,
     return values, outs, given
 
 
-def returned(outputs: list[Any], given: Optional[list[Any]]) -> list[Any]:
+def returned(outputs: list[Any], given: list[Any] | None) -> list[Any]:
     """What a call returns: its outputs, the caller's own objects where it passed them."""
     if given is None:
         return outputs
@@ -123,6 +124,6 @@ def _castable(src: np.dtype, dst: np.dtype) -> bool:
     return bool(np.can_cast(src, dst, "same_kind"))
 
 
-def param_dtype(param: Param, bound: dict[str, np.dtype]) -> Optional[np.dtype]:
+def param_dtype(param: Param, bound: dict[str, np.dtype]) -> np.dtype | None:
     """The dtype a parameter stands for in this call."""
     return param.dtype if param.dtype is not None else bound.get(param.ctype)

@@ -12,9 +12,9 @@ one element offset per array (strides in elements, last dimension first).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
-__all__ = ["Operand", "Layout", "PRELUDE", "elementwise_source", "THREADS", "UNROLL"]
+__all__ = ["PRELUDE", "THREADS", "UNROLL", "Layout", "Operand", "elementwise_source"]
 
 THREADS = 256
 UNROLL = 4
@@ -128,7 +128,7 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
     tile = THREADS * UNROLL * vec
     streamed = [op for op in operands if op.is_array and not op.uniform]
     loaded = [op for op in streamed if op.kind == "in" or op.load]
-    out = [f"    const _gpurt_index _ind{{(long long)_n}};\n",
+    out = ["    const _gpurt_index _ind{(long long)_n};\n",
            f"    const {idx} _base = ({idx})blockIdx.x * {tile};\n"]
     for op in operands:
         if op.uniform:
@@ -169,9 +169,9 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
 def _strided_body(operands: Sequence[Operand], body: str, layout: Layout) -> str:
     idx, nd = layout.index, layout.ndim
     arrays = [op for op in operands if op.is_array]
-    out = [f"    const _gpurt_index _ind{{(long long)_n}};\n    (void)_ind;\n",
-           f"    for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < _n;\n"
-           f"         i += ({idx})gridDim.x * blockDim.x) {{\n",
+    out = ["    const _gpurt_index _ind{(long long)_n};\n    (void)_ind;\n",
+           (f"    for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < _n;\n"
+            f"         i += ({idx})gridDim.x * blockDim.x) {{\n"),
            f"        {idx} _r = i;\n"]
     out += [f"        {idx} _o_{op.name} = 0;\n" for op in arrays]
     for d in reversed(range(nd)):

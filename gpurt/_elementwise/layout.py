@@ -4,9 +4,9 @@ every array (so most strided problems run with one or two dimensions of index ar
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-__all__ = ["MAX_DIMS", "broadcast_shape", "element_strides", "collapse", "normalize_axes"]
+__all__ = ["MAX_DIMS", "broadcast_shape", "collapse", "element_strides", "normalize_axes"]
 
 MAX_DIMS = 8  # dimensions of index arithmetic a strided kernel handles after collapsing
 

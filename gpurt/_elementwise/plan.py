@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,16 @@ from .codegen import Layout, Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides
 from .types import STORAGE, check_dtype
 
-__all__ = ["Slot", "ElementwisePlan", "plan_elementwise", "as_array", "signature",
-           "check_name", "MAX_PLANS", "OPTIONS"]
+__all__ = [
+    "MAX_PLANS",
+    "OPTIONS",
+    "ElementwisePlan",
+    "Slot",
+    "as_array",
+    "check_name",
+    "plan_elementwise",
+    "signature",
+]
 
 # Functions in a preamble or a jiterator code string need no __device__ (torch's and CuPy's
 # code strings have none).

@@ -18,12 +18,18 @@ Either may split K over ``gridDim.y``: the first kernel then writes one partial 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from .codegen import PRELUDE, Operand
 
-__all__ = ["ReduceLayout", "ReduceText", "reduce_source", "finish_source", "BLOCK",
-           "COLUMN_WIDTH"]
+__all__ = [
+    "BLOCK",
+    "COLUMN_WIDTH",
+    "ReduceLayout",
+    "ReduceText",
+    "finish_source",
+    "reduce_source",
+]
 
 BLOCK = 256
 COLUMN_WIDTH = 32  # outputs per block of the column walk (BLOCK // COLUMN_WIDTH share K)

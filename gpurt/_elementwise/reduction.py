@@ -6,7 +6,8 @@ partials of a split reduction), fills the pointers and scalars and launches."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from .reduce_codegen import (
 )
 from .types import STORAGE, check_dtype
 
-__all__ = ["ReductionPlan", "plan_reduction", "partial_dtype"]
+__all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
 
 _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
@@ -33,7 +34,7 @@ _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a bl
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype partial results of a split reduction are kept in (the reduce type)."""
-    return gpurt.float32 if dtype in (gpurt.float16, gpurt.bfloat16) else dtype
+    return np.dtype(np.float32) if dtype.itemsize == 2 and dtype.kind in "fV" else dtype
 
 
 @dataclasses.dataclass
@@ -50,7 +51,7 @@ class ReductionPlan:
     finish_dims: tuple[Any, ...]  # kept dims
     out_shape: tuple[int, ...]
     out_dtypes: tuple[np.dtype, ...]
-    partial: Optional[np.dtype]
+    partial: np.dtype | None
     splits: int
     size: int
     device: int

@@ -10,39 +10,51 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-import gpurt
+_BOOL, _INT64 = np.dtype(np.bool_), np.dtype(np.int64)
+_F16, _BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
-__all__ = ["STORAGE", "COMPUTE", "check_dtype", "promote", "result_type", "Param",
-           "parse_params", "scalar_dtype", "TYPE_NAMES"]
+__all__ = [
+    "COMPUTE",
+    "STORAGE",
+    "TYPE_NAMES",
+    "Param",
+    "check_dtype",
+    "parse_params",
+    "promote",
+    "result_type",
+    "scalar_dtype",
+]
 
 # dtype -> (storage C type, compute C type)
 _TYPES: dict[np.dtype, tuple[str, str]] = {
-    gpurt.bool_: ("bool", "bool"),
-    gpurt.int8: ("signed char", "signed char"),
-    gpurt.int16: ("short", "short"),
-    gpurt.int32: ("int", "int"),
-    gpurt.int64: ("long long", "long long"),
-    gpurt.uint8: ("unsigned char", "unsigned char"),
-    gpurt.uint16: ("unsigned short", "unsigned short"),
-    gpurt.uint32: ("unsigned int", "unsigned int"),
-    gpurt.uint64: ("unsigned long long", "unsigned long long"),
-    gpurt.float16: ("__half", "float"),
-    gpurt.bfloat16: ("__nv_bfloat16", "float"),
-    gpurt.float32: ("float", "float"),
-    gpurt.float64: ("double", "double"),
+    _BOOL: ("bool", "bool"),
+    np.dtype(np.int8): ("signed char", "signed char"),
+    np.dtype(np.int16): ("short", "short"),
+    np.dtype(np.int32): ("int", "int"),
+    _INT64: ("long long", "long long"),
+    np.dtype(np.uint8): ("unsigned char", "unsigned char"),
+    np.dtype(np.uint16): ("unsigned short", "unsigned short"),
+    np.dtype(np.uint32): ("unsigned int", "unsigned int"),
+    np.dtype(np.uint64): ("unsigned long long", "unsigned long long"),
+    _F16: ("__half", "float"),
+    _BF16: ("__nv_bfloat16", "float"),
+    _F32: ("float", "float"),
+    _F64: ("double", "double"),
 }
 STORAGE = {dt: types[0] for dt, types in _TYPES.items()}
 COMPUTE = {dt: types[1] for dt, types in _TYPES.items()}
 
 # CuPy's type names in parameter lists -> dtype
 TYPE_NAMES: dict[str, np.dtype] = {dt.name: dt for dt in _TYPES}
-TYPE_NAMES.update({"bool": gpurt.bool_, "float": gpurt.float32, "double": gpurt.float64,
-               "half": gpurt.float16, "int": gpurt.int32, "uint": gpurt.uint32,
-               "bf16": gpurt.bfloat16})
+TYPE_NAMES.update({"bool": _BOOL, "float": _F32, "double": _F64, "half": _F16,
+                   "int": np.dtype(np.int32), "uint": np.dtype(np.uint32), "bf16": _BF16})
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "V": 2}  # bool < integer < floating
 
@@ -70,8 +82,8 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
     if ca != cb:
         return a if ca > cb else b
     if ca == 2:
-        if {a, b} == {gpurt.float16, gpurt.bfloat16}:
-            return gpurt.float32
+        if {a, b} == {_F16, _BF16}:
+            return _F32
         return a if a.itemsize >= b.itemsize else b
     result = np.promote_types(a, b)
     if result.kind == "f":
@@ -79,16 +91,16 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
     return result
 
 
-def scalar_dtype(value: Any) -> Optional[np.dtype]:
+def scalar_dtype(value: Any) -> np.dtype | None:
     """The dtype a Python/numpy scalar stands for (numpy scalars keep theirs), or None."""
     if isinstance(value, np.generic):
         return check_dtype(value.dtype, "a numpy scalar")
     if isinstance(value, bool):
-        return gpurt.bool_
+        return _BOOL
     if isinstance(value, int):
-        return gpurt.int64
+        return _INT64
     if isinstance(value, float):
-        return gpurt.float64
+        return _F64
     return None
 
 
@@ -98,13 +110,13 @@ def result_type(arrays: Sequence[np.dtype], scalars: Sequence[np.dtype]) -> np.d
     default (int64, float32). Without arrays the scalars decide (float: float32)."""
     if not arrays:
         kinds = [_category(s) for s in scalars]
-        return (gpurt.bool_, gpurt.int64, gpurt.float32)[max(kinds)] if kinds else gpurt.float32
+        return (_BOOL, _INT64, _F32)[max(kinds)] if kinds else _F32
     result = arrays[0]
     for dt in arrays[1:]:
         result = promote(result, dt)
     top = max((_category(s) for s in scalars), default=0)
     if top > _category(result):
-        result = (gpurt.bool_, gpurt.int64, gpurt.float32)[top]
+        result = (_BOOL, _INT64, _F32)[top]
     return result
 
 
@@ -115,7 +127,7 @@ class Param:
 
     name: str
     ctype: str
-    dtype: Optional[np.dtype]
+    dtype: np.dtype | None
     raw: bool
 
 
