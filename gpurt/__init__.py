@@ -24,7 +24,7 @@ from .profiler import nvtx  # noqa: F401
 from . import comm, distributed  # noqa: F401  (NCCL itself loads on first use)
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import __all__ as _elementwise_all
-from . import jiterator  # noqa: F401
+from . import amp, jiterator  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -39,6 +39,7 @@ __all__ = [
     *_elementwise_all,
     "profiler",
     "jiterator",
+    "amp",
     "nvtx",
     "__version__",
 ]
