@@ -5,11 +5,13 @@ compilation with a disk cache, NVTX ranges and profiling, on NVIDIA's cuda-pytho
 ``import gpurt`` never touches the GPU; CUDA initialises on first use.
 """
 
-from . import (  # noqa: F401  (NCCL itself loads on first use)
+from . import (  # noqa: F401  (submodules; NCCL itself loads on first use)
+    amp,
     comm,
     distributed,
-    profiler,  # noqa: F401
-    random,  # noqa: F401  (gpurt.random: fills, Generator, the RNG state API)
+    jiterator,
+    profiler,
+    random,
 )
 from ._core.driver import *  # noqa: F401,F403
 from ._core.driver import __all__ as _driver_all
@@ -17,6 +19,8 @@ from .array import *  # noqa: F401,F403
 from .array import __all__ as _array_all
 from .device import *  # noqa: F401,F403
 from .device import __all__ as _device_all
+from .elementwise import *  # noqa: F401,F403
+from .elementwise import __all__ as _elementwise_all
 from .graphs import *  # noqa: F401,F403
 from .graphs import __all__ as _graphs_all
 from .memory import *  # noqa: F401,F403
@@ -52,7 +56,10 @@ __all__ = [
     *_graphs_all,
     *_random_all,
     "random",
+    *_elementwise_all,
     "profiler",
+    "jiterator",
+    "amp",
     "nvtx",
     "__version__",
 ]

@@ -21,7 +21,8 @@ LAYERS = [
     ["gpurt._graphs", "gpurt.graphs", "gpurt._profiler", "gpurt.profiler", "gpurt.nvtx",
      "gpurt.memviz", "gpurt._random", "gpurt.random"],
     ["gpurt.comm", "gpurt.distributed"],
-    ["gpurt", "gpurt._cli", "gpurt.__main__"],
+    ["gpurt", "gpurt._cli", "gpurt.__main__", "gpurt._elementwise", "gpurt.elementwise",
+     "gpurt.jiterator", "gpurt.amp"],
 ]
 
 

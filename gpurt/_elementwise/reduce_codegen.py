@@ -1,0 +1,279 @@
+"""CUDA source of reduction kernels (CuPy's ReductionKernel): ``map_expr`` per element,
+``reduce_expr`` folding two values ``a`` and ``b`` of the reduce type, ``post_map_expr``
+writing the outputs from ``a``.
+
+The problem is seen as M outputs times K reduced elements, each side with its own (up to
+8) dimensions of index arithmetic. Two walks:
+
+- "row": a group of G threads (a warp, or the whole block) per output, threads striding
+  over K (16-byte vector loads when the reduced elements are contiguous and aligned), then
+  warp shuffles (and shared memory across warps);
+- "column": for outputs that are contiguous in memory: 32 consecutive outputs per block
+  (coalesced loads), 8 threads per output splitting K, combined in shared memory.
+
+Either may split K over ``gridDim.y``: the first kernel then writes one partial value per
+(split, output) and a second, "finish", kernel folds the splits and runs post_map_expr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .codegen import PRELUDE, Operand
+
+__all__ = [
+    "BLOCK",
+    "COLUMN_WIDTH",
+    "ReduceLayout",
+    "ReduceText",
+    "finish_source",
+    "reduce_source",
+]
+
+BLOCK = 256
+COLUMN_WIDTH = 32  # outputs per block of the column walk (BLOCK // COLUMN_WIDTH share K)
+
+_HELPERS = r"""
+template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
+    return __shfl_xor_sync(0xffffffffu, v, d); }
+#define _GPURT_SHFL_VIA_INT(TYPE) __device__ __forceinline__ TYPE _gpurt_shfl(TYPE v, int d) { \
+    return static_cast<TYPE>(__shfl_xor_sync(0xffffffffu, static_cast<int>(v), d)); }
+_GPURT_SHFL_VIA_INT(bool)
+_GPURT_SHFL_VIA_INT(signed char)
+_GPURT_SHFL_VIA_INT(unsigned char)
+_GPURT_SHFL_VIA_INT(short)
+_GPURT_SHFL_VIA_INT(unsigned short)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReduceText:
+    """The user's parts: kernel name, preamble, typedefs (placeholders and ``_type_reduce``),
+    the three expressions and the identity."""
+
+    name: str
+    preamble: str
+    typedefs: str
+    map_expr: str
+    reduce_expr: str
+    post_map: str
+    identity: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReduceLayout:
+    """``walk``: "row" or "column"; ``group``: threads per output in the row walk (32 or
+    BLOCK); ``kept``/``reduced``: dimensions of index arithmetic; ``vec``: elements per
+    vector load in the row walk (1: none); ``split``: K is split over gridDim.y."""
+
+    walk: str
+    group: int
+    kept: int
+    reduced: int
+    vec: int
+    split: bool
+    index: str
+
+
+def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
+    idx = layout.index
+    params = []
+    for op in ops:
+        if op.kind == "in":
+            params.append(f"const {op.storage}* __restrict__ _p_{op.name}")
+        elif op.kind == "scalar":
+            params.append(f"{op.compute} {op.name}")
+    if layout.split:
+        params.append("_type_reduce* __restrict__ _partial")
+    else:
+        params += [f"{op.storage}* _p_{op.name}" for op in ops if op.kind == "out"]
+    params += [f"{idx} _M", f"{idx} _K", f"{idx} _chunk"]
+    params += [f"{idx} _s{d}" for d in range(layout.kept)]
+    params += [f"{idx} _r{d}" for d in range(layout.reduced)]
+    for op in ops:
+        if op.kind == "in":
+            params += [f"{idx} _ts_{op.name}_{d}" for d in range(layout.kept)]
+            params += [f"{idx} _tr_{op.name}_{d}" for d in range(layout.reduced)]
+        elif op.kind == "out" and not layout.split:
+            params += [f"{idx} _ts_{op.name}_{d}" for d in range(layout.kept)]
+    return params
+
+
+def _decompose(var: str, sizes: str, strides: str, ndim: int, names: Sequence[str],
+               idx: str, indent: str) -> str:
+    """Offsets ``_o{var}_<name>`` of linear index ``var`` over dims ``sizes``."""
+    out = [f"{indent}{idx} _q{var} = {var};\n"]
+    out += [f"{indent}{idx} _o{var}_{n} = 0;\n" for n in names]
+    for d in reversed(range(ndim)):
+        coord = f"(_q{var} % _{sizes}{d})" if d else f"_q{var}"
+        line = f"{indent}{{ const {idx} _c = {coord};"
+        if d:
+            line += f" _q{var} /= _{sizes}{d};"
+        line += "".join(f" _o{var}_{n} += _c * _{strides}_{n}_{d};" for n in names)
+        out.append(line + " }\n")
+    if not ndim:
+        out.append(f"{indent}(void)_q{var};\n")
+    return "".join(out)
+
+
+def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str) -> str:
+    ins = [op for op in ops if op.kind == "in"]
+    lines = [f"const {op.compute} {op.name} = "
+             f"static_cast<{op.compute}>(_gpurt_ld({fetch[op.name]}));"
+             for op in ins]
+    lines.append("_acc = _gpurt_reduce(_acc, static_cast<_type_reduce>(_gpurt_map(" +
+                 ", ".join(op.name for op in ops if op.kind in ("in", "scalar")) + ")));")
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
+def _store(ops: Sequence[Operand], layout: ReduceLayout, indent: str) -> str:
+    """Write the result ``_acc`` of output ``_m``: a partial, or post_map's outputs."""
+    if layout.split:
+        return f"{indent}_partial[(long long)blockIdx.y * _M + _m] = _acc;\n"
+    outs = [op for op in ops if op.kind == "out"]
+    text = _decompose("_m", "s", "ts", layout.kept, [op.name for op in outs], layout.index,
+                      indent)
+    args = ["_acc", *(op.name for op in ops if op.kind == "scalar"),
+            *(f"_p_{op.name}[_o_m_{op.name}]" for op in outs), "_M", "_K"]
+    text += f"{indent}_gpurt_post({', '.join(args)});\n"
+    return text
+
+
+def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    idx, g = layout.index, layout.group
+    ins = [op for op in ops if op.kind == "in"]
+    per_block = BLOCK // g
+    out = [f"    const int _lane = threadIdx.x % {g};\n",
+           f"    const {idx} _m = ({idx})blockIdx.x * {per_block} + threadIdx.x / {g};\n",
+           "    __shared__ _type_reduce _sh[32];\n",
+           "    _type_reduce _acc = _gpurt_identity();\n",
+           f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
+           f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
+           "    if (_m < _M) {\n"]
+    out.append(_decompose("_m", "s", "ts", layout.kept, [op.name for op in ins], idx, "        "))
+    if layout.vec > 1:
+        v = layout.vec
+        out.append(f"        const {idx} _kv = _k0 + (_k1 - _k0) / {v} * {v};\n"
+                   f"        for ({idx} _k = _k0 + _lane * {v}; _k < _kv; _k += {g * v}) {{\n")
+        for op in ins:
+            out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
+                       f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
+                       f"_p_{op.name} + _o_m_{op.name} + _k);\n")
+        out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n")
+        out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
+        out.append("            }\n        }\n"
+                   f"        for ({idx} _k = _kv + _lane; _k < _k1; _k += {g}) {{\n")
+        fetch = {op.name: f"_p_{op.name}[_o_m_{op.name} + _k]" for op in ins}
+    else:
+        out.append(f"        #pragma unroll 4\n"
+                   f"        for ({idx} _k = _k0 + _lane; _k < _k1; _k += {g}) {{\n")
+        out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
+                              " " * 12))
+        fetch = {op.name: f"_p_{op.name}[_o_m_{op.name} + _o_k_{op.name}]" for op in ins}
+    out.append(_map_step(ops, fetch, " " * 12))
+    out.append("        }\n    }\n")
+    out.append("    #pragma unroll\n    for (int _d = 16; _d > 0; _d >>= 1)"
+               " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n")
+    if g > 32:
+        out.append("    if (threadIdx.x % 32 == 0) _sh[threadIdx.x / 32] = _acc;\n"
+                   "    __syncthreads();\n"
+                   "    if (threadIdx.x < 32) {\n"
+                   f"        _acc = threadIdx.x < {g // 32} ? _sh[threadIdx.x] "
+                   ": _gpurt_identity();\n"
+                   "        #pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
+                   " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n    }\n")
+    out.append("    if (_lane == 0 && _m < _M) {\n")
+    out.append(_store(ops, layout, "        "))
+    out.append("    }\n")
+    return "".join(out)
+
+
+def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    idx, w = layout.index, COLUMN_WIDTH
+    rows = BLOCK // w
+    ins = [op for op in ops if op.kind == "in"]
+    out = [f"    __shared__ _type_reduce _sh[{rows}][{w + 1}];\n",
+           f"    const int _tx = threadIdx.x % {w}, _ty = threadIdx.x / {w};\n",
+           f"    const {idx} _m = ({idx})blockIdx.x * {w} + _tx;\n",
+           "    _type_reduce _acc = _gpurt_identity();\n",
+           f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
+           f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
+           "    if (_m < _M) {\n"]
+    out.append(_decompose("_m", "s", "ts", layout.kept, [op.name for op in ins], idx, "        "))
+    out.append(f"        #pragma unroll 4\n"
+               f"        for ({idx} _k = _k0 + _ty; _k < _k1; _k += {rows}) {{\n")
+    out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
+                          " " * 12))
+    out.append(_map_step(ops, {op.name: f"_p_{op.name}[_o_m_{op.name} + _o_k_{op.name}]"
+                               for op in ins}, " " * 12))
+    out.append("        }\n    }\n"
+               "    _sh[_ty][_tx] = _acc;\n    __syncthreads();\n"
+               "    if (_ty == 0 && _m < _M) {\n"
+               f"        #pragma unroll\n        for (int _y = 1; _y < {rows}; ++_y)"
+               " _acc = _gpurt_reduce(_acc, _sh[_y][_tx]);\n")
+    out.append(_store(ops, layout, "        "))
+    out.append("    }\n")
+    return "".join(out)
+
+
+def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
+    """The user's expressions as device functions: identity, map, reduce, post-map."""
+    ins = [op for op in ops if op.kind == "in"]
+    scalars = [op for op in ops if op.kind == "scalar"]
+    outs = [op for op in ops if op.kind == "out"]
+    scalar_args = [f"const {op.compute} {op.name}" for op in scalars]
+    map_args = ", ".join([*(f"const {op.compute} {op.name}" for op in ins), *scalar_args])
+    post_args = ", ".join(["const _type_reduce a", *scalar_args,
+                           *(f"{op.storage}& _r_{op.name}" for op in outs),
+                           "long long _m_size", "long long _k_size"])
+    locals_ = "".join(f"{op.compute} {op.name}; " for op in outs)
+    stores = "".join(f"_r_{op.name} = _gpurt_cvt<{op.storage}>::to({op.name}); " for op in outs)
+    return (f"{text.typedefs}\n"
+            "__device__ __forceinline__ _type_reduce _gpurt_identity() "
+            f"{{ return static_cast<_type_reduce>({text.identity}); }}\n"
+            "__device__ __forceinline__ _type_reduce _gpurt_reduce(const _type_reduce a, "
+            f"const _type_reduce b) {{ return ({text.reduce_expr}); }}\n"
+            f"__device__ __forceinline__ _type_reduce _gpurt_map({map_args}) "
+            f"{{ return ({text.map_expr}); }}\n"
+            f"__device__ __forceinline__ void _gpurt_post({post_args}) "
+            "{ const _gpurt_index _in_ind{_m_size * _k_size}, _out_ind{_m_size}; "
+            "(void)_in_ind; (void)_out_ind; "
+            f"{locals_}{{ {text.post_map}; }} {stores}}}\n")
+
+
+def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """The whole CUDA program of one reduction kernel (pass 1 when split)."""
+    walk = _row_walk if layout.walk == "row" else _column_walk
+    params = ",\n        ".join(_params(ops, layout))
+    return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
+            f'extern "C" __global__ void __launch_bounds__({BLOCK}) {text.name}(\n'
+            f"        {params}) {{\n{walk(ops, layout)}}}\n")
+
+
+def finish_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """The second kernel of a split reduction: fold ``_splits`` partials per output."""
+    idx = layout.index
+    outs = [op for op in ops if op.kind == "out"]
+    params = ["const _type_reduce* __restrict__ _partial", f"{idx} _M", f"{idx} _K",
+              "int _splits"]
+    params += [f"{op.compute} {op.name}" for op in ops if op.kind == "scalar"]
+    params += [f"{op.storage}* _p_{op.name}" for op in outs]
+    params += [f"{idx} _s{d}" for d in range(layout.kept)]
+    params += [f"{idx} _ts_{op.name}_{d}" for op in outs for d in range(layout.kept)]
+    # a warp per output: lanes stride over the splits, then shuffle
+    body = (f"    const int _lane = threadIdx.x % 32;\n"
+            f"    for ({idx} _m = ({idx})blockIdx.x * {BLOCK // 32} + threadIdx.x / 32; _m < _M;"
+            f" _m += ({idx})gridDim.x * {BLOCK // 32}) {{\n"
+            "        _type_reduce _acc = _gpurt_identity();\n"
+            "        for (int _y = _lane; _y < _splits; _y += 32)"
+            " _acc = _gpurt_reduce(_acc, _partial[(long long)_y * _M + _m]);\n"
+            "        #pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
+            " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n"
+            "        if (_lane == 0) {\n")
+    body += _store(ops, dataclasses.replace(layout, split=False), "            ")
+    body += "        }\n    }\n"
+    joined = ",\n        ".join(params)
+    return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
+            f'extern "C" __global__ void __launch_bounds__({BLOCK}) {text.name}_finish(\n'
+            f"        {joined}) {{\n{body}}}\n")

@@ -1,0 +1,206 @@
+"""Planned reductions: from the arrays of one call signature and the reduced axes to the
+walk (row or column, see reduce_codegen), the split of K over blocks, the compiled kernels
+and their constant arguments. A later call of the signature allocates its outputs (and the
+partials of a split reduction), fills the pointers and scalars and launches."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import api as gpurt
+from .codegen import Operand
+from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
+from .plan import OPTIONS, _c_strides, _device_of
+from .reduce_codegen import (
+    BLOCK,
+    COLUMN_WIDTH,
+    ReduceLayout,
+    ReduceText,
+    finish_source,
+    reduce_source,
+)
+from .types import STORAGE, check_dtype
+
+__all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
+
+_INT_LIMIT = 2**31 - 1
+_ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
+
+
+def partial_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype partial results of a split reduction are kept in (the reduce type)."""
+    return np.dtype(np.float32) if dtype.itemsize == 2 and dtype.kind in "fV" else dtype
+
+
+@dataclasses.dataclass
+class ReductionPlan:
+    """One planned reduction (see the module docstring)."""
+
+    kernel: Any
+    finish: Any
+    grid: tuple[int, int, int]
+    finish_grid: int
+    middle: tuple[Any, ...]       # M, K, chunk, dims, input strides
+    out_strides: tuple[Any, ...]  # per output, its kept strides
+    finish_head: tuple[Any, ...]  # M, K, splits
+    finish_dims: tuple[Any, ...]  # kept dims
+    out_shape: tuple[int, ...]
+    out_dtypes: tuple[np.dtype, ...]
+    partial: np.dtype | None
+    splits: int
+    size: int
+    device: int
+
+    def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
+        """Allocate the missing outputs, launch, return the outputs (gpurt Arrays)."""
+        index = self.device
+        outputs = [o if o is not None else gpurt.empty(self.out_shape, dt, index)
+                   for o, dt in zip(outs, self.out_dtypes)]
+        if not self.size:
+            return outputs
+        head = tuple([v.ptr if type(v) is gpurt.Array else v for v in values])
+        pointers = tuple([o.ptr for o in outputs])
+        if index != gpurt.current_device():
+            with gpurt.device(index):
+                self._launch(values, head, pointers, index)
+        else:
+            self._launch(values, head, pointers, index)
+        return outputs
+
+    def _launch(self, values: Sequence[Any], head: tuple[Any, ...],
+                pointers: tuple[int, ...], index: int) -> None:
+        if self.partial is None:
+            self.kernel(self.grid, BLOCK, head + pointers + self.middle + self.out_strides)
+            return
+        partial = gpurt.empty(self.splits * self.size, self.partial, index)
+        self.kernel(self.grid, BLOCK, head + (partial.ptr,) + self.middle)
+        scalars = tuple([v for v in values if type(v) is not gpurt.Array])
+        self.finish(self.finish_grid, BLOCK, (partial.ptr,) + self.finish_head + scalars +
+                    pointers + self.finish_dims + self.out_strides)
+
+
+def _out_kept_strides(out: Any, out_shape: tuple[int, ...], dtype: np.dtype,
+                      kept: Sequence[int], keepdims: bool, name: str) -> tuple[int, ...]:
+    if out is None:
+        strides = element_strides(out_shape, _c_strides(out_shape, dtype.itemsize),
+                                  dtype.itemsize, out_shape, name)
+    else:
+        strides = element_strides(out.shape, out.strides, out.itemsize, out_shape, name)
+    return tuple(strides[a] for a in kept) if keepdims else strides
+
+
+def _walk(in_kept: Sequence[tuple[int, ...]], in_red: Sequence[tuple[int, ...]],
+          kept_dims: tuple[int, ...], k: int) -> str:
+    """"column" when the outputs are contiguous in memory and the reduced elements are not."""
+    if not kept_dims or not in_red or not in_red[0] or k <= 1:
+        return "row"
+    inner_kept = all(s[-1] in (0, 1) for s in in_kept) and any(s[-1] == 1 for s in in_kept)
+    reduced_far = min(abs(s) for s in in_red[0]) > 1
+    return "column" if inner_kept and reduced_far else "row"
+
+
+def _vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
+         in_red: Sequence[tuple[int, ...]]) -> int:
+    """Elements per vector load of the row walk: contiguous, 16-byte aligned rows."""
+    if not arrays or any(s != (1,) for s in in_red):
+        return 1
+    vec = 16 // max(a.itemsize for a in arrays)
+    for a, kept in zip(arrays, in_kept):
+        if a.ptr % 16 or any(s * a.itemsize % 16 for s in kept):
+            return 1
+    return vec
+
+
+def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence[Any],
+                   outs: Sequence[Any], out_dtypes: Sequence[np.dtype],
+                   reduce_dtype: np.dtype, axis: Any, keepdims: bool) -> ReductionPlan:
+    """Plan one reduction of ``params`` (inputs and scalars in call order, then outputs;
+    the storage of array operands is filled in here)."""
+    n_in = len(values)
+    arrays = [v for v in values if type(v) is gpurt.Array]
+    given = [o for o in outs if o is not None]
+    device = _device_of([*arrays, *given])
+    shape = broadcast_shape([a.shape for a in arrays])
+    axes = normalize_axes(axis, len(shape))
+    kept = [a for a in range(len(shape)) if a not in axes]
+    out_shape = tuple(1 if a in axes else s for a, s in enumerate(shape)) if keepdims \
+        else tuple(shape[a] for a in kept)
+    for number, out in enumerate(outs):
+        if out is not None and tuple(out.shape) != out_shape:
+            raise ValueError(f"output {number} has shape {tuple(out.shape)}; the reduction "
+                             f"gives {out_shape}")
+        if out is not None and np.dtype(out.dtype) != out_dtypes[number]:
+            raise TypeError(f"output {number} has dtype {out.dtype}; the kernel writes "
+                            f"{out_dtypes[number].name} there")
+    ops = []
+    in_kept, in_red = [], []
+    for param, value in zip(params[:n_in], values):
+        if param.kind == "scalar":
+            ops.append(param)
+            continue
+        storage = STORAGE[check_dtype(value.dtype, f"argument {param.name!r}")]
+        ops.append(dataclasses.replace(param, storage=storage))
+        st = element_strides(value.shape, value.strides, value.itemsize, shape, param.name)
+        in_kept.append(tuple(st[a] for a in kept))
+        in_red.append(tuple(st[a] for a in axes))
+    out_kept = []
+    for param, out, dtype in zip(params[n_in:], outs, out_dtypes):
+        ops.append(dataclasses.replace(param, storage=STORAGE[dtype]))
+        out_kept.append(_out_kept_strides(out, out_shape, dtype, kept, keepdims, param.name))
+    kept_dims, kept_strides = collapse(tuple(shape[a] for a in kept), [*in_kept, *out_kept])
+    red_dims, red_strides = collapse(tuple(shape[a] for a in axes), in_red)
+    if len(kept_dims) > MAX_DIMS or len(red_dims) > MAX_DIMS:
+        raise ValueError(f"the reduction needs more than {MAX_DIMS} dimensions of index "
+                         "arithmetic on one side after merging")
+    m = int(np.prod(kept_dims, dtype=np.int64))
+    k = int(np.prod(red_dims, dtype=np.int64))
+    in_kept_c, out_kept_c = kept_strides[:len(in_kept)], kept_strides[len(in_kept):]
+    walk = _walk(in_kept_c, red_strides, kept_dims, k)
+    vec = _vec(arrays, in_kept_c, red_strides) if walk == "row" else 1
+    group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
+    per_block = BLOCK // group if walk == "row" else COLUMN_WIDTH
+    blocks = max(1, -(-m // per_block))
+    splits, chunk = _split(blocks, k, vec, walk, group, device)
+    spans = [sum((d - 1) * abs(s) for d, s in zip(kept_dims, ks)) +
+             sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
+             for ks, rs in zip(in_kept_c, red_strides)]
+    index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
+    layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index)
+    arch = gpurt.get_arch(device)
+    kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
+                           program_name=f"{text.name}.cu")[text.name]
+    finish = None
+    if splits > 1:
+        finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
+                               program_name=f"{text.name}_finish.cu")[f"{text.name}_finish"]
+    middle = (m, k, chunk, *kept_dims, *red_dims,
+              *(s for ks, rs in zip(in_kept_c, red_strides) for s in (*ks, *rs)))
+    return ReductionPlan(
+        kernel, finish, (blocks, splits, 1), _finish_blocks(m), middle,
+        tuple(s for st in out_kept_c for s in st),
+        (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
+        partial_dtype(reduce_dtype) if splits > 1 else None, splits, m, device)
+
+
+def _finish_blocks(m: int) -> int:
+    """Blocks of the finish kernel: a warp per output (reduce_codegen.finish_source)."""
+    return max(1, min(-(-m // (BLOCK // 32)), 1 << 20))
+
+
+def _split(blocks: int, k: int, vec: int, walk: str, group: int,
+           device: int) -> tuple[int, int]:
+    """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
+    device (8 per SM), each split still long enough to be worth a block."""
+    target = gpurt.get_device_properties(device).multi_processor_count * 8
+    least = group * vec * 8 if walk == "row" else (BLOCK // COLUMN_WIDTH) * 32
+    splits = 1
+    if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs
+        splits = min(target // blocks, -(-k // least), 65535)
+    chunk = -(-k // splits) if k else 1
+    chunk = -(-chunk // vec) * vec
+    splits = max(1, -(-k // chunk)) if k else 1
+    return splits, chunk

@@ -1,0 +1,366 @@
+"""gpurt.ElementwiseKernel and gpurt.ReductionKernel: parsing, type binding, promotion,
+broadcasting and plans on any machine (kernels compiled for sm_90 through NVRTC, never
+launched), then results against numpy float64 on a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gpurt
+from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
+from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
+from gpurt._elementwise.types import parse_params, promote, result_type
+from gpurt.elementwise import reads_output
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# ---- CPU: parsing, promotion, layouts --------------------------------------------------------
+
+
+def test_parse_params_reads_types_placeholders_and_raw() -> None:
+    x, y, w = parse_params("T x, float32 y, raw T w", "in_params")
+    assert (x.ctype, x.dtype, x.raw) == ("T", None, False)
+    assert y.dtype == np.float32 and w.raw and w.dtype is None
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_params("T", "in_params")
+    with pytest.raises(ValueError, match="twice"):
+        parse_params("T x, T x", "in_params")
+    with pytest.raises(ValueError, match="reserved"):
+        parse_params("T i", "in_params")
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    (np.float16, BF16, np.float32), (np.int16, np.float16, np.float16),
+    (np.uint8, np.int8, np.int16), (np.bool_, np.uint8, np.uint8),
+    (np.int64, np.float32, np.float32), (np.float32, np.float64, np.float64),
+    (np.int32, np.int64, np.int64), (BF16, np.int64, BF16),
+])
+def test_promotion_follows_torch(a, b, expected) -> None:
+    assert promote(np.dtype(a), np.dtype(b)) == np.dtype(expected)
+    assert promote(np.dtype(b), np.dtype(a)) == np.dtype(expected)
+
+
+def test_scalars_promote_only_across_categories() -> None:
+    f16, i8, f64 = np.dtype(np.float16), np.dtype(np.int8), np.dtype(np.float64)
+    i64, b = np.dtype(np.int64), np.dtype(np.bool_)
+    assert result_type([f16], [f64]) == f16          # x_half * 2.0 stays half
+    assert result_type([i8], [i64]) == i8            # x_int8 + 1 stays int8
+    assert result_type([i8], [f64]) == np.float32    # int8 * 0.5 -> default float
+    assert result_type([b], [i64]) == i64
+    with pytest.raises(TypeError, match="no common integer"):
+        promote(np.dtype(np.uint64), np.dtype(np.int8))
+
+
+def test_broadcast_and_collapse() -> None:
+    assert broadcast_shape([(3, 1, 5), (4, 5), ()]) == (3, 4, 5)
+    with pytest.raises(ValueError, match=r"\(3, 2\).*\(4,\).*do not broadcast"):
+        broadcast_shape([(3, 2), (4,)])
+    # a C-contiguous block collapses to one dimension; a transposed one does not
+    assert collapse((2, 3, 4), [(12, 4, 1)]) == ((24,), ((1,),))
+    assert collapse((3, 4), [(1, 3)]) == ((3, 4), ((1, 3),))
+    # size-1 dimensions drop; a broadcast dimension stops the merge
+    assert collapse((1, 3, 4), [(0, 4, 1), (0, 0, 1)]) == ((3, 4), ((4, 1), (0, 1)))
+    assert normalize_axes(-1, 3) == (2,) and normalize_axes((2, 0), 3) == (0, 2)
+    with pytest.raises(ValueError, match="out of bounds"):
+        normalize_axes(3, 3)
+    with pytest.raises(ValueError, match="repeated"):
+        normalize_axes((0, -3), 3)
+
+
+def test_reads_output_tells_assignments_from_reads() -> None:
+    assert not reads_output("z = x + y", "z")
+    assert not reads_output("z = x; w = z == 1", "w")
+    assert reads_output("z += x", "z")
+    assert reads_output("z = z * 2", "z")
+
+
+@pytest.mark.usefixtures("sm90")
+def test_elementwise_plans_contiguous_vectorized_and_strided() -> None:
+    k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "axpy_plan")
+    x, y = fake_array((1000, 1000)), fake_array((1000, 1000), ptr=1 << 24)
+    plan = k._plan([x, y], [None])
+    assert plan.grid == math.ceil(10**6 / (256 * 4 * 4)) and plan.tail == (10**6,)
+    misaligned = k._plan([fake_array((1000, 1000), ptr=(1 << 20) + 4), y], [None])
+    assert misaligned.grid == math.ceil(10**6 / (256 * 4 * 1))  # no 16-byte vectors
+    broadcast = k._plan([x, fake_array((1000,), ptr=1 << 24)], [None])
+    assert broadcast.tail == (10**6, 1000, 1000, 1000, 1, 0, 1, 1000, 1)
+    scalar = k._plan([fake_array((1000, 1000), np.float16), 3], [None])
+    assert scalar.out_dtypes == (np.dtype(np.float16),) and scalar.grid == math.ceil(
+        10**6 / (256 * 4 * 8))
+
+
+@pytest.mark.usefixtures("sm90")
+def test_elementwise_binding_errors() -> None:
+    k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x + y", "add_bind")
+    with pytest.raises(TypeError, match="T is already float32"):
+        k._plan([fake_array((4,)), fake_array((4,), np.float64)], [None])
+    with pytest.raises(ValueError, match="do not broadcast"):
+        k._plan([fake_array((4,)), fake_array((5,))], [None])
+    with pytest.raises(TypeError, match="complex64"):
+        k._plan([fake_array((4,), np.complex64), fake_array((4,), np.complex64)], [None])
+    with pytest.raises(TypeError, match="takes 2 inputs"):
+        k(1.0)
+    typed = gpurt.ElementwiseKernel("int32 x", "float32 z", "z = x", "typed_bind")
+    with pytest.raises(TypeError, match="same_kind"):
+        typed._plan([fake_array((4,), np.float32)], [None])
+    out_only = gpurt.ElementwiseKernel("float32 x", "T z", "z = x", "unbound")
+    with pytest.raises(TypeError, match="not known"):
+        out_only._plan([fake_array((4,))], [None])
+    with pytest.raises(ValueError, match="C identifier"):
+        gpurt.ElementwiseKernel("T x", "T z", "z = x", "not a name")
+
+
+@pytest.mark.usefixtures("sm90")
+def test_bad_expression_raises_compile_error_with_the_line() -> None:
+    k = gpurt.ElementwiseKernel("T x", "T z", "z = x +* undefined_thing", "broken")
+    with pytest.raises(gpurt.CompileError) as info:
+        k._plan([fake_array((4,))], [None])
+    assert "undefined_thing" in info.value.log
+    assert "undefined_thing" in str(info.value)  # the generated source line is shown
+
+
+@pytest.mark.usefixtures("sm90")
+def test_reduction_plans_walks_and_splits() -> None:
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_plan")
+    rows = r._plan([fake_array((8192, 8192))], [None], -1, False)
+    assert rows.splits == 1 and rows.grid == (8192, 1, 1) and rows.out_shape == (8192,)
+    cols = r._plan([fake_array((8192, 8192))], [None], 0, False)
+    assert cols.splits > 1 and cols.finish is not None and cols.grid[0] == 8192 // 32
+    long_rows = r._plan([fake_array((4, 1 << 20))], [None], 1, True)
+    assert long_rows.splits > 1 and long_rows.out_shape == (4, 1)
+    everything = r._plan([fake_array((3, 4, 5))], [None], None, False)
+    assert everything.out_shape == () and everything.middle[:2] == (1, 60)
+    some = r._plan([fake_array((3, 4, 5))], [None], (0, 2), False)
+    assert some.out_shape == (4,) and some.middle[:2] == (4, 15)
+
+
+@pytest.mark.usefixtures("sm90")
+def test_reduction_rejects_what_it_cannot_do() -> None:
+    with pytest.raises(ValueError, match="identity=None"):
+        gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", None, "noid")
+    with pytest.raises(ValueError, match="raw"):
+        gpurt.ReductionKernel("raw T x", "T y", "x", "a + b", "y = a", "0", "rawred")
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_err")
+    with pytest.raises(ValueError, match="out of bounds"):
+        r._plan([fake_array((3, 4))], [None], 2, False)
+    with pytest.raises(ValueError, match="shape"):
+        r._plan([fake_array((3, 4))], [fake_array((4,))], 1, False)
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+DTYPES = [np.float32, np.float16, BF16, np.float64, np.int8, np.int16, np.int32, np.int64,
+          np.uint8, np.bool_]
+
+
+def random(shape, dtype, rng) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.random(shape) < 0.5
+    if dt.kind in "iu":
+        return rng.integers(0 if dt.kind == "u" else -8, 9, size=shape).astype(dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
+def tolerance(dtype) -> dict:
+    dt = np.dtype(dtype)
+    if dt in (np.dtype(np.float16), BF16):
+        return {"rtol": 2e-2, "atol": 2e-2}
+    if dt == np.float32:
+        return {"rtol": 1e-5, "atol": 1e-5}
+    return {"rtol": 1e-12, "atol": 1e-12}  # float64: FMA contraction may differ in the last bit
+
+
+def poisoned(shape, dtype) -> gpurt.Array:
+    dt = np.dtype(dtype)
+    fill = 77 if dt.kind in "iub" else np.nan
+    return gpurt.asarray(np.full(shape, fill, dtype=dt))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_elementwise_every_dtype(gpu_state, dtype) -> None:
+    rng = np.random.default_rng()
+    k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * y + x", "mul_add")
+    for shape in [(1000, 37), (5,), (4099,)]:
+        x, y = random(shape, dtype, rng), random(shape, dtype, rng)
+        out = poisoned(shape, dtype)
+        assert k(gpurt.asarray(x), gpurt.asarray(y), out) is out
+        ref = x.astype(np.float64) * y.astype(np.float64) + x.astype(np.float64)
+        got = out.numpy()
+        if np.dtype(dtype) == np.bool_:
+            np.testing.assert_array_equal(got, (x & y) | x)
+        else:
+            np.testing.assert_allclose(got.astype(np.float64), ref, **tolerance(dtype))
+        fresh = k(gpurt.asarray(x), gpurt.asarray(y))
+        np.testing.assert_array_equal(fresh.numpy(), got)
+
+
+@pytest.mark.gpu
+def test_elementwise_strided_offset_broadcast_and_in_place(gpu_state) -> None:
+    rng = np.random.default_rng()
+    k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x - 3 * y", "sub3")
+    base = rng.standard_normal((9, 40, 6)).astype(np.float32)
+    dev = gpurt.asarray(base)
+    x = dev[1:, 3::2, :]                          # offset, non-contiguous
+    y = gpurt.asarray(rng.standard_normal((19, 1)).astype(np.float32))  # broadcast
+    ref = base[1:, 3::2, :].astype(np.float64) - 3 * y.numpy().astype(np.float64)
+    np.testing.assert_allclose(k(x, y).numpy(), ref, rtol=1e-5, atol=1e-5)
+    t = dev.transpose(2, 0, 1)                    # transposed read, strided write
+    out_base = poisoned((6, 9, 80), np.float32)
+    out = out_base[:, :, ::2]
+    k(t, 0.5, out)
+    np.testing.assert_allclose(out.numpy(), base.transpose(2, 0, 1) - 1.5, rtol=1e-5, atol=1e-5)
+    assert np.isnan(out_base.numpy()[:, :, 1::2]).all()   # the gaps were not written
+    in_place = gpurt.asarray(base.copy())
+    k(in_place, in_place, in_place)
+    np.testing.assert_allclose(in_place.numpy(), -2 * base, rtol=1e-5, atol=1e-5)
+    zero_d = k(gpurt.asarray(np.float32(2.0)), gpurt.asarray(np.float32(1.0)))
+    assert zero_d.shape == () and zero_d.numpy() == -1.0
+
+
+@pytest.mark.gpu
+def test_elementwise_typed_params_raw_index_and_outputs(gpu_state) -> None:
+    rng = np.random.default_rng()
+    x = rng.integers(-50, 50, size=1001).astype(np.int32)
+    typed = gpurt.ElementwiseKernel("float32 x, float32 s", "float64 z, T w",
+                                    "z = x * s; w = (T)i", "typed_two")
+    z, w = typed(gpurt.asarray(x), 0.25, poisoned(1001, np.float64), poisoned(1001, np.int16))
+    np.testing.assert_allclose(z.numpy(), x * 0.25)
+    np.testing.assert_array_equal(w.numpy(), np.arange(1001, dtype=np.int16))
+    rev = gpurt.ElementwiseKernel("raw T x", "T y", "y = x[_ind.size() - 1 - i]", "reverse")
+    src = rng.standard_normal(777).astype(np.float64)
+    got = rev(gpurt.asarray(src), poisoned(777, np.float64))
+    np.testing.assert_array_equal(got.numpy(), src[::-1])
+    acc = gpurt.ElementwiseKernel("T x", "T y", "y += x", "accumulate")
+    start = rng.standard_normal(300).astype(np.float32)
+    total = gpurt.asarray(start)
+    acc(gpurt.asarray(np.ones(300, np.float32)), total)
+    np.testing.assert_allclose(total.numpy(), start + 1, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_elementwise_on_torch_tensors(gpu_state) -> None:
+    torch = pytest.importorskip("torch")
+    k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "axpy_torch")
+    x = torch.randn(513, 257, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(257, device="cuda", dtype=torch.bfloat16)
+    out = torch.full_like(x, float("nan"))
+    assert k(x, y, out) is out
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x * 2 + y, rtol=1e-2, atol=1e-2)
+    got = k(x[:, ::2], y[::2])
+    torch.testing.assert_close(torch.from_dlpack(got), x[:, ::2] * 2 + y[::2],
+                               rtol=1e-2, atol=1e-2)
+
+
+REDUCE_DTYPES = [np.float32, np.float16, BF16, np.float64, np.int32, np.int64, np.uint8]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", REDUCE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_sum_over_axes(gpu_state, dtype) -> None:
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "float64 y", "x", "a + b", "y = a", "0", "sum_axes",
+                              reduce_type="float64")
+    x = random((7, 33, 130), dtype, rng)
+    dev = gpurt.asarray(x)
+    ref64 = x.astype(np.float64)
+    for axis in [None, 0, 1, 2, -1, (0, 2), (1, 2), (0, 1)]:
+        for keepdims in (False, True):
+            want = ref64.sum(axis=axis, keepdims=keepdims)
+            out = poisoned(want.shape, np.float64)
+            r(dev, out, axis=axis, keepdims=keepdims)
+            np.testing.assert_allclose(out.numpy(), want, rtol=1e-9, atol=1e-9,
+                                       err_msg=f"axis={axis} keepdims={keepdims}")
+    plain = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_same")
+    got = plain(dev, axis=-1).numpy().astype(np.float64)
+    want = ref64.sum(-1)
+    if np.dtype(dtype).kind == "u":
+        want = want % 256
+    scale = np.abs(ref64).sum(-1) + 1
+    assert np.all(np.abs(got - want) <= scale * tolerance(dtype)["rtol"] + 1e-9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, axis", [
+    ((3, 300001), -1), ((300001,), None), ((20000, 7), 0), ((4096, 1000), 0),
+    ((64, 2048), 1), ((1, 5), 1), ((5, 0), 1), ((0, 5), 1), ((2, 3, 4097), (0, 2)),
+])
+def test_sum_row_column_split_and_empty(gpu_state, shape, axis) -> None:
+    rng = np.random.default_rng()
+    x = rng.standard_normal(shape).astype(np.float32)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_f32")
+    want = x.astype(np.float64).sum(axis=axis)
+    got = r(gpurt.asarray(x), poisoned(want.shape, np.float32), axis=axis)
+    n = max(1, x.size // max(1, want.size))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5 * math.sqrt(n) * 4)
+
+
+@pytest.mark.gpu
+def test_reductions_with_map_post_map_and_strides(gpu_state) -> None:
+    rng = np.random.default_rng()
+    base = rng.standard_normal((50, 60, 8)).astype(np.float32)
+    dev = gpurt.asarray(base)
+    view = dev[::2, 5:, :].transpose(2, 0, 1)     # strided, offset, transposed
+    ref = base[::2, 5:, :].transpose(2, 0, 1).astype(np.float64)
+    l2 = gpurt.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm")
+    np.testing.assert_allclose(l2(view, axis=(1, 2)).numpy(), np.sqrt((ref ** 2).sum((1, 2))),
+                               rtol=1e-5)
+    mx = gpurt.ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", "-INFINITY", "amax")
+    np.testing.assert_array_equal(mx(view, axis=1).numpy(), ref.max(1).astype(np.float32))
+    mean = gpurt.ReductionKernel("T x", "T y", "x", "a + b",
+                                 "y = a / (_in_ind.size() / _out_ind.size())", "0", "mean")
+    np.testing.assert_allclose(mean(view, axis=0).numpy(), ref.mean(0), rtol=1e-5, atol=1e-6)
+    dot = gpurt.ReductionKernel("T x, T w, T s", "T y", "x * w * s", "a + b", "y = a", "0",
+                                "scaled_dot")
+    w = rng.standard_normal((60,)).astype(np.float32)
+    got = dot(gpurt.asarray(base[0]), gpurt.asarray(w[:, None]), 2.0, axis=0)
+    np.testing.assert_allclose(got.numpy(), 2 * (base[0].astype(np.float64) * w[:, None]).sum(0),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_reduction_on_torch_and_errors(gpu_state) -> None:
+    torch = pytest.importorskip("torch")
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_torch")
+    x = torch.randn(300, 1000, device="cuda")
+    out = torch.full((300,), float("nan"), device="cuda")
+    assert r(x, out, axis=1) is out
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.from_dlpack(r(x.t(), axis=1)), x.sum(0), rtol=1e-4,
+                               atol=1e-4)
+    with pytest.raises(TypeError, match="device array"):
+        r(np.ones(3), axis=0)
+    with pytest.raises(TypeError, match="is float64"):
+        r(torch.ones(3, device="cuda"), torch.ones(1, device="cuda", dtype=torch.float64))
+
+
+@pytest.mark.gpu
+def test_elementwise_and_reduction_in_graph_capture(gpu_state) -> None:
+    rng = np.random.default_rng()
+    k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "axpy_graph")
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_graph")
+    x = gpurt.asarray(rng.standard_normal((64, 5000)).astype(np.float32))
+    y = gpurt.asarray(rng.standard_normal((64, 5000)).astype(np.float32))
+    k(x, y), r(x, axis=0), r(x, axis=-1)   # plans and modules made outside the capture
+    g = gpurt.CUDAGraph()
+    with gpurt.graph(g):
+        z = k(x, y)
+        col = r(z, axis=0)
+        row = r(z, axis=-1)
+    for _ in range(2):
+        xs = rng.standard_normal((64, 5000)).astype(np.float32)
+        ys = rng.standard_normal((64, 5000)).astype(np.float32)
+        x.copy_(xs)
+        y.copy_(ys)
+        g.replay()
+        gpurt.synchronize()
+        zs = xs.astype(np.float64) * 2 + ys
+        np.testing.assert_allclose(z.numpy(), zs, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(col.numpy(), zs.sum(0), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(row.numpy(), zs.sum(1), rtol=1e-4, atol=1e-3)
