@@ -49,7 +49,8 @@ TIERS = tuple(SHAPES)
 
 def _cases(tier: str) -> Iterator[tuple[str, Any]]:
     """("gemm", GemmCase) and ("softmax", SoftmaxCase) items of the sweep: aligned (offset
-    0) and unaligned (offset 1 element) operands, every dtype and op."""
+    0) and unaligned (offset 1 element) operands, every dtype and op; softmax also with every
+    array one element in (rows at any alignment: 16-byte accesses with edges)."""
     from _kernel_cases import OPS, SOFTMAX_DTYPES, GemmCase, SoftmaxCase
 
     transposes = [(False, False), (True, True)]
