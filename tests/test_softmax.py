@@ -106,11 +106,11 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
-        "softmax_cluster<0, 3, 4, 8, 1024, 4, 1, 6>",)
+        "softmax_cluster<0, 3, 4, 16, 512, 4, 1, 4>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
-        "softmax_cluster<0, 1, 4, 8, 1024, 2, 1, 0>",)
+        "softmax_cluster<0, 1, 4, 16, 512, 2, 2, 8>",)
     assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     assert pick(1_000_000, F32).kind == "split"
     short = pick(7, F16)
