@@ -16,6 +16,7 @@ __all__ = [
     "RowsView",
     "choose_variant",
     "widest_vec",
+    "row_access",
     "dtype_code",
     "rows_view",
     "SOFTMAX",
@@ -70,18 +71,24 @@ _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)  # fp32 131072: 90.6 (
 _PAIRED = LongRows(512, 2, 32, 32, 64 * 1024, alone=False)  # fp32 65536: 93.4 (run 4: 91.8)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
 _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
-# (op, storage bytes) -> the shapes to try, in order; then registers only. float32
-# log_softmax has no registers to spare for shared-memory addresses at 64 registers.
+# (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE, _PAIRED),
-    (LOG_SOFTMAX, 4): (_WIDE,),  # 131072: 88.1 (run 4: 82.2)
+    # 131072: 88.1 (run 4: 82.2). Issue 17 (H100, rows of 50257): the paired shape 91.1,
+    # where the registers-only 2-CTA clusters of 1024 threads read 59.9
+    (LOG_SOFTMAX, 4): (_WIDE, _PAIRED),
     (SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
-    (LOG_SOFTMAX_BACKWARD, 4): (_RUN4,),
+    # issue 17 (H100, 50257): 100.0 with the wide backward shape, 86.0 with run 4's alone
+    (LOG_SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
     **{(op, 2): (_RUN4,) for op in range(4)},
 }
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
+# Rows of at least this many 16-byte vectors whose length or alignment rules out 16-byte
+# accesses of whole rows take them anyway, with scalar edges (row_access); shorter rows gain
+# nothing from it and keep the widest access that divides them.
+EDGE_MIN_VECTORS = 4
 KINDS = ("rows", "cluster", "split")
 _STORAGE_BYTES = (4, 2, 2)
 
@@ -94,7 +101,10 @@ class Variant:
     each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
     share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
     CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers;
-    the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors).
+    the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors);
+    ``edges``: rows may start at any element and have any length (the elements before a
+    row's first ``vec``-aligned one and after its last whole vector are single-element edge
+    slots), else each row is whole aligned vectors.
     """
 
     kind: str
@@ -107,6 +117,7 @@ class Variant:
     cluster: int = 1
     min_blocks: int = 1
     smem_items: int = 0
+    edges: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -133,6 +144,8 @@ class Variant:
         if self.smem_items and (self.kind == "split" or not 0 < self.smem_items <= self.items
                                 or self.vec * _STORAGE_BYTES[self.dtype] != 16):
             raise ValueError(f"smem_items={self.smem_items} does not fit this variant")
+        if self.edges and self.vec == 1:
+            raise ValueError("edges need vectors (vec > 1)")
 
     @property
     def inputs(self) -> int:
@@ -157,14 +170,15 @@ class Variant:
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
         common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
+        edges = ", 1" if self.edges else ""  # EDGES defaults to 0
         if self.kind == "rows":
             return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}, "
-                    f"{self.smem_items}>",)
+                    f"{self.smem_items}{edges}>",)
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
-                    f"{self.min_blocks}, {self.smem_items}>",)
-        return (f"softmax_partial<{common}, {self.threads}>",
-                f"softmax_finish<{common}, {self.threads}>")
+                    f"{self.min_blocks}, {self.smem_items}{edges}>",)
+        return (f"softmax_partial<{common}, {self.threads}{edges}>",
+                f"softmax_finish<{common}, {self.threads}{edges}>")
 
     def chunks(self, cols: int) -> int:
         """``split``: chunks per row."""
@@ -192,18 +206,35 @@ def widest_vec(cols: int, itemsize: int, addresses: Sequence[int] = ()) -> int:
     return vec
 
 
+def row_access(cols: int, itemsize: int, addresses: Sequence[int] = ()) -> tuple[int, bool]:
+    """``(vec, edges)`` for rows of ``cols`` elements at these base addresses (none: all
+    16-byte aligned): whole-row accesses as wide as :func:`widest_vec` allows, or, for rows of
+    at least EDGE_MIN_VECTORS 16-byte vectors, the widest access (up to 16 bytes) at which all
+    addresses agree modulo its width, with edges (``edges=True``) where that is wider."""
+    whole = widest_vec(cols, itemsize, addresses)
+    if cols < EDGE_MIN_VECTORS * (16 // itemsize) or any(a % itemsize for a in addresses):
+        return whole, False
+    vec = 16 // itemsize
+    first = addresses[0] if addresses else 0
+    while vec > whole and any((a - first) % (vec * itemsize) for a in addresses):
+        vec //= 2
+    return vec, vec > whole
+
+
 def choose_variant(
     cols: int,
     dtype: Any,
     op: int = SOFTMAX,
     *,
     vec: Optional[int] = None,
+    edges: bool = False,
     clusters: bool = True,
 ) -> Variant:
     """Pick the variant for rows of ``cols`` elements of ``dtype`` (numpy dtype) and ``op``.
 
-    ``vec`` defaults to the widest access the row length allows (pass the one the pointers
-    allow); ``clusters=False`` for devices without thread-block clusters (before sm_90).
+    ``vec`` and ``edges`` default to :func:`row_access` for 16-byte aligned arrays (pass
+    what the pointers allow); ``clusters=False`` for devices without thread-block clusters
+    (before sm_90).
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
     a cluster of up to 8 such CTAs; longer still, the two-launch split.
     """
@@ -212,7 +243,8 @@ def choose_variant(
         raise ValueError(f"op must be 0..3, got {op}")
     if cols < 1:
         raise ValueError(f"rows need at least one column, got {cols}")
-    vec = widest_vec(cols, _STORAGE_BYTES[code]) if vec is None else vec
+    if vec is None:
+        vec, edges = row_access(cols, _STORAGE_BYTES[code])
     inputs = 2 if op >= SOFTMAX_BACKWARD else 1
     # vectors of each input a thread holds; narrow (odd-length or misaligned) accesses need
     # an address per value, so they hold half as many
@@ -222,7 +254,8 @@ def choose_variant(
 
     def fit(kind: str, group: int, threads: int, cluster: int = 1, blocks: int = 1) -> Variant:
         items = _pow2_at_least(-(-nvec // (group * cluster)))
-        return Variant(kind, code, op, vec, items, group, threads, cluster, blocks)
+        return Variant(kind, code, op, vec, items, group, threads, cluster, blocks,
+                       edges=edges)
 
     items = next((n for limit, n in ITEMS_BY_VECTORS if nvec <= limit), LARGE_ITEMS)
     items = min(items, most)
@@ -256,7 +289,7 @@ def choose_variant(
         return fit("rows", MAX_THREADS, MAX_THREADS)
     if clusters and ctas <= MAX_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
-    return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS)
+    return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
 
 
 def dtype_code(dtype: Any) -> int:

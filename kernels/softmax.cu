@@ -17,7 +17,8 @@
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
 //                    partials and writes its outputs (three passes of bytes instead of two).
-// Loads and stores are VEC elements wide (16 bytes when the row length and pointers allow);
+// Loads and stores are VEC elements wide (16 bytes when the pointers' alignments agree; with
+// EDGES, a row's unaligned first and last elements are single-element edge slots: Edges);
 // 16-bit types stay packed in registers and are widened to float32 where they are used.
 // Which variant suits which rows is decided in _softmax_plan.py (measurements in
 // benchmarks/notes_softmax.md).
@@ -26,7 +27,8 @@
 // 2 softmax backward, 3 log_softmax backward), VEC, ITEMS (vectors of each input per thread),
 // GROUP (threads per row in a CTA), THREADS (per CTA), MINB (CTAs per multiprocessor the
 // registers must allow), CLUSTER (CTAs per row), SMEM (of the ITEMS vectors, how many are
-// kept in shared memory rather than registers).
+// kept in shared memory rather than registers), EDGES (1: rows may start at any element
+// alignment and have any length; 0: every row starts VEC-aligned and is whole vectors).
 // The forward pass is one online max+sum reduction: each thread reduces its values to
 // (max m, sum of exp(x - m)), pairs combine as (M, s1 e^(m1-M) + s2 e^(m2-M)), and exp is
 // exp2 of (x - m) * log2(e) (the subtraction first, so large magnitudes keep their accuracy).
@@ -491,6 +493,86 @@ __device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, I
     }
 }
 
+
+// ---- rows at any alignment -------------------------------------------------------------------
+// With EDGES, VEC-wide accesses start at a row's first VEC-aligned element: every array has
+// the same address modulo VEC elements (the plan checks), so one offset serves all inputs
+// and the output. The `head` elements before it and the tail after the body's last whole
+// vector (each fewer than VEC) are edge slots of one element, spread over the group's lanes
+// (N per thread): slot e is column e (e < head) or e + body. Their partial is combined with
+// the body's before the row's reduction, and their outputs use it (as own) like the body's.
+// Without EDGES (N == 0) the whole row is body: its length and pointers allow VEC.
+struct RowSpan {
+    long long body_base;  // element index of the body's first element
+    int body;             // body columns, a multiple of VEC
+    int head;             // edge slots: columns [0, head) and [head + body, cols)
+    int edges;            // head + tail
+};
+
+template <int DT, int OP, int VEC, int GROUP, int EDGES>
+struct Edges {
+    typedef typename Elem<DT>::storage S;
+    typedef Access<DT, 1> A;
+    static const int N = (EDGES && VEC > 1) ? (2 * VEC - 2 + GROUP - 1) / GROUP : 0;
+    Held<DT, Policy<OP>::NIN, 1, (N > 0 ? N : 1), 0> h;
+    RowSpan span;
+    float2 own;
+    bool live;  // this thread's group holds the row's edges (a live row; first CTA of several)
+
+    __device__ __forceinline__ Edges(const S* a, long long base, int cols, bool edges_live)
+        : own(Policy<OP>::identity()), live(edges_live) {
+        span = RowSpan{base, cols, 0, 0};
+        if constexpr (N > 0) {
+            const int bytes = VEC * (int)sizeof(S);
+            const int off = (int)(reinterpret_cast<unsigned long long>(a + base) & (bytes - 1));
+            int head = off ? (bytes - off) / (int)sizeof(S) : 0;
+            head = head < cols ? head : cols;
+            span.body = (cols - head) / VEC * VEC;
+            span.body_base = base + head;
+            span.head = head;
+            span.edges = cols - span.body;
+        }
+    }
+    __device__ __forceinline__ long long column(int e) const {
+        return span.body_base - span.head + (e < span.head ? e : e + span.body);
+    }
+    __device__ __forceinline__ void load(const S* const (&in)[2]) {
+        if constexpr (N > 0) {
+            const int lane = threadIdx.x % GROUP;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const int e = j * GROUP + lane;
+                const bool inside = live && e < span.edges;
+#pragma unroll
+                for (int t = 0; t < Policy<OP>::NIN; ++t) {
+                    const float empty[1] = {Policy<OP>::fill(t)};
+                    h.reg[t][j] = inside ? A::load(in[t] + column(e)) : A::pack(empty);
+                }
+            }
+        }
+    }
+    // The thread's partial: the body's `body`, with the edges' folded in.
+    __device__ __forceinline__ float2 local(float2 body) {
+        if constexpr (N == 0) return body;
+        own = Policy<OP>::template local<N, 1>(h);
+        return Policy<OP>::combine(body, own);
+    }
+    __device__ __forceinline__ void store(S* out, float2 total) const {
+        if constexpr (N > 0) {
+            const int lane = threadIdx.x % GROUP;
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const int e = j * GROUP + lane;
+                if (live && e < span.edges) {
+                    float y[1];
+                    Policy<OP>::finish(h, own, total, j, y);
+                    A::store(out + column(e), y);
+                }
+            }
+        }
+    }
+};
+
 }  // namespace gpurt_softmax
 
 // ---- kernels ---------------------------------------------------------------------------------
@@ -501,7 +583,8 @@ __device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, I
 #define SM_STORAGE typename gpurt_softmax::Elem<DT>::storage
 #define SM_HELD(SMEM) gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, SMEM>
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int MINB, int SMEM>
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int MINB, int SMEM,
+          int EDGES = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows, int cols) {
     using namespace gpurt_softmax;
@@ -516,16 +599,23 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     extern __shared__ uint4 shared_items[];
     SM_HELD(SMEM) h;
     h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
-    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, base, 0, cols, live);
+    Edges<DT, OP, VEC, GROUP, EDGES> edges(a, base, cols, live);
+    const RowSpan& span = edges.span;
+    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, 0, span.body, live);
+    edges.load(in);
     const float2 own = P::template local<ITEMS, VEC>(h);
+    const float2 mine = edges.local(own);
     float2 total;
-    if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(own);
-    else total = reduce_warps<OP, GROUP, THREADS>(own, warp_total);
-    store_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, own, total, out, base, 0, cols, live);
+    if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(mine);
+    else total = reduce_warps<OP, GROUP, THREADS>(mine, warp_total);
+    store_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, own, total, out, span.body_base, 0, span.body,
+                                               live);
+    edges.store(out, total);
 }
 
 #if __CUDA_ARCH__ >= 900  // thread-block clusters
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int MINB, int SMEM>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int MINB, int SMEM,
+          int EDGES = 0>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MINB)
 softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
                 int cols) {
@@ -541,19 +631,24 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
     // One row per cluster, or (a grid of fewer clusters than rows) every gridDim.x/CLUSTER-th.
     for (long long row = blockIdx.x / CLUSTER; row < rows; row += gridDim.x / CLUSTER) {
         const long long base = row * (long long)cols;
-        load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, base, col0, cols, true);
+        Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, col0 == 0);
+        const RowSpan& span = edges.span;
+        load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, span.body, true);
+        edges.load(in);
         const float2 own = P::template local<ITEMS, VEC>(h);
-        float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
+        float2 total = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
         total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
         cluster_arrive();  // done reading peers; their shared memory must outlive this
-        store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, base, col0, cols, true);
+        store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
+                                                     span.body, true);
+        edges.store(out, total);
         cluster_wait();  // (and cta_total may be rewritten for the next row)
     }
 }
 #endif
 
 // Rows longer than a cluster holds: pass 1 writes one float2 partial per (row, chunk).
-template <int DT, int OP, int VEC, int ITEMS, int THREADS>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int EDGES = 0>
 __global__ void __launch_bounds__(THREADS)
 softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long long rows,
                 int cols, int chunks) {
@@ -565,15 +660,18 @@ softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
     SM_HELD(0) h;
-    load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, base, col0, cols, true);
-    const float2 total =
-        reduce_warps<OP, THREADS, THREADS>(P::template local<ITEMS, VEC>(h), warp_total);
+    Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, col0 == 0);
+    load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, edges.span.body_base, col0, edges.span.body,
+                                             true);
+    edges.load(in);
+    const float2 own = edges.local(P::template local<ITEMS, VEC>(h));
+    const float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
 // Pass 2: chunks in reverse order (the last ones read are likeliest still in L2); each warp
 // combines the row's partials itself, then the chunk's outputs are written.
-template <int DT, int OP, int VEC, int ITEMS, int THREADS>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int EDGES = 0>
 __global__ void __launch_bounds__(THREADS)
 softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
                const float2* partials, long long rows, int cols, int chunks) {
@@ -585,13 +683,19 @@ softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
     SM_HELD(0) h;
-    load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, base, col0, cols, true);
+    Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, col0 == 0);
+    const RowSpan& span = edges.span;
+    load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, span.body_base, col0, span.body, true);
+    edges.load(in);
     const float2 own = P::template local<ITEMS, VEC>(h);
+    edges.local(own);
     float2 total = P::identity();
     for (int c = threadIdx.x % 32; c < chunks; c += 32)
         total = P::combine(total, partials[row * chunks + c]);
     total = reduce_lanes<OP, 32>(total);
-    store_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, own, total, out, base, col0, cols, true);
+    store_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, own, total, out, span.body_base, col0, span.body,
+                                              true);
+    edges.store(out, total);
 }
 
 #undef SM_HELD

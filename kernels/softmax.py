@@ -45,8 +45,8 @@ from ._softmax_plan import (
     Variant,
     choose_variant,
     dtype_code,
+    row_access,
     rows_view,
-    widest_vec,
 )
 
 __all__ = [
@@ -258,8 +258,9 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
 def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) -> _Call:
     major, _ = gpurt.get_device_capability(index)
     itemsize = np.dtype(out.dtype).itemsize
-    vec = widest_vec(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
-    variant = choose_variant(view.cols, out.dtype, op, vec=vec, clusters=major >= 9)
+    vec, edges = row_access(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
+    variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges,
+                             clusters=major >= 9)
     grid = variant.grid(view.rows, view.cols)
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")

@@ -26,6 +26,8 @@ F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.
 DTYPES = (F32, F16, BF16)
 LENGTHS = (1, 7, 33, 1000, 1024, 4097, 32768, 65536, 100_000, 131072, 1_000_000)
 MORE_LENGTHS = (2, 64, 4096, 8192, 262144, 300_001, 524288)
+# not multiples of the vector width: 16-byte accesses with edges (GPT-2's vocabulary, ...)
+ODD_LENGTHS = (65, 4099, 11009, 32001, 50257, 131071, 1_000_003)
 TOLERANCE = {F32: 1e-5, F16: 1e-3, BF16: 8e-3}
 OPS = {
     "softmax": plan.SOFTMAX,
@@ -40,7 +42,7 @@ def every_variant(clusters: bool = True) -> list[plan.Variant]:
     found = []
     for dtype in DTYPES:
         for op in OPS.values():
-            for cols in LENGTHS + MORE_LENGTHS:
+            for cols in LENGTHS + MORE_LENGTHS + ODD_LENGTHS:
                 found.append(plan.choose_variant(cols, dtype, op, clusters=clusters))
                 found.append(plan.choose_variant(cols, dtype, op, vec=1, clusters=clusters))
     return list(dict.fromkeys(found))
@@ -58,7 +60,12 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
             inputs = 2 if op >= plan.SOFTMAX_BACKWARD else 1
             for cols in lengths:
                 v = plan.choose_variant(cols, dtype, op, clusters=clusters)
-                assert cols % v.vec == 0 and v.vec * dtype.itemsize <= 16
+                assert v.vec * dtype.itemsize <= 16
+                if v.edges:  # long rows take 16-byte accesses whatever their length
+                    assert cols % v.vec and v.vec * dtype.itemsize == 16
+                    assert cols >= plan.EDGE_MIN_VECTORS * v.vec
+                else:
+                    assert cols % v.vec == 0
                 # registers: HELD values, or what a long-rows shape of these threads allows
                 in_registers = (v.items - v.smem_items) * v.vec * inputs
                 shapes = [s for s in plan.LONG_ROWS[op, dtype.itemsize] if clusters
@@ -99,15 +106,21 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
-        "softmax_cluster<0, 3, 4, 8, 1024, 4, 1, 6>",)
+        "softmax_cluster<0, 3, 4, 16, 512, 4, 1, 4>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
-        "softmax_cluster<0, 1, 4, 8, 1024, 2, 1, 0>",)
+        "softmax_cluster<0, 1, 4, 16, 512, 2, 2, 8>",)
     assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     assert pick(1_000_000, F32).kind == "split"
     short = pick(7, F16)
-    assert short.kind == "rows" and short.group < 32 and short.vec == 1
+    assert short.kind == "rows" and short.group < 32 and short.vec == 1 and not short.edges
+    # odd lengths: the route of the next aligned length, with edges (EDGES=1)
+    assert pick(50257, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 8, 1>",)
+    assert pick(32001, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0, 1>",)
+    assert pick(1_000_003, F32).names() == ("softmax_partial<0, 0, 4, 8, 512, 1>",
+                                            "softmax_finish<0, 0, 4, 8, 512, 1>")
+    assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 8, 1024, 1024, 1, 6, 1>",)
     assert pick(131072, F32, clusters=False).kind == "split"
 
 
@@ -147,6 +160,24 @@ def test_variant_names_grid_and_chunks():
     split = plan.Variant("split", 1, 3, 8, 2, 512, 512)
     assert split.names() == ("softmax_partial<1, 3, 8, 2, 512>", "softmax_finish<1, 3, 8, 2, 512>")
     assert split.chunks(1_000_000) == 123 and split.grid(2, 1_000_000) == 246
+
+
+def test_row_access_takes_16_byte_vectors_with_edges_where_addresses_agree():
+    ra = plan.row_access
+    assert ra(1024, 4) == (4, False)  # whole aligned vectors: no edges
+    assert ra(50257, 4) == (4, True)
+    assert ra(50257, 2) == (8, True)
+    assert ra(1024, 4, [0x1004, 0x2004]) == (4, True)  # same misalignment: edges
+    assert ra(1024, 4, [0x1004, 0x200c]) == (2, True)  # agree modulo 8 bytes only
+    assert ra(1024, 4, [0x1004, 0x200c, 0x3000]) == (1, False)  # modulo 4 only: scalars
+    assert ra(1026, 4, [0x1000, 0x2008]) == (2, False)  # vec 2 divides the row already
+    assert ra(50257, 2, [0x1001, 0x2001]) == (1, False)  # not element-aligned
+    assert ra(15, 4) == (1, False)  # short rows: no edges
+    assert ra(16, 4) == (4, False) and ra(17, 4) == (4, True)
+    assert plan.Variant("rows", 0, 0, 4, 2, 16, 128, edges=True).names() == (
+        "softmax_rows<0, 0, 4, 2, 16, 128, 1, 0, 1>",)
+    with pytest.raises(ValueError, match="edges"):
+        plan.Variant("rows", 0, 0, 1, 2, 16, 128, edges=True)
 
 
 def test_rows_view_shapes_and_errors():
@@ -346,6 +377,50 @@ def test_misaligned_pointers_and_streams(compiled, gpu_state):
     y = log_softmax(x, stream=stream)
     stream.synchronize()
     assert error(y.to_numpy(), ref, size) < 1e-5
+
+
+def offset_view(host: np.ndarray, offset: int) -> gpurt.Array:
+    """``host`` on the device, starting ``offset`` elements past an allocation's start."""
+    flat = np.full(host.size + offset, 777, host.dtype)
+    flat[offset:] = host.ravel()
+    return gpurt.asarray(flat)[offset:].reshape(host.shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [65, 4099, 11009, 32001, 50257, 131071])
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_odd_lengths_at_offsets(dtype, op_name, cols, compiled, gpu_state):
+    """Rows of any length starting at any alignment (every row's own, since the length is
+    odd): edges; arrays that agree modulo 16 bytes, modulo 8 or 4 bytes, or not at all."""
+    op = OPS[op_name]
+    rng = np.random.default_rng([cols, op, dtype.itemsize, 17])
+    shape = (5, cols) if cols < 100_000 else (2, cols)
+    for offsets in ((0, 0, 0), (1, 1, 1), (3, 3, 3), (1, 3, 5), (2, 0, 1)):
+        a, b = inputs(op, shape, dtype, rng, 1.0)
+        ref, size = reference(op, a.astype(np.float64), None if b is None else b.astype(np.float64))
+        out = offset_view(np.full(shape, 12345, dtype), offsets[2])  # poison
+        args = [offset_view(a, offsets[0]), None if b is None else offset_view(b, offsets[1])]
+        assert run_op(op, *args, out=out) is out
+        err = error(out.to_numpy(), ref, size)
+        assert err < TOLERANCE[dtype], (offsets, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_split_rows_with_edges(op_name, compiled, gpu_state):
+    """Rows longer than a cluster holds (the two-launch split) at odd length and offset."""
+    op = OPS[op_name]
+    rng = np.random.default_rng([op, 1_000_003])
+    shape = (2, 1_000_003)
+    assert plan.choose_variant(shape[1], F32, op).kind == "split"
+    for offset in (0, 3):
+        a, b = inputs(op, shape, F32, rng, 1.0)
+        ref, size = reference(op, a.astype(np.float64), None if b is None else b.astype(np.float64))
+        out = offset_view(np.full(shape, 12345, F32), offset)
+        args = [offset_view(a, offset), None if b is None else offset_view(b, offset)]
+        run_op(op, *args, out=out)
+        assert error(out.to_numpy(), ref, size) < TOLERANCE[F32], offset
 
 
 @pytest.mark.gpu
