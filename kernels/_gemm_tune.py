@@ -17,6 +17,8 @@ import threading
 import warnings
 from typing import Any, Callable, Optional
 
+from . import _gemm_skinny as _skinny
+
 __all__ = [
     "DT_F32", "DT_F16", "DT_BF16", "DT_TF32", "Config", "Problem", "eligible", "candidates",
     "heuristic", "Tuner", "autotune_enabled", "disabled_kernels",
@@ -36,8 +38,9 @@ _FILE_NAME = "gemm-tune-v1.json"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+) or 'wgmma'
-    (TMA + wgmma, sm_90a). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
+    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
+    (TMA + wgmma, sm_90a) or 'skinny' (decode shapes: one side of C at most a few dozen,
+    the big operand streamed once; see kernels/_gemm_skinny.py for what its fields mean). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
     partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
@@ -57,7 +60,7 @@ class Config:
     tma_store: bool = False
 
     def __post_init__(self) -> None:
-        if self.kernel not in ("simt", "mma", "wgmma"):
+        if self.kernel not in ("simt", "mma", "wgmma", "skinny"):
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
@@ -74,6 +77,8 @@ class Config:
                                       self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
             raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
                              f"32 x 64 or 32 x 128, not {self}")
+        if self.kernel == "skinny":
+            _skinny.validate(self)
         if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
                                      or self.wn % 16 or self.bk % 16):
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
@@ -82,6 +87,8 @@ class Config:
     def threads(self) -> int:
         if self.kernel == "wgmma":
             return 384
+        if self.kernel == "skinny":
+            return _skinny.threads(self)
         if self.kernel == "simt":
             return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
@@ -90,6 +97,8 @@ class Config:
         """Dynamic shared memory in bytes."""
         if self.kernel == "simt":  # a ring of fp32 [bk][bm + 4] and [bk][bn + 4] tiles
             return self.stages * self.bk * (self.bm + self.bn + 8) * 4
+        if self.kernel == "skinny":
+            return _skinny.shared_mem(self)
         if self.kernel == "wgmma":
             stage = (self.bm + self.bn) * self.bk * 2
             staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 64 x 128 x 2 B
@@ -111,6 +120,8 @@ class Config:
             tn = (self.wn or 64) // 8
             return (f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, {ak}, "
                     f"{bk_}, {v}>")
+        if self.kernel == "skinny":
+            return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
@@ -221,6 +232,8 @@ def eligible(problem: Problem, config: Config) -> bool:
     sixteen = problem.dt in (DT_F16, DT_BF16)
     if config.kernel == "simt":
         ok = problem.dt == DT_F32
+    elif config.kernel == "skinny":
+        ok = sixteen and _skinny.runs_on(config, problem.capability)
     elif config.kernel == "mma":
         ok = (sixteen or problem.dt == DT_TF32) and major >= 8
         ok = ok and (config.bk == 16) == (problem.dt == DT_TF32)
@@ -249,6 +262,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = _with_split(problem, _TF32)
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        pool += _skinny.candidates(problem)
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
@@ -268,6 +282,9 @@ def heuristic(problem: Problem) -> Config:
     if problem.dt == DT_TF32:
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
+    skinny = _skinny.heuristic(problem)
+    if skinny is not None and eligible(problem, skinny):
+        return skinny
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     small_grid = wide.tiles(m, n) * 2 < problem.sm_count and problem.k >= 1024
     if eligible(problem, wide) and not small_grid:

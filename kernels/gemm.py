@@ -3,7 +3,7 @@
 Inputs are 2-D gpurt Arrays or any device array gpurt views without a copy (torch tensors,
 CuPy arrays) of float32, float16 or bfloat16; ``op(x)`` is ``x.T`` when ``trans_x`` is set.
 Each operand may be row- or column-major (any row pitch): a transposed view costs nothing.
-Accumulation is always fp32. Three kernel families (CUDA sources kernels/gemm_*.cu):
+Accumulation is always fp32. Four kernel families (CUDA sources kernels/gemm_*.cu):
 
 ``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, a cp.async ring);
 ``mma``    fp16/bf16 (and TF32 with ``allow_tf32=True``) on the tensor cores with mma.sync,
@@ -12,6 +12,9 @@ Accumulation is always fp32. Three kernel families (CUDA sources kernels/gemm_*.
            setmaxnreg, an mbarrier ring, a persistent grid in grouped order, an epilogue
            through shared memory and TMA stores (optionally 2-CTA clusters sharing B by
            multicast); needs 16-byte aligned rows (TMA's rule), otherwise ``mma`` runs.
+``skinny`` fp16/bf16 decode shapes (one side of C a few dozen at most): the big operand
+           streamed once into mma.sync fragments, K split over a thread-block cluster
+           (kernels/_gemm_skinny.py).
 
 The variant and its tiles come from kernels/_gemm_tune.py: timed once per shape bucket and
 remembered on disk when autotuning is on (``GPURT_GEMM_AUTOTUNE=0`` turns it off), chosen by
@@ -35,6 +38,7 @@ from cuda.bindings import driver as cu
 import gpurt
 import gpurt.nvrtc
 
+from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
@@ -58,7 +62,8 @@ def _text(name: str) -> str:
 def _source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
-    for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu"):
+    for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
+                 "gemm_skinny.cu"):
         digest.update(_text(name).encode())
     return digest.hexdigest()[:12]
 
@@ -89,6 +94,8 @@ def _reduce_name(dt: int) -> str:
 def _kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
     """The main kernel and, for the split-K capable families, the reduce kernel: one program,
     so a config compiles once whatever its split."""
+    if config.kernel == "skinny":
+        return (skinny.kernel_name(config, problem),)
     main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
     return (main,) if config.kernel == "wgmma" else (main, _reduce_name(problem.dt))
 
@@ -353,6 +360,9 @@ def _launch(plan: _Plan, problem: Problem, config: Config, alpha: float, beta: f
     cin_ptr = 0 if cin is None else cin.ptr
     smem = config.shared_mem(a.kmajor, b.kmajor, itemsize)
     tiles = config.tiles(plan.m, plan.n)
+    if config.kernel == "skinny":
+        skinny.launch(kernels[0], plan, config, alpha32, beta32, out, cin, stream)
+        return
     if config.kernel == "wgmma":
         cm = config.cluster_m
         map_a = _tensor_map(a, plan.m, plan.k, plan.dt, 128)
