@@ -17,16 +17,17 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,p
 t0=$SECONDS
 step() { echo "== $1 ($((SECONDS - t0)) s)"; }
 step dev
-timeout 200 python3 -P benchmarks/skinny_dev.py main --out "$out" > "$out/dev.log" 2>&1; echo "rc=$?" >> "$out/dev.log"
+timeout ${DEV_LIMIT:-150} python3 -P benchmarks/skinny_dev.py main --out "$out" > "$out/dev.log" 2>&1; echo "rc=$?" >> "$out/dev.log"
 step memcheck
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in memcheck racecheck synccheck; do
-    timeout 60 $san --tool $tool python3 -P benchmarks/skinny_dev.py sanitize > "$out/san-$tool.log" 2>&1
+    limit=40; [ $tool = memcheck ] && limit=50
+    timeout $limit $san --tool $tool python3 -P benchmarks/skinny_dev.py sanitize > "$out/san-$tool.log" 2>&1
     echo "$tool rc=$?" | tee -a "$out/san.txt"
     tail -n 3 "$out/san-$tool.log" >> "$out/san.txt"
 done
 step pytest
-timeout 90 python3 -P -m pytest -p no:cacheprovider -q -x tests/test_gemm_skinny.py ${PYTEST_EXTRA:-} > "$out/pytest.log" 2>&1
+timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x tests/test_gemm_skinny.py ${PYTEST_EXTRA:-} > "$out/pytest.log" 2>&1
 tail -n 3 "$out/pytest.log"
 if [ "${2:-}" != "--no-bench" ]; then
     step bench
