@@ -21,7 +21,7 @@ timeout ${DEV_LIMIT:-150} python3 -P benchmarks/skinny_dev.py main --out "$out" 
 step memcheck
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in memcheck racecheck synccheck; do
-    limit=40; [ $tool = memcheck ] && limit=50
+    limit=35; [ $tool = memcheck ] && limit=50
     timeout $limit $san --tool $tool python3 -P benchmarks/skinny_dev.py sanitize > "$out/san-$tool.log" 2>&1
     echo "$tool rc=$?" | tee -a "$out/san.txt"
     tail -n 3 "$out/san-$tool.log" >> "$out/san.txt"
@@ -29,6 +29,10 @@ done
 step pytest
 timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x tests/test_gemm_skinny.py ${PYTEST_EXTRA:-} > "$out/pytest.log" 2>&1
 tail -n 3 "$out/pytest.log"
+if [ -n "${GEMM_TESTS:-}" ]; then  # tests/test_gemm.py's GPU tests matching this -k
+    timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm.py -k "$GEMM_TESTS" > "$out/pytest-gemm.log" 2>&1
+    tail -n 3 "$out/pytest-gemm.log"
+fi
 if [ "${2:-}" != "--no-bench" ]; then
     step bench
     (cd benchmarks && timeout 150 python3 bench_gemm_decode.py --json "$out/gemm_decode.json" ${BENCH_EXTRA:-}) > "$out/bench.log" 2>&1
