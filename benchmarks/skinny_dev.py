@@ -96,8 +96,9 @@ def run_checks(out: list[str]) -> int:
     return failures
 
 
-SHAPES = [(m, n, k) for n, k in bench.NK for m in (1, 16, 32)]
-NK_SHAPES = [(1, 4096, 4096), (32, 4096, 4096), (1, 11008, 4096), (16, 14336, 4096)]
+SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (32, 4096, 4096), (1, 11008, 4096),
+          (16, 4096, 11008), (32, 14336, 4096)]
+NK_SHAPES = [(1, 4096, 4096), (32, 11008, 4096)]
 
 
 def _problem(m: int, n: int, k: int, weights_nk: bool) -> Any:
@@ -143,27 +144,60 @@ def _compile_one(job: tuple[str, tuple[str, ...], str]) -> None:
     gm._compile(*job)
 
 
+def _skinny_jobs(configs: set, jobs: set, s_ks: tuple = (True, False),
+                 vecs: tuple = (True, False)) -> None:
+    """The layouts, alignments and dtypes of each skinny config."""
+    for config in configs:
+        for dt in (tune.DT_F16, tune.DT_BF16):
+            for s_k in s_ks:
+                for g_k in (True, False):
+                    for vec in vecs:
+                        name = tune._skinny.name_expression(config, dt, s_k, g_k, vec)
+                        jobs.add((config.source, (name,), "sm_90"))
+
+
 def precompile() -> None:
-    """Every timed variant compiled in parallel processes into the shared disk cache."""
+    """Compile, in parallel processes into the shared disk cache, every variant this run
+    uses: the timed ones, every skinny config of the checks and tests in every layout, and
+    the tuner's candidates for the decode benchmark's shapes."""
     import multiprocessing
 
-    jobs = set()
-    for shapes, nk in ((SHAPES, False), (NK_SHAPES, True)):
-        for m, n, k in shapes:
-            problem = _problem(m, n, k, nk)
-            for _, config in variants(m, n, k, nk):
-                config = config or tune.heuristic(problem)
-                jobs.add((config.source, gm._kernel_names(config, problem),
+    jobs: set = set()
+    every_layout = {skinny(8, 4, 1), skinny(16, 2, 4), skinny(32, 2, 2, 2), skinny(16, 4, 4),
+                    skinny(8, 2, 1)}  # the sanitizer's and the layout tests' configs
+    _skinny_jobs(every_layout, jobs)
+    _skinny_jobs(set(CONFIGS) | {skinny(32, 8, 1), skinny(16, 2, 1, 2)}, jobs, (True,))
+    skinny_configs = set()
+    problems = [(_problem(m, n, k, nk), True) for shapes, nk in ((SHAPES, False),
+                                                                (NK_SHAPES, True))
+                for m, n, k in shapes]
+    problems += [(_problem(m, n, k, False), False) for n, k in bench.NK
+                 for m in bench.M_VALUES]
+    for m, n, k in [(1, 1, 1), (8, 1000, 3000), (300, 8, 700), (16, 1000, 4099),
+                    (4099, 3, 200), (32, 2048, 1024), (1, 4096, 4096)]:
+        skinny_configs.add(tune.heuristic(_problem(m, n, k, False)))
+    for problem, timed in problems:
+        configs = tune.candidates(problem)
+        if timed:
+            configs += [c for _, c in variants(problem.m, problem.n, problem.k,
+                                               problem.b_kmajor) if c is not None]
+        for config in configs:
+            if config.kernel == "skinny":
+                skinny_configs.add(config)
+                continue
+            for dt in (tune.DT_F16, tune.DT_BF16):
+                p = dataclasses.replace(problem, dt=dt)
+                jobs.add((config.source, gm._kernel_names(config, p),
                           gm._arch_for(config, (9, 0))))
-    with multiprocessing.get_context("spawn").Pool(min(14, len(jobs))) as pool:
-        pool.map(_compile_one, sorted(jobs))
+    _skinny_jobs({c for c in skinny_configs if c.kernel == "skinny"}, jobs, (True,), (True,))
+    with multiprocessing.get_context("spawn").Pool(15) as pool:
+        pool.map(_compile_one, sorted(jobs), chunksize=1)
     print(f"precompiled {len(jobs)} programs", flush=True)
 
 
 def main(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
-    precompile()
     log: list[str] = []
     failures = run_checks(log)
     (out_dir / "checks.log").write_text("\n".join(log))
@@ -200,10 +234,12 @@ def sanitize() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("main", "sanitize"))
+    parser.add_argument("mode", choices=("main", "sanitize", "precompile"))
     parser.add_argument("--out", default="/tmp/skinny-out")
     args = parser.parse_args()
     if args.mode == "main":
         main(Path(args.out))
+    elif args.mode == "precompile":
+        precompile()
     else:
         sanitize()
