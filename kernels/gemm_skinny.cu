@@ -13,10 +13,10 @@
 // K-major operand gives each thread 16 contiguous bytes per row and chunk: fragments without
 // shuffles. An N-major G (k rows, n contiguous) is loaded as 8 k rows x 8 n (16 bytes each)
 // per thread and its (k, k+1) pairs are put together with byte permutes. A warp's chunk covers
-// 64 rows of G (four 16-row mma tiles) and BM columns of S; a CTA's WN x WK warps cover 64 WN
-// rows, WK of them taking its K chunks in turn; a cluster of CS CTAs splits K further. The
-// partial sums are added in a fixed order (deterministic): the WK tiles in shared memory, then
-// the cluster's CTAs through distributed shared memory (sm_90), each finishing a slice.
+// 64 rows of G (four 16-row mma tiles) and BM columns of S; the CTA's WARPS warps take its K
+// chunks in turn, a cluster of CS CTAs splits K further, and the partial sums are added in a
+// fixed order (deterministic) through shared memory and then distributed shared memory
+// (sm_90 clusters) by the CTAs of the cluster, each finishing a slice of the 64 x BM tile.
 //
 // C's element (i, j) is at C + i * c_small + j * c_big (the host picks the strides: C
 // row-major with S = A, or C^T when the big operand is A). Layouts and types: gemm_common.cu.
@@ -25,6 +25,8 @@
 namespace skinny {
 
 constexpr int CHUNK = 32;  // k per warp step: two m16n8k16 steps
+constexpr int BN = 64;     // rows of G per CTA
+constexpr int RS = BN + 4; // floats per row of a partial-sum tile: conflict-free stores
 
 // The 8 elements p[0..8) as 4 words (element 2i in the low half of word i), zero past `valid`.
 // One 16-byte load when VEC (p is 16-byte aligned) and all 8 are there; STREAM: a read-once
@@ -201,10 +203,9 @@ __device__ __forceinline__ float4 load_partial(u32 addr, int rank) {
 }  // namespace skinny
 
 // Grid: x = (row block of G * m_blocks + column block of S) * CS + cluster rank; clusters of
-// CS along x. A CTA has WN x WK warps: WN side by side over its 64 * WN rows of G (sharing S's
-// loads through L1), WK taking its K chunks in turn. Dynamic shared memory: WK * BM * RS floats.
-template <int DT, int BM, int WN, int WK, int CS, bool G_K, bool S_K, bool VEC>
-__global__ void __launch_bounds__(WN * WK * 32, (BM == 8 && !G_K ? 16 : BM <= 16 ? 12 : 8) / (WN * WK))
+// CS along x. Dynamic shared memory: WARPS * BM * RS floats.
+template <int DT, int BM, int WARPS, int CS, bool G_K, bool S_K, bool VEC>
+__global__ void __launch_bounds__(WARPS * 32, (BM == 32 ? 8 : 12) / WARPS)
 gemm_skinny(const u16* __restrict__ G, const u16* __restrict__ S, u16* C, const u16* Cin,
             int n_small, int n_big, int K, i64 ldg, i64 lds, i64 c_small, i64 c_big,
             i64 cin_small, i64 cin_big, float alpha, float beta) {
@@ -215,17 +216,15 @@ gemm_skinny(const u16* __restrict__ G, const u16* __restrict__ S, u16* C, const 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     static_assert(CS == 1, "clusters need sm_90");
 #endif
-    constexpr int MT = BM / 8, THREADS = WN * WK * 32, ROWS = 64 * WN, RS = ROWS + 4;
-    constexpr int GROUPS = ROWS / 4;  // float4 groups per row of a partial tile
-    extern __shared__ __align__(16) float partial[];  // [WK][BM][RS]
+    constexpr int MT = BM / 8, THREADS = WARPS * 32;
+    extern __shared__ __align__(16) float partial[];  // [WARPS][BM][RS]
 
     const int m_blocks = (n_small + BM - 1) / BM;
     const int rank = (int)(blockIdx.x % CS), block = (int)(blockIdx.x / CS);
-    const int n0 = (block / m_blocks) * ROWS, m0 = (block % m_blocks) * BM;
+    const int n0 = (block / m_blocks) * BN, m0 = (block % m_blocks) * BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wn = warp % WN, wk = warp / WN;
 
-    // This CTA's chunks [begin, end); warps wk take begin + wk, begin + wk + WK, ...
+    // This CTA's chunks [begin, end); warp w takes begin + w, begin + w + WARPS, ...
     const int chunks = (K + CHUNK - 1) / CHUNK;
     const int per = (chunks + CS - 1) / CS;
     const int begin = min(chunks, rank * per), end = min(chunks, begin + per);
@@ -239,27 +238,26 @@ gemm_skinny(const u16* __restrict__ G, const u16* __restrict__ S, u16* C, const 
             for (int e = 0; e < 4; ++e) acc[j][mt][e] = 0.f;
 
     // Two register buffers: the next chunk's loads are in flight while one is multiplied.
-    const int nw = n0 + 64 * wn;
     Frags<MT> f0, f1;
-    int c = begin + wk;
+    int c = begin + warp;
     if (c < end)
-        load_chunk<MT, G_K, S_K, VEC>(f0, G, S, ldg, lds, K, nw, n_big, m0, n_small, c, lane);
-    for (; c < end; c += 2 * WK) {
-        if (c + WK < end)
-            load_chunk<MT, G_K, S_K, VEC>(f1, G, S, ldg, lds, K, nw, n_big, m0, n_small, c + WK,
-                                          lane);
+        load_chunk<MT, G_K, S_K, VEC>(f0, G, S, ldg, lds, K, n0, n_big, m0, n_small, c, lane);
+    for (; c < end; c += 2 * WARPS) {
+        if (c + WARPS < end)
+            load_chunk<MT, G_K, S_K, VEC>(f1, G, S, ldg, lds, K, n0, n_big, m0, n_small,
+                                          c + WARPS, lane);
         multiply_chunk<DT, MT, G_K>(acc, f0);
-        if (c + WK >= end) break;
-        if (c + 2 * WK < end)
-            load_chunk<MT, G_K, S_K, VEC>(f0, G, S, ldg, lds, K, nw, n_big, m0, n_small,
-                                          c + 2 * WK, lane);
+        if (c + WARPS >= end) break;
+        if (c + 2 * WARPS < end)
+            load_chunk<MT, G_K, S_K, VEC>(f0, G, S, ldg, lds, K, n0, n_big, m0, n_small,
+                                          c + 2 * WARPS, lane);
         multiply_chunk<DT, MT, G_K>(acc, f1);
     }
 
     // Each warp's partial tile: acc[j][mt] = rows 16 j + g (+ 8), columns 8 mt + 2 t (+ 1).
     {
         const int g = lane / 4, t = lane % 4;
-        float* mine = partial + wk * BM * RS + 64 * wn;
+        float* mine = partial + warp * BM * RS;
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -268,52 +266,34 @@ gemm_skinny(const u16* __restrict__ G, const u16* __restrict__ S, u16* C, const 
                 for (int e = 0; e < 4; ++e)
                     mine[(8 * mt + 2 * t + e % 2) * RS + 16 * j + g + 8 * (e / 2)] = acc[j][mt][e];
     }
-    __syncthreads();
-
-    // The WK tiles summed (in order) into the first one, then, across the cluster, rank r
-    // finishes float4 groups r * THREADS + tid, + CS * THREADS, ... summing ranks in order.
-    const int rows = min(BM, n_small - m0);
-    const u32 base = smem_addr(partial);
-    if (WK > 1) {
-        for (int u = threadIdx.x; u < rows * GROUPS; u += THREADS) {
-            const u32 at = base + 16 * ((u / GROUPS) * (RS / 4) + u % GROUPS);
-            float4 sum = load_partial<1>(at, 0);
-#pragma unroll
-            for (int w = 1; w < WK; ++w) {
-                const float4 v = load_partial<1>(at + 4 * w * BM * RS, 0);
-                sum.x += v.x;
-                sum.y += v.y;
-                sum.z += v.z;
-                sum.w += v.w;
-            }
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n"
-                         :: "r"(at), "f"(sum.x), "f"(sum.y), "f"(sum.z), "f"(sum.w) : "memory");
-        }
-    }
     if (CS > 1) {
-        cluster_sync_all();  // every CTA's sums are written and visible cluster-wide
-    } else if (WK > 1) {
+        cluster_sync_all();  // every CTA's partial tiles are written and visible cluster-wide
+    } else {
         __syncthreads();
     }
-    for (int u = rank * THREADS + (int)threadIdx.x; u < rows * GROUPS; u += CS * THREADS) {
-        const int m = u / GROUPS, q = u % GROUPS;
-        const u32 at = base + 16 * (m * (RS / 4) + q);
-        float4 parts[CS];
-#pragma unroll
-        for (int from = 0; from < CS; ++from) parts[from] = load_partial<CS>(at, from);
+
+    // Rank r finishes float4 groups r * THREADS + tid, + CS * THREADS, ... of the valid rows,
+    // summing warps and ranks in a fixed order.
+    const int rows = min(BM, n_small - m0);
+    const u32 base = smem_addr(partial);
+    for (int u = rank * THREADS + (int)threadIdx.x; u < rows * (BN / 4); u += CS * THREADS) {
+        const int m = u / (BN / 4), q = u % (BN / 4);
         float sum[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
+#pragma unroll 1
         for (int from = 0; from < CS; ++from) {
-            sum[0] += parts[from].x;
-            sum[1] += parts[from].y;
-            sum[2] += parts[from].z;
-            sum[3] += parts[from].w;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                const float4 v = load_partial<CS>(base + 4 * ((w * BM + m) * RS + 4 * q), from);
+                sum[0] += v.x;
+                sum[1] += v.y;
+                sum[2] += v.z;
+                sum[3] += v.w;
+            }
         }
         const i64 i = m0 + m;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int r = 4 * q + e;
-            const int j = n0 + 64 * (r / 64) + g_row<G_K>(r % 64);
+            const int j = n0 + g_row<G_K>(4 * q + e);
             if (j >= n_big) continue;
             float v = alpha * sum[e];
             if (beta != 0.f) v += beta * to_f32<DT>(Cin[i * cin_small + (i64)j * cin_big]);
