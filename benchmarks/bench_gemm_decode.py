@@ -168,7 +168,8 @@ def measure(gpurt: Any, torch: Any, gemm_mod: Any, p: Problem, config: Any, copy
 def parse_nk(text: Optional[str]) -> list[tuple[int, int]]:
     if not text:
         return list(NK)
-    return [tuple(int(v) for v in item.lower().split("x")) for item in text.split(",")]  # type: ignore[misc]
+    pairs = [item.lower().split("x") for item in text.split(",")]
+    return [(int(n), int(k)) for n, k in pairs]
 
 
 def main() -> None:

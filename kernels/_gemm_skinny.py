@@ -60,7 +60,8 @@ def _swapped(m: int, n: int) -> bool:
 
 
 def kernel_name(config: Config, problem: Problem) -> str:
-    """``config``'s instantiation for ``problem`` (S = op(a) unless C has more rows than columns)."""
+    """``config``'s instantiation for ``problem`` (S = op(a), unless C has more rows than
+    columns: then S = op(b)^T)."""
     a_k, b_k = problem.a_kmajor, problem.b_kmajor
     if _swapped(problem.m, problem.n):
         a_k, b_k = b_k, a_k

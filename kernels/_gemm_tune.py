@@ -39,8 +39,9 @@ _FILE_NAME = "gemm-tune-v1.json"
 @dataclasses.dataclass(frozen=True)
 class Config:
     """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
-    (TMA + wgmma, sm_90a) or 'skinny' (decode shapes: one side of C at most a few dozen,
-    the big operand streamed once; see kernels/_gemm_skinny.py for what its fields mean). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
+    (TMA + wgmma, sm_90a) or 'skinny' (decode shapes: one side of C at most a few dozen, the
+    big operand streamed once; kernels/_gemm_skinny.py says what its fields mean). Tile
+    ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
     partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;

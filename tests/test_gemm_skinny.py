@@ -36,7 +36,7 @@ def sk(bm=8, warps=4, split=1) -> Config:
     return Config("skinny", bm, 64, 32 * warps, split_k=split)
 
 
-# ---- configs and choices (CPU) --------------------------------------------------------------------
+# ---- configs and choices (CPU) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fields", [
