@@ -18,15 +18,16 @@ import threading
 import warnings
 from typing import Any, Callable, Optional
 
+from . import _gemm_skinny as _skinny
+from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_NAMES, DT_TF32
+
 __all__ = [
     "DT_F32", "DT_F16", "DT_BF16", "DT_TF32", "Config", "Problem", "eligible", "why_not",
     "candidates", "all_configs",
     "heuristic", "Tuner", "autotune_enabled", "disabled_kernels",
 ]
 
-# Element type codes shared with gemm_common.cu (DT_TF32: fp32 data on the TF32 tensor cores).
-DT_F32, DT_F16, DT_BF16, DT_TF32 = 0, 1, 2, 3
-_DT_NAMES = {DT_F32: "float32", DT_F16: "float16", DT_BF16: "bfloat16", DT_TF32: "tf32"}
+_DT_NAMES = DT_NAMES
 
 # Tuning a problem below this many multiply-adds costs more than it could ever save.
 TUNE_MIN_MACS = 1 << 27
@@ -38,8 +39,10 @@ FILE_NAME = "gemm-tune-v1.json"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+) or 'wgmma'
-    (TMA + wgmma, sm_90a). Tile ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
+    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
+    (TMA + wgmma, sm_90a) or 'skinny' (decode shapes: one side of C at most a few dozen, the
+    big operand streamed once; kernels/_gemm_skinny.py says what its fields mean). Tile
+    ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
     partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
@@ -59,7 +62,7 @@ class Config:
     tma_store: bool = False
 
     def __post_init__(self) -> None:
-        if self.kernel not in ("simt", "mma", "wgmma"):
+        if self.kernel not in ("simt", "mma", "wgmma", "skinny"):
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
@@ -76,6 +79,8 @@ class Config:
                                       self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
             raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
                              f"32 x 64 or 32 x 128, not {self}")
+        if self.kernel == "skinny":
+            _skinny.validate(self)
         if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
                                      or self.wn % 16 or self.bk % 16):
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
@@ -84,6 +89,8 @@ class Config:
     def threads(self) -> int:
         if self.kernel == "wgmma":
             return 384
+        if self.kernel == "skinny":
+            return _skinny.threads(self)
         if self.kernel == "simt":
             return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
@@ -92,6 +99,8 @@ class Config:
         """Dynamic shared memory in bytes."""
         if self.kernel == "simt":  # a ring of fp32 [bk][bm + 4] and [bk][bn + 4] tiles
             return self.stages * self.bk * (self.bm + self.bn + 8) * 4
+        if self.kernel == "skinny":
+            return _skinny.shared_mem(self)
         if self.kernel == "wgmma":
             stage = (self.bm + self.bn) * self.bk * 2
             staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 64 x 128 x 2 B
@@ -113,6 +122,8 @@ class Config:
             tn = (self.wn or 64) // 8
             return (f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, {ak}, "
                     f"{bk_}, {v}>")
+        if self.kernel == "skinny":
+            return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
@@ -247,6 +258,12 @@ def why_not(problem: Problem, config: Config) -> Optional[str]:
                     "16-byte aligned and its row pitch a multiple of 16 bytes")
         if problem.k < 1:
             return "the wgmma kernel needs K >= 1"
+    if config.kernel == "skinny":
+        if problem.dt not in (DT_F16, DT_BF16):
+            return f"the skinny kernel takes float16/bfloat16, not {dt}"
+        if not _skinny.runs_on(config, problem.capability):
+            return (f"the skinny kernel needs sm_80 or newer, and sm_90 for split_k > 1 "
+                    f"(clusters), not sm_{major}{minor}")
     itemsize = 4 if problem.dt in (DT_F32, DT_TF32) else 2
     smem = config.shared_mem(problem.a_kmajor, problem.b_kmajor, itemsize)
     if smem > problem.max_shared:
@@ -284,6 +301,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = _with_split(problem, _TF32)
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
@@ -294,13 +312,19 @@ def all_configs(problem: Problem) -> list[Config]:
     cluster variants included, without and with split-K), each once: what the property tests
     and the sanitizer sweep run."""
     found: list[Config] = []
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA):
-        splits = {1} if config.kernel == "wgmma" else {1, max(2, _split_for(problem, config))}
+    skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *skinny):
+        splits = {1} if config.kernel in ("wgmma", "skinny") else \
+            {1, max(2, _split_for(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)
             if variant not in found and eligible(problem, variant):
                 found.append(variant)
     return found
+
+
+def _skinny_config(tiles: _skinny.Tiles) -> Config:
+    return Config("skinny", tiles.bm, 64, tiles.bk, split_k=tiles.split)
 
 
 def heuristic(problem: Problem) -> Config:
@@ -317,6 +341,9 @@ def heuristic(problem: Problem) -> Config:
     if problem.dt == DT_TF32:
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
+    tiles = _skinny.heuristic(problem)
+    if tiles is not None and eligible(problem, _skinny_config(tiles)):
+        return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     small_grid = wide.tiles(m, n) * 2 < problem.sm_count and problem.k >= 1024
     if eligible(problem, wide) and not small_grid:

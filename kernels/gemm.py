@@ -3,7 +3,7 @@
 Inputs are 2-D gpurt Arrays or any device array gpurt views without a copy (torch tensors,
 CuPy arrays) of float32, float16 or bfloat16; ``op(x)`` is ``x.T`` when ``trans_x`` is set.
 Each operand may be row- or column-major (any row pitch): a transposed view costs nothing.
-Accumulation is always fp32. Three kernel families (CUDA sources kernels/gemm_*.cu):
+Accumulation is always fp32. Four kernel families (CUDA sources kernels/gemm_*.cu):
 
 ``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, a cp.async ring);
 ``mma``    fp16/bf16 (and TF32 with ``allow_tf32=True``) on the tensor cores with mma.sync,
@@ -12,6 +12,9 @@ Accumulation is always fp32. Three kernel families (CUDA sources kernels/gemm_*.
            setmaxnreg, an mbarrier ring, a persistent grid in grouped order, an epilogue
            through shared memory and TMA stores (optionally 2-CTA clusters sharing B by
            multicast); needs 16-byte aligned rows (TMA's rule), otherwise ``mma`` runs.
+``skinny`` fp16/bf16 decode shapes (one side of C a few dozen at most): the big operand
+           streamed once into mma.sync fragments, K split over a thread-block cluster
+           (kernels/_gemm_skinny.py).
 
 The variant and its tiles come from kernels/_gemm_tune.py: timed once per shape bucket and
 remembered on disk when autotuning is on (``GPURT_GEMM_AUTOTUNE=0`` turns it off), chosen by
@@ -25,6 +28,7 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import itertools
 import multiprocessing
 import os
 import pathlib
@@ -37,6 +41,7 @@ from cuda.bindings import driver as cu
 import gpurt
 import gpurt.nvrtc
 
+from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from . import tunable
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
@@ -62,7 +67,8 @@ def _text(name: str) -> str:
 def _source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
-    for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu"):
+    for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
+                 "gemm_skinny.cu"):
         digest.update(_text(name).encode())
     return digest.hexdigest()[:12]
 
@@ -95,6 +101,8 @@ def _reduce_name(dt: int) -> str:
 def _kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
     """The main kernel and, for the split-K capable families, the reduce kernel: one program,
     so a config compiles once whatever its split."""
+    if config.kernel == "skinny":
+        return (skinny.kernel_name(config, problem),)
     main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
     return (main,) if config.kernel == "wgmma" else (main, _reduce_name(problem.dt))
 
@@ -378,6 +386,9 @@ class _Call:
                beta: float, stream: Any) -> None:
         """Run it: C (at ``out_ptr``) = alpha A B + beta Cin, on ``stream`` (None: current)."""
         config, kernels = self.config, self.kernels
+        if config.kernel == "skinny":
+            skinny.launch(self, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
+            return
         if config.kernel == "wgmma":
             map_a = _tensor_map(a_ptr, self.a_kmajor, self.m, self.k, self.lda, self.dt, 128)
             map_b = _tensor_map(b_ptr, self.b_kmajor, self.n, self.k, self.ldb, self.dt,
@@ -696,6 +707,12 @@ def gemm_eligible_configs(a: Any, b: Any, out: Any = None, trans_a: bool = False
     return tune.all_configs(_problem(plan, allow_tf32))
 
 
+# M x N of the problems whose configs precompile() builds: big ones, and decode shapes with
+# the small side on either side of C (the skinny family's instantiations depend on which).
+_PRECOMPILE_SHAPES = ((4096, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096), (4096, 8),
+                      (4096, 16), (4096, 32), (4096, 64))
+
+
 def _programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
     """(source, name expressions, arch) of every GEMM program gemm may compile for ``arch``:
     each config of each family, in each operand layout, with and without vector loads."""
@@ -705,9 +722,8 @@ def _programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
     for dt in (DT_F32, DT_TF32, DT_F16, DT_BF16):
         for a_k in (True, False):
             for b_k in (True, False):
-                for vec in (True, False):
-                    problem = Problem(4096, 4096, 4096, dt, a_k, b_k, vec, vec, (major, minor),
-                                      132)
+                for vec, (m, n) in itertools.product((True, False), _PRECOMPILE_SHAPES):
+                    problem = Problem(m, n, 4096, dt, a_k, b_k, vec, vec, (major, minor), 132)
                     for config in tune.all_configs(problem):
                         names = _kernel_names(config, problem)
                         found[(config.source, names, _arch_for(config, (major, minor)))] = None
