@@ -27,7 +27,7 @@ def test_offsets_near_the_largest_size_are_refused(offset: int) -> None:
         _claunch.PackingLauncher(launcher, 8, ((offset, "q"),), Arr, [], print, print)
 
 
-def test_an_overflowing_offset_does_not_crash_the_process() -> None:
+def test_an_overflowing_offset_does_not_crash_the_process(tmp_path) -> None:
     """The base commit accepted the layout and wrote far past its stack buffer (SIGSEGV)."""
     code = textwrap.dedent("""
         import sys
@@ -41,8 +41,10 @@ def test_an_overflowing_offset_does_not_crash_the_process() -> None:
         p(1, 1, (5,), 0, 0, 0)
         sys.exit(1)
     """)
+    # from another folder: a checkout's ./gpurt (without the built extension) must not
+    # shadow the installed gpurt the test runs against
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60, check=False)
+                            timeout=60, check=False, cwd=tmp_path)
     assert result.returncode == 0, (result.returncode, result.stderr)
 
 

@@ -846,7 +846,8 @@ ILLEGAL = {
     "device synchronize": (lambda s, a: gpurt.synchronize(), "cuCtxSynchronize"),
     "stream synchronize": (lambda s, a: s.synchronize(), "cuStreamSynchronize"),
     "event query": (lambda s, a: s.record_event().query(), "cuEventQuery"),
-    "copy to pageable host memory": (lambda s, a: a.numpy(), ""),
+    # a host read (a.numpy()) is refused before any driver call, leaving the capture going:
+    # tests/test_capture_reads.py
     "driver allocation": (lambda s, a: check(cu.cuMemAlloc(1 << 20), "cuMemAlloc"), "cuMemAlloc"),
 }
 
