@@ -26,6 +26,7 @@ from bench_gemm import Timer
 import gpurt
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 Config = tune.Config
 
@@ -47,7 +48,7 @@ CASES = [(296, 520, 200, ta, tb, 1) for ta in (False, True) for tb in (False, Tr
 def _compile_one(job: tuple[Config, bool, bool, bool, str]) -> None:
     config, a_k, b_k, vec, arch = job
     problem = tune.Problem(1, 1, 1, tune.DT_F32, a_k, b_k, vec, False, (9, 0), 1)
-    gemm_mod._compile(config.source, gemm_mod._kernel_names(config, problem), arch)
+    gemm_launch.compile_kernels(config.source, gemm_launch.kernel_names(config, problem), arch)
 
 
 def precompile(configs: list[Config], arch: str) -> None:
@@ -124,8 +125,8 @@ def main() -> None:
                                                     config=config), batch, args.repeat)
                 err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
                 plan = gemm_mod._plan(ga, gb, gout, 0.0, None, False, False, stream)[0]
-                names = gemm_mod._kernel_names(config, gemm_mod._problem(plan, False))
-                kernel = gemm_mod._compile(config.source, names, gpurt.get_arch())[0]
+                names = gemm_launch.kernel_names(config, gemm_mod._problem(plan, False))
+                kernel = gemm_launch.compile_kernels(config.source, names, gpurt.get_arch())[0]
                 rows.append({"size": size, "config": config.label(), "ms": ms,
                              "tflops": round(flops / ms / 1e9, 2),
                              "cublas_tflops": round(flops / cublas / 1e9, 2),

@@ -23,16 +23,8 @@ heuristics otherwise. Kernels compile through :func:`gpurt.compile` (cached on d
 
 from __future__ import annotations
 
-import concurrent.futures
-import ctypes
 import dataclasses
-import functools
-import hashlib
-import itertools
-import multiprocessing
-import os
 import pathlib
-import threading
 from typing import Any, Optional
 
 import numpy as np
@@ -41,9 +33,14 @@ from cuda.bindings import driver as cu
 import gpurt
 import gpurt.nvrtc
 
-from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from . import tunable
+from ._gemm_launch import (
+    Call,
+    make_call,
+    precompile,
+    source_digest,
+)
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results",
@@ -54,63 +51,6 @@ _DTYPES = {np.dtype(np.float32): DT_F32, np.dtype(np.float16): DT_F16,
            np.dtype(gpurt.bfloat16): DT_BF16}
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               DT_BF16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
-
-# ---- sources and compiled kernels ----------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=None)
-def _text(name: str) -> str:
-    return (_HERE / name).read_text()
-
-
-@functools.lru_cache(maxsize=None)
-def _source_digest() -> str:
-    """A digest of every GEMM source, so tuning results die with the kernels they timed."""
-    digest = hashlib.sha256()
-    for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
-                 "gemm_skinny.cu"):
-        digest.update(_text(name).encode())
-    return digest.hexdigest()[:12]
-
-
-_kernels: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_kernels_lock = threading.Lock()
-# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
-os.register_at_fork(after_in_child=lambda: globals().update(_kernels_lock=threading.Lock()))
-
-
-def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[Any, ...]:
-    """The kernels ``names`` of ``source`` compiled for ``arch`` (one NVRTC program), with
-    any extra NVRTC options from ``GPURT_GEMM_NVRTC_OPTIONS`` (e.g. -lineinfo, -D...)."""
-    options = tuple(os.environ.get("GPURT_GEMM_NVRTC_OPTIONS", "").split())
-    key = (source, arch, names, options)
-    found = _kernels.get(key)
-    if found is None:
-        module = gpurt.compile(_text(source), options, name_expressions=names, arch=arch,
-                               headers={"gemm_common.cu": _text("gemm_common.cu")},
-                               program_name=source)
-        with _kernels_lock:
-            found = _kernels.setdefault(key, tuple(module[n] for n in names))
-    return found
-
-
-def _reduce_name(dt: int) -> str:
-    return f"gemm_splitk_reduce<{DT_F32 if dt == DT_TF32 else dt}>"
-
-
-def _kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
-    """The main kernel and, for the split-K capable families, the reduce kernel: one program,
-    so a config compiles once whatever its split."""
-    if config.kernel == "skinny":
-        return (skinny.kernel_name(config, problem),)
-    main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
-    return (main,) if config.kernel == "wgmma" else (main, _reduce_name(problem.dt))
-
-
-def _arch_for(config: Config, capability: tuple[int, int]) -> str:
-    major, minor = capability
-    return f"sm_{major}{minor}" + ("a" if config.kernel == "wgmma" else "")
-
 
 # ---- operands ----------------------------------------------------------------------------------
 
@@ -313,169 +253,6 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
                    int(props.shared_memory_per_block_optin))
 
 
-# ---- tensor maps (TMA descriptors) ---------------------------------------------------------------
-
-_maps: dict[tuple[int, ...], bytes] = {}
-
-
-def _encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[int, int]) -> bytes:
-    """A 128-byte CUtensorMap of a 2-D 16-bit matrix (wraps cuTensorMapEncodeTiled): rows of
-    ``inner`` elements, ``ld`` apart; ``box`` = (inner, outer) elements; 128-byte swizzle,
-    zero fill outside. Cached by its arguments."""
-    key = (ptr, inner, outer, ld, dt, *box)
-    found = _maps.get(key)
-    if found is None:
-        u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-        tmap = gpurt.check(cu.cuTensorMapEncodeTiled(
-            _TMA_TYPES[dt], 2, ptr, [u64(inner), u64(outer)], [u64(ld * 2)],
-            [u32(box[0]), u32(box[1])], [u32(1), u32(1)],
-            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-            "cuTensorMapEncodeTiled")
-        found = ctypes.string_at(tmap.getPtr(), 128)
-        if len(_maps) > 256:
-            _maps.clear()
-        _maps[key] = found
-    return found
-
-
-def _tensor_map(ptr: int, kmajor: bool, rows: int, k: int, ld: int, dt: int,
-                box_rows: int) -> bytes:
-    """The tensor map of one wgmma operand: K-major boxes are [box_rows][64 k], the others
-    [64 k][64 rows]."""
-    if kmajor:
-        return _encode_map(ptr, k, rows, ld, dt, (64, box_rows))
-    return _encode_map(ptr, rows, k, ld, dt, (64, 64))
-
-
-_NO_MAP = bytes(128)
-
-
-# ---- launching -----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Call:
-    """One planned launch of ``config``: the compiled kernels, the geometry and every scalar
-    argument for operands of one signature (shapes, strides, dtype, device, alignment).
-    Between calls of a signature only the pointers, alpha and beta change."""
-
-    config: Config
-    kernels: tuple[Any, ...]
-    m: int
-    n: int
-    k: int
-    lda: int
-    ldb: int
-    ldc: int
-    ldcin: int
-    a_kmajor: bool
-    b_kmajor: bool
-    dt: int
-    index: int
-    pair_ok: int  # C's base and pitch allow paired stores
-    store_ok: bool  # the wgmma epilogue may store C with TMA
-    smem: int
-    grid: Any  # int (wgmma) or (tiles, 1, split)
-    clusters: int  # wgmma with clusters: how many
-    reduce_blocks: int  # split-K: the reduce kernel's grid
-
-    def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
-               beta: float, stream: Any) -> None:
-        """Run it: C (at ``out_ptr``) = alpha A B + beta Cin, on ``stream`` (None: current)."""
-        config, kernels = self.config, self.kernels
-        if config.kernel == "skinny":
-            skinny.launch(self, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
-            return
-        if config.kernel == "wgmma":
-            map_a = _tensor_map(a_ptr, self.a_kmajor, self.m, self.k, self.lda, self.dt, 128)
-            map_b = _tensor_map(b_ptr, self.b_kmajor, self.n, self.k, self.ldb, self.dt,
-                                config.bn // config.cluster_m)
-            map_c = _encode_map(out_ptr, self.n, self.m, self.ldc, self.dt, (64, 64)) \
-                if self.store_ok else _NO_MAP
-            args = (map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
-                    self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
-            if config.cluster_m == 1:
-                kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
-            else:
-                launch = gpurt.LaunchConfig(self.grid, config.threads, self.smem,
-                                            cluster=(config.cluster_m, 1, 1))
-                kernels[0].launch(launch, *args, stream=stream)
-            return
-        partial, partial_ptr = None, 0
-        if config.split_k > 1:
-            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
-                                  device=self.index, stream=stream)
-            partial_ptr = partial.ptr
-        kernels[0](self.grid, config.threads,
-                   (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
-                    self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
-                    self.pair_ok), shared_mem=self.smem, stream=stream)
-        if partial is not None:
-            kernels[1](self.reduce_blocks, 256, (partial_ptr, out_ptr, cin_ptr, self.m, self.n,
-                                                 self.ldc, self.ldcin, config.split_k, alpha,
-                                                 beta), stream=stream)
-
-
-def _make_call(plan: _Plan, problem: Problem, config: Config, out_ptr: int) -> _Call:
-    """Compile ``config`` for ``problem`` and fix its launch for ``plan``'s operands, with
-    C at an address aligned like ``out_ptr``."""
-    names = _kernel_names(config, problem)
-    kernels = _compile(config.source, names, _arch_for(config, problem.capability))
-    itemsize = 4 if plan.dt == DT_F32 else 2
-    pair_ok = int(out_ptr % (2 * itemsize) == 0 and plan.ldc % 2 == 0)
-    smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
-    tiles = config.tiles(plan.m, plan.n)
-    store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc % 8 == 0
-    clusters, grid = 0, (tiles, 1, config.split_k)
-    if config.kernel == "wgmma":
-        cm = config.cluster_m
-        grid = min(tiles, problem.sm_count)
-        if cm > 1:
-            pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
-            clusters = min(pairs, _max_clusters(kernels[0], config, smem, plan.index))
-            grid = cm * clusters
-    reduce_blocks = max(1, min(-(-plan.m * plan.n // 256), problem.sm_count * 8))
-    return _Call(config, kernels, plan.m, plan.n, plan.k, plan.a.ld, plan.b.ld, plan.ldc,
-                 plan.ldcin, plan.a.kmajor, plan.b.kmajor, plan.dt, plan.index, pair_ok,
-                 store_ok, smem, grid, clusters, reduce_blocks)
-
-
-_cluster_limits: dict[tuple[str, int, int, int], int] = {}
-
-
-def _max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
-    """How many clusters of ``config`` run at once on device ``index`` (wraps
-    cuOccupancyMaxActiveClusters): a persistent grid larger than that would leave a few
-    clusters for a second wave and double the time of their tiles."""
-    key = (kernel.symbol, smem, config.cluster_m, index)
-    found = _cluster_limits.get(key)
-    if found is None:
-        kernel.num_regs  # loads the kernel and binds the device's context on this thread
-        handle = gpurt.check(cu.cuLibraryGetKernel(kernel.module.library(), kernel.symbol.encode()),
-                             "cuLibraryGetKernel")
-        function = gpurt.check(cu.cuKernelGetFunction(handle), "cuKernelGetFunction")
-        gpurt.check(cu.cuFuncSetAttribute(
-            function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem), "cuFuncSetAttribute")
-        launch = cu.CUlaunchConfig()
-        launch.gridDimX, launch.gridDimY, launch.gridDimZ = config.cluster_m * 1024, 1, 1
-        launch.blockDimX, launch.blockDimY, launch.blockDimZ = config.threads, 1, 1
-        launch.sharedMemBytes = smem
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        dims = attr.value.clusterDim
-        dims.x, dims.y, dims.z = config.cluster_m, 1, 1
-        launch.attrs = [attr]
-        launch.numAttrs = 1
-        found = int(gpurt.check(cu.cuOccupancyMaxActiveClusters(function, launch),
-                                "cuOccupancyMaxActiveClusters"))
-        _cluster_limits[key] = found = max(found, 1)
-    return found
-
-
 # ---- choosing a config ---------------------------------------------------------------------------
 
 def _tuner() -> tune.Tuner:
@@ -517,7 +294,7 @@ def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: A
         return start.elapsed_time(stop) / count
 
     try:
-        call = _make_call(into_scratch, problem, config, scratch.ptr)
+        call = make_call(into_scratch, problem, config, scratch.ptr)
         first = batch(1)  # loads and warms up
         # three batches of about 2 ms each, within the tunable limits per candidate
         budget_ms = min(6.0, tunable.get_max_tuning_duration())
@@ -533,7 +310,7 @@ def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
         return tune.heuristic(problem)
     tuner = _tuner()
     name = gpurt.get_device_name(plan.index)
-    key = tune.problem_key(problem, name, _source_digest())
+    key = tune.problem_key(problem, name, source_digest())
     known = tuner.lookup(key)
     if known is not None and tune.eligible(problem, known):
         return known
@@ -611,9 +388,9 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     return out if given is None else given
 
 
-# Planned calls by signature: (_Call, swapped, extents of a, b, out and c relative to their
+# Planned calls by signature: (Call, swapped, extents of a, b, out and c relative to their
 # pointers). Plans hold no arrays, only the choices made for a signature.
-_calls: dict[tuple[Any, ...], tuple[_Call, bool, tuple[Any, ...]]] = {}
+_calls: dict[tuple[Any, ...], tuple[Call, bool, tuple[Any, ...]]] = {}
 _MAX_CALLS = 4096
 
 
@@ -678,7 +455,7 @@ def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha:
     return returned
 
 
-def _plan_call(plan: _Plan, allow_tf32: bool, config: Optional[Config], stream: Any) -> _Call:
+def _plan_call(plan: _Plan, allow_tf32: bool, config: Optional[Config], stream: Any) -> Call:
     problem = _problem(plan, allow_tf32)
     if config is None:
         config = _choose(plan, problem, stream)
@@ -686,7 +463,7 @@ def _plan_call(plan: _Plan, allow_tf32: bool, config: Optional[Config], stream: 
     if reason is not None:
         raise ValueError(f"config {config.label()} cannot run this {plan.m}x{plan.n}x{plan.k} "
                          f"problem: {reason}")
-    return _make_call(plan, problem, config, plan.out.ptr)
+    return make_call(plan, problem, config, plan.out.ptr)
 
 
 def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,
@@ -705,51 +482,6 @@ def gemm_eligible_configs(a: Any, b: Any, out: Any = None, trans_a: bool = False
     plan, _, _ = _plan(a_arr, b, out, 0.0, None, trans_a, trans_b,
                        gpurt.as_stream(None, a_arr.device.index))
     return tune.all_configs(_problem(plan, allow_tf32))
-
-
-# M x N of the problems whose configs precompile() builds: big ones, and decode shapes with
-# the small side on either side of C (the skinny family's instantiations depend on which).
-_PRECOMPILE_SHAPES = ((4096, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096), (4096, 8),
-                      (4096, 16), (4096, 32), (4096, 64))
-
-
-def _programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
-    """(source, name expressions, arch) of every GEMM program gemm may compile for ``arch``:
-    each config of each family, in each operand layout, with and without vector loads."""
-    major = int(arch[3:].rstrip("a")) // 10
-    minor = int(arch[3:].rstrip("a")) % 10
-    found: dict[tuple[str, tuple[str, ...], str], None] = {}
-    for dt in (DT_F32, DT_TF32, DT_F16, DT_BF16):
-        for a_k in (True, False):
-            for b_k in (True, False):
-                for vec, (m, n) in itertools.product((True, False), _PRECOMPILE_SHAPES):
-                    problem = Problem(m, n, 4096, dt, a_k, b_k, vec, vec, (major, minor), 132)
-                    for config in tune.all_configs(problem):
-                        names = _kernel_names(config, problem)
-                        found[(config.source, names, _arch_for(config, (major, minor)))] = None
-    return list(found)
-
-
-def _compile_program(program: tuple[str, tuple[str, ...], str]) -> None:
-    _compile(*program)
-
-
-def precompile(arch: Optional[str] = None, workers: Optional[int] = None) -> int:
-    """Compile every GEMM kernel variant for ``arch`` (default: the current device's) into
-    gpurt's disk kernel cache, spread over ``workers`` processes (default: one per CPU), so
-    that no later gemm call compiles; returns the number of programs. Needs no GPU when
-    ``arch`` is given."""
-    programs = _programs(arch or gpurt.get_arch())
-    workers = max(1, min(workers or os.cpu_count() or 1, len(programs)))
-    if workers == 1:
-        for program in programs:
-            _compile_program(program)
-        return len(programs)
-    context = multiprocessing.get_context("spawn")  # a fork would copy a CUDA context
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        for _ in pool.map(_compile_program, programs):
-            pass
-    return len(programs)
 
 
 def gemm_tuning_results() -> dict[str, dict[str, Any]]:

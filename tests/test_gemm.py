@@ -17,6 +17,7 @@ import pytest
 import gpurt
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 gemm = gemm_mod.gemm
 Config, Problem = tune.Config, tune.Problem
@@ -359,7 +360,7 @@ def _variants(family):
         if family != "wgmma":
             names.add(first[0].name_expression(first[1], a_k, b_k, False))
     if family != "wgmma":
-        names.add(gemm_mod._reduce_name(items[0][1]))
+        names.add(gemm_launch.reduce_name(items[0][1]))
     return sorted(names)
 
 
@@ -370,9 +371,9 @@ def _variants(family):
 def test_variants_compile_without_spills(family, arch, tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     names = _variants(family)
-    module = gpurt.compile(gemm_mod._text(f"gemm_{family}.cu"), options=["--ptxas-options=-v"],
+    module = gpurt.compile(gemm_launch.text(f"gemm_{family}.cu"), options=["--ptxas-options=-v"],
                            name_expressions=names, arch=arch, program_name=f"gemm_{family}.cu",
-                           headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
+                           headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
     log = module.log
     assert set(module.lowered_names) == set(names)
     assert "warning" not in log.lower(), log  # serialized wgmma (C7510) or setmaxnreg ignored
@@ -390,15 +391,15 @@ def test_variants_compile_without_spills(family, arch, tmp_path, monkeypatch):
 def test_wgmma_needs_sm90a(tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     with pytest.raises(gpurt.CompileError):
-        gpurt.compile(gemm_mod._text("gemm_wgmma.cu"), arch="sm_90",
+        gpurt.compile(gemm_launch.text("gemm_wgmma.cu"), arch="sm_90",
                       name_expressions=["gemm_wgmma<2, 256, 4, true, false, 1, false>"],
-                      headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
+                      headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
 
 
 def test_arch_for():
-    assert gemm_mod._arch_for(tune._WGMMA[0], (9, 0)) == "sm_90a"
-    assert gemm_mod._arch_for(tune._MMA[0], (9, 0)) == "sm_90"
-    assert gemm_mod._arch_for(tune._SIMT[0], (8, 6)) == "sm_86"
+    assert gemm_launch.arch_for(tune._WGMMA[0], (9, 0)) == "sm_90a"
+    assert gemm_launch.arch_for(tune._MMA[0], (9, 0)) == "sm_90"
+    assert gemm_launch.arch_for(tune._SIMT[0], (8, 6)) == "sm_86"
 
 
 # ---- GPU: results against float64 ----------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 import gpurt
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 skinny = importlib.import_module("gpurt.kernels._gemm_skinny")
 Config, Problem = tune.Config, tune.Problem
@@ -143,9 +144,9 @@ def _names():
 def test_variants_compile_without_spills(arch, tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     names = [n for n in _names() if arch == "sm_90" or n.split(", ")[3] == "1"]  # CS = 1
-    module = gpurt.compile(gemm_mod._text("gemm_skinny.cu"), options=["--ptxas-options=-v"],
+    module = gpurt.compile(gemm_launch.text("gemm_skinny.cu"), options=["--ptxas-options=-v"],
                            name_expressions=names, arch=arch, program_name="gemm_skinny.cu",
-                           headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
+                           headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
     log = module.log
     assert set(module.lowered_names) == set(names)
     assert "warning" not in log.lower(), log
@@ -157,9 +158,9 @@ def test_variants_compile_without_spills(arch, tmp_path, monkeypatch):
 def test_clusters_need_sm90(tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     with pytest.raises(gpurt.CompileError):
-        gpurt.compile(gemm_mod._text("gemm_skinny.cu"), arch="sm_80",
+        gpurt.compile(gemm_launch.text("gemm_skinny.cu"), arch="sm_80",
                       name_expressions=[sk(8, 4, 2).name_expression(2, True, True, True)],
-                      headers={"gemm_common.cu": gemm_mod._text("gemm_common.cu")})
+                      headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
 
 
 # ---- GPU: results against float64 ----------------------------------------------------------------

@@ -33,6 +33,7 @@ from _kernel_cases import (
 )
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 
 SETTINGS: dict[str, Any] = dict(
@@ -98,13 +99,13 @@ def test_why_not_names_the_requirement():
 
 
 def test_programs_cover_every_config_layout_and_alignment():
-    programs = gemm_mod._programs("sm_90")
+    programs = gemm_launch.programs("sm_90")
     assert len(programs) == len(set(programs))
     sources = {source for source, _, _ in programs}
     assert sources == {"gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu", "gemm_skinny.cu"}
     assert all(arch == ("sm_90a" if src == "gemm_wgmma.cu" else "sm_90")
                for src, _, arch in programs)
-    assert {src for src, _, _ in gemm_mod._programs("sm_80")} == {"gemm_simt.cu", "gemm_mma.cu",
+    assert {src for src, _, _ in gemm_launch.programs("sm_80")} == {"gemm_simt.cu", "gemm_mma.cu",
                                                                   "gemm_skinny.cu"}
 
 
