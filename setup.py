@@ -7,4 +7,11 @@ cuda.bindings from Python instead; ``gpurt info`` says which path is in use.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("gpurt._launch._claunch", ["gpurt/_launch/_claunch.c"], optional=True)])
+SOURCES = ["_claunch.c", "_claunch_launcher.c", "_claunch_packing.c"]  # with _claunch.h
+
+setup(ext_modules=[Extension(
+    "gpurt._launch._claunch",
+    [f"gpurt/_launch/{name}" for name in SOURCES],
+    depends=["gpurt/_launch/_claunch.h"],
+    optional=True,
+)])

@@ -174,10 +174,46 @@ def render_png(snapshot: SnapshotLike, out_path: str | os.PathLike[str], *,
 
 
 def _draw_timeline(ax: Any, tl: Timeline, mpl: types.SimpleNamespace) -> None:
-    PolyCollection, patches = mpl.PolyCollection, mpl.patches
+    """One device's timeline on ``ax``: the allocations as bands coloured by call site, the
+    totals, the markers, the peak, the leak bracket, the title and the legend."""
     sites, site_index = _callsites(tl.allocations)
     unit = _byte_unit(max([p[2] for p in tl.envelope] + [r[1] for r in tl.reserved or []]))
     scale = 1.0 / unit[1]
+    _draw_allocations(ax, tl, sites, site_index, scale, mpl.PolyCollection)
+    xs = [p[0] for p in tl.envelope]
+    ax.plot(xs, [p[2] * scale for p in tl.envelope], color="#222", linewidth=1.0,
+            label="allocated total")
+    if tl.reserved:
+        ax.plot([p[0] for p in tl.reserved], [p[1] * scale for p in tl.reserved], color="#555",
+                linestyle=(0, (6, 4)), linewidth=1.2, label="reserved (segments)")
+    _draw_markers(ax, tl)
+    peak, peak_step = tl.peak
+    ax.plot([peak_step], [peak * scale], "o", color="#222", markersize=4)
+    ax.annotate(f"peak {format_bytes(peak)}", (peak_step, peak * scale), xytext=(5, 5),
+                textcoords="offset points", fontsize=9)
+    end = tl.steps + 1
+    ymax = max([p[2] for p in tl.envelope] + [r[1] for r in tl.reserved or []]) * scale * 1.08
+    ax.set_xlim(0, end)
+    ax.set_ylim(0, max(ymax, 1e-9))
+    suspects = tl.leak_suspects()
+    leak_bytes = sum(a.size for a in suspects)
+    _draw_leak_bracket(ax, suspects, leak_bytes, end, scale)
+    ax.set_ylabel(f"allocated memory ({unit[0]})")
+    ax.set_xlabel("allocation and free events (in order)")
+    count = sum(1 for a in tl.allocations if not a.before_trace)
+    ax.set_title(f"cuda:{tl.device} — {count} allocations, peak {format_bytes(peak)}, "
+                 f"{format_bytes(tl.totals[-1])} allocated at the end, "
+                 f"{len(suspects)} never freed ({format_bytes(leak_bytes)})",
+                 loc="left", fontsize=11, color=LEAK_COLOR if suspects else "#222")
+    ax.grid(axis="y", color="#eee")
+    ax.set_axisbelow(True)
+    _draw_legend(ax, tl, sites, mpl.patches)
+
+
+def _draw_allocations(ax: Any, tl: Timeline, sites: list[dict[str, Any]],
+                      site_index: dict[str, int], scale: float, PolyCollection: Any) -> None:
+    """The drawn allocations as bands (faded from before the trace; leak suspects hatched,
+    frees still pending dashed), and the smaller ones merged into one grey band."""
     polygons, colors, leaks, pending = [], [], [], []
     for a in tl.allocations:
         if not a.drawn:
@@ -202,13 +238,11 @@ def _draw_timeline(ax: Any, tl: Timeline, mpl: types.SimpleNamespace) -> None:
                                      hatch="////", linewidths=1.0))
     ax.add_collection(PolyCollection(pending, facecolors="none", edgecolors="#e08a00",
                                      linestyles="--", linewidths=1.0))
-    xs = [p[0] for p in tl.envelope]
-    ax.plot(xs, [p[2] * scale for p in tl.envelope], color="#222", linewidth=1.0,
-            label="allocated total")
-    if tl.reserved:
-        ax.plot([p[0] for p in tl.reserved], [p[1] * scale for p in tl.reserved], color="#555",
-                linestyle=(0, (6, 4)), linewidth=1.2, label="reserved (segments)")
-    rows: list[tuple[float, int]] = []  # marker labels placed, so close ones stack down
+
+
+def _draw_markers(ax: Any, tl: Timeline) -> None:
+    """A vertical line per out-of-memory and empty_cache marker; close labels stack down."""
+    rows: list[tuple[float, int]] = []  # marker labels placed
     near = (tl.steps + 1) / 14
     for x, _, kind in tl.markers:
         color = LEAK_COLOR if kind == "oom" else "#777"
@@ -220,37 +254,26 @@ def _draw_timeline(ax: Any, tl: Timeline, mpl: types.SimpleNamespace) -> None:
         ax.annotate("out of memory" if kind == "oom" else "empty_cache", (x, 1.0),
                     xycoords=("data", "axes fraction"), xytext=(3, -12 - 11 * row),
                     textcoords="offset points", color=color, fontsize=9)
-    peak, peak_step = tl.peak
-    ax.plot([peak_step], [peak * scale], "o", color="#222", markersize=4)
-    ax.annotate(f"peak {format_bytes(peak)}", (peak_step, peak * scale), xytext=(5, 5),
-                textcoords="offset points", fontsize=9)
-    end = tl.steps + 1
-    ymax = max([p[2] for p in tl.envelope] + [r[1] for r in tl.reserved or []]) * scale * 1.08
-    ax.set_xlim(0, end)
-    ax.set_ylim(0, max(ymax, 1e-9))
-    suspects = tl.leak_suspects()
-    leak_bytes = sum(a.size for a in suspects)
-    if suspects:
-        drawn = [a for a in suspects if a.drawn]
-        if drawn:
-            lo = min(a.path[-1][1] for a in drawn) * scale
-            hi = max(a.path[-1][1] + a.size for a in drawn) * scale
-            ax.annotate("", (end, lo), xytext=(end, hi),
-                        arrowprops={"arrowstyle": "|-|", "color": LEAK_COLOR, "lw": 1.6})
-            ax.annotate(f"never freed:\n{len(suspects)} allocs\n{format_bytes(leak_bytes)}",
-                        (end, (lo + hi) / 2), xytext=(8, 0), textcoords="offset points",
-                        color=LEAK_COLOR, fontsize=9, fontweight="bold", va="center",
-                        annotation_clip=False)
-    ax.set_ylabel(f"allocated memory ({unit[0]})")
-    ax.set_xlabel("allocation and free events (in order)")
-    count = sum(1 for a in tl.allocations if not a.before_trace)
-    ax.set_title(f"cuda:{tl.device} — {count} allocations, peak {format_bytes(peak)}, "
-                 f"{format_bytes(tl.totals[-1])} allocated at the end, "
-                 f"{len(suspects)} never freed ({format_bytes(leak_bytes)})",
-                 loc="left", fontsize=11, color=LEAK_COLOR if suspects else "#222")
-    ax.grid(axis="y", color="#eee")
-    ax.set_axisbelow(True)
-    # legend under the chart: call sites that leak first, then the largest by bytes
+
+
+def _draw_leak_bracket(ax: Any, suspects: list[Allocation], leak_bytes: int, end: int,
+                       scale: float) -> None:
+    """At the right edge, a bracket over the drawn leak suspects with their count and bytes."""
+    drawn = [a for a in suspects if a.drawn]
+    if not drawn:
+        return
+    lo = min(a.path[-1][1] for a in drawn) * scale
+    hi = max(a.path[-1][1] + a.size for a in drawn) * scale
+    ax.annotate("", (end, lo), xytext=(end, hi),
+                arrowprops={"arrowstyle": "|-|", "color": LEAK_COLOR, "lw": 1.6})
+    ax.annotate(f"never freed:\n{len(suspects)} allocs\n{format_bytes(leak_bytes)}",
+                (end, (lo + hi) / 2), xytext=(8, 0), textcoords="offset points",
+                color=LEAK_COLOR, fontsize=9, fontweight="bold", va="center",
+                annotation_clip=False)
+
+
+def _draw_legend(ax: Any, tl: Timeline, sites: list[dict[str, Any]], patches: Any) -> None:
+    """The legend under the chart: call sites that leak first, then the largest by bytes."""
     listed = sorted(sites, key=lambda s: (-s["leak_bytes"], -s["bytes"]))[:12]
     handles = [patches.Patch(facecolor=s["color"], label=_legend_label(s)) for s in listed]
     handles.append(patches.Patch(facecolor="none", edgecolor=LEAK_COLOR, hatch="////",

@@ -1,4 +1,4 @@
-"""gpurt._launch._claunch, the compiled launch path (gpurt/_launch/_claunch.c).
+"""gpurt._launch._claunch, the compiled launch path (gpurt/_launch/_claunch*.c).
 
 On the CPU its Launcher and PackingLauncher call a ctypes stand-in for cuLaunchKernel
 (tests/_driver_calls.py), which must receive exactly what gpurt computed; what PackingLauncher

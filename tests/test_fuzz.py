@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gpurt import memviz
 from gpurt._nvrtc import cache as _kcache
 from gpurt._profiler.memtimeline import SnapshotError, build_timelines, load_snapshot
-from gpurt.distributed import _store
+from gpurt.distributed import _tcpstore
 from gpurt.distributed._store import DistributedError, TCPStore
 
 FUZZ = settings(max_examples=60, deadline=None,
@@ -30,9 +30,9 @@ FUZZ = settings(max_examples=60, deadline=None,
 @pytest.fixture(scope="module")
 def server():
     with pytest.MonkeyPatch.context() as patch:
-        patch.delenv(_store.SECRET_ENV, raising=False)
-        patch.setattr(_store, "_READ_TIMEOUT", 0.2)
-        patch.setattr(_store, "_POLL", 0.02)
+        patch.delenv(_tcpstore.SECRET_ENV, raising=False)
+        patch.setattr(_tcpstore, "_READ_TIMEOUT", 0.2)
+        patch.setattr(_tcpstore, "_POLL", 0.02)
         with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as store:
             yield store
 
@@ -41,7 +41,7 @@ def server():
 @given(st.binary(max_size=64))
 def test_the_server_survives_any_bytes(server: TCPStore, data: bytes) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        _store._receive(sock, _store._REPLY)  # the hello
+        _tcpstore._receive(sock, _tcpstore._REPLY)  # the hello
         try:
             sock.sendall(data)
             sock.shutdown(socket.SHUT_WR)
@@ -56,8 +56,8 @@ def test_the_server_survives_any_bytes(server: TCPStore, data: bytes) -> None:
 def get_wait() -> st.SearchStrategy[bytes]:
     """A GET payload: short waits only (a long valid wait would just wait)."""
     return st.one_of(
-        st.floats(min_value=0, max_value=0.01).map(_store._FLOAT.pack),
-        st.sampled_from([float("nan"), float("inf"), -1.0, 1e300]).map(_store._FLOAT.pack),
+        st.floats(min_value=0, max_value=0.01).map(_tcpstore._FLOAT.pack),
+        st.sampled_from([float("nan"), float("inf"), -1.0, 1e300]).map(_tcpstore._FLOAT.pack),
         st.binary(max_size=12).filter(lambda b: len(b) != 8),
     )
 
@@ -66,13 +66,14 @@ def get_wait() -> st.SearchStrategy[bytes]:
 @given(st.integers(0, 255), st.binary(max_size=40), st.data())
 def test_every_request_gets_an_answer(server: TCPStore, operation: int, key: bytes,
                                       data: st.DataObject) -> None:
-    payload = data.draw(get_wait() if operation == _store._GET else st.binary(max_size=40))
-    answer = _store._Server._answer(server_of(server), None, operation, key, payload)
+    payload = data.draw(get_wait() if operation == _tcpstore._GET else st.binary(max_size=40))
+    answer = _tcpstore._Server._answer(server_of(server), None, operation, key, payload)
     status, reply = answer
-    assert status in (_store._OK, _store._TIMEOUT, _store._ERROR) and isinstance(reply, bytes)
+    assert status in (_tcpstore._OK, _tcpstore._TIMEOUT, _tcpstore._ERROR)
+    assert isinstance(reply, bytes)
 
 
-def server_of(store: TCPStore) -> _store._Server:
+def server_of(store: TCPStore) -> _tcpstore._Server:
     return store._finalizer.peek()[2][1]
 
 
@@ -85,9 +86,9 @@ def test_the_client_handshake_never_fails_oddly(status: int, hello: bytes,
     with ours, theirs:
         def serve() -> None:
             try:
-                _store._send(theirs, _store._REPLY, status, hello)
-                _store._receive(theirs, _store._REQUEST)
-                _store._send(theirs, _store._REPLY, status, hello[:32])
+                _tcpstore._send(theirs, _tcpstore._REPLY, status, hello)
+                _tcpstore._receive(theirs, _tcpstore._REQUEST)
+                _tcpstore._send(theirs, _tcpstore._REPLY, status, hello[:32])
             except OSError:
                 pass
             theirs.close()
@@ -95,11 +96,11 @@ def test_the_client_handshake_never_fails_oddly(status: int, hello: bytes,
         thread = threading.Thread(target=serve)
         thread.start()
         try:
-            limit = _store._handshake(ours, secret, 2.0)
+            limit = _tcpstore._handshake(ours, secret, 2.0)
         except DistributedError:
             pass
         else:
-            assert status == _store._OK and isinstance(limit, int)
+            assert status == _tcpstore._OK and isinstance(limit, int)
         ours.shutdown(socket.SHUT_RDWR)  # the stand-in server may still wait for a request
         thread.join(5)
         assert not thread.is_alive()
@@ -198,5 +199,5 @@ def test_the_loader_takes_any_file(tmp_path_factory, data: bytes) -> None:
 
 
 def test_struct_sizes_are_what_the_fuzzers_assume() -> None:
-    assert _store._REQUEST.size == 9 and _store._REPLY.size == 5
+    assert _tcpstore._REQUEST.size == 9 and _tcpstore._REPLY.size == 5
     assert struct.calcsize("!d") == 8

@@ -1,4 +1,4 @@
-"""Tests for gpurt/distributed/_store.py and gpurt/distributed/_rendezvous.py: the stores
+"""Tests for gpurt/distributed/_tcpstore.py and gpurt/distributed/_rendezvous.py: the stores
 (HashStore, TCPStore, FileStore), rendezvous and its world checks, and the store barrier. CPU only.
 
 Each store passes the same set/get/add/wait/timeout tests; the multi-process tests start
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from _threads import in_thread
-from gpurt.distributed import _store
+from gpurt.distributed import _filestore, _storebase, _tcpstore
 from gpurt.distributed._rendezvous import barrier, join_world, rendezvous
 from gpurt.distributed._store import (
     DistributedError,
@@ -245,7 +245,7 @@ def test_closed_store_raises(stores: Callable[[], Store]) -> None:
 
 def test_store_timeout_validation() -> None:
     assert HashStore(timeout=timedelta(minutes=2)).timeout == 120.0
-    assert HashStore(timeout=timedelta(days=36500)).timeout == _store._MAX_WAIT
+    assert HashStore(timeout=timedelta(days=36500)).timeout == _storebase._MAX_WAIT
     for bad in (0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="timeout must be"):
             HashStore(timeout=bad)
@@ -343,15 +343,16 @@ def test_tcp_master_close_lets_clients_finish() -> None:
 def test_tcp_server_survives_malformed_requests() -> None:
     with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as master:
         with socket.create_connection(("127.0.0.1", master.port), timeout=5) as rogue:
-            assert _store._receive(rogue, _store._REPLY)[0] == _store._OK  # the hello
+            assert _tcpstore._receive(rogue, _tcpstore._REPLY)[0] == _tcpstore._OK  # the hello
             for wait in (float("nan"), float("inf"), -1.0):  # a get of key "x" with a bad wait
-                payload = _store._FLOAT.pack(wait)
-                rogue.sendall(_store._REQUEST.pack(_store._GET, 1, len(payload)) + b"x" + payload)
-                status, (message,) = _store._receive(rogue, _store._REPLY)
-                assert status == _store._ERROR
+                payload = _tcpstore._FLOAT.pack(wait)
+                header = _tcpstore._REQUEST.pack(_tcpstore._GET, 1, len(payload))
+                rogue.sendall(header + b"x" + payload)
+                status, (message,) = _tcpstore._receive(rogue, _tcpstore._REPLY)
+                assert status == _tcpstore._ERROR
                 assert message.startswith(b"malformed request: ValueError: a wait of")
             rogue.sendall(b"\xff" * 9)  # a header announcing two 4 GiB parts
-            assert _store._receive(rogue, _store._REPLY)[0] == _store._ERROR
+            assert _tcpstore._receive(rogue, _tcpstore._REPLY)[0] == _tcpstore._ERROR
             assert rogue.recv(1) == b""  # the server hangs up on it
         master.set("still", b"serving")
         with TCPStore("127.0.0.1", master.port, timeout=5) as client:
@@ -415,7 +416,7 @@ def test_file_store_deletes_its_keys_when_all_users_closed(tmp_path: Path) -> No
     assert late.get("k") == b"v"  # a world_size's worth have left, but one is still open
     late.close()
     with FileStore(path) as after:
-        assert not any(after.check([key]) for key in ("k", _store._USERS, _store._LEFT))
+        assert not any(after.check([key]) for key in ("k", _filestore._USERS, _filestore._LEFT))
 
 
 # ---- rendezvous across processes ------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurt.distributed import _store
+from gpurt.distributed import _filestore, _tcpstore
 from gpurt.distributed._rendezvous import barrier, join_world
 from gpurt.distributed._store import (
     DistributedError,
@@ -29,21 +29,21 @@ from gpurt.distributed._store import (
 
 @pytest.fixture
 def master(monkeypatch: pytest.MonkeyPatch) -> Iterator[TCPStore]:
-    monkeypatch.delenv(_store.SECRET_ENV, raising=False)
+    monkeypatch.delenv(_tcpstore.SECRET_ENV, raising=False)
     with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as store:
         yield store
 
 
-def server_of(store: TCPStore) -> _store._Server:
+def server_of(store: TCPStore) -> _tcpstore._Server:
     server = store._finalizer.peek()[2][1]
-    assert isinstance(server, _store._Server)
+    assert isinstance(server, _tcpstore._Server)
     return server
 
 
 def raw(store: TCPStore) -> socket.socket:
     """A bare connection to ``store``'s server, its hello read."""
     sock = socket.create_connection(("127.0.0.1", store.port), timeout=5)
-    assert _store._receive(sock, _store._REPLY)[0] == _store._OK
+    assert _tcpstore._receive(sock, _tcpstore._REPLY)[0] == _tcpstore._OK
     return sock
 
 
@@ -61,9 +61,9 @@ def until(condition, limit: float = 5.0) -> bool:
 
 def test_a_huge_declared_value_is_refused_before_anything_is_allocated(master: TCPStore) -> None:
     with raw(master) as sock:
-        sock.sendall(_store._REQUEST.pack(_store._SET, 1, 1 << 31))  # 2 GiB announced
-        status, (message,) = _store._receive(sock, _store._REPLY)
-        assert status == _store._ERROR and b"GPURT_STORE_MAX_VALUE" in message
+        sock.sendall(_tcpstore._REQUEST.pack(_tcpstore._SET, 1, 1 << 31))  # 2 GiB announced
+        status, (message,) = _tcpstore._receive(sock, _tcpstore._REPLY)
+        assert status == _tcpstore._ERROR and b"GPURT_STORE_MAX_VALUE" in message
         assert sock.recv(1) == b""
     master.set("still", b"serving")
     assert master.get("still") == b"serving"
@@ -73,7 +73,7 @@ def test_buffers_grow_as_bytes_arrive(master: TCPStore) -> None:
     with raw(master) as sock:
         tracemalloc.start()
         try:
-            sock.sendall(_store._REQUEST.pack(_store._SET, 1, 8 << 20) + b"k" + b"v" * 100)
+            sock.sendall(_tcpstore._REQUEST.pack(_tcpstore._SET, 1, 8 << 20) + b"k" + b"v" * 100)
             time.sleep(0.3)  # the server thread has read what was sent
             peak = tracemalloc.get_traced_memory()[1]
         finally:
@@ -103,10 +103,10 @@ def test_long_keys_are_refused(master: TCPStore) -> None:
 
 
 def test_a_half_sent_request_is_dropped(master: TCPStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store, "_READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(_tcpstore, "_READ_TIMEOUT", 0.3)
     server = server_of(master)
     with raw(master) as sock:
-        sock.sendall(_store._REQUEST.pack(_store._SET, 1, 10)[:3])
+        sock.sendall(_tcpstore._REQUEST.pack(_tcpstore._SET, 1, 10)[:3])
         sock.settimeout(3)
         assert sock.recv(1) == b""
     assert until(lambda: len(server._clients) == 1)  # the master's own client is left
@@ -115,7 +115,7 @@ def test_a_half_sent_request_is_dropped(master: TCPStore, monkeypatch: pytest.Mo
 def test_idle_connections_are_dropped_and_clients_reconnect(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(_store.SECRET_ENV, raising=False)
+    monkeypatch.delenv(_tcpstore.SECRET_ENV, raising=False)
     monkeypatch.setenv("GPURT_STORE_IDLE_TIMEOUT", "0.3")
     with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as store:
         server = server_of(store)
@@ -129,7 +129,7 @@ def test_idle_connections_are_dropped_and_clients_reconnect(
 
 
 def test_connections_are_limited(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(_store.SECRET_ENV, raising=False)
+    monkeypatch.delenv(_tcpstore.SECRET_ENV, raising=False)
     monkeypatch.setenv("GPURT_STORE_MAX_CONNECTIONS", "3")
     with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as store:
         held = [raw(store), raw(store)]
@@ -145,11 +145,11 @@ def test_connections_are_limited(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_waiting_get_ends_when_its_client_leaves(
     master: TCPStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_store, "_POLL", 0.05)
+    monkeypatch.setattr(_tcpstore, "_POLL", 0.05)
     server = server_of(master)
     sock = raw(master)
-    payload = _store._FLOAT.pack(1e8)
-    sock.sendall(_store._REQUEST.pack(_store._GET, 5, len(payload)) + b"never" + payload)
+    payload = _tcpstore._FLOAT.pack(1e8)
+    sock.sendall(_tcpstore._REQUEST.pack(_tcpstore._GET, 5, len(payload)) + b"never" + payload)
     assert until(lambda: len(server._clients) == 2)
     sock.close()
     assert until(lambda: len(server._clients) == 1, 3.0)
@@ -159,35 +159,36 @@ def test_a_waiting_get_ends_when_its_client_leaves(
 
 
 def test_a_shared_secret_admits_only_peers_that_know_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_store.SECRET_ENV, "s3cret")
+    monkeypatch.setenv(_tcpstore.SECRET_ENV, "s3cret")
     with TCPStore("127.0.0.1", 0, is_master=True, timeout=5) as store:
         with TCPStore("127.0.0.1", store.port, timeout=5) as peer:
             peer.set("k", b"v")
             assert store.get("k") == b"v"
-        monkeypatch.setenv(_store.SECRET_ENV, "wrong")
+        monkeypatch.setenv(_tcpstore.SECRET_ENV, "wrong")
         with pytest.raises(DistributedError, match="authentication .* failed"):
             TCPStore("127.0.0.1", store.port, timeout=5)
-        monkeypatch.delenv(_store.SECRET_ENV)
+        monkeypatch.delenv(_tcpstore.SECRET_ENV)
         with pytest.raises(DistributedError, match="wants a secret"):
             TCPStore("127.0.0.1", store.port, timeout=5)
         with socket.create_connection(("127.0.0.1", store.port), timeout=5) as sock:
-            _store._receive(sock, _store._REPLY)  # the hello with its challenge
-            sock.sendall(_store._REQUEST.pack(_store._GET, 1, 8) + b"k" + _store._FLOAT.pack(0))
-            status, (message,) = _store._receive(sock, _store._REPLY)
-            assert status == _store._ERROR and b"authentication failed" in message
+            _tcpstore._receive(sock, _tcpstore._REPLY)  # the hello with its challenge
+            header = _tcpstore._REQUEST.pack(_tcpstore._GET, 1, 8)
+            sock.sendall(header + b"k" + _tcpstore._FLOAT.pack(0))
+            status, (message,) = _tcpstore._receive(sock, _tcpstore._REPLY)
+            assert status == _tcpstore._ERROR and b"authentication failed" in message
             assert sock.recv(1) == b""
 
 
 def test_a_client_with_a_secret_refuses_a_server_without_one(
     master: TCPStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(_store.SECRET_ENV, "s3cret")
+    monkeypatch.setenv(_tcpstore.SECRET_ENV, "s3cret")
     with pytest.raises(DistributedError, match="does not ask for it"):
         TCPStore("127.0.0.1", master.port, timeout=5)
 
 
 def test_the_secret_is_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_store.SECRET_ENV, "s3cret-value")
+    monkeypatch.setenv(_tcpstore.SECRET_ENV, "s3cret-value")
     listener = socket.create_server(("127.0.0.1", 0))
     nonce = os.urandom(32)
     seen: list[bytes] = []
@@ -195,10 +196,10 @@ def test_the_secret_is_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_server() -> None:
         conn, _ = listener.accept()
         with conn:
-            _store._send(conn, _store._REPLY, _store._OK, _store._INT.pack(100) + nonce)
-            _, (client_nonce, proof) = _store._receive(conn, _store._REQUEST)
+            _tcpstore._send(conn, _tcpstore._REPLY, _tcpstore._OK, _tcpstore._INT.pack(100) + nonce)
+            _, (client_nonce, proof) = _tcpstore._receive(conn, _tcpstore._REQUEST)
             seen.extend([client_nonce, proof])
-            _store._send(conn, _store._REPLY, _store._ERROR, b"no")
+            _tcpstore._send(conn, _tcpstore._REPLY, _tcpstore._ERROR, b"no")
 
     thread = threading.Thread(target=fake_server)
     thread.start()
@@ -241,7 +242,7 @@ def test_file_store_never_follows_a_planted_lock_link(tmp_path: Path) -> None:
 
 def test_file_store_close_never_raises(tmp_path: Path) -> None:
     store = FileStore(tmp_path / "s", world_size=2)
-    users = _store._key_file(store.path, _store._USERS)
+    users = _filestore._key_file(store.path, _filestore._USERS)
     Path(users).write_bytes(b"not a number")
     store.close()  # documented never to raise
     store.close()

@@ -1,5 +1,5 @@
 """Files written so that a reader sees the old content or the new, never a part: shared by
-the kernel cache (gpurt/_nvrtc/cache.py) and the FileStore (gpurt/distributed/_store.py)."""
+the kernel cache (gpurt/_nvrtc/cache.py) and the FileStore (gpurt/distributed/_filestore.py)."""
 
 from __future__ import annotations
 

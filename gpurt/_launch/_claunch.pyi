@@ -1,4 +1,4 @@
-"""Type stub of the C extension gpurt._launch._claunch (gpurt/_launch/_claunch.c)."""
+"""Type stub of the C extension gpurt._launch._claunch (gpurt/_launch/_claunch*.c)."""
 
 from collections.abc import Callable
 from typing import Any

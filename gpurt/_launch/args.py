@@ -191,9 +191,9 @@ def _converter(param: Param) -> Callable[[Any], Any] | None:
 # parameter buffer ({pack}); ``launch`` adds this thread's buffer, the driver call (between the
 # launch hooks, when there are any) and the hand-over of errors to the kernel that explains
 # them, so a launch runs one short Python function of its own. The driver call comes in two
-# kinds (_DRIVER_CALLS): a compiled Launcher (gpurt/_launch/_claunch.c) takes grid and block as they
-# are and returns the CUresult as an int; cuda.bindings' cuLaunchKernel takes them as six ints
-# ({dims}) and returns a tuple.
+# kinds (_DRIVER_CALLS): a compiled Launcher (gpurt/_launch/_claunch_launcher.c) takes grid and
+# block as they are and returns the CUresult as an int; cuda.bindings' cuLaunchKernel takes them
+# as six ints ({dims}) and returns a tuple.
 _PACK = """\
     if type(args) is not tuple and type(args) is not list:
         raise TypeError('args must be a tuple')

@@ -1,6 +1,6 @@
 """Which driver call kernel launches take: gpurt._launch._claunch's, or cuda.bindings' from Python.
 
-The C extension ``gpurt._launch._claunch`` (gpurt/_launch/_claunch.c, built on install where
+The C extension ``gpurt._launch._claunch`` (gpurt/_launch/_claunch*.c, built on install where
 there is a C compiler) calls the driver's cuLaunchKernel, whose address
 :func:`find_launch_kernel` gets once through cuda.bindings (cuGetProcAddress), the way the
 bindings find it for themselves.

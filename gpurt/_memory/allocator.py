@@ -46,7 +46,7 @@ from typing import Any
 
 from .._core.captures import CAPTURES
 from . import stats as ms
-from .blocks import Block
+from .blocks import Block, BlockPool
 from .config import AllocatorConfig
 from .history import HistorySettings, capture_frames
 from .protocol import RETIRE_WAIT
@@ -156,9 +156,12 @@ class CachingAllocator(StreamUses):
         from_cache = block is not None
         if block is None:
             block = self._new_segment(pool, rsize, stream)
-        block.is_free = False
+        return self._alloc_found_block(block, pool, size, rsize, stream, from_cache)
 
-        # alloc_found_block: split off the rest if worth keeping, then count.
+    def _alloc_found_block(self, block: Block, pool: BlockPool, size: int, rsize: int,
+                           stream: int, from_cache: bool) -> int:
+        """torch's alloc_found_block: split off the rest if worth it, count, park or record."""
+        block.is_free = False
         remaining = block.size - rsize
         if pool.is_small:
             split = remaining >= MIN_BLOCK

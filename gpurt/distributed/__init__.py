@@ -37,7 +37,7 @@ from .._core.fork import renew_after_fork
 from ..array import Array
 from ..device import bind_context, device_count, set_device
 from ..streams import Stream, current_stream
-from . import _collective, _nccl, _rendezvous, _store
+from . import _collective, _nccl, _rendezvous, _storebase
 from ._nccl import NcclError, ReduceOp
 from ._store import DistributedError, DistributedTimeoutError, Store
 
@@ -69,7 +69,7 @@ is_nccl_available = is_available
 
 def _seconds(timeout: float | timedelta | None) -> float:
     """``timeout`` in seconds, checked as the stores check theirs; None: the default."""
-    return DEFAULT_TIMEOUT if timeout is None else _store._seconds(timeout)
+    return DEFAULT_TIMEOUT if timeout is None else _storebase._seconds(timeout)
 
 
 class Work:

@@ -27,8 +27,8 @@ from ._store import (
     FileStore,
     Store,
     TCPStore,
-    _seconds,
 )
+from ._storebase import _seconds
 
 __all__ = ["barrier", "join_world", "rendezvous"]
 

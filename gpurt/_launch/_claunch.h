@@ -1,0 +1,138 @@
+/* _claunch.h: what the C files of gpurt._launch._claunch share (_claunch.c: the module and
+ * KernelCall; _claunch_launcher.c: Launcher, the driver call; _claunch_packing.c:
+ * PackingLauncher, argument packing). The helpers are static inline, so each file inlines them
+ * as the single file did; the few symbols the files share are hidden (CLAUNCH_INTERNAL), so the
+ * extension exports PyInit__claunch only. Private to the extension: no stable interface.
+ */
+#ifndef GPURT_CLAUNCH_H
+#define GPURT_CLAUNCH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "gpurt._launch._claunch packs parameters in the host's byte order, which must be little-endian"
+#endif
+
+/* The largest parameter buffer and parameter count a PackingLauncher packs on the stack; the
+ * classic 4 KiB kernel parameter limit. Larger kernels launch through their Python launcher. */
+#define MAX_PARAM_BYTES 4096
+#define MAX_PARAMS 1024
+
+/* CUresult cuLaunchKernel(CUfunction f, unsigned gridDimX, gridDimY, gridDimZ,
+ *     unsigned blockDimX, blockDimY, blockDimZ, unsigned sharedMemBytes, CUstream hStream,
+ *     void **kernelParams, void **extra) */
+typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, void *, void **, void **);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CLAUNCH_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define CLAUNCH_INTERNAL
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    launch_fn launch;
+    unsigned long long address;  /* of cuLaunchKernel (read-only attribute) */
+    unsigned long long function; /* the CUfunction (read-only attribute) */
+    PyObject *dims;              /* dims(value, what) -> (x, y, z) for the other forms */
+} Launcher;
+
+extern CLAUNCH_INTERNAL PyTypeObject LauncherType;
+
+/* Add the type Launcher (_claunch_launcher.c), PackingLauncher (_claunch_packing.c) to
+ * ``module``: 0, or -1 with an exception set. */
+CLAUNCH_INTERNAL int claunch_add_launcher(PyObject *module);
+CLAUNCH_INTERNAL int claunch_add_packing_launcher(PyObject *module);
+
+/* ---- conversions ------------------------------------------------------------------------- */
+
+/* An unsigned int from a Python int, raising OverflowError out of range and TypeError for
+ * anything that is not an int (as the cuda.bindings conversions do). */
+static inline int as_uint(PyObject *value, unsigned *out)
+{
+    unsigned long number = PyLong_AsUnsignedLong(value);
+    if (number == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (number > UINT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "value too large for an unsigned int");
+        return -1;
+    }
+    *out = (unsigned)number;
+    return 0;
+}
+
+/* A pointer from None (NULL), an int or anything with __index__ (a CUstream). */
+static inline int as_pointer(PyObject *value, void **out)
+{
+    if (value == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    PyObject *number = PyNumber_Index(value);
+    if (number == NULL) {
+        return -1;
+    }
+    unsigned long long address = PyLong_AsUnsignedLongLong(number);
+    Py_DECREF(number);
+    if (address == (unsigned long long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (void *)(uintptr_t)address;
+    return 0;
+}
+
+/* Leave a value to the Python launcher: clear any exception and return 0 (for the functions
+ * that return 1 when they took a value and 0 when they leave it, with no exception set). */
+static inline int unsupported(void)
+{
+    PyErr_Clear();
+    return 0;
+}
+
+/* Grid or block dims given as an int or a 3-tuple of ints: 1 when done, 0 when ``value`` has
+ * another form (nothing converted), -1 with an exception set for a value out of range. */
+static inline int plain_dims3(PyObject *value, unsigned out[3])
+{
+    if (PyLong_CheckExact(value)) {
+        out[1] = out[2] = 1;
+        return as_uint(value, &out[0]) < 0 ? -1 : 1;
+    }
+    if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 3) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(value, i))) {
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        if (as_uint(PyTuple_GET_ITEM(value, i), &out[i]) < 0) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* cuLaunchKernel with the GIL released. */
+static inline int call_driver(Launcher *self, const unsigned grid[3], const unsigned block[3],
+                              unsigned shared_mem, void *stream, void **params)
+{
+    void *function = (void *)(uintptr_t)self->function;
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    result = self->launch(function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                          shared_mem, stream, params, NULL);
+    Py_END_ALLOW_THREADS
+    return result;
+}
+
+#endif /* GPURT_CLAUNCH_H */
