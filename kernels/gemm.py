@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from cuda.bindings import driver as cu
@@ -323,12 +323,12 @@ def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
                         lambda config: _time_config(plan, problem, config, tuning_stream))
 
 
-# ---- public API ------------------------------------------------------------------------------------
+# ---- public API ----------------------------------------------------------------------------------
 
 
 def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, c: Any = None,
          trans_a: bool = False, trans_b: bool = False, stream: Any = None, *,
-         allow_tf32: bool = False, config: Optional[Config] = None) -> Any:
+         allow_tf32: bool = False, config: Config | None = None) -> Any:
     """``alpha * op(a) @ op(b) + beta * c`` with ``op(x) = x.T`` when ``trans_x``.
 
     ``a``/``b``: 2-D float32/float16/bfloat16 device arrays of one dtype (gpurt, torch,
@@ -422,9 +422,9 @@ def clear_plans() -> None:
 tunable.on_change(clear_plans)
 
 
-def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha: float,
+def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: float,
                 beta: float, c: Any, trans_a: bool, trans_b: bool, stream: Any,
-                allow_tf32: bool, config: Optional[Config]) -> Any:
+                allow_tf32: bool, config: Config | None) -> Any:
     """A call without a plan: validate everything, choose, launch, and remember the plan
     under ``key`` when it works on the operands themselves (no copies)."""
     alloc_stream = gpurt.as_stream(stream, a.device.index)
@@ -455,7 +455,7 @@ def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha:
     return returned
 
 
-def _plan_call(plan: _Plan, allow_tf32: bool, config: Optional[Config], stream: Any) -> Call:
+def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any) -> Call:
     problem = _problem(plan, allow_tf32)
     if config is None:
         config = _choose(plan, problem, stream)
