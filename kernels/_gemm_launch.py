@@ -207,7 +207,8 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
     tiles = config.tiles(plan.m, plan.n)
     store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc % 8 == 0
-    clusters, grid = 0, (tiles, 1, config.split_k)
+    grid: int | tuple[int, int, int] = (tiles, 1, config.split_k)
+    clusters = 0
     if config.kernel == "wgmma":
         cm = config.cluster_m
         grid = min(tiles, problem.sm_count)

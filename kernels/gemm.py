@@ -27,6 +27,7 @@ import dataclasses
 import pathlib
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from cuda.bindings import driver as cu
 
@@ -48,7 +49,7 @@ __all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results"
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _DTYPES = {np.dtype(np.float32): DT_F32, np.dtype(np.float16): DT_F16,
-           np.dtype(gpurt.bfloat16): DT_BF16}
+           np.dtype(ml_dtypes.bfloat16): DT_BF16}  # gpurt.bfloat16
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               DT_BF16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
 

@@ -66,6 +66,7 @@ def _replanned() -> None:
 
 def tuner() -> _tune.Tuner:
     """The tuner of the results file in use: :func:`get_filename`'s."""
+    where: tuple[str | None, str]
     if SETTINGS.filename is not None:
         where = (os.path.dirname(os.path.abspath(SETTINGS.filename)),
                  os.path.basename(SETTINGS.filename))
