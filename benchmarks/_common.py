@@ -13,14 +13,16 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cuda.bindings import driver as cu
 
 __all__ = ["host_us", "device_ms", "environment", "write_results", "peer", "print_rows"]
 
 
-def host_us(fn: Callable[[], Any], *, number: int = 1000, repeat: int = 15, warmup: int = 200) -> float:
+def host_us(fn: Callable[[], Any], *, number: int = 1000, repeat: int = 15,
+            warmup: int = 200) -> float:
     """Median host time of one ``fn()`` call in microseconds (``number`` calls per sample)."""
     for _ in range(warmup):
         fn()
@@ -118,5 +120,6 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     for k in keys:
         table.add_column(k)
     for row in rows:
-        table.add_row(*[f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, "")) for k in keys])
+        table.add_row(*[f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, ""))
+                        for k in keys])
     Console(width=160).print(table)

@@ -153,9 +153,9 @@ def cpu_proxy_rows() -> list[dict[str, Any]]:
     from bench_memory import HostBackend
 
     import gpurt
-    from gpurt._memory import config as _allocconf
-    from gpurt._core import driver as _driver
     from gpurt import memory
+    from gpurt._core import driver as _driver
+    from gpurt._memory import config as _allocconf
     from gpurt._memory.allocator import CachingAllocator
 
     device = sys.modules["gpurt.device"]  # the module (gpurt.device is the context manager)

@@ -26,7 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 
@@ -75,13 +76,14 @@ def rank_main(opts: argparse.Namespace) -> None:
         ours = gpurt.full(n, 1.0, np.float32)
         stream = gpurt.current_stream().cuda_stream
         fns: dict[str, tuple[Callable[[], Any], int]] = {
-            "gpurt": (lambda: dist.all_reduce(ours), stream)}
+            "gpurt": (lambda ours=ours: dist.all_reduce(ours), stream)}
         if torch is not None:
             theirs = torch.ones(n, dtype=torch.float32, device=f"cuda:{rank}")
             fns[f"torch {torch.__version__}"] = (
-                lambda: tdist.all_reduce(theirs), torch.cuda.current_stream().cuda_stream)
+                lambda theirs=theirs: tdist.all_reduce(theirs),
+                torch.cuda.current_stream().cuda_stream)
         samples: dict[str, list[float]] = {name: [] for name in fns}
-        for name, (fn, s) in fns.items():  # warm-up: connections, kernels, clocks
+        for fn, s in fns.values():  # warm-up: connections, kernels, clocks
             _batch_ms(fn, s, 5, start, stop)
         for _ in range(opts.reps):
             for name, (fn, s) in fns.items():
@@ -91,7 +93,7 @@ def rank_main(opts: argparse.Namespace) -> None:
             rows.append({"what": f"distributed.all_reduce float32 {nbytes >> 20} MiB",
                          "impl": name, "ranks": world, "time_us": ms * 1e3,
                          "busbw_GBps": nbytes / (ms * 1e-3) * 2 * (world - 1) / world / 1e9})
-        del ours
+        del ours, fns, fn  # the lambdas hold the buffer too
     if rank == 0:
         print("ROWS " + json.dumps(rows), flush=True)
     if torch is not None:

@@ -18,7 +18,8 @@ import argparse
 import importlib
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from _common import peer, print_rows, write_results
 

@@ -26,7 +26,8 @@ import importlib
 import os
 import statistics
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from _common import print_rows, write_results
 
@@ -55,7 +56,6 @@ def copy_bandwidth(torch: Any) -> float:
     dst = torch.empty_like(src)
     dst.copy_(src)
     ms = _events_ms(torch, lambda: dst.copy_(src), 20)
-    del src, dst
     return 2 * (1 << 30) / (ms * 1e-3)
 
 
@@ -165,7 +165,7 @@ def measure(gpurt: Any, torch: Any, gemm_mod: Any, p: Problem, config: Any, copy
     }
 
 
-def parse_nk(text: Optional[str]) -> list[tuple[int, int]]:
+def parse_nk(text: str | None) -> list[tuple[int, int]]:
     if not text:
         return list(NK)
     pairs = [item.lower().split("x") for item in text.split(",")]
@@ -183,8 +183,9 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    import gpurt
     import torch
+
+    import gpurt
 
     gemm_mod = importlib.import_module("gpurt.kernels.gemm")
     torch.manual_seed(0)

@@ -77,15 +77,16 @@ class HostBackend:
 
 def core_rows(allocator: Any, lib: str) -> list[dict[str, Any]]:
     rows = []
+    malloc, free = allocator.malloc, allocator.free
     for n, label in SIZES:
-        malloc, free = allocator.malloc, allocator.free
         rows.append(_row(f"alloc+free {label}", lib, lambda n=n: free(malloc(n, 0))))
     return rows
 
 
 def gpu_speed_rows() -> list[dict[str, Any]]:
-    import gpurt
     from cuda.bindings import driver as cu
+
+    import gpurt
     from gpurt.device import bind_context
 
     gpurt.init()
@@ -163,7 +164,7 @@ def transformer_trace(seed: int = 0, hidden: int = 2048, layers: int = 8,
         batch, prompt, new = rng.choice([1, 2, 4, 8]), rng.randint(16, 512), rng.randint(8, 48)
         caches = [alloc(batch * prompt * 2 * hidden * fp16) for _ in range(layers)]
         x = alloc(batch * prompt * hidden * fp16)
-        for layer in range(layers):  # prefill
+        for _layer in range(layers):  # prefill
             qkv = alloc(batch * prompt * 3 * hidden * fp16)
             scores = alloc(batch * heads * prompt * prompt * fp16)
             attn = alloc(batch * prompt * hidden * fp16)

@@ -14,7 +14,8 @@ gpurt.profiler.profile() active (device events recorded on the current stream).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from _common import host_us, peer, print_rows, write_results
 

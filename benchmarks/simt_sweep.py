@@ -118,11 +118,12 @@ def main() -> None:
             flops = 2.0 * size ** 3
             batch = max(1, min(20, int(4e11 / flops)))
             ref = a.double() @ b.double()
-            cublas = timer.ms(lambda: torch.matmul(a, b, out=out), batch, args.repeat)
+            cublas = timer.ms(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), batch,
+                              args.repeat)
             first = len(rows)
             for config in good:
-                ms = timer.ms(lambda: gemm_mod.gemm(ga, gb, out=gout, stream=stream,
-                                                    config=config), batch, args.repeat)
+                ms = timer.ms(lambda ga=ga, gb=gb, gout=gout, config=config: gemm_mod.gemm(
+                    ga, gb, out=gout, stream=stream, config=config), batch, args.repeat)
                 err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
                 plan = gemm_mod._plan(ga, gb, gout, 0.0, None, False, False, stream)[0]
                 names = gemm_launch.kernel_names(config, gemm_mod._problem(plan, False))
@@ -137,7 +138,8 @@ def main() -> None:
                 print(rows[-1], _card(), flush=True)
             # cuBLAS again after the variants (clocks drift as the card warms): the ratios
             # use its faster time
-            again = timer.ms(lambda: torch.matmul(a, b, out=out), batch, args.repeat)
+            again = timer.ms(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), batch,
+                             args.repeat)
             print(f"cuBLAS {size}: {flops / cublas / 1e9:.1f} then {flops / again / 1e9:.1f} "
                   "TFLOP/s", flush=True)
             for row in rows[first:]:

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gemm_decode as bench  # noqa: E402
@@ -38,7 +38,7 @@ def view(rows: int, cols: int, dtype: Any, offset: int, col_major: bool) -> Any:
     return buf[offset:].view(rows, cols)
 
 
-def check(m: int, n: int, k: int, dtype: Any, config: Optional[Config], *, a_t: bool = False,
+def check(m: int, n: int, k: int, dtype: Any, config: Config | None, *, a_t: bool = False,
           b_t: bool = False, offset: int = 0, beta: float = 0.0, out_t: bool = False,
           trans: bool = False) -> tuple[bool, str]:
     """One gemm against float64; returns (passed, description)."""
@@ -105,7 +105,7 @@ def _problem(m: int, n: int, k: int, weights_nk: bool) -> Any:
     return tune.Problem(m, n, k, tune.DT_BF16, True, weights_nk, True, True, (9, 0), 132)
 
 
-def variants(m: int, n: int, k: int, weights_nk: bool) -> list[tuple[str, Optional[Config]]]:
+def variants(m: int, n: int, k: int, weights_nk: bool) -> list[tuple[str, Config | None]]:
     """(name, config) pairs to time: gemm's pick, the old path and skinny alternatives."""
     plan_problem = _problem(m, n, k, weights_nk)
     os.environ["GPURT_GEMM_DISABLE"] = "skinny"

@@ -22,8 +22,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,8 @@ from _common import device_ms  # noqa: E402
 
 
 def _load_plan() -> Any:
-    spec = importlib.util.spec_from_file_location("softmax_plan", ROOT / "kernels" / "_softmax_plan.py")
+    spec = importlib.util.spec_from_file_location("softmax_plan",
+                                                  ROOT / "kernels" / "_softmax_plan.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -108,7 +110,8 @@ class Kernels:
             if m:
                 current = by_lowered.get(m.group(1))
             elif current and ("Used" in line or "stack frame" in line):
-                resources[current] = (resources.get(current, "") + " " + line.split(":", 1)[-1].strip()).strip()
+                used = line.split(":", 1)[-1].strip()
+                resources[current] = (resources.get(current, "") + " " + used).strip()
         print(f"compiled {len(names)} kernels in {time.time() - t0:.1f} s", flush=True)
         return {"cubin": cubin.hex(), "lowered": lowered, "resources": resources}
 
@@ -194,7 +197,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, size: torch.Tensor) -> tuple[f
     ref_t = ref.to(out.dtype).double()
     got = out.double()
     if not torch.equal(torch.isnan(got), torch.isnan(ref_t)):
-        return float("inf"), f"NaN mismatch ({int(torch.isnan(got).sum())} vs {int(torch.isnan(ref_t).sum())})"
+        return float("inf"), (f"NaN mismatch ({int(torch.isnan(got).sum())} vs "
+                              f"{int(torch.isnan(ref_t).sum())})")
     inf = torch.isinf(ref_t)
     if not torch.equal(got[inf], ref_t[inf]):
         return float("inf"), "inf mismatch"
@@ -224,7 +228,7 @@ def check_cases(kinds: set[str]) -> list[tuple[Any, int, int, float]]:
             if v.kind in kinds:
                 cases.append((v, 5, cols, 1.0))
     # every sweep candidate at its own length, and one length below it (a ragged tail)
-    for rows, cols, dt, op, candidates in sweep_sets():
+    for _rows, cols, dt, _op, candidates in sweep_sets():
         for build, v in map(with_build, candidates):
             if v.kind not in kinds or build == "waitall":
                 continue
@@ -341,13 +345,13 @@ def measure_copy(stream: int) -> dict[str, float]:
         n = mib << 20
         src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        ms = timed(lambda: ok(cu.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), n, stream)),
-                   stream, repeat=30)
+        ms = timed(lambda dst=dst, src=src, n=n: ok(
+            cu.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), n, stream)), stream, repeat=30)
         out[f"memcpy_{mib}MiB_GBps"] = 2 * n / ms / 1e6
-        ms = timed(lambda: dst.copy_(src), stream, repeat=30)
+        ms = timed(lambda dst=dst, src=src: dst.copy_(src), stream, repeat=30)
         out[f"torch_copy_{mib}MiB_GBps"] = 2 * n / ms / 1e6
-        ms = device_ms(lambda: ok(cu.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), n, stream)),
-                       stream, repeat=30)
+        ms = device_ms(lambda dst=dst, src=src, n=n: ok(
+            cu.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), n, stream)), stream, repeat=30)
         out[f"memcpy_{mib}MiB_noflush_GBps"] = 2 * n / ms / 1e6
         del src, dst
     return out
@@ -390,7 +394,7 @@ def run_sweep(builds: dict[str, Kernels], results: dict) -> None:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     rows_out = []
-    print(f"copy GB/s: " + ", ".join(f"{k}={v:.0f}" for k, v in copy.items()), flush=True)
+    print("copy GB/s: " + ", ".join(f"{k}={v:.0f}" for k, v in copy.items()), flush=True)
     for rows, cols, dt, op, candidates in sweep_sets():
         tdt = TORCH_DTYPES[dt]
         a, b, ref, size = make_inputs(op, rows, cols, tdt, gen, 1.0)
@@ -462,7 +466,7 @@ def main() -> int:
     sweeps = sweep_sets() if args.mode == "sweep" else []
     names = {n for v, *_ in cases for n in v.names()}
     build_names: dict[str, set[str]] = {"base": set()}
-    for rows, cols, dt, op, cands in sweeps:
+    for _rows, cols, dt, op, cands in sweeps:
         for build, v in map(with_build, [plan.choose_variant(cols, NP_DTYPES[dt], op), *cands]):
             build_names.setdefault(build_of(build), set()).update(v.names())
     results: dict[str, Any] = {"device": props.name, "arch": arch, "torch": torch.__version__,

@@ -4,8 +4,8 @@
 ``precompile``) is ``importlib.import_module("gpurt.kernels.softmax")``.
 """
 
-from .softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 from .gemm import gemm
+from .softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 
 __all__: list[str] = [
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "gemm",

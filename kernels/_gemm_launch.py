@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import pathlib
 import threading
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from cuda.bindings import driver as cu
@@ -37,12 +37,12 @@ _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
 # ---- sources and compiled kernels ----------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def text(name: str) -> str:
     return (_HERE / name).read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
@@ -207,7 +207,8 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
     tiles = config.tiles(plan.m, plan.n)
     store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc % 8 == 0
-    clusters, grid = 0, (tiles, 1, config.split_k)
+    grid: int | tuple[int, int, int] = (tiles, 1, config.split_k)
+    clusters = 0
     if config.kernel == "wgmma":
         cm = config.cluster_m
         grid = min(tiles, problem.sm_count)
@@ -231,7 +232,7 @@ def max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
     key = (kernel.symbol, smem, config.cluster_m, index)
     found = _cluster_limits.get(key)
     if found is None:
-        kernel.num_regs  # loads the kernel and binds the device's context on this thread
+        _ = kernel.num_regs  # loads the kernel and binds the device's context on this thread
         handle = gpurt.check(cu.cuLibraryGetKernel(kernel.module.library(), kernel.symbol.encode()),
                              "cuLibraryGetKernel")
         function = gpurt.check(cu.cuKernelGetFunction(handle), "cuKernelGetFunction")
@@ -281,7 +282,7 @@ def compile_program(program: tuple[str, tuple[str, ...], str]) -> None:
     compile_kernels(*program)
 
 
-def precompile(arch: Optional[str] = None, workers: Optional[int] = None) -> int:
+def precompile(arch: str | None = None, workers: int | None = None) -> int:
     """Compile every GEMM kernel variant for ``arch`` (default: the current device's) into
     gpurt's disk kernel cache, spread over ``workers`` processes (default: one per CPU), so
     that no later gemm call compiles; returns the number of programs. Needs no GPU when

@@ -13,7 +13,7 @@ Plain Python, no GPU calls (kernels/gemm.py launches through :func:`launch`).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import gpurt
 
@@ -115,7 +115,7 @@ def _bm(small: int) -> int:
     return 8 if small <= 8 else 16 if small <= 16 else 32
 
 
-def heuristic(problem: Problem) -> Optional[Tiles]:
+def heuristic(problem: Problem) -> Tiles | None:
     """The skinny config for a 16-bit problem whose small side is at most 16, or at most
     SMALL_MAX with at least a row block of G per SM (below that, with 17-32 rows, the mma
     split-K path was faster on an H200); None otherwise."""

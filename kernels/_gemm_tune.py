@@ -16,7 +16,8 @@ import stat
 import tempfile
 import threading
 import warnings
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from . import _gemm_skinny as _skinny
 from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_NAMES, DT_TF32
@@ -228,7 +229,7 @@ _INT32_MAX = 2**31 - 1
 _MAX_SPLIT = 65535  # gridDim.z
 
 
-def why_not(problem: Problem, config: Config) -> Optional[str]:
+def why_not(problem: Problem, config: Config) -> str | None:
     """Why ``config`` cannot run ``problem`` on its device (the requirement it misses), or
     None when it can."""
     disabled = disabled_kernels()
@@ -418,7 +419,7 @@ class Tuner:
     merged with what other processes wrote meanwhile). ``directory=None`` keeps them in
     memory only."""
 
-    def __init__(self, directory: Optional[str], file_name: str = FILE_NAME) -> None:
+    def __init__(self, directory: str | None, file_name: str = FILE_NAME) -> None:
         self.directory = directory
         self.file_name = file_name
         self._results: dict[str, dict[str, Any]] = {}
@@ -426,7 +427,7 @@ class Tuner:
         self._lock = threading.Lock()
 
     @property
-    def path(self) -> Optional[str]:
+    def path(self) -> str | None:
         return None if self.directory is None else os.path.join(self.directory, self.file_name)
 
     def _read_file(self) -> dict[str, dict[str, Any]]:
@@ -438,7 +439,7 @@ class Tuner:
         except (OSError, ValueError):
             return {}  # unreadable or corrupt: tune again and overwrite it
 
-    def _write_file(self, path: Optional[str] = None) -> bool:
+    def _write_file(self, path: str | None = None) -> bool:
         target = path or self.path
         if target is None:
             return False
@@ -464,13 +465,13 @@ class Tuner:
                 self.directory = None
             return False
 
-    def write(self, path: Optional[str] = None) -> bool:
+    def write(self, path: str | None = None) -> bool:
         """Write every known result to ``path`` (default: this tuner's file)."""
         self.lookup("")
         with self._lock:
             return self._write_file(path)
 
-    def read(self, path: Optional[str] = None) -> dict[str, dict[str, Any]]:
+    def read(self, path: str | None = None) -> dict[str, dict[str, Any]]:
         """Add the results in ``path`` (default: this tuner's file) and return them."""
         target = path or self.path
         if target is None:
@@ -481,7 +482,7 @@ class Tuner:
             self._results.update(found)
         return found
 
-    def lookup(self, key: str) -> Optional[Config]:
+    def lookup(self, key: str) -> Config | None:
         """The remembered config for ``key``, or None."""
         with self._lock:
             if not self._loaded:
@@ -496,14 +497,14 @@ class Tuner:
             return None
 
     def choose(self, key: str, configs: list[Config],
-               time_ms: Callable[[Config], Optional[float]]) -> Config:
+               time_ms: Callable[[Config], float | None]) -> Config:
         """The remembered winner for ``key``, else the fastest of ``configs`` by ``time_ms``
         (None or an exception: that config cannot run and is skipped), remembered."""
         known = self.lookup(key)
         if known is not None and known in configs:
             return known
         timings: dict[str, float] = {}
-        best: Optional[Config] = None
+        best: Config | None = None
         best_ms = float("inf")
         for config in configs:
             try:

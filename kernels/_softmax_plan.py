@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -226,7 +227,7 @@ def choose_variant(
     dtype: Any,
     op: int = SOFTMAX,
     *,
-    vec: Optional[int] = None,
+    vec: int | None = None,
     edges: bool = False,
     clusters: bool = True,
 ) -> Variant:
@@ -313,7 +314,7 @@ class RowsView:
     cols: int
 
 
-def rows_view(shape: Sequence[int], strides: Optional[Sequence[int]], itemsize: int,
+def rows_view(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int,
               dim: int) -> RowsView:
     """Check that softmax over ``dim`` of a (shape, strides) array is a row-wise reduction
     over contiguous rows, and return its rows x cols. Raises IndexError / ValueError."""

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any, Optional
+from typing import Any
 
+import ml_dtypes
 import numpy as np
 from cuda.bindings import driver as cu
 
@@ -48,7 +49,7 @@ __all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results"
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _DTYPES = {np.dtype(np.float32): DT_F32, np.dtype(np.float16): DT_F16,
-           np.dtype(gpurt.bfloat16): DT_BF16}
+           np.dtype(ml_dtypes.bfloat16): DT_BF16}  # gpurt.bfloat16
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               DT_BF16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
 
@@ -323,12 +324,12 @@ def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
                         lambda config: _time_config(plan, problem, config, tuning_stream))
 
 
-# ---- public API ------------------------------------------------------------------------------------
+# ---- public API ----------------------------------------------------------------------------------
 
 
 def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, c: Any = None,
          trans_a: bool = False, trans_b: bool = False, stream: Any = None, *,
-         allow_tf32: bool = False, config: Optional[Config] = None) -> Any:
+         allow_tf32: bool = False, config: Config | None = None) -> Any:
     """``alpha * op(a) @ op(b) + beta * c`` with ``op(x) = x.T`` when ``trans_x``.
 
     ``a``/``b``: 2-D float32/float16/bfloat16 device arrays of one dtype (gpurt, torch,
@@ -422,9 +423,9 @@ def clear_plans() -> None:
 tunable.on_change(clear_plans)
 
 
-def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha: float,
+def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: float,
                 beta: float, c: Any, trans_a: bool, trans_b: bool, stream: Any,
-                allow_tf32: bool, config: Optional[Config]) -> Any:
+                allow_tf32: bool, config: Config | None) -> Any:
     """A call without a plan: validate everything, choose, launch, and remember the plan
     under ``key`` when it works on the operands themselves (no copies)."""
     alloc_stream = gpurt.as_stream(stream, a.device.index)
@@ -455,7 +456,7 @@ def _gemm_first(key: Optional[tuple[Any, ...]], a: Any, b: Any, out: Any, alpha:
     return returned
 
 
-def _plan_call(plan: _Plan, allow_tf32: bool, config: Optional[Config], stream: Any) -> Call:
+def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any) -> Call:
     problem = _problem(plan, allow_tf32)
     if config is None:
         config = _choose(plan, problem, stream)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ __all__ = [
 
 # ---- compilation -------------------------------------------------------------------------------
 
-_source: Optional[str] = None
+_source: str | None = None
 _kernels: dict[tuple[str, str], Any] = {}  # (arch, name expression) -> Kernel
 _lock = threading.Lock()
 # a forked child gets a fresh lock (a parent thread may have held this one at the fork)
@@ -78,7 +79,7 @@ def source() -> str:
     return _source
 
 
-def compile_variant(variant: Variant, arch: Optional[str] = None,
+def compile_variant(variant: Variant, arch: str | None = None,
                     options: Sequence[str] = ()) -> Any:
     """Compile ``variant`` through gpurt.compile (for ``arch``, default: the current device)
     and return the Module."""
@@ -86,7 +87,7 @@ def compile_variant(variant: Variant, arch: Optional[str] = None,
                          arch=arch, program_name="softmax.cu")
 
 
-def precompile(variants: Iterable[Variant], arch: Optional[str] = None) -> Any:
+def precompile(variants: Iterable[Variant], arch: str | None = None) -> Any:
     """Compile many variants in one NVRTC program (one disk-cache entry) and use its kernels
     from now on; returns the Module. Worth it before a first use of many row lengths."""
     variants = list(dict.fromkeys(variants))
@@ -130,7 +131,7 @@ def _check_like(ref: Any, other: Any, what: str, ref_name: str) -> None:
         raise ValueError(f"{what} is on {other.device}, {ref_name} on {ref.device}")
 
 
-def _last_axis_order(shape: Sequence[int], dim: int) -> Optional[tuple[int, ...]]:
+def _last_axis_order(shape: Sequence[int], dim: int) -> tuple[int, ...] | None:
     """The axis order that puts ``dim`` last, or None when ``dim`` already spans the rows
     (it is the last dimension, or only size-1 dimensions follow it)."""
     ndim = len(shape)
@@ -212,7 +213,7 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
 
 
 def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
-         stream: Any, key: Optional[tuple[Any, ...]] = None) -> Any:
+         stream: Any, key: tuple[Any, ...] | None = None) -> Any:
     """Check the inputs, make or check the output, choose the variant and launch; return
     the output (``out`` itself when given). A plan that launches on the inputs themselves
     is remembered under ``key``."""

@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import gpurt.nvrtc
 
@@ -38,16 +39,16 @@ __all__ = [
 
 @dataclasses.dataclass
 class _Settings:
-    enabled: Optional[bool] = None  # None: GPURT_GEMM_AUTOTUNE (on unless 0/false/off/no)
+    enabled: bool | None = None  # None: GPURT_GEMM_AUTOTUNE (on unless 0/false/off/no)
     tuning: bool = True
     max_duration_ms: float = 30.0
     max_iterations: int = 100
-    filename: Optional[str] = None  # None: gemm-tune-v1.json in gpurt's kernel cache folder
+    filename: str | None = None  # None: gemm-tune-v1.json in gpurt's kernel cache folder
 
 
 SETTINGS = _Settings()
 _listeners: list[Callable[[], None]] = []  # gemm.clear_plans: plans remember the settings
-_tuners: dict[tuple[Optional[str], str], _tune.Tuner] = {}
+_tuners: dict[tuple[str | None, str], _tune.Tuner] = {}
 _lock = threading.Lock()
 # a forked child gets a fresh lock (a parent thread may have held this one at the fork)
 os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock()))
@@ -65,6 +66,7 @@ def _replanned() -> None:
 
 def tuner() -> _tune.Tuner:
     """The tuner of the results file in use: :func:`get_filename`'s."""
+    where: tuple[str | None, str]
     if SETTINGS.filename is not None:
         where = (os.path.dirname(os.path.abspath(SETTINGS.filename)),
                  os.path.basename(SETTINGS.filename))
@@ -120,7 +122,7 @@ def get_max_tuning_iterations() -> int:
     return SETTINGS.max_iterations
 
 
-def set_filename(filename: Optional[str], insert_device_ordinal: bool = False) -> None:
+def set_filename(filename: str | None, insert_device_ordinal: bool = False) -> None:
     """Keep the results in ``filename`` (None: the default in gpurt's kernel cache folder).
     ``insert_device_ordinal`` is accepted for torch's signature; one file serves every
     device here, since results are keyed by the device's name."""
@@ -129,7 +131,7 @@ def set_filename(filename: Optional[str], insert_device_ordinal: bool = False) -
     _replanned()
 
 
-def get_filename() -> Optional[str]:
+def get_filename() -> str | None:
     """The results file in use (None when results are kept in memory only)."""
     return tuner().path
 
@@ -139,12 +141,12 @@ def get_results() -> dict[str, dict[str, Any]]:
     return tuner().results()
 
 
-def write_file(filename: Optional[str] = None) -> bool:
+def write_file(filename: str | None = None) -> bool:
     """Write the results to ``filename`` (default: :func:`get_filename`); True on success."""
     return tuner().write(filename)
 
 
-def read_file(filename: Optional[str] = None) -> dict[str, dict[str, Any]]:
+def read_file(filename: str | None = None) -> dict[str, dict[str, Any]]:
     """Add the results of ``filename`` (default: :func:`get_filename`) to this process's,
     and return what was read. Entries that are not well-formed results are left out; a file
     that is not a results file raises ValueError."""

@@ -77,6 +77,7 @@ def _cases(tier: str) -> Iterator[tuple[str, Any]]:
 def run_cases(tier: str) -> int:
     """Run (and check) every case; returns the number of kernel calls."""
     import numpy as np
+
     from _kernel_cases import gemm_configs, run_gemm, run_softmax
 
     calls = 0

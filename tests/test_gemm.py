@@ -182,7 +182,7 @@ def test_split_for():
     assert tune._split_for(problem(16, 4096, 4096), tune._MMA[2]) == 17  # 32 tiles -> ~4/SM
 
 
-# ---- the autotuner --------------------------------------------------------------------------------
+# ---- the autotuner -------------------------------------------------------------------------------
 
 
 def test_autotune_switch(monkeypatch):
@@ -272,7 +272,7 @@ def test_tuner_unwritable_folder_warns(tmp_path):
     assert tuner.lookup("k") is not None  # still remembered in memory
 
 
-# ---- operand layouts (no GPU: a stand-in with the attributes gemm reads) --------------------------
+# ---- operand layouts (no GPU: a stand-in with the attributes gemm reads) -------------------------
 
 
 @dataclasses.dataclass
@@ -337,7 +337,7 @@ def test_overlap():
     assert gemm_mod._overlaps(a, b) and not gemm_mod._overlaps(a, c)
 
 
-# ---- every variant compiles (NVRTC, no GPU) -------------------------------------------------------
+# ---- every variant compiles (NVRTC, no GPU) ------------------------------------------------------
 
 
 def _variants(family):
