@@ -18,7 +18,8 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-__all__ = ["host_us", "device_ms", "environment", "write_results", "peer", "print_rows"]
+__all__ = ["host_us", "device_ms", "environment", "write_results", "peer", "print_rows",
+           "Timer", "copy_gbps", "FLUSH_BYTES", "COPY_BYTES"]
 
 
 def host_us(fn: Callable[[], Any], *, number: int = 1000, repeat: int = 15,
@@ -123,3 +124,38 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
         table.add_row(*[f"{row[k]:.4g}" if isinstance(row.get(k), float) else str(row.get(k, ""))
                         for k in keys])
     Console(width=160).print(table)
+
+
+# ---- bandwidth suites: device time behind a busy, L2-evicting memset ---------------------------
+
+FLUSH_BYTES = 512 << 20  # the memset before each timed call: longer than any host launch
+COPY_BYTES = 1 << 30  # the device-to-device copy that measures the copy-bandwidth ceiling
+
+
+class Timer:
+    """device_ms on one stream with a busy, L2-evicting memset before each timed call, so
+    host launch time is not counted (for any library) and inputs do not come from L2."""
+
+    def __init__(self, handle: int, repeat: int) -> None:
+        import gpurt
+
+        self.handle = handle
+        self.repeat = repeat
+        self.scratch = gpurt.empty(FLUSH_BYTES, dtype="uint8")
+
+    def flush(self) -> None:
+        _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES, self.handle))
+
+    def ms(self, fn: Callable[[], Any]) -> float:
+        return device_ms(fn, self.handle, repeat=self.repeat, warmup=5, flush=self.flush)
+
+
+def copy_gbps(timer: Timer) -> float:
+    """The device's copy bandwidth in GB/s (bytes read plus written) timed by ``timer``."""
+    import gpurt
+
+    src = gpurt.empty(COPY_BYTES, dtype="uint8")
+    dst = gpurt.empty(COPY_BYTES, dtype="uint8")
+    _ok(cu.cuMemsetD8Async(src.ptr, 7, COPY_BYTES, timer.handle))
+    ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, COPY_BYTES, timer.handle)))
+    return 2 * COPY_BYTES / ms / 1e6

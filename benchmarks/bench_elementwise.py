@@ -25,16 +25,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from _common import device_ms, peer, print_rows, write_results
-from cuda.bindings import driver as cu
+from _common import Timer, copy_gbps, peer, print_rows, write_results
 
 import gpurt
 
 BATCH = 100
 REPEAT = 21
-FLUSH_BYTES = 512 << 20
-COPY_BYTES = 1 << 30
 BIG = 1 << 26  # elements of the large elementwise arrays
 
 AXPY = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "bench_axpy")
@@ -110,27 +106,6 @@ def host_rows(torch: Any) -> list[dict[str, Any]]:
 # ---- bandwidth ---------------------------------------------------------------------------------
 
 
-class Timer:
-    """device_ms on one stream with a busy, L2-evicting memset before each timed call."""
-
-    def __init__(self, handle: int, repeat: int) -> None:
-        self.handle = handle
-        self.repeat = repeat
-        self.scratch = gpurt.empty(FLUSH_BYTES, dtype=np.uint8)
-
-    def flush(self) -> None:
-        _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES, self.handle))
-
-    def ms(self, fn: Callable[[], Any]) -> float:
-        return device_ms(fn, self.handle, repeat=self.repeat, warmup=5, flush=self.flush)
-
-
-def copy_gbps(timer: Timer) -> float:
-    src = gpurt.empty(COPY_BYTES, dtype=np.uint8)
-    dst = gpurt.empty(COPY_BYTES, dtype=np.uint8)
-    _ok(cu.cuMemsetD8Async(src.ptr, 7, COPY_BYTES, timer.handle))
-    ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, COPY_BYTES, timer.handle)))
-    return 2 * COPY_BYTES / ms / 1e6
 
 
 def _bandwidth_cases(torch: Any) -> list[tuple[Any, ...]]:

@@ -18,8 +18,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from _common import device_ms, peer, print_rows, write_results
-from cuda.bindings import driver as cu
+from _common import Timer, copy_gbps, peer, print_rows, write_results
 
 import gpurt
 from gpurt import random as grandom
@@ -27,8 +26,6 @@ from gpurt import random as grandom
 F32, F16, BF16 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 I32, I64 = np.dtype(np.int32), np.dtype(np.int64)
 N = 1 << 26  # 64 Mi elements
-FLUSH_BYTES = 512 << 20
-COPY_BYTES = 1 << 30
 TARGET_PCT = 90
 
 # (operation, dtype)
@@ -47,27 +44,6 @@ def _ok(result: tuple) -> Any:
     return result[1] if len(result) == 2 else None
 
 
-class Timer:
-    """device_ms on one stream with a busy, L2-evicting memset before each timed call."""
-
-    def __init__(self, handle: int, repeat: int) -> None:
-        self.handle = handle
-        self.repeat = repeat
-        self.scratch = gpurt.empty(FLUSH_BYTES, dtype=np.uint8)
-
-    def flush(self) -> None:
-        _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES, self.handle))
-
-    def ms(self, fn: Callable[[], Any]) -> float:
-        return device_ms(fn, self.handle, repeat=self.repeat, warmup=5, flush=self.flush)
-
-
-def copy_gbps(timer: Timer) -> float:
-    src = gpurt.empty(COPY_BYTES, dtype=np.uint8)
-    dst = gpurt.empty(COPY_BYTES, dtype=np.uint8)
-    _ok(cu.cuMemsetD8Async(src.ptr, 7, COPY_BYTES, timer.handle))
-    ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, COPY_BYTES, timer.handle)))
-    return 2 * COPY_BYTES / ms / 1e6
 
 
 def moved_bytes(op: str, dtype: np.dtype) -> int:

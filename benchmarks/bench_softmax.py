@@ -21,8 +21,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from _common import device_ms, peer, print_rows, write_results
-from cuda.bindings import driver as cu
+from _common import Timer, copy_gbps, peer, print_rows, write_results
 
 import gpurt
 from gpurt.kernels import log_softmax, log_softmax_backward, softmax, softmax_backward
@@ -62,8 +61,6 @@ CASES = [
 OPS = {"softmax": plan.SOFTMAX, "log_softmax": plan.LOG_SOFTMAX,
        "softmax_backward": plan.SOFTMAX_BACKWARD,
        "log_softmax_backward": plan.LOG_SOFTMAX_BACKWARD}
-FLUSH_BYTES = 512 << 20
-COPY_BYTES = 1 << 30
 
 
 def _ok(result: tuple) -> Any:
@@ -72,27 +69,6 @@ def _ok(result: tuple) -> Any:
     return result[1] if len(result) == 2 else None
 
 
-class Timer:
-    """device_ms on one stream with a busy, L2-evicting memset before each timed call."""
-
-    def __init__(self, handle: int, repeat: int) -> None:
-        self.handle = handle
-        self.repeat = repeat
-        self.scratch = gpurt.empty(FLUSH_BYTES, dtype=np.uint8)
-
-    def flush(self) -> None:
-        _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES, self.handle))
-
-    def ms(self, fn: Callable[[], Any]) -> float:
-        return device_ms(fn, self.handle, repeat=self.repeat, warmup=5, flush=self.flush)
-
-
-def copy_gbps(timer: Timer) -> float:
-    src = gpurt.empty(COPY_BYTES, dtype=np.uint8)
-    dst = gpurt.empty(COPY_BYTES, dtype=np.uint8)
-    _ok(cu.cuMemsetD8Async(src.ptr, 7, COPY_BYTES, timer.handle))
-    ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, COPY_BYTES, timer.handle)))
-    return 2 * COPY_BYTES / ms / 1e6
 
 
 def make_inputs(op: int, rows: int, cols: int, dtype: np.dtype, torch: Any) -> list[Any]:
