@@ -150,13 +150,7 @@ def run_gemm(case: GemmCase, config: Any, rng: np.random.Generator) -> None:
                            trans_a=case.trans_a, trans_b=case.trans_b,
                            allow_tf32=case.dtype == "tf32", config=config)
     label = f"{'chosen' if config is None else config.label()} on {case}"
-    if out is not None:
-        assert result is out.view, label
-        out.refresh()
-        got = out.logical()
-        out.assert_outside_untouched(label)
-    else:
-        got = np.asarray(result.to_numpy())
+    got = _returned(result, out, label)
     a64, b64 = a.logical().astype(np.float64), b.logical().astype(np.float64)
     op_a = a64.T if case.trans_a else a64
     op_b = b64.T if case.trans_b else b64
@@ -168,6 +162,17 @@ def run_gemm(case: GemmCase, config: Any, rng: np.random.Generator) -> None:
         scale = scale + abs(case.beta) * np.abs(c64)
     _assert_close(got, want, OUT_EPS[case.dtype] * np.abs(want) + ACC_TOL[case.dtype] * scale,
                   label)
+
+
+def _returned(result: Any, out: Stored | None, label: str) -> np.ndarray:
+    """The call's values: ``out``'s view (which the call must have returned, leaving the
+    rest of its buffer untouched), or the new array it returned."""
+    if out is None:
+        return np.asarray(result.to_numpy())
+    assert result is out.view, label
+    out.refresh()
+    out.assert_outside_untouched(label)
+    return out.logical()
 
 
 def _assert_close(got: np.ndarray, want: np.ndarray, bound: np.ndarray, label: str) -> None:
@@ -227,13 +232,7 @@ def run_softmax(case: SoftmaxCase, rng: np.random.Generator) -> None:
     target = None if out is None else out.view
     result = fn(x.view, out=target) if dy is None else fn(dy.view, x.view, grad_in=target)
     label = str(case)
-    if out is not None:
-        assert result is out.view, label
-        out.refresh()
-        got = out.logical()
-        out.assert_outside_untouched(label)
-    else:
-        got = np.asarray(result.to_numpy())
+    got = _returned(result, out, label)
     want = softmax_reference(case.op, x.logical(), None if dy is None else dy.logical())
     scale = np.abs(want)
     if dy is not None and rows:
