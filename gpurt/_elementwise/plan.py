@@ -47,6 +47,20 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_outputs(outs: Sequence[Any], shape: tuple[int, ...], dtypes: Sequence[np.dtype],
+                  expected: str) -> None:
+    """ValueError/TypeError for a given output (None: made by the call) whose shape is not
+    ``shape`` (``expected`` says where that shape comes from) or whose dtype is not the one
+    the kernel writes there."""
+    for number, out in enumerate(outs):
+        if out is not None and tuple(out.shape) != shape:
+            raise ValueError(f"output {number} has shape {tuple(out.shape)}; {expected} "
+                             f"{shape}")
+        if out is not None and np.dtype(out.dtype) != dtypes[number]:
+            raise TypeError(f"output {number} has dtype {out.dtype}; the kernel writes "
+                            f"{dtypes[number].name} there")
+
+
 def as_array(obj: Any, what: str) -> Any:
     """A gpurt Array over ``obj`` (no copy), or TypeError naming ``what``."""
     if type(obj) is gpurt.Array:
@@ -176,13 +190,7 @@ def plan_elementwise(text: KernelText, params: Sequence[Operand], slots: Sequenc
     raws = [values[s.index] for s, p in zip(slots, params) if p.kind == "raw"]
     device = _device_of([*arrays, *given, *raws])
     shape = broadcast_shape([a.shape for a in arrays] or [o.shape for o in given])
-    for number, out in enumerate(outs):
-        if out is not None and tuple(out.shape) != shape:
-            raise ValueError(f"output {number} has shape {tuple(out.shape)}; the inputs "
-                             f"broadcast to {shape}")
-        if out is not None and np.dtype(out.dtype) != out_dtypes[number]:
-            raise TypeError(f"output {number} has dtype {out.dtype}; the kernel writes "
-                            f"{out_dtypes[number].name} there")
+    check_outputs(outs, shape, out_dtypes, "the inputs broadcast to")
     for raw in raws:
         if not raw.is_contiguous():
             raise ValueError(f"raw arrays must be C-contiguous (strides {raw.strides})")

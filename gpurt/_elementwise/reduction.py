@@ -14,7 +14,7 @@ import numpy as np
 from . import api as gpurt
 from .codegen import Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
-from .plan import OPTIONS, _c_strides, _device_of
+from .plan import OPTIONS, _c_strides, _device_of, check_outputs
 from .reduce_codegen import (
     BLOCK,
     COLUMN_WIDTH,
@@ -129,13 +129,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     kept = [a for a in range(len(shape)) if a not in axes]
     out_shape = tuple(1 if a in axes else s for a, s in enumerate(shape)) if keepdims \
         else tuple(shape[a] for a in kept)
-    for number, out in enumerate(outs):
-        if out is not None and tuple(out.shape) != out_shape:
-            raise ValueError(f"output {number} has shape {tuple(out.shape)}; the reduction "
-                             f"gives {out_shape}")
-        if out is not None and np.dtype(out.dtype) != out_dtypes[number]:
-            raise TypeError(f"output {number} has dtype {out.dtype}; the kernel writes "
-                            f"{out_dtypes[number].name} there")
+    check_outputs(outs, out_shape, out_dtypes, "the reduction gives")
     ops = []
     in_kept, in_red = [], []
     for param, value in zip(params[:n_in], values):
