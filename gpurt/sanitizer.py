@@ -36,10 +36,11 @@ from ._sanitizer.hooks import SanitizerError, SanitizerWarning
 from ._sanitizer.tracker import UnorderedAccess
 from .streams import as_stream_handle
 
-__all__ = ["ENV", "SanitizerError", "SanitizerWarning", "UnorderedAccess",
+__all__ = ["ENABLED", "ENV", "SanitizerError", "SanitizerWarning", "UnorderedAccess",
            "disable_cuda_sanitizer", "enable_cuda_sanitizer", "is_enabled", "record", "reset"]
 
 ENV = "GPURT_SANITIZER"
+ENABLED = False  # whether it is on: the cheap test before a record() call (read-only)
 
 _lock = threading.Lock()
 _read_pointer = struct.Struct("<Q").unpack_from
@@ -60,6 +61,7 @@ def enable_cuda_sanitizer(on_error: str = "raise") -> None:
         _hooks.TRACKER.reset(live)
         add_launch_hook(_on_launch)
         _hooks.ON = True
+        _set_enabled(True)
 
 
 def disable_cuda_sanitizer() -> None:
@@ -68,9 +70,15 @@ def disable_cuda_sanitizer() -> None:
         if not _hooks.ON:
             return
         _hooks.ON = False
+        _set_enabled(False)
         remove_launch_hook(_on_launch)
         _memory.watch_allocations(None)
         _hooks.TRACKER.reset()
+
+
+def _set_enabled(on: bool) -> None:
+    global ENABLED
+    ENABLED = on
 
 
 def is_enabled() -> bool:
@@ -92,7 +100,12 @@ def record(what: str, reads: Sequence[Any] = (), writes: Sequence[Any] = (),
     :func:`gpurt.as_stream_handle` takes; None: the current stream) that reads the arrays
     (or device pointers) ``reads`` and writes ``writes``; None entries are skipped. Raises
     or warns for what is unordered. For launches whose pointers the launch hook cannot see
-    (inside by-value structs such as TMA descriptors); a no-op while the sanitizer is off."""
+    (inside by-value structs such as TMA descriptors); a no-op while the sanitizer is off.
+    Callers on hot paths test :data:`ENABLED` first::
+
+        if sanitizer.ENABLED:
+            sanitizer.record("gemm", (a, b), (out,), stream)
+    """
     if not _hooks.ON:
         return
     device = _hooks.bound_device()
