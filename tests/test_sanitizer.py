@@ -350,6 +350,7 @@ def _random(n: int = N) -> gpurt.Array:
 
 
 @pytest.mark.gpu
+@pytest.mark.races
 def test_gpu_kernel_races_are_caught_and_fixed_by_an_event(kernels: dict, sanitized: None
                                                            ) -> None:
     scale = kernels["scale"]
@@ -375,6 +376,7 @@ def test_gpu_kernel_races_are_caught_and_fixed_by_an_event(kernels: dict, saniti
 
 
 @pytest.mark.gpu
+@pytest.mark.races
 def test_gpu_copies_and_fills_are_recorded(kernels: dict, sanitized: None) -> None:
     x, y = _random(), gpurt.empty(N)
     gpurt.synchronize()
@@ -392,6 +394,7 @@ def test_gpu_copies_and_fills_are_recorded(kernels: dict, sanitized: None) -> No
 
 
 @pytest.mark.gpu
+@pytest.mark.races
 def test_gpu_graph_replay_is_ordered_by_its_stream(kernels: dict, sanitized: None) -> None:
     scale = kernels["scale"]
     x, y = _random(), gpurt.empty(N)
@@ -416,6 +419,7 @@ def test_gpu_graph_replay_is_ordered_by_its_stream(kernels: dict, sanitized: Non
 
 
 @pytest.mark.gpu
+@pytest.mark.races
 def test_gpu_bundled_softmax_records_its_operands(kernels: dict, sanitized: None) -> None:
     from gpurt.kernels import softmax
 

@@ -30,40 +30,43 @@ from .clocks import Clocks, stream_key
 
 __all__ = ["Access", "Tracker", "UnorderedAccess", "frames_here", "format_frames"]
 
-Frames = tuple[tuple[str, int, str], ...]
+Frames = tuple[tuple[Any, int], ...]  # (code object, line) of each frame, innermost first
 Position = int | str | None  # a kernel argument's index, an operand's name, None for copies
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_MAX_FRAMES = 32
+_MAX_FRAMES = 40
 
 
 def frames_here() -> Frames:
-    """The calling Python stack (innermost first) without the sanitizer's own frames:
-    file, line and function only (cheap: no source is read until a report)."""
+    """The calling Python stack, innermost first, as (code, line) pairs: the cheapest record
+    there is (every access takes one); :func:`format_frames` reads names and source later."""
     frame: Any = sys._getframe(1)
-    frames: list[tuple[str, int, str]] = []
+    frames = []
+    append = frames.append
     while frame is not None and len(frames) < _MAX_FRAMES:
-        code = frame.f_code
-        if not code.co_filename.startswith(_OWN_DIR):
-            frames.append((code.co_filename, frame.f_lineno, code.co_name))
+        append((frame.f_code, frame.f_lineno))
         frame = frame.f_back
     return tuple(frames)
 
 
 def format_frames(frames: Frames, indent: str = "    ") -> str:
-    """A stack as traceback prints it (outermost first), with source lines."""
+    """A stack as traceback prints it (outermost first), with source lines, without the
+    sanitizer's own frames."""
     import linecache
 
     lines = []
-    for filename, line, name in reversed(frames):
-        lines.append(f'{indent}File "{filename}", line {line}, in {name}')
+    for code, line in reversed(frames):
+        filename = code.co_filename
+        if filename.startswith(_OWN_DIR):
+            continue
+        lines.append(f'{indent}File "{filename}", line {line}, in {code.co_name}')
         text = linecache.getline(filename, line).strip()
         if text:
             lines.append(f"{indent}  {text}")
     return "\n".join(lines)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Access:
     """One operation's access to one allocation."""
 
