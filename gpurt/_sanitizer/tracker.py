@@ -41,7 +41,7 @@ def frames_here() -> Frames:
     """The calling Python stack, innermost first, as (code, line) pairs: the cheapest record
     there is (every access takes one); :func:`format_frames` reads names and source later."""
     frame: Any = sys._getframe(1)
-    frames = []
+    frames: list[tuple[Any, int]] = []
     append = frames.append
     while frame is not None and len(frames) < _MAX_FRAMES:
         append((frame.f_code, frame.f_lineno))
@@ -140,6 +140,7 @@ class Tracker:
 
     def __init__(self, blocking: Any = None) -> None:
         self._lock = threading.Lock()
+        self.blocking = blocking  # handle -> whether that stream syncs with the legacy one
         self.clocks = Clocks(blocking)
         self._starts: list[int] = []  # sorted starts of the known allocations
         self._sizes: dict[int, int] = {}
@@ -349,11 +350,13 @@ class Tracker:
 
     # ---- state --------------------------------------------------------------------------
 
-    def reset(self, live: Sequence[tuple[int, int]] = ()) -> None:
-        """Forget every access, clock and capture; know the allocations ``live``."""
+    def reset(self, live: Sequence[tuple[int, int]] = (), blocking: Any = None) -> None:
+        """Forget every access, clock and capture; know the allocations ``live``, and ask
+        ``blocking(handle)`` whether a stream syncs with the legacy one (None: none does)."""
         with self._lock:
             self._changes.clear()
-            self.clocks = Clocks(self.clocks._is_blocking)
+            self.blocking = blocking
+            self.clocks = Clocks(blocking)
             self._histories.clear()
             self._captures.clear()
             self._captured_events.clear()
