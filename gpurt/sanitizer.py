@@ -13,11 +13,14 @@ ordered after a conflicting one (write-read, read-write, write-write) raises
 :class:`SanitizerWarning`), naming both accesses' streams, kernels or copies, argument
 positions and Python stacks.
 
-Pointers into an allocation count as the whole allocation. Memory gpurt did not allocate
-(torch's, CuPy's, ``cuMemAlloc``'s) is not tracked, nor are pointers passed inside by-value
-structs; bundled kernels record their operands themselves (:func:`record`). Launches take
-the Python launch path while the sanitizer is on (a launch hook is registered). The
-overhead per launch is in docs/sanitizer.md.
+Pointers into an allocation count as the whole allocation. Streams other than the default
+ones are taken as non-blocking, as gpurt's, torch's and cuda.core's are: a CuPy stream,
+blocking by default, has an implicit barrier with the legacy default stream that is not
+seen (the driver is not asked: a handle it does not know would crash it). Memory gpurt did
+not allocate (torch's, CuPy's, ``cuMemAlloc``'s) is not tracked, nor are pointers passed
+inside by-value structs; bundled kernels record their operands themselves (:func:`record`).
+Launches take the Python launch path while the sanitizer is on (a launch hook is
+registered). The overhead per launch is in docs/sanitizer.md.
 """
 
 from __future__ import annotations
@@ -28,10 +31,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from cuda.bindings import driver as cu
-
 from . import memory as _memory
-from ._core.driver import is_initialized
 from ._launch.args import pointer
 from ._launch.kernel import Kernel, add_launch_hook, remove_launch_hook
 from ._sanitizer import hooks as _hooks
@@ -61,7 +61,7 @@ def enable_cuda_sanitizer(on_error: str = "raise") -> None:
         if _hooks.ON:
             return
         live = _memory.watch_allocations(_hooks.TRACKER)
-        _hooks.TRACKER.reset(live, _is_blocking)
+        _hooks.TRACKER.reset(live)
         add_launch_hook(_on_launch)
         _hooks.ON = True
         _set_enabled(True)
@@ -94,7 +94,7 @@ def reset() -> None:
     allocations (tests that plant races start from a clean slate with it)."""
     with _lock:
         live = _memory.watch_allocations(_hooks.TRACKER) if _hooks.ON else []
-        _hooks.TRACKER.reset(live, _is_blocking)
+        _hooks.TRACKER.reset(live)
 
 
 def record(what: str, reads: Sequence[Any] = (), writes: Sequence[Any] = (),
@@ -119,19 +119,6 @@ def record(what: str, reads: Sequence[Any] = (), writes: Sequence[Any] = (),
 def _operands(values: Sequence[Any], role: str) -> list[tuple[int, str]]:
     return [(pointer(value, None), f"{role} {i}") for i, value in enumerate(values)
             if value is not None]
-
-
-_NON_BLOCKING = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
-
-
-def _is_blocking(handle: int) -> bool:
-    """Whether the stream ``handle`` (not a default stream) synchronizes with the legacy
-    default stream (wraps cuStreamGetFlags; asked once per stream; False when it fails or
-    CUDA is not initialised: then the stream is not a real one)."""
-    if not is_initialized():
-        return False
-    err, flags = cu.cuStreamGetFlags(cu.CUstream(handle))
-    return int(err) == 0 and not int(flags) & _NON_BLOCKING
 
 
 # ---- kernel launches -------------------------------------------------------------------
