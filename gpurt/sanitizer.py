@@ -93,7 +93,7 @@ def reset() -> None:
     """Forget every access and every stream's and event's ordering, keeping the known
     allocations (tests that plant races start from a clean slate with it)."""
     with _lock:
-        live = _memory.watch_allocations(_hooks.TRACKER) if _hooks.ON else []
+        live = _memory.watch_allocations(_hooks.TRACKER) if _hooks.ON else None
         _hooks.TRACKER.reset(live)
 
 

@@ -20,11 +20,17 @@ import numpy as np
 import pytest
 
 import gpurt
+from _fakes import fake_gpus_fixture  # noqa: F401
+from allocator_model import FakeBackend
 from gpurt import sanitizer
 from gpurt._core import syncdebug
+from gpurt._memory.allocator import CachingAllocator
+from gpurt._memory.config import AllocatorConfig
+from gpurt._memory.history import HistorySettings
 from gpurt._sanitizer import hooks
 from gpurt._sanitizer.clocks import stream_key
 from gpurt._sanitizer.tracker import Tracker
+from test_array import FakeStream, fake_gpu, host_gpu  # noqa: F401  (fixtures)
 from test_launch_fake_driver import SOURCE, FakeDriver, fake
 
 S1, S2, S3 = 0x7100, 0x7200, 0x7300  # made-up stream handles (non-blocking streams)
@@ -205,6 +211,25 @@ def test_const_pointers_are_reads(text: str, const: bool) -> None:
     assert sanitizer.reads_only(text) is const
 
 
+def test_the_caching_allocator_reports_allocations_and_frees() -> None:
+    history = HistorySettings()
+    allocator = CachingAllocator(0, FakeBackend(), AllocatorConfig(), history)
+    tracker = Tracker()
+    history.watch(tracker)
+    first = allocator.malloc(1000, S1)  # rounded up to 1024 in a 2 MiB segment
+    second = allocator.malloc(3000, S1)
+    assert tracker.allocation_of(first + 999) == (first, 1024)
+    assert tracker.allocation_of(second + 2000) == (second, 3072)
+    launch(tracker, S1, writes=(first,))
+    allocator.free(first)
+    assert tracker.allocation_of(first) is None
+    again = allocator.malloc(1000, S1)  # the same block back (the parked path is off)
+    assert again == first and tracker.allocation_of(first) == (first, 1024)
+    assert launch(tracker, S2, reads=(again,)) == []  # the old write was forgotten
+    history.watch(None)
+    assert not history.on
+
+
 # ---- the front: enable, record, warn, environment -----------------------------------------
 
 
@@ -265,6 +290,25 @@ def test_the_environment_variable_turns_it_on_at_import(value: str, on: bool,
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == [str(on), str(raising)]
+
+
+def test_copies_and_fills_are_recorded(host_gpu, sanitized: None) -> None:
+    x = np.arange(128, dtype=np.float32)
+    a = gpurt.empty(128)  # on the default stream
+    side = FakeStream(0xBEE)
+    b = gpurt.empty(128, stream=side)
+    for array in (a, b):
+        hooks.TRACKER.allocated(array.ptr, array.nbytes)  # the fake allocator reports nothing
+    a.copy_(x)  # host to device on the default stream, waited for
+    b[1:].copy_(a[1:])  # b's stream waits for a's, then reads a
+    with pytest.raises(sanitizer.SanitizerError, match="read-write") as info:
+        a.fill_(2.0)  # a's stream never waited for b's read
+    (race,) = info.value.unordered
+    assert race.current.describe() == "writing fill on stream 0x0"
+    assert race.previous.describe() == "reading copy (device to device) on stream 0xbee"
+    np.testing.assert_array_equal(b[1:].to_numpy(), x[1:])  # b's stream is waited for
+    a.fill_(2.0)  # ... which orders the read before the fill
+    np.testing.assert_array_equal(a.to_numpy(), np.full(128, 2.0, np.float32))
 
 
 # ---- kernel launches on the fake driver (both launch paths) --------------------------------

@@ -350,11 +350,16 @@ class Tracker:
 
     # ---- state --------------------------------------------------------------------------
 
-    def reset(self, live: Sequence[tuple[int, int]] = (), blocking: Any = None) -> None:
-        """Forget every access, clock and capture; know the allocations ``live``, and ask
-        ``blocking(handle)`` whether a stream syncs with the legacy one (None: none does)."""
+    def reset(self, live: Sequence[tuple[int, int]] | None = None, blocking: Any = None) -> None:
+        """Forget every access, clock and capture, and ask ``blocking(handle)`` whether a
+        stream syncs with the legacy one (None: none does). ``live``: the allocations known
+        now (an allocator snapshot taken after the allocators began reporting; what they
+        reported meanwhile is applied on top, which leaves the latest state); None: none,
+        nor any reported change (the allocators stopped reporting)."""
         with self._lock:
-            self._changes.clear()
+            if live is None:
+                self._changes.clear()
+                live = ()
             self.blocking = blocking
             self.clocks = Clocks(blocking)
             self._histories.clear()
