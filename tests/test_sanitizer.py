@@ -479,6 +479,33 @@ def test_gpu_bundled_softmax_records_its_operands(kernels: dict, sanitized: None
 
 
 @pytest.mark.gpu
+@pytest.mark.races
+def test_gpu_bundled_gemm_records_operands_hidden_in_tma_descriptors(
+        gpu_state: None, sanitized: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpurt.kernels import gemm as gemm_mod
+
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()  # plans remember the settings they were made under
+    rng = np.random.default_rng()
+    a_host = rng.standard_normal((512, 256)).astype(np.float32).astype(gpurt.bfloat16)
+    b_host = rng.standard_normal((256, 384)).astype(np.float32).astype(gpurt.bfloat16)
+    s1, s2 = gpurt.Stream(), gpurt.Stream()
+    a = gpurt.empty((512, 256), dtype=gpurt.bfloat16, stream=s1)
+    a.copy_(a_host, non_blocking=True)  # writes a on s1, not waited for
+    b = gpurt.asarray(b_host)
+    out = gpurt.full((512, 384), np.nan, dtype=gpurt.bfloat16, stream=s2)
+    with pytest.raises(sanitizer.SanitizerError, match="write-read") as info:
+        gemm_mod.gemm(a, b, out=out, stream=s2)
+    assert "reading input 0 of gemm" in str(info.value)
+    s2.wait_stream(s1)
+    gemm_mod.gemm(a, b, out=out, stream=s2)
+    got = out.to_numpy().astype(np.float64)  # on out's stream, s2
+    want = a_host.astype(np.float64) @ b_host.astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    gemm_mod.clear_plans()
+
+
+@pytest.mark.gpu
 def test_gpu_sync_debug_mode_sites(kernels: dict, sync_mode: None) -> None:
     x = _random()
     s = gpurt.Stream()
