@@ -326,6 +326,10 @@ def test_launches_record_const_pointers_as_reads(fake: FakeDriver, sanitized: No
     assert race.kind == "write-read"
     assert race.current.describe() == f"reading argument 1 of kernel axpy on stream {S2:#x}"
     assert race.previous.describe() == f"writing argument 3 of kernel axpy on stream {S1:#x}"
+    text = str(info.value)  # the stacks end at the launching lines, not inside gpurt
+    assert "kernel(1, 32, (1.0, B + 4, A, 0x5555_0000, 8), stream=S2)" in text
+    assert "kernel(1, 32, (1.0, A, A + 64, B, 8), stream=S1)" in text
+    assert "_hooked" not in text and "_on_launch" not in text
     assert len(fake.launches) == 2  # the racing launch was not queued
     with pytest.raises(sanitizer.SanitizerError, match="read-write"):
         kernel(1, 32, (1.0, B, B, A, 8), stream=S3)  # writes A, read on S1 and S2

@@ -33,7 +33,7 @@ __all__ = ["Access", "Tracker", "UnorderedAccess", "frames_here", "format_frames
 Frames = tuple[tuple[Any, int], ...]  # (code object, line) of each frame, innermost first
 Position = int | str | None  # a kernel argument's index, an operand's name, None for copies
 
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # gpurt/
 _MAX_FRAMES = 40
 
 
@@ -49,18 +49,20 @@ def frames_here() -> Frames:
     return tuple(frames)
 
 
+def _inside_gpurt(filename: str) -> bool:
+    return filename.startswith(_PACKAGE_DIR) or filename.startswith("<gpurt ")
+
+
 def format_frames(frames: Frames, indent: str = "    ") -> str:
-    """A stack as traceback prints it (outermost first), with source lines, without the
-    sanitizer's own frames."""
+    """A stack as traceback prints it (outermost first), with source lines, without gpurt's
+    own frames (the launch path, generated launchers) unless nothing else is left."""
     import linecache
 
+    outside = [(code, line) for code, line in frames if not _inside_gpurt(code.co_filename)]
     lines = []
-    for code, line in reversed(frames):
-        filename = code.co_filename
-        if filename.startswith(_OWN_DIR):
-            continue
-        lines.append(f'{indent}File "{filename}", line {line}, in {code.co_name}')
-        text = linecache.getline(filename, line).strip()
+    for code, line in reversed(outside or frames):
+        lines.append(f'{indent}File "{code.co_filename}", line {line}, in {code.co_name}')
+        text = linecache.getline(code.co_filename, line).strip()
         if text:
             lines.append(f"{indent}  {text}")
     return "\n".join(lines)
