@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import memory as _memory
+from ._core.fork import renew_after_fork
 from ._launch.args import pointer
 from ._launch.kernel import Kernel, add_launch_hook, remove_launch_hook
 from ._sanitizer import hooks as _hooks
@@ -46,6 +47,7 @@ ENV = "GPURT_SANITIZER"
 ENABLED = False  # whether it is on: the cheap test before a record() call (read-only)
 
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 _read_pointer = struct.Struct("<Q").unpack_from
 
 

@@ -8,10 +8,12 @@ fills, the one whose context the thread has bound (copies.py binds it before eve
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from .._core.fork import renew_after_fork
 from .._core.state import THREAD
 from .._core.syncdebug import user_stacklevel
 from .tracker import CaptureLog, Position, Tracker, UnorderedAccess
@@ -21,6 +23,7 @@ __all__ = ["ON", "SanitizerError", "SanitizerWarning", "TRACKER", "access", "rep
 ON = False  # set by gpurt.sanitizer.enable_cuda_sanitizer / disable_cuda_sanitizer
 RAISE = True  # raise SanitizerError (else warn SanitizerWarning)
 TRACKER = Tracker()
+renew_after_fork(TRACKER, _lock=threading.Lock)
 
 
 class SanitizerError(RuntimeError):
