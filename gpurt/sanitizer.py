@@ -113,9 +113,8 @@ def record(what: str, reads: Sequence[Any] = (), writes: Sequence[Any] = (),
     """
     if not _hooks.ON:
         return
-    device = _hooks.bound_device()
     handle = as_stream_handle(stream)
-    _hooks.access(handle, _operands(reads, "input"), _operands(writes, "output"), what, device)
+    _hooks.access(handle, _operands(reads, "input"), _operands(writes, "output"), what)
 
 
 def _operands(values: Sequence[Any], role: str) -> list[tuple[int, str]]:
