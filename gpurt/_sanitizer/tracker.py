@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import linecache
 import os
 import sys
 import threading
@@ -56,8 +57,6 @@ def _inside_gpurt(filename: str) -> bool:
 def format_frames(frames: Frames, indent: str = "    ") -> str:
     """A stack as traceback prints it (outermost first), with source lines, without gpurt's
     own frames (the launch path, generated launchers) unless nothing else is left."""
-    import linecache
-
     outside = [(code, line) for code, line in frames if not _inside_gpurt(code.co_filename)]
     lines = []
     for code, line in reversed(outside or frames):
