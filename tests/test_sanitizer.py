@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -199,6 +200,32 @@ def test_the_report_names_both_accesses() -> None:
     assert f"writing argument 1 of kernel producer on stream {S1:#x}" in text
     assert text.count("in test_the_report_names_both_accesses") == 2  # both stacks
     assert "found = launch(tracker, S2" in text  # with source lines
+
+
+def test_threads_record_at_once() -> None:
+    tracker = make_tracker()
+    for i in range(8):
+        tracker.allocated(0x100_0000 + i * 4096, 4096)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            mine, stream = 0x100_0000 + i * 4096, 0x9000 + i
+            for n in range(300):
+                assert launch(tracker, stream, reads=(A,), writes=(mine,)) == []
+                if n % 50 == 0:  # frees and allocations reported meanwhile, as finalizers do
+                    tracker.freed(mine, 4096)
+                    tracker.allocated(mine, 4096)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [f.kind for f in launch(tracker, S1, writes=(A,))] == ["read-write"] * 8
 
 
 @pytest.mark.parametrize("text, const", [
