@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import gpurt
-from _fakes import fake_gpus_fixture  # noqa: F401
+from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401  (fixtures)
 from allocator_model import FakeBackend
 from gpurt import sanitizer
 from gpurt._core import syncdebug
@@ -336,6 +336,43 @@ def test_copies_and_fills_are_recorded(host_gpu, sanitized: None) -> None:
     np.testing.assert_array_equal(b[1:].to_numpy(), x[1:])  # b's stream is waited for
     a.fill_(2.0)  # ... which orders the read before the fill
     np.testing.assert_array_equal(a.to_numpy(), np.full(128, 2.0, np.float32))
+
+
+def test_gpurt_streams_and_events_order_accesses(fake_driver, sanitized: None) -> None:
+    s1, s2 = gpurt.Stream(), gpurt.Stream()
+    hooks.TRACKER.allocated(A, 4096)
+    sanitizer.record("producer", writes=(A,), stream=s1)
+    with pytest.raises(sanitizer.SanitizerError, match="write-read"):
+        sanitizer.record("consumer", reads=(A,), stream=s2)
+    s2.wait_stream(s1)  # an Event recorded on s1, waited for by s2
+    sanitizer.record("consumer", reads=(A,), stream=s2)
+    with pytest.raises(sanitizer.SanitizerError, match="read-write"):
+        sanitizer.record("producer", writes=(A,), stream=s1)
+    s1.wait_event(s2.record_event())
+    sanitizer.record("producer", writes=(A,), stream=s1)
+    done = s1.record_event()
+    sanitizer.record("late", writes=(A,), stream=s1)  # after the event: not covered by it
+    done.synchronize()
+    with pytest.raises(sanitizer.SanitizerError, match="write-read"):
+        sanitizer.record("consumer", reads=(A,), stream=s2)
+    s1.synchronize()
+    sanitizer.record("consumer", reads=(A,), stream=s2)
+
+
+def test_stream_synchronize_is_a_sync_debug_site(fake_driver, sync_mode: None) -> None:
+    s = gpurt.Stream()
+    event = s.record_event()
+    gpurt.set_sync_debug_mode("warn")
+    with pytest.warns(UserWarning, match=r"synchronizing CUDA operation: Stream.synchronize\(\)"):
+        s.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        event.synchronize()  # as torch's Event.synchronize: not a site
+    gpurt.set_sync_debug_mode("error")
+    calls = len(fake_driver.calls)
+    with pytest.raises(RuntimeError, match="synchronizing CUDA operation"):
+        s.synchronize()
+    assert len(fake_driver.calls) == calls  # raised before waiting
 
 
 # ---- kernel launches on the fake driver (both launch paths) --------------------------------
