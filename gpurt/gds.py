@@ -12,7 +12,6 @@ the array's stream before each, so queued kernels finish writing (or reading) fi
 from __future__ import annotations
 
 import atexit
-import errno
 import os
 import sys
 import threading
@@ -52,11 +51,9 @@ def _library() -> Any:
             raise CudaUnavailableError(
                 f"gpurt.gds needs cuda-bindings with cuda.bindings.cufile ({exc})") from None
         compat = os.environ.get("GPURT_GDS_COMPAT") == "1" or not _gds_driver_present()
+        if compat:
+            _force_compat_mode(cufile)
         try:
-            if compat:
-                cufile.set_parameter_bool(cufile.BoolConfigParameter.PROPERTIES_ALLOW_COMPAT_MODE,
-                                          True)
-                cufile.set_parameter_bool(cufile.BoolConfigParameter.FORCE_COMPAT_MODE, True)
             cufile.driver_open()
         except Exception as exc:  # libcufile missing (pathfinder) or cuFileError
             raise CudaUnavailableError(
@@ -66,6 +63,17 @@ def _library() -> Any:
         _compat = compat
         _cufile = cufile
     return cufile
+
+
+def _force_compat_mode(cufile: Any) -> None:
+    """Ask cuFile for POSIX I/O through host buffers (before cuFileDriverOpen). An older
+    libcufile without cuFileSetParameterBool falls back to compat mode on its own."""
+    flags = cufile.BoolConfigParameter
+    for flag in (flags.PROPERTIES_ALLOW_COMPAT_MODE, flags.FORCE_COMPAT_MODE):
+        try:
+            cufile.set_parameter_bool(flag, True)
+        except Exception:  # noqa: BLE001 - older cuFile: its default config allows compat
+            pass
 
 
 def _close_driver(cufile: Any) -> None:
@@ -141,28 +149,25 @@ def _release(registration: _Registration) -> None:
         os.close(fd)
 
 
-def _open_direct(filename: str | os.PathLike[str], flags: int) -> int:
-    """``os.open`` with O_DIRECT, which GDS needs; without it when the filesystem refuses
-    O_DIRECT (tmpfs, some overlays) and cuFile is in compatibility mode anyway."""
-    try:
-        return os.open(filename, flags | os.O_DIRECT, 0o644)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL or not is_compat_mode():
-            raise
-    return os.open(filename, flags, 0o644)
+def _open_file(filename: str | os.PathLike[str], flags: int) -> int:
+    """``os.open``, with O_DIRECT (which GDS DMA needs) where the nvidia-fs driver is in use;
+    in compatibility mode cuFile goes through host memory, where the page cache helps and
+    O_DIRECT would only add alignment rules (and fail on tmpfs)."""
+    return os.open(filename, flags if is_compat_mode() else flags | os.O_DIRECT, 0o644)
 
 
 class GdsFile:
     """A file opened for cuFile I/O (torch.cuda.gds.GdsFile): ``flags`` go to ``os.open``
-    (O_DIRECT is added). :meth:`load_array` / :meth:`save_array` move a contiguous
-    device array's bytes from / to the file at ``offset``; ``load_storage`` and
-    ``save_storage`` are torch's names. Close with :meth:`close` or ``with``."""
+    (plus O_DIRECT where GDS itself is in use). :meth:`load_array` / :meth:`save_array`
+    move a contiguous device array's bytes from / to the file at ``offset``;
+    ``load_storage`` and ``save_storage`` are torch's names. Close with :meth:`close` or
+    ``with``."""
 
     def __init__(self, filename: str | os.PathLike[str], flags: int) -> None:
         _library()
         self.filename = os.fspath(filename)
         self.flags = int(flags)
-        self._reg = _Registration(_open_direct(filename, self.flags))
+        self._reg = _Registration(_open_file(filename, self.flags))
         self._finalizer = weakref.finalize(self, _release, self._reg)
         self.register_handle()
 

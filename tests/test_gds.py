@@ -1,0 +1,108 @@
+"""gpurt.gds: argument checks (CPU, no cuFile needed) and reads/writes between files and
+device memory through cuFile, compared with numpy and torch.cuda.gds (GPU)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpurt
+from gpurt import gds
+
+
+def test_without_cufile_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    if gds._cufile is not None:
+        pytest.skip("cuFile is already open in this process")
+    try:
+        gds.is_compat_mode()
+    except gpurt.CudaUnavailableError as exc:
+        assert "cufile" in str(exc).lower()
+    else:
+        pytest.skip("cuFile opened here")
+
+
+def _cufile_or_skip() -> None:
+    try:
+        gds.is_compat_mode()
+    except gpurt.CudaUnavailableError as exc:
+        pytest.skip(f"cuFile is not usable here: {exc}")
+
+
+def _random(shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng().standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.gpu
+def test_save_then_load_round_trips_at_offsets(tmp_path: Path, gpu_state: None) -> None:
+    _cufile_or_skip()
+    first, second = _random((1000,)), _random((37, 129), np.float16)
+    path = tmp_path / "data.bin"
+    with gds.GdsFile(path, os.O_CREAT | os.O_RDWR) as f:
+        f.save_array(gpurt.from_numpy(first), offset=0)
+        f.save_storage(gpurt.from_numpy(second), offset=first.nbytes)
+        out1 = gpurt.full(first.shape, np.nan, np.float32)  # poisoned before the read
+        out2 = gpurt.full(second.shape, np.nan, np.float16)
+        f.load_array(out1, offset=0)
+        f.load_storage(out2, offset=first.nbytes)
+    assert np.array_equal(out1.to_numpy(), first)
+    assert np.array_equal(out2.to_numpy(), second)
+    assert path.read_bytes() == first.tobytes() + second.tobytes()  # what cuFile wrote
+    assert f.handle is None
+    f.close()  # idempotent
+
+
+@pytest.mark.gpu
+def test_reads_what_numpy_wrote_and_refuses_bad_requests(tmp_path: Path, gpu_state: None) -> None:
+    _cufile_or_skip()
+    host = _random((4096,))
+    path = tmp_path / "numpy.bin"
+    host.tofile(path)
+    with gds.GdsFile(path, os.O_RDONLY) as f:
+        out = gpurt.full((2048,), np.nan, np.float32)
+        f.load_array(out, offset=4096 * 2)
+        assert np.array_equal(out.to_numpy(), host[2048:])
+        with pytest.raises(ValueError, match="has 8192 bytes from offset 8192"):
+            f.load_array(gpurt.empty(4096), offset=8192)
+        with pytest.raises(ValueError, match="contiguous"):
+            f.load_array(gpurt.empty((8, 8))[:, ::2])
+        with pytest.raises(ValueError, match="offset"):
+            f.load_array(out, offset=-1)
+        f.deregister_handle()
+        with pytest.raises(RuntimeError, match="not registered"):
+            f.load_array(out)
+        f.register_handle()
+        f.load_array(out)
+        assert np.array_equal(out.to_numpy(), host[:2048])
+
+
+@pytest.mark.gpu
+def test_registered_buffers_and_torch_tensors(tmp_path: Path, gpu_state: None) -> None:
+    _cufile_or_skip()
+    host = _random((256, 64))
+    path = tmp_path / "reg.bin"
+    host.tofile(path)
+    out = gpurt.full(host.shape, np.nan, np.float32)
+    gds.gds_register_buffer(out)
+    with gds.GdsFile(path, os.O_RDONLY) as f:
+        f.load_array(out)
+    gds.gds_deregister_buffer(out)
+    assert np.array_equal(out.to_numpy(), host)
+    torch = pytest.importorskip("torch")
+    tensor = torch.full(host.shape, float("nan"), device="cuda")
+    with gds.GdsFile(path, os.O_RDONLY) as f:
+        f.load_storage(tensor)  # zero-copy through __cuda_array_interface__
+    assert np.array_equal(tensor.cpu().numpy(), host)
+    if hasattr(torch.cuda, "gds"):  # torch's own cuFile path reads what gpurt wrote
+        written = tmp_path / "gpurt.bin"
+        with gds.GdsFile(written, os.O_CREAT | os.O_RDWR) as f:
+            f.save_array(gpurt.from_numpy(host))
+        theirs = torch.empty(host.shape, device="cuda")
+        try:
+            torch.cuda.gds.GdsFile(str(written), os.O_RDONLY).load_storage(
+                theirs.untyped_storage())
+        except RuntimeError as exc:  # a torch built without cuFile
+            pytest.skip(f"torch.cuda.gds is not usable: {exc}")
+        assert np.array_equal(theirs.cpu().numpy(), host)
