@@ -95,14 +95,22 @@ def test_registered_buffers_and_torch_tensors(tmp_path: Path, gpu_state: None) -
     with gds.GdsFile(path, os.O_RDONLY) as f:
         f.load_storage(tensor)  # zero-copy through __cuda_array_interface__
     assert np.array_equal(tensor.cpu().numpy(), host)
-    if hasattr(torch.cuda, "gds"):  # torch's own cuFile path reads what gpurt wrote
-        written = tmp_path / "gpurt.bin"
-        with gds.GdsFile(written, os.O_CREAT | os.O_RDWR) as f:
-            f.save_array(gpurt.from_numpy(host))
-        theirs = torch.empty(host.shape, device="cuda")
-        try:
-            torch.cuda.gds.GdsFile(str(written), os.O_RDONLY).load_storage(
-                theirs.untyped_storage())
-        except RuntimeError as exc:  # a torch built without cuFile
-            pytest.skip(f"torch.cuda.gds is not usable: {exc}")
-        assert np.array_equal(theirs.cpu().numpy(), host)
+
+
+@pytest.mark.gpu
+def test_torch_gds_reads_what_gpurt_wrote(tmp_path: Path, gpu_state: None) -> None:
+    _cufile_or_skip()
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.cuda, "gds"):
+        pytest.skip("this torch has no torch.cuda.gds")
+    host = _random((300, 77))
+    written = tmp_path / "gpurt.bin"
+    with gds.GdsFile(written, os.O_CREAT | os.O_RDWR) as f:
+        f.save_array(gpurt.from_numpy(host))
+    theirs = torch.full(host.shape, float("nan"), device="cuda")
+    try:
+        torch_file = torch.cuda.gds.GdsFile(str(written), os.O_RDONLY)
+        torch_file.load_storage(theirs.untyped_storage())
+    except (RuntimeError, OSError) as exc:  # a torch without cuFile, or O_DIRECT refused
+        pytest.skip(f"torch.cuda.gds is not usable here: {exc}")
+    assert np.array_equal(theirs.cpu().numpy(), host)

@@ -212,7 +212,8 @@ def test_two_processes_share_arrays_and_the_exporter_keeps_blocks_until_importer
     assert gpurt.memory_allocated() == allocated  # until ipc_collect runs here
     gpurt.ipc_collect()
     assert gpurt.memory_allocated() == allocated - y_host.nbytes - (-y_host.nbytes % 512)
-    assert not list(Path(counter.folder()).glob(f"gpurt-ipc-{os.getpid()}-*"))
+    for handle in handles:  # collected: the counter files are gone
+        assert not os.path.exists(counter.path_of(os.getpid(), handle.token))
 
 
 @pytest.mark.gpu
