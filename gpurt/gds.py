@@ -12,6 +12,7 @@ the array's stream before each, so queued kernels finish writing (or reading) fi
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import sys
 import threading
@@ -150,15 +151,21 @@ def _release(registration: _Registration) -> None:
 
 
 def _open_file(filename: str | os.PathLike[str], flags: int) -> int:
-    """``os.open``, with O_DIRECT (which GDS DMA needs) where the nvidia-fs driver is in use;
-    in compatibility mode cuFile goes through host memory, where the page cache helps and
-    O_DIRECT would only add alignment rules (and fail on tmpfs)."""
-    return os.open(filename, flags if is_compat_mode() else flags | os.O_DIRECT, 0o644)
+    """``os.open`` with O_DIRECT, which cuFile needs to register a file, in compatibility
+    mode too (it then does the POSIX I/O itself, unaligned requests included)."""
+    try:
+        return os.open(filename, flags | os.O_DIRECT, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    raise OSError(errno.EINVAL, f"{os.fspath(filename)!r} is on a filesystem without O_DIRECT "
+                  "(tmpfs, some overlays); cuFile cannot use it: put the file on a disk "
+                  "filesystem")
 
 
 class GdsFile:
     """A file opened for cuFile I/O (torch.cuda.gds.GdsFile): ``flags`` go to ``os.open``
-    (plus O_DIRECT where GDS itself is in use). :meth:`load_array` / :meth:`save_array`
+    (O_DIRECT is added, as torch does). :meth:`load_array` / :meth:`save_array`
     move a contiguous device array's bytes from / to the file at ``offset``;
     ``load_storage`` and ``save_storage`` are torch's names. Close with :meth:`close` or
     ``with``."""

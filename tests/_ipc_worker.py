@@ -1,10 +1,11 @@
 """The importing process of tests/test_ipc.py: ``python tests/_ipc_worker.py DIR N``.
 
-For each i < N it reads DIR/handle{i}.bin (an exported gpurt.IpcHandle's bytes) and
-DIR/expected{i}.npy, opens the array, checks its shape, dtype and values against the
-expected ones, then writes ``expected * 2 + 1`` into it for the exporter to check. It drops
-the arrays, runs gpurt.ipc_collect() (which must count the exporter's importers down) and
-prints "OK" last. Any failure prints why and exits non-zero.
+For each i < N it reads DIR/handle{i}.bin (an exported gpurt.IpcHandle's bytes), the
+expected values' bits DIR/expected{i}.npy and their dtype's name DIR/dtype{i}.txt, opens the
+array, checks its shape, dtype and values, then writes ``expected * 2 + 1`` into it for the
+exporter to check. It drops the arrays (views first keep the imports open), runs
+gpurt.ipc_collect() (which counts the exporter's importers down) and prints "OK" last. Any
+failure prints why and exits non-zero.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def main(folder: Path, count: int) -> None:
     arrays = []
     for i in range(count):
         handle = gpurt.ipc.IpcHandle.from_bytes((folder / f"handle{i}.bin").read_bytes())
-        expected = np.load(folder / f"expected{i}.npy")
+        expected = np.load(folder / f"expected{i}.npy").view(
+            np.dtype(getattr(gpurt, (folder / f"dtype{i}.txt").read_text())))
         array = gpurt.ipc.open_array(handle)
         assert array.shape == expected.shape, (array.shape, expected.shape)
         assert array.dtype == expected.dtype, (array.dtype, expected.dtype)

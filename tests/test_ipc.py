@@ -194,7 +194,10 @@ def test_two_processes_share_arrays_and_the_exporter_keeps_blocks_until_importer
     assert handles[0].strides == view.strides and handles[0].offset % 4 == 0
     for i, (handle, expected) in enumerate(zip(handles, [base[1:5, ::3], y_host])):
         (tmp_path / f"handle{i}.bin").write_bytes(handle.to_bytes())
-        np.save(tmp_path / f"expected{i}.npy", np.ascontiguousarray(expected))
+        # numpy saves ml_dtypes' bfloat16 as raw void: send the bits and the dtype's name
+        bits = np.ascontiguousarray(expected).view(f"u{expected.dtype.itemsize}")
+        np.save(tmp_path / f"expected{i}.npy", bits)
+        (tmp_path / f"dtype{i}.txt").write_text(expected.dtype.name)
 
     allocated = gpurt.memory_allocated()
     del y, view  # the exports keep y's block (and x's) allocated
