@@ -9,7 +9,8 @@ For a file of ``--mib`` MiB (random bytes, written once), GB/s of (median of ``-
 Every library moves the same file with the same page-cache state: the file is written first
 and read once before timing, so loads mostly come from the page cache (the storage itself is
 not measured; that is what a machine without GDS gives). ``compat`` in each row says whether
-cuFile ran in compatibility mode (no nvidia-fs driver: POSIX I/O through bounce buffers).
+cuFile ran in compatibility mode (no nvidia-fs driver: POSIX I/O through bounce buffers);
+``gpurt.gds (posix)`` means cuFile refused to register the file and gpurt's host path ran.
 
     python benchmarks/bench_gds.py [--mib N] [--repeat N] [--dir PATH] [--json PATH]
 """
@@ -67,10 +68,11 @@ def main() -> None:
         stream = device.stream
 
         with gds.GdsFile(path, os.O_RDWR) as f:
-            row("load", "gpurt.gds", _gbps(lambda: f.load_array(device), nbytes, args.repeat))
+            lib = f"gpurt.gds ({f.backend})"
+            row("load", lib, _gbps(lambda: f.load_array(device), nbytes, args.repeat))
             assert np.array_equal(device.to_numpy(), host), "gpurt.gds loaded wrong bytes"
             gds.gds_register_buffer(device)
-            row("load", "gpurt.gds registered",
+            row("load", f"{lib} registered buffer",
                 _gbps(lambda: f.load_array(device), nbytes, args.repeat))
             gds.gds_deregister_buffer(device)
 
@@ -98,7 +100,8 @@ def main() -> None:
 
         out = os.path.join(folder, "bench_gds_out.bin")
         with gds.GdsFile(out, os.O_CREAT | os.O_RDWR) as f:
-            row("save", "gpurt.gds", _gbps(lambda: f.save_array(device), nbytes, args.repeat))
+            row("save", f"gpurt.gds ({f.backend})",
+                _gbps(lambda: f.save_array(device), nbytes, args.repeat))
 
         def copy_then_write() -> None:
             device.to_numpy(out=pinned)

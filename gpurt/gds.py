@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import os
 import sys
 import threading
+import warnings
 import weakref
 from typing import Any
 
 from ._core.driver import CudaUnavailableError
+from ._memory.pinned import pinned_empty
 from ._streams.handles import raw_call
-from .array import Array, asarray
+from .array import Array, asarray, uint8
 
 __all__ = ["GdsFile", "gds_register_buffer", "gds_deregister_buffer", "is_compat_mode"]
 
@@ -100,6 +103,16 @@ def _device_array(obj: Any, what: str) -> Array:
     return array
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    key = message.split(" of ")[0]
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 def _failed(call: str, exc: BaseException) -> RuntimeError:
     return RuntimeError(f"{call} failed: {exc}")
 
@@ -150,17 +163,43 @@ def _release(registration: _Registration) -> None:
         os.close(fd)
 
 
-def _open_file(filename: str | os.PathLike[str], flags: int) -> int:
-    """``os.open`` with O_DIRECT, which cuFile needs to register a file, in compatibility
-    mode too (it then does the POSIX I/O itself, unaligned requests included)."""
+def _open_file(filename: str | os.PathLike[str], flags: int) -> tuple[int, bool]:
+    """``os.open`` with O_DIRECT, which cuFile needs to register a file (in compatibility
+    mode too); without it on filesystems that refuse O_DIRECT (tmpfs). Returns the
+    descriptor and whether it is O_DIRECT."""
     try:
-        return os.open(filename, flags | os.O_DIRECT, 0o644)
+        return os.open(filename, flags | os.O_DIRECT, 0o644), True
     except OSError as exc:
         if exc.errno != errno.EINVAL:
             raise
-    raise OSError(errno.EINVAL, f"{os.fspath(filename)!r} is on a filesystem without O_DIRECT "
-                  "(tmpfs, some overlays); cuFile cannot use it: put the file on a disk "
-                  "filesystem")
+    return os.open(filename, flags, 0o644), False
+
+
+_POSIX_CHUNK = 64 << 20  # the pinned bounce buffer of the host path
+
+
+def _posix_io(fd: int, target: Array, offset: int, write: bool) -> None:
+    """Move ``target``'s bytes through a pinned host buffer with pread/pwrite: what cuFile's
+    compatibility mode does, for files cuFile refuses to register."""
+    nbytes = target.nbytes
+    flat = target.reshape(-1).view(uint8)
+    bounce = pinned_empty(min(nbytes, _POSIX_CHUNK), uint8)
+    for start in range(0, nbytes, _POSIX_CHUNK):
+        count = min(_POSIX_CHUNK, nbytes - start)
+        part, host = flat[start:start + count], bounce[:count]
+        if write:
+            part.to_numpy(out=host)
+        done = 0
+        while done < count:
+            window = host.data[done:]
+            moved = (os.pwrite(fd, window, offset + start + done) if write
+                     else os.preadv(fd, [window], offset + start + done))
+            if moved <= 0:
+                raise OSError(errno.EIO, f"{'pwrite' if write else 'pread'} stopped after "
+                              f"{start + done} of {nbytes} bytes")
+            done += moved
+        if not write:
+            part.copy_(host)
 
 
 class GdsFile:
@@ -168,15 +207,26 @@ class GdsFile:
     (O_DIRECT is added, as torch does). :meth:`load_array` / :meth:`save_array`
     move a contiguous device array's bytes from / to the file at ``offset``;
     ``load_storage`` and ``save_storage`` are torch's names. Close with :meth:`close` or
-    ``with``."""
+    ``with``. Where cuFile refuses to register the file (no O_DIRECT on its filesystem, or
+    a cuFile error, said once in a RuntimeWarning) it is read and written through pinned
+    host memory instead, as cuFile's compatibility mode would: :attr:`backend` says which."""
 
     def __init__(self, filename: str | os.PathLike[str], flags: int) -> None:
         _library()
         self.filename = os.fspath(filename)
         self.flags = int(flags)
-        self._reg = _Registration(_open_file(filename, self.flags))
+        fd, direct = _open_file(filename, self.flags)
+        self._reg = _Registration(fd)
         self._finalizer = weakref.finalize(self, _release, self._reg)
-        self.register_handle()
+        self.backend = "posix"
+        if direct:
+            try:
+                self.register_handle()
+                self.backend = "cufile"
+            except RuntimeError as exc:
+                _warn_once(f"gpurt.gds: {exc}; reading and writing through host memory")
+        if self.backend == "posix" and direct:  # pread/pwrite need no alignment without it
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
 
     @property
     def handle(self) -> int | None:
@@ -193,6 +243,7 @@ class GdsFile:
         descr = cufile.Descr()
         descr.type = cufile.FileHandleType.OPAQUE_FD
         descr.handle.fd = self._reg.fd
+        descr.fs_ops = 0
         try:
             self._reg.handle = int(cufile.handle_register(descr.ptr))
         except cufile.cuFileError as exc:
@@ -220,8 +271,10 @@ class GdsFile:
         target = _device_array(array, what)
         if type(offset) is not int or offset < 0:
             raise ValueError(f"{what}: offset must be an int >= 0, got {offset!r}")
+        if self._reg.fd < 0:
+            raise RuntimeError(f"{what}: {self.filename} was closed")
         handle = self._reg.handle
-        if handle is None:
+        if handle is None and self.backend == "cufile":
             raise RuntimeError(f"{what}: {self.filename} is not registered with cuFile")
         nbytes = target.nbytes
         if not nbytes:
@@ -231,8 +284,11 @@ class GdsFile:
             if available < nbytes:
                 raise ValueError(f"load_array: {self.filename} has {max(available, 0)} bytes "
                                  f"from offset {offset}; the array needs {nbytes}")
-        cufile = _library()
         target.stream.synchronize()
+        if handle is None:
+            _posix_io(self._reg.fd, target, offset, write)
+            return target
+        cufile = _library()
         move = cufile.write if write else cufile.read
         try:
             done = raw_call(target.device.index, move, handle, target.ptr, nbytes, offset, 0)
