@@ -22,6 +22,7 @@ import weakref
 from typing import Any
 
 from ._core.driver import CudaUnavailableError
+from ._core.fork import renew_after_fork
 from ._memory.pinned import pinned_empty
 from ._streams.handles import raw_call
 from .array import Array, asarray, uint8
@@ -29,6 +30,7 @@ from .array import Array, asarray, uint8
 __all__ = ["GdsFile", "gds_register_buffer", "gds_deregister_buffer", "is_compat_mode"]
 
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 _cufile: Any = None
 _compat = False
 _NVIDIA_FS = ("/proc/driver/nvidia-fs/stats", "/dev/nvidia-fs0")

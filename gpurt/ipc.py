@@ -41,6 +41,7 @@ from ._array import layout as _layout
 from ._array.interop import Foreign
 from ._array.ownership import owner_of
 from ._core.driver import CudaError
+from ._core.fork import at_fork_in_child, renew_after_fork
 from ._ipc import counter as _counter
 from ._ipc.handle import IPC_HANDLE_BYTES, TOKEN_BYTES, IpcHandle
 from ._streams.handles import call
@@ -51,6 +52,7 @@ from .streams import Event, current_stream
 __all__ = ["IpcHandle", "export_array", "open_array", "ipc_collect"]
 
 _lock = threading.RLock()
+renew_after_fork(globals(), _lock=threading.RLock)
 
 
 # ---- the exporting side ------------------------------------------------------------------
@@ -277,3 +279,15 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+def _forget_after_fork() -> None:
+    """A forked child owns none of the parent's exports and imports: at its exit it must
+    not count the parent's importers down nor touch its counter files."""
+    _exports.clear()
+    _mappings.clear()
+    _closing.clear()
+    _open_imports.clear()
+
+
+at_fork_in_child("ipc", _forget_after_fork)
