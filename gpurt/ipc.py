@@ -149,21 +149,23 @@ class _Mapping:
 class _Import:
     """Held by every Array over one import (as their owner); its death queues the close."""
 
-    __slots__ = ("key", "fd", "__weakref__")
+    __slots__ = ("key", "export", "__weakref__")
 
-    def __init__(self, key: tuple[int, bytes], fd: int) -> None:
-        self.key = key
-        self.fd = fd
+    def __init__(self, key: tuple[int, bytes], export: tuple[int, bytes]) -> None:
+        self.key = key  # the mapping: (device, memory handle)
+        self.export = export  # the export: (exporter pid, token)
 
 
 _mappings: dict[tuple[int, bytes], _Mapping] = {}  # (device, memory handle) -> mapping
-_closing: collections.deque[tuple[tuple[int, bytes], int]] = collections.deque()
-_open_imports: dict[int, tuple[int, bytes]] = {}  # counter fd -> key, for exit
+# (exporter pid, token) -> [the export's counter fd, live imports of it here]: this process
+# counts as one importer however often it opens the same export
+_counters: dict[tuple[int, bytes], list[int]] = {}
+_closing: collections.deque[tuple[tuple[int, bytes], tuple[int, bytes]]] = collections.deque()
 
 
-def _queue_close(key: tuple[int, bytes], fd: int) -> None:
+def _queue_close(key: tuple[int, bytes], export: tuple[int, bytes]) -> None:
     """The finalizer of an import: no driver call, only a note for the next safe point."""
-    _closing.append((key, fd))
+    _closing.append((key, export))
 
 
 def _device_with_uuid(uuid: bytes) -> int:
@@ -210,17 +212,22 @@ def open_array(handle: IpcHandle | bytes, stream: Any = None) -> Array:
                          "IPC handles: use the exported array")
     _close_pending()
     index = _device_with_uuid(handle.device_uuid)
-    fd = _counter.open_existing(handle.pid, handle.token)
-    try:
-        with _lock:
+    export = (handle.pid, handle.token)
+    with _lock:
+        counted = _counters.get(export)
+        fd = _counter.open_existing(*export) if counted is None else counted[0]
+        try:
             mapping = _map(index, handle.mem_handle)
-            mapping.users += 1
-        keep = _Import((index, handle.mem_handle), fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    _open_imports[fd] = keep.key
-    weakref.finalize(keep, _queue_close, keep.key, fd)
+        except BaseException:
+            if counted is None:
+                os.close(fd)
+            raise
+        mapping.users += 1
+        if counted is None:
+            counted = _counters[export] = [fd, 0]
+        counted[1] += 1
+        keep = _Import((index, handle.mem_handle), export)
+    weakref.finalize(keep, _queue_close, keep.key, export)
     lo, hi = _layout.byte_extent(handle.shape, handle.strides, handle.dtype.itemsize)
     if handle.offset + hi > mapping.size:  # the handle lied about the allocation's size
         raise ValueError(f"IPC handle: the array's bytes end at {handle.offset + hi}, past "
@@ -234,23 +241,34 @@ def open_array(handle: IpcHandle | bytes, stream: Any = None) -> Array:
 
 def _close_pending() -> None:
     """Run the closes queued by dropped imports: finish the device's work on the memory,
-    unmap it when no import here uses it, and count the exporter's importers down."""
+    unmap it when no import here uses it, and count the exporter's importers down once
+    this process holds nothing of the export."""
     with _lock:
         synced: set[int] = set()
         while _closing:
-            key, fd = _closing.popleft()
-            _open_imports.pop(fd, None)
+            key, export = _closing.popleft()
             try:
                 mapping = _mappings.get(key)
-                if mapping is not None:
-                    if mapping.index not in synced:
-                        synchronize(mapping.index)
-                        synced.add(mapping.index)
-                    mapping.users -= 1
-                    if mapping.users == 0:
-                        _unmap(key)
+                if mapping is None:  # forgotten after a fork
+                    continue
+                if mapping.index not in synced:
+                    synchronize(mapping.index)
+                    synced.add(mapping.index)
+                mapping.users -= 1
+                if mapping.users == 0:
+                    _unmap(key)
             finally:
-                _counter.decrement(fd)
+                _release_count(export)
+
+
+def _release_count(export: tuple[int, bytes]) -> None:
+    counted = _counters.get(export)
+    if counted is None:  # forgotten after a fork
+        return
+    counted[1] -= 1
+    if counted[1] == 0:
+        del _counters[export]
+        _counter.decrement(counted[0])
 
 
 def ipc_collect() -> None:
@@ -268,12 +286,12 @@ def _at_exit() -> None:
         _close_pending()
     except Exception:  # the driver may be going away: counting down matters more
         pass
-    for fd in list(_open_imports):
+    for fd, _ in list(_counters.values()):
         try:
             _counter.decrement(fd)
         except OSError:
             pass
-    _open_imports.clear()
+    _counters.clear()
     for export in list(_exports.values()):
         _counter.remove(os.getpid(), export.token)
 
@@ -287,7 +305,7 @@ def _forget_after_fork() -> None:
     _exports.clear()
     _mappings.clear()
     _closing.clear()
-    _open_imports.clear()
+    _counters.clear()
 
 
 at_fork_in_child("ipc", _forget_after_fork)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import gpurt
+from gpurt._ipc import counter
 
 
 def main(folder: Path, count: int) -> None:
@@ -31,6 +32,13 @@ def main(folder: Path, count: int) -> None:
         assert np.array_equal(got, expected), f"handle {i}: the imported values differ"
         array.copy_((expected.astype(np.float64) * 2 + 1).astype(expected.dtype))
         arrays.append(array)
+        if i == 0:  # a second open of the same export: still one importer to the exporter
+            again = gpurt.ipc.open_array(handle)
+            assert np.array_equal(again.to_numpy(), expected)
+            del again
+            gpurt.ipc_collect()
+            path = counter.path_of(handle.pid, handle.token)
+            assert Path(path).read_bytes() == (1).to_bytes(8, "little"), "counted down early"
     gpurt.synchronize()
     views = [a[..., :1] for a in arrays]  # views keep the import open after the root dies
     del arrays
