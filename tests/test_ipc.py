@@ -231,3 +231,57 @@ def test_an_export_no_importer_opened_stays_until_exit(gpu_state: None) -> None:
         gpurt.ipc.export_array(array, importers=0)
     with pytest.raises(ValueError, match="empty array"):
         gpurt.ipc.export_array(gpurt.empty(0))
+
+
+# ---- the importer's bookkeeping, with the driver calls stubbed out (CPU) ----------------
+
+
+class _FakeDriver:
+    """Stands in for the driver calls of gpurt.ipc's importing side and records them."""
+
+    def __init__(self) -> None:
+        self.opened: list[bytes] = []
+        self.closed: list[int] = []
+
+    def call(self, index: int, name: str, fn: object, *args: object) -> object:
+        if name == "cuIpcOpenMemHandle":
+            self.opened.append(bytes(64))
+            return 0x7000_0000 + len(self.opened) * (1 << 24)
+        if name == "cuMemGetAddressRange":
+            return (args[0], 2 << 20)
+        assert name == "cuIpcCloseMemHandle", name
+        self.closed.append(int(args[0]))  # type: ignore[call-overload]
+        return None
+
+
+def test_imports_count_once_per_process_and_unmap_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeDriver()
+    monkeypatch.setattr(gpurt.ipc, "call", fake.call)
+    monkeypatch.setattr(gpurt.ipc, "_device_with_uuid", lambda uuid: 0)
+    monkeypatch.setattr(gpurt.ipc, "synchronize", lambda index: None)
+    monkeypatch.setattr(gpurt.ipc.Event, "from_ipc_handle", staticmethod(lambda i, h: None))
+    monkeypatch.setattr(gpurt.ipc, "current_stream",
+                        lambda index: type("S", (), {"wait_event": lambda self, e: None})())
+    monkeypatch.setattr(gpurt.ipc, "_wrap", lambda foreign: [foreign.keep, foreign.ptr])
+    exporter = os.getpid() + 100000  # another process's export, as far as the names go
+    tokens = [os.urandom(16), os.urandom(16)]
+    fds = [counter.create(exporter, token, 1) for token in tokens]
+    try:
+        first = [make_handle(pid=exporter, token=t) for t in tokens]  # one allocation
+        a = gpurt.ipc.open_array(first[0])
+        b = gpurt.ipc.open_array(first[0])  # the same export again
+        c = gpurt.ipc.open_array(first[1])  # another export of the same allocation
+        assert len(fake.opened) == 1 and a[1] == b[1] == c[1]  # one mapping, shared
+        del a
+        gpurt.ipc_collect()
+        assert [counter.read(fd) for fd in fds] == [1, 1] and not fake.closed
+        del b
+        gpurt.ipc_collect()
+        assert [counter.read(fd) for fd in fds] == [0, 1] and not fake.closed
+        del c
+        gpurt.ipc_collect()
+        assert [counter.read(fd) for fd in fds] == [0, 0] and len(fake.closed) == 1
+    finally:
+        for fd, token in zip(fds, tokens):
+            os.close(fd)
+            counter.remove(exporter, token)
