@@ -9,6 +9,8 @@ from . import (  # noqa: F401  (submodules; NCCL itself loads on first use)
     amp,
     comm,
     distributed,
+    gds,
+    ipc,
     jiterator,
     profiler,
     random,
@@ -25,6 +27,7 @@ from .elementwise import *  # noqa: F401,F403
 from .elementwise import __all__ as _elementwise_all
 from .graphs import *  # noqa: F401,F403
 from .graphs import __all__ as _graphs_all
+from .ipc import ipc_collect  # noqa: F401  (torch.cuda.ipc_collect; the rest is gpurt.ipc)
 from .memory import *  # noqa: F401,F403
 from .memory import __all__ as _memory_all
 from .nvrtc import *  # noqa: F401,F403
@@ -58,6 +61,9 @@ __all__ = [
     *_graphs_all,
     *_random_all,
     "random",
+    "ipc",
+    "ipc_collect",
+    "gds",
     *_elementwise_all,
     "profiler",
     "jiterator",

@@ -45,6 +45,10 @@ __all__ = [
     "power_draw",
     "clock_rate",
     "memory_usage",
+    "device_memory_used",
+    "list_gpu_processes",
+    "is_bf16_supported",
+    "is_tf32_supported",
 ]
 
 
@@ -463,13 +467,16 @@ def _nvml() -> Any:
     return _nvml_module
 
 
+def _pci_bus_id(index: int) -> str:
+    props = get_device_properties(index)
+    return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+
+
 def _nvml_handle(device: DeviceLike) -> Any:
     index = _index(device)
     handle = _nvml_handles.get(index)
     if handle is None:
-        props = get_device_properties(index)
-        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-        handle = _nvml().device_get_handle_by_pci_bus_id_v2(bus)
+        handle = _nvml().device_get_handle_by_pci_bus_id_v2(_pci_bus_id(index))
         _nvml_handles[index] = handle
     return handle
 
@@ -506,3 +513,78 @@ def clock_rate(device: DeviceLike = None) -> int:
 def memory_usage(device: DeviceLike = None) -> int:
     """Percent of time over the last sample period device memory was read or written (NVML)."""
     return int(_nvml_read(device, lambda n, h: n.device_get_utilization_rates(h).memory))
+
+
+# ---- memory and processes as NVML sees them (all processes, not only this one) ----------
+
+
+def _pynvml(device: DeviceLike, missing: CudaUnavailableError) -> tuple[Any, Any]:
+    """nvidia-ml-py's module and device handle, where cuda.bindings has no NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        raise CudaUnavailableError(
+            f"{missing}; nvidia-ml-py is not installed either (pip install nvidia-ml-py)"
+        ) from None
+    try:
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(_pci_bus_id(_index(device)))
+    except pynvml.NVMLError as exc:
+        raise CudaUnavailableError(f"NVML is not available here: {exc}") from None
+
+
+def _nvml_memory_and_processes(device: DeviceLike) -> tuple[int, list[tuple[int, int | None]]]:
+    """(bytes used on the device, [(pid, bytes used or None)] of its compute processes)."""
+    try:
+        _nvml()
+    except CudaUnavailableError as exc:
+        pynvml, handle = _pynvml(device, exc)
+        used = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        return used, [(int(p.pid), p.usedGpuMemory)
+                      for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+    info = _nvml_read(device, lambda n, h: n.device_get_memory_info_v2(h))
+    found = _nvml_read(device, lambda n, h: n.device_get_compute_running_processes_v3(h))
+    processes = []
+    for i in range(len(found)):
+        memory = int(found[i].used_gpu_memory)
+        processes.append((int(found[i].pid), None if memory == _NVML_NOT_AVAILABLE else memory))
+    # NVML's version-1 "used" (torch's reading) is total - free; v2 splits off "reserved"
+    return int(info.total - info.free), processes
+
+
+_NVML_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
+
+
+def device_memory_used(device: DeviceLike = None) -> int:
+    """Bytes of ``device``'s memory in use by all processes, as NVML reports it
+    (torch.cuda.device_memory_used; nvidia-smi's "used")."""
+    return _nvml_memory_and_processes(device)[0]
+
+
+def list_gpu_processes(device: DeviceLike = None) -> str:
+    """The processes running on ``device`` and their memory, as NVML reports them, in
+    torch.cuda.list_gpu_processes()'s format."""
+    index = _index(device)
+    lines = [f"GPU:{index}"]
+    processes = _nvml_memory_and_processes(index)[1]
+    if not processes:
+        lines.append("no processes are running")
+    for pid, memory in processes:
+        used = "n/a" if memory is None else f"{memory / (1024 * 1024):>12.3f}"
+        lines.append(f"process {pid:>10d} uses {used:>12} MB GPU memory")
+    return "\n".join(lines)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True when the current device computes in bfloat16 natively (compute capability 8.0
+    or newer) or, with ``including_emulation``, can hold bfloat16 arrays at all (any
+    device); False without a GPU. torch.cuda.is_bf16_supported's results."""
+    if not is_available():
+        return False
+    return get_device_capability()[0] >= 8 or bool(including_emulation)
+
+
+def is_tf32_supported() -> bool:
+    """True when the current device has TF32 tensor cores (compute capability 8.0 or
+    newer), as torch.cuda.is_tf32_supported."""
+    return is_bf16_supported(including_emulation=False)

@@ -37,6 +37,8 @@ __all__ = [
     "CompileError",
     "add_launch_hook",
     "remove_launch_hook",
+    "get_arch_list",
+    "get_gencode_flags",
 ]
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
@@ -360,3 +362,20 @@ class RawKernel:
 
     def __repr__(self) -> str:
         return f"<gpurt.RawKernel {self.name!r}>"
+
+
+# ---- what NVRTC can target (torch.cuda.get_arch_list / get_gencode_flags) ---------------
+
+
+def get_arch_list() -> list[str]:
+    """The SASS targets gpurt can compile for, e.g. ``['sm_75', ..., 'sm_90', ...]``
+    (wraps nvrtcGetSupportedArchs). torch lists the targets it was built for; gpurt builds
+    at run time, so this is what its NVRTC supports. Needs no GPU."""
+    archs = check(_nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs")
+    return [f"sm_{arch}" for arch in archs]
+
+
+def get_gencode_flags() -> str:
+    """:func:`get_arch_list` as nvcc ``-gencode`` flags, in torch's format."""
+    return " ".join(f"-gencode compute=compute_{arch[3:]},code={arch}"
+                    for arch in get_arch_list())

@@ -16,7 +16,7 @@ LAYERS = [
     ["gpurt.device"],
     ["gpurt._streams", "gpurt.streams"],
     ["gpurt._memory", "gpurt.memory"],
-    ["gpurt._array", "gpurt.array"],
+    ["gpurt._array", "gpurt.array", "gpurt._ipc", "gpurt.ipc", "gpurt.gds"],
     ["gpurt._nvrtc", "gpurt._launch", "gpurt.nvrtc"],
     ["gpurt._graphs", "gpurt.graphs", "gpurt._profiler", "gpurt.profiler", "gpurt.nvtx",
      "gpurt.memviz", "gpurt._random", "gpurt.random", "gpurt.sanitizer"],

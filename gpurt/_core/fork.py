@@ -19,6 +19,7 @@ ORDER = (
     "devices",  # per-thread device state and primary contexts (gpurt/device.py)
     "allocators",  # the device memory allocators (gpurt/memory.py)
     "array places",  # the allocators new arrays reach (gpurt/_array/ownership.py)
+    "ipc",  # the parent's exports and imports of device memory (gpurt/ipc.py)
 )
 
 _steps: dict[str, Callable[[], None]] = {}

@@ -1,0 +1,1 @@
+"""Machinery of gpurt.ipc: the handle format and the shared importer counters."""
