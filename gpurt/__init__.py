@@ -14,9 +14,11 @@ from . import (  # noqa: F401  (submodules; NCCL itself loads on first use)
     jiterator,
     profiler,
     random,
+    sanitizer,
 )
 from ._core.driver import *  # noqa: F401,F403
 from ._core.driver import __all__ as _driver_all
+from ._core.syncdebug import get_sync_debug_mode, set_sync_debug_mode  # noqa: F401
 from .array import *  # noqa: F401,F403
 from .array import __all__ as _array_all
 from .device import *  # noqa: F401,F403
@@ -67,5 +69,8 @@ __all__ = [
     "jiterator",
     "amp",
     "nvtx",
+    "sanitizer",
+    "get_sync_debug_mode",
+    "set_sync_debug_mode",
     "__version__",
 ]

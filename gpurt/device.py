@@ -19,6 +19,7 @@ from ._core.driver import CudaError, CudaUnavailableError, check
 from ._core.fork import at_fork_in_child, renew_after_fork
 from ._core.state import THREAD as _tls  # this thread's index, bound (see _core/state.py)
 from ._core.state import forget_devices, forget_place
+from ._sanitizer import hooks as _csan
 
 __all__ = [
     "Device",
@@ -388,6 +389,8 @@ def synchronize(device: DeviceLike = None) -> None:
     index = _index(device)
     bind_context(index)
     check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+    if _csan.ON:
+        _csan.TRACKER.device_synchronize(index)
     if getattr(_tls, "index", index) != index:
         bind_context(_tls.index)
 

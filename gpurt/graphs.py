@@ -32,6 +32,7 @@ from ._graphs import capture as _capture
 from ._graphs.capture import GraphCaptureError, GraphUpdateError, PoolId, capture_error
 from ._graphs.nodes import KernelNode, kernel_nodes_of
 from ._random.capture import GraphGenerators  # generators drawing in a graph (gpurt.random)
+from ._sanitizer import hooks as _csan
 from .array import Array
 from .device import bind_context, current_device, synchronize
 
@@ -82,6 +83,7 @@ class CUDAGraph:
         self._finalizer: weakref.finalize | None = None
         self._debug = False
         self._generators = GraphGenerators()  # RNG hook: generators drawing in this graph
+        self._accesses: Any = None  # the sanitizer's log of what the capture accessed
 
     def __repr__(self) -> str:
         capture = self._capturing
@@ -130,6 +132,8 @@ class CUDAGraph:
             self._generators.abort()  # RNG hook
             raise
         self._capturing = capture
+        if _csan.ON:
+            _csan.TRACKER.capture_begin(int(stream.cuda_stream), index)
 
     def capture_end(self) -> None:
         """End the capture and instantiate the graph (wraps cuStreamEndCapture and
@@ -173,6 +177,9 @@ class CUDAGraph:
         _capture.drain_deferred()
 
     def _stop_pool_routing(self, capture: _Capture) -> None:
+        # every end of a capture comes here: the sanitizer's log of it (None when off)
+        self._accesses = _csan.TRACKER.capture_end(int(capture.stream.cuda_stream),
+                                                   capture.device)
         try:
             _memory.end_allocate_to_pool(capture.device, capture.pool)
         finally:
@@ -218,6 +225,8 @@ class CUDAGraph:
         bind_context(state.device)
         handle = _streams.current_stream_handle(state.device)
         self._generators.replay(handle)  # RNG hook: fresh seed/offset for this replay
+        if _csan.ON:
+            _csan.replay(self._accesses, handle, state.device)
         check(cu.cuGraphLaunch(state.exec, handle), "cuGraphLaunch")
 
     def register_generator_state(self, generator: Any) -> None:
@@ -232,7 +241,7 @@ class CUDAGraph:
         if self._capturing is not None:
             raise RuntimeError("reset() during capture: call capture_end() first")
         state, finalizer = self._state, self._finalizer
-        self._state = self._finalizer = None
+        self._state = self._finalizer = self._accesses = None
         if state is not None and finalizer is not None and finalizer.detach() is not None:
             _capture.release(state, warn=True)  # detach() is None when the finalizer already ran
         _capture.drain_deferred()

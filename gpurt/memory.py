@@ -331,6 +331,22 @@ def _record_memory_history(enabled: Any = "all", context: Any = "all", stacks: s
             allocator.trace.clear()
 
 
+def watch_allocations(observer: Any) -> list[tuple[int, int]]:
+    """Tell ``observer`` of every allocation and free of device memory from now on
+    (``observer.allocated(ptr, size)``, ``observer.freed(ptr, size)``, called under an
+    allocator's lock; None stops it); returns the (address, size) of the live allocations.
+    The stream sanitizer's source of allocation ranges."""
+    _history.watch(observer)
+    if observer is None:
+        return []
+    live: list[tuple[int, int]] = []
+    for allocator in list(_allocators.values()):
+        for segment in allocator.snapshot():
+            live.extend((block["address"], block["size"]) for block in segment["blocks"]
+                        if block["state"] == "active_allocated")
+    return live
+
+
 def _snapshot(device: Any = None) -> dict[str, Any]:
     """{"segments": [...], "device_traces": [[...] per device]} as JSON-ready dicts."""
     if not is_initialized():

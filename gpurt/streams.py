@@ -24,8 +24,10 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
+from ._core import syncdebug
 from ._core.driver import check
 from ._core.state import THREAD, Saved, all_thread_streams
+from ._sanitizer import hooks as _csan
 from ._streams.handles import (
     Owned,
     adopt,
@@ -255,8 +257,13 @@ class Stream:
         return is_ready(self.device_index, "cuStreamQuery", cu.cuStreamQuery, self._live())
 
     def synchronize(self) -> None:
-        """Wait until all work submitted so far has completed (wraps cuStreamSynchronize)."""
+        """Wait until all work submitted so far has completed (wraps cuStreamSynchronize).
+        A sync debug mode site, as torch's ``Stream.synchronize``."""
+        if syncdebug.LEVEL:
+            syncdebug.warn_or_error_on_sync("Stream.synchronize()")
         call(self.device_index, "cuStreamSynchronize", cu.cuStreamSynchronize, self._live())
+        if _csan.ON:
+            _csan.TRACKER.stream_synchronize(self._ident, self.device_index)
 
     def wait_event(self, event: Event) -> None:
         """Make future work on this stream wait for ``event`` (wraps cuStreamWaitEvent).
@@ -448,6 +455,8 @@ class Event:
         stream_handle = stream._live()
         call(index, "cuEventRecord", cu.cuEventRecord, self._create(index), stream_handle)
         self._recorded = True
+        if _csan.ON:
+            _csan.TRACKER.event_record(int(self._handle), stream._ident, index)
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make future work on ``stream`` (default: the current stream) wait for this event
@@ -459,6 +468,8 @@ class Event:
             stream = current_stream()
         call(stream.device_index, "cuStreamWaitEvent", cu.cuStreamWaitEvent, stream._live(),
              handle, 0)
+        if _csan.ON:
+            _csan.TRACKER.event_wait(int(handle), stream._ident, stream.device_index)
 
     def query(self) -> bool:
         """True when the recorded work has completed, or nothing was recorded
@@ -474,6 +485,8 @@ class Event:
             return
         index, handle = self._live("Event.synchronize")
         call(index, "cuEventSynchronize", cu.cuEventSynchronize, handle)
+        if _csan.ON:
+            _csan.TRACKER.event_synchronize(int(handle))
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event and ``end_event``, both recorded with
@@ -509,6 +522,8 @@ class Event:
             return
         self._closed = True
         owned, finalizer = self._owned, self._finalizer
+        if _csan.ON and self._handle is not None:
+            _csan.TRACKER.event_forget(int(self._handle))
         self._handle = None
         if owned is None or finalizer is None:
             return

@@ -33,6 +33,7 @@ from cuda.bindings import driver as cu
 
 import gpurt
 import gpurt.nvrtc
+from gpurt import sanitizer
 
 from . import _gemm_tune as tune
 from . import tunable
@@ -353,6 +354,8 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         c = _as_array(c, "c")
     if stream is not None:
         stream = gpurt.as_stream(stream, a.device.index)
+    if sanitizer.ENABLED:  # a and b may hide in TMA descriptors, which the launch hook can't read
+        sanitizer.record("gemm", (a, b, c if beta else None), (out,), stream)
     key = (a.shape, a.strides, a.dtype, a.ptr & 15, a.device.index,
            b.shape, b.strides, b.dtype, b.ptr & 15, b.device.index,
            None if out is None else _signature(out),

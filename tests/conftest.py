@@ -17,6 +17,7 @@ if not os.environ.get("GPURT_CACHE_DIR"):
     _MADE_CACHE = os.environ["GPURT_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpurt-test-cache-")
 
 import gpurt  # noqa: E402
+from gpurt._sanitizer import hooks as _sanitizer_hooks  # noqa: E402
 
 _GPU = gpurt.is_available()
 _WHY = "no usable NVIDIA GPU/driver here (gpurt.is_available() is False)"
@@ -37,6 +38,21 @@ def gpu_state():
     before = gpurt.current_device()
     yield
     gpurt.set_device(before)
+
+
+@pytest.fixture(autouse=True)
+def _no_sanitizer_for_planted_races(request: pytest.FixtureRequest):
+    """Tests marked ``races`` run with the stream sanitizer off when GPURT_SANITIZER (gpu-check
+    --csan) turned it on for the run; it is back on, as it was, after them."""
+    if "races" not in request.keywords or not gpurt.sanitizer.is_enabled():
+        yield
+        return
+    raising = _sanitizer_hooks.RAISE
+    gpurt.sanitizer.disable_cuda_sanitizer()
+    try:
+        yield
+    finally:
+        gpurt.sanitizer.enable_cuda_sanitizer("raise" if raising else "warn")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -279,6 +279,29 @@ def test_gpu_check_selects_tests_and_one_benchmark(fake_tree: Path, tmp_path: Pa
     assert res.returncode == 1 and "not clean" in res.stdout, res.stdout + res.stderr
 
 
+CSAN_TESTS = """\
+import os
+import gpurt
+
+def test_csan_is_on():
+    assert os.environ["GPURT_SANITIZER"] == "1" and gpurt.sanitizer.is_enabled()
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="gpu-check runs python3 -P (3.11+)")
+def test_gpu_check_csan_runs_the_tests_with_the_sanitizer(fake_tree: Path, tmp_path: Path) -> None:
+    (fake_tree / "tests" / "test_csan.py").write_text(CSAN_TESTS)
+    out = tmp_path / "out"
+    res = run_check(fake_tree, out, "--csan", "-k", "csan")
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["passed"], summary["failed"]) == (1, 0)
+    assert "with GPURT_SANITIZER=1" in (out / "check.log").read_text()
+    assert not (out / "bench.json").exists() and not (out / "sanitize.json").exists()
+    res = run_check(fake_tree, tmp_path / "out2", "-k", "csan")  # without --csan: off
+    assert res.returncode == 1, res.stdout + res.stderr
+
+
 def test_gpu_check_usage() -> None:
     res = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Usage: scripts/gpu-check OUTDIR" in res.stdout

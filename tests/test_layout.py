@@ -12,14 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gpurt"
 
 # Each module's layer, lowest first; a module may import its own layer and those below.
 LAYERS = [
-    ["gpurt._core"],
+    ["gpurt._core", "gpurt._sanitizer"],
     ["gpurt.device"],
     ["gpurt._streams", "gpurt.streams"],
     ["gpurt._memory", "gpurt.memory"],
     ["gpurt._array", "gpurt.array", "gpurt._ipc", "gpurt.ipc", "gpurt.gds"],
     ["gpurt._nvrtc", "gpurt._launch", "gpurt.nvrtc"],
     ["gpurt._graphs", "gpurt.graphs", "gpurt._profiler", "gpurt.profiler", "gpurt.nvtx",
-     "gpurt.memviz", "gpurt._random", "gpurt.random"],
+     "gpurt.memviz", "gpurt._random", "gpurt.random", "gpurt.sanitizer"],
     ["gpurt.comm", "gpurt.distributed"],
     ["gpurt", "gpurt._cli", "gpurt.__main__", "gpurt._elementwise", "gpurt.elementwise",
      "gpurt.jiterator", "gpurt.amp"],

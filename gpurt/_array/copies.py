@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver as cu
 
+from .._core import syncdebug
 from .._core.driver import check
+from .._sanitizer import hooks as csan
 from ..device import bind_context, current_device, primary_index
 from . import layout as _layout
 
@@ -70,6 +72,8 @@ def wait_for(index: int, consumer: int, producer: int, producer_index: int | Non
     if not across and (consumer == producer or (consumer <= 1 and producer <= 1)):
         return
     home = producer_index if across and producer_index is not None else index
+    if csan.ON:
+        csan.TRACKER.stream_wait(consumer, producer, index, home)
     if across:
         bind_context(home)  # the event is made and recorded in the producer's context
     idle = _idle_events.setdefault(home, [])
@@ -91,9 +95,24 @@ def wait_for(index: int, consumer: int, producer: int, producer_index: int | Non
 # ---- copies and fills --------------------------------------------------------------------
 
 
+def _record_copy(dst: int, dst_on_device: bool, src: int, src_on_device: bool,
+                 stream: int) -> None:
+    """Tell the sanitizer (when on) that a copy on ``stream`` reads ``src`` and writes ``dst``."""
+    kind = {(True, True): "device to device", (True, False): "host to device",
+            (False, True): "device to host"}.get((dst_on_device, src_on_device), "host")
+    csan.copy(dst if dst_on_device else 0, src if src_on_device else 0, stream, f"copy ({kind})")
+
+
 def copy_bytes(dst: int, dst_on_device: bool, src: int, src_on_device: bool, nbytes: int,
                stream: int) -> None:
     """Copy ``nbytes`` contiguous bytes on ``stream``: one cuMemcpy{HtoD,DtoH,DtoD}Async."""
+    if csan.ON:
+        _record_copy(dst, dst_on_device, src, src_on_device, stream)
+    _copy_bytes(dst, dst_on_device, src, src_on_device, nbytes, stream)
+
+
+def _copy_bytes(dst: int, dst_on_device: bool, src: int, src_on_device: bool, nbytes: int,
+                stream: int) -> None:
     if dst_on_device and src_on_device:
         check(cu.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
     elif dst_on_device:
@@ -108,6 +127,8 @@ def copy_peer(dst: int, dst_context: Any, src: int, src_context: Any, nbytes: in
               stream: int) -> None:
     """Copy ``nbytes`` contiguous bytes from one device's memory to another's on ``stream``
     (cuMemcpyPeerAsync: over NVLink/PCIe with peer access, staged by the driver without)."""
+    if csan.ON:
+        csan.copy(dst, src, stream, "copy (device to peer device)")
     check(cu.cuMemcpyPeerAsync(dst, dst_context, src, src_context, nbytes, stream),
           "cuMemcpyPeerAsync")
 
@@ -121,15 +142,17 @@ def copy(dst: int, dst_on_device: bool, dst_strides: tuple[int, ...], src: int,
     size = _layout.prod(shape)
     if not size:
         return
+    if csan.ON:
+        _record_copy(dst, dst_on_device, src, src_on_device, stream)
     if _layout.is_contiguous(shape, dst_strides, itemsize) and _layout.is_contiguous(
         shape, src_strides, itemsize
     ):
-        copy_bytes(dst, dst_on_device, src, src_on_device, size * itemsize, stream)
+        _copy_bytes(dst, dst_on_device, src, src_on_device, size * itemsize, stream)
         return
     for c in _layout.plan_copy(shape, dst_strides, src_strides, itemsize):
         d, s = dst + c.dst_offset, src + c.src_offset
         if c.height == 1:
-            copy_bytes(d, dst_on_device, s, src_on_device, c.width, stream)
+            _copy_bytes(d, dst_on_device, s, src_on_device, c.width, stream)
             continue
         params = cu.CUDA_MEMCPY2D()
         if src_on_device:
@@ -149,6 +172,8 @@ def fill(ptr: int, pattern: bytes, count: int, stream: int) -> None:
     """Fill ``count`` contiguous items with the item bytes ``pattern`` on ``stream``: one
     cuMemsetD8/D16/D32Async in the widest unit the pattern repeats in, else (8- and
     16-byte items) one pitched cuMemsetD2D32Async per 32-bit word of the item."""
+    if csan.ON:
+        csan.access(stream, (), ((ptr, None),), "fill")
     size = len(pattern)
     if pattern == pattern[:1] * size:
         check(cu.cuMemsetD8Async(ptr, pattern[0], count * size, stream), "cuMemsetD8Async")
@@ -166,8 +191,13 @@ def fill(ptr: int, pattern: bytes, count: int, stream: int) -> None:
 
 
 def synchronize(stream: int) -> None:
-    """Wait until everything queued on ``stream`` has finished (cuStreamSynchronize)."""
+    """Wait until everything queued on ``stream`` has finished (cuStreamSynchronize): the
+    wait of a blocking copy to or from host memory (a sync debug mode site)."""
+    if syncdebug.LEVEL:
+        syncdebug.warn_or_error_on_sync("a copy between device and host memory that waits")
     check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    if csan.ON:
+        csan.TRACKER.stream_synchronize(stream, csan.bound_device())
 
 
 def download(dst: int, src: int, nbytes: int) -> None:
@@ -175,7 +205,13 @@ def download(dst: int, src: int, nbytes: int) -> None:
     for it: cuMemcpyDtoH returns once the copy, queued after all earlier work of that
     stream, has completed (the same as cuMemcpyDtoHAsync + cuStreamSynchronize on it, in
     one driver call)."""
+    if syncdebug.LEVEL:
+        syncdebug.warn_or_error_on_sync("a copy from device to host memory that waits")
+    if csan.ON:
+        csan.copy(0, src, 0, "copy (device to host)")
     check(cu.cuMemcpyDtoH(dst, src, nbytes), "cuMemcpyDtoH")
+    if csan.ON:
+        csan.TRACKER.stream_synchronize(0, csan.bound_device())
 
 
 def pointer_device(ptr: int) -> int:

@@ -209,10 +209,13 @@ class CachingAllocator(StreamUses):
             self._allocated[ptr] = block
             if rest is not None:
                 self._insert_free(pool, rest)
-        if self.history.alloc_frames:
-            block.frames = frames = capture_frames()
-            if self.history.trace:
-                self.trace.record("alloc", ptr, size, stream, frames)
+        if self.history.on:
+            if self.history.alloc_frames:
+                block.frames = frames = capture_frames()
+                if self.history.trace:
+                    self.trace.record("alloc", ptr, size, stream, frames)
+            if self.history.observer is not None:
+                self.history.observer.allocated(ptr, block.size)
         return ptr
 
     def _settle(self) -> None:
@@ -308,6 +311,8 @@ class CachingAllocator(StreamUses):
             )
         block.allocated = False
         history = self.history
+        if history.observer is not None:
+            history.observer.freed(ptr, block.size)
         if history.trace:
             frames = capture_frames() if history.free_frames else block.frames
             self.trace.record("free_requested", ptr, block.requested, block.stream, frames)

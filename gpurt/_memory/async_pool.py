@@ -12,6 +12,7 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
+from .._core import syncdebug
 from .._core.captures import CAPTURES
 from .._core.driver import check
 from ..device import bind_context
@@ -71,6 +72,8 @@ class AsyncAllocator:
             bind_context(self.device)
             result = cu.cuMemAllocAsync(size, stream)
             if int(result[0]) == _OOM and CAPTURES.count == 0:
+                if syncdebug.LEVEL:
+                    syncdebug.warn_or_error_on_sync("an allocation retried after cuCtxSynchronize")
                 check(cu.cuCtxSynchronize(), "cuCtxSynchronize")  # let pending frees land
                 result = cu.cuMemAllocAsync(size, stream)
             if int(result[0]) == _OOM:
@@ -82,6 +85,8 @@ class AsyncAllocator:
                 self._stats[name].increase(1 if name in ("allocation", "active") else size)
             if self.history.trace:
                 self.trace.record("alloc", ptr, size, stream, frames)
+            if self.history.observer is not None:
+                self.history.observer.allocated(ptr, size)
             return ptr
 
     def free(self, ptr: int) -> None:
@@ -113,6 +118,8 @@ class AsyncAllocator:
             check(cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
             for name in self._stats:
                 self._stats[name].decrease(1 if name in ("allocation", "active") else size)
+            if self.history.observer is not None:
+                self.history.observer.freed(ptr, size)
             if self.history.trace:
                 self.trace.record("free_requested", ptr, size, stream, frames)
                 self.trace.record("free_completed", ptr, size, stream, frames)

@@ -47,15 +47,18 @@ class HistorySettings:
     """What is being recorded. Shared by every device allocator of the process.
 
     ``trace``: keep the event ring buffer; ``alloc_frames``: remember frames of allocations;
-    ``free_frames``: also of frees (context="all")."""
+    ``free_frames``: also of frees (context="all"); ``observer``: told of every allocation
+    and free as ``observer.allocated(ptr, size)`` / ``observer.freed(ptr, size)`` (the stream
+    sanitizer's tracker; called under the allocator's lock, so it must only queue)."""
 
-    __slots__ = ("trace", "alloc_frames", "free_frames", "max_entries", "on")
+    __slots__ = ("trace", "alloc_frames", "free_frames", "max_entries", "on", "observer")
 
     def __init__(self) -> None:
         self.trace = False
         self.alloc_frames = False
         self.free_frames = False
         self.max_entries = 1
+        self.observer: Any = None
         self.on = False  # anything recorded at all (one check on the allocation hot path)
 
     def configure(self, enabled: Any, context: Any, stacks: str, max_entries: int) -> None:
@@ -78,7 +81,12 @@ class HistorySettings:
         self.alloc_frames = on and context is not None
         self.free_frames = on and context == "all"
         self.max_entries = int(max_entries)
-        self.on = self.trace or self.alloc_frames
+        self.on = self.trace or self.alloc_frames or self.observer is not None
+
+    def watch(self, observer: Any) -> None:
+        """Tell ``observer`` (None: nobody) of every allocation and free from now on."""
+        self.observer = observer
+        self.on = self.trace or self.alloc_frames or observer is not None
 
     @property
     def enabled(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from .._core import syncdebug
 from .._core.captures import CAPTURES
 from . import stats as ms
 from .blocks import Block, BlockPool, FreeBlocks, PrivatePool
@@ -181,6 +182,8 @@ class SegmentCache:
         if block is None and safe and self._release_available(pool, rsize, stream):
             block = self._alloc_segment(pool, size, stream, retry=False)
         if block is None and safe:
+            if syncdebug.LEVEL:  # freeing the cache synchronizes the device
+                syncdebug.warn_or_error_on_sync("an allocation that frees the cache and retries")
             self._release_cached_blocks()
             block = self._alloc_segment(pool, size, stream, retry=True)
         if block is None:
