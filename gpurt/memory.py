@@ -10,6 +10,7 @@ initialised instead of failing. Pinned host memory has its own cache (gpurt/_mem
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -292,6 +293,25 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
     """The fraction set by :func:`set_per_process_memory_fraction` (1.0 by default)."""
     allocator = _existing(device)
     return 1.0 if allocator is None else allocator.memory_fraction
+
+
+def _set_allocator_settings(settings: str) -> None:
+    """Change GPURT_ALLOC_CONF keys at run time, like torch.cuda.memory._set_allocator_settings
+    (e.g. ``"expandable_segments:False"``): the keys given replace the current ones for
+    every device's allocator, existing or future. The backend cannot change once an
+    allocator exists."""
+    global _config
+    changes = _allocconf.parse_settings(settings)
+    with _lock:
+        current = _settings()
+        config = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+        if config.backend != current.backend and _allocators:
+            raise AllocatorConfigError(
+                "backend: cannot change the allocator backend after the first allocation")
+        _config = config
+        for allocator in _allocators.values():
+            if isinstance(allocator, CachingAllocator):
+                allocator.set_config(config)
 
 
 def get_allocator_backend() -> str:

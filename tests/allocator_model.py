@@ -39,6 +39,8 @@ class FakeBackend:
         self.destroyed: set[int] = set()
         self.recording_allowed = True  # what may_record_events() answers
         self.capture_ids: dict[int, int] = {}  # stream -> id of the capture it is part of
+        self.reserved: dict[int, int] = {}  # expandable segments' address ranges
+        self.pages: dict[int, int] = {}  # mapped page address -> page size
 
     def destroy(self, stream: int) -> None:
         """The stream is destroyed; its queued work still completes when told to."""
@@ -49,7 +51,7 @@ class FakeBackend:
         self.destroyed.discard(stream)
 
     def used(self) -> int:
-        return sum(self.live.values())
+        return sum(self.live.values()) + sum(self.pages.values())
 
     def malloc(self, size: int, capturing: bool) -> int | None:
         self.calls.append("malloc")
@@ -65,6 +67,38 @@ class FakeBackend:
     def free(self, ptr: int) -> None:
         self.calls.append("free")
         del self.live[ptr]
+
+    # expandable segments: address space is free to reserve, pages count against capacity
+    def reserve(self, size: int, alignment: int) -> int | None:
+        self.calls.append("reserve")
+        ptr = -(-self.next // alignment) * alignment
+        self.next = ptr + size + 2 * MiB
+        self.reserved[ptr] = size
+        return ptr
+
+    def map(self, ptr: int, size: int, page: int, capturing: bool) -> bool:
+        self.calls.append("map")
+        if capturing:
+            self.capturing_calls += 1
+        assert size > 0 and size % page == 0 and any(
+            base <= ptr and ptr + size <= base + n for base, n in self.reserved.items())
+        if self.used() + size > self.capacity:
+            return False
+        for address in range(ptr, ptr + size, page):
+            assert address not in self.pages, "page mapped twice"
+            self.pages[address] = page
+        return True
+
+    def unmap(self, ptr: int, size: int, page: int) -> None:
+        self.calls.append("unmap")
+        self.synchronize()  # as the driver backend does before unmapping
+        for address in range(ptr, ptr + size, page):
+            del self.pages[address]
+
+    def unreserve(self, ptr: int, size: int) -> None:
+        self.calls.append("unreserve")
+        assert self.reserved.pop(ptr) == size
+        assert not any(ptr <= p < ptr + size for p in self.pages), "unreserved mapped pages"
 
     def mem_get_info(self) -> tuple[int, int]:
         return self.capacity - self.used(), self.capacity

@@ -144,6 +144,8 @@ class CachingAllocator(StreamUses):
         index = pool.by_stream.get(stream)
         if index is not None and self._caching:
             block = index.lower_bound(rsize)
+            if block is not None and block.expandable is not None:
+                block = self._expandable_fit(index, block)
             if block is not None:
                 max_split = self._max_split
                 if rsize < max_split:
@@ -163,11 +165,12 @@ class CachingAllocator(StreamUses):
         """torch's alloc_found_block: split off the rest if worth it, count, park or record."""
         block.is_free = False
         remaining = block.size - rsize
-        if pool.is_small:
+        if pool.is_small or self._expandable:
             split = remaining >= MIN_BLOCK
         else:
             split = remaining > SMALL_SIZE and rsize < self._max_split
-        was_split = block.prev is not None or block.next is not None
+        # inactive_split counts split blocks of fixed segments only (as torch does)
+        was_split = block.expandable is None and (block.prev is not None or block.next is not None)
         rest = None
         increase = decrease = 0
         if split:
@@ -177,6 +180,7 @@ class CachingAllocator(StreamUses):
             rest.stream = stream
             rest.pool = pool
             rest.requested = 0
+            rest.expandable = block.expandable
             rest.prev = block
             rest.next = after = block.next
             if after is not None:
@@ -186,7 +190,7 @@ class CachingAllocator(StreamUses):
             rest.is_free = True
             if was_split:
                 decrease = rsize * _SPLIT_BYTES  # an inactive split block shrinks
-            else:
+            elif block.expandable is None:
                 increase = _SPLIT + remaining * _SPLIT_BYTES  # a new inactive split block
         elif was_split:
             decrease = _SPLIT + block.size * _SPLIT_BYTES  # an inactive split turns active
@@ -361,6 +365,8 @@ class CachingAllocator(StreamUses):
         if block.prev is not None or block.next is not None:
             splits += 1
             split_bytes += block.size
+        if block.expandable is not None:
+            splits = split_bytes = 0  # not counted for expandable segments (see expandable.py)
         increase, decrease = 0, block.vector
         block.vector = 0
         if splits > 0:
@@ -486,6 +492,20 @@ class CachingAllocator(StreamUses):
             self._gc_counting = self.config.garbage_collection_threshold > 0
             self._plain = self._caching and not self._gc_counting
 
+    def set_config(self, config: AllocatorConfig) -> None:
+        """New settings at run time (torch's _set_allocator_settings). Blocks already
+        cached keep their kind: turning expandable segments off leaves existing ones in
+        use until they are freed, but no new request is served from them."""
+        with self._lock:
+            if self._hot is not None:
+                self._unpark()
+            self.config = config
+            self._max_split = config.max_split_size
+            self._round_pow2 = config.rounds_to_power2
+            self._expandable = config.expandable
+            self._gc_counting = self._fraction_set and config.garbage_collection_threshold > 0
+            self._plain = self._caching and not self._gc_counting
+
     @property
     def memory_fraction(self) -> float:
         return self._fraction
@@ -599,3 +619,4 @@ class CachingAllocator(StreamUses):
             if self._hot is not None:
                 self._unpark()
             return self._snapshot_dicts(self._all_blocks())
+
