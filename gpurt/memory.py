@@ -325,7 +325,7 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     index = current_device() if device is None and is_initialized() else (
         0 if device is None else _index(device))
     stats = memory_stats(index) or ms.flatten(ms.empty_nested_stats())
-    return summary_table(stats, index, abbreviated)
+    return summary_table(stats, index, abbreviated, _settings().expandable)
 
 
 # ---- snapshots and history -----------------------------------------------------------

@@ -226,3 +226,85 @@ def test_random_traces_keep_expandable_segments_consistent(trace):
     stats = flat(a)
     assert stats["reserved_bytes.all.current"] == 0 and stats["active.all.current"] == 0
     assert not backend.pages and not backend.reserved and not backend.live
+
+
+# ---- on the GPU: cuMemAddressReserve / cuMemCreate / cuMemMap ------------------------------
+
+SCALE = r"""
+extern "C" __global__ void scale(float* x, float a, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}"""
+
+
+@pytest.fixture
+def expandable(gpu_state):
+    """Expandable segments on (at run time, as torch's _set_allocator_settings), empty
+    caches before and after."""
+    import gpurt
+    from gpurt import memory as mem
+
+    gpurt.init()
+    gpurt.synchronize()
+    gpurt.empty_cache()
+    mem._set_allocator_settings("expandable_segments:True")
+    try:
+        yield gpurt
+    finally:
+        mem._set_allocator_settings("expandable_segments:False")
+        gpurt.synchronize()
+        gpurt.empty_cache()
+
+
+@pytest.mark.gpu
+def test_real_expandable_segments_hold_data_and_give_memory_back(expandable):
+    import numpy as np
+    from cuda.bindings import driver as cu
+
+    gpurt = expandable
+    base = gpurt.memory_stats()
+    free_before = gpurt.mem_get_info()[0]
+    rng = np.random.default_rng(7)
+    sizes = [5 * MiB + 3, 30 * MiB, 100, 45 * MiB]  # the 30 MiB one spans a page boundary
+    ptrs = [gpurt.caching_allocator_alloc(n) for n in sizes]
+    assert ptrs[1] == ptrs[0] + 5 * MiB + 512  # grown in place, right after the first
+    datas = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    for ptr, data in zip(ptrs, datas):
+        assert int(cu.cuMemcpyHtoD(ptr, data.ctypes.data, data.nbytes)[0]) == 0
+    for ptr, data in zip(ptrs, datas):
+        out = np.full(data.nbytes, 0xAB, np.uint8)
+        assert int(cu.cuMemcpyDtoH(out.ctypes.data, ptr, data.nbytes)[0]) == 0
+        np.testing.assert_array_equal(out, data)
+    stats = gpurt.memory_stats()
+    assert stats["segment.all.current"] == base["segment.all.current"]  # no cuMemAlloc
+    assert stats["reserved_bytes.large_pool.current"] - \
+        base["reserved_bytes.large_pool.current"] == 5 * PAGE  # 5 + 30 + 45 MiB: grew 3 times
+    segments = [s for s in gpurt.memory_snapshot() if s["is_expandable"]]
+    assert {s["segment_type"] for s in segments} == {"small", "large"}
+    assert gpurt.mem_get_info()[0] <= free_before - 5 * PAGE
+    for ptr in ptrs:
+        gpurt.caching_allocator_delete(ptr)
+    gpurt.empty_cache()
+    after = gpurt.memory_stats()
+    assert after["reserved_bytes.all.current"] == base["reserved_bytes.all.current"]
+    assert after["num_device_free"] - base["num_device_free"] == 2  # one unmap per pool
+    assert gpurt.mem_get_info()[0] >= free_before - 2 * MiB  # the pages went back
+    assert not [s for s in gpurt.memory_snapshot() if s["is_expandable"]]
+
+
+@pytest.mark.gpu
+def test_kernels_read_and_write_arrays_in_expandable_segments(expandable):
+    import numpy as np
+
+    gpurt = expandable
+    scale = gpurt.RawKernel(SCALE, "scale")
+    rng = np.random.default_rng(3)
+    host = [rng.standard_normal(n).astype(np.float32) for n in (3 << 20, 7 << 20 | 5)]
+    arrays = [gpurt.asarray(h) for h in host]  # 12 and 28 MiB: the second crosses pages
+    for a in arrays:
+        scale(((a.size + 255) // 256,), (256,), (a, 2.0, a.size))
+    gpurt.synchronize()
+    for a, h in zip(arrays, host):
+        np.testing.assert_array_equal(a.to_numpy(), (h.astype(np.float64) * 2).astype(np.float32))
+    assert all(s["is_expandable"] for s in gpurt.memory_snapshot()
+               if any(b["address"] == arrays[1].data_ptr() for b in s["blocks"]))
