@@ -198,7 +198,7 @@ def cpu_proxy_rows(trace: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
     rows = []
     for setting in (FIXED, EXPANDABLE):
         allocator = CachingAllocator(0, ProxyBackend(), parse(setting))  # type: ignore[arg-type]
-        took = replay(trace, lambda n: allocator.malloc(n, 0), allocator.free)
+        took = replay(trace, lambda n, a=allocator: a.malloc(n, 0), allocator.free)
         rows.append(_row("gpurt (CPU proxy)", setting,
                          ms.flatten(allocator.nested_stats()), took))
     return rows
