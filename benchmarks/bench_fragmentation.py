@@ -163,7 +163,7 @@ class ProxyBackend:
     def __init__(self) -> None:
         self.next = 1 << 40
 
-    def malloc(self, size: int, capturing: bool) -> int:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int:
         ptr, self.next = self.next, self.next + size
         return ptr
 

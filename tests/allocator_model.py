@@ -53,7 +53,7 @@ class FakeBackend:
     def used(self) -> int:
         return sum(self.live.values()) + sum(self.pages.values())
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
         self.calls.append("malloc")
         if capturing:
             self.capturing_calls += 1

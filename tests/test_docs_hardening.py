@@ -13,8 +13,7 @@ import gpurt.memory
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode", "gds",
-           "sanitizer", "MemPool", "expandable", "CUDAPluggableAllocator", "ipc_collect",
-           "list_gpu_processes", "IPC"]
+           "sanitizer", "ipc_collect", "list_gpu_processes", "IPC"]
 
 
 def section() -> str:
@@ -28,9 +27,8 @@ def test_the_list_of_what_is_missing_is_complete(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["get_arch_list", "is_bf16_supported", "set_sync_debug_mode",
-                                  "get_sync_debug_mode", "MemPool", "use_mem_pool",
-                                  "ipc_collect", "list_gpu_processes", "gds",
-                                  "CUDAPluggableAllocator"])
+                                  "get_sync_debug_mode", "ipc_collect", "list_gpu_processes",
+                                  "gds"])
 def test_the_list_is_true(name: str) -> None:
     assert not hasattr(gpurt, name) and not hasattr(gpurt.memory, name)
 
@@ -39,6 +37,9 @@ def test_what_left_the_list_is_there() -> None:
     import importlib
 
     assert callable(gpurt.manual_seed) and callable(gpurt.get_rng_state)
+    assert callable(gpurt.MemPool) and callable(gpurt.use_mem_pool)
+    assert callable(gpurt.CUDAPluggableAllocator) and callable(gpurt.change_current_allocator)
+    assert callable(gpurt.memory._set_allocator_settings)
     assert callable(importlib.import_module("gpurt.kernels.tunable").tuning_enable)
 
 

@@ -558,17 +558,42 @@ class CachingAllocator(StreamUses):
     def end_allocate_to_pool(self, pool_id: Any) -> None:
         with self._lock:
             for i, route in enumerate(self._captures):
-                if route.pool_id == pool_id:
+                if route.pool_id == pool_id and route.thread is None:
                     del self._captures[i]
                     CAPTURES.add(-1)
                     self._work = True
                     return
             raise RuntimeError(f"not allocating to private pool {pool_id!r}")
 
-    def retain_pool(self, pool_id: Any) -> None:
-        """One more reference to private pool ``pool_id`` (made if new)."""
+    def begin_thread_pool(self, pool_id: Any) -> None:
+        """Until :meth:`end_thread_pool`, this thread's allocations (outside captures) come
+        from private pool ``pool_id``, which must exist (gpurt.use_mem_pool). Nests."""
         with self._lock:
-            self._private_pool(pool_id).use_count += 1
+            if pool_id not in self._private:
+                raise RuntimeError(f"private pool {pool_id!r} does not exist on device "
+                                   f"{self.device}")
+            if self._hot is not None:
+                self._unpark()
+            self._captures.append(CaptureRoute(pool_id, 0, None, threading.get_ident()))
+
+    def end_thread_pool(self, pool_id: Any) -> None:
+        thread = threading.get_ident()
+        with self._lock:
+            for i in range(len(self._captures) - 1, -1, -1):
+                route = self._captures[i]
+                if route.pool_id == pool_id and route.thread == thread:
+                    del self._captures[i]
+                    return
+            raise RuntimeError(f"this thread is not allocating to private pool {pool_id!r}")
+
+    def retain_pool(self, pool_id: Any, backend: Any = None) -> None:
+        """One more reference to private pool ``pool_id`` (made if new; its segments come
+        from ``backend`` when given, a MemPool's pluggable allocator)."""
+        with self._lock:
+            private = self._private_pool(pool_id)
+            private.use_count += 1
+            if backend is not None:
+                private.backend = backend
 
     def release_pool(self, pool_id: Any) -> None:
         """One reference less. At zero, the pool's cached segments are freed by the next
@@ -595,8 +620,13 @@ class CachingAllocator(StreamUses):
         if private.use_count == 0 and private.segments == 0 and not self._capturing_to(pool_id):
             del self._private[pool_id]
 
+    def pool_use_count(self, pool_id: Any) -> int:
+        """References to private pool ``pool_id`` (0 when it does not exist)."""
+        private = self._private.get(pool_id)
+        return 0 if private is None else private.use_count
+
     def captures_underway(self) -> bool:
-        return bool(self._captures)
+        return any(route.thread is None for route in self._captures)
 
     # ---- inspection ------------------------------------------------------------------
 

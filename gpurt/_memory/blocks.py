@@ -187,15 +187,17 @@ class BlockPool:
 
 
 class PrivatePool:
-    """A graph's private pool: its own segments, never shared with eager allocations.
-    ``use_count`` counts retain_pool/release_pool references; ``segments`` the backend
-    allocations it holds (torch's cudaMalloc_count)."""
+    """A graph's private pool, or a MemPool's: its own segments, never shared with other
+    allocations. ``use_count`` counts retain_pool/release_pool references; ``segments`` the
+    backend allocations it holds (torch's cudaMalloc_count); ``backend`` where they come
+    from when not the allocator's own (a MemPool's pluggable allocator)."""
 
-    __slots__ = ("id", "use_count", "segments", "small", "large")
+    __slots__ = ("id", "use_count", "segments", "small", "large", "backend")
 
     def __init__(self, pool_id: Any, small_stats: PoolStats, large_stats: PoolStats) -> None:
         self.id = pool_id
         self.use_count = 0
         self.segments = 0
+        self.backend: Any = None
         self.small = BlockPool(True, small_stats, self)
         self.large = BlockPool(False, large_stats, self)

@@ -65,7 +65,7 @@ class DriverBackend:
         self.index = index
         self._pages: dict[int, Any] = {}  # expandable segments: page address -> handle
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
         bind_context(self.index)
         if capturing:
             with relaxed_capture_mode():

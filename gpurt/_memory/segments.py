@@ -11,6 +11,7 @@ policy on top. No driver here: segments come from a :class:`Backend`. Expandable
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -33,9 +34,10 @@ LARGE_BUFFER = 20 << 20
 class Backend(Protocol):
     """What the allocator needs from the device (real: cuMemAlloc & co; tests: host memory)."""
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
-        """A new segment of ``size`` bytes, or None when out of memory. ``capturing``: a
-        graph capture is underway somewhere (use relaxed capture mode for the call)."""
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
+        """A new segment of ``size`` bytes for use on ``stream``, or None when out of
+        memory. ``capturing``: a graph capture is underway somewhere (use relaxed capture
+        mode for the call)."""
 
     def free(self, ptr: int) -> None: ...
     def mem_get_info(self) -> tuple[int, int]: ...
@@ -77,14 +79,18 @@ class Backend(Protocol):
 class CaptureRoute:
     """Allocations of one graph capture go to private pool ``pool_id``: those on ``stream``
     (the capturing stream) and on any stream that joined the capture (same ``capture_id``,
-    looked up once the capture has begun), as torch routes them."""
+    looked up once the capture has begun), as torch routes them. With ``thread`` set, the
+    route of ``use_mem_pool`` instead: every allocation of that thread (torch's
+    beginAllocateCurrentThreadToPool)."""
 
-    __slots__ = ("pool_id", "stream", "capture_id")
+    __slots__ = ("pool_id", "stream", "capture_id", "thread")
 
-    def __init__(self, pool_id: Any, stream: int, capture_id: int | None) -> None:
+    def __init__(self, pool_id: Any, stream: int, capture_id: int | None,
+                 thread: int | None = None) -> None:
         self.pool_id = pool_id
         self.stream = stream
         self.capture_id = capture_id
+        self.thread = thread
 
 
 def allocation_size(size: int) -> int:
@@ -163,20 +169,25 @@ class SegmentCache:
         return private.small if rsize <= SMALL_SIZE else private.large
 
     def _route_of(self, stream: int) -> CaptureRoute | None:
-        for route in self._captures:
+        """The capture that ``stream`` takes part in, else the innermost use_mem_pool of
+        this thread."""
+        captures = [route for route in self._captures if route.thread is None]
+        for route in captures:
             if route.stream == stream:
                 return route
-        capture_id = self.backend.capture_id(stream)  # a side stream that joined a capture?
-        if capture_id is None:
-            return None
-        for route in self._captures:
-            if route.capture_id is None:  # routed before its capture began
-                route.capture_id = self.backend.capture_id(route.stream)
-            if route.capture_id == capture_id:
-                return route
-        return None
+        # a side stream that joined a capture?
+        capture_id = self.backend.capture_id(stream) if captures else None
+        if capture_id is not None:
+            for route in captures:
+                if route.capture_id is None:  # routed before its capture began
+                    route.capture_id = self.backend.capture_id(route.stream)
+                if route.capture_id == capture_id:
+                    return route
+        thread = threading.get_ident()
+        return next((r for r in reversed(self._captures) if r.thread == thread), None)
 
     def _capturing_to(self, pool_id: Any) -> bool:
+        """A capture or a use_mem_pool routes allocations to ``pool_id`` now."""
         return any(route.pool_id == pool_id for route in self._captures)
 
     def _private_pool(self, pool_id: Any) -> PrivatePool:
@@ -215,7 +226,9 @@ class SegmentCache:
             return None
         if self._expandable and pool.owner is None:
             return self._expandable_block(pool, rsize, stream)
-        ptr = self.backend.malloc(size, CAPTURES.count > 0)
+        source = self.backend if pool.owner is None or pool.owner.backend is None \
+            else pool.owner.backend  # a MemPool's own allocator
+        ptr = source.malloc(size, CAPTURES.count > 0, stream)
         if ptr is None:
             return None
         if pool.owner is not None:
@@ -252,9 +265,10 @@ class SegmentCache:
 
     def _release_segment(self, block: Block) -> None:
         """Give a free, unsplit block (a whole segment) back to the backend."""
-        self.backend.free(block.ptr)
-        self._remove_free(block)
         pool = block.pool
+        owner = pool.owner
+        (self.backend if owner is None or owner.backend is None else owner.backend).free(block.ptr)
+        self._remove_free(block)
         if pool.owner is not None:
             pool.owner.segments -= 1
         self._reserved -= block.size
