@@ -92,6 +92,16 @@ def test_empty_cache_unmaps_free_pages_and_releases_empty_segments():
     recount(a, backend)
 
 
+def test_the_segment_of_a_pointer_is_known():
+    a, _ = make(conf="")
+    fixed = a.malloc(4 * KiB, S0)
+    a.set_config(EXPANDABLE)
+    grown = a.malloc(5 * MiB, S0)
+    segment = a.expandable_segment_of(grown + 100)
+    assert segment is not None and segment.base == grown and segment.page == PAGE
+    assert a.expandable_segment_of(fixed) is None
+
+
 def test_snapshot_marks_expandable_segments():
     a, _ = make()
     small = a.malloc(100, S0)

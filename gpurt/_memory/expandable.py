@@ -261,6 +261,16 @@ class ExpandableSegments(SegmentCache):
 
     # ---- inspection ------------------------------------------------------------------
 
+    def expandable_segment_of(self, ptr: int) -> ExpandableSegment | None:
+        """The expandable segment whose address range holds ``ptr``, None for memory of
+        fixed segments. Legacy IPC (cuIpcGetMemHandle) cannot export the memory of an
+        expandable segment: its pages are cuMemCreate allocations (exportable as POSIX file
+        descriptors with cuMemExportToShareableHandle instead)."""
+        for segment in list(self._expandables.values()):
+            if segment.base <= ptr < segment.base + segment.size:
+                return segment
+        return None
+
     def _expandable_runs(self, blocks: list[Block]) -> list[tuple[Block, ...]]:
         """Each run of mapped blocks of every expandable segment, given every mapped block
         (what torch's snapshot reports as one segment each)."""
