@@ -168,6 +168,14 @@ def test_turning_expandable_segments_off_at_run_time():
     recount(a, backend)
 
 
+def test_expandable_segments_stay_off_without_caching():
+    backend = FakeBackend()
+    a = CachingAllocator(0, backend, parse("", no_caching=True))
+    a.set_config(EXPANDABLE)  # as _set_allocator_settings does for every allocator
+    p = a.malloc(5 * MiB, S0)
+    assert p in backend.live and not backend.reserved and not a.config.caching
+
+
 def test_history_records_maps_and_unmaps():
     history = HistorySettings()
     history.configure("all", "all", "python", 1000)

@@ -41,6 +41,7 @@ counted by the full path, and resetting the peaks unparks. Any other operation f
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from typing import Any
 
@@ -499,7 +500,8 @@ class CachingAllocator(StreamUses):
         with self._lock:
             if self._hot is not None:
                 self._unpark()
-            self.config = config
+            # caching is fixed at creation (GPURT_NO_CACHING, or change_current_allocator)
+            self.config = config = dataclasses.replace(config, caching=self._caching)
             self._max_split = config.max_split_size
             self._round_pow2 = config.rounds_to_power2
             self._expandable = config.expandable
