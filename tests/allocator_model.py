@@ -69,9 +69,9 @@ class FakeBackend:
         del self.live[ptr]
 
     # expandable segments: address space is free to reserve, pages count against capacity
-    def reserve(self, size: int, alignment: int) -> int | None:
+    def reserve(self, size: int) -> int | None:
         self.calls.append("reserve")
-        ptr = -(-self.next // alignment) * alignment
+        ptr = -(-self.next // (2 * MiB)) * (2 * MiB) + 2 * MiB  # 2 MiB aligned, as the driver's
         self.next = ptr + size + 2 * MiB
         self.reserved[ptr] = size
         return ptr

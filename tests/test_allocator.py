@@ -45,8 +45,8 @@ def recount(allocator: CachingAllocator, backend: FakeBackend) -> None:
     runs = [c for c in segments if c[0].expandable is not None]
     assert sum(b.size for c in runs for b in c) == sum(backend.pages.values())
     for run in runs:  # mapped runs of expandable segments are whole pages, all mapped
-        page = run[0].expandable.page
-        assert run[0].ptr % page == 0 and sum(b.size for b in run) % page == 0
+        page, base = run[0].expandable.page, run[0].expandable.base
+        assert (run[0].ptr - base) % page == 0 and sum(b.size for b in run) % page == 0
         assert all(a in backend.pages for a in range(run[0].ptr, run[-1].ptr, page))
         assert run[0].prev is None or not run[0].prev.mapped
         assert run[-1].next is None or not run[-1].next.mapped

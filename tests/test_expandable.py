@@ -324,5 +324,6 @@ def test_kernels_read_and_write_arrays_in_expandable_segments(expandable):
     gpurt.synchronize()
     for a, h in zip(arrays, host):
         np.testing.assert_array_equal(a.to_numpy(), (h.astype(np.float64) * 2).astype(np.float32))
-    assert all(s["is_expandable"] for s in gpurt.memory_snapshot()
-               if any(b["address"] == arrays[1].data_ptr() for b in s["blocks"]))
+    (segment,) = [s for s in gpurt.memory_snapshot()
+                  if any(b["address"] == arrays[1].data_ptr() for b in s["blocks"])]
+    assert segment["is_expandable"] and segment["total_size"] % PAGE == 0

@@ -251,8 +251,9 @@ def test_uncached_mode_over_a_pluggable_allocator(no_context, monkeypatch):
 def test_cuda_pluggable_allocator_loads_a_shared_library(tmp_path, no_context):
     path = build_library(str(tmp_path))
     allocator = CUDAPluggableAllocator(path, "my_alloc", "my_free")
-    assert allocator.malloc(4096, 0, 0) in (None, 0)  # no driver here: out of memory
-    allocator.free(0, 4096, 0, 0)
+    ptr = allocator.malloc(4096, 0, 0)  # None without a driver (or a context)
+    assert ptr is None or isinstance(ptr, int)
+    allocator.free(ptr or 0, 4096, 0, 0)
     import ctypes
     library = ctypes.CDLL(path)
     assert library.alloc_calls() == 1 and library.free_calls() == 1
@@ -321,7 +322,7 @@ def test_mem_pool_on_the_gpu(gpu_state):
     stats = plain.memory_stats()
     assert stats["allocated_bytes.all.current"] == inside.nbytes + (-inside.nbytes % 512)
     assert stats["segment.all.current"] == 1
-    del inside, nested, own
+    del inside, nested, own, array  # (the loop's variable held the last array)
     gpurt.synchronize()
     gpurt.empty_cache()  # the released pool's segment goes back through the user's free
     assert made == [20 * MiB, -20 * MiB]

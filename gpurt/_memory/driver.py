@@ -131,10 +131,12 @@ class DriverBackend:
 
     # ---- expandable segments (virtual memory management) ------------------------------
 
-    def reserve(self, size: int, alignment: int) -> int | None:
-        """Address space for an expandable segment (wraps cuMemAddressReserve)."""
+    def reserve(self, size: int) -> int | None:
+        """Address space for an expandable segment, aligned as the driver likes (alignment
+        0, as torch; a 20 MiB alignment is not a power of two and is refused) (wraps
+        cuMemAddressReserve)."""
         bind_context(self.index)
-        result = cu.cuMemAddressReserve(size, alignment, 0, 0)
+        result = cu.cuMemAddressReserve(size, 0, 0, 0)
         if int(result[0]) == _OOM:
             return None
         return int(check(result, "cuMemAddressReserve"))

@@ -130,7 +130,7 @@ class ExpandableSegments(SegmentCache):
             total = self.backend.mem_get_info()[1]
             self._address_space = total + total // 8
         size = -(-self._address_space // page) * page
-        base = self.backend.reserve(size, page)
+        base = self.backend.reserve(size)
         if base is None:
             return None
         segment = ExpandableSegment(base, size, page, stream)

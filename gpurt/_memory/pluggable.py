@@ -108,7 +108,7 @@ class PluggableBackend(DriverBackend):
         bind_context(self.index)
         self.allocator.free(ptr, size, self.index, stream)
 
-    def reserve(self, size: int, alignment: int) -> int | None:
+    def reserve(self, size: int) -> int | None:
         return None  # (expandable segments are off with a pluggable allocator)
 
     def oom_error(self, message: str) -> OutOfMemoryError:

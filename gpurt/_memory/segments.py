@@ -61,8 +61,10 @@ class Backend(Protocol):
         """The exception to raise when the allocator gives up."""
 
     # expandable segments (gpurt/_memory/expandable.py)
-    def reserve(self, size: int, alignment: int) -> int | None:
-        """Reserve ``size`` bytes of address space, no memory (None when refused)."""
+    def reserve(self, size: int) -> int | None:
+        """Reserve ``size`` bytes of address space, no memory (None when refused). Pages
+        are counted from the start of the range, which needs no alignment beyond the
+        driver's own."""
 
     def map(self, ptr: int, size: int, page: int, capturing: bool) -> bool:
         """Back [ptr, ptr + size) of reserved space with new memory in pages of ``page``
