@@ -677,7 +677,9 @@ ops = st.lists(
     max_size=150,
 )
 configs = st.sampled_from(["", "max_split_size_mb:24", "roundup_power2_divisions:4",
-                           "max_split_size_mb:20,roundup_power2_divisions:[1:2,8:4,>:1]"])
+                           "max_split_size_mb:20,roundup_power2_divisions:[1:2,8:4,>:1]",
+                           "expandable_segments:True",
+                           "expandable_segments:True,max_split_size_mb:24"])
 
 
 @settings(max_examples=200, deadline=None,
@@ -687,7 +689,7 @@ def test_random_traces_match_the_naive_torch_model(trace, conf, capacity):
     replay(trace, conf, capacity)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_long_random_traces_match_the_naive_torch_model(seed):
     """Long traces reach states that short hypothesis examples rarely do."""
     rng = random.Random(seed)
@@ -714,8 +716,9 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
             trace.append((rng.choice(["reset_peak", "reset_accumulated"]), None, None))
         else:
             trace.append(("empty_cache", None, None))
-    replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4"][seed % 3],
-           [256 * MiB, 1 << 34][seed % 2], check_every=25)
+    replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4",
+                   "expandable_segments:True"][seed % 4],
+           [256 * MiB, 1 << 34][(seed // 4) % 2], check_every=25)
 
 
 def _malloc_both(a: CachingAllocator, model: NaiveTorchModel, size: int,
