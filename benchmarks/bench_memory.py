@@ -43,7 +43,7 @@ class HostBackend:
     def __init__(self) -> None:
         self.next = 1 << 40
 
-    def malloc(self, size: int, capturing: bool) -> int:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int:
         ptr, self.next = self.next, self.next + size
         return ptr
 

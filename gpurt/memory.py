@@ -10,11 +10,15 @@ initialised instead of failing. Pinned host memory has its own cache (gpurt/_mem
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import json
 import os
 import threading
 import warnings
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from ._core.driver import is_forked_child, is_initialized
@@ -29,6 +33,7 @@ from ._memory.driver import DriverBackend
 from ._memory.history import HistorySettings
 from ._memory.pinned import *  # noqa: F401,F403
 from ._memory.pinned import __all__ as _pinned_all
+from ._memory.pluggable import CUDAPluggableAllocator, PluggableAllocator, PluggableBackend
 from ._memory.protocol import Allocator, DeviceAllocator
 from ._memory.summary import summary_table
 from ._streams.handles import before_stream_destroy
@@ -55,6 +60,12 @@ __all__ = [
     "get_per_process_memory_fraction",
     "get_allocator_backend",
     "AllocatorConfigError",
+    "MemPool",
+    "use_mem_pool",
+    "PluggableAllocator",
+    "CUDAPluggableAllocator",
+    "change_current_allocator",
+    "get_current_allocator",
     *_pinned_all,
 ]
 
@@ -68,6 +79,7 @@ _only: list[Any] = []  # the free method while exactly one allocator exists (fas
 _config: _allocconf.AllocatorConfig | None = None
 _history = HistorySettings()
 _pool_ids = itertools.count(1)
+_current_allocator: PluggableAllocator | None = None  # change_current_allocator's
 
 
 def _forget_allocators_after_fork() -> None:
@@ -96,7 +108,11 @@ def _create(index: int) -> DeviceAllocator:
         allocator: DeviceAllocator | None = _allocators.get(index)
         if allocator is None:
             config = _settings()
-            if config.backend == "cudaMallocAsync":
+            if _current_allocator is not None:  # every request to the user's malloc
+                config = dataclasses.replace(config, caching=False, expandable_segments=False)
+                backend = PluggableBackend(index, _current_allocator)
+                allocator = CachingAllocator(index, backend, config, _history)
+            elif config.backend == "cudaMallocAsync":
                 allocator = AsyncAllocator(index, _history)
             else:
                 allocator = CachingAllocator(index, DriverBackend(index), config, _history)
@@ -294,6 +310,25 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
     return 1.0 if allocator is None else allocator.memory_fraction
 
 
+def _set_allocator_settings(settings: str) -> None:
+    """Change GPURT_ALLOC_CONF keys at run time, like torch.cuda.memory._set_allocator_settings
+    (e.g. ``"expandable_segments:False"``): the keys given replace the current ones for
+    every device's allocator, existing or future. The backend cannot change once an
+    allocator exists."""
+    global _config
+    changes = _allocconf.parse_settings(settings)
+    with _lock:
+        current = _settings()
+        config = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+        if config.backend != current.backend and _allocators:
+            raise AllocatorConfigError(
+                "backend: cannot change the allocator backend after the first allocation")
+        _config = config
+        for allocator in _allocators.values():
+            if isinstance(allocator, CachingAllocator):
+                allocator.set_config(config)
+
+
 def get_allocator_backend() -> str:
     """'native' or 'cudaMallocAsync', from GPURT_ALLOC_CONF."""
     return _settings().backend
@@ -305,7 +340,7 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     index = current_device() if device is None and is_initialized() else (
         0 if device is None else _index(device))
     stats = memory_stats(index) or ms.flatten(ms.empty_nested_stats())
-    return summary_table(stats, index, abbreviated)
+    return summary_table(stats, index, abbreviated, _settings().expandable)
 
 
 # ---- snapshots and history -----------------------------------------------------------
@@ -362,6 +397,130 @@ def _dump_snapshot(filename: str | os.PathLike[str] = "gpurt_snapshot.json") -> 
     """Write :func:`_snapshot` as JSON (never pickle) to ``filename``."""
     with open(filename, "w") as fh:
         json.dump(_snapshot(), fh)
+
+
+# ---- memory pools and pluggable allocators ---------------------------------------------
+
+
+def change_current_allocator(allocator: PluggableAllocator) -> None:
+    """Serve every gpurt allocation, on every device, from ``allocator`` (a
+    :class:`PluggableAllocator` or :class:`CUDAPluggableAllocator`), as
+    torch.cuda.memory.change_current_allocator: each request calls its malloc (no caching;
+    frees reach its free at the allocator's next call). Only before gpurt's first device
+    allocation: raises RuntimeError after it."""
+    global _current_allocator
+    if not isinstance(allocator, PluggableAllocator):
+        raise TypeError(f"expected a gpurt.PluggableAllocator, got {type(allocator).__name__}")
+    with _lock:
+        if _allocators:
+            raise RuntimeError(
+                "change_current_allocator: gpurt has already allocated device memory (devices "
+                f"{sorted(_allocators)}); the allocator can only be changed before the first "
+                "allocation (torch: \"Can't swap an already initialized allocator\")")
+        _current_allocator = allocator
+
+
+def get_current_allocator() -> PluggableAllocator | None:
+    """The allocator given to :func:`change_current_allocator`; None for gpurt's own."""
+    return _current_allocator
+
+
+def _caching_allocator(index: int, what: str) -> CachingAllocator:
+    allocator = _allocator(index)
+    if not isinstance(allocator, CachingAllocator):
+        raise RuntimeError(f"{what} needs gpurt's caching allocator; GPURT_ALLOC_CONF selects "
+                           f"backend:{get_allocator_backend()}")
+    return allocator
+
+
+class MemPool:
+    """torch.cuda.MemPool: a private pool of the caching allocator on the current device.
+    Allocations made inside :func:`use_mem_pool` come from it and return to it when freed;
+    no other allocation uses its memory. With ``allocator`` (a :class:`PluggableAllocator`)
+    its segments come from that allocator's malloc instead of cuMemAlloc. The pool lives as
+    long as this object or a use_mem_pool block of it, and its cached memory goes back at
+    the empty_cache after that."""
+
+    def __init__(self, allocator: PluggableAllocator | None = None) -> None:
+        if allocator is not None and not isinstance(allocator, PluggableAllocator):
+            raise TypeError(
+                f"allocator must be a gpurt.PluggableAllocator, got {type(allocator).__name__}")
+        self._device = current_device()
+        owner = _caching_allocator(self._device, "MemPool")
+        self._id = new_pool_id()
+        self._allocator = allocator
+        backend = None if allocator is None else PluggableBackend(self._device, allocator)
+        owner.retain_pool(self._id, backend)
+        weakref.finalize(self, release_pool, self._device, self._id)
+
+    @property
+    def id(self) -> PoolId:
+        """The pool's id, a pair of ints (like graph_pool_handle())."""
+        return self._id
+
+    @property
+    def allocator(self) -> PluggableAllocator | None:
+        return self._allocator
+
+    @property
+    def device(self) -> int:
+        return self._device
+
+    def use_count(self) -> int:
+        """References to the pool: this object and each use_mem_pool block of it."""
+        return _caching_allocator(self._device, "MemPool").pool_use_count(self._id)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The pool's segments, as :func:`memory_snapshot` lists them."""
+        return [s for s in memory_snapshot() if tuple(s["segment_pool_id"]) == self._id]
+
+    def memory_stats(self) -> dict[str, int]:
+        """The pool's current statistics with memory_stats()' keys (".current" ones of the
+        families a snapshot shows: segments, reserved, allocated, active, requested)."""
+        stats: dict[str, int] = {}
+        for segment in self.snapshot():
+            kind = segment["segment_type"] + "_pool"
+            blocks = segment["blocks"]
+            live = [b for b in blocks if b["state"] != "inactive"]
+            values = {
+                "segment": 1, "reserved_bytes": segment["total_size"],
+                "allocation": sum(b["state"] == "active_allocated" for b in blocks),
+                "allocated_bytes": segment["allocated_size"], "active": len(live),
+                "active_bytes": segment["active_size"],
+                "requested_bytes": segment["requested_size"],
+            }
+            for family, value in values.items():
+                for pool in ("all", kind):
+                    key = f"{family}.{pool}.current"
+                    stats[key] = stats.get(key, 0) + value
+        return dict(sorted(stats.items()))
+
+    def __repr__(self) -> str:
+        return f"MemPool(id={self._id}, device={self._device})"
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device: Any = None) -> Iterator[MemPool]:
+    """Route this thread's allocations on ``device`` (default: the current one) to ``pool``
+    until the block ends (torch.cuda.use_mem_pool). Other threads are not affected; blocks
+    nest (the innermost pool wins); a graph capture still allocates from its own pool."""
+    if not isinstance(pool, MemPool):
+        raise TypeError(f"use_mem_pool expects a gpurt.MemPool, got {type(pool).__name__}")
+    index = current_device() if device is None else _index(device)
+    if index != pool.device:
+        raise ValueError(f"{pool!r} belongs to device {pool.device}, not device {index}")
+    owner = _caching_allocator(index, "use_mem_pool")
+    owner.retain_pool(pool.id)
+    try:
+        owner.begin_thread_pool(pool.id)
+    except BaseException:
+        owner.release_pool(pool.id)
+        raise
+    try:
+        yield pool
+    finally:
+        owner.end_thread_pool(pool.id)
+        owner.release_pool(pool.id)
 
 
 # ---- graph-private pools (used by gpurt.graphs) --------------------------------------

@@ -1,6 +1,8 @@
-"""Test helpers for the allocator core: a fake host-memory backend and a deliberately
-naive model of torch's caching allocator (plain lists and one Stat object per statistic),
-which the optimized core must agree with on every statistic and every pointer."""
+"""Test helpers for the allocator core: a fake host-memory backend (segments, and reserved
+ranges with mapped pages for expandable segments) and a deliberately naive model of torch's
+caching allocator (plain lists and one Stat object per statistic; expandable segments written
+after torch's try_allocate_expandable_block, map_block and unmap_block), which the optimized
+core must agree with on every statistic and every pointer."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ class FakeBackend:
         self.destroyed: set[int] = set()
         self.recording_allowed = True  # what may_record_events() answers
         self.capture_ids: dict[int, int] = {}  # stream -> id of the capture it is part of
+        self.reserved: dict[int, int] = {}  # expandable segments' address ranges
+        self.pages: dict[int, int] = {}  # mapped page address -> page size
 
     def destroy(self, stream: int) -> None:
         """The stream is destroyed; its queued work still completes when told to."""
@@ -49,9 +53,9 @@ class FakeBackend:
         self.destroyed.discard(stream)
 
     def used(self) -> int:
-        return sum(self.live.values())
+        return sum(self.live.values()) + sum(self.pages.values())
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
         self.calls.append("malloc")
         if capturing:
             self.capturing_calls += 1
@@ -65,6 +69,38 @@ class FakeBackend:
     def free(self, ptr: int) -> None:
         self.calls.append("free")
         del self.live[ptr]
+
+    # expandable segments: address space is free to reserve, pages count against capacity
+    def reserve(self, size: int) -> int | None:
+        self.calls.append("reserve")
+        ptr = -(-self.next // (2 * MiB)) * (2 * MiB) + 2 * MiB  # 2 MiB aligned, as the driver's
+        self.next = ptr + size + 2 * MiB
+        self.reserved[ptr] = size
+        return ptr
+
+    def map(self, ptr: int, size: int, page: int, capturing: bool) -> bool:
+        self.calls.append("map")
+        if capturing:
+            self.capturing_calls += 1
+        assert size > 0 and size % page == 0 and any(
+            base <= ptr and ptr + size <= base + n for base, n in self.reserved.items())
+        if self.used() + size > self.capacity:
+            return False
+        for address in range(ptr, ptr + size, page):
+            assert address not in self.pages, "page mapped twice"
+            self.pages[address] = page
+        return True
+
+    def unmap(self, ptr: int, size: int, page: int) -> None:
+        self.calls.append("unmap")
+        self.synchronize()  # as the driver backend does before unmapping
+        for address in range(ptr, ptr + size, page):
+            del self.pages[address]
+
+    def unreserve(self, ptr: int, size: int) -> None:
+        self.calls.append("unreserve")
+        assert self.reserved.pop(ptr) == size
+        assert not any(ptr <= p < ptr + size for p in self.pages), "unreserved mapped pages"
 
     def mem_get_info(self) -> tuple[int, int]:
         return self.capacity - self.used(), self.capacity
@@ -118,6 +154,8 @@ class _Block:
         self.allocated = False
         self.pending = False
         self.segment = ptr  # base address of the segment
+        self.expandable = False  # part of an expandable segment (based at ``segment``)
+        self.mapped = True
 
 
 class NaiveTorchModel:
@@ -138,6 +176,7 @@ class NaiveTorchModel:
         self.unrecorded: list[tuple[_Block, set[int]]] = []  # events wait for a safe point
         self.events: dict[int, list[tuple[int, _Block]]] = {}  # stream -> (work count, block)
         self.event_count: dict[int, int] = {}  # id(block) -> outstanding events
+        self.pages: dict[int, tuple[int, int]] = {}  # expandable segment -> (page, size)
 
     # -- statistics
     def _change(self, small: bool, family: str, amount: int) -> None:
@@ -165,9 +204,30 @@ class NaiveTorchModel:
         return len(self._segment(block.segment)) > 1
 
     def _free_list(self, small: bool, stream: int) -> list[_Block]:
-        free = [b for b in self.blocks if not b.allocated and not b.pending
+        free = [b for b in self.blocks if not b.allocated and not b.pending and b.mapped
                 and b.small == small and b.stream == stream]
         return sorted(free, key=lambda b: (b.size, b.ptr))
+
+    def _neighbour(self, block: _Block, step: int) -> _Block | None:
+        seg = self._segment(block.segment)
+        i = seg.index(block) + step
+        return seg[i] if 0 <= i < len(seg) else None
+
+    def _room(self, block: _Block) -> int:
+        after = self._neighbour(block, 1)
+        return block.size + (after.size if after is not None and not after.mapped else 0)
+
+    def _pick(self, fits: list[_Block]) -> _Block | None:
+        """torch's get_free_block among the blocks that fit, expandable ones included."""
+        if not fits[0].expandable:
+            return fits[0]
+        if not self.config.expandable:
+            return next((b for b in fits if not b.expandable), None)
+        i = 0
+        while fits[i].expandable and i + 1 < len(fits) and \
+                self._room(fits[i + 1]) < self._room(fits[i]):
+            i += 1
+        return fits[i]
 
     def _round(self, size: int) -> int:
         if size < 512:
@@ -190,8 +250,8 @@ class NaiveTorchModel:
         max_split = self.config.max_split_size
         block = None
         fits = [b for b in self._free_list(small, stream) if b.size >= rsize]
-        if fits:
-            cand = fits[0]
+        cand = self._pick(fits) if fits else None
+        if cand is not None:
             rounding = self.config.max_non_split_rounding_size
             ok = not (rsize < max_split and cand.size >= max_split)
             ok = ok and not (rsize >= max_split and cand.size >= rsize + rounding)
@@ -201,6 +261,8 @@ class NaiveTorchModel:
                 alloc = 2 * MiB
             else:
                 alloc = 20 * MiB if rsize < 10 * MiB else -(-rsize // (2 * MiB)) * 2 * MiB
+            if self.config.expandable:
+                alloc = rsize  # grow an expandable segment by that much instead
             block = self._alloc_segment(alloc, stream, small, retry=False)
             if block is None and self._release_available(small, stream, rsize):
                 block = self._alloc_segment(alloc, stream, small, retry=False)
@@ -211,9 +273,14 @@ class NaiveTorchModel:
                 self.counters["num_ooms"] += 1
                 raise MemoryError("out of memory")
         remaining = block.size - rsize
-        split = remaining >= 512 if small else (remaining > MiB and rsize < max_split)
+        if small or self.config.expandable:
+            split = remaining >= 512
+        else:
+            split = remaining > MiB and rsize < max_split
         was_split = self._is_split(block)
-        if split:
+        if block.expandable:
+            pass  # inactive_split leaves expandable segments out
+        elif split:
             rest = _Block(block.ptr + rsize, remaining, stream, small)
             rest.segment = block.segment
             self.blocks.append(rest)
@@ -226,6 +293,11 @@ class NaiveTorchModel:
         elif was_split:
             self._change(small, "inactive_split_bytes", -block.size)
             self._change(small, "inactive_split", -1)
+        if block.expandable and split:
+            rest = _Block(block.ptr + rsize, remaining, stream, small)
+            rest.segment, rest.expandable = block.segment, True
+            self.blocks.append(rest)
+            block.size = rsize
         block.allocated = True
         block.requested = size
         for f, v in (("allocation", 1), ("allocated_bytes", block.size), ("active", 1),
@@ -238,6 +310,8 @@ class NaiveTorchModel:
     def _alloc_segment(self, size: int, stream: int, small: bool, retry: bool) -> _Block | None:
         if retry:
             self.counters["num_alloc_retries"] += 1
+        if self.config.expandable:
+            return self._grow(size, stream, small)
         ptr = self.backend.malloc(size, False)
         if ptr is None:
             return None
@@ -265,7 +339,7 @@ class NaiveTorchModel:
         max_split = self.config.max_split_size
         if max_split == UNLIMITED:
             return False
-        free = self._free_list(small, stream)
+        free = [b for b in self._free_list(small, stream) if not b.expandable]
         key = max(rsize, max_split)
         fits = [b for b in free if b.size >= key]
         if fits:
@@ -303,7 +377,7 @@ class NaiveTorchModel:
         for j in (i - 1, i + 1):
             if 0 <= j < len(seg):
                 other = seg[j]
-                if not other.allocated and not other.pending:
+                if not other.allocated and not other.pending and other.mapped:
                     block.ptr = min(block.ptr, other.ptr)
                     block.size += other.size
                     self.blocks.remove(other)
@@ -312,6 +386,8 @@ class NaiveTorchModel:
         if self._is_split(block):
             net_n += 1
             net_b += block.size
+        if block.expandable:
+            net_n = net_b = 0
         self._change(block.small, "inactive_split", net_n)
         self._change(block.small, "inactive_split_bytes", net_b)
         self._change(block.small, "active", -1)
@@ -370,8 +446,99 @@ class NaiveTorchModel:
                 self._event_done(block)
         self.events.clear()
         for block in list(self.blocks):
-            if not block.allocated and not block.pending and len(self._segment(block.segment)) == 1:
+            alone = len(self._segment(block.segment)) == 1
+            if not block.allocated and not block.pending and alone and not block.expandable:
                 self._release(block)
+        for block in list(self.blocks):
+            if block.expandable and block.mapped and not block.allocated and not block.pending:
+                self._unmap(block)
+
+    # -- expandable segments, torch's way
+    def _allocatable(self, block: _Block | None) -> bool:
+        return block is not None and not block.allocated and not block.pending
+
+    def _grow(self, rsize: int, stream: int, small: bool) -> _Block | None:
+        """torch's try_allocate_expandable_block: a free block of >= rsize, out of the free
+        list (here: the caller uses it at once)."""
+        unmapped = sorted((b for b in self.blocks if not b.mapped and b.small == small
+                           and b.stream == stream), key=lambda b: b.ptr)
+        cand = None
+        for block in unmapped:
+            before = self._neighbour(block, -1)
+            start = before if self._allocatable(before) else block
+            room, probe = 0, start
+            while probe is not None and room < rsize and self._allocatable(probe):
+                room += probe.size
+                probe = self._neighbour(probe, 1)
+            if room >= rsize:
+                cand = start
+                break
+        if cand is None:
+            page = 2 * MiB if small else 20 * MiB
+            total = self.backend.capacity
+            size = -(-(total + total // 8) // page) * page
+            base = self.backend.reserve(size)
+            cand = _Block(base, size, stream, small)
+            cand.expandable, cand.mapped = True, False
+            self.blocks.append(cand)
+            self.pages[base] = (page, size)
+        if not cand.mapped:
+            cand = self._map(cand, min(cand.size, rsize))
+        while cand is not None and cand.size < rsize:
+            after = self._neighbour(cand, 1)
+            cand = self._map(after, min(rsize - cand.size, after.size))
+        return cand
+
+    def _merge(self, block: _Block) -> _Block:
+        """Merge the neighbours in block's state into it (free with free, unmapped with
+        unmapped)."""
+        for step in (-1, 1):
+            other = self._neighbour(block, step)
+            if other is not None and other.mapped == block.mapped and \
+                    (not block.mapped or self._allocatable(other)):
+                block.ptr = min(block.ptr, other.ptr)
+                block.size += other.size
+                self.blocks.remove(other)
+        return block
+
+    def _map(self, block: _Block, size: int) -> _Block | None:
+        page = self.pages[block.segment][0]
+        length = -(-size // page) * page
+        if not self.backend.map(block.ptr, length, page, False):
+            return None
+        if length < block.size:
+            rest = _Block(block.ptr + length, block.size - length, block.stream, block.small)
+            rest.segment, rest.expandable, rest.mapped = block.segment, True, False
+            self.blocks.append(rest)
+            block.size = length
+        block.mapped = True
+        self._change(block.small, "reserved_bytes", length)
+        self.counters["num_device_alloc"] += 1
+        return self._merge(block)
+
+    def _unmap(self, block: _Block) -> None:
+        """torch's unmap_block (+ release_expandable_segment when nothing is left)."""
+        page, total = self.pages[block.segment]
+        first = -(-(block.ptr - block.segment) // page)
+        end = (block.ptr + block.size - block.segment) // page
+        if first >= end:
+            return
+        start, length = block.segment + first * page, (end - first) * page
+        self.backend.unmap(start, length, page)
+        for ptr, size in ((block.ptr, start - block.ptr),
+                          (start + length, block.ptr + block.size - start - length)):
+            if size:
+                piece = _Block(ptr, size, block.stream, block.small)
+                piece.segment, piece.expandable = block.segment, True
+                self.blocks.append(piece)
+        block.ptr, block.size, block.mapped = start, length, False
+        self._merge(block)
+        self._change(block.small, "reserved_bytes", -length)
+        self.counters["num_device_free"] += 1
+        if block.size == total:
+            self.backend.unreserve(block.segment, total)
+            self.blocks.remove(block)
+            del self.pages[block.segment]
 
     def reset_peak_stats(self) -> None:
         for stat in [*self.stats.values(), *self.oversize.values()]:

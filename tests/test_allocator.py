@@ -40,11 +40,21 @@ def recount(allocator: CachingAllocator, backend: FakeBackend) -> None:
     """Check the structure and that every current statistic equals a recount."""
     expect = {(f, p): 0 for f in ms.POOL_FAMILIES for p in ("small_pool", "large_pool")}
     segments = allocator.segments()
-    assert {c[0].ptr: sum(b.size for b in c) for c in segments} == backend.live
+    fixed = [c for c in segments if c[0].expandable is None]
+    assert {c[0].ptr: sum(b.size for b in c) for c in fixed} == backend.live
+    runs = [c for c in segments if c[0].expandable is not None]
+    assert sum(b.size for c in runs for b in c) == sum(backend.pages.values())
+    for run in runs:  # mapped runs of expandable segments are whole pages, all mapped
+        page, base = run[0].expandable.page, run[0].expandable.base
+        assert (run[0].ptr - base) % page == 0 and sum(b.size for b in run) % page == 0
+        assert all(a in backend.pages for a in range(run[0].ptr, run[-1].ptr, page))
+        assert run[0].prev is None or not run[0].prev.mapped
+        assert run[-1].next is None or not run[-1].next.mapped
     seen = set()
     for chain in segments:
         pool = "small_pool" if chain[0].pool.is_small else "large_pool"
-        expect[("segment", pool)] += 1
+        expandable = chain[0].expandable is not None
+        expect[("segment", pool)] += not expandable
         expect[("reserved_bytes", pool)] += sum(b.size for b in chain)
         for i, block in enumerate(chain):
             assert block.ptr not in seen, "a block appears twice"
@@ -60,7 +70,7 @@ def recount(allocator: CachingAllocator, backend: FakeBackend) -> None:
                 assert index.buckets[block.size].count(block) == 1
                 if i and chain[i - 1].is_free:
                     raise AssertionError("two free neighbours were not merged")
-                if len(chain) > 1:
+                if len(chain) > 1 and not expandable:
                     expect[("inactive_split", pool)] += 1
                     expect[("inactive_split_bytes", pool)] += block.size
             else:
@@ -667,7 +677,9 @@ ops = st.lists(
     max_size=150,
 )
 configs = st.sampled_from(["", "max_split_size_mb:24", "roundup_power2_divisions:4",
-                           "max_split_size_mb:20,roundup_power2_divisions:[1:2,8:4,>:1]"])
+                           "max_split_size_mb:20,roundup_power2_divisions:[1:2,8:4,>:1]",
+                           "expandable_segments:True",
+                           "expandable_segments:True,max_split_size_mb:24"])
 
 
 @settings(max_examples=200, deadline=None,
@@ -677,7 +689,7 @@ def test_random_traces_match_the_naive_torch_model(trace, conf, capacity):
     replay(trace, conf, capacity)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_long_random_traces_match_the_naive_torch_model(seed):
     """Long traces reach states that short hypothesis examples rarely do."""
     rng = random.Random(seed)
@@ -704,8 +716,9 @@ def test_long_random_traces_match_the_naive_torch_model(seed):
             trace.append((rng.choice(["reset_peak", "reset_accumulated"]), None, None))
         else:
             trace.append(("empty_cache", None, None))
-    replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4"][seed % 3],
-           [256 * MiB, 1 << 34][seed % 2], check_every=25)
+    replay(trace, ["", "max_split_size_mb:24", "roundup_power2_divisions:4",
+                   "expandable_segments:True"][seed % 4],
+           [256 * MiB, 1 << 34][(seed // 4) % 2], check_every=25)
 
 
 def _malloc_both(a: CachingAllocator, model: NaiveTorchModel, size: int,

@@ -207,7 +207,7 @@ class HostBackend:
         self.calls: list[str] = []
         self.capture_ids: dict[int, int] = {}
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
         self.calls.append("malloc")
         ptr, self._next = self._next, self._next + size + (1 << 24)
         self.segments[ptr] = size

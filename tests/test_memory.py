@@ -73,7 +73,6 @@ def test_config_parses_torch_keys():
     ("roundup_power2_divisions:[3:2]", "roundup_power2_divisions"),
     ("roundup_power2_divisions:[256:1", "roundup_power2_divisions"),
     ("backend:magic", "backend"),
-    ("expandable_segments:True", "expandable_segments"),
     ("expandable_segments:yes", "expandable_segments"),
     ("max_split_size_mb", "max_split_size_mb"),
     ("no_such_key:1", "no_such_key"),
@@ -174,6 +173,8 @@ def test_summary_layout_and_units():
     assert "3072 MiB" in text and "4096 MiB" in text and "CUDA OOMs: 2" in text
     short = _memsummary.summary_table(stats, 0, abbreviated=True)
     assert "from small pool" not in short and "\x1b[" not in short
+    assert "expandable" not in text
+    assert "expandable segments: on" in _memsummary.summary_table(stats, 0, expandable=True)
 
 
 def test_host_memory_stats_keys_match_torch():
@@ -227,7 +228,8 @@ def fresh(gpu_state):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("conf", ["", "max_split_size_mb:64,roundup_power2_divisions:4"])
+@pytest.mark.parametrize("conf", ["", "max_split_size_mb:64,roundup_power2_divisions:4",
+                                  "expandable_segments:True"])
 def test_statistics_equal_torch_on_random_traces(conf):
     """The same traces through torch and gpurt, each in a fresh process: every shared
     memory_stats() key and every segment layout equal at every checkpoint."""

@@ -143,6 +143,22 @@ def test_frees_of_unknown_blocks_start_before_the_trace():
     assert tl.close_action == "free_requested"
 
 
+def test_reserved_line_follows_expandable_segment_maps_and_unmaps():
+    """Expandable segments grow by segment_map and shrink by segment_unmap (torch's actions)."""
+    trace = [trace_event("segment_map", 0x1000, 20 * MiB, 1.0),
+             trace_event("alloc", 0x1000, 12 * MiB, 2.0),
+             trace_event("segment_map", 0x1000 + 20 * MiB, 20 * MiB, 3.0),
+             trace_event("alloc", 0x1000 + 12 * MiB, 24 * MiB, 4.0),
+             trace_event("free_completed", 0x1000 + 12 * MiB, 24 * MiB, 5.0),
+             trace_event("segment_unmap", 0x1000 + 20 * MiB, 20 * MiB, 6.0)]
+    segment = {"device": 0, "address": 0x1000, "total_size": 20 * MiB, "is_expandable": True,
+               "segment_type": "large", "blocks": []}
+    (tl,) = build_timelines({"segments": [segment], "device_traces": [trace]})
+    assert tl.reserved is not None
+    assert max(y for _, y in tl.reserved) == 40 * MiB and tl.reserved[-1][1] == 20 * MiB
+    assert tl.reserved[0][1] == 0
+
+
 def test_callsite_skips_gpurt_frames():
     frames = [{"filename": "/venv/site-packages/gpurt/memory.py", "line": 3, "name": "alloc"},
               {"filename": "/home/u/model.py", "line": 42, "name": "forward"}]

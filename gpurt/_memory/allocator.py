@@ -41,6 +41,7 @@ counted by the full path, and resetting the peaks unparks. Any other operation f
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from typing import Any
 
@@ -49,9 +50,9 @@ from . import stats as ms
 from .blocks import Block, BlockPool
 from .config import AllocatorConfig
 from .history import HistorySettings, capture_frames
+from .privatepools import PrivatePools
 from .protocol import RETIRE_WAIT
-from .segments import MIN_BLOCK, SMALL_SIZE, Backend, CaptureRoute
-from .streamuses import StreamUses
+from .segments import MIN_BLOCK, SMALL_SIZE, Backend
 
 __all__: list[str] = []
 
@@ -62,7 +63,7 @@ _SPLIT = ms.SPLIT
 _SPLIT_BYTES = ms.SPLIT_BYTES
 
 
-class CachingAllocator(StreamUses):
+class CachingAllocator(PrivatePools):
     """The caching allocator of one device. Thread-safe (one lock). A DeviceAllocator
     (gpurt/_memory/protocol.py)."""
 
@@ -144,6 +145,8 @@ class CachingAllocator(StreamUses):
         index = pool.by_stream.get(stream)
         if index is not None and self._caching:
             block = index.lower_bound(rsize)
+            if block is not None and block.expandable is not None:
+                block = self._expandable_fit(index, block)
             if block is not None:
                 max_split = self._max_split
                 if rsize < max_split:
@@ -163,11 +166,12 @@ class CachingAllocator(StreamUses):
         """torch's alloc_found_block: split off the rest if worth it, count, park or record."""
         block.is_free = False
         remaining = block.size - rsize
-        if pool.is_small:
+        if pool.is_small or self._expandable:
             split = remaining >= MIN_BLOCK
         else:
             split = remaining > SMALL_SIZE and rsize < self._max_split
-        was_split = block.prev is not None or block.next is not None
+        # inactive_split counts split blocks of fixed segments only (as torch does)
+        was_split = block.expandable is None and (block.prev is not None or block.next is not None)
         rest = None
         increase = decrease = 0
         if split:
@@ -177,6 +181,7 @@ class CachingAllocator(StreamUses):
             rest.stream = stream
             rest.pool = pool
             rest.requested = 0
+            rest.expandable = block.expandable
             rest.prev = block
             rest.next = after = block.next
             if after is not None:
@@ -186,7 +191,7 @@ class CachingAllocator(StreamUses):
             rest.is_free = True
             if was_split:
                 decrease = rsize * _SPLIT_BYTES  # an inactive split block shrinks
-            else:
+            elif block.expandable is None:
                 increase = _SPLIT + remaining * _SPLIT_BYTES  # a new inactive split block
         elif was_split:
             decrease = _SPLIT + block.size * _SPLIT_BYTES  # an inactive split turns active
@@ -366,6 +371,8 @@ class CachingAllocator(StreamUses):
         if block.prev is not None or block.next is not None:
             splits += 1
             split_bytes += block.size
+        if block.expandable is not None:
+            splits = split_bytes = 0  # not counted for expandable segments (see expandable.py)
         increase, decrease = 0, block.vector
         block.vector = 0
         if splits > 0:
@@ -491,6 +498,21 @@ class CachingAllocator(StreamUses):
             self._gc_counting = self.config.garbage_collection_threshold > 0
             self._plain = self._caching and not self._gc_counting
 
+    def set_config(self, config: AllocatorConfig) -> None:
+        """New settings at run time (torch's _set_allocator_settings). Blocks already
+        cached keep their kind: turning expandable segments off leaves existing ones in
+        use until they are freed, but no new request is served from them."""
+        with self._lock:
+            if self._hot is not None:
+                self._unpark()
+            # caching is fixed at creation (GPURT_NO_CACHING, or change_current_allocator)
+            self.config = config = dataclasses.replace(config, caching=self._caching)
+            self._max_split = config.max_split_size
+            self._round_pow2 = config.rounds_to_power2
+            self._expandable = config.expandable
+            self._gc_counting = self._fraction_set and config.garbage_collection_threshold > 0
+            self._plain = self._caching and not self._gc_counting
+
     @property
     def memory_fraction(self) -> float:
         return self._fraction
@@ -524,65 +546,6 @@ class CachingAllocator(StreamUses):
             raise ValueError(f"0x{ptr:x} is not a live allocation on device {self.device}")
         return block.size
 
-    # ---- graph-private pools ---------------------------------------------------------
-
-    def begin_allocate_to_pool(self, pool_id: Any, stream: int) -> None:
-        """Route allocations of the capture on ``stream`` to private pool ``pool_id`` (made
-        if new): those on ``stream`` and, once the capture has begun, on every stream that
-        joined it (torch's beginAllocateToPool with its capture-id filter)."""
-        with self._lock:
-            if self._capturing_to(pool_id):
-                raise RuntimeError(f"already allocating to private pool {pool_id!r}")
-            if self._hot is not None:
-                self._unpark()
-            capture_id = self.backend.capture_id(stream)
-            self._private_pool(pool_id)
-            self._captures.append(CaptureRoute(pool_id, stream, capture_id))
-            CAPTURES.add(1)
-
-    def end_allocate_to_pool(self, pool_id: Any) -> None:
-        with self._lock:
-            for i, route in enumerate(self._captures):
-                if route.pool_id == pool_id:
-                    del self._captures[i]
-                    CAPTURES.add(-1)
-                    self._work = True
-                    return
-            raise RuntimeError(f"not allocating to private pool {pool_id!r}")
-
-    def retain_pool(self, pool_id: Any) -> None:
-        """One more reference to private pool ``pool_id`` (made if new)."""
-        with self._lock:
-            self._private_pool(pool_id).use_count += 1
-
-    def release_pool(self, pool_id: Any) -> None:
-        """One reference less. At zero, the pool's cached segments are freed by the next
-        empty_cache (or an out-of-memory retry), as torch does; blocks still allocated
-        return to the pool when freed and are released the same way. Safe from finalizers
-        (queued like a free when the lock is busy)."""
-        if not self._lock.acquire(False):
-            self._queued_releases.append(pool_id)
-            self._queued.append(0)  # makes the next call drain the queues
-            self._work = True
-            return
-        try:
-            self._release_pool(pool_id)
-        finally:
-            if self._queued:
-                self._drain_queue()
-            self._lock.release()
-
-    def _release_pool(self, pool_id: Any) -> None:
-        private = self._private.get(pool_id)
-        if private is None or private.use_count <= 0:
-            raise RuntimeError(f"release_pool: private pool {pool_id!r} is not retained")
-        private.use_count -= 1
-        if private.use_count == 0 and private.segments == 0 and not self._capturing_to(pool_id):
-            del self._private[pool_id]
-
-    def captures_underway(self) -> bool:
-        return bool(self._captures)
-
     # ---- inspection ------------------------------------------------------------------
 
     def _all_blocks(self) -> list[Block]:
@@ -604,3 +567,4 @@ class CachingAllocator(StreamUses):
             if self._hot is not None:
                 self._unpark()
             return self._snapshot_dicts(self._all_blocks())
+

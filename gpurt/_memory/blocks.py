@@ -1,7 +1,8 @@
 """Blocks, the best-fit index of free blocks, block pools and graph-private pools.
 
-A *segment* is one allocation from the backend (cuMemAlloc); it is cut into *blocks* that
-form a doubly linked list in address order (``prev``/``next``). Free blocks of a pool are
+A *segment* is one allocation from the backend (cuMemAlloc), or one reserved address range
+of an expandable segment (gpurt/_memory/expandable.py); it is cut into *blocks* that form a
+doubly linked list in address order (``prev``/``next``). Free blocks of a pool are
 indexed per stream by (size, address), which is the order torch's ``BlockComparatorSize``
 gives them, so ``lower_bound`` picks the same block torch would.
 """
@@ -24,7 +25,7 @@ class Block:
     __slots__ = (
         "ptr", "size", "requested", "stream", "pool", "prev", "next",
         "allocated", "is_free", "event_count", "stream_uses", "gc_base", "vector", "frames",
-        "vector_size", "last_vector",
+        "vector_size", "last_vector", "expandable", "mapped",
     )
 
     def __init__(self, ptr: int, size: int, stream: int, pool: BlockPool) -> None:
@@ -44,6 +45,8 @@ class Block:
         self.frames: tuple | None = None
         self.vector_size = 0  # block size that last_vector was computed for
         self.last_vector = 0
+        self.expandable: Any = None  # the ExpandableSegment this block is part of, if any
+        self.mapped = True  # False: address space of an expandable segment with no memory
 
     @property
     def is_split(self) -> bool:
@@ -56,6 +59,8 @@ class Block:
 
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.is_free else "pending")
+        if not self.mapped:
+            state = "unmapped"
         return f"Block(0x{self.ptr:x}, {self.size}, stream={self.stream}, {state})"
 
 
@@ -133,6 +138,14 @@ class FreeBlocks:
         self.sizes = [s for s in self.sizes if self.buckets[s]]
         self.buckets = {s: self.buckets[s] for s in self.sizes}
 
+    def after(self, block: Block) -> Iterator[Block]:
+        """The blocks that follow ``block`` (which is in the index) in (size, address) order."""
+        bucket = self.buckets[block.size]
+        yield from bucket[bucket.index(block) + 1:]
+        sizes = self.sizes
+        for i in range(bisect.bisect_right(sizes, block.size), len(sizes)):
+            yield from self.buckets[sizes[i]]
+
     def __iter__(self) -> Iterator[Block]:
         """Blocks in (size, address) order; safe to remove blocks while iterating."""
         for size in list(self.sizes):
@@ -148,9 +161,10 @@ def _address(block: Block) -> int:
 
 class BlockPool:
     """Free blocks of one kind (small <= 1 MiB, or large) of the default pools or of one
-    graph-private pool, indexed per stream."""
+    graph-private pool, indexed per stream. ``unmapped``: per stream, the blocks of
+    expandable segments that have no memory mapped, in address order."""
 
-    __slots__ = ("is_small", "stats", "owner", "by_stream", "gc_calls")
+    __slots__ = ("is_small", "stats", "owner", "by_stream", "gc_calls", "unmapped")
 
     def __init__(self, is_small: bool, stats: PoolStats, owner: PrivatePool | None = None) -> None:
         self.is_small = is_small
@@ -158,6 +172,7 @@ class BlockPool:
         self.owner = owner
         self.by_stream: dict[int, FreeBlocks] = {}
         self.gc_calls = 0  # torch's get_free_blocks_call_count (garbage collection ages)
+        self.unmapped: dict[int, list[Block]] = {}
 
     def free_blocks(self) -> Iterator[Block]:
         for index in list(self.by_stream.values()):
@@ -172,15 +187,17 @@ class BlockPool:
 
 
 class PrivatePool:
-    """A graph's private pool: its own segments, never shared with eager allocations.
-    ``use_count`` counts retain_pool/release_pool references; ``segments`` the backend
-    allocations it holds (torch's cudaMalloc_count)."""
+    """A graph's private pool, or a MemPool's: its own segments, never shared with other
+    allocations. ``use_count`` counts retain_pool/release_pool references; ``segments`` the
+    backend allocations it holds (torch's cudaMalloc_count); ``backend`` where they come
+    from when not the allocator's own (a MemPool's pluggable allocator)."""
 
-    __slots__ = ("id", "use_count", "segments", "small", "large")
+    __slots__ = ("id", "use_count", "segments", "small", "large", "backend")
 
     def __init__(self, pool_id: Any, small_stats: PoolStats, large_stats: PoolStats) -> None:
         self.id = pool_id
         self.use_count = 0
         self.segments = 0
+        self.backend: Any = None
         self.small = BlockPool(True, small_stats, self)
         self.large = BlockPool(False, large_stats, self)

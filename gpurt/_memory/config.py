@@ -45,6 +45,7 @@ class AllocatorConfig:
     max_non_split_rounding_size: int = LARGE_BUFFER
     garbage_collection_threshold: float = 0.0
     roundup_power2_divisions: tuple[int, ...] = (0,) * ROUNDUP_INTERVALS
+    expandable_segments: bool = False
     caching: bool = True  # False with GPURT_NO_CACHING=1
 
     def __post_init__(self) -> None:
@@ -62,6 +63,11 @@ class AllocatorConfig:
     def max_split_size_stat(self) -> int:
         """max_split_size as torch reports it in memory_stats (-1 when unlimited)."""
         return -1 if self.max_split_size == UNLIMITED else self.max_split_size
+
+    @property
+    def expandable(self) -> bool:
+        """Expandable segments in effect (not with caching off, as in torch)."""
+        return self.expandable_segments and self.caching
 
     @property
     def rounds_to_power2(self) -> bool:
@@ -144,7 +150,12 @@ def _split_items(text: str) -> list[str]:
 
 def parse(text: str | None, no_caching: bool = False) -> AllocatorConfig:
     """Parse a GPURT_ALLOC_CONF string (None or '' gives the defaults)."""
-    settings: dict[str, object] = {"caching": not no_caching}
+    return AllocatorConfig(caching=not no_caching, **parse_settings(text))  # type: ignore[arg-type]
+
+
+def parse_settings(text: str | None) -> dict[str, object]:
+    """The AllocatorConfig fields that a GPURT_ALLOC_CONF string sets, by field name."""
+    settings: dict[str, object] = {}
     for item in _split_items((text or "").replace(" ", "")):
         key, sep, value = item.partition(":")
         if not sep or not value:
@@ -171,10 +182,7 @@ def parse(text: str | None, no_caching: bool = False) -> AllocatorConfig:
         elif key == "roundup_power2_divisions":
             settings["roundup_power2_divisions"] = _divisions(key, value)
         elif key == "expandable_segments":
-            if _bool(key, value):
-                raise AllocatorConfigError(
-                    "expandable_segments: True is not supported by gpurt's allocator"
-                )
+            settings["expandable_segments"] = _bool(key, value)
         elif key in ("release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
                      "pinned_use_background_threads"):
             _bool(key, value)  # accepted for compatibility; no effect in gpurt
@@ -185,7 +193,7 @@ def parse(text: str | None, no_caching: bool = False) -> AllocatorConfig:
             raise AllocatorConfigError(
                 f"{key}: unrecognized GPURT_ALLOC_CONF key; known keys: {', '.join(KEYS)}"
             )
-    return AllocatorConfig(**settings)  # type: ignore[arg-type]
+    return settings
 
 
 def from_environment() -> AllocatorConfig:

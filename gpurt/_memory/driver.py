@@ -58,12 +58,14 @@ class relaxed_capture_mode:
 
 
 class DriverBackend:
-    """Segments from cuMemAlloc, events from cuEventCreate, for one device."""
+    """Segments from cuMemAlloc (expandable ones from cuMemAddressReserve and cuMemCreate
+    pages), events from cuEventCreate, for one device."""
 
     def __init__(self, index: int) -> None:
         self.index = index
+        self._pages: dict[int, Any] = {}  # expandable segments: page address -> handle
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
         bind_context(self.index)
         if capturing:
             with relaxed_capture_mode():
@@ -126,3 +128,88 @@ class DriverBackend:
 
     def oom_error(self, message: str) -> BaseException:
         return out_of_memory_error(message, "cuMemAlloc")
+
+    # ---- expandable segments (virtual memory management) ------------------------------
+
+    def reserve(self, size: int) -> int | None:
+        """Address space for an expandable segment, aligned as the driver likes (alignment
+        0, as torch; a 20 MiB alignment is not a power of two and is refused) (wraps
+        cuMemAddressReserve)."""
+        bind_context(self.index)
+        result = cu.cuMemAddressReserve(size, 0, 0, 0)
+        if int(result[0]) == _OOM:
+            return None
+        return int(check(result, "cuMemAddressReserve"))
+
+    def map(self, ptr: int, size: int, page: int, capturing: bool = False) -> bool:
+        """Back [ptr, ptr + size) with new pages (wraps cuMemCreate, cuMemMap and
+        cuMemSetAccess); False, with nothing left behind, when the device is full."""
+        bind_context(self.index)
+        if capturing:
+            with relaxed_capture_mode():
+                return self._map(ptr, size, page)
+        return self._map(ptr, size, page)
+
+    def _map(self, ptr: int, size: int, page: int) -> bool:
+        made: list[tuple[int, Any]] = []
+        mapped: list[int] = []
+        try:
+            for address in range(ptr, ptr + size, page):
+                result = cu.cuMemCreate(page, self._page_properties(), 0)
+                if int(result[0]) == _OOM:
+                    break
+                made.append((address, check(result, "cuMemCreate")))
+            else:
+                for address, handle in made:
+                    check(cu.cuMemMap(address, page, 0, handle, 0), "cuMemMap")
+                    mapped.append(address)
+                check(cu.cuMemSetAccess(ptr, size, [self._access()], 1), "cuMemSetAccess")
+                for address, handle in made:
+                    self._pages[address] = handle
+                return True
+        except BaseException:
+            self._undo(mapped, made, page)
+            raise
+        self._undo(mapped, made, page)
+        return False
+
+    def _undo(self, mapped: list[int], made: list[tuple[int, Any]], page: int) -> None:
+        for address in mapped:
+            check(cu.cuMemUnmap(address, page), "cuMemUnmap")
+        for _, handle in made:
+            check(cu.cuMemRelease(handle), "cuMemRelease")
+
+    def unmap(self, ptr: int, size: int, page: int) -> None:
+        """Wait for the device (unmapping does not), then unmap and free the pages
+        (wraps cuCtxSynchronize, cuMemUnmap and cuMemRelease)."""
+        self.synchronize()
+        for address in range(ptr, ptr + size, page):
+            check(cu.cuMemUnmap(address, page), "cuMemUnmap")
+            check(cu.cuMemRelease(self._pages.pop(address)), "cuMemRelease")
+
+    def unreserve(self, ptr: int, size: int) -> None:
+        """Give back an expandable segment's address space (wraps cuMemAddressFree)."""
+        bind_context(self.index)
+        check(cu.cuMemAddressFree(ptr, size), "cuMemAddressFree")
+
+    def page_handle(self, ptr: int) -> Any:
+        """The cuMemCreate handle of the page that starts at ``ptr`` (for export)."""
+        return self._pages[ptr]
+
+    def _page_properties(self) -> Any:
+        """Pinned device memory that can be exported as a POSIX file descriptor (for
+        sharing with other processes, as torch's expandable segments)."""
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = self.index
+        prop.requestedHandleTypes = (
+            cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return prop
+
+    def _access(self) -> Any:
+        desc = cu.CUmemAccessDesc()
+        desc.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = self.index
+        desc.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        return desc

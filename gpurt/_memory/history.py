@@ -1,7 +1,8 @@
 """Memory history: a bounded trace of allocator events with the Python frames that made them.
 
 Like torch's ``_record_memory_history``: while enabled, each allocator records what happened
-(alloc, free_requested, free_completed, segment_alloc, segment_free, oom, empty_cache) into a
+(alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map and
+segment_unmap for expandable segments, oom, empty_cache) into a
 ring buffer, and remembers where each live block was allocated. Frames are taken with
 ``sys._getframe`` (cheap: no source lines are read) and kept as tuples until a snapshot
 turns them into JSON-ready dicts.
@@ -24,7 +25,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 _MAX_DEPTH = 64
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-           "oom", "empty_cache")
+           "segment_map", "segment_unmap", "oom", "empty_cache")
 
 
 def capture_frames() -> Frames:

@@ -5,11 +5,13 @@ taken from the backend, the per-process memory fraction, and torch's policy for 
 new segment: garbage-collect old cached blocks past a threshold, try the backend, free
 cached oversize blocks and retry, free every cached unsplit block and retry, and only then
 report out of memory. :class:`gpurt._memory.allocator.CachingAllocator` builds the allocation
-policy on top. No driver here: segments come from a :class:`Backend`.
+policy on top. No driver here: segments come from a :class:`Backend`. Expandable segments
+(gpurt/_memory/expandable.py) extend this class.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -33,9 +35,10 @@ LARGE_BUFFER = 20 << 20
 class Backend(Protocol):
     """What the allocator needs from the device (real: cuMemAlloc & co; tests: host memory)."""
 
-    def malloc(self, size: int, capturing: bool) -> int | None:
-        """A new segment of ``size`` bytes, or None when out of memory. ``capturing``: a
-        graph capture is underway somewhere (use relaxed capture mode for the call)."""
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int | None:
+        """A new segment of ``size`` bytes for use on ``stream``, or None when out of
+        memory. ``capturing``: a graph capture is underway somewhere (use relaxed capture
+        mode for the call)."""
 
     def free(self, ptr: int) -> None: ...
     def mem_get_info(self) -> tuple[int, int]: ...
@@ -58,18 +61,39 @@ class Backend(Protocol):
     def oom_error(self, message: str) -> BaseException:
         """The exception to raise when the allocator gives up."""
 
+    # expandable segments (gpurt/_memory/expandable.py)
+    def reserve(self, size: int) -> int | None:
+        """Reserve ``size`` bytes of address space, no memory (None when refused). Pages
+        are counted from the start of the range, which needs no alignment beyond the
+        driver's own."""
+
+    def map(self, ptr: int, size: int, page: int, capturing: bool) -> bool:
+        """Back [ptr, ptr + size) of reserved space with new memory in pages of ``page``
+        bytes, readable and writable by this device; False (nothing mapped) when out of
+        memory. ``capturing`` as for :meth:`malloc`."""
+
+    def unmap(self, ptr: int, size: int, page: int) -> None:
+        """Wait for the device, then unmap and free the pages of [ptr, ptr + size)."""
+
+    def unreserve(self, ptr: int, size: int) -> None:
+        """Give back address space from :meth:`reserve` (nothing mapped in it)."""
+
 
 class CaptureRoute:
     """Allocations of one graph capture go to private pool ``pool_id``: those on ``stream``
     (the capturing stream) and on any stream that joined the capture (same ``capture_id``,
-    looked up once the capture has begun), as torch routes them."""
+    looked up once the capture has begun), as torch routes them. With ``thread`` set, the
+    route of ``use_mem_pool`` instead: every allocation of that thread (torch's
+    beginAllocateCurrentThreadToPool)."""
 
-    __slots__ = ("pool_id", "stream", "capture_id")
+    __slots__ = ("pool_id", "stream", "capture_id", "thread")
 
-    def __init__(self, pool_id: Any, stream: int, capture_id: int | None) -> None:
+    def __init__(self, pool_id: Any, stream: int, capture_id: int | None,
+                 thread: int | None = None) -> None:
         self.pool_id = pool_id
         self.stream = stream
         self.capture_id = capture_id
+        self.thread = thread
 
 
 def allocation_size(size: int) -> int:
@@ -96,6 +120,7 @@ class SegmentCache:
         self._private: dict[Any, PrivatePool] = {}
         self._captures: list[CaptureRoute] = []
         self._segments: dict[int, tuple[int, Any]] = {}  # base -> (size, frames)
+        self._expandables: dict[int, Any] = {}  # base -> ExpandableSegment
         self._spare: list[Block] = []  # recycled Block objects
         self._reserved = 0  # torch's total_allocated_memory
         self._fraction = 1.0
@@ -103,6 +128,7 @@ class SegmentCache:
         self._fraction_set = False
         self._max_split = config.max_split_size
         self._caching = config.caching
+        self._expandable = config.expandable
         self.history = history if history is not None else HistorySettings()
         self.trace = DeviceTrace(self.history.max_entries)
 
@@ -146,20 +172,25 @@ class SegmentCache:
         return private.small if rsize <= SMALL_SIZE else private.large
 
     def _route_of(self, stream: int) -> CaptureRoute | None:
-        for route in self._captures:
+        """The capture that ``stream`` takes part in, else the innermost use_mem_pool of
+        this thread."""
+        captures = [route for route in self._captures if route.thread is None]
+        for route in captures:
             if route.stream == stream:
                 return route
-        capture_id = self.backend.capture_id(stream)  # a side stream that joined a capture?
-        if capture_id is None:
-            return None
-        for route in self._captures:
-            if route.capture_id is None:  # routed before its capture began
-                route.capture_id = self.backend.capture_id(route.stream)
-            if route.capture_id == capture_id:
-                return route
-        return None
+        # a side stream that joined a capture?
+        capture_id = self.backend.capture_id(stream) if captures else None
+        if capture_id is not None:
+            for route in captures:
+                if route.capture_id is None:  # routed before its capture began
+                    route.capture_id = self.backend.capture_id(route.stream)
+                if route.capture_id == capture_id:
+                    return route
+        thread = threading.get_ident()
+        return next((r for r in reversed(self._captures) if r.thread == thread), None)
 
     def _capturing_to(self, pool_id: Any) -> bool:
+        """A capture or a use_mem_pool routes allocations to ``pool_id`` now."""
         return any(route.pool_id == pool_id for route in self._captures)
 
     def _private_pool(self, pool_id: Any) -> PrivatePool:
@@ -178,24 +209,31 @@ class SegmentCache:
         safe = CAPTURES.count == 0
         if self._fraction_set and self.config.garbage_collection_threshold > 0 and safe:
             self._garbage_collect()
-        block = self._alloc_segment(pool, size, stream, retry=False)
+        block = self._alloc_segment(pool, size, rsize, stream, retry=False)
         if block is None and safe and self._release_available(pool, rsize, stream):
-            block = self._alloc_segment(pool, size, stream, retry=False)
+            block = self._alloc_segment(pool, size, rsize, stream, retry=False)
         if block is None and safe:
             if syncdebug.LEVEL:  # freeing the cache synchronizes the device
                 syncdebug.warn_or_error_on_sync("an allocation that frees the cache and retries")
             self._release_cached_blocks()
-            block = self._alloc_segment(pool, size, stream, retry=True)
+            block = self._alloc_segment(pool, size, rsize, stream, retry=True)
         if block is None:
             raise self._out_of_memory(pool, rsize, size, stream)
         return block
 
-    def _alloc_segment(self, pool: BlockPool, size: int, stream: int, retry: bool) -> Block | None:
+    def _alloc_segment(self, pool: BlockPool, size: int, rsize: int, stream: int,
+                       retry: bool) -> Block | None:
+        """A new segment of ``size`` bytes (or, with expandable segments, a free block of
+        ``rsize`` bytes grown in one), None when out of memory (torch's alloc_block)."""
         if retry:
             self.stats.num_alloc_retries += 1
         if self._fraction_set and self._reserved + size > self._allowed:
             return None
-        ptr = self.backend.malloc(size, CAPTURES.count > 0)
+        if self._expandable and pool.owner is None:
+            return self._expandable_block(pool, rsize, stream)
+        source = self.backend if pool.owner is None or pool.owner.backend is None \
+            else pool.owner.backend  # a MemPool's own allocator
+        ptr = source.malloc(size, CAPTURES.count > 0, stream)
         if ptr is None:
             return None
         if pool.owner is not None:
@@ -210,6 +248,18 @@ class SegmentCache:
             self.trace.record("segment_alloc", ptr, size, stream, frames)
         return block
 
+    def _expandable_block(self, pool: BlockPool, rsize: int, stream: int) -> Block | None:
+        raise NotImplementedError  # gpurt/_memory/expandable.py
+
+    def _unmap_free(self, blocks: list[Block]) -> None:
+        raise NotImplementedError  # gpurt/_memory/expandable.py
+
+    def _unmapped_blocks(self) -> list[Block]:
+        raise NotImplementedError  # gpurt/_memory/expandable.py
+
+    def _expandable_runs(self, blocks: list[Block]) -> list[tuple[Block, ...]]:
+        raise NotImplementedError  # gpurt/_memory/expandable.py
+
     def _segment_vector(self, size: int) -> int:
         vector = ms.SEGMENT + size * ms.RESERVED_BYTES
         if size >= self._max_split:
@@ -220,9 +270,10 @@ class SegmentCache:
 
     def _release_segment(self, block: Block) -> None:
         """Give a free, unsplit block (a whole segment) back to the backend."""
-        self.backend.free(block.ptr)
-        self._remove_free(block)
         pool = block.pool
+        owner = pool.owner
+        (self.backend if owner is None or owner.backend is None else owner.backend).free(block.ptr)
+        self._remove_free(block)
         if pool.owner is not None:
             pool.owner.segments -= 1
         self._reserved -= block.size
@@ -243,15 +294,16 @@ class SegmentCache:
             return False
         key = max(rsize, self._max_split)
         block = index.lower_bound(key)
-        if block is not None:
+        if block is not None and block.expandable is None:
             self._release_segment(block)
             return True
         released = 0
         for block in reversed(list(index)):
             if released >= key or block.size < self._max_split:
                 break
-            released += block.size
-            self._release_segment(block)
+            if block.expandable is None:  # (pages of expandable ones go at a full flush)
+                released += block.size
+                self._release_segment(block)
         return released >= key
 
     def _release_cached_blocks(self) -> None:
@@ -267,9 +319,16 @@ class SegmentCache:
                     del self._private[pool_id]
 
     def _release_unsplit(self, pool: BlockPool) -> None:
+        """Free the pool's cached unsplit blocks and unmap the free pages of its
+        expandable segments (torch's release_blocks)."""
+        expandable = []
         for block in list(pool.free_blocks()):
-            if block.prev is None and block.next is None:
+            if block.expandable is not None:
+                expandable.append(block)
+            elif block.prev is None and block.next is None:
                 self._release_segment(block)
+        if expandable:
+            self._unmap_free(expandable)
 
     def _garbage_collect(self) -> None:
         """Free old unsplit large blocks once reserved memory passes the threshold
@@ -323,9 +382,10 @@ class SegmentCache:
         if unallocated >= rsize:
             message += (
                 " Reserved but unallocated memory is at least the request: the cache is "
-                "fragmented. GPURT_ALLOC_CONF=max_split_size_mb:<N> (or "
-                "garbage_collection_threshold:<0..1>) stops large cached blocks from being "
-                "split; gpurt.empty_cache() returns unused cached memory."
+                "fragmented. GPURT_ALLOC_CONF=expandable_segments:True grows segments in "
+                "place instead; max_split_size_mb:<N> (or garbage_collection_threshold:<0..1>) "
+                "stops large cached blocks from being split; gpurt.empty_cache() returns "
+                "unused cached memory."
             )
         return self.backend.oom_error(message)
 
@@ -336,16 +396,21 @@ class SegmentCache:
         return [b for pool in self._pools() for b in pool.free_blocks()]
 
     def _segment_chains(self, blocks: list[Block]) -> list[tuple[Block, ...]]:
-        """Each segment as its blocks in address order, given every block."""
+        """Each segment as its blocks in address order, given every mapped block; each
+        run of mapped blocks of an expandable segment counts as one segment (as in torch's
+        snapshot). Sorted by address."""
         by_ptr = {b.ptr: b for b in blocks}
         result = []
-        for base in sorted(self._segments):
+        for base in self._segments:
             chain = []
             block: Block | None = by_ptr[base]
             while block is not None:
                 chain.append(block)
                 block = block.next
             result.append(tuple(chain))
+        if self._expandables:
+            result += self._expandable_runs(blocks)
+        result.sort(key=lambda chain: chain[0].ptr)
         return result
 
     def _snapshot_dicts(self, blocks: list[Block]) -> list[dict[str, Any]]:
@@ -356,7 +421,10 @@ class SegmentCache:
         segments = []
         for chain in self._segment_chains(blocks):
             head = chain[0]
-            size, frames = self._segments[head.ptr]
+            if head.expandable is None:
+                size, frames = self._segments[head.ptr]
+            else:
+                size, frames = sum(b.size for b in chain), None
             entries = []
             allocated = active = requested = 0
             for b in chain:
@@ -375,6 +443,7 @@ class SegmentCache:
                 "requested_size": requested, "stream": head.stream,
                 "segment_type": head.pool.kind,
                 "segment_pool_id": list(pool_ids.get(id(head.pool), (0, 0))),
-                "is_expandable": False, "frames": frames_json(frames), "blocks": entries,
+                "is_expandable": head.expandable is not None, "frames": frames_json(frames),
+                "blocks": entries,
             })
         return segments

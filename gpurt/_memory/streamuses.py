@@ -20,12 +20,12 @@ from typing import Any, cast
 
 from .._core.captures import CAPTURES
 from .blocks import Block, RetiredUse
-from .segments import SegmentCache
+from .expandable import ExpandableSegments
 
 __all__: list[str] = []
 
 
-class StreamUses(SegmentCache):
+class StreamUses(ExpandableSegments):
     """Events for cross-stream uses of blocks. Methods expect the caller to hold the
     allocator's lock and to have materialized any parked block (see CachingAllocator)."""
 

@@ -46,12 +46,17 @@ def format_count(value: int, reference: int) -> str:
     return _scaled(value, reference, ("", "K", "M"), 1000, 750 * 1000)
 
 
-def summary_table(stats: dict[str, Any], device: int, abbreviated: bool = False) -> str:
-    """Render flat memory statistics (memory_stats() keys) as plain text."""
+def summary_table(stats: dict[str, Any], device: int, abbreviated: bool = False,
+                  expandable: bool = False) -> str:
+    """Render flat memory statistics (memory_stats() keys) as plain text; ``expandable``
+    says that segments grow in place (their reserved memory counts mapped pages)."""
+    caption = (f"CUDA OOMs: {stats.get('num_ooms', 0)}  |  "
+               f"cudaMalloc retries: {stats.get('num_alloc_retries', 0)}")
+    if expandable:
+        caption += "  |  expandable segments: on"
     table = Table(
         title=f"gpurt CUDA memory summary, device ID {device}",
-        caption=(f"CUDA OOMs: {stats.get('num_ooms', 0)}  |  "
-                 f"cudaMalloc retries: {stats.get('num_alloc_retries', 0)}"),
+        caption=caption,
         box=box.SQUARE,
         show_lines=False,
     )

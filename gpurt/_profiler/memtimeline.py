@@ -351,6 +351,10 @@ def _step_times(trace: Sequence[Mapping[str, Any]], close: str, steps: int) -> l
     return [times[0] - pad, *times, times[-1] + pad]
 
 
+_GROWS = ("segment_alloc", "segment_map")
+_SHRINKS = ("segment_free", "segment_unmap")
+
+
 def _reserved(trace: Sequence[Mapping[str, Any]], segments: Sequence[Mapping[str, Any]],
               close: str, steps: int) -> list[tuple[float, int]] | None:
     """Reserved bytes as a step function of x, from segment events; None if there are none."""
@@ -360,8 +364,8 @@ def _reserved(trace: Sequence[Mapping[str, Any]], segments: Sequence[Mapping[str
         action = event.get("action")
         if action in ("alloc", close):
             step += 1
-        elif action in ("segment_alloc", "segment_free"):
-            sign = 1 if action == "segment_alloc" else -1
+        elif action in _GROWS or action in _SHRINKS:  # fixed or expandable segments
+            sign = 1 if action in _GROWS else -1
             changes.append((min(step + 1, steps + 1), sign * int(event.get("size", 0))))
     if not changes:
         return None
