@@ -45,18 +45,31 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
     return __bfloat162float(v);
 }
 
-template <typename T, int K> struct alignas(sizeof(T) * K) Pack { T v[K]; };
+// K values of T, stored with one instruction up to 16 bytes (wider packs: several).
+template <typename T, int K> struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) Pack {
+    T v[K];
+};
+
+// Philox blocks a thread turns into one store: as many as fill 16 bytes (at least one).
+template <typename T, int K> __host__ __device__ constexpr int calls_per_store() {
+    return sizeof(T) * K >= 16 ? 1 : 16 / (sizeof(T) * K);
+}
 
 // ---- distributions: K values of type T from one Philox block ---------------------------------
 
+// 4-byte outputs take one word (24 bits) per value; 2-byte outputs half a word (16 bits), so
+// one Philox block gives 8 of them.
 template <typename T> struct Uniform {
-    static constexpr int K = 4;
+    static constexpr int K = sizeof(T) == 2 ? 8 : 4;
     float low, scale;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = cast_to<T>(gpurt::uniform(w.x, low, scale));
-        v[1] = cast_to<T>(gpurt::uniform(w.y, low, scale));
-        v[2] = cast_to<T>(gpurt::uniform(w.z, low, scale));
-        v[3] = cast_to<T>(gpurt::uniform(w.w, low, scale));
+        const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+            float u = K == 8 ? gpurt::uniform01_half(words[j / 2], j % 2)
+                             : gpurt::uniform01(words[j]);
+            v[j] = cast_to<T>(__fadd_rn(low, __fmul_rn(u, scale)));
+        }
     }
 };
 
@@ -65,10 +78,10 @@ template <typename T> struct Normal {
     float mean, std;
     __device__ void operator()(uint4 w, T* v) const {
         float2 a = gpurt::normal2(w.x, w.y), b = gpurt::normal2(w.z, w.w);
-        v[0] = cast_to<T>(fmaf(a.x, std, mean));
-        v[1] = cast_to<T>(fmaf(a.y, std, mean));
-        v[2] = cast_to<T>(fmaf(b.x, std, mean));
-        v[3] = cast_to<T>(fmaf(b.y, std, mean));
+        v[0] = cast_to<T>(gpurt::scale_normal(a.x, mean, std));
+        v[1] = cast_to<T>(gpurt::scale_normal(a.y, mean, std));
+        v[2] = cast_to<T>(gpurt::scale_normal(b.x, mean, std));
+        v[3] = cast_to<T>(gpurt::scale_normal(b.y, mean, std));
     }
 };
 
@@ -83,15 +96,16 @@ template <typename T> struct Bernoulli {
     }
 };
 
+// word % range through a multiply-high (gpurt::randint32_fast), magic from the host.
 template <typename T> struct RandInt32 {
     static constexpr int K = 4;
     long long low;
-    unsigned long long range;
+    unsigned long long range, magic;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = (T)gpurt::randint32(w.x, low, range);
-        v[1] = (T)gpurt::randint32(w.y, low, range);
-        v[2] = (T)gpurt::randint32(w.z, low, range);
-        v[3] = (T)gpurt::randint32(w.w, low, range);
+        v[0] = (T)gpurt::randint32_fast(w.x, low, range, magic);
+        v[1] = (T)gpurt::randint32_fast(w.y, low, range, magic);
+        v[2] = (T)gpurt::randint32_fast(w.z, low, range, magic);
+        v[3] = (T)gpurt::randint32_fast(w.w, low, range, magic);
     }
 };
 
@@ -116,25 +130,32 @@ __device__ __forceinline__ uint2 seed_key(unsigned long long seed) {
     return make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
 }
 
+// A grid-stride loop over "chunks" of CALLS element blocks (E = CALLS * K elements, one
+// store of up to 16 bytes): element block b always gets Philox block b, whatever the grid.
 template <typename T, typename Dist>
 __device__ void fill(T* out, unsigned long long n, const Layout& L,
                      const gpurt::PhiloxCudaState& ps, const Dist& dist) {
     constexpr int K = Dist::K;
+    constexpr int CALLS = calls_per_store<T, K>();
+    constexpr int E = CALLS * K;
     ulonglong2 seed_offset = gpurt::philox_unpack(ps);
     uint2 key = seed_key(seed_offset.x);
     unsigned long long block4 = seed_offset.y / 4;
-    unsigned long long blocks = (n + K - 1) / K;
+    unsigned long long chunks = (n + E - 1) / E;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long b = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         b < blocks; b += stride) {
-        Pack<T, K> values;
-        dist(block_words(key, block4, b), values.v);
-        unsigned long long first = b * K;
-        if (L.mode == 0 && first + K <= n) {
-            *reinterpret_cast<Pack<T, K>*>(out + first) = values;
+    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         c < chunks; c += stride) {
+        Pack<T, E> values;
+#pragma unroll
+        for (int j = 0; j < CALLS; ++j) {
+            dist(block_words(key, block4, c * CALLS + j), values.v + j * K);
+        }
+        unsigned long long first = c * E;
+        if (L.mode == 0 && first + E <= n) {
+            *reinterpret_cast<Pack<T, E>*>(out + first) = values;
         } else {
 #pragma unroll
-            for (int j = 0; j < K; ++j) {
+            for (int j = 0; j < E; ++j) {
                 if (first + j < n) out[element_offset(L, first + j)] = values.v[j];
             }
         }
@@ -166,8 +187,8 @@ __global__ void fill_bernoulli(T* out, unsigned long long n, Layout L,
 template <typename T>
 __global__ void fill_randint32(T* out, unsigned long long n, Layout L,
                                gpurt::PhiloxCudaState ps, long long low,
-                               unsigned long long range) {
-    fill(out, n, L, ps, RandInt32<T>{low, range});
+                               unsigned long long range, unsigned long long magic) {
+    fill(out, n, L, ps, RandInt32<T>{low, range, magic});
 }
 
 template <typename T>
@@ -177,42 +198,51 @@ __global__ void fill_randint64(T* out, unsigned long long n, Layout L,
     fill(out, n, L, ps, RandInt64<T>{low, range});
 }
 
-// out = x * scale where uniform01 < keep (else 0), mask = kept; mask may be null.
+// out = x * scale where uniform01 < keep (else 0), mask = kept; mask may be null. Chunks of
+// CALLS blocks of 4 elements, as fill's (16-byte loads and stores of x and out).
 template <typename T>
 __global__ void dropout(const T* x, T* out, bool* mask, unsigned long long n, Layout Lx,
                         Layout Lout, Layout Lmask, gpurt::PhiloxCudaState ps, float keep,
                         float scale) {
+    constexpr int CALLS = calls_per_store<T, 4>();
+    constexpr int E = 4 * CALLS;
     ulonglong2 seed_offset = gpurt::philox_unpack(ps);
     uint2 key = seed_key(seed_offset.x);
     unsigned long long block4 = seed_offset.y / 4;
-    unsigned long long blocks = (n + 3) / 4;
+    unsigned long long chunks = (n + E - 1) / E;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     bool vector = Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0;
-    for (unsigned long long b = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         b < blocks; b += stride) {
-        uint4 w = block_words(key, block4, b);
-        unsigned int words[4] = {w.x, w.y, w.z, w.w};
-        unsigned long long first = b * 4;
-        if (vector && first + 4 <= n) {
-            Pack<T, 4> in = *reinterpret_cast<const Pack<T, 4>*>(x + first), res;
-            Pack<bool, 4> kept;
+    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         c < chunks; c += stride) {
+        bool kept[E];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                kept.v[j] = gpurt::bernoulli(words[j], keep);
-                res.v[j] = cast_to<T>(kept.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
+        for (int j = 0; j < CALLS; ++j) {
+            uint4 w = block_words(key, block4, c * CALLS + j);
+            kept[4 * j] = gpurt::bernoulli(w.x, keep);
+            kept[4 * j + 1] = gpurt::bernoulli(w.y, keep);
+            kept[4 * j + 2] = gpurt::bernoulli(w.z, keep);
+            kept[4 * j + 3] = gpurt::bernoulli(w.w, keep);
+        }
+        unsigned long long first = c * E;
+        if (vector && first + E <= n) {
+            Pack<T, E> in = *reinterpret_cast<const Pack<T, E>*>(x + first), res;
+            Pack<bool, E> flags;
+#pragma unroll
+            for (int j = 0; j < E; ++j) {
+                flags.v[j] = kept[j];
+                res.v[j] = cast_to<T>(kept[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
             }
-            *reinterpret_cast<Pack<T, 4>*>(out + first) = res;
-            if (mask) *reinterpret_cast<Pack<bool, 4>*>(mask + first) = kept;
+            *reinterpret_cast<Pack<T, E>*>(out + first) = res;
+            if (mask) *reinterpret_cast<Pack<bool, E>*>(mask + first) = flags;
             continue;
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < E; ++j) {
             unsigned long long i = first + j;
             if (i >= n) break;
-            bool kept = gpurt::bernoulli(words[j], keep);
             float v = to_float(x[element_offset(Lx, i)]);
-            out[element_offset(Lout, i)] = cast_to<T>(kept ? __fmul_rn(v, scale) : 0.0f);
-            if (mask) mask[element_offset(Lmask, i)] = kept;
+            out[element_offset(Lout, i)] = cast_to<T>(kept[j] ? __fmul_rn(v, scale) : 0.0f);
+            if (mask) mask[element_offset(Lmask, i)] = kept[j];
         }
     }
 }
