@@ -93,6 +93,11 @@ def _launch(template: str, arrays: tuple[Any, ...], n: int, block: int, layouts:
             kernel(grid, kernels.THREADS, call, stream=handle)
 
 
+def _threshold(p: np.float32) -> int:
+    """The kernels' Bernoulli test: ``u < p`` (u = (w >> 8) * 2^-24) is ``w < threshold``."""
+    return math.ceil(float(p) * 2**24) << 8
+
+
 def _layout(arr: Any, block: int, written: bool = True) -> bytes:
     return kernels.layout(arr.shape, arr.strides, arr.itemsize, arr.ptr, block, written)
 
@@ -172,7 +177,8 @@ def randint_(out: Any, low: int, high: int | None = None, *,
         _fill("fill_randint64", arr, 2, (_as_int64(low), span & _U64), generator, stream)
     else:  # the kernel's remainder multiplies by ceil(2^64 / span) (gpurt::randint32_fast)
         magic = -(-(1 << 64) // span) & _U64
-        _fill("fill_randint32", arr, 4, (_as_int64(low), span, magic), generator, stream)
+        _fill("fill_randint32", arr, 4, (_as_int64(low), span & 0xFFFFFFFF, magic), generator,
+              stream)
     return out
 
 
@@ -184,7 +190,7 @@ def bernoulli_(out: Any, p: float = 0.5, *, generator: Generator | None = None,
     _check_dtype(arr, _BERNOULLI, "bernoulli_")
     p = _probability(p, "p")
     if arr.size:
-        _fill("fill_bernoulli", arr, 4, (np.float32(p),), generator, stream)
+        _fill("fill_bernoulli", arr, 4, (_threshold(np.float32(p)),), generator, stream)
     return out
 
 
@@ -216,5 +222,6 @@ def dropout(x: Any, p: float = 0.5, *, out: Any = None, mask: Any = None,
         layouts = (_layout(arr, block, written=False), _layout(target, block),
                    _layout(flags, block))
         _launch("dropout", (arr, target, flags), arr.size, block, layouts,
-                (np.float32(1.0 - p), np.float32(1.0 / (1.0 - p))), generator, stream)
+                (_threshold(np.float32(1.0 - p)), np.float32(1.0 / (1.0 - p))), generator,
+                stream)
     return result, kept

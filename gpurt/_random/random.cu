@@ -85,22 +85,29 @@ template <typename T> struct Normal {
     }
 };
 
+// gpurt::bernoulli(word, p) as one integer compare: uniform01(word) < p exactly when
+// word < threshold = ceil(p * 2^24) * 2^8 (computed on the host, at most 2^32).
+__device__ __forceinline__ bool below(unsigned int word, unsigned long long threshold) {
+    return word < threshold;
+}
+
 template <typename T> struct Bernoulli {
     static constexpr int K = 4;
-    float p;
+    unsigned long long threshold;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = cast_to<T>(gpurt::bernoulli(w.x, p) ? 1.0f : 0.0f);
-        v[1] = cast_to<T>(gpurt::bernoulli(w.y, p) ? 1.0f : 0.0f);
-        v[2] = cast_to<T>(gpurt::bernoulli(w.z, p) ? 1.0f : 0.0f);
-        v[3] = cast_to<T>(gpurt::bernoulli(w.w, p) ? 1.0f : 0.0f);
+        v[0] = cast_to<T>(below(w.x, threshold) ? 1.0f : 0.0f);
+        v[1] = cast_to<T>(below(w.y, threshold) ? 1.0f : 0.0f);
+        v[2] = cast_to<T>(below(w.z, threshold) ? 1.0f : 0.0f);
+        v[3] = cast_to<T>(below(w.w, threshold) ? 1.0f : 0.0f);
     }
 };
 
-// word % range through a multiply-high (gpurt::randint32_fast), magic from the host.
+// word % range through multiply-highs (gpurt::randint32_fast), magic from the host.
 template <typename T> struct RandInt32 {
     static constexpr int K = 4;
     long long low;
-    unsigned long long range, magic;
+    unsigned int range;
+    unsigned long long magic;
     __device__ void operator()(uint4 w, T* v) const {
         v[0] = (T)gpurt::randint32_fast(w.x, low, range, magic);
         v[1] = (T)gpurt::randint32_fast(w.y, low, range, magic);
@@ -130,34 +137,57 @@ __device__ __forceinline__ uint2 seed_key(unsigned long long seed) {
     return make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
 }
 
-// A grid-stride loop over "chunks" of CALLS element blocks (E = CALLS * K elements, one
-// store of up to 16 bytes): element block b always gets Philox block b, whatever the grid.
+// One chunk: CALLS element blocks (E = CALLS * K elements, one store of up to 16 bytes);
+// element block b always gets Philox block b, whatever the grid.
+template <typename T, typename Dist, int CALLS, int E = CALLS * Dist::K>
+__device__ __forceinline__ Pack<T, E> chunk_values(const Dist& dist, uint2 key,
+                                                   unsigned long long block4,
+                                                   unsigned long long c) {
+    Pack<T, E> values;
+#pragma unroll
+    for (int j = 0; j < CALLS; ++j) {
+        dist(block_words(key, block4, c * CALLS + j), values.v + j * Dist::K);
+    }
+    return values;
+}
+
+// Grid-stride loops over chunks: for an aligned contiguous array, whole chunks with one
+// vector store each (a 32-bit index when it fits: the loop's integer work shares the
+// pipe that Philox's multiplies bound), then the last partial chunk; otherwise each
+// element through the layout.
 template <typename T, typename Dist>
 __device__ void fill(T* out, unsigned long long n, const Layout& L,
                      const gpurt::PhiloxCudaState& ps, const Dist& dist) {
-    constexpr int K = Dist::K;
-    constexpr int CALLS = calls_per_store<T, K>();
-    constexpr int E = CALLS * K;
+    constexpr int CALLS = calls_per_store<T, Dist::K>();
+    constexpr int E = CALLS * Dist::K;
     ulonglong2 seed_offset = gpurt::philox_unpack(ps);
     uint2 key = seed_key(seed_offset.x);
     unsigned long long block4 = seed_offset.y / 4;
     unsigned long long chunks = (n + E - 1) / E;
+    unsigned long long start = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         c < chunks; c += stride) {
-        Pack<T, E> values;
-#pragma unroll
-        for (int j = 0; j < CALLS; ++j) {
-            dist(block_words(key, block4, c * CALLS + j), values.v + j * K);
-        }
-        unsigned long long first = c * E;
-        if (L.mode == 0 && first + E <= n) {
-            *reinterpret_cast<Pack<T, E>*>(out + first) = values;
-        } else {
-#pragma unroll
-            for (int j = 0; j < E; ++j) {
-                if (first + j < n) out[element_offset(L, first + j)] = values.v[j];
+    unsigned long long first = 0;
+    if (L.mode == 0) {
+        unsigned long long whole = n / E;
+        Pack<T, E>* packs = reinterpret_cast<Pack<T, E>*>(out);
+        if (whole + stride <= 0xFFFFFFFFull) {
+            for (unsigned int c = (unsigned int)start; c < (unsigned int)whole;
+                 c += (unsigned int)stride) {
+                packs[c] = chunk_values<T, Dist, CALLS>(dist, key, block4, c);
             }
+        } else {
+            for (unsigned long long c = start; c < whole; c += stride) {
+                packs[c] = chunk_values<T, Dist, CALLS>(dist, key, block4, c);
+            }
+        }
+        first = whole;
+    }
+    for (unsigned long long c = first + start; c < chunks; c += stride) {
+        Pack<T, E> values = chunk_values<T, Dist, CALLS>(dist, key, block4, c);
+#pragma unroll
+        for (int j = 0; j < E; ++j) {
+            unsigned long long i = c * E + j;
+            if (i < n) out[element_offset(L, i)] = values.v[j];
         }
     }
 }
@@ -180,14 +210,14 @@ __global__ void fill_normal(T* out, unsigned long long n, Layout L, gpurt::Philo
 
 template <typename T>
 __global__ void fill_bernoulli(T* out, unsigned long long n, Layout L,
-                               gpurt::PhiloxCudaState ps, float p) {
-    fill(out, n, L, ps, Bernoulli<T>{p});
+                               gpurt::PhiloxCudaState ps, unsigned long long threshold) {
+    fill(out, n, L, ps, Bernoulli<T>{threshold});
 }
 
 template <typename T>
 __global__ void fill_randint32(T* out, unsigned long long n, Layout L,
-                               gpurt::PhiloxCudaState ps, long long low,
-                               unsigned long long range, unsigned long long magic) {
+                               gpurt::PhiloxCudaState ps, long long low, unsigned int range,
+                               unsigned long long magic) {
     fill(out, n, L, ps, RandInt32<T>{low, range, magic});
 }
 
@@ -198,51 +228,64 @@ __global__ void fill_randint64(T* out, unsigned long long n, Layout L,
     fill(out, n, L, ps, RandInt64<T>{low, range});
 }
 
-// out = x * scale where uniform01 < keep (else 0), mask = kept; mask may be null. Chunks of
-// CALLS blocks of 4 elements, as fill's (16-byte loads and stores of x and out).
+// Dropout's chunk: CALLS blocks of 4 elements (16-byte loads and stores of x and out).
+template <typename T, int CALLS, int E = 4 * CALLS>
+__device__ __forceinline__ void dropout_chunk(const T* x, T* out, bool* mask,
+                                              unsigned long long c, uint2 key,
+                                              unsigned long long block4,
+                                              unsigned long long threshold, float scale) {
+    Pack<T, E> in = reinterpret_cast<const Pack<T, E>*>(x)[c], res;
+    Pack<bool, E> flags;
+#pragma unroll
+    for (int j = 0; j < CALLS; ++j) {
+        uint4 w = block_words(key, block4, c * CALLS + j);
+        const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) flags.v[4 * j + i] = below(words[i], threshold);
+    }
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+        res.v[j] = cast_to<T>(flags.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
+    }
+    reinterpret_cast<Pack<T, E>*>(out)[c] = res;
+    if (mask) reinterpret_cast<Pack<bool, E>*>(mask)[c] = flags;
+}
+
+// out = x * scale where kept (uniform01 < keep: word < threshold, as in below()), else 0;
+// mask = kept (may be null). Chunks as fill's: vectors where all three arrays allow them.
 template <typename T>
 __global__ void dropout(const T* x, T* out, bool* mask, unsigned long long n, Layout Lx,
-                        Layout Lout, Layout Lmask, gpurt::PhiloxCudaState ps, float keep,
-                        float scale) {
+                        Layout Lout, Layout Lmask, gpurt::PhiloxCudaState ps,
+                        unsigned long long threshold, float scale) {
     constexpr int CALLS = calls_per_store<T, 4>();
     constexpr int E = 4 * CALLS;
     ulonglong2 seed_offset = gpurt::philox_unpack(ps);
     uint2 key = seed_key(seed_offset.x);
     unsigned long long block4 = seed_offset.y / 4;
     unsigned long long chunks = (n + E - 1) / E;
+    unsigned long long start = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    bool vector = Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0;
-    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         c < chunks; c += stride) {
-        bool kept[E];
+    unsigned long long first = 0;
+    if (Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0) {
+        first = n / E;
+        for (unsigned long long c = start; c < first; c += stride) {
+            dropout_chunk<T, CALLS>(x, out, mask, c, key, block4, threshold, scale);
+        }
+    }
+    for (unsigned long long c = first + start; c < chunks; c += stride) {
 #pragma unroll
         for (int j = 0; j < CALLS; ++j) {
             uint4 w = block_words(key, block4, c * CALLS + j);
-            kept[4 * j] = gpurt::bernoulli(w.x, keep);
-            kept[4 * j + 1] = gpurt::bernoulli(w.y, keep);
-            kept[4 * j + 2] = gpurt::bernoulli(w.z, keep);
-            kept[4 * j + 3] = gpurt::bernoulli(w.w, keep);
-        }
-        unsigned long long first = c * E;
-        if (vector && first + E <= n) {
-            Pack<T, E> in = *reinterpret_cast<const Pack<T, E>*>(x + first), res;
-            Pack<bool, E> flags;
+            const unsigned int words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-            for (int j = 0; j < E; ++j) {
-                flags.v[j] = kept[j];
-                res.v[j] = cast_to<T>(kept[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
+            for (int k = 0; k < 4; ++k) {
+                unsigned long long i = c * E + 4 * j + k;
+                if (i >= n) break;
+                bool kept = below(words[k], threshold);
+                float v = to_float(x[element_offset(Lx, i)]);
+                out[element_offset(Lout, i)] = cast_to<T>(kept ? __fmul_rn(v, scale) : 0.0f);
+                if (mask) mask[element_offset(Lmask, i)] = kept;
             }
-            *reinterpret_cast<Pack<T, E>*>(out + first) = res;
-            if (mask) *reinterpret_cast<Pack<bool, E>*>(mask + first) = flags;
-            continue;
-        }
-#pragma unroll
-        for (int j = 0; j < E; ++j) {
-            unsigned long long i = first + j;
-            if (i >= n) break;
-            float v = to_float(x[element_offset(Lx, i)]);
-            out[element_offset(Lout, i)] = cast_to<T>(kept[j] ? __fmul_rn(v, scale) : 0.0f);
-            if (mask) mask[element_offset(Lmask, i)] = kept[j];
         }
     }
 }

@@ -40,9 +40,14 @@ __device__ __forceinline__ ulonglong2 philox_unpack(const PhiloxCudaState& s) {
 
 __host__ __device__ __forceinline__ unsigned int philox_mulhilo(unsigned int a, unsigned int b,
                                                                 unsigned int* hi) {
+#ifdef __CUDA_ARCH__
+    *hi = __umulhi(a, b);
+    return a * b;
+#else
     unsigned long long product = (unsigned long long)a * b;
     *hi = (unsigned int)(product >> 32);
     return (unsigned int)product;
+#endif
 }
 
 // Philox4x32 with 10 rounds: Random123's philox4x32_R(10, counter, key).
@@ -152,17 +157,15 @@ __device__ __forceinline__ float2 sincos_turn24(unsigned int v) {
     c = __fmaf_rn(c, x2, 0x1.03c1dep-6f);
     c = __fmaf_rn(c, x2, -0x1.3bd3ccp-2f);
     c = __fmaf_rn(c, x2, 1.0f);
-    if (octant & 1u) {  // the angle is pi/2 - pi/4 * x inside its quadrant
-        float swap = s;
-        s = c;
-        c = swap;
-    }
-    switch (octant >> 1) {  // rotate by the quadrant
-        case 1: return make_float2(c, -s);
-        case 2: return make_float2(-s, -c);
-        case 3: return make_float2(-c, s);
-        default: return make_float2(s, c);
-    }
+    // Inside the quadrant (octant >> 1) the angle is pi/4 * x (even octant) or pi/2 - pi/4 * x
+    // (odd: sin and cos swap); rotating by the quadrant swaps them again in odd quadrants and
+    // negates sin in quadrants 2, 3 and cos in 1, 2. Branch-free: octants differ lane to lane.
+    bool swap = ((octant ^ (octant >> 1)) & 1u) != 0;
+    unsigned int sin_sign = (octant & 4u) << 29;
+    unsigned int cos_sign = ((octant + 2u) & 4u) << 29;
+    float sin = swap ? c : s, cos = swap ? s : c;
+    return make_float2(__int_as_float(__float_as_int(sin) ^ sin_sign),
+                       __int_as_float(__float_as_int(cos) ^ cos_sign));
 }
 
 }  // namespace detail
@@ -193,17 +196,22 @@ __host__ __device__ __forceinline__ long long randint32(unsigned int word, long 
 }
 
 // The same remainder without a division (Lemire, Kaser and Kurz, "Faster remainder by
-// direct computation", 2019): word % range for 1 <= range <= 2^32, given
-// magic = ceil(2^64 / range) mod 2^64 (fastmod_magic); exact for every 32-bit word.
+// direct computation", 2019): low + word % range for 1 <= range <= 2^32, given range32 =
+// range mod 2^32 (0 standing for 2^32) and magic = ceil(2^64 / range) mod 2^64
+// (fastmod_magic); exact for every 32-bit word. (fraction * range) >> 64 is taken in 32-bit
+// halves: fraction = hi * 2^32 + lo, and the low half's carry is hi32(lo * range).
 __host__ __device__ __forceinline__ unsigned long long fastmod_magic(unsigned long long range) {
     return ~0ull / range + 1;
 }
 
 __device__ __forceinline__ long long randint32_fast(unsigned int word, long long low,
-                                                    unsigned long long range,
+                                                    unsigned int range32,
                                                     unsigned long long magic) {
     unsigned long long fraction = magic * word;
-    return (long long)((unsigned long long)low + __umul64hi(fraction, range));
+    unsigned int lo = (unsigned int)fraction, hi = (unsigned int)(fraction >> 32);
+    unsigned long long top = (unsigned long long)hi * range32 + __umulhi(lo, range32);
+    unsigned int rest = range32 ? (unsigned int)(top >> 32) : word;
+    return (long long)((unsigned long long)low + rest);
 }
 
 // ... and from two words (lo, hi) for larger ranges; range == 0 stands for 2^64.
