@@ -5,7 +5,8 @@ benchmarks (benchmarks/_common.Timer: busy L2-evicting memset before each call, 
            and uniform/normal float32 with the grid scaled (resident CTAs x 1/2, 1, 2)
   reduce   the bench_elementwise reductions under code-generation variants (unrolls, waves
            of split blocks), each result checked against torch in float64
-  softmax  forced softmax variants (benchmarks/softmax_edges_dev.routes) for bf16 rows of 50257
+  softmax  bf16 backward rows of 20000-65536: the chooser's variant before and after the
+           512-thread shape (benchmarks/softmax_edges_dev.routes)
 
     python benchmarks/bandwidth_dev.py [--json PATH] [--areas random,reduce,softmax]
 """
@@ -25,8 +26,9 @@ import gpurt
 from gpurt._elementwise import reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# (row unroll, column unroll, waves of split blocks); the first is the code before this work
-REDUCE_VARIANTS = [(1, 4, 1), (4, 8, 1), (4, 16, 1), (4, 8, 2), (4, 8, 4)]
+# (row unroll, column unroll, waves of split blocks, column vector); run 1 (H200) measured
+# unrolls and waves, the first of these is its pick
+REDUCE_VARIANTS = [(4, 8, 1, 1), (4, 8, 1, 4), (4, 4, 1, 4), (4, 16, 1, 4), (4, 8, 2, 4)]
 
 
 def _ok(result: tuple) -> Any:
@@ -65,10 +67,11 @@ def random_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
 def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     cases = [c for c in bench_elementwise._bandwidth_cases(torch) if c[1] in ("row", "column")]
     rows = []
-    waves_default = reduction.SPLIT_WAVES
-    for index, (row_unroll, column_unroll, waves) in enumerate(REDUCE_VARIANTS):
+    defaults = (reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL, reduction.SPLIT_WAVES,
+                reduction.COLUMN_VEC)
+    for index, (row_unroll, column_unroll, waves, vec) in enumerate(REDUCE_VARIANTS):
         reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = row_unroll, column_unroll
-        reduction.SPLIT_WAVES = waves
+        reduction.SPLIT_WAVES, reduction.COLUMN_VEC = waves, vec
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
@@ -85,39 +88,39 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
                              (tensors[0].double().abs().sum(axis) + 1e-30)).max())
                 gbps = nbytes / timer.ms(call) / 1e6
                 torch_gbps = nbytes / timer.ms(functools.partial(theirs, tensors)) / 1e6
-                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves {waves}",
+                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves {waves} "
+                                        f"column vec {vec}",
                              "what": what, "gpurt_GBps": round(gbps, 1),
                              "torch_GBps": round(torch_gbps, 1),
                              "pct_copy": round(100 * gbps / copy, 1),
                              "vs_torch": round(gbps / torch_gbps, 3), "rel_err": err})
                 print(json.dumps(rows[-1]), flush=True)
                 del tensors, arrays
-    reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = 4, 8
-    reduction.SPLIT_WAVES = waves_default
+    reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = defaults[:2]
+    reduction.SPLIT_WAVES, reduction.COLUMN_VEC = defaults[2:]
     return rows
 
 
 def softmax_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
+    """16-bit backward rows: the chooser's pick before the 512-thread shape and now."""
     import softmax_edges_dev as dev
     from bench_softmax import BF16
 
-    v = dev.plan.Variant
-    dev.ROUTES = {
-        (50257, BF16, "softmax"): [
-            v("rows", 2, 0, 8, 8, 1024, 1024, 1, 1, 6, True),  # the chooser's pick
-            v("rows", 2, 0, 8, 8, 1024, 1024, 1, 1, 4, True),
-            v("rows", 2, 0, 8, 8, 1024, 1024, 1, 1, 5, True),
-            v("rows", 2, 0, 8, 16, 512, 512, 1, 1, 8, True),
-            v("rows", 2, 0, 8, 16, 512, 512, 1, 1, 10, True),
-            v("cluster", 2, 0, 8, 8, 256, 256, 4, 4, 4, True),
-            v("cluster", 2, 0, 8, 4, 256, 256, 8, 4, 0, True)],
-        (50257, BF16, "softmax_backward"): [
-            v("cluster", 2, 2, 8, 4, 1024, 1024, 2, 1, 3, True),  # the chooser's pick
-            v("cluster", 2, 2, 8, 4, 1024, 1024, 2, 1, 2, True),
-            v("rows", 2, 2, 8, 8, 1024, 1024, 1, 1, 6, True),
-            v("rows", 2, 2, 8, 16, 512, 512, 1, 1, 12, True),
-            v("cluster", 2, 2, 8, 8, 512, 512, 2, 1, 4, True)],
-    }
+    plan = dev.plan
+    routes = {}
+    for cols, op in [(20000, plan.SOFTMAX_BACKWARD), (32001, plan.SOFTMAX_BACKWARD),
+                     (50257, plan.SOFTMAX_BACKWARD), (65536, plan.SOFTMAX_BACKWARD),
+                     (50257, plan.LOG_SOFTMAX_BACKWARD)]:
+        now = plan.choose_variant(cols, BF16, op)
+        saved = plan.LONG_ROWS[op, 2]
+        plan.LONG_ROWS[op, 2] = saved[1:]  # without _WIDE16_BACKWARD
+        try:
+            before = plan.choose_variant(cols, BF16, op)
+        finally:
+            plan.LONG_ROWS[op, 2] = saved
+        name = {v: k for k, v in dev.OPS.items()}[op]
+        routes[cols, BF16, name] = [before, now]
+    dev.ROUTES = routes
     return dev.routes(timer, copy, torch)
 
 
