@@ -139,8 +139,7 @@ def fill_cases(tier: str) -> list[FillCase]:
 
 
 def reduce_cases(tier: str) -> list[ReduceCase]:
-    """Row, column and whole sums: the row walk (vector and scalar), the column walk (16-byte
-    loads where the columns allow them: (300, 256) aligned), splits."""
+    """Row, column and whole sums: the row walk (vector and scalar), the column walk, splits."""
     shapes = [(3, 4099), (1, 70_001), (4099, 3), (130, 257), (300, 256)] if tier == "quick" \
         else [(3, 4099), (1, 70_001), (4099, 3), (130, 257), (300, 256), (1, 1_000_003),
               (2048, 300), (33, 20_000), (5000, 1024)]

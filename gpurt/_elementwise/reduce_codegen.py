@@ -9,9 +9,7 @@ The problem is seen as M outputs times K reduced elements, each side with its ow
   over K (16-byte vector loads when the reduced elements are contiguous and aligned), then
   warp shuffles (and shared memory across warps);
 - "column": for outputs that are contiguous in memory: 32 consecutive outputs per block
-  (coalesced loads), 8 threads per output splitting K, combined in shared memory; with a
-  vector width V, each thread takes V neighbouring outputs with one 16-byte load per row
-  (32 * V outputs per block).
+  (coalesced loads), 8 threads per output splitting K, combined in shared memory.
 
 Either may split K over ``gridDim.y``: the first kernel then writes one partial value per
 (split, output) and a second, "finish", kernel folds the splits and runs post_map_expr.
@@ -71,8 +69,7 @@ class ReduceText:
 class ReduceLayout:
     """``walk``: "row" or "column"; ``group``: threads per output in the row walk (32 or
     BLOCK); ``kept``/``reduced``: dimensions of index arithmetic; ``vec``: elements per
-    vector load (1: none), along K in the row walk, along the outputs in the column walk
-    (which then has one kept dimension of stride 1); ``split``: K is split over gridDim.y."""
+    vector load in the row walk (1: none); ``split``: K is split over gridDim.y."""
 
     walk: str
     group: int
@@ -124,13 +121,12 @@ def _decompose(var: str, sizes: str, strides: str, ndim: int, names: Sequence[st
     return "".join(out)
 
 
-def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
-              acc: str = "_acc") -> str:
+def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str) -> str:
     ins = [op for op in ops if op.kind == "in"]
     lines = [f"const {op.compute} {op.name} = "
              f"static_cast<{op.compute}>(_gpurt_ld({fetch[op.name]}));"
              for op in ins]
-    lines.append(f"{acc} = _gpurt_reduce({acc}, static_cast<_type_reduce>(_gpurt_map(" +
+    lines.append("_acc = _gpurt_reduce(_acc, static_cast<_type_reduce>(_gpurt_map(" +
                  ", ".join(op.name for op in ops if op.kind in ("in", "scalar")) + ")));")
     return "".join(f"{indent}{line}\n" for line in lines)
 
@@ -199,8 +195,6 @@ def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
 
 
 def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
-    if layout.vec > 1:
-        return _column_vec_walk(ops, layout)
     idx, w = layout.index, COLUMN_WIDTH
     rows = BLOCK // w
     ins = [op for op in ops if op.kind == "in"]
@@ -225,47 +219,6 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                " _acc = _gpurt_reduce(_acc, _sh[_y][_tx]);\n")
     out.append(_store(ops, layout, "        "))
     out.append("    }\n")
-    return "".join(out)
-
-
-def _column_vec_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
-    """The column walk with V = ``layout.vec`` outputs per thread: output m's elements are
-    at m + (offset of k) in every input (one kept dimension, stride 1; M a multiple of V)."""
-    idx, w, v = layout.index, COLUMN_WIDTH, layout.vec
-    rows = BLOCK // w
-    ins = [op for op in ops if op.kind == "in"]
-    out = [f"    __shared__ _type_reduce _sh[{rows}][{w * v + 1}];\n",
-           f"    const int _tx = threadIdx.x % {w}, _ty = threadIdx.x / {w};\n",
-           f"    const {idx} _m0 = (({idx})blockIdx.x * {w} + _tx) * {v};\n",
-           f"    _type_reduce _accv[{v}];\n",
-           f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e) "
-           "_accv[_e] = _gpurt_identity();\n",
-           f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
-           f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
-           "    if (_m0 < _M) {\n",
-           f"        #pragma unroll {COLUMN_UNROLL}\n"
-           f"        for ({idx} _k = _k0 + _ty; _k < _k1; _k += {rows}) {{\n"]
-    out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
-                          " " * 12))
-    for op in ins:
-        out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
-                   f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
-                   f"_p_{op.name} + _m0 + _o_k_{op.name});\n")
-    out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n")
-    out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16,
-                         acc="_accv[_e]"))
-    out.append("            }\n        }\n    }\n"
-               f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e) "
-               f"_sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
-               "    __syncthreads();\n"
-               "    if (_ty == 0 && _m0 < _M) {\n"
-               f"        #pragma unroll\n        for (int _e = 0; _e < {v}; ++_e) {{\n"
-               f"            const {idx} _m = _m0 + _e;\n"
-               "            _type_reduce _acc = _accv[_e];\n"
-               f"            #pragma unroll\n            for (int _y = 1; _y < {rows}; ++_y)"
-               f" _acc = _gpurt_reduce(_acc, _sh[_y][_tx * {v} + _e]);\n")
-    out.append(_store(ops, layout, " " * 12))
-    out.append("        }\n    }\n")
     return "".join(out)
 
 

@@ -30,7 +30,6 @@ __all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
 _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
 SPLIT_WAVES = 1  # a split reduction aims at this many waves of 8 blocks per SM
-COLUMN_VEC = 4  # the most outputs a thread of the column walk takes (16-byte loads)
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -117,20 +116,6 @@ def _vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     return vec
 
 
-def _column_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
-                in_red: Sequence[tuple[int, ...]], m: int) -> int:
-    """Outputs per thread of the column walk: 16-byte loads along one kept dimension of
-    stride 1 in every input (16-byte aligned, every row step too), M a multiple of them."""
-    if COLUMN_VEC == 1 or not arrays or any(s != (1,) for s in in_kept):
-        return 1
-    vec = min(COLUMN_VEC, 16 // max(a.itemsize for a in arrays))
-    if m % vec or any(a.ptr % 16 for a in arrays):
-        return 1
-    if any(s * a.itemsize % 16 for a, steps in zip(arrays, in_red) for s in steps):
-        return 1
-    return vec
-
-
 def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence[Any],
                    outs: Sequence[Any], out_dtypes: Sequence[np.dtype],
                    reduce_dtype: np.dtype, axis: Any, keepdims: bool) -> ReductionPlan:
@@ -170,14 +155,11 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     k = int(np.prod(red_dims, dtype=np.int64))
     in_kept_c, out_kept_c = kept_strides[:len(in_kept)], kept_strides[len(in_kept):]
     walk = _walk(in_kept_c, red_strides, kept_dims, k)
-    if walk == "row":
-        vec = _vec(arrays, in_kept_c, red_strides)
-    else:
-        vec = _column_vec(arrays, in_kept_c, red_strides, m)
+    vec = _vec(arrays, in_kept_c, red_strides) if walk == "row" else 1
     group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
-    per_block = BLOCK // group if walk == "row" else COLUMN_WIDTH * vec
+    per_block = BLOCK // group if walk == "row" else COLUMN_WIDTH
     blocks = max(1, -(-m // per_block))
-    splits, chunk = _split(blocks, k, vec if walk == "row" else 1, walk, group, device)
+    splits, chunk = _split(blocks, k, vec, walk, group, device)
     spans = [sum((d - 1) * abs(s) for d, s in zip(kept_dims, ks)) +
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
