@@ -57,7 +57,9 @@ class LongRows:
     registers a thread may use); a thread holds up to ``held`` values (all inputs together)
     when all are in registers, else ``keep`` in registers and the rest in shared memory, at
     most ``smem`` bytes per CTA; ``alone``: also for rows that one such CTA holds (else only
-    for a cluster of them)."""
+    for a cluster of them); ``clusters``: also for rows that need a cluster (else only alone);
+    ``min_items``: only where a thread holds at least this many vectors (shorter rows keep
+    the shapes after it)."""
 
     threads: int
     blocks: int
@@ -65,6 +67,8 @@ class LongRows:
     keep: int
     smem: int
     alone: bool = True
+    clusters: bool = True
+    min_items: int = 1
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -72,6 +76,11 @@ _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)  # fp32 131072: 90.6 (
 _PAIRED = LongRows(512, 2, 32, 32, 64 * 1024, alone=False)  # fp32 65536: 93.4 (run 4: 91.8)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
 _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
+# 16-bit backward rows of 32k-64k elements: one CTA of 512 threads (128 registers), 4 of its
+# 16 vectors per input in registers: bf16 4096x50257 90.3% of copy on the H200, where run 4's
+# shape (a 2-CTA cluster, 3 of 4 in shared memory) read 59.2 (benchmarks/bandwidth_dev.py,
+# issue 17); shorter rows (8 vectors a thread) are unmeasured with it and keep run 4's shape
+_WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE, _PAIRED),
@@ -81,7 +90,10 @@ LONG_ROWS = {
     (SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
     # issue 17 (H100, 50257): 100.0 with the wide backward shape, 86.0 with run 4's alone
     (LOG_SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
-    **{(op, 2): (_RUN4,) for op in range(4)},
+    (SOFTMAX, 2): (_RUN4,),
+    (LOG_SOFTMAX, 2): (_RUN4,),
+    (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
+    (LOG_SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
 }
 MAX_CLUSTER = 8  # the portable cluster size limit
 SPLIT_THREADS = 512
@@ -278,10 +290,13 @@ def choose_variant(
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
-        if ctas > MAX_CLUSTER or (ctas == 1 and not shape.alone):
+        if ctas > MAX_CLUSTER or (ctas == 1 and not shape.alone) or (
+                ctas > 1 and not shape.clusters):
             continue
         variant = fit("rows" if ctas == 1 else "cluster", shape.threads, shape.threads, ctas,
                       shape.blocks)
+        if variant.items < shape.min_items:
+            continue
         if variant.items <= held:
             return variant
         return dataclasses.replace(variant, smem_items=variant.items - keep)

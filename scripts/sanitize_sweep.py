@@ -1,7 +1,8 @@
 """Every bundled kernel path under compute-sanitizer, over a sweep of odd shapes, layouts and
-element offsets (the cases of tests/_kernel_cases.py, each checked against float64 too).
+element offsets (the cases of tests/_kernel_cases.py, each checked against float64 too, and
+of tests/_bandwidth_cases.py: gpurt.random's fills and ReductionKernel sums).
 
-    python3 -P scripts/sanitize_sweep.py --out OUTDIR [--tier quick|full]
+    python3 -P scripts/sanitize_sweep.py --out OUTDIR [--tier quick|full] [--kinds K,...]
 
 runs the sweep once plainly (compiling every GEMM variant first, in parallel, into the kernel
 cache, and checking every result), then under compute-sanitizer: memcheck over the tier's
@@ -13,7 +14,8 @@ is a read past an allocation.
 parameter on purpose. Writes OUTDIR/sanitize.json and OUTDIR/sanitize.log; exit code 0
 only when every pass ran clean (0 errors) and every result matched.
 
-``--cases TIER`` runs the cases of a tier alone (what the sanitizer wraps).
+``--cases TIER`` runs the cases of a tier alone (what the sanitizer wraps); ``--kinds`` keeps
+only some kinds of case (gemm, softmax, fill, reduce; default all).
 """
 
 from __future__ import annotations
@@ -45,12 +47,15 @@ LENGTHS = {"quick": [7, 1000, 4099],
            "full": [1, 7, 33, 1000, 4099, 32001, 50257, 65536, 70001, 131072, 600001, 1000003]}
 LONG = 1_000_000  # rows at least this long: one row per case
 TIERS = tuple(SHAPES)
+KINDS = ("gemm", "softmax", "fill", "reduce")
 
 
 def _cases(tier: str) -> Iterator[tuple[str, Any]]:
     """("gemm", GemmCase) and ("softmax", SoftmaxCase) items of the sweep: aligned (offset
     0) and unaligned (offset 1 element) operands, every dtype and op; softmax also with every
-    array one element in (rows at any alignment: 16-byte accesses with edges)."""
+    array one element in (rows at any alignment: 16-byte accesses with edges); then the
+    ("fill", FillCase) and ("reduce", ReduceCase) items of tests/_bandwidth_cases.py."""
+    from _bandwidth_cases import fill_cases, reduce_cases
     from _kernel_cases import OPS, SOFTMAX_DTYPES, GemmCase, SoftmaxCase
 
     transposes = [(False, False), (True, True)]
@@ -72,24 +77,30 @@ def _cases(tier: str) -> Iterator[tuple[str, Any]]:
                 for offsets in [(0, 0, 0), (1, 1, 1), (1, 3, 1)]:
                     rows = 1 if cols >= LONG else 3
                     yield "softmax", SoftmaxCase(op, dtype, rows, cols, offsets, given_out=True)
+    fills = "full" if tier == "full" else "quick"
+    yield from (("fill", case) for case in fill_cases(fills))
+    yield from (("reduce", case) for case in reduce_cases(fills))
 
 
-def run_cases(tier: str) -> int:
-    """Run (and check) every case; returns the number of kernel calls."""
+def run_cases(tier: str, kinds: tuple[str, ...] = KINDS) -> int:
+    """Run (and check) every case of ``kinds``; returns the number of kernel calls."""
     import numpy as np
 
+    from _bandwidth_cases import run_fill, run_reduce
     from _kernel_cases import gemm_configs, run_gemm, run_softmax
 
     calls = 0
     rng = np.random.default_rng(14)
     for kind, case in _cases(tier):
+        if kind not in kinds:
+            continue
         if kind == "gemm":
             for config in [None, *gemm_configs(case, rng)]:
                 run_gemm(case, config, rng)
                 calls += 1
-        else:
-            run_softmax(case, rng)
-            calls += 1
+            continue
+        {"softmax": run_softmax, "fill": run_fill, "reduce": run_reduce}[kind](case, rng)
+        calls += 1
     return calls
 
 
@@ -123,12 +134,12 @@ def _run(command: list[str], env: dict[str, str], log: Any, timeout: float) -> d
             "tail": output.strip().splitlines()[-3:]}
 
 
-def sweep(out: Path, tier: str, budget: float) -> int:
+def sweep(out: Path, tier: str, budget: float, kinds: tuple[str, ...] = KINDS) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     deadline = time.monotonic() + budget
-    me = [sys.executable, "-P", str(Path(__file__).resolve())]
-    result: dict[str, Any] = {"tier": tier, "passes": {}}
+    me = [sys.executable, "-P", str(Path(__file__).resolve()), "--kinds", ",".join(kinds)]
+    result: dict[str, Any] = {"tier": tier, "kinds": list(kinds), "passes": {}}
     with open(out / "sanitize.log", "w") as log:
         warm = [sys.executable, "-P", "-c",
                 "import importlib; importlib.import_module('gpurt.kernels.gemm').precompile()"]
@@ -171,13 +182,18 @@ def main() -> int:
     parser.add_argument("--tier", choices=("quick", "full"), default="quick")
     parser.add_argument("--budget", type=float, default=480, help="seconds for all passes")
     parser.add_argument("--cases", choices=TIERS, help="run the cases of a tier only")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"comma-separated kinds of case (of {', '.join(KINDS)})")
     args = parser.parse_args()
+    kinds = tuple(args.kinds.split(","))
+    if not set(kinds) <= set(KINDS):
+        parser.error(f"--kinds takes some of {', '.join(KINDS)}, got {args.kinds}")
     if args.cases:
-        print(f"calls: {run_cases(args.cases)}")
+        print(f"calls: {run_cases(args.cases, kinds)}")
         return 0
     if args.out is None:
         parser.error("--out is required")
-    return sweep(args.out, args.tier, args.budget)
+    return sweep(args.out, args.tier, args.budget, kinds)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,46 @@ def test_reference_uniform_is_in_unit_interval_and_exact_multiples():
     assert np.array_equal(u * np.float32(2.0 ** 24), np.floor(u * np.float32(2.0 ** 24)))
 
 
+def test_reference_16_bit_uniform_takes_8_values_per_block():
+    u = _philox.uniform(7, 0, 1001, 0.0, 1.0, np.float16)
+    w = _philox.block_words(7, 0, 126).reshape(-1)
+    halves = np.stack([w & 0xFFFF, w >> 16], axis=1).reshape(-1)[:1001]
+    assert np.array_equal(u, (halves * 2.0**-16).astype(np.float16))
+    assert 0.0 <= float(u.min()) and float(u.max()) <= 1.0
+
+
+@pytest.mark.parametrize("a, b, c", [
+    (1 + 2**-12, 1 + 2**-12, 2**-60), (1 + 2**-12, 1 + 2**-12, -(2**-60)),  # ties broken by c
+    (1 + 2**-12, 1 + 2**-12, 0.0), (3.0, 1 / 3, -1.0), (-1.5, 2**20, 7.25)])
+def test_reference_fma_is_correctly_rounded(a, b, c):
+    from fractions import Fraction
+    exact = Fraction(float(np.float32(a))) * Fraction(float(np.float32(b))) + \
+        Fraction(float(np.float32(c)))
+    got = _philox.fma32(np.float32(a), np.float32(b), np.float32(c))
+    nearest = np.float32(float(exact))
+    neighbours = [np.nextafter(nearest, np.float32(-np.inf)), nearest,
+                  np.nextafter(nearest, np.float32(np.inf))]
+    best = min(neighbours, key=lambda v: (abs(Fraction(float(v)) - exact),
+                                          int(np.asarray(v).view(np.uint32)) & 1))
+    assert got == best
+
+
+def test_reference_normal_is_box_muller_to_a_few_ulp():
+    z = _philox.normal(123, 8, 200_003, 0.0, 1.0)
+    want = _philox.normal64(123, 8, 200_003, 0.0, 1.0)
+    assert z.dtype == np.float32
+    assert np.all(np.abs(z - want) <= 3 * 2.0**-24 * np.maximum(np.abs(want), 1.0) * 2)
+    m = np.array([1, 2, 3, 0xB504F3, 0xB504F4, 1 << 23, (1 << 24) - 1], np.uint32)
+    ln = _philox.log_unit24(m)
+    assert np.allclose(ln, np.log(m * 2.0**-24), rtol=2e-7, atol=0)  # the tail: u = 2^-24
+    v = np.arange(0, 1 << 24, 1 << 18, dtype=np.uint32)  # octant edges among them
+    sin, cos = _philox.sincos_turn24(v)
+    assert np.allclose(sin, np.sin(2 * np.pi * v / 2**24), rtol=0, atol=6e-8)
+    assert np.allclose(cos, np.cos(2 * np.pi * v / 2**24), rtol=0, atol=6e-8)
+    same = _philox.normal(123, 8, 200_003, 0.5, 2.0, np.float16)
+    assert np.array_equal(same, _philox.fma32(z, 2.0, 0.5).astype(np.float16))
+
+
 # ---- generators and states -------------------------------------------------------------------
 
 def test_generator_seed_offset_and_state_round_trip():

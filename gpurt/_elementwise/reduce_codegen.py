@@ -33,6 +33,10 @@ __all__ = [
 
 BLOCK = 256
 COLUMN_WIDTH = 32  # outputs per block of the column walk (BLOCK // COLUMN_WIDTH share K)
+# Loads a thread keeps in flight: the unrolled loops issue their loads before folding them
+# (bytes in flight per SM are what a bandwidth-bound reduction needs).
+ROW_UNROLL = 4
+COLUMN_UNROLL = 8
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -155,6 +159,7 @@ def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     if layout.vec > 1:
         v = layout.vec
         out.append(f"        const {idx} _kv = _k0 + (_k1 - _k0) / {v} * {v};\n"
+                   f"        #pragma unroll {ROW_UNROLL}\n"
                    f"        for ({idx} _k = _k0 + _lane * {v}; _k < _kv; _k += {g * v}) {{\n")
         for op in ins:
             out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
@@ -201,7 +206,7 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
            f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
            "    if (_m < _M) {\n"]
     out.append(_decompose("_m", "s", "ts", layout.kept, [op.name for op in ins], idx, "        "))
-    out.append(f"        #pragma unroll 4\n"
+    out.append(f"        #pragma unroll {COLUMN_UNROLL}\n"
                f"        for ({idx} _k = _k0 + _ty; _k < _k1; _k += {rows}) {{\n")
     out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
                           " " * 12))

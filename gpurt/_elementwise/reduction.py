@@ -29,6 +29,7 @@ __all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
 
 _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
+SPLIT_WAVES = 1  # a split reduction aims at this many waves of 8 blocks per SM
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -189,7 +190,7 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block."""
-    target = gpurt.get_device_properties(device).multi_processor_count * 8
+    target = gpurt.get_device_properties(device).multi_processor_count * 8 * SPLIT_WAVES
     least = group * vec * 8 if walk == "row" else (BLOCK // COLUMN_WIDTH) * 32
     splits = 1
     if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs

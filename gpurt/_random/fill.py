@@ -75,14 +75,15 @@ def _probability(p: Any, name: str, *, below_one: bool = False) -> float:
 
 def _launch(template: str, arrays: tuple[Any, ...], n: int, block: int, layouts: tuple[bytes, ...],
             args: tuple[Any, ...], generator: Generator | None, stream: Any) -> None:
-    """Draw and launch ``template`` over ``n`` elements (``arrays[0]`` sets the dtype and
-    device); everything that can fail does so before the draw."""
+    """Draw and launch ``template`` over ``n`` elements in stores of ``block`` elements
+    (``arrays[0]`` sets the dtype and device); everything that can fail does so before the
+    draw."""
     first = arrays[0]
     index = first.device.index
     gen = _generator(generator, index)
     handle = stream_handle(stream, index)
     kernel = kernels.kernel(template, first.dtype, index)
-    grid = kernels.grid_for(index, (n + block - 1) // block)
+    grid = kernels.grid_for(kernel, index, (n + block - 1) // block)
     state = bytes(gen.draw(INCREMENT, handle))
     call = (*arrays, n, *layouts, state, *args)
     if current_device() == index:
@@ -92,14 +93,27 @@ def _launch(template: str, arrays: tuple[Any, ...], n: int, block: int, layouts:
             kernel(grid, kernels.THREADS, call, stream=handle)
 
 
+def _threshold(p: np.float32) -> int:
+    """The kernels' Bernoulli test: ``u < p`` (u = (w >> 8) * 2^-24) is ``w < threshold``."""
+    return math.ceil(float(p) * 2**24) << 8
+
+
 def _layout(arr: Any, block: int, written: bool = True) -> bytes:
     return kernels.layout(arr.shape, arr.strides, arr.itemsize, arr.ptr, block, written)
+
+
+def _fill(template: str, arr: Any, k: int, args: tuple[Any, ...], generator: Generator | None,
+          stream: Any) -> None:
+    """Launch a fill whose Philox block gives ``k`` elements (random.cu's Dist::K)."""
+    block = kernels.per_store(arr.itemsize, k)
+    _launch(template, (arr,), arr.size, block, (_layout(arr, block),), args, generator, stream)
 
 
 def uniform_(out: Any, low: float = 0.0, high: float = 1.0, *,
              generator: Generator | None = None, stream: Any = None) -> Any:
     """Fill ``out`` (float32/float16/bfloat16) with uniform values ``low + u*(high - low)``,
-    u in [0, 1) with 24 random bits, computed in float32 and rounded to ``out``'s dtype."""
+    u in [0, 1) with 24 random bits (16 for the 16-bit dtypes: 8 values per Philox block),
+    computed in float32 and rounded to ``out``'s dtype."""
     arr = _target(out, "out")
     _check_dtype(arr, _FLOATS, "uniform_")
     low, high = _real(low, "low"), _real(high, "high")
@@ -109,23 +123,23 @@ def uniform_(out: Any, low: float = 0.0, high: float = 1.0, *,
     if not np.isfinite(scale):
         raise ValueError(f"high - low = {high - low} overflows float32")
     if arr.size:
-        _launch("fill_uniform", (arr,), arr.size, 4, (_layout(arr, 4),),
-                (np.float32(low), scale), generator, stream)
+        _fill("fill_uniform", arr, 8 if arr.itemsize == 2 else 4, (np.float32(low), scale),
+              generator, stream)
     return out
 
 
 def normal_(out: Any, mean: float = 0.0, std: float = 1.0, *,
             generator: Generator | None = None, stream: Any = None) -> Any:
-    """Fill ``out`` (float32/float16/bfloat16) with normal values (Box-Muller in float32,
-    ``mean + std*z``, rounded to ``out``'s dtype)."""
+    """Fill ``out`` (float32/float16/bfloat16) with normal values (Box-Muller from
+    correctly rounded float32 operations, ``mean + std*z`` fused, rounded to ``out``'s
+    dtype; docs/random.md)."""
     arr = _target(out, "out")
     _check_dtype(arr, _FLOATS, "normal_")
     mean, std = _real(mean, "mean"), _real(std, "std")
     if std < 0:
         raise ValueError(f"normal_ needs std >= 0, got {std}")
     if arr.size:
-        _launch("fill_normal", (arr,), arr.size, 4, (_layout(arr, 4),),
-                (np.float32(mean), np.float32(std)), generator, stream)
+        _fill("fill_normal", arr, 4, (np.float32(mean), np.float32(std)), generator, stream)
     return out
 
 
@@ -157,11 +171,14 @@ def randint_(out: Any, low: int, high: int | None = None, *,
         raise ValueError(f"[{low}, {high}) does not fit {arr.dtype.name} "
                          f"([{info.min}, {info.max}])")
     span = high - low
-    wide = span > 1 << 32
-    block = 2 if wide else 4
-    if arr.size:
-        _launch("fill_randint64" if wide else "fill_randint32", (arr,), arr.size, block,
-                (_layout(arr, block),), (_as_int64(low), span & _U64), generator, stream)
+    if not arr.size:
+        return out
+    if span > 1 << 32:
+        _fill("fill_randint64", arr, 2, (_as_int64(low), span & _U64), generator, stream)
+    else:  # the kernel's remainder multiplies by ceil(2^64 / span) (gpurt::randint32_fast)
+        magic = -(-(1 << 64) // span) & _U64
+        _fill("fill_randint32", arr, 4, (_as_int64(low), span & 0xFFFFFFFF, magic), generator,
+              stream)
     return out
 
 
@@ -173,8 +190,7 @@ def bernoulli_(out: Any, p: float = 0.5, *, generator: Generator | None = None,
     _check_dtype(arr, _BERNOULLI, "bernoulli_")
     p = _probability(p, "p")
     if arr.size:
-        _launch("fill_bernoulli", (arr,), arr.size, 4, (_layout(arr, 4),), (np.float32(p),),
-                generator, stream)
+        _fill("fill_bernoulli", arr, 4, (_threshold(np.float32(p)),), generator, stream)
     return out
 
 
@@ -202,7 +218,10 @@ def dropout(x: Any, p: float = 0.5, *, out: Any = None, mask: Any = None,
     kept = _like(arr, mask, np.bool_, "mask")
     target, flags = _target(result, "out"), _target(kept, "mask")
     if arr.size:
-        layouts = (_layout(arr, 4, written=False), _layout(target, 4), _layout(flags, 4))
-        _launch("dropout", (arr, target, flags), arr.size, 4, layouts,
-                (np.float32(1.0 - p), np.float32(1.0 / (1.0 - p))), generator, stream)
+        block = kernels.per_store(arr.itemsize, 4)
+        layouts = (_layout(arr, block, written=False), _layout(target, block),
+                   _layout(flags, block))
+        _launch("dropout", (arr, target, flags), arr.size, block, layouts,
+                (_threshold(np.float32(1.0 - p)), np.float32(1.0 / (1.0 - p))), generator,
+                stream)
     return result, kept

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import nvrtc
 from .._core.fork import renew_after_fork
+from ..device import device as _device_ctx
 from ..device import get_arch, get_device_properties
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "grid_for",
     "kernel",
     "layout",
+    "per_store",
     "set_state_kernel",
 ]
 
@@ -49,6 +51,7 @@ TYPE_NAMES: dict[str, str] = {
 _lock = threading.Lock()
 renew_after_fork(globals(), _lock=threading.Lock)
 _kernels: dict[tuple[str, str], Any] = {}
+_resident: dict[tuple[int, Any], int] = {}  # (device, kernel) -> CTAs resident at once
 
 
 @functools.lru_cache(maxsize=1)
@@ -109,10 +112,17 @@ def check_no_overlap(shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
         reach += stride * (n - 1)
 
 
+def per_store(itemsize: int, block: int) -> int:
+    """Elements a thread stores at once: whole Philox blocks of ``block`` elements filling
+    16 bytes (random.cu's calls_per_store), or one block when it is wider."""
+    return max(block, 16 // itemsize)
+
+
 def layout(shape: tuple[int, ...], strides_bytes: tuple[int, ...], itemsize: int, ptr: int,
            block: int, written: bool = True) -> bytes:
-    """The kernels' Layout struct for an array (``block``: elements per vector store); an
-    array that is ``written`` must not have elements that share memory."""
+    """The kernels' Layout struct for an array (``block``: elements per vector store, aligned
+    to their size up to 16 bytes); an array that is ``written`` must not have elements that
+    share memory."""
     strides = tuple(s // itemsize if n != 1 else 0 for n, s in zip(shape, strides_bytes))
     if any(n != 1 and s * itemsize != b for n, s, b in zip(shape, strides, strides_bytes)):
         raise ValueError(f"strides {strides_bytes} are not multiples of the item size {itemsize}")
@@ -120,7 +130,7 @@ def layout(shape: tuple[int, ...], strides_bytes: tuple[int, ...], itemsize: int
         check_no_overlap(shape, strides)
     dims, steps = _merge(shape, strides)
     if not dims or (len(dims) == 1 and steps[0] == 1):
-        mode = 0 if ptr % (itemsize * block) == 0 else 1
+        mode = 0 if ptr % min(itemsize * block, 16) == 0 else 1
         dims, steps = [1], [1]
     else:
         mode = 2
@@ -131,12 +141,16 @@ def layout(shape: tuple[int, ...], strides_bytes: tuple[int, ...], itemsize: int
     return _LAYOUT.pack(len(dims), mode, *dims, *([1] * pad), *steps, *([0] * pad))
 
 
-@functools.cache
-def _max_blocks(device: int) -> int:
-    props = get_device_properties(device)
-    return int(props.multi_processor_count) * 8
-
-
-def grid_for(device: int, blocks: int) -> int:
-    """CTAs for ``blocks`` element blocks (one thread each, grid-stride beyond)."""
-    return max(1, min((blocks + THREADS - 1) // THREADS, _max_blocks(device)))
+def grid_for(kernel: Any, device: int, chunks: int) -> int:
+    """CTAs for ``chunks`` stores (one thread each, grid-stride beyond): at most as many as
+    are resident at once on ``device``. Every CTA of the grid-stride loop has the same work,
+    so a grid past one full wave would run a partial second wave on idle SMs (8 CTAs per SM
+    where registers allow 6 cost a third of the bandwidth)."""
+    key = (device, kernel)
+    most = _resident.get(key)
+    if most is None:
+        with _device_ctx(device):
+            per_sm = kernel.max_active_blocks_per_multiprocessor(THREADS)
+        sms = int(get_device_properties(device).multi_processor_count)
+        most = _resident.setdefault(key, max(1, per_sm) * sms)
+    return max(1, min((chunks + THREADS - 1) // THREADS, most))

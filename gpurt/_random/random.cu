@@ -45,18 +45,31 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
     return __bfloat162float(v);
 }
 
-template <typename T, int K> struct alignas(sizeof(T) * K) Pack { T v[K]; };
+// K values of T, stored with one instruction up to 16 bytes (wider packs: several).
+template <typename T, int K> struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) Pack {
+    T v[K];
+};
+
+// Philox blocks a thread turns into one store: as many as fill 16 bytes (at least one).
+template <typename T, int K> __host__ __device__ constexpr int calls_per_store() {
+    return sizeof(T) * K >= 16 ? 1 : 16 / (sizeof(T) * K);
+}
 
 // ---- distributions: K values of type T from one Philox block ---------------------------------
 
+// 4-byte outputs take one word (24 bits) per value; 2-byte outputs half a word (16 bits), so
+// one Philox block gives 8 of them.
 template <typename T> struct Uniform {
-    static constexpr int K = 4;
+    static constexpr int K = sizeof(T) == 2 ? 8 : 4;
     float low, scale;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = cast_to<T>(gpurt::uniform(w.x, low, scale));
-        v[1] = cast_to<T>(gpurt::uniform(w.y, low, scale));
-        v[2] = cast_to<T>(gpurt::uniform(w.z, low, scale));
-        v[3] = cast_to<T>(gpurt::uniform(w.w, low, scale));
+        const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+            float u = K == 8 ? gpurt::uniform01_half(words[j / 2], j % 2)
+                             : gpurt::uniform01(words[j]);
+            v[j] = cast_to<T>(__fadd_rn(low, __fmul_rn(u, scale)));
+        }
     }
 };
 
@@ -65,33 +78,41 @@ template <typename T> struct Normal {
     float mean, std;
     __device__ void operator()(uint4 w, T* v) const {
         float2 a = gpurt::normal2(w.x, w.y), b = gpurt::normal2(w.z, w.w);
-        v[0] = cast_to<T>(fmaf(a.x, std, mean));
-        v[1] = cast_to<T>(fmaf(a.y, std, mean));
-        v[2] = cast_to<T>(fmaf(b.x, std, mean));
-        v[3] = cast_to<T>(fmaf(b.y, std, mean));
+        v[0] = cast_to<T>(gpurt::scale_normal(a.x, mean, std));
+        v[1] = cast_to<T>(gpurt::scale_normal(a.y, mean, std));
+        v[2] = cast_to<T>(gpurt::scale_normal(b.x, mean, std));
+        v[3] = cast_to<T>(gpurt::scale_normal(b.y, mean, std));
     }
 };
+
+// gpurt::bernoulli(word, p) as one integer compare: uniform01(word) < p exactly when
+// word < threshold = ceil(p * 2^24) * 2^8 (computed on the host, at most 2^32).
+__device__ __forceinline__ bool below(unsigned int word, unsigned long long threshold) {
+    return word < threshold;
+}
 
 template <typename T> struct Bernoulli {
     static constexpr int K = 4;
-    float p;
+    unsigned long long threshold;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = cast_to<T>(gpurt::bernoulli(w.x, p) ? 1.0f : 0.0f);
-        v[1] = cast_to<T>(gpurt::bernoulli(w.y, p) ? 1.0f : 0.0f);
-        v[2] = cast_to<T>(gpurt::bernoulli(w.z, p) ? 1.0f : 0.0f);
-        v[3] = cast_to<T>(gpurt::bernoulli(w.w, p) ? 1.0f : 0.0f);
+        v[0] = cast_to<T>(below(w.x, threshold) ? 1.0f : 0.0f);
+        v[1] = cast_to<T>(below(w.y, threshold) ? 1.0f : 0.0f);
+        v[2] = cast_to<T>(below(w.z, threshold) ? 1.0f : 0.0f);
+        v[3] = cast_to<T>(below(w.w, threshold) ? 1.0f : 0.0f);
     }
 };
 
+// word % range through multiply-highs (gpurt::randint32_fast), magic from the host.
 template <typename T> struct RandInt32 {
     static constexpr int K = 4;
     long long low;
-    unsigned long long range;
+    unsigned int range;
+    unsigned long long magic;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = (T)gpurt::randint32(w.x, low, range);
-        v[1] = (T)gpurt::randint32(w.y, low, range);
-        v[2] = (T)gpurt::randint32(w.z, low, range);
-        v[3] = (T)gpurt::randint32(w.w, low, range);
+        v[0] = (T)gpurt::randint32_fast(w.x, low, range, magic);
+        v[1] = (T)gpurt::randint32_fast(w.y, low, range, magic);
+        v[2] = (T)gpurt::randint32_fast(w.z, low, range, magic);
+        v[3] = (T)gpurt::randint32_fast(w.w, low, range, magic);
     }
 };
 
@@ -116,27 +137,88 @@ __device__ __forceinline__ uint2 seed_key(unsigned long long seed) {
     return make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
 }
 
+// One chunk: CALLS element blocks (E = CALLS * K elements, one store of up to 16 bytes);
+// element block b always gets Philox block b, whatever the grid.
+template <typename T, typename Dist, int CALLS, int E = CALLS * Dist::K>
+__device__ __forceinline__ Pack<T, E> chunk_values(const Dist& dist, uint2 key,
+                                                   unsigned long long block4,
+                                                   unsigned long long c) {
+    Pack<T, E> values;
+#pragma unroll
+    for (int j = 0; j < CALLS; ++j) {
+        dist(block_words(key, block4, c * CALLS + j), values.v + j * Dist::K);
+    }
+    return values;
+}
+
+// Stores chunk c's pack. A 32-byte pack (8-byte outputs) is two 16-byte stores, and a warp
+// storing its first halves, then its second halves, leaves every 32-byte sector half written
+// by each instruction (randint into int64 moved 36% of copy, run 2 on the H200); so in a warp
+// whose 32 chunks are all whole, lanes 2i and 2i + 1 (chunks c and c + 1) trade halves: the
+// first instruction writes chunk c, the second chunk c + 1, each a whole sector.
+template <typename P>
+__device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const P& value,
+                                           bool whole_warp) {
+    if constexpr (sizeof(P) != 32) {
+        packs[c] = value;
+    } else {
+        const uint4* half = reinterpret_cast<const uint4*>(&value);
+        uint4* quads = reinterpret_cast<uint4*>(packs);
+        if (!whole_warp) {
+            quads[2 * c] = half[0];
+            quads[2 * c + 1] = half[1];
+            return;
+        }
+        const unsigned int odd = threadIdx.x & 1u;  // chunk c is odd: lanes hold c0 + lane
+        uint4 give = odd ? half[0] : half[1], got;
+        got.x = __shfl_xor_sync(0xFFFFFFFFu, give.x, 1);
+        got.y = __shfl_xor_sync(0xFFFFFFFFu, give.y, 1);
+        got.z = __shfl_xor_sync(0xFFFFFFFFu, give.z, 1);
+        got.w = __shfl_xor_sync(0xFFFFFFFFu, give.w, 1);
+        quads[2 * c - odd] = odd ? got : half[0];
+        quads[2 * c + 2 - odd] = odd ? half[1] : got;
+    }
+}
+
+// Grid-stride loops over chunks: for an aligned contiguous array, whole chunks with one
+// vector store each (a 32-bit index when it fits: the loop's integer work shares the
+// pipe that Philox's multiplies bound), then the last partial chunk; otherwise each
+// element through the layout.
 template <typename T, typename Dist>
 __device__ void fill(T* out, unsigned long long n, const Layout& L,
                      const gpurt::PhiloxCudaState& ps, const Dist& dist) {
-    constexpr int K = Dist::K;
+    constexpr int CALLS = calls_per_store<T, Dist::K>();
+    constexpr int E = CALLS * Dist::K;
     ulonglong2 seed_offset = gpurt::philox_unpack(ps);
     uint2 key = seed_key(seed_offset.x);
     unsigned long long block4 = seed_offset.y / 4;
-    unsigned long long blocks = (n + K - 1) / K;
+    unsigned long long chunks = (n + E - 1) / E;
+    unsigned long long start = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long b = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         b < blocks; b += stride) {
-        Pack<T, K> values;
-        dist(block_words(key, block4, b), values.v);
-        unsigned long long first = b * K;
-        if (L.mode == 0 && first + K <= n) {
-            *reinterpret_cast<Pack<T, K>*>(out + first) = values;
-        } else {
-#pragma unroll
-            for (int j = 0; j < K; ++j) {
-                if (first + j < n) out[element_offset(L, first + j)] = values.v[j];
+    unsigned long long first = 0;
+    if (L.mode == 0) {
+        unsigned long long whole = n / E;
+        Pack<T, E>* packs = reinterpret_cast<Pack<T, E>*>(out);
+        if (whole + stride <= 0xFFFFFFFFull) {
+            for (unsigned int c = (unsigned int)start; c < (unsigned int)whole;
+                 c += (unsigned int)stride) {
+                store_pack(packs, c, chunk_values<T, Dist, CALLS>(dist, key, block4, c),
+                           c - (threadIdx.x % 32) + 31 < whole);
             }
+        } else {
+            for (unsigned long long c = start; c < whole; c += stride) {
+                store_pack(packs, c, chunk_values<T, Dist, CALLS>(dist, key, block4, c),
+                           c - (threadIdx.x % 32) + 31 < whole);
+            }
+        }
+        first = whole;
+    }
+    for (unsigned long long c = first + start; c < chunks; c += stride) {
+        Pack<T, E> values = chunk_values<T, Dist, CALLS>(dist, key, block4, c);
+#pragma unroll
+        for (int j = 0; j < E; ++j) {
+            unsigned long long i = c * E + j;
+            if (i < n) out[element_offset(L, i)] = values.v[j];
         }
     }
 }
@@ -159,15 +241,15 @@ __global__ void fill_normal(T* out, unsigned long long n, Layout L, gpurt::Philo
 
 template <typename T>
 __global__ void fill_bernoulli(T* out, unsigned long long n, Layout L,
-                               gpurt::PhiloxCudaState ps, float p) {
-    fill(out, n, L, ps, Bernoulli<T>{p});
+                               gpurt::PhiloxCudaState ps, unsigned long long threshold) {
+    fill(out, n, L, ps, Bernoulli<T>{threshold});
 }
 
 template <typename T>
 __global__ void fill_randint32(T* out, unsigned long long n, Layout L,
-                               gpurt::PhiloxCudaState ps, long long low,
-                               unsigned long long range) {
-    fill(out, n, L, ps, RandInt32<T>{low, range});
+                               gpurt::PhiloxCudaState ps, long long low, unsigned int range,
+                               unsigned long long magic) {
+    fill(out, n, L, ps, RandInt32<T>{low, range, magic});
 }
 
 template <typename T>
@@ -177,42 +259,64 @@ __global__ void fill_randint64(T* out, unsigned long long n, Layout L,
     fill(out, n, L, ps, RandInt64<T>{low, range});
 }
 
-// out = x * scale where uniform01 < keep (else 0), mask = kept; mask may be null.
+// Dropout's chunk: CALLS blocks of 4 elements (16-byte loads and stores of x and out).
+template <typename T, int CALLS, int E = 4 * CALLS>
+__device__ __forceinline__ void dropout_chunk(const T* x, T* out, bool* mask,
+                                              unsigned long long c, uint2 key,
+                                              unsigned long long block4,
+                                              unsigned long long threshold, float scale) {
+    Pack<T, E> in = reinterpret_cast<const Pack<T, E>*>(x)[c], res;
+    Pack<bool, E> flags;
+#pragma unroll
+    for (int j = 0; j < CALLS; ++j) {
+        uint4 w = block_words(key, block4, c * CALLS + j);
+        const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) flags.v[4 * j + i] = below(words[i], threshold);
+    }
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+        res.v[j] = cast_to<T>(flags.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
+    }
+    reinterpret_cast<Pack<T, E>*>(out)[c] = res;
+    if (mask) reinterpret_cast<Pack<bool, E>*>(mask)[c] = flags;
+}
+
+// out = x * scale where kept (uniform01 < keep: word < threshold, as in below()), else 0;
+// mask = kept (may be null). Chunks as fill's: vectors where all three arrays allow them.
 template <typename T>
 __global__ void dropout(const T* x, T* out, bool* mask, unsigned long long n, Layout Lx,
-                        Layout Lout, Layout Lmask, gpurt::PhiloxCudaState ps, float keep,
-                        float scale) {
+                        Layout Lout, Layout Lmask, gpurt::PhiloxCudaState ps,
+                        unsigned long long threshold, float scale) {
+    constexpr int CALLS = calls_per_store<T, 4>();
+    constexpr int E = 4 * CALLS;
     ulonglong2 seed_offset = gpurt::philox_unpack(ps);
     uint2 key = seed_key(seed_offset.x);
     unsigned long long block4 = seed_offset.y / 4;
-    unsigned long long blocks = (n + 3) / 4;
+    unsigned long long chunks = (n + E - 1) / E;
+    unsigned long long start = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    bool vector = Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0;
-    for (unsigned long long b = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         b < blocks; b += stride) {
-        uint4 w = block_words(key, block4, b);
-        unsigned int words[4] = {w.x, w.y, w.z, w.w};
-        unsigned long long first = b * 4;
-        if (vector && first + 4 <= n) {
-            Pack<T, 4> in = *reinterpret_cast<const Pack<T, 4>*>(x + first), res;
-            Pack<bool, 4> kept;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                kept.v[j] = gpurt::bernoulli(words[j], keep);
-                res.v[j] = cast_to<T>(kept.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
-            }
-            *reinterpret_cast<Pack<T, 4>*>(out + first) = res;
-            if (mask) *reinterpret_cast<Pack<bool, 4>*>(mask + first) = kept;
-            continue;
+    unsigned long long first = 0;
+    if (Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0) {
+        first = n / E;
+        for (unsigned long long c = start; c < first; c += stride) {
+            dropout_chunk<T, CALLS>(x, out, mask, c, key, block4, threshold, scale);
         }
+    }
+    for (unsigned long long c = first + start; c < chunks; c += stride) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            unsigned long long i = first + j;
-            if (i >= n) break;
-            bool kept = gpurt::bernoulli(words[j], keep);
-            float v = to_float(x[element_offset(Lx, i)]);
-            out[element_offset(Lout, i)] = cast_to<T>(kept ? __fmul_rn(v, scale) : 0.0f);
-            if (mask) mask[element_offset(Lmask, i)] = kept;
+        for (int j = 0; j < CALLS; ++j) {
+            uint4 w = block_words(key, block4, c * CALLS + j);
+            const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                unsigned long long i = c * E + 4 * j + k;
+                if (i >= n) break;
+                bool kept = below(words[k], threshold);
+                float v = to_float(x[element_offset(Lx, i)]);
+                out[element_offset(Lout, i)] = cast_to<T>(kept ? __fmul_rn(v, scale) : 0.0f);
+                if (mask) mask[element_offset(Lmask, i)] = kept;
+            }
         }
     }
 }

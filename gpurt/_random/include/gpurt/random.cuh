@@ -7,7 +7,8 @@
 // headers=gpurt.random.headers(), as #include <gpurt/random.cuh>. Needs no other header.
 //
 // The mapping (docs/random.md): a call at generator offset `offset` (a multiple of 4) gives
-// its element block b (elements [K*b, K*b + K), K = 4, or 2 for 64-bit integers) the four
+// its element block b (elements [K*b, K*b + K), K = 4; 8 for 16-bit uniform fills, 2 for
+// randint over ranges wider than 2^32) the four
 // words philox4x32_10(counter = (lo(offset/4), hi(offset/4), lo(b), hi(b)),
 //                     key = (lo(seed), hi(seed))),
 // i.e. the first draw of curand_init(seed, subsequence = b, offset). It does not depend on
@@ -39,9 +40,14 @@ __device__ __forceinline__ ulonglong2 philox_unpack(const PhiloxCudaState& s) {
 
 __host__ __device__ __forceinline__ unsigned int philox_mulhilo(unsigned int a, unsigned int b,
                                                                 unsigned int* hi) {
+#ifdef __CUDA_ARCH__
+    *hi = __umulhi(a, b);
+    return a * b;
+#else
     unsigned long long product = (unsigned long long)a * b;
     *hi = (unsigned int)(product >> 32);
     return (unsigned int)product;
+#endif
 }
 
 // Philox4x32 with 10 rounds: Random123's philox4x32_R(10, counter, key).
@@ -92,21 +98,90 @@ __host__ __device__ __forceinline__ float uniform01(unsigned int word) {
     return (float)(word >> 8) * 0x1p-24f;
 }
 
+// Uniform in [0, 1) from half a word (the 16-bit fills: 8 values per Philox block): bits
+// [16 * half, 16 * half + 16) of word, every value a multiple of 2^-16.
+__host__ __device__ __forceinline__ float uniform01_half(unsigned int word, int half) {
+    return (float)((word >> (16 * half)) & 0xFFFFu) * 0x1p-16f;
+}
+
 // low + u * scale with scale = high - low, rounded once per operation (no FMA contraction),
 // so the value is reproducible in any IEEE float32 arithmetic.
 __device__ __forceinline__ float uniform(unsigned int word, float low, float scale) {
     return __fadd_rn(low, __fmul_rn(uniform01(word), scale));
 }
 
-// Two standard normals from two words (Box-Muller): u in (0, 1) from the top 24 bits of a
-// with the lowest of them set, angle pi*v with v in [0, 2) from the top 24 bits of b.
+// The normal transform is built from float32 operations that are each correctly rounded
+// (conversions, __fmaf_rn, __fmul_rn, __fsqrt_rn; no fast-math intrinsics), so the numpy
+// reference in tests/_philox.py computes the same bits. Polynomials: least-squares fits on
+// Chebyshev nodes, relative error < 6e-8 (log) and absolute < 3e-8 (sin, cos).
+namespace detail {
+
+// ln(m * 2^-24) for 1 <= m < 2^24: m = 2^e * f with f in [sqrt(1/2), sqrt(2)), then
+// ln f = t * P(t), t = f - 1 (exact), P of degree 8.
+__device__ __forceinline__ float log_unit24(unsigned int m) {
+    int bits = __float_as_int((float)m);  // exact: m < 2^24
+    int e = (bits >> 23) - 127 - 24;
+    int fbits = (bits & 0x7FFFFF) | 0x3F800000;
+    if (fbits > 0x3FB504F3) {  // f > sqrt(2): halve it
+        fbits -= 0x00800000;
+        e += 1;
+    }
+    float t = __fadd_rn(__int_as_float(fbits), -1.0f);
+    float p = 0x1.662724p-4f;
+    p = __fmaf_rn(p, t, -0x1.2672cep-3f);
+    p = __fmaf_rn(p, t, 0x1.32285ap-3f);
+    p = __fmaf_rn(p, t, -0x1.5329b8p-3f);
+    p = __fmaf_rn(p, t, 0x1.98b808p-3f);
+    p = __fmaf_rn(p, t, -0x1.0005a6p-2f);
+    p = __fmaf_rn(p, t, 0x1.555790p-2f);
+    p = __fmaf_rn(p, t, -0x1.fffff8p-2f);
+    p = __fmaf_rn(p, t, 1.0f);
+    return __fmaf_rn((float)e, 0x1.62e430p-1f, __fmul_rn(p, t));
+}
+
+// (sin, cos) of 2 pi v / 2^24 for 0 <= v < 2^24: the octant from the top 3 bits, the
+// angle inside it (reflected in odd octants) as pi/4 * x, x in [0, 1], then polynomials in x^2.
+__device__ __forceinline__ float2 sincos_turn24(unsigned int v) {
+    unsigned int octant = v >> 21;
+    unsigned int m = v & 0x1FFFFFu;
+    if (octant & 1u) m = 0x200000u - m;
+    float x = __fmul_rn((float)m, 0x1p-21f);  // exact
+    float x2 = __fmul_rn(x, x);
+    float s = -0x1.2dc17cp-15f;
+    s = __fmaf_rn(s, x2, 0x1.465fc0p-9f);
+    s = __fmaf_rn(s, x2, -0x1.4abbbep-4f);
+    s = __fmaf_rn(s, x2, 0x1.921fb6p-1f);
+    s = __fmul_rn(s, x);
+    float c = 0x1.d9f0a6p-19f;
+    c = __fmaf_rn(c, x2, -0x1.55c63cp-12f);
+    c = __fmaf_rn(c, x2, 0x1.03c1dep-6f);
+    c = __fmaf_rn(c, x2, -0x1.3bd3ccp-2f);
+    c = __fmaf_rn(c, x2, 1.0f);
+    // Inside the quadrant (octant >> 1) the angle is pi/4 * x (even octant) or pi/2 - pi/4 * x
+    // (odd: sin and cos swap); rotating by the quadrant swaps them again in odd quadrants and
+    // negates sin in quadrants 2, 3 and cos in 1, 2. Branch-free: octants differ lane to lane.
+    bool swap = ((octant ^ (octant >> 1)) & 1u) != 0;
+    unsigned int sin_sign = (octant & 4u) << 29;
+    unsigned int cos_sign = ((octant + 2u) & 4u) << 29;
+    float sin = swap ? c : s, cos = swap ? s : c;
+    return make_float2(__int_as_float(__float_as_int(sin) ^ sin_sign),
+                       __int_as_float(__float_as_int(cos) ^ cos_sign));
+}
+
+}  // namespace detail
+
+// Two standard normals from two words (Box-Muller): sqrt(-2 ln u) * (cos, sin)(2 pi v), with
+// u in (0, 1) from the top 24 bits of a with the lowest of them set, v in [0, 1) from the top
+// 24 bits of b; every float32 operation correctly rounded (see detail above).
 __device__ __forceinline__ float2 normal2(unsigned int a, unsigned int b) {
-    float u = (float)((a >> 8) | 1u) * 0x1p-24f;
-    float v = (float)(b >> 8) * 0x1p-23f;
-    float r = sqrtf(-2.0f * logf(u));
-    float s, c;
-    sincospif(v, &s, &c);
-    return make_float2(r * c, r * s);
+    float r = __fsqrt_rn(__fmul_rn(-2.0f, detail::log_unit24((a >> 8) | 1u)));
+    float2 sc = detail::sincos_turn24(b >> 8);
+    return make_float2(__fmul_rn(r, sc.y), __fmul_rn(r, sc.x));
+}
+
+// mean + std * z, one rounding (fused multiply-add).
+__device__ __forceinline__ float scale_normal(float z, float mean, float std) {
+    return __fmaf_rn(z, std, mean);
 }
 
 // A Bernoulli trial: true with probability p (uniform01(word) < p).
@@ -118,6 +193,25 @@ __host__ __device__ __forceinline__ bool bernoulli(unsigned int word, float p) {
 __host__ __device__ __forceinline__ long long randint32(unsigned int word, long long low,
                                                         unsigned long long range) {
     return (long long)((unsigned long long)low + word % range);
+}
+
+// The same remainder without a division (Lemire, Kaser and Kurz, "Faster remainder by
+// direct computation", 2019): low + word % range for 1 <= range <= 2^32, given range32 =
+// range mod 2^32 (0 standing for 2^32) and magic = ceil(2^64 / range) mod 2^64
+// (fastmod_magic); exact for every 32-bit word. (fraction * range) >> 64 is taken in 32-bit
+// halves: fraction = hi * 2^32 + lo, and the low half's carry is hi32(lo * range).
+__host__ __device__ __forceinline__ unsigned long long fastmod_magic(unsigned long long range) {
+    return ~0ull / range + 1;
+}
+
+__device__ __forceinline__ long long randint32_fast(unsigned int word, long long low,
+                                                    unsigned int range32,
+                                                    unsigned long long magic) {
+    unsigned long long fraction = magic * word;
+    unsigned int lo = (unsigned int)fraction, hi = (unsigned int)(fraction >> 32);
+    unsigned long long top = (unsigned long long)hi * range32 + __umulhi(lo, range32);
+    unsigned int rest = range32 ? (unsigned int)(top >> 32) : word;
+    return (long long)((unsigned long long)low + rest);
 }
 
 // ... and from two words (lo, hi) for larger ranges; range == 0 stands for 2^64.
