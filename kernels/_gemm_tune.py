@@ -41,7 +41,8 @@ FILE_NAME = "gemm-tune-v1.json"
 @dataclasses.dataclass(frozen=True)
 class Config:
     """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
-    (TMA + wgmma, sm_90a) or 'skinny' (decode shapes: one side of C at most a few dozen, the
+    (TMA + wgmma, sm_90a; bk = 64 for 16-bit types, bk = 32 for TF32, kernels/gemm_wgmma_tf32.cu)
+    or 'skinny' (decode shapes: one side of C at most a few dozen, the
     big operand streamed once; kernels/_gemm_skinny.py says what its fields mean). Tile
     ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
@@ -67,9 +68,12 @@ class Config:
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
-        if self.kernel == "wgmma" and (self.bm, self.bk) != (128, 64) or \
-                self.kernel == "wgmma" and self.bn not in (128, 256):
-            raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles, not {self}")
+        if self.kernel == "wgmma" and (self.bm != 128 or self.bk not in (32, 64)
+                                       or self.bn not in (128, 256)):
+            raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles (x 32 for TF32), "
+                             f"not {self}")
+        if self.kernel == "wgmma" and self.bk == 32 and self.cluster_m != 1:
+            raise ValueError(f"the TF32 wgmma kernel has no clusters: {self}")
         if self.kernel == "wgmma" and self.split_k != 1:
             raise ValueError("the wgmma kernel does not split K")
         if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
@@ -102,9 +106,9 @@ class Config:
             return self.stages * self.bk * (self.bm + self.bn + 8) * 4
         if self.kernel == "skinny":
             return _skinny.shared_mem(self)
-        if self.kernel == "wgmma":
-            stage = (self.bm + self.bn) * self.bk * 2
-            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 64 x 128 x 2 B
+        if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
+            stage = (self.bm + self.bn) * 128
+            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
             return self.stages * stage + staging + 2 * 8 * self.stages + 1024
         pad = 8 if itemsize == 2 else 4
         a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)
@@ -125,6 +129,13 @@ class Config:
                     f"{bk_}, {v}>")
         if self.kernel == "skinny":
             return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
+        if self.kernel == "wgmma" and dt == DT_TF32:
+            # B must be K-major: without it the kernel computes C^T = B^T A^T (out_t), whose
+            # A (the old B) is then not K-major
+            out_t = str(not b_kmajor).lower()
+            a_k = str(a_kmajor and b_kmajor).lower()
+            return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
+                    f"{str(self.tma_store).lower()}>")
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
@@ -215,6 +226,14 @@ _WGMMA = (
     Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True),
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
 )
+# TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
+# and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
+_WGMMA_TF32 = (
+    Config("wgmma", 128, 256, 32, stages=4, group_m=8, tma_store=True),
+    Config("wgmma", 128, 128, 32, stages=6, group_m=8, tma_store=True),
+    Config("wgmma", 128, 256, 32, stages=4, group_m=16, tma_store=True),
+    Config("wgmma", 128, 256, 32, stages=4, group_m=8),
+)
 
 
 def disabled_kernels() -> frozenset[str]:
@@ -250,8 +269,14 @@ def why_not(problem: Problem, config: Config) -> str | None:
             meant = "TF32" if config.bk == 16 else "16-bit types"
             return f"mma tiles with bk={config.bk} are for {meant}, not {dt}"
     if config.kernel == "wgmma":
-        if problem.dt not in (DT_F16, DT_BF16):
-            return f"the wgmma kernel takes float16/bfloat16, not {dt}"
+        if problem.dt not in (DT_F16, DT_BF16, DT_TF32):
+            return f"the wgmma kernel takes float16/bfloat16 or TF32 (allow_tf32=True), not {dt}"
+        if (config.bk == 32) != (problem.dt == DT_TF32):
+            meant = "TF32" if config.bk == 32 else "16-bit types"
+            return f"wgmma tiles with bk={config.bk} are for {meant}, not {dt}"
+        if problem.dt == DT_TF32 and not (problem.a_kmajor or problem.b_kmajor):
+            return ("the TF32 wgmma kernel needs one operand K-major (wgmma reads TF32 from "
+                    "shared memory only K-major); here A is M-major and B N-major")
         if (major, minor) != (9, 0):
             return f"the wgmma kernel needs sm_90 (Hopper), not sm_{major}{minor}"
         if not problem.tma:
@@ -299,7 +324,7 @@ def candidates(problem: Problem) -> list[Config]:
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
-        pool = _with_split(problem, _TF32)
+        pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
@@ -314,7 +339,7 @@ def all_configs(problem: Problem) -> list[Config]:
     and the sanitizer sweep run."""
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *skinny):
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny):
         splits = {1} if config.kernel in ("wgmma", "skinny") else \
             {1, max(2, _split_for(problem, config))}
         for split in sorted(splits):
@@ -340,17 +365,25 @@ def heuristic(problem: Problem) -> Config:
             base = _SIMT[-1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
+        wide = _WGMMA_TF32[0] if min(m, n) > 128 else _WGMMA_TF32[1]
+        if eligible(problem, wide) and not _small_grid(problem, wide):
+            return wide
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     tiles = _skinny.heuristic(problem)
     if tiles is not None and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
-    small_grid = wide.tiles(m, n) * 2 < problem.sm_count and problem.k >= 1024
-    if eligible(problem, wide) and not small_grid:
+    if eligible(problem, wide) and not _small_grid(problem, wide):
         return wide
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+def _small_grid(problem: Problem, config: Config) -> bool:
+    """Whether the (unsplit) wgmma grid leaves over half the SMs idle on a long K, where a
+    split-K mma grid does better."""
+    return config.tiles(problem.m, problem.n) * 2 < problem.sm_count and problem.k >= 1024
 
 
 # ---- the autotuner -------------------------------------------------------------------------------
