@@ -228,6 +228,9 @@ _WGMMA = (
 )
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
+# On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
+# (plain stores) up to 7% faster than [0] when the output is stored transposed (N-major B);
+# [1] where the wide tiles leave most SMs idle (1000^3: 1.00 against 0.57).
 _WGMMA_TF32 = (
     Config("wgmma", 128, 256, 32, stages=4, group_m=8, tma_store=True),
     Config("wgmma", 128, 128, 32, stages=6, group_m=8, tma_store=True),
@@ -365,8 +368,10 @@ def heuristic(problem: Problem) -> Config:
             base = _SIMT[-1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
-        wide = _WGMMA_TF32[0] if min(m, n) > 128 else _WGMMA_TF32[1]
-        if eligible(problem, wide) and not _small_grid(problem, wide):
+        wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
+        if _tf32_tiles(problem, wide) * 2 <= problem.sm_count:
+            wide = _WGMMA_TF32[1]
+        if eligible(problem, wide) and not _small_grid(problem, _tf32_tiles(problem, wide)):
             return wide
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
@@ -374,16 +379,23 @@ def heuristic(problem: Problem) -> Config:
     if tiles is not None and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
-    if eligible(problem, wide) and not _small_grid(problem, wide):
+    if eligible(problem, wide) and not _small_grid(problem, wide.tiles(m, n)):
         return wide
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
 
 
-def _small_grid(problem: Problem, config: Config) -> bool:
-    """Whether the (unsplit) wgmma grid leaves over half the SMs idle on a long K, where a
-    split-K mma grid does better."""
-    return config.tiles(problem.m, problem.n) * 2 < problem.sm_count and problem.k >= 1024
+def _tf32_tiles(problem: Problem, config: Config) -> int:
+    """Tiles of the TF32 wgmma kernel, which turns the problem around for an N-major B."""
+    if problem.b_kmajor:
+        return config.tiles(problem.m, problem.n)
+    return config.tiles(problem.n, problem.m)
+
+
+def _small_grid(problem: Problem, tiles: int) -> bool:
+    """Whether an (unsplit) wgmma grid of ``tiles`` leaves over half the SMs idle on a long
+    K, where a split-K mma grid does better."""
+    return tiles * 2 < problem.sm_count and problem.k >= 1024
 
 
 # ---- the autotuner -------------------------------------------------------------------------------

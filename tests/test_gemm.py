@@ -187,8 +187,12 @@ def test_heuristic_fallbacks():
     turing = dataclasses.replace(problem(dt=tune.DT_F32, cap=(7, 5)), max_shared=64 * 1024)
     assert tune.heuristic(turing).bm == 64 and tune.eligible(turing, tune.heuristic(turing))
     assert tune.heuristic(problem(64, 64, 64, dt=tune.DT_F32)).bm == 64
-    tf32 = tune.heuristic(problem(dt=tune.DT_TF32))
-    assert tf32.kernel == "wgmma" and tf32.bk == 32 and tf32.tma_store
+    tf32 = tune.heuristic(problem(dt=tune.DT_TF32))  # N-major B: a transposed output
+    assert tf32.kernel == "wgmma" and tf32.bk == 32 and tf32.bn == 256 and not tf32.tma_store
+    tf32 = tune.heuristic(problem(dt=tune.DT_TF32, b_k=True))
+    assert tf32.kernel == "wgmma" and tf32.bn == 256 and tf32.tma_store
+    tf32 = tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32))  # 32 wide tiles
+    assert tf32.kernel == "wgmma" and tf32.bn == 128
     for fallback in (problem(dt=tune.DT_TF32, a_k=False, b_k=False),
                      problem(dt=tune.DT_TF32, tma=False), problem(dt=tune.DT_TF32, cap=(8, 0)),
                      problem(64, 4096, 4096, dt=tune.DT_TF32)):  # 32 tiles: split-K mma
