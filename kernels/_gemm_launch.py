@@ -93,7 +93,9 @@ def kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
     if config.kernel == "skinny":
         return (skinny.kernel_name(config, problem),)
     main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
-    return (main,) if config.kernel == "wgmma" else (main, reduce_name(problem.dt))
+    if config.kernel == "wgmma" and problem.dt == DT_TF32:
+        return (main,)
+    return (main, reduce_name(problem.dt))
 
 
 def arch_for(config: Config, capability: tuple[int, int]) -> str:
@@ -183,6 +185,11 @@ class Call:
         if config.kernel == "skinny":
             skinny.launch(self, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
             return
+        partial, partial_ptr = None, 0
+        if config.split_k > 1:
+            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
+                                  device=self.index, stream=stream)
+            partial_ptr = partial.ptr
         if config.kernel == "wgmma":
             if self.swap:
                 a_ptr, b_ptr = b_ptr, a_ptr
@@ -192,24 +199,22 @@ class Call:
             rows, cols = (self.n, self.m) if self.swap else (self.m, self.n)  # C in memory
             map_c = encode_map(out_ptr, cols, rows, self.ldc, self.dt,
                                (128 // _itemsize(self.dt), 64)) if self.store_ok else _NO_MAP
-            args = (map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
-                    self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
+            args: tuple[Any, ...] = (
+                map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
+                self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
+            if self.dt != DT_F32:  # the 16-bit kernel splits K
+                args += (partial_ptr, config.split_k)
             if config.cluster_m == 1:
                 kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
             else:
                 launch = gpurt.LaunchConfig(self.grid, config.threads, self.smem,
                                             cluster=(config.cluster_m, 1, 1))
                 kernels[0].launch(launch, *args, stream=stream)
-            return
-        partial, partial_ptr = None, 0
-        if config.split_k > 1:
-            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
-                                  device=self.index, stream=stream)
-            partial_ptr = partial.ptr
-        kernels[0](self.grid, config.threads,
-                   (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
-                    self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
-                    self.pair_ok), shared_mem=self.smem, stream=stream)
+        else:
+            kernels[0](self.grid, config.threads,
+                       (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
+                        self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
+                        self.pair_ok), shared_mem=self.smem, stream=stream)
         if partial is not None:
             kernels[1](self.reduce_blocks, 256, (partial_ptr, out_ptr, cin_ptr, self.m, self.n,
                                                  self.ldc, self.ldcin, config.split_k, alpha,
@@ -235,7 +240,7 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     clusters = 0
     if config.kernel == "wgmma":
         cm = config.cluster_m
-        grid = min(tiles, problem.sm_count)
+        grid = min(tiles * config.split_k, problem.sm_count)
         if cm > 1:
             pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
             clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))

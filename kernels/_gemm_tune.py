@@ -74,8 +74,8 @@ class Config:
                              f"not {self}")
         if self.kernel == "wgmma" and self.bk == 32 and self.cluster_m != 1:
             raise ValueError(f"the TF32 wgmma kernel has no clusters: {self}")
-        if self.kernel == "wgmma" and self.split_k != 1:
-            raise ValueError("the wgmma kernel does not split K")
+        if self.kernel == "wgmma" and self.split_k != 1 and (self.bk == 32 or self.cluster_m != 1):
+            raise ValueError(f"the wgmma kernel splits K for 16-bit types without clusters: {self}")
         if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
             raise ValueError(f"clusters of 2 CTAs are for the wgmma kernel only: {self}")
         if self.tma_store and self.kernel != "wgmma":
@@ -312,6 +312,25 @@ def eligible(problem: Problem, config: Config) -> bool:
     return why_not(problem, config) is None
 
 
+def _wave_split(problem: Problem, config: Config) -> int:
+    """For a 16-bit wgmma grid of few tiles that fill under 90% of their waves of one CTA per
+    SM: the smallest K split whose (tile, slice) items fill at least 90%, each slice at least
+    4 K tiles deep (1 = no split)."""
+    sms = problem.sm_count
+    tiles = config.tiles(problem.m, problem.n)
+    k_tiles = -(-problem.k // config.bk)
+
+    def filled(items: int) -> bool:
+        return items >= 0.9 * -(-items // sms) * sms
+
+    if tiles > 2 * sms or filled(tiles):
+        return 1
+    for split in range(2, min(16, k_tiles // 4) + 1):
+        if filled(tiles * split):
+            return split
+    return 1
+
+
 def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
     out = []
     for config in base:
@@ -330,10 +349,21 @@ def candidates(problem: Problem) -> list[Config]:
         pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
+
+
+def _wgmma_splits(problem: Problem) -> list[Config]:
+    """Split-K variants of the 16-bit wgmma tiles for grids of few tiles (decode shapes)."""
+    found = []
+    for base in (_WGMMA[1], _WGMMA[0]):
+        split = _wave_split(problem, base)
+        if split > 1:
+            found.append(dataclasses.replace(base, split_k=split))
+    return found
 
 
 def all_configs(problem: Problem) -> list[Config]:
@@ -343,8 +373,12 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny):
-        splits = {1} if config.kernel in ("wgmma", "skinny") else \
-            {1, max(2, _split_for(problem, config))}
+        if config.kernel == "wgmma" and config in _WGMMA[:2]:  # split-K stores without TMA
+            splits = {1, max(2, _wave_split(problem, config))}
+        elif config.kernel in ("wgmma", "skinny"):
+            splits = {1}
+        else:
+            splits = {1, max(2, _split_for(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)
             if variant not in found and eligible(problem, variant):

@@ -48,7 +48,9 @@ def test_config_validation():
     with pytest.raises(ValueError, match="wgmma"):
         Config("wgmma", 128, 192, 64)
     with pytest.raises(ValueError, match="split"):
-        Config("wgmma", 128, 256, 64, stages=4, split_k=2)
+        Config("wgmma", 128, 256, 64, stages=4, split_k=2, cluster_m=2)
+    with pytest.raises(ValueError, match="split"):
+        Config("wgmma", 128, 256, 32, stages=4, split_k=2)
     with pytest.raises(ValueError, match="simt"):
         Config("simt", 128, 96, 8)
     with pytest.raises(ValueError, match="simt"):
@@ -211,6 +213,20 @@ def test_candidates_are_eligible_and_unique():
         assert len(set(found)) == len(found) >= 2
         assert all(tune.eligible(p, c) for c in found)
         assert all(c.cluster_m == 1 for c in found)
+
+
+def test_wgmma_split_for_few_tiles():
+    """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves."""
+    assert tune._wave_split(problem(), tune._WGMMA[1]) == 1  # 1024 tiles
+    assert tune._wave_split(problem(128, 4096, 4096), tune._WGMMA[1]) == 4  # 32 tiles: 128
+    assert tune._wave_split(problem(64, 11008, 4096), tune._WGMMA[1]) == 3  # 86: 258 of 264
+    assert tune._wave_split(problem(128, 4096, 256), tune._WGMMA[1]) == 1  # 4 K tiles
+    found = tune.candidates(problem(128, 4096, 4096))
+    assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
+    assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
+    names = gemm_launch.kernel_names(dataclasses.replace(tune._WGMMA[1], split_k=4),
+                                     problem(128, 4096, 4096))
+    assert names[1] == gemm_launch.reduce_name(tune.DT_BF16)
 
 
 def test_split_for():
