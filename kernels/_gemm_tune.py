@@ -314,21 +314,24 @@ def eligible(problem: Problem, config: Config) -> bool:
 
 def _wave_split(problem: Problem, config: Config) -> int:
     """For a 16-bit wgmma grid of few tiles that fill under 90% of their waves of one CTA per
-    SM: the smallest K split whose (tile, slice) items fill at least 90%, each slice at least
-    4 K tiles deep (1 = no split)."""
+    SM: the smallest K split whose (tile, slice) items fill at least 90%, else the largest
+    allowed (1 = no split). Allowed: slices at least 4 K tiles deep, and fp32 partial sums of
+    at most a quarter of B's bytes (their second pass costs more than the split gains beyond
+    that: an H200 measured 14336 x 4096 weights at M = 128 slower with 7 slices than with 3)."""
     sms = problem.sm_count
     tiles = config.tiles(problem.m, problem.n)
     k_tiles = -(-problem.k // config.bk)
+    most = min(16, k_tiles // 4, problem.k // (8 * problem.m))  # s M N 4 bytes <= N K 2 / 4
 
     def filled(items: int) -> bool:
         return items >= 0.9 * -(-items // sms) * sms
 
-    if tiles > 2 * sms or filled(tiles):
+    if tiles > 2 * sms or filled(tiles) or most < 2:
         return 1
-    for split in range(2, min(16, k_tiles // 4) + 1):
+    for split in range(2, most + 1):
         if filled(tiles * split):
             return split
-    return 1
+    return most
 
 
 def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
@@ -405,7 +408,10 @@ def heuristic(problem: Problem) -> Config:
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
         if _tf32_tiles(problem, wide) * 2 <= problem.sm_count:
             wide = _WGMMA_TF32[1]
-        if eligible(problem, wide) and not _small_grid(problem, _tf32_tiles(problem, wide)):
+        # the TF32 mma path runs at a third of cuBLAS: wgmma even on few tiles, unless one
+        # side of C is too thin for its 128-row tiles (16 x 4096^2: split-K mma 0.69 vs 0.54)
+        if eligible(problem, wide) and (min(m, n) >= 64 or
+                                        not _small_grid(problem, _tf32_tiles(problem, wide))):
             return wide
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
@@ -413,8 +419,13 @@ def heuristic(problem: Problem) -> Config:
     if tiles is not None and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
-    if eligible(problem, wide) and not _small_grid(problem, wide.tiles(m, n)):
-        return wide
+    if eligible(problem, wide):
+        if wide.tiles(m, n) * 2 >= problem.sm_count:
+            return wide
+        # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
+        # the mma split-K path gave 0.28-0.68), else the narrow tiles (1000^3: 0.70 vs 0.48)
+        split = _wave_split(problem, _WGMMA[1])
+        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else _WGMMA[5]
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
 

@@ -195,9 +195,11 @@ def test_heuristic_fallbacks():
     assert tf32.kernel == "wgmma" and tf32.bn == 256 and tf32.tma_store
     tf32 = tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32))  # 32 wide tiles
     assert tf32.kernel == "wgmma" and tf32.bn == 128
+    for dims in ((1024, 1024, 1024), (128, 4096, 4096)):  # few tiles, still wgmma
+        assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "wgmma"
     for fallback in (problem(dt=tune.DT_TF32, a_k=False, b_k=False),
                      problem(dt=tune.DT_TF32, tma=False), problem(dt=tune.DT_TF32, cap=(8, 0)),
-                     problem(64, 4096, 4096, dt=tune.DT_TF32)):  # 32 tiles: split-K mma
+                     problem(16, 4096, 4096, dt=tune.DT_TF32)):  # thin: split-K mma
         tf32 = tune.heuristic(fallback)
         assert tf32.kernel == "mma" and tf32.bk == 16 and tune.eligible(fallback, tf32)
     skinny = tune.heuristic(problem(8, 64, 65536, dt=tune.DT_F32))
@@ -221,6 +223,12 @@ def test_wgmma_split_for_few_tiles():
     assert tune._wave_split(problem(128, 4096, 4096), tune._WGMMA[1]) == 4  # 32 tiles: 128
     assert tune._wave_split(problem(64, 11008, 4096), tune._WGMMA[1]) == 3  # 86: 258 of 264
     assert tune._wave_split(problem(128, 4096, 256), tune._WGMMA[1]) == 1  # 4 K tiles
+    assert tune._wave_split(problem(128, 14336, 4096), tune._WGMMA[1]) == 4  # partials cap
+    assert tune._wave_split(problem(1000, 1000, 1000), tune._WGMMA[1]) == 1
+    chosen = tune.heuristic(problem(128, 4096, 4096))
+    assert (chosen.kernel, chosen.bn, chosen.split_k, chosen.tma_store) == ("wgmma", 128, 4, False)
+    assert tune.heuristic(problem(64, 14336, 4096)).split_k == 7
+    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[5]  # narrow, unsplit
     found = tune.candidates(problem(128, 4096, 4096))
     assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
     assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
