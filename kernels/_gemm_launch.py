@@ -28,11 +28,14 @@ from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["Call", "make_call", "precompile", "programs", "compile_program", "kernel_names",
-           "reduce_name", "arch_for", "text", "source_digest", "tensor_map", "encode_map"]
+           "reduce_name", "arch_for", "source_of", "text", "source_digest", "tensor_map",
+           "encode_map"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-              DT_BF16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+              DT_BF16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+              DT_F32: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+_TF32_SOURCE = "gemm_wgmma_tf32.cu"
 
 # ---- sources and compiled kernels ----------------------------------------------------------
 
@@ -47,7 +50,7 @@ def source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
     for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
-                 "gemm_skinny.cu"):
+                 _TF32_SOURCE, "gemm_skinny.cu"):
         digest.update(text(name).encode())
     return digest.hexdigest()[:12]
 
@@ -65,12 +68,19 @@ def compile_kernels(source: str, names: tuple[str, ...], arch: str) -> tuple[Any
     key = (source, arch, names, options)
     found = _kernels.get(key)
     if found is None:
+        headers = {"gemm_common.cu": text("gemm_common.cu")}
+        if source == _TF32_SOURCE:  # the TF32 kernel reuses the 16-bit one's helpers
+            headers["gemm_wgmma.cu"] = text("gemm_wgmma.cu")
         module = gpurt.compile(text(source), options, name_expressions=names, arch=arch,
-                               headers={"gemm_common.cu": text("gemm_common.cu")},
-                               program_name=source)
+                               headers=headers, program_name=source)
         with _kernels_lock:
             found = _kernels.setdefault(key, tuple(module[n] for n in names))
     return found
+
+
+def source_of(config: Config, dt: int) -> str:
+    """The CUDA file holding ``config``'s kernel for element type ``dt``."""
+    return _TF32_SOURCE if config.kernel == "wgmma" and dt == DT_TF32 else config.source
 
 
 def reduce_name(dt: int) -> str:
@@ -83,7 +93,9 @@ def kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
     if config.kernel == "skinny":
         return (skinny.kernel_name(config, problem),)
     main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
-    return (main,) if config.kernel == "wgmma" else (main, reduce_name(problem.dt))
+    if config.kernel == "wgmma" and problem.dt == DT_TF32:
+        return (main,)
+    return (main, reduce_name(problem.dt))
 
 
 def arch_for(config: Config, capability: tuple[int, int]) -> str:
@@ -97,15 +109,15 @@ _maps: dict[tuple[int, ...], bytes] = {}
 
 
 def encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[int, int]) -> bytes:
-    """A 128-byte CUtensorMap of a 2-D 16-bit matrix (wraps cuTensorMapEncodeTiled): rows of
-    ``inner`` elements, ``ld`` apart; ``box`` = (inner, outer) elements; 128-byte swizzle,
-    zero fill outside. Cached by its arguments."""
+    """A 128-byte CUtensorMap of a 2-D 16-bit or fp32 (DT_F32) matrix (wraps
+    cuTensorMapEncodeTiled): rows of ``inner`` elements, ``ld`` apart; ``box`` = (inner, outer)
+    elements; 128-byte swizzle, zero fill outside. Cached by its arguments."""
     key = (ptr, inner, outer, ld, dt, *box)
     found = _maps.get(key)
     if found is None:
         u64, u32 = cu.cuuint64_t, cu.cuuint32_t
         tmap = gpurt.check(cu.cuTensorMapEncodeTiled(
-            _TMA_TYPES[dt], 2, ptr, [u64(inner), u64(outer)], [u64(ld * 2)],
+            _TMA_TYPES[dt], 2, ptr, [u64(inner), u64(outer)], [u64(ld * _itemsize(dt))],
             [u32(box[0]), u32(box[1])], [u32(1), u32(1)],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -119,13 +131,18 @@ def encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[in
     return found
 
 
+def _itemsize(dt: int) -> int:
+    return 4 if dt in (DT_F32, DT_TF32) else 2
+
+
 def tensor_map(ptr: int, kmajor: bool, rows: int, k: int, ld: int, dt: int,
                 box_rows: int) -> bytes:
-    """The tensor map of one wgmma operand: K-major boxes are [box_rows][64 k], the others
-    [64 k][64 rows]."""
+    """The tensor map of one wgmma operand, in boxes of 128-byte rows (w = 64 16-bit or 32
+    fp32 elements): K-major boxes are [box_rows][w k], the others [w k][w rows]."""
+    width = 128 // _itemsize(dt)
     if kmajor:
-        return encode_map(ptr, k, rows, ld, dt, (64, box_rows))
-    return encode_map(ptr, rows, k, ld, dt, (64, 64))
+        return encode_map(ptr, k, rows, ld, dt, (width, box_rows))
+    return encode_map(ptr, rows, k, ld, dt, (width, width))
 
 
 _NO_MAP = bytes(128)
@@ -153,6 +170,7 @@ class Call:
     b_kmajor: bool
     dt: int
     index: int
+    swap: bool  # TF32 wgmma: the kernel computes C^T = B^T A^T (m, n, a, b are its own)
     pair_ok: int  # C's base and pitch allow paired stores
     store_ok: bool  # the wgmma epilogue may store C with TMA
     smem: int
@@ -167,30 +185,36 @@ class Call:
         if config.kernel == "skinny":
             skinny.launch(self, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
             return
+        partial, partial_ptr = None, 0
+        if config.split_k > 1:
+            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
+                                  device=self.index, stream=stream)
+            partial_ptr = partial.ptr
         if config.kernel == "wgmma":
+            if self.swap:
+                a_ptr, b_ptr = b_ptr, a_ptr
             map_a = tensor_map(a_ptr, self.a_kmajor, self.m, self.k, self.lda, self.dt, 128)
             map_b = tensor_map(b_ptr, self.b_kmajor, self.n, self.k, self.ldb, self.dt,
                                 config.bn // config.cluster_m)
-            map_c = encode_map(out_ptr, self.n, self.m, self.ldc, self.dt, (64, 64)) \
-                if self.store_ok else _NO_MAP
-            args = (map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
-                    self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
+            rows, cols = (self.n, self.m) if self.swap else (self.m, self.n)  # C in memory
+            map_c = encode_map(out_ptr, cols, rows, self.ldc, self.dt,
+                               (128 // _itemsize(self.dt), 64)) if self.store_ok else _NO_MAP
+            args: tuple[Any, ...] = (
+                map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
+                self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
+            if self.dt != DT_F32:  # the 16-bit kernel splits K
+                args += (partial_ptr, config.split_k)
             if config.cluster_m == 1:
                 kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
             else:
                 launch = gpurt.LaunchConfig(self.grid, config.threads, self.smem,
                                             cluster=(config.cluster_m, 1, 1))
                 kernels[0].launch(launch, *args, stream=stream)
-            return
-        partial, partial_ptr = None, 0
-        if config.split_k > 1:
-            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
-                                  device=self.index, stream=stream)
-            partial_ptr = partial.ptr
-        kernels[0](self.grid, config.threads,
-                   (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
-                    self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
-                    self.pair_ok), shared_mem=self.smem, stream=stream)
+        else:
+            kernels[0](self.grid, config.threads,
+                       (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
+                        self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
+                        self.pair_ok), shared_mem=self.smem, stream=stream)
         if partial is not None:
             kernels[1](self.reduce_blocks, 256, (partial_ptr, out_ptr, cin_ptr, self.m, self.n,
                                                  self.ldc, self.ldcin, config.split_k, alpha,
@@ -201,25 +225,30 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     """Compile ``config`` for ``problem`` and fix its launch for ``plan``'s operands, with
     C at an address aligned like ``out_ptr``."""
     names = kernel_names(config, problem)
-    kernels = compile_kernels(config.source, names, arch_for(config, problem.capability))
+    kernels = compile_kernels(source_of(config, problem.dt), names,
+                              arch_for(config, problem.capability))
     itemsize = 4 if plan.dt == DT_F32 else 2
     pair_ok = int(out_ptr % (2 * itemsize) == 0 and plan.ldc % 2 == 0)
     smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
-    tiles = config.tiles(plan.m, plan.n)
-    store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc % 8 == 0
+    a, b, m, n = plan.a, plan.b, plan.m, plan.n
+    swap = config.kernel == "wgmma" and problem.dt == DT_TF32 and not b.kmajor
+    if swap:  # wgmma's TF32 B must be K-major: C^T = B^T A^T, stored transposed
+        a, b, m, n = b, a, n, m
+    tiles = config.tiles(m, n)
+    store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc * itemsize % 16 == 0
     grid: int | tuple[int, int, int] = (tiles, 1, config.split_k)
     clusters = 0
     if config.kernel == "wgmma":
         cm = config.cluster_m
-        grid = min(tiles, problem.sm_count)
+        grid = min(tiles * config.split_k, problem.sm_count)
         if cm > 1:
             pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
             clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))
             grid = cm * clusters
     reduce_blocks = max(1, min(-(-plan.m * plan.n // 256), problem.sm_count * 8))
-    return Call(config, kernels, plan.m, plan.n, plan.k, plan.a.ld, plan.b.ld, plan.ldc,
-                 plan.ldcin, plan.a.kmajor, plan.b.kmajor, plan.dt, plan.index, pair_ok,
-                 store_ok, smem, grid, clusters, reduce_blocks)
+    return Call(config, kernels, m, n, plan.k, a.ld, b.ld, plan.ldc, plan.ldcin, a.kmajor,
+                b.kmajor, plan.dt, plan.index, swap, pair_ok, store_ok, smem, grid, clusters,
+                reduce_blocks)
 
 
 _cluster_limits: dict[tuple[str, int, int, int], int] = {}
@@ -274,7 +303,8 @@ def programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
                     problem = Problem(m, n, 4096, dt, a_k, b_k, vec, vec, (major, minor), 132)
                     for config in tune.all_configs(problem):
                         names = kernel_names(config, problem)
-                        found[(config.source, names, arch_for(config, (major, minor)))] = None
+                        found[(source_of(config, dt), names,
+                               arch_for(config, (major, minor)))] = None
     return list(found)
 
 

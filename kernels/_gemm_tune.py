@@ -1,6 +1,6 @@
-"""GEMM tile configurations: what each kernel variant is, which ones a problem may use, the
-heuristic choice, and the autotuner that times the candidates once per (device, dtype, layout,
-shape bucket) and remembers the winner on disk next to gpurt's kernel cache.
+"""Choosing a GEMM variant (a kernels/_gemm_config.py Config): which ones a problem may use,
+the heuristic choice, and the autotuner that times the candidates once per (device, dtype,
+layout, shape bucket) and remembers the winner on disk next to gpurt's kernel cache.
 
 Plain Python with no GPU calls, so all of it is tested on a CPU; kernels/gemm.py does the
 compiling, launching and timing. ``GPURT_GEMM_AUTOTUNE=0`` turns the tuner off (heuristics
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _gemm_skinny as _skinny
+from ._gemm_config import Config, Problem
 from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_NAMES, DT_TF32
 
 __all__ = [
@@ -35,149 +36,7 @@ TUNE_MIN_MACS = 1 << 27
 _SCHEMA = 1
 FILE_NAME = "gemm-tune-v1.json"
 
-# ---- configurations ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
-    (TMA + wgmma, sm_90a) or 'skinny' (decode shapes: one side of C at most a few dozen, the
-    big operand streamed once; kernels/_gemm_skinny.py says what its fields mean). Tile
-    ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
-    ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
-    partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
-    ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
-    ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
-    output's rows are 16-byte aligned; plain stores otherwise)."""
-
-    kernel: str
-    bm: int
-    bn: int
-    bk: int
-    wm: int = 0
-    wn: int = 0
-    stages: int = 2
-    split_k: int = 1
-    group_m: int = 8
-    cluster_m: int = 1
-    tma_store: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kernel not in ("simt", "mma", "wgmma", "skinny"):
-            raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
-        if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
-            raise ValueError(f"invalid GEMM config {self}")
-        if self.kernel == "wgmma" and (self.bm, self.bk) != (128, 64) or \
-                self.kernel == "wgmma" and self.bn not in (128, 256):
-            raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles, not {self}")
-        if self.kernel == "wgmma" and self.split_k != 1:
-            raise ValueError("the wgmma kernel does not split K")
-        if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
-            raise ValueError(f"clusters of 2 CTAs are for the wgmma kernel only: {self}")
-        if self.tma_store and self.kernel != "wgmma":
-            raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
-        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
-                                      self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
-            raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
-                             f"32 x 64 or 32 x 128, not {self}")
-        if self.kernel == "skinny":
-            _skinny.validate(self)
-        if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
-                                     or self.wn % 16 or self.bk % 16):
-            raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
-
-    @property
-    def threads(self) -> int:
-        if self.kernel == "wgmma":
-            return 384
-        if self.kernel == "skinny":
-            return _skinny.threads(self)
-        if self.kernel == "simt":
-            return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
-        return (self.bm // self.wm) * (self.bn // self.wn) * 32
-
-    def shared_mem(self, a_kmajor: bool, b_kmajor: bool, itemsize: int = 2) -> int:
-        """Dynamic shared memory in bytes."""
-        if self.kernel == "simt":  # a ring of fp32 [bk][bm + 4] and [bk][bn + 4] tiles
-            return self.stages * self.bk * (self.bm + self.bn + 8) * 4
-        if self.kernel == "skinny":
-            return _skinny.shared_mem(self)
-        if self.kernel == "wgmma":
-            stage = (self.bm + self.bn) * self.bk * 2
-            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 64 x 128 x 2 B
-            return self.stages * stage + staging + 2 * 8 * self.stages + 1024
-        pad = 8 if itemsize == 2 else 4
-        a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)
-        b = self.bn * (self.bk + pad) if b_kmajor else self.bk * (self.bn + pad)
-        return self.stages * (a + b) * itemsize
-
-    @property
-    def source(self) -> str:
-        """The CUDA file holding this kernel."""
-        return f"gemm_{self.kernel}.cu"
-
-    def name_expression(self, dt: int, a_kmajor: bool, b_kmajor: bool, vec: bool) -> str:
-        """The template instantiation for gpurt.compile(name_expressions=...)."""
-        ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
-        if self.kernel == "simt":
-            tn = (self.wn or 64) // 8
-            return (f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, {ak}, "
-                    f"{bk_}, {v}>")
-        if self.kernel == "skinny":
-            return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
-        if self.kernel == "wgmma":
-            epi = str(self.tma_store).lower()
-            return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
-                    f"{epi}>")
-        return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
-                f"{self.stages}, {ak}, {bk_}, {v}>")
-
-    def tiles(self, m: int, n: int) -> int:
-        return -(-m // self.bm) * -(-n // self.bn)
-
-    def label(self) -> str:
-        text = f"{self.kernel} {self.bm}x{self.bn}x{self.bk}"
-        if self.kernel == "mma" or self.wn:
-            text += f" w{self.wm}x{self.wn}"
-        text += f" s{self.stages}"
-        if self.split_k > 1:
-            text += f" split{self.split_k}"
-        if self.cluster_m > 1:
-            text += f" c{self.cluster_m}"
-        if self.tma_store:
-            text += " tmaC"
-        return text + f" g{self.group_m}"
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Config:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """What the choice depends on: sizes, element type, operand layouts (K-major or not),
-    alignment (``vec``: 16-byte rows for vector loads; ``tma``: rows fit TMA's rules) and the
-    device (compute capability, SM count, shared memory per block)."""
-
-    m: int
-    n: int
-    k: int
-    dt: int
-    a_kmajor: bool
-    b_kmajor: bool
-    vec: bool
-    tma: bool
-    capability: tuple[int, int]
-    sm_count: int
-    max_shared: int = 227 * 1024
-
-    @property
-    def macs(self) -> int:
-        return self.m * self.n * self.k
+# ---- which configs a problem may use ------------------------------------------------------------
 
 
 def _split_for(problem: Problem, config: Config) -> int:
@@ -215,6 +74,17 @@ _WGMMA = (
     Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True),
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
 )
+# TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
+# and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
+# On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
+# (plain stores) up to 7% faster than [0] when the output is stored transposed (N-major B);
+# [1] where the wide tiles leave most SMs idle (1000^3: 1.00 against 0.57).
+_WGMMA_TF32 = (
+    Config("wgmma", 128, 256, 32, stages=4, group_m=8, tma_store=True),
+    Config("wgmma", 128, 128, 32, stages=6, group_m=8, tma_store=True),
+    Config("wgmma", 128, 256, 32, stages=4, group_m=16, tma_store=True),
+    Config("wgmma", 128, 256, 32, stages=4, group_m=8),
+)
 
 
 def disabled_kernels() -> frozenset[str]:
@@ -250,8 +120,14 @@ def why_not(problem: Problem, config: Config) -> str | None:
             meant = "TF32" if config.bk == 16 else "16-bit types"
             return f"mma tiles with bk={config.bk} are for {meant}, not {dt}"
     if config.kernel == "wgmma":
-        if problem.dt not in (DT_F16, DT_BF16):
-            return f"the wgmma kernel takes float16/bfloat16, not {dt}"
+        if problem.dt not in (DT_F16, DT_BF16, DT_TF32):
+            return f"the wgmma kernel takes float16/bfloat16 or TF32 (allow_tf32=True), not {dt}"
+        if (config.bk == 32) != (problem.dt == DT_TF32):
+            meant = "TF32" if config.bk == 32 else "16-bit types"
+            return f"wgmma tiles with bk={config.bk} are for {meant}, not {dt}"
+        if problem.dt == DT_TF32 and not (problem.a_kmajor or problem.b_kmajor):
+            return ("the TF32 wgmma kernel needs one operand K-major (wgmma reads TF32 from "
+                    "shared memory only K-major); here A is M-major and B N-major")
         if (major, minor) != (9, 0):
             return f"the wgmma kernel needs sm_90 (Hopper), not sm_{major}{minor}"
         if not problem.tma:
@@ -284,6 +160,28 @@ def eligible(problem: Problem, config: Config) -> bool:
     return why_not(problem, config) is None
 
 
+def _wave_split(problem: Problem, config: Config) -> int:
+    """For a 16-bit wgmma grid of few tiles that fill under 90% of their waves of one CTA per
+    SM: the smallest K split whose (tile, slice) items fill at least 90%, else the largest
+    allowed (1 = no split). Allowed: slices at least 4 K tiles deep, and fp32 partial sums of
+    at most a quarter of B's bytes (their second pass costs more than the split gains beyond
+    that: an H200 measured 14336 x 4096 weights at M = 128 slower with 7 slices than with 3)."""
+    sms = problem.sm_count
+    tiles = config.tiles(problem.m, problem.n)
+    k_tiles = -(-problem.k // config.bk)
+    most = min(16, k_tiles // 4, problem.k // (8 * problem.m))  # s M N 4 bytes <= N K 2 / 4
+
+    def filled(items: int) -> bool:
+        return items >= 0.9 * -(-items // sms) * sms
+
+    if tiles > 2 * sms or filled(tiles) or most < 2:
+        return 1
+    for split in range(2, most + 1):
+        if filled(tiles * split):
+            return split
+    return most
+
+
 def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
     out = []
     for config in base:
@@ -299,13 +197,24 @@ def candidates(problem: Problem) -> list[Config]:
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
-        pool = _with_split(problem, _TF32)
+        pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
+
+
+def _wgmma_splits(problem: Problem) -> list[Config]:
+    """Split-K variants of the 16-bit wgmma tiles for grids of few tiles (decode shapes)."""
+    found = []
+    for base in (_WGMMA[1], _WGMMA[0]):
+        split = _wave_split(problem, base)
+        if split > 1:
+            found.append(dataclasses.replace(base, split_k=split))
+    return found
 
 
 def all_configs(problem: Problem) -> list[Config]:
@@ -314,9 +223,13 @@ def all_configs(problem: Problem) -> list[Config]:
     and the sanitizer sweep run."""
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *skinny):
-        splits = {1} if config.kernel in ("wgmma", "skinny") else \
-            {1, max(2, _split_for(problem, config))}
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny):
+        if config.kernel == "wgmma" and config in _WGMMA[:2]:  # split-K stores without TMA
+            splits = {1, max(2, _wave_split(problem, config))}
+        elif config.kernel in ("wgmma", "skinny"):
+            splits = {1}
+        else:
+            splits = {1, max(2, _split_for(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)
             if variant not in found and eligible(problem, variant):
@@ -340,17 +253,42 @@ def heuristic(problem: Problem) -> Config:
             base = _SIMT[-1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
+        wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
+        if _tf32_tiles(problem, wide) * 2 <= problem.sm_count:
+            wide = _WGMMA_TF32[1]
+        # the TF32 mma path runs at a third of cuBLAS: wgmma even on few tiles, unless one
+        # side of C is too thin for its 128-row tiles (16 x 4096^2: split-K mma 0.69 vs 0.54)
+        if eligible(problem, wide) and (min(m, n) >= 64 or
+                                        not _small_grid(problem, _tf32_tiles(problem, wide))):
+            return wide
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     tiles = _skinny.heuristic(problem)
     if tiles is not None and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
-    small_grid = wide.tiles(m, n) * 2 < problem.sm_count and problem.k >= 1024
-    if eligible(problem, wide) and not small_grid:
-        return wide
+    if eligible(problem, wide):
+        if wide.tiles(m, n) * 2 >= problem.sm_count:
+            return wide
+        # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
+        # the mma split-K path gave 0.28-0.68), else the narrow tiles (1000^3: 0.70 vs 0.48)
+        split = _wave_split(problem, _WGMMA[1])
+        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else _WGMMA[5]
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+def _tf32_tiles(problem: Problem, config: Config) -> int:
+    """Tiles of the TF32 wgmma kernel, which turns the problem around for an N-major B."""
+    if problem.b_kmajor:
+        return config.tiles(problem.m, problem.n)
+    return config.tiles(problem.n, problem.m)
+
+
+def _small_grid(problem: Problem, tiles: int) -> bool:
+    """Whether an (unsplit) wgmma grid of ``tiles`` leaves over half the SMs idle on a long
+    K, where a split-K mma grid does better."""
+    return tiles * 2 < problem.sm_count and problem.k >= 1024
 
 
 # ---- the autotuner -------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ Accumulation is always fp32. Four kernel families (CUDA sources kernels/gemm_*.c
 ``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, a cp.async ring);
 ``mma``    fp16/bf16 (and TF32 with ``allow_tf32=True``) on the tensor cores with mma.sync,
            any sm_80+ GPU and any alignment, optionally splitting K over CTAs;
-``wgmma``  fp16/bf16 on Hopper (sm_90a): TMA loads, wgmma, warp specialisation with
-           setmaxnreg, an mbarrier ring, a persistent grid in grouped order, an epilogue
+``wgmma``  fp16/bf16 and TF32 on Hopper (sm_90a): TMA loads, wgmma, warp specialisation
+           with setmaxnreg, an mbarrier ring, a persistent grid in grouped order, an epilogue
            through shared memory and TMA stores (optionally 2-CTA clusters sharing B by
            multicast); needs 16-byte aligned rows (TMA's rule), otherwise ``mma`` runs.
+           TF32 needs one operand K-major (kernels/gemm_wgmma_tf32.cu says why).
 ``skinny`` fp16/bf16 decode shapes (one side of C a few dozen at most): the big operand
            streamed once into mma.sync fragments, K split over a thread-block cluster
            (kernels/_gemm_skinny.py).
@@ -248,8 +249,8 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
     align = 16 // itemsize
     aligned = all(op.ptr % 16 == 0 and op.ld % align == 0 for op in (plan.a, plan.b))
     # K == 0 leaves nothing to load: out = beta * c through any kernel's epilogue but wgmma's
-    tma = (aligned and plan.dt in (DT_F16, DT_BF16) and max(plan.a.ld, plan.b.ld) < (1 << 39)
-           and plan.k > 0)
+    tma = (aligned and dt in (DT_F16, DT_BF16, DT_TF32)
+           and max(plan.a.ld, plan.b.ld) * itemsize < (1 << 40) and plan.k > 0)
     return Problem(plan.m, plan.n, plan.k, dt, plan.a.kmajor, plan.b.kmajor, aligned, tma,
                    (props.major, props.minor), props.multi_processor_count,
                    int(props.shared_memory_per_block_optin))

@@ -22,6 +22,11 @@
 // transpose bit set). TMA zero-fills outside the matrix, so edge tiles need no special code;
 // the epilogue masks its stores. The host (kernels/gemm.py) encodes the tensor maps and only
 // sends problems whose rows are 16-byte aligned (a TMA requirement).
+//
+// Split-K (splits > 1, for grids of few tiles such as decode shapes): the work items are
+// (tile, K slice) pairs, slice-major, so the CTAs running at once share their A slice in L2;
+// each writes its raw fp32 sums to partial[slice][M][N] and gemm_splitk_reduce applies
+// alpha/beta after the kernel.
 #include "gemm_common.cu"
 
 namespace wg {
@@ -255,7 +260,8 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
 gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
            const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
            const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
-           float beta, int group_m, int pair_ok, int tma_store_ok) {
+           float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
+           int splits) {
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -268,13 +274,14 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
     const u32 out_stage = b_ring + STAGES * B_BYTES;
     const u32 full_bar = out_stage + (EPI_TMA ? 2 * STAGE_OUT_BYTES : 0);
     const u32 empty_bar = full_bar + STAGES * 8;
-    const bool use_tma_store = EPI_TMA && tma_store_ok != 0;
+    const bool use_tma_store = EPI_TMA && tma_store_ok != 0 && partial == nullptr;
 
     // With CM = 2 the two CTAs of a cluster take tile rows 2p and 2p + 1 of the same tile
     // column: each loads its own A and half of the shared B tile, multicast into both.
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int rows = (tiles_m + CM - 1) / CM;  // tile rows of clusters
     const int tiles = rows * tiles_n, k_tiles = (K + BK - 1) / BK;
+    const int items = tiles * splits, per_split = (k_tiles + splits - 1) / splits;
     const int rank = CM == 1 ? 0 : (int)cluster_rank();
     const int first = blockIdx.x / CM, step = gridDim.x / CM;
     const int warpgroup = threadIdx.x / 128;
@@ -296,11 +303,13 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int tile = first; tile < tiles; tile += step) {
+            for (int item = first; item < items; item += step) {
                 int tp, tn;
-                grouped_tile(tile, rows, tiles_n, max(group_m / CM, 1), tp, tn);
+                grouped_tile(item % tiles, rows, tiles_n, max(group_m / CM, 1), tp, tn);
                 const int tm = tp * CM + rank;
-                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                const int k_begin = item / tiles * per_split;
+                const int k_end = min(k_tiles, k_begin + per_split);
+                for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                     const int s = it % STAGES;
                     mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
                     const u32 full = full_bar + 8 * s;
@@ -361,15 +370,17 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
             }
         };
         int it = 0;
-        for (int tile = first; tile < tiles; tile += step) {
+        for (int item = first; item < items; item += step) {
             int tp, tn;
-            grouped_tile(tile, rows, tiles_n, max(group_m / CM, 1), tp, tn);
+            grouped_tile(item % tiles, rows, tiles_n, max(group_m / CM, 1), tp, tn);
             const int tm = tp * CM + rank;
+            const int split = item / tiles, k_begin = split * per_split;
+            const int k_end = min(k_tiles, k_begin + per_split);
             float d[BN / 2];
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
             int prev = 0;
-            for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+            for (int kt = k_begin; kt < k_end; ++kt, ++it) {
                 const int s = it % STAGES;
                 mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
                 const u32 a_tile = a_ring + s * A_BYTES + a_half, b_tile = b_ring + s * B_BYTES;
@@ -378,21 +389,42 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                 for (int kk = 0; kk < BK / 16; ++kk) {
                     const u64 da = make_desc(a_tile + kk * A_STEP, A_LBO, A_SBO);
                     const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, B_SBO);
-                    wgmma<BN, DT, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+                    wgmma<BN, DT, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db,
+                                                          (kt > k_begin || kk > 0) ? 1 : 0);
                 }
                 wgmma_commit();
-                if (kt > 0) {
+                if (kt > k_begin) {
                     wgmma_wait<1>();
                     release(prev);
                 }
                 prev = s;
             }
             wgmma_wait<0>();
-            if (k_tiles > 0) release(prev);
+            if (k_end > k_begin) release(prev);
 
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
             const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
             const int c = tn * BN + (lane % 4) * 2;
+            if (partial != nullptr) {  // split-K: raw sums (zeros for an empty K slice)
+                float* slice = partial + (i64)split * M * N;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int rr = r + 8 * h, cc = c + 8 * j;
+                        if (rr >= M || cc >= N) continue;
+                        const i64 at = (i64)rr * N + cc;
+                        if (cc + 1 < N && (((i64)split * M * N + at) & 1) == 0) {
+                            *reinterpret_cast<float2*>(slice + at) =
+                                make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                        } else {
+                            slice[at] = d[4 * j + 2 * h];
+                            if (cc + 1 < N) slice[at + 1] = d[4 * j + 2 * h + 1];
+                        }
+                    }
+                }
+                continue;
+            }
             if (use_tma_store) {
                 store_half_tma<DT, BN>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
                                        out_stage + half * STAGE_OUT_BYTES, half, t,

@@ -48,7 +48,9 @@ def test_config_validation():
     with pytest.raises(ValueError, match="wgmma"):
         Config("wgmma", 128, 192, 64)
     with pytest.raises(ValueError, match="split"):
-        Config("wgmma", 128, 256, 64, stages=4, split_k=2)
+        Config("wgmma", 128, 256, 64, stages=4, split_k=2, cluster_m=2)
+    with pytest.raises(ValueError, match="split"):
+        Config("wgmma", 128, 256, 32, stages=4, split_k=2)
     with pytest.raises(ValueError, match="simt"):
         Config("simt", 128, 96, 8)
     with pytest.raises(ValueError, match="simt"):
@@ -65,6 +67,10 @@ def test_config_validation():
         Config("wgmma", 128, 256, 64, stages=4, cluster_m=4)
     with pytest.raises(ValueError, match="TMA"):
         Config("mma", 128, 128, 32, 64, 64, tma_store=True)
+    with pytest.raises(ValueError, match="TF32"):
+        Config("wgmma", 128, 256, 32, stages=4, cluster_m=2)
+    with pytest.raises(ValueError, match="wgmma"):
+        Config("wgmma", 128, 256, 16, stages=4)
 
 
 def test_config_geometry():
@@ -102,6 +108,24 @@ def test_config_geometry():
     assert "split4" in dataclasses.replace(mma, split_k=4).label()
 
 
+def test_wgmma_tf32_geometry():
+    """128-byte rows of 32 fp32 take the bytes of 64 16-bit elements; B must be K-major, so
+    an N-major B turns the problem around (C^T = B^T A^T, the output stored transposed)."""
+    wide, narrow = tune._WGMMA_TF32[0], tune._WGMMA_TF32[1]
+    bf16 = Config("wgmma", 128, 256, 64, stages=4, tma_store=True)
+    assert wide.shared_mem(True, False, 4) == bf16.shared_mem(True, False, 2) <= 227 * 1024
+    assert narrow.shared_mem(True, True, 4) <= 227 * 1024
+    tf32 = tune.DT_TF32
+    assert wide.name_expression(tf32, True, True, True) == \
+        "gemm_wgmma_tf32<256, 4, true, false, true>"
+    assert wide.name_expression(tf32, True, False, True) == \
+        "gemm_wgmma_tf32<256, 4, false, true, true>"  # swapped: the old B is M-major A
+    assert wide.name_expression(tf32, False, True, True) == \
+        "gemm_wgmma_tf32<256, 4, false, false, true>"
+    assert gemm_launch.source_of(wide, tf32) == "gemm_wgmma_tf32.cu"
+    assert gemm_launch.source_of(bf16, tune.DT_BF16) == "gemm_wgmma.cu"
+
+
 def test_eligibility():
     wide = Config("wgmma", 128, 256, 64, stages=4)
     assert tune.eligible(problem(), wide)
@@ -118,6 +142,14 @@ def test_eligibility():
     assert not tune.eligible(problem(dt=tune.DT_F32), mma)
     small_smem = dataclasses.replace(problem(), max_shared=48 * 1024)
     assert not tune.eligible(small_smem, wide)
+    tf32 = tune._WGMMA_TF32[0]
+    for a_k, b_k in ((True, False), (True, True), (False, True)):
+        assert tune.eligible(problem(dt=tune.DT_TF32, a_k=a_k, b_k=b_k), tf32)
+    assert "K-major" in tune.why_not(problem(dt=tune.DT_TF32, a_k=False, b_k=False), tf32)
+    assert "TF32" in tune.why_not(problem(), tf32)  # bk 32 is the TF32 tiling
+    assert "16-bit" in tune.why_not(problem(dt=tune.DT_TF32), wide)
+    assert "TMA" in tune.why_not(problem(dt=tune.DT_TF32, tma=False), tf32)
+    assert not tune.eligible(problem(dt=tune.DT_F32), tf32)
 
 
 @pytest.mark.parametrize("dims,kind", [
@@ -157,8 +189,19 @@ def test_heuristic_fallbacks():
     turing = dataclasses.replace(problem(dt=tune.DT_F32, cap=(7, 5)), max_shared=64 * 1024)
     assert tune.heuristic(turing).bm == 64 and tune.eligible(turing, tune.heuristic(turing))
     assert tune.heuristic(problem(64, 64, 64, dt=tune.DT_F32)).bm == 64
-    tf32 = tune.heuristic(problem(dt=tune.DT_TF32))
-    assert tf32.kernel == "mma" and tf32.bk == 16
+    tf32 = tune.heuristic(problem(dt=tune.DT_TF32))  # N-major B: a transposed output
+    assert tf32.kernel == "wgmma" and tf32.bk == 32 and tf32.bn == 256 and not tf32.tma_store
+    tf32 = tune.heuristic(problem(dt=tune.DT_TF32, b_k=True))
+    assert tf32.kernel == "wgmma" and tf32.bn == 256 and tf32.tma_store
+    tf32 = tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32))  # 32 wide tiles
+    assert tf32.kernel == "wgmma" and tf32.bn == 128
+    for dims in ((1024, 1024, 1024), (128, 4096, 4096)):  # few tiles, still wgmma
+        assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "wgmma"
+    for fallback in (problem(dt=tune.DT_TF32, a_k=False, b_k=False),
+                     problem(dt=tune.DT_TF32, tma=False), problem(dt=tune.DT_TF32, cap=(8, 0)),
+                     problem(16, 4096, 4096, dt=tune.DT_TF32)):  # thin: split-K mma
+        tf32 = tune.heuristic(fallback)
+        assert tf32.kernel == "mma" and tf32.bk == 16 and tune.eligible(fallback, tf32)
     skinny = tune.heuristic(problem(8, 64, 65536, dt=tune.DT_F32))
     assert 1 < skinny.split_k <= 32
 
@@ -172,6 +215,26 @@ def test_candidates_are_eligible_and_unique():
         assert len(set(found)) == len(found) >= 2
         assert all(tune.eligible(p, c) for c in found)
         assert all(c.cluster_m == 1 for c in found)
+
+
+def test_wgmma_split_for_few_tiles():
+    """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves."""
+    assert tune._wave_split(problem(), tune._WGMMA[1]) == 1  # 1024 tiles
+    assert tune._wave_split(problem(128, 4096, 4096), tune._WGMMA[1]) == 4  # 32 tiles: 128
+    assert tune._wave_split(problem(64, 11008, 4096), tune._WGMMA[1]) == 3  # 86: 258 of 264
+    assert tune._wave_split(problem(128, 4096, 256), tune._WGMMA[1]) == 1  # 4 K tiles
+    assert tune._wave_split(problem(128, 14336, 4096), tune._WGMMA[1]) == 4  # partials cap
+    assert tune._wave_split(problem(1000, 1000, 1000), tune._WGMMA[1]) == 1
+    chosen = tune.heuristic(problem(128, 4096, 4096))
+    assert (chosen.kernel, chosen.bn, chosen.split_k, chosen.tma_store) == ("wgmma", 128, 4, False)
+    assert tune.heuristic(problem(64, 14336, 4096)).split_k == 7
+    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[5]  # narrow, unsplit
+    found = tune.candidates(problem(128, 4096, 4096))
+    assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
+    assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
+    names = gemm_launch.kernel_names(dataclasses.replace(tune._WGMMA[1], split_k=4),
+                                     problem(128, 4096, 4096))
+    assert names[1] == gemm_launch.reduce_name(tune.DT_BF16)
 
 
 def test_split_for():
@@ -388,6 +451,24 @@ def test_variants_compile_without_spills(family, arch, tmp_path, monkeypatch):
         assert re.findall(r"Used (\d+) registers", log) == ["168"] * len(names), log
 
 
+def test_wgmma_tf32_compiles_without_spills(tmp_path, monkeypatch):
+    """Every TF32 wgmma config in its three layouts (K-major A by descriptor, M-major A from
+    registers, and the transposed output): no spills, no serialized wgmma."""
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    names = sorted({c.name_expression(tune.DT_TF32, a_k, b_k, True) for c in tune._WGMMA_TF32
+                    for a_k, b_k in ((True, False), (True, True), (False, True))})
+    module = gpurt.compile(gemm_launch.text("gemm_wgmma_tf32.cu"),
+                           options=["--ptxas-options=-v"], name_expressions=names, arch="sm_90a",
+                           program_name="gemm_wgmma_tf32.cu",
+                           headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu"),
+                                    "gemm_wgmma.cu": gemm_launch.text("gemm_wgmma.cu")})
+    log = module.log
+    assert set(module.lowered_names) == set(names)
+    assert "warning" not in log.lower(), log
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert len(spills) == len(names) and set(spills) == {"0"}, log
+
+
 def test_wgmma_needs_sm90a(tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     with pytest.raises(gpurt.CompileError):
@@ -585,6 +666,28 @@ def test_tf32(gpu_state, no_tuning):
     err = run_case(rng, 300, 400, 500, np.float32, allow_tf32=True)
     assert err > 1e-6  # TF32 really ran (exact fp32 would be ~1e-7)
     run_case(rng, 100, 64, 33, np.float32, True, True, allow_tf32=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", tune._WGMMA_TF32, ids=lambda c: c.label().replace(" ", "_"))
+def test_wgmma_tf32_layouts(gpu_state, config):
+    """Each TF32 wgmma config in its three layouts, with edges in every dimension, a K tail,
+    several tiles per CTA and beta; the fourth layout (A M-major, B N-major) is refused."""
+    if gpurt.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    rng = np.random.default_rng(23)
+    sms = gpurt.get_device_properties().multi_processor_count
+    for trans_a, trans_b in [(False, False), (False, True), (True, True)]:
+        run_case(rng, 300, 520, 136, np.float32, trans_a, trans_b, config=config,
+                 allow_tf32=True)
+        run_case(rng, 128 * (sms // 4 + 3), 264, 36, np.float32, trans_a, trans_b,
+                 config=config, allow_tf32=True)
+    a, b, c = (rand(rng, shape, np.float32) for shape in ((96, 72), (72, 200), (96, 200)))
+    out = device(c)
+    gemm(device(a), device(b), out=out, alpha=0.5, beta=-1.0, config=config, allow_tf32=True)
+    assert rel_err(out.numpy(), reference(a, b, alpha=0.5, beta=-1.0, c=c)) < 5e-3
+    with pytest.raises(ValueError, match="K-major"):
+        gemm(device(a.T.copy()), device(b), trans_a=True, config=config, allow_tf32=True)
 
 
 @pytest.mark.gpu

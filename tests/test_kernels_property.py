@@ -102,8 +102,9 @@ def test_programs_cover_every_config_layout_and_alignment():
     programs = gemm_launch.programs("sm_90")
     assert len(programs) == len(set(programs))
     sources = {source for source, _, _ in programs}
-    assert sources == {"gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu", "gemm_skinny.cu"}
-    assert all(arch == ("sm_90a" if src == "gemm_wgmma.cu" else "sm_90")
+    assert sources == {"gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu", "gemm_wgmma_tf32.cu",
+                       "gemm_skinny.cu"}
+    assert all(arch == ("sm_90a" if src.startswith("gemm_wgmma") else "sm_90")
                for src, _, arch in programs)
     assert {src for src, _, _ in gemm_launch.programs("sm_80")} == {"gemm_simt.cu", "gemm_mma.cu",
                                                                   "gemm_skinny.cu"}

@@ -1,0 +1,168 @@
+"""What a GEMM kernel variant is (:class:`Config`: family, tiles, stages, split, epilogue; its
+threads, shared memory, template instantiation and source) and what a choice depends on
+(:class:`Problem`: sizes, element type, layouts, alignment, device). Plain data, shared by
+kernels/_gemm_tune.py (which variants may run, which to use) and kernels/_gemm_launch.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from . import _gemm_skinny as _skinny
+from ._gemm_types import DT_TF32
+
+__all__ = ["Config", "Problem"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
+    (TMA + wgmma, sm_90a; bk = 64 for 16-bit types, bk = 32 for TF32, kernels/gemm_wgmma_tf32.cu)
+    or 'skinny' (decode shapes: one side of C at most a few dozen, the
+    big operand streamed once; kernels/_gemm_skinny.py says what its fields mean). Tile
+    ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
+    ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
+    partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
+    ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
+    ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
+    output's rows are 16-byte aligned; plain stores otherwise)."""
+
+    kernel: str
+    bm: int
+    bn: int
+    bk: int
+    wm: int = 0
+    wn: int = 0
+    stages: int = 2
+    split_k: int = 1
+    group_m: int = 8
+    cluster_m: int = 1
+    tma_store: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kernel not in ("simt", "mma", "wgmma", "skinny"):
+            raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
+        if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
+            raise ValueError(f"invalid GEMM config {self}")
+        if self.kernel == "wgmma" and (self.bm != 128 or self.bk not in (32, 64)
+                                       or self.bn not in (128, 256)):
+            raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles (x 32 for TF32), "
+                             f"not {self}")
+        if self.kernel == "wgmma" and self.bk == 32 and self.cluster_m != 1:
+            raise ValueError(f"the TF32 wgmma kernel has no clusters: {self}")
+        if self.kernel == "wgmma" and self.split_k != 1 and (self.bk == 32 or self.cluster_m != 1):
+            raise ValueError(f"the wgmma kernel splits K for 16-bit types without clusters: {self}")
+        if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
+            raise ValueError(f"clusters of 2 CTAs are for the wgmma kernel only: {self}")
+        if self.tma_store and self.kernel != "wgmma":
+            raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
+        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
+                                      self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
+            raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
+                             f"32 x 64 or 32 x 128, not {self}")
+        if self.kernel == "skinny":
+            _skinny.validate(self)
+        if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
+                                     or self.wn % 16 or self.bk % 16):
+            raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
+
+    @property
+    def threads(self) -> int:
+        if self.kernel == "wgmma":
+            return 384
+        if self.kernel == "skinny":
+            return _skinny.threads(self)
+        if self.kernel == "simt":
+            return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
+        return (self.bm // self.wm) * (self.bn // self.wn) * 32
+
+    def shared_mem(self, a_kmajor: bool, b_kmajor: bool, itemsize: int = 2) -> int:
+        """Dynamic shared memory in bytes."""
+        if self.kernel == "simt":  # a ring of fp32 [bk][bm + 4] and [bk][bn + 4] tiles
+            return self.stages * self.bk * (self.bm + self.bn + 8) * 4
+        if self.kernel == "skinny":
+            return _skinny.shared_mem(self)
+        if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
+            stage = (self.bm + self.bn) * 128
+            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
+            return self.stages * stage + staging + 2 * 8 * self.stages + 1024
+        pad = 8 if itemsize == 2 else 4
+        a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)
+        b = self.bn * (self.bk + pad) if b_kmajor else self.bk * (self.bn + pad)
+        return self.stages * (a + b) * itemsize
+
+    @property
+    def source(self) -> str:
+        """The CUDA file holding this kernel."""
+        return f"gemm_{self.kernel}.cu"
+
+    def name_expression(self, dt: int, a_kmajor: bool, b_kmajor: bool, vec: bool) -> str:
+        """The template instantiation for gpurt.compile(name_expressions=...)."""
+        ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
+        if self.kernel == "simt":
+            tn = (self.wn or 64) // 8
+            return (f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, {ak}, "
+                    f"{bk_}, {v}>")
+        if self.kernel == "skinny":
+            return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
+        if self.kernel == "wgmma" and dt == DT_TF32:
+            # B must be K-major: without it the kernel computes C^T = B^T A^T (out_t), whose
+            # A (the old B) is then not K-major
+            out_t = str(not b_kmajor).lower()
+            a_k = str(a_kmajor and b_kmajor).lower()
+            return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
+                    f"{str(self.tma_store).lower()}>")
+        if self.kernel == "wgmma":
+            epi = str(self.tma_store).lower()
+            return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
+                    f"{epi}>")
+        return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
+                f"{self.stages}, {ak}, {bk_}, {v}>")
+
+    def tiles(self, m: int, n: int) -> int:
+        return -(-m // self.bm) * -(-n // self.bn)
+
+    def label(self) -> str:
+        text = f"{self.kernel} {self.bm}x{self.bn}x{self.bk}"
+        if self.kernel == "mma" or self.wn:
+            text += f" w{self.wm}x{self.wn}"
+        text += f" s{self.stages}"
+        if self.split_k > 1:
+            text += f" split{self.split_k}"
+        if self.cluster_m > 1:
+            text += f" c{self.cluster_m}"
+        if self.tma_store:
+            text += " tmaC"
+        return text + f" g{self.group_m}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Config:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What the choice depends on: sizes, element type, operand layouts (K-major or not),
+    alignment (``vec``: 16-byte rows for vector loads; ``tma``: rows fit TMA's rules) and the
+    device (compute capability, SM count, shared memory per block)."""
+
+    m: int
+    n: int
+    k: int
+    dt: int
+    a_kmajor: bool
+    b_kmajor: bool
+    vec: bool
+    tma: bool
+    capability: tuple[int, int]
+    sm_count: int
+    max_shared: int = 227 * 1024
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.n * self.k
