@@ -34,6 +34,7 @@ from cuda.bindings import driver as cu
 import gpurt
 import gpurt.nvrtc
 
+from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from . import tunable
 from ._gemm_launch import (
@@ -364,7 +365,7 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         result = _gemm_first(key, a, b, out, alpha, beta, c, trans_a, trans_b, stream,
                              allow_tf32, config)
         return result if given is None else given
-    call, swapped, extents = found
+    call, swapped, extents, planned = found
     index = call.index
     if out is None:
         out = gpurt.empty((call.n, call.m) if swapped else (call.m, call.n), dtype=a.dtype,
@@ -381,7 +382,10 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
             return given
         cin_ptr = cin.ptr
     a_ptr, b_ptr = (b.ptr, a.ptr) if swapped else (a.ptr, b.ptr)
-    if index != gpurt.current_device():
+    if planned is not None:  # checks the device itself (another one: Kernel.launch's way)
+        planned(None if stream is None else stream.cuda_stream, a_ptr, b_ptr, out.ptr, cin_ptr,
+                alpha, beta)
+    elif index != gpurt.current_device():
         with gpurt.device(index):
             call.launch(a_ptr, b_ptr, out.ptr, cin_ptr, alpha, beta, stream)
     else:
@@ -390,8 +394,9 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
 
 
 # Planned calls by signature: (Call, swapped, extents of a, b, out and c relative to their
-# pointers). Plans hold no arrays, only the choices made for a signature.
-_calls: dict[tuple[Any, ...], tuple[Call, bool, tuple[Any, ...]]] = {}
+# pointers, the planned launch or None). Plans hold no arrays, only the choices made for a
+# signature.
+_calls: dict[tuple[Any, ...], tuple[Call, bool, tuple[Any, ...], Any]] = {}
 _MAX_CALLS = 4096
 
 
@@ -444,7 +449,7 @@ def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: fl
     if key is not None and direct and len(_calls) < _MAX_CALLS:
         extents = tuple(None if x is None else _relative_extent(x)
                         for x in (a, b, plan.out, plan.cin))
-        _calls[key] = (call, swapped, extents)
+        _calls[key] = (call, swapped, extents, _planned(call, plan, alpha, beta))
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
     if index != gpurt.current_device():
         with gpurt.device(index):
@@ -454,6 +459,18 @@ def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: fl
     if copy_back is not None:
         copy_back.copy_(plan.out)
     return returned
+
+
+def _planned(call: Call, plan: _Plan, alpha: float, beta: float) -> Any:
+    """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``, the launch of
+    ``call`` checked and packed once (Kernel.planned), for the skinny family (the decode
+    shapes, where the host path counts most); None: ``call.launch`` runs it."""
+    if call.config.kernel != "skinny":
+        return None
+    cin_ptr = 0 if plan.cin is None else plan.cin.ptr
+    config, args, varying = skinny.arguments(call, plan.a.ptr, plan.b.ptr, plan.out.ptr,
+                                             cin_ptr, alpha, beta)
+    return call.kernels[0].planned(config, *args, varying=varying, device=call.index)
 
 
 def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any) -> Call:

@@ -148,29 +148,26 @@ def _last_axis_order(shape: Sequence[int], dim: int) -> tuple[int, ...] | None:
 @dataclasses.dataclass(frozen=True)
 class _Call:
     """The launch of one variant for inputs of one signature (shape, strides, dtype, device,
-    16-byte alignment of every array, op, dim): between calls only the arrays change."""
+    16-byte alignment of every array, op, dim): between calls only the arrays change.
+    ``planned``: the launches checked and packed once (Kernel.planned), taking the stream
+    handle (None: the current stream) and the pointers of the two inputs, the output (and the
+    split's partials)."""
 
-    kernels: tuple[Any, ...]
+    planned: tuple[Any, ...]
     grid: int
-    threads: int
-    shared_mem: int
-    rows: int
-    cols: int
     chunks: int  # split: chunks per row (0: one launch)
     index: int
 
     def launch(self, a: Any, b: Any, out: Any, stream: Any) -> None:
+        handle = None if stream is None else gpurt.as_stream(stream, self.index).cuda_stream
         if not self.chunks:
-            self.kernels[0](self.grid, self.threads, (a, b, out, self.rows, self.cols),
-                            shared_mem=self.shared_mem, stream=stream)
+            self.planned[0](handle, a.ptr, b.ptr, out.ptr)
             return
         alloc = None if stream is None else gpurt.as_stream(stream, self.index)
         partials = gpurt.empty((self.grid, 2), dtype=np.float32, device=self.index,
                                stream=alloc)
-        self.kernels[0](self.grid, self.threads, (a, b, partials, self.rows, self.cols,
-                                                  self.chunks), stream=stream)
-        self.kernels[1](self.grid, self.threads, (a, b, out, partials, self.rows, self.cols,
-                                                  self.chunks), stream=stream)
+        self.planned[0](handle, a.ptr, b.ptr, partials.ptr)
+        self.planned[1](handle, a.ptr, b.ptr, out.ptr, partials.ptr)
 
 
 # Planned calls by signature; only contiguous inputs reduced over their last dimension.
@@ -204,11 +201,7 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     if out is None:
         out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
                           stream=None if stream is None else gpurt.as_stream(stream, call.index))
-    if call.index != gpurt.current_device():
-        with gpurt.device(call.index):
-            call.launch(first, inputs[-1], out, stream)
-    else:
-        call.launch(first, inputs[-1], out, stream)
+    call.launch(first, inputs[-1], out, stream)  # on call.index, whatever the current device
     return out if given is None else given
 
 
@@ -248,11 +241,7 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
             call = _plan(op, inputs, target, view, index)
     if key is not None and direct and len(_calls) < _MAX_CALLS:
         _calls[key] = call
-    if index == gpurt.current_device():
-        call.launch(inputs[0], inputs[-1], target, stream)
-    else:
-        with gpurt.device(index):
-            call.launch(inputs[0], inputs[-1], target, stream)
+    call.launch(inputs[0], inputs[-1], target, stream)
     return returned
 
 
@@ -266,9 +255,19 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
     kernels = tuple(_kernels_for(variant, gpurt.get_arch(index)))
-    chunks = variant.chunks(view.cols) if variant.kind == "split" else 0
-    return _Call(kernels, grid, variant.threads, variant.shared_mem, view.rows, view.cols,
-                 chunks, index)
+    a, b = inputs[0].ptr, inputs[-1].ptr
+    if variant.kind != "split":
+        config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
+        one = kernels[0].planned(config, a, b, out.ptr, view.rows, view.cols,
+                                 varying=(0, 1, 2), device=index)
+        return _Call((one,), grid, 0, index)
+    chunks = variant.chunks(view.cols)
+    config = gpurt.LaunchConfig(grid, variant.threads)
+    planned = (kernels[0].planned(config, a, b, 0, view.rows, view.cols, chunks,
+                                  varying=(0, 1, 2), device=index),
+               kernels[1].planned(config, a, b, out.ptr, 0, view.rows, view.cols, chunks,
+                                  varying=(0, 1, 2, 3), device=index))
+    return _Call(planned, grid, chunks, index)
 
 
 # ---- public API --------------------------------------------------------------------------------
