@@ -159,7 +159,7 @@ def arguments(call: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alp
             *c_strides, *cin_strides, alpha, beta)
     cluster = None if config.split_k == 1 else (config.split_k, 1, 1)
     launch = gpurt.LaunchConfig(blocks, config.threads, call.smem, cluster=cluster)
-    return launch, args, ((1, 0) if swap else (0, 1)) + (2, 3, 13, 14)
+    return launch, args, ((0, 1) if swap else (1, 0)) + (2, 3, 13, 14)
 
 
 def launch(call: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
