@@ -354,8 +354,8 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         c = _as_array(c, "c")
     if stream is not None:
         stream = gpurt.as_stream(stream, a.device.index)
-    key = (a.shape, a.strides, a.dtype, a.ptr & 15, a.device.index,
-           b.shape, b.strides, b.dtype, b.ptr & 15, b.device.index,
+    key = (a.shape, a.strides, a.dtype.num, a.ptr & 15, a.device.index,
+           b.shape, b.strides, b.dtype.num, b.ptr & 15, b.device.index,
            None if out is None else _signature(out),
            None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
            trans_a, trans_b, allow_tf32, config)
@@ -401,7 +401,9 @@ _MAX_CALLS = 4096
 
 
 def _signature(x: Any) -> tuple[Any, ...]:
-    return (x.shape, x.strides, x.dtype, x.ptr & 15, x.device.index)
+    """What a plan depends on of one array (dtypes by number: gpurt's dtypes are canonical,
+    and hashing a dtype object is slow)."""
+    return (x.shape, x.strides, x.dtype.num, x.ptr & 15, x.device.index)
 
 
 def _relative_extent(x: Any) -> tuple[int, int]:

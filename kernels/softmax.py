@@ -157,6 +157,10 @@ class _Call:
     grid: int
     chunks: int  # split: chunks per row (0: one launch)
     index: int
+    single: Any = dataclasses.field(init=False)  # the one planned launch, None for a split
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "single", None if self.chunks else self.planned[0])
 
     def launch(self, a: Any, b: Any, out: Any, stream: Any) -> None:
         handle = None if stream is None else gpurt.as_stream(stream, self.index).cuda_stream
@@ -176,7 +180,9 @@ _MAX_CALLS = 4096
 
 
 def _signature(x: Any) -> tuple[Any, ...]:
-    return (x.shape, x.strides, x.dtype, x.ptr & 15, x.device.index)
+    """What a plan depends on of one array: shape, strides, dtype (its number: gpurt's
+    dtypes are canonical, and hashing a dtype object is slow), 16-byte alignment, device."""
+    return (x.shape, x.strides, x.dtype.num, x.ptr & 15, x.device.index)
 
 
 def clear_plans() -> None:
@@ -191,8 +197,8 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     if out is not None and type(out) is not gpurt.Array:
         out = _as_array(out, out_name)
     first = inputs[0]
-    key = (op, dim, first.shape, first.strides, first.dtype, first.ptr & 15, first.device.index,
-           None if len(inputs) == 1 else _signature(inputs[1]),
+    key = (op, dim, first.shape, first.strides, first.dtype.num, first.ptr & 15,
+           first.device.index, None if len(inputs) == 1 else _signature(inputs[1]),
            None if out is None else _signature(out))
     call = _calls.get(key)
     if call is None:
@@ -201,7 +207,12 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     if out is None:
         out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
                           stream=None if stream is None else gpurt.as_stream(stream, call.index))
-    call.launch(first, inputs[-1], out, stream)  # on call.index, whatever the current device
+    # on call.index, whatever the current device
+    single = call.single
+    if single is not None and stream is None:  # the hot path: one launch, current stream
+        single(None, first.ptr, inputs[-1].ptr, out.ptr)
+    else:
+        call.launch(first, inputs[-1], out, stream)
     return out if given is None else given
 
 
