@@ -354,11 +354,14 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         c = _as_array(c, "c")
     if stream is not None:
         stream = gpurt.as_stream(stream, a.device.index)
-    key = (a.shape, a.strides, a.dtype.num, a.ptr & 15, a.device.index,
-           b.shape, b.strides, b.dtype.num, b.ptr & 15, b.device.index,
-           None if out is None else _signature(out),
-           None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
-           trans_a, trans_b, allow_tf32, config)
+    key = None
+    if config is None:  # built in C: the hot path's main cost
+        key = _plan_key(a, b, out, -1 if c is not None and c is out else c, beta != 0.0,
+                        trans_a, trans_b, allow_tf32)
+    if key is None:
+        key = (_signature(a), _signature(b), None if out is None else _signature(out),
+               None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
+               trans_a, trans_b, allow_tf32, config)
     alpha, beta = float(alpha), float(beta)
     found = _calls.get(key)
     if found is None:
@@ -393,10 +396,12 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     return out if given is None else given
 
 
-# Planned calls by signature: (Call, swapped, extents of a, b, out and c relative to their
+# Planned calls by signature (gpurt.nvrtc.plan_key of the operands and options, or a tuple
+# with a forced config): (Call, swapped, extents of a, b, out and c relative to their
 # pointers, the planned launch or None). Plans hold no arrays, only the choices made for a
 # signature.
-_calls: dict[tuple[Any, ...], tuple[Call, bool, tuple[Any, ...], Any]] = {}
+_calls: dict[Any, tuple[Call, bool, tuple[Any, ...], Any]] = {}
+_plan_key = gpurt.nvrtc.plan_key
 _MAX_CALLS = 4096
 
 
@@ -430,7 +435,7 @@ def clear_plans() -> None:
 tunable.on_change(clear_plans)
 
 
-def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: float,
+def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
                 beta: float, c: Any, trans_a: bool, trans_b: bool, stream: Any,
                 allow_tf32: bool, config: Config | None) -> Any:
     """A call without a plan: validate everything, choose, launch, and remember the plan

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import gpurt
+import gpurt.nvrtc
 
 from ._softmax_plan import (
     LOG_SOFTMAX,
@@ -174,8 +175,10 @@ class _Call:
         self.planned[1](handle, a.ptr, b.ptr, out.ptr, partials.ptr)
 
 
-# Planned calls by signature; only contiguous inputs reduced over their last dimension.
-_calls: dict[tuple[Any, ...], _Call] = {}
+# Planned calls by signature (gpurt.nvrtc.plan_key of the op, dim and arrays); only contiguous
+# inputs reduced over their last dimension.
+_calls: dict[Any, _Call] = {}
+_plan_key = gpurt.nvrtc.plan_key
 _MAX_CALLS = 4096
 
 
@@ -197,9 +200,11 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     if out is not None and type(out) is not gpurt.Array:
         out = _as_array(out, out_name)
     first = inputs[0]
-    key = (op, dim, first.shape, first.strides, first.dtype.num, first.ptr & 15,
-           first.device.index, None if len(inputs) == 1 else _signature(inputs[1]),
-           None if out is None else _signature(out))
+    second = None if len(inputs) == 1 else inputs[1]
+    key = _plan_key(op, dim, first, second, out)  # built in C: the hot path's main cost
+    if key is None:  # an array of a subclass of gpurt.Array
+        key = (op, dim, _signature(first), None if second is None else _signature(second),
+               None if out is None else _signature(out))
     call = _calls.get(key)
     if call is None:
         result = _run(op, inputs, dim, out, out_name, stream, key)
@@ -217,7 +222,7 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
 
 
 def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
-         stream: Any, key: tuple[Any, ...] | None = None) -> Any:
+         stream: Any, key: Any = None) -> Any:
     """Check the inputs, make or check the output, choose the variant and launch; return
     the output (``out`` itself when given). A plan that launches on the inputs themselves
     is remembered under ``key``."""

@@ -3,17 +3,21 @@ test_launch_fake_driver.py, on both launch paths: a planned launch must hand the
 what the same launch through Kernel.__call__ would, check everything at plan time, and leave
 what it does not take (hooks, values that do not pack, a wrong count) to the Python launch,
 which explains it. The cluster launch's cuLaunchKernelEx structs are checked against
-cuda.bindings' own layout."""
+cuda.bindings' own layout; plan keys (C and Python) are equal exactly when their items are."""
 
 from __future__ import annotations
 
 import ctypes
 from typing import Any
 
+import numpy as np
 import pytest
 from cuda.bindings import driver as cu
 
 import gpurt
+from _fakes import fake_gpus_fixture  # noqa: F401
+from gpurt import array as garray
+from gpurt._array.ownership import device_object
 from gpurt._launch import kernel as glaunch
 from gpurt._launch import path as _launchpath
 from gpurt._launch import planned as gplanned
@@ -170,3 +174,57 @@ def test_planned_launch_construction_is_checked(slots: Any, message: str) -> Non
     with pytest.raises(ValueError, match="cuLaunchKernelEx"):
         claunch.PlannedLaunch(launcher, 0, (1, 1, 1), (1, 1, 1), 0, (2, 1, 1), 0, bytes(8),
                               (0,), (), glaunch.THREAD, 0, [], print, print)
+
+
+# ---- plan keys --------------------------------------------------------------------------------
+
+
+def _array(ptr: int = 0x1000, shape: tuple[int, ...] = (4, 8), strides: tuple[int, ...] = (32, 4),
+           dtype: Any = np.float32, index: int = 0) -> gpurt.Array:
+    """An Array over made-up memory (never read): what a plan key reads of it is metadata."""
+    return garray._make(ptr, shape, strides, np.dtype(dtype), device_object(index), None,
+                        None, True)
+
+
+KEYS = [gplanned.plan_key, gplanned._python_plan_key]
+
+
+@pytest.mark.parametrize("plan_key", KEYS)
+def test_plan_keys_are_equal_exactly_when_the_items_are(plan_key: Any, fake_gpus: Any) -> None:
+    base = (1, -1, _array(), None, _array(0x2000))
+    assert plan_key(*base) == plan_key(1, -1, _array(0x3000), None, _array(0x4000))
+    others = [
+        (2, -1, _array(), None, _array(0x2000)),
+        (1, 1, _array(), None, _array(0x2000)),
+        (1, -1, _array(0x1004), None, _array(0x2000)),  # another alignment
+        (1, -1, _array(shape=(8, 4), strides=(16, 4)), None, _array(0x2000)),
+        (1, -1, _array(strides=(64, 4)), None, _array(0x2000)),
+        (1, -1, _array(dtype=np.int32), None, _array(0x2000)),
+        (1, -1, _array(index=1), None, _array(0x2000)),
+        (1, -1, _array(), 0, _array(0x2000)),
+        (1, -1, None, _array(), _array(0x2000)),
+        (1, -1, _array(), None),
+        (1, -1, _array(shape=(4, 8, 1), strides=(32, 4, 4)), None, _array(0x2000)),
+    ]
+    keys = [plan_key(*items) for items in [base, *others]]
+    assert None not in keys and len(set(keys)) == len(keys)
+    assert plan_key(_array(2**63 + 0x1000)) == plan_key(_array(0x1000))
+
+
+@pytest.mark.parametrize("plan_key", KEYS)
+def test_plan_keys_refuse_other_items(plan_key: Any, fake_gpus: Any) -> None:
+    class Sub(gpurt.Array):
+        __slots__ = ()
+
+    sub = _array()
+    sub.__class__ = Sub
+    for item in (1.0, "a", (1,), sub, np.int64(3)):
+        assert plan_key(1, item) is None
+
+
+def test_the_c_key_refuses_what_it_cannot_describe(fake_gpus: Any) -> None:
+    if _launchpath.claunch is None:
+        pytest.skip("the C extension is not built")
+    many = _array(shape=(1,) * 200, strides=(4,) * 200)
+    assert gplanned.plan_key(many) is None  # more words than it builds: keyed by the caller
+    assert gplanned.plan_key(2**70) is None

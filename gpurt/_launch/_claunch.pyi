@@ -53,3 +53,6 @@ class PlannedLaunch:
                  hooks: list[Any], fallback: Callable[..., None],
                  refused: Callable[[Any], None]) -> None: ...
     def __call__(self, stream: Any, *values: Any) -> None: ...
+
+def signature(array_type: type, *items: Any) -> bytes | None:
+    """The key of a planned call of ints, None and arrays of exactly ``array_type``."""

@@ -2,44 +2,6 @@
  * the C stack and launching with a Launcher; see _claunch.c. */
 #include "_claunch.h"
 
-/* One __slots__ attribute of the objects of one type, read straight from the object as its
- * member descriptor does (an attribute read through getattr costs more than the packing of a
- * plain argument); ``offset`` is -1 where the type has no such slot: then getattr reads it. */
-typedef struct {
-    PyObject *type; /* a strong reference, or NULL before the first look */
-    Py_ssize_t offset;
-} Slot;
-
-static void slot_find(Slot *slot, PyObject *type, PyObject *name)
-{
-    Py_ssize_t offset = -1;
-    PyObject *descr = PyObject_GetAttr(type, name);
-    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type == T_OBJECT_EX) {
-            offset = member->offset;
-        }
-    }
-    Py_XDECREF(descr);
-    PyErr_Clear(); /* no such class attribute: getattr finds it on the object, or not */
-    PyObject *old = slot->type; /* type and offset change together, with no Python between */
-    slot->type = Py_NewRef(type);
-    slot->offset = offset;
-    Py_XDECREF(old);
-}
-
-/* ``value.name`` (a new reference), or NULL where it is unset or cannot be read. */
-static PyObject *slot_get(Slot *slot, PyObject *value, PyObject *name)
-{
-    if ((PyObject *)Py_TYPE(value) != slot->type) {
-        slot_find(slot, (PyObject *)Py_TYPE(value), name);
-    }
-    if (slot->offset < 0) {
-        return PyObject_GetAttr(value, name);
-    }
-    return Py_XNewRef(*(PyObject **)((char *)value + slot->offset));
-}
-
 typedef struct {
     Py_ssize_t offset;
     char code; /* a struct code: b B h H i I q Q e f d, or P for a pointer */

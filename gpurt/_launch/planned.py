@@ -18,18 +18,20 @@ or for parameters the C side does not pack, that Python launch is all there is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 from cuda.bindings import driver as cu
 
 from .._core.state import THREAD
+from ..array import Array
 from ..device import current_device, device
 from . import path as _launchpath
 from .args import Plan, c_code
 from .config import LaunchConfig, dims3
 
-__all__ = ["check_varying", "planned_launch", "python_launch"]
+__all__ = ["check_varying", "plan_key", "planned_launch", "python_launch"]
 
 _CLUSTER = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
 
@@ -112,3 +114,27 @@ def check_varying(varying: Sequence[int], count: int) -> tuple[int, ...]:
         raise ValueError(f"varying must be distinct argument positions (0..{count - 1}), "
                          f"got {positions!r}")
     return positions
+
+
+def _python_plan_key(*items: Any) -> Hashable | None:
+    """:func:`plan_key` without the extension: the same numbers in a tuple."""
+    key: list[Any] = []
+    for item in items:
+        if item is None or type(item) is int or type(item) is bool:
+            key.append(item)
+        elif type(item) is Array:
+            key.append((item.shape, item.strides, item.dtype.num, item.ptr & 15,
+                        item.device.index))
+        else:
+            return None
+    return tuple(key)
+
+
+# plan_key(*items): the key of a planned call whose items are ints (bools too), None and gpurt
+# Arrays (each standing for its shape, strides, dtype, address modulo 16 and device), equal
+# exactly when the items are; None when an item is anything else (the caller keys the call
+# itself). Built in C where the extension is (gpurt/_launch/_claunch_signature.c): the plan
+# caches of gpurt.kernels look a call up with it on every call.
+plan_key: Callable[..., Hashable | None] = _python_plan_key
+if _launchpath.claunch is not None:
+    plan_key = functools.partial(_launchpath.claunch.signature, Array)
