@@ -14,6 +14,9 @@ device bound on the thread, a stream object, a value that does not pack -- goes 
 launch made here (:func:`python_launch`), which is ``Kernel.launch`` with the full arguments:
 it runs the launch hooks and raises the same clear errors as any launch. Without the extension,
 or for parameters the C side does not pack, that Python launch is all there is.
+
+:data:`plan_key` (``gpurt.nvrtc.plan_key``) makes the keys under which callers keep their
+planned launches: a call's arrays (shape, strides, dtype, alignment, device) and options.
 """
 
 from __future__ import annotations
