@@ -8,6 +8,7 @@ cuda.bindings' own layout; plan keys (C and Python) are equal exactly when their
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,19 @@ def test_launch_hooks_see_planned_launches(planned_fake: FakeDriver) -> None:
         gpurt.remove_launch_hook(hook)
     assert seen == [("axpy", 0x77, "begin"), ("axpy", 0x77, "end")]
     assert planned_fake.launches[-1][-1] == axpy_bytes(0.5, 0x10, 0x2000, 0x3000, 77)
+
+
+def test_another_thread_launches_the_same(planned_fake: FakeDriver) -> None:
+    """A thread with no device state of its own yet takes the Python launch (which sets it
+    up); the driver gets the same either way."""
+    kernel = gpurt.compile(SOURCE, arch="sm_90")["axpy"]
+    planned = kernel.planned(CONFIG, *ARGS, varying=(2,), device=0)
+    worker = threading.Thread(target=lambda: [planned(0x66, 0x20) for _ in range(2)])
+    worker.start()
+    worker.join()
+    planned(0x66, 0x20)
+    want = (b"axpy", (4, 1, 1), (256, 1, 1), 0, 0x66, axpy_bytes(0.5, 0x1000, 0x20, 0x3000, 77))
+    assert planned_fake.launches == [want] * 3
 
 
 def test_a_refused_launch_raises(planned_fake: FakeDriver) -> None:
