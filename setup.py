@@ -7,7 +7,8 @@ cuda.bindings from Python instead; ``gpurt info`` says which path is in use.
 
 from setuptools import Extension, setup
 
-SOURCES = ["_claunch.c", "_claunch_launcher.c", "_claunch_packing.c"]  # with _claunch.h
+SOURCES = ["_claunch.c", "_claunch_launcher.c", "_claunch_packing.c", "_claunch_planned.c",
+           "_claunch_signature.c"]  # with _claunch.h
 
 setup(ext_modules=[Extension(
     "gpurt._launch._claunch",

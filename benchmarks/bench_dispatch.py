@@ -6,8 +6,9 @@ How host time is measured: the problems are tiny (the kernels take a few microse
 calls run back to back in batches of BATCH after warm-up, and the device is synchronized
 between batches (outside the timed region) so the launch queue never fills; a sample is one
 batch's wall time per call, the row is the median of REPEAT samples, gpurt and torch
-alternating sample by sample. The MLP step is wall time per step including the device
-(batches of steps, each batch ended by a synchronize), since there the kernels dominate.
+alternating sample by sample. The MLP step is measured twice: wall time per step including
+the device (each batch of steps timed until the closing synchronize returns), where the
+kernels dominate, and host time per step as above.
 
     python benchmarks/bench_dispatch.py [--json PATH]
 """
@@ -42,28 +43,35 @@ extern "C" __global__ void gelu(const __nv_bfloat16* x, __nv_bfloat16* y, long l
 """
 
 
-def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], batch: int = BATCH) -> float:
+def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], batch: int = BATCH,
+              wall: bool = False) -> float:
+    """us per call of a batch of ``batch`` calls: host time (the device synchronized before
+    and after, outside the timed region), or with ``wall`` the time until the device is
+    done with the batch (the closing synchronize inside the timed region)."""
     sync()
     t0 = time.perf_counter()
     for _ in range(batch):
         fn()
+    if wall:
+        sync()
     elapsed = time.perf_counter() - t0
     sync()
     return elapsed / batch * 1e6
 
 
 def side_by_side(ours: Callable[[], Any], theirs: Callable[[], Any] | None,
-                 sync: Callable[[], Any], batch: int = BATCH) -> tuple[float, float | None]:
+                 sync: Callable[[], Any], batch: int = BATCH,
+                 wall: bool = False) -> tuple[float, float | None]:
     """Median us per call of ``ours`` and ``theirs``, measured in alternating batches."""
     for _ in range(3):
-        _per_call(ours, sync, batch)
+        _per_call(ours, sync, batch, wall)
         if theirs is not None:
-            _per_call(theirs, sync, batch)
+            _per_call(theirs, sync, batch, wall)
     a, b = [], []
     for _ in range(REPEAT):
-        a.append(_per_call(ours, sync, batch))
+        a.append(_per_call(ours, sync, batch, wall))
         if theirs is not None:
-            b.append(_per_call(theirs, sync, batch))
+            b.append(_per_call(theirs, sync, batch, wall))
     return statistics.median(a), (statistics.median(b) if b else None)
 
 
@@ -141,9 +149,11 @@ def main() -> None:
         torch.cuda.synchronize()
         gpurt.synchronize()
 
+    mlp = "eager MLP step softmax(gelu(x@W1)@W2) bf16 b16 d4096 h11008"
+    ours, theirs = side_by_side(ours_step, torch_step, both_sync, batch=20, wall=True)
+    rows.append(row(mlp, ours, theirs, "torch", unit="us (wall, device included)", target=1.0))
     ours, theirs = side_by_side(ours_step, torch_step, both_sync, batch=20)
-    rows.append(row("eager MLP step softmax(gelu(x@W1)@W2) bf16 b16 d4096 h11008", ours, theirs,
-                    "torch", unit="us (wall, device included)", target=1.0))
+    rows.append(row(f"{mlp}, host only", ours, theirs, "torch"))
     want = torch.softmax(torch.nn.functional.gelu(x.float() @ w1.float()) @ w2.float(), -1)
     ours_step()
     gpurt.synchronize()

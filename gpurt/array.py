@@ -525,6 +525,11 @@ def _wrap(foreign: _interop.Foreign) -> Array:
 
 def _device_view(obj: Any, stream: Any) -> Array | None:
     """A zero-copy Array over a foreign device array, or None when ``obj`` is host data."""
+    fields = _interop.torch_fields(obj, stream)  # a plain torch tensor: the hot path
+    if fields is not None:
+        ptr, shape, strides, dtype, index, consumer, contiguous = fields
+        return _make(ptr, shape, strides, dtype, device_object(index), consumer, obj,
+                     contiguous)
     foreign = _interop.describe(obj, stream)
     return None if foreign is None else _wrap(foreign)
 

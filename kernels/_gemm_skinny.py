@@ -23,7 +23,7 @@ Config = Any  # a kernels._gemm_tune.Config of kind "skinny" (that module import
 Problem = Any  # a kernels._gemm_tune.Problem
 
 __all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name", "runs_on",
-           "heuristic", "candidates", "launch", "SMALL_MAX"]
+           "heuristic", "candidates", "arguments", "launch", "SMALL_MAX"]
 
 # The heuristic picks the skinny kernel when the small side of C is at most this.
 SMALL_MAX = 32
@@ -141,11 +141,12 @@ def candidates(problem: Problem) -> list[Tiles]:
     return found
 
 
-def launch(call: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
-           beta: float, stream: Any) -> None:
-    """Run ``call`` (a kernels.gemm._Call of a skinny config): C (rows call.ldc apart) =
-    alpha A B + beta Cin (rows call.ldcin apart), S and G taken from A and B^T by which side
-    of C is the small one."""
+def arguments(call: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
+              beta: float) -> tuple[gpurt.LaunchConfig, tuple[Any, ...], tuple[int, ...]]:
+    """(launch config, kernel arguments, positions of a_ptr, b_ptr, out_ptr, cin_ptr, alpha and
+    beta among them) of ``call`` (a kernels.gemm Call of a skinny config): C (rows call.ldc
+    apart) = alpha A B + beta Cin (rows call.ldcin apart), S and G taken from A and B^T by
+    which side of C is the small one."""
     config = call.config
     swap = _swapped(call.m, call.n)
     small, big = (b_ptr, a_ptr) if swap else (a_ptr, b_ptr)
@@ -156,9 +157,13 @@ def launch(call: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha:
     blocks = -(-n_big // 64) * -(-n_small // config.bm) * config.split_k
     args = (big, small, out_ptr, cin_ptr, n_small, n_big, call.k, ld_big, ld_small,
             *c_strides, *cin_strides, alpha, beta)
-    if config.split_k == 1:
-        call.kernels[0](blocks, config.threads, args, shared_mem=call.smem, stream=stream)
-    else:
-        cluster = gpurt.LaunchConfig(blocks, config.threads, call.smem,
-                                     cluster=(config.split_k, 1, 1))
-        call.kernels[0].launch(cluster, *args, stream=stream)
+    cluster = None if config.split_k == 1 else (config.split_k, 1, 1)
+    launch = gpurt.LaunchConfig(blocks, config.threads, call.smem, cluster=cluster)
+    return launch, args, ((0, 1) if swap else (1, 0)) + (2, 3, 13, 14)
+
+
+def launch(call: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
+           beta: float, stream: Any) -> None:
+    """Run ``call`` (see :func:`arguments`) on ``stream``."""
+    config, args, _ = arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)
+    call.kernels[0].launch(config, *args, stream=stream)

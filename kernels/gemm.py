@@ -36,6 +36,7 @@ import gpurt
 import gpurt.nvrtc
 from gpurt import sanitizer
 
+from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from . import tunable
 from ._gemm_launch import (
@@ -357,18 +358,21 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         stream = gpurt.as_stream(stream, a.device.index)
     if sanitizer.ENABLED:  # a and b may hide in TMA descriptors, which the launch hook can't read
         sanitizer.record("gemm", (a, b, c if beta else None), (out,), stream)
-    key = (a.shape, a.strides, a.dtype, a.ptr & 15, a.device.index,
-           b.shape, b.strides, b.dtype, b.ptr & 15, b.device.index,
-           None if out is None else _signature(out),
-           None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
-           trans_a, trans_b, allow_tf32, config)
+    key = None
+    if config is None:  # built in C: the hot path's main cost
+        key = _plan_key(a, b, out, -1 if c is not None and c is out else c, beta != 0.0,
+                        trans_a, trans_b, allow_tf32)
+    if key is None:
+        key = (_signature(a), _signature(b), None if out is None else _signature(out),
+               None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
+               trans_a, trans_b, allow_tf32, config)
     alpha, beta = float(alpha), float(beta)
     found = _calls.get(key)
     if found is None:
         result = _gemm_first(key, a, b, out, alpha, beta, c, trans_a, trans_b, stream,
                              allow_tf32, config)
         return result if given is None else given
-    call, swapped, extents = found
+    call, swapped, extents, planned = found
     index = call.index
     if out is None:
         out = gpurt.empty((call.n, call.m) if swapped else (call.m, call.n), dtype=a.dtype,
@@ -385,7 +389,10 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
             return given
         cin_ptr = cin.ptr
     a_ptr, b_ptr = (b.ptr, a.ptr) if swapped else (a.ptr, b.ptr)
-    if index != gpurt.current_device():
+    if planned is not None:  # checks the device itself (another one: Kernel.launch's way)
+        planned(None if stream is None else stream.cuda_stream, a_ptr, b_ptr, out.ptr, cin_ptr,
+                alpha, beta)
+    elif index != gpurt.current_device():
         with gpurt.device(index):
             call.launch(a_ptr, b_ptr, out.ptr, cin_ptr, alpha, beta, stream)
     else:
@@ -393,14 +400,19 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     return out if given is None else given
 
 
-# Planned calls by signature: (Call, swapped, extents of a, b, out and c relative to their
-# pointers). Plans hold no arrays, only the choices made for a signature.
-_calls: dict[tuple[Any, ...], tuple[Call, bool, tuple[Any, ...]]] = {}
+# Planned calls by signature (gpurt.nvrtc.plan_key of the operands and options, or a tuple
+# with a forced config): (Call, swapped, extents of a, b, out and c relative to their
+# pointers, the planned launch or None). Plans hold no arrays, only the choices made for a
+# signature.
+_calls: dict[Any, tuple[Call, bool, tuple[Any, ...], Any]] = {}
+_plan_key = gpurt.nvrtc.plan_key
 _MAX_CALLS = 4096
 
 
 def _signature(x: Any) -> tuple[Any, ...]:
-    return (x.shape, x.strides, x.dtype, x.ptr & 15, x.device.index)
+    """What a plan depends on of one array (dtypes by number: gpurt's dtypes are canonical,
+    and hashing a dtype object is slow)."""
+    return (x.shape, x.strides, x.dtype.num, x.ptr & 15, x.device.index)
 
 
 def _relative_extent(x: Any) -> tuple[int, int]:
@@ -427,7 +439,7 @@ def clear_plans() -> None:
 tunable.on_change(clear_plans)
 
 
-def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: float,
+def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
                 beta: float, c: Any, trans_a: bool, trans_b: bool, stream: Any,
                 allow_tf32: bool, config: Config | None) -> Any:
     """A call without a plan: validate everything, choose, launch, and remember the plan
@@ -448,7 +460,7 @@ def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: fl
     if key is not None and direct and len(_calls) < _MAX_CALLS:
         extents = tuple(None if x is None else _relative_extent(x)
                         for x in (a, b, plan.out, plan.cin))
-        _calls[key] = (call, swapped, extents)
+        _calls[key] = (call, swapped, extents, _planned(call, plan, alpha, beta))
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
     if index != gpurt.current_device():
         with gpurt.device(index):
@@ -458,6 +470,18 @@ def _gemm_first(key: tuple[Any, ...] | None, a: Any, b: Any, out: Any, alpha: fl
     if copy_back is not None:
         copy_back.copy_(plan.out)
     return returned
+
+
+def _planned(call: Call, plan: _Plan, alpha: float, beta: float) -> Any:
+    """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``, the launch of
+    ``call`` checked and packed once (Kernel.planned), for the skinny family (the decode
+    shapes, where the host path counts most); None: ``call.launch`` runs it."""
+    if call.config.kernel != "skinny":
+        return None
+    cin_ptr = 0 if plan.cin is None else plan.cin.ptr
+    config, args, varying = skinny.arguments(call, plan.a.ptr, plan.b.ptr, plan.out.ptr,
+                                             cin_ptr, alpha, beta)
+    return call.kernels[0].planned(config, *args, varying=varying, device=call.index)
 
 
 def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any) -> Call:

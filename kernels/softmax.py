@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import gpurt
+import gpurt.nvrtc
 
 from ._softmax_plan import (
     LOG_SOFTMAX,
@@ -148,38 +149,43 @@ def _last_axis_order(shape: Sequence[int], dim: int) -> tuple[int, ...] | None:
 @dataclasses.dataclass(frozen=True)
 class _Call:
     """The launch of one variant for inputs of one signature (shape, strides, dtype, device,
-    16-byte alignment of every array, op, dim): between calls only the arrays change."""
+    16-byte alignment of every array, op, dim): between calls only the arrays change.
+    ``planned``: the launches checked and packed once (Kernel.planned), taking the stream
+    handle (None: the current stream) and the pointers of the two inputs, the output (and the
+    split's partials)."""
 
-    kernels: tuple[Any, ...]
+    planned: tuple[Any, ...]
     grid: int
-    threads: int
-    shared_mem: int
-    rows: int
-    cols: int
     chunks: int  # split: chunks per row (0: one launch)
     index: int
+    single: Any = dataclasses.field(init=False)  # the one planned launch, None for a split
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "single", None if self.chunks else self.planned[0])
 
     def launch(self, a: Any, b: Any, out: Any, stream: Any) -> None:
+        handle = None if stream is None else gpurt.as_stream(stream, self.index).cuda_stream
         if not self.chunks:
-            self.kernels[0](self.grid, self.threads, (a, b, out, self.rows, self.cols),
-                            shared_mem=self.shared_mem, stream=stream)
+            self.planned[0](handle, a.ptr, b.ptr, out.ptr)
             return
         alloc = None if stream is None else gpurt.as_stream(stream, self.index)
         partials = gpurt.empty((self.grid, 2), dtype=np.float32, device=self.index,
                                stream=alloc)
-        self.kernels[0](self.grid, self.threads, (a, b, partials, self.rows, self.cols,
-                                                  self.chunks), stream=stream)
-        self.kernels[1](self.grid, self.threads, (a, b, out, partials, self.rows, self.cols,
-                                                  self.chunks), stream=stream)
+        self.planned[0](handle, a.ptr, b.ptr, partials.ptr)
+        self.planned[1](handle, a.ptr, b.ptr, out.ptr, partials.ptr)
 
 
-# Planned calls by signature; only contiguous inputs reduced over their last dimension.
-_calls: dict[tuple[Any, ...], _Call] = {}
+# Planned calls by signature (gpurt.nvrtc.plan_key of the op, dim and arrays); only contiguous
+# inputs reduced over their last dimension.
+_calls: dict[Any, _Call] = {}
+_plan_key = gpurt.nvrtc.plan_key
 _MAX_CALLS = 4096
 
 
 def _signature(x: Any) -> tuple[Any, ...]:
-    return (x.shape, x.strides, x.dtype, x.ptr & 15, x.device.index)
+    """What a plan depends on of one array: shape, strides, dtype (its number: gpurt's
+    dtypes are canonical, and hashing a dtype object is slow), 16-byte alignment, device."""
+    return (x.shape, x.strides, x.dtype.num, x.ptr & 15, x.device.index)
 
 
 def clear_plans() -> None:
@@ -194,9 +200,11 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     if out is not None and type(out) is not gpurt.Array:
         out = _as_array(out, out_name)
     first = inputs[0]
-    key = (op, dim, first.shape, first.strides, first.dtype, first.ptr & 15, first.device.index,
-           None if len(inputs) == 1 else _signature(inputs[1]),
-           None if out is None else _signature(out))
+    second = None if len(inputs) == 1 else inputs[1]
+    key = _plan_key(op, dim, first, second, out)  # built in C: the hot path's main cost
+    if key is None:  # an array of a subclass of gpurt.Array
+        key = (op, dim, _signature(first), None if second is None else _signature(second),
+               None if out is None else _signature(out))
     call = _calls.get(key)
     if call is None:
         result = _run(op, inputs, dim, out, out_name, stream, key)
@@ -204,16 +212,17 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     if out is None:
         out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
                           stream=None if stream is None else gpurt.as_stream(stream, call.index))
-    if call.index != gpurt.current_device():
-        with gpurt.device(call.index):
-            call.launch(first, inputs[-1], out, stream)
+    # on call.index, whatever the current device
+    single = call.single
+    if single is not None and stream is None:  # the hot path: one launch, current stream
+        single(None, first.ptr, inputs[-1].ptr, out.ptr)
     else:
         call.launch(first, inputs[-1], out, stream)
     return out if given is None else given
 
 
 def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
-         stream: Any, key: tuple[Any, ...] | None = None) -> Any:
+         stream: Any, key: Any = None) -> Any:
     """Check the inputs, make or check the output, choose the variant and launch; return
     the output (``out`` itself when given). A plan that launches on the inputs themselves
     is remembered under ``key``."""
@@ -248,11 +257,7 @@ def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
             call = _plan(op, inputs, target, view, index)
     if key is not None and direct and len(_calls) < _MAX_CALLS:
         _calls[key] = call
-    if index == gpurt.current_device():
-        call.launch(inputs[0], inputs[-1], target, stream)
-    else:
-        with gpurt.device(index):
-            call.launch(inputs[0], inputs[-1], target, stream)
+    call.launch(inputs[0], inputs[-1], target, stream)
     return returned
 
 
@@ -266,9 +271,19 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
     kernels = tuple(_kernels_for(variant, gpurt.get_arch(index)))
-    chunks = variant.chunks(view.cols) if variant.kind == "split" else 0
-    return _Call(kernels, grid, variant.threads, variant.shared_mem, view.rows, view.cols,
-                 chunks, index)
+    a, b = inputs[0].ptr, inputs[-1].ptr
+    if variant.kind != "split":
+        config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
+        one = kernels[0].planned(config, a, b, out.ptr, view.rows, view.cols,
+                                 varying=(0, 1, 2), device=index)
+        return _Call((one,), grid, 0, index)
+    chunks = variant.chunks(view.cols)
+    config = gpurt.LaunchConfig(grid, variant.threads)
+    planned = (kernels[0].planned(config, a, b, 0, view.rows, view.cols, chunks,
+                                  varying=(0, 1, 2), device=index),
+               kernels[1].planned(config, a, b, out.ptr, 0, view.rows, view.cols, chunks,
+                                  varying=(0, 1, 2, 3), device=index))
+    return _Call(planned, grid, chunks, index)
 
 
 # ---- public API --------------------------------------------------------------------------------

@@ -80,15 +80,31 @@ def test_clear_plans_rereads_the_settings(gpu_state, monkeypatch):
     a = gpurt.asarray(rng.standard_normal((256, 256)).astype(np.float16))
     b = gpurt.asarray(rng.standard_normal((256, 256)).astype(np.float16))
     gemm_mod.gemm(a, b)
-    (call, _, _), = gemm_mod._calls.values()
+    (call, _, _, _), = gemm_mod._calls.values()
     monkeypatch.setenv("GPURT_GEMM_DISABLE", call.config.kernel)
     gemm_mod.gemm(a, b)
-    (same, _, _), = gemm_mod._calls.values()
+    (same, _, _, _), = gemm_mod._calls.values()
     assert same.config == call.config  # settings are read when a plan is made
     gemm_mod.clear_plans()
     gemm_mod.gemm(a, b)
-    (new, _, _), = gemm_mod._calls.values()
+    (new, _, _, _), = gemm_mod._calls.values()
     assert new.config.kernel != call.config.kernel
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 1000, 4096), (1000, 16, 4096), (8, 72, 64),
+                                     (72, 8, 64)])
+def test_repeated_skinny_gemm_launches_its_planned_launch_with_new_data(gpu_state, m, n, k):
+    """Both orientations (S = op(a) or op(b)^T) and a K split over a cluster (the first
+    shape): the planned launch (Kernel.planned) must put each pointer and scalar in place."""
+    rng = np.random.default_rng(8)
+    for alpha in (1.0, 0.5, -1.5):
+        run_gemm(GemmCase(m, n, k, "bfloat16", alpha=alpha), None, rng)
+    for alpha, beta in [(1.0, 1.0), (0.5, -2.0), (2.0, 0.5)]:
+        run_gemm(GemmCase(m, n, k, "bfloat16", out_layout=(False, 0, 0), alpha=alpha,
+                          beta=beta, c_is_out=True), None, rng)
+    assert len(gemm_mod._calls) == 2
+    for call, _, _, planned in gemm_mod._calls.values():
+        assert call.config.kernel == "skinny" and planned is not None
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward",

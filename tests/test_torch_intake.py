@@ -10,6 +10,7 @@ import pytest
 
 import gpurt
 from gpurt._array import interop
+from gpurt._array import layout as _layout
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -25,13 +26,17 @@ def general(t):
                                    "int64", "uint8", "bool"])
 def test_the_fast_path_describes_what_the_interfaces_do(gpu_state, dtype):
     base = (torch.rand(37, 65, device="cuda") * 100).to(getattr(torch, dtype))
-    for t in (base, base.T, base[3:, 1:40:3], base[:0]):
+    for t in (base, base.T, base[3:, 1:40:3], base[:0], base[:1], base[:, :1]):
         fast = interop._from_torch(t, None) if interop._torch_tensor_type() is not None else None
         assert fast is not None, (dtype, t.shape)
         slow = general(t)
         assert (fast.ptr, fast.shape, fast.strides, fast.dtype, fast.device_index) == \
             (slow.ptr, slow.shape, slow.strides, slow.dtype, slow.device_index)
         a = gpurt.asarray(t)
+        assert (a.ptr, a.shape, a.strides, a.dtype, a.device.index) == \
+            (slow.ptr, slow.shape, slow.strides, slow.dtype, slow.device_index)
+        assert a.is_contiguous() == _layout.is_contiguous(slow.shape, slow.strides,
+                                                          slow.dtype.itemsize)
         got = a.to_numpy()
         want = t.cpu().float().numpy() if dtype == "bfloat16" else t.cpu().numpy()
         np.testing.assert_array_equal(np.asarray(got, dtype=want.dtype), want)

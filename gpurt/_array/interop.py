@@ -37,11 +37,8 @@ class Foreign(NamedTuple):
 
 
 def describe(obj: Any, stream: Any) -> Foreign | None:
-    """``obj`` as a foreign device array, or None when it is host data."""
-    if type(obj) is _torch_tensor_type():
-        found = _from_torch(obj, stream)
-        if found is not None:
-            return found
+    """``obj`` as a foreign device array, or None when it is host data (gpurt.array tries
+    :func:`torch_fields` first)."""
     try:
         cai = obj.__cuda_array_interface__
     except AttributeError:
@@ -65,11 +62,14 @@ def describe(obj: Any, stream: Any) -> Foreign | None:
 # needed; everything else goes the general way, with the same results and errors.
 
 _torch: Any = None  # the torch module once it is imported by the user (never imported here)
+_tensor_type: Any = None  # torch.Tensor, once seen
+_strided: Any = None  # torch.strided
+_raw_stream: Any = None  # torch._C._cuda_getCurrentRawStream (None where torch lacks it)
 _torch_dtypes: dict[Any, np.dtype] = {}
 
 
 def _torch_tensor_type() -> Any:
-    global _torch
+    global _torch, _tensor_type, _strided, _raw_stream
     if _torch is None:
         _torch = sys.modules.get("torch")
         if _torch is None or not hasattr(_torch, "Tensor"):
@@ -79,25 +79,41 @@ def _torch_tensor_type() -> Any:
                      "int64", "uint8", "bool", "complex64", "complex128"):
             if hasattr(_torch, name):
                 _torch_dtypes[getattr(_torch, name)] = as_dtype(name)
-    return _torch.Tensor
+        _strided = _torch.strided
+        _raw_stream = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
+        _tensor_type = _torch.Tensor
+    return _tensor_type
+
+
+def torch_fields(t: Any, stream: Any) -> tuple[Any, ...] | None:
+    """(ptr, shape, strides, dtype, device index, consumer stream, contiguous) of a plain CUDA
+    torch tensor, read from its own accessors; None for anything else (then the general way
+    takes it). The hot path of every torch tensor handed to gpurt."""
+    if type(t) is not _tensor_type and (_tensor_type is not None
+                                        or type(t) is not _torch_tensor_type()):
+        return None
+    dtype = _torch_dtypes.get(t.dtype)
+    if (dtype is None or not t.is_cuda or t.requires_grad or t.layout is not _strided
+            or t.is_conj() or t.is_neg() or _raw_stream is None):
+        return None
+    index = t.get_device()
+    consumer = _consumer_stream(index, stream)
+    if _raw_stream(index) != consumer.cuda_stream:
+        return None
+    shape = tuple(t.shape)
+    size = dtype.itemsize
+    strides = tuple([s * size for s in t.stride()])
+    ptr = t.data_ptr() if 0 not in shape else 0
+    return ptr, shape, strides, dtype, index, consumer, t.is_contiguous()
 
 
 def _from_torch(t: Any, stream: Any) -> Foreign | None:
     """A plain CUDA torch tensor read without its array interfaces, or None to go the
     general way."""
-    dtype = _torch_dtypes.get(t.dtype)
-    if (dtype is None or not t.is_cuda or t.requires_grad or t.layout is not _torch.strided
-            or t.is_conj() or t.is_neg()):
+    fields = torch_fields(t, stream)
+    if fields is None:
         return None
-    index = t.get_device()
-    consumer = _consumer_stream(index, stream)
-    raw_stream = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
-    if raw_stream is None or raw_stream(index) != consumer.cuda_stream:
-        return None
-    shape = tuple(t.shape)
-    size = dtype.itemsize
-    strides = tuple(s * size for s in t.stride())
-    ptr = t.data_ptr() if 0 not in shape else 0
+    ptr, shape, strides, dtype, index, consumer, _ = fields
     return Foreign(ptr, shape, strides, dtype, index, consumer, t, None)
 
 

@@ -80,7 +80,7 @@ static int gather(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py
 
 /* The attributes of this thread in the threading.local ``thread`` (a new reference to the
  * thread's dict; reading it once is cheaper than two attribute reads), or NULL. */
-static PyObject *thread_attributes(PyObject *thread)
+PyObject *thread_attributes(PyObject *thread)
 {
     PyObject *attributes = PyObject_GetAttr(thread, str_dict);
     if (attributes != NULL && !PyDict_CheckExact(attributes)) {
@@ -91,7 +91,7 @@ static PyObject *thread_attributes(PyObject *thread)
 
 /* This thread's device index, when its context is bound (borrowed from ``device``, this
  * thread's attributes), else NULL. */
-static PyObject *bound_device(PyObject *device)
+PyObject *bound_device(PyObject *device)
 {
     PyObject *index = PyDict_GetItemWithError(device, str_index);
     PyObject *bound = index == NULL ? NULL : PyDict_GetItemWithError(device, str_bound);
@@ -103,7 +103,7 @@ static PyObject *bound_device(PyObject *device)
 }
 
 /* The current stream handle of device ``index`` on this thread (a new reference) or NULL. */
-static PyObject *current_stream(PyObject *attributes, PyObject *index)
+PyObject *current_stream(PyObject *attributes, PyObject *index)
 {
     PyObject *streams = PyDict_GetItemWithError(attributes, str_streams);
     PyObject *handles = streams == NULL ? NULL : PyObject_GetAttr(streams, str_handles);
@@ -317,6 +317,7 @@ PyMODINIT_FUNC PyInit__claunch(void)
         return NULL;
     }
     if (claunch_add_launcher(module) < 0 || claunch_add_packing_launcher(module) < 0 ||
+        claunch_add_planned_launch(module) < 0 || claunch_add_signature(module) < 0 ||
         PyModule_AddObjectRef(module, "KernelCall", (PyObject *)&KernelCallType) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAM_BYTES", MAX_PARAM_BYTES) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAMS", MAX_PARAMS) < 0) {

@@ -47,10 +47,21 @@ typedef struct {
 
 extern CLAUNCH_INTERNAL PyTypeObject LauncherType;
 
-/* Add the type Launcher (_claunch_launcher.c), PackingLauncher (_claunch_packing.c) to
- * ``module``: 0, or -1 with an exception set. */
+/* This thread's view of gpurt/_core/state.py's THREAD (defined in _claunch.c, where KernelCall
+ * documents the contract): the thread's attribute dict (a new reference) or NULL; the thread's
+ * device index when its context is bound (borrowed from that dict) or NULL; the current stream
+ * handle of device ``index`` on the thread (a new reference) or NULL. */
+CLAUNCH_INTERNAL PyObject *thread_attributes(PyObject *thread);
+CLAUNCH_INTERNAL PyObject *bound_device(PyObject *attributes);
+CLAUNCH_INTERNAL PyObject *current_stream(PyObject *attributes, PyObject *index);
+
+/* Add the type Launcher (_claunch_launcher.c), PackingLauncher (_claunch_packing.c),
+ * PlannedLaunch (_claunch_planned.c) to ``module``: 0, or -1 with an exception set. */
 CLAUNCH_INTERNAL int claunch_add_launcher(PyObject *module);
 CLAUNCH_INTERNAL int claunch_add_packing_launcher(PyObject *module);
+CLAUNCH_INTERNAL int claunch_add_planned_launch(PyObject *module);
+/* Add the function signature (_claunch_signature.c) to ``module``. */
+CLAUNCH_INTERNAL int claunch_add_signature(PyObject *module);
 
 /* ---- conversions ------------------------------------------------------------------------- */
 
@@ -120,6 +131,108 @@ static inline int plain_dims3(PyObject *value, unsigned out[3])
         }
     }
     return 1;
+}
+
+/* ---- reading slots ------------------------------------------------------------------------ */
+
+/* One __slots__ attribute of the objects of one type, read straight from the object as its
+ * member descriptor does (an attribute read through getattr costs more than the packing of a
+ * plain argument); ``offset`` is -1 where the type has no such slot: then getattr reads it. */
+typedef struct {
+    PyObject *type; /* a strong reference, or NULL before the first look */
+    Py_ssize_t offset;
+} Slot;
+
+static inline void slot_find(Slot *slot, PyObject *type, PyObject *name)
+{
+    Py_ssize_t offset = -1;
+    PyObject *descr = PyObject_GetAttr(type, name);
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX) {
+            offset = member->offset;
+        }
+    }
+    Py_XDECREF(descr);
+    PyErr_Clear(); /* no such class attribute: getattr finds it on the object, or not */
+    PyObject *old = slot->type; /* type and offset change together, with no Python between */
+    slot->type = Py_NewRef(type);
+    slot->offset = offset;
+    Py_XDECREF(old);
+}
+
+/* ``value.name`` (a new reference), or NULL where it is unset or cannot be read. */
+static inline PyObject *slot_get(Slot *slot, PyObject *value, PyObject *name)
+{
+    if ((PyObject *)Py_TYPE(value) != slot->type) {
+        slot_find(slot, (PyObject *)Py_TYPE(value), name);
+    }
+    if (slot->offset < 0) {
+        return PyObject_GetAttr(value, name);
+    }
+    return Py_XNewRef(*(PyObject **)((char *)value + slot->offset));
+}
+
+/* ---- packing ----------------------------------------------------------------------------- */
+
+#if PY_VERSION_HEX < 0x030B0000 /* PyFloat_Pack2/4 became public in Python 3.11 */
+#define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack4(x, p, le) _PyFloat_Pack4((x), (unsigned char *)(p), (le))
+#endif
+
+/* The pack_ functions below return 1 when they packed ``value`` and 0 when they leave it to the
+ * Python launcher (through unsupported()), with no exception set. */
+
+/* Bytes of a code this module packs, 0 for any other code. */
+static inline int code_size(char code)
+{
+    switch (code) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': case 'e': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    case 'q': case 'Q': case 'd': case 'P': return 8;
+    default: return 0;
+    }
+}
+
+/* An integer struct code (lower case signed, upper case unsigned), range-checked as struct
+ * does. */
+static inline int pack_integer(char code, PyObject *value, unsigned char *at)
+{
+    int size = code_size(code), is_signed = code >= 'a';
+    PyObject *number = PyLong_CheckExact(value) ? Py_NewRef(value) : PyNumber_Index(value);
+    if (number == NULL) {
+        return unsupported();
+    }
+    int fits;
+    if (is_signed) {
+        long long v = PyLong_AsLongLong(number);
+        long long limit = size == 8 ? LLONG_MAX : (1LL << (8 * size - 1)) - 1;
+        fits = !(v == -1 && PyErr_Occurred()) && v >= -limit - 1 && v <= limit;
+        memcpy(at, &v, size);
+    } else {
+        unsigned long long v = PyLong_AsUnsignedLongLong(number);
+        unsigned long long limit = size == 8 ? ULLONG_MAX : (1ULL << (8 * size)) - 1;
+        fits = !(v == (unsigned long long)-1 && PyErr_Occurred()) && v <= limit;
+        memcpy(at, &v, size);
+    }
+    Py_DECREF(number);
+    return fits ? 1 : unsupported();
+}
+
+/* A float struct code (f, d, e), converted as struct does. */
+static inline int pack_float(char code, PyObject *value, unsigned char *at)
+{
+    double x = PyFloat_CheckExact(value) ? PyFloat_AS_DOUBLE(value) : PyFloat_AsDouble(value);
+    if (x == -1.0 && PyErr_Occurred()) {
+        return unsupported();
+    }
+    if (code == 'd') {
+        memcpy(at, &x, sizeof x);
+        return 1;
+    }
+    int failed = code == 'f' ? PyFloat_Pack4(x, (char *)at, 1) : PyFloat_Pack2(x, (char *)at, 1);
+    return failed ? unsupported() : 1;
 }
 
 /* cuLaunchKernel with the GIL released. */

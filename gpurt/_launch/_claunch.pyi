@@ -37,3 +37,22 @@ class KernelCall:
     def __init__(self, function: Callable[..., None], thread: Any,
                  convert: Callable[[Any], int]) -> None: ...
     def __call__(self, kernel: Any, *args: Any, **kwargs: Any) -> None: ...
+
+class PlannedLaunch:
+    """A launch packed once (``template``), repeated with new values at ``slots``; every call
+    it does not take goes to ``fallback(stream, *values)``."""
+
+    launcher: Launcher
+    fallback: Callable[..., None]
+    template: bytes
+
+    def __init__(self, launcher: Launcher, launch_ex: int, grid: tuple[int, int, int],
+                 block: tuple[int, int, int], shared_mem: int, cluster: tuple[int, int, int],
+                 attribute: int, template: bytes, offsets: tuple[int, ...],
+                 slots: tuple[tuple[int, str, int], ...], thread: Any, index: int,
+                 hooks: list[Any], fallback: Callable[..., None],
+                 refused: Callable[[Any], None]) -> None: ...
+    def __call__(self, stream: Any, *values: Any) -> None: ...
+
+def signature(array_type: type, *items: Any) -> bytes | None:
+    """The key of a planned call of ints, None and arrays of exactly ``array_type``."""

@@ -22,7 +22,7 @@ from .._array.copies import pointer_device
 from ..array import Array, from_dlpack
 from .params import Param
 
-__all__ = ["Plan", "build_plan", "pointer"]
+__all__ = ["Plan", "build_plan", "c_code", "pointer"]
 
 _KDL_CUDA_TYPES = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
@@ -164,7 +164,7 @@ def _field(param: Param) -> str:
 _C_CODES = frozenset("bBhHiIqQefd")  # scalar struct codes that gpurt._launch._claunch packs itself
 
 
-def _c_code(param: Param) -> str | None:
+def c_code(param: Param) -> str | None:
     """How gpurt._launch._claunch packs ``param`` ("P" a pointer, else its struct code), or
     None for a parameter that needs a converter of this module."""
     if param.kind == "pointer":
@@ -288,7 +288,7 @@ class Plan:
                 values.append(f"convert{param.index}({arg})")
             else:
                 values.append(arg)
-        codes = [_c_code(param) for param in params]
+        codes = [c_code(param) for param in params]
         # (offset, code) of every parameter, for gpurt._launch._claunch.PackingLauncher
         self.layout: tuple[tuple[int, str], ...] | None = None
         if None not in codes:

@@ -18,14 +18,11 @@ with ``GPURT_PURE_PYTHON_LAUNCH=1``, launches go through cuda.bindings' cuLaunch
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-import numpy as np
 from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, check
@@ -36,19 +33,22 @@ from ..device import _index, bind_context, current_device
 from ..streams import as_stream_handle, current_stream_handle
 from . import path as _launchpath
 from .args import Plan, build_plan
+from .config import Dims, LaunchConfig
+from .config import dims3 as _dims3
+from .config import launch_attributes as _launch_attributes
+from .config import triple as _triple
 from .params import Param, kernel_params
 from .path import claunch as _claunch
 from .path import launch_path
+from .planned import check_varying, planned_launch
 
 __all__ = ["Kernel", "LaunchConfig", "add_launch_hook", "launch_path", "remove_launch_hook"]
 
-Dims = int | Sequence[int]
 LaunchHook = Callable[["Kernel", int, str], None]
 
 _A = cu.CUfunction_attribute
 _MAX_DYNAMIC_SHARED = _A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _cuLaunchKernel = cu.cuLaunchKernel  # looked up once: it is on the hot path
-_DIM_LIMITS = {"grid": (2**31 - 1, 65535, 65535), "block": (1024, 1024, 64)}
 # what cuLaunchKernel says to a block larger than the kernel allows
 _BLOCK_TOO_BIG = (cu.CUresult.CUDA_ERROR_INVALID_VALUE,
                   cu.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
@@ -66,90 +66,6 @@ def _bound_current_device() -> int:
     index = current_device()
     bind_context(index)
     return index
-
-
-# ---- launch configuration -------------------------------------------------------------------
-
-
-def _dims3(value: Any, what: str) -> tuple[int, int, int]:
-    """``value`` (int or 1-3 ints) as a validated 3-tuple."""
-    items = [value] if isinstance(value, (int, np.integer)) else value
-    try:
-        dims = [operator.index(v) for v in items]
-    except TypeError:
-        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}") from None
-    if not 1 <= len(dims) <= 3 or any(isinstance(v, bool) for v in items):
-        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
-    dims += [1] * (3 - len(dims))
-    if any(size < 1 for size in dims):
-        raise ValueError(f"{what} dimensions must be >= 1, got {value!r}")
-    if what == "block" and dims[0] * dims[1] * dims[2] > 1024:
-        raise ValueError(f"a block holds at most 1024 threads, got {value!r}")
-    limits = _DIM_LIMITS.get(what)
-    for axis, size in enumerate(dims):
-        if limits and size > limits[axis]:
-            raise ValueError(f"{what} dimension {'xyz'[axis]} is at most {limits[axis]}, "
-                             f"got {value!r}")
-    return dims[0], dims[1], dims[2]
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchConfig:
-    """How to launch a kernel: grid and block (ints or tuples, stored as 3-tuples), dynamic
-    shared memory in bytes, thread-block cluster dims (sm_90+) and cooperative launch (grid-wide
-    sync). Validated on construction; clusters and cooperative launches use cuLaunchKernelEx."""
-
-    grid: Dims
-    block: Dims
-    shared_mem: int = 0
-    cluster: Dims | None = None
-    cooperative: bool = False
-
-    def __post_init__(self) -> None:
-        grid = _dims3(self.grid, "grid")
-        object.__setattr__(self, "grid", grid)
-        object.__setattr__(self, "block", _dims3(self.block, "block"))
-        if isinstance(self.shared_mem, bool) or not isinstance(self.shared_mem, (int, np.integer)):
-            raise TypeError(f"shared_mem must be an int (bytes), got {self.shared_mem!r}")
-        if self.shared_mem < 0:
-            raise ValueError(f"shared_mem must be >= 0 bytes, got {self.shared_mem}")
-        object.__setattr__(self, "shared_mem", int(self.shared_mem))
-        if self.cluster is not None:
-            cluster = _dims3(self.cluster, "cluster")
-            if any(g % c for g, c in zip(grid, cluster)):
-                raise ValueError(f"grid {grid} must be a multiple of the cluster dims {cluster}")
-            object.__setattr__(self, "cluster", cluster)
-        if not isinstance(self.cooperative, bool):
-            raise TypeError(f"cooperative must be a bool, got {self.cooperative!r}")
-
-
-def _triple(dims: Dims | None) -> tuple[int, int, int]:
-    """A LaunchConfig field, which __post_init__ made a 3-tuple (for the type checker)."""
-    return cast("tuple[int, int, int]", dims)
-
-
-_ex_attributes: dict[tuple[Any, bool], list[Any]] = {}
-
-
-def _launch_attributes(config: LaunchConfig) -> list[Any]:
-    """The CUlaunchAttribute list of a cluster/cooperative config (built once per kind)."""
-    key = (config.cluster, config.cooperative)
-    attrs = _ex_attributes.get(key)
-    if attrs is None:
-        attrs = []
-        if config.cluster is not None:
-            attr = cu.CUlaunchAttribute()
-            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            dims = attr.value.clusterDim
-            dims.x, dims.y, dims.z = _triple(config.cluster)
-            attrs.append(attr)
-        if config.cooperative:
-            attr = cu.CUlaunchAttribute()
-            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            attr.value.cooperative = 1
-            attrs.append(attr)
-        _ex_attributes[key] = attrs
-    return attrs
 
 
 # ---- launch hooks ----------------------------------------------------------------------------
@@ -542,6 +458,25 @@ class Kernel:
         else:
             result = cu.cuLaunchKernelEx(ex, loaded.function, params, 0)
         check(result, f"cuLaunchKernelEx({self.name})")
+
+    def planned(self, config: LaunchConfig, *args: Any, varying: Sequence[int] = (),
+                device: int | None = None) -> Callable[..., None]:
+        """This launch checked and packed now, to be repeated as ``planned(stream, *values)``
+        with new values for the arguments at the ``varying`` positions (pointers as ints,
+        scalars, by-value structs as bytes) on ``device`` (default: the current one);
+        ``stream`` None means that device's current stream. Errors in ``args`` or ``config``
+        raise here; see gpurt/_launch/planned.py."""
+        index = current_device() if device is None else _index(device)
+        positions = check_varying(varying, len(args))
+        loaded = self._on_device(index, config.shared_mem)
+        template = self.pack(*args, device=index)
+        grid, block, shared_mem = config.grid, config.block, config.shared_mem
+
+        def refused(code: Any) -> None:
+            self._launch_refused(code, grid, block, shared_mem)
+
+        return planned_launch(self, config, tuple(args), positions, index, loaded.function,
+                              self._plan, template, _hooks, refused)  # type: ignore[arg-type]
 
     def _hooked(self, driver_call: Callable[..., tuple], stream: Any, *call_args: Any) -> tuple:
         """``driver_call(*call_args)`` between the hooks' "begin" and "end" calls, which get

@@ -18,8 +18,8 @@ from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, CudaUnavailableError, check, init
 
-__all__ = ["PURE_PYTHON_ENV", "claunch", "find_launch_kernel", "launch_path", "pure_python",
-           "result_code", "route"]
+__all__ = ["PURE_PYTHON_ENV", "claunch", "find_launch_kernel", "find_launch_kernel_ex",
+           "launch_path", "pure_python", "result_code", "route"]
 
 PURE_PYTHON_ENV = "GPURT_PURE_PYTHON_LAUNCH"
 pure_python = os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
@@ -32,6 +32,30 @@ except ImportError as exc:  # installed without a C compiler
     _not_built = f"the C extension gpurt._launch._claunch is not built ({exc})"
 
 _found: tuple[int, str] | None = None  # (address of the driver's cuLaunchKernel or 0, why)
+_found_ex: tuple[int, str] | None = None  # the same for cuLaunchKernelEx
+
+
+def _lookup(name: str, versions: tuple[int, int]) -> tuple[int, str]:
+    """(the address of the driver's ``name`` or 0, why), asked for as cuda.bindings asks:
+    ``versions`` = (legacy stream version, per-thread default stream version)."""
+    init()
+    flags = cu.CUdriverProcAddress_flags
+    try:
+        per_thread = int(os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0"))
+    except ValueError:
+        per_thread = 0
+    if per_thread:
+        version, flag = versions[1], flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    else:
+        version, flag = versions[0], flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    try:
+        address, _ = check(cu.cuGetProcAddress(name.encode(), version, flag),
+                           f"cuGetProcAddress({name})")
+    except CudaError as err:
+        return 0, str(err)
+    address = int(address or 0)
+    return (address, f"gpurt._launch._claunch calls {name} at {address:#x}" if address
+            else f"cuGetProcAddress found no {name}")
 
 
 def find_launch_kernel() -> tuple[int, str]:
@@ -40,27 +64,17 @@ def find_launch_kernel() -> tuple[int, str]:
     and why (wraps cuGetProcAddress). Looked up once; initialises the driver."""
     global _found
     if _found is None:
-        init()
-        flags = cu.CUdriverProcAddress_flags
-        try:
-            per_thread = int(os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0"))
-        except ValueError:
-            per_thread = 0
-        if per_thread:  # the versions cuda.bindings asks for, too
-            version, flag = 7000, flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-        else:
-            version, flag = 4000, flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-        try:
-            address, _ = check(cu.cuGetProcAddress(b"cuLaunchKernel", version, flag),
-                               "cuGetProcAddress(cuLaunchKernel)")
-        except CudaError as err:
-            _found = 0, str(err)
-        else:
-            address = int(address or 0)
-            _found = (address,
-                      f"gpurt._launch._claunch calls cuLaunchKernel at {address:#x}" if address
-                      else "cuGetProcAddress found no cuLaunchKernel")
+        _found = _lookup("cuLaunchKernel", (4000, 7000))
     return _found
+
+
+def find_launch_kernel_ex() -> tuple[int, str]:
+    """:func:`find_launch_kernel` for cuLaunchKernelEx (CUDA 11.8+), which cluster launches
+    of gpurt._launch._claunch.PlannedLaunch call."""
+    global _found_ex
+    if _found_ex is None:
+        _found_ex = _lookup("cuLaunchKernelEx", (12000, 12000))
+    return _found_ex
 
 
 def route() -> tuple[int, str]:
