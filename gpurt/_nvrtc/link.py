@@ -1,0 +1,99 @@
+"""Linking device code with NVIDIA's nvJitLink (``cuda.bindings.nvjitlink``, the
+nvidia-nvjitlink wheel): relocatable cubins (NVRTC's -rdc=true), LTO-IR (-dlto), PTX,
+fatbins, and libraries or host objects made by nvcc, into one cubin for one architecture.
+Linking needs no GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cuda.bindings import nvjitlink as _nvjitlink
+
+from .._core.driver import CudaError, check_call
+from .images import describe
+
+__all__ = ["LinkError", "link_images", "input_kind", "version"]
+
+_AR_MAGIC = b"!<arch>\n"
+_INPUT_TYPES = {
+    "cubin": _nvjitlink.InputType.CUBIN,
+    "ptx": _nvjitlink.InputType.PTX,
+    "ltoir": _nvjitlink.InputType.LTOIR,
+    "fatbin": _nvjitlink.InputType.FATBIN,
+    "object": _nvjitlink.InputType.OBJECT,
+    "library": _nvjitlink.InputType.LIBRARY,
+}
+
+
+class LinkError(CudaError):
+    """nvJitLink could not link: ``log`` holds its error log, ``inputs`` the inputs' names."""
+
+    def __init__(self, error: CudaError, log: str, inputs: Sequence[str],
+                 options: Sequence[str]) -> None:
+        super().__init__(error.code, error.name, error.description, error.call)
+        self.log = log
+        self.inputs = tuple(inputs)
+        self.options = tuple(options)
+
+    def __str__(self) -> str:
+        return (f"{self.name}: nvJitLink could not link {', '.join(self.inputs)} "
+                f"(options: {' '.join(self.options)})\n{self.log.rstrip()}")
+
+
+def version() -> tuple[int, int]:
+    """nvJitLink's (major, minor) version."""
+    major, minor = check_call("nvJitLinkVersion", "NVJITLINK", _nvjitlink.version)
+    return int(major), int(minor)
+
+
+def input_kind(data: bytes, what: str) -> str:
+    """How nvJitLink takes ``data``: 'cubin', 'ptx', 'ltoir', 'fatbin', 'library' (an ar
+    archive, nvcc -lib) or 'object' (a host ELF object with device code, nvcc -c);
+    ValueError for anything else."""
+    if data[:8] == _AR_MAGIC:
+        return "library"
+    if data[:4] == b"\x7fELF" and len(data) > 0x14 and data[0x12] != 190:  # not EM_CUDA
+        return "object"
+    return describe(data, what).kind
+
+
+def _log(handle: int, error: bool) -> str:
+    size_of = _nvjitlink.get_error_log_size if error else _nvjitlink.get_info_log_size
+    get = _nvjitlink.get_error_log if error else _nvjitlink.get_info_log
+    size = check_call("nvJitLinkGetLogSize", "NVJITLINK", size_of, handle)
+    if not size:
+        return ""
+    buffer = bytearray(size)
+    check_call("nvJitLinkGetLog", "NVJITLINK", get, handle, buffer)
+    return bytes(buffer).rstrip(b"\0").decode(errors="replace").strip()
+
+
+def link_images(inputs: Sequence[tuple[str, bytes]], arch: str, lto: bool = False,
+                options: Sequence[str] = ()) -> tuple[bytes, str]:
+    """Link ``inputs`` ((name, data) pairs) into one cubin for ``arch`` ('sm_90'); returns
+    (cubin, nvJitLink's info log). ``lto`` (also implied by any LTO-IR input) optimises
+    across the inputs at link time. Raises LinkError with nvJitLink's log, ValueError for
+    an input it cannot take. The nvJitLink handle is destroyed on every path."""
+    if not inputs:
+        raise ValueError("nothing to link: add at least one input")
+    kinds = [input_kind(data, name) for name, data in inputs]
+    lto = lto or "ltoir" in kinds
+    flags = [f"-arch={arch}", *(("-lto",) if lto else ()), *options]
+    handle = check_call("nvJitLinkCreate", "NVJITLINK", _nvjitlink.create, len(flags), flags)
+    try:
+        try:
+            for (name, data), kind in zip(inputs, kinds):
+                check_call("nvJitLinkAddData", "NVJITLINK", _nvjitlink.add_data, handle,
+                           _INPUT_TYPES[kind], data, len(data), name)
+            check_call("nvJitLinkComplete", "NVJITLINK", _nvjitlink.complete, handle)
+        except CudaError as err:
+            raise LinkError(err, _log(handle, True), [n for n, _ in inputs], flags) from None
+        size = check_call("nvJitLinkGetLinkedCubinSize", "NVJITLINK",
+                          _nvjitlink.get_linked_cubin_size, handle)
+        cubin = bytearray(size)
+        check_call("nvJitLinkGetLinkedCubin", "NVJITLINK", _nvjitlink.get_linked_cubin, handle,
+                   cubin)
+        info = _log(handle, False)
+    finally:
+        check_call("nvJitLinkDestroy", "NVJITLINK", _nvjitlink.destroy, handle)
+    return bytes(cubin), info
