@@ -25,11 +25,11 @@ from ._launch.kernel import Kernel, LaunchConfig, add_launch_hook, remove_launch
 from ._launch.module import Module
 from ._launch.path import launch_path  # noqa: F401 (gpurt.nvrtc.launch_path(): the launch path in use)
 from ._nvrtc import cache as _kcache
-from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from ._nvrtc import fatbin as _fatbin
 from ._nvrtc import images as _images
 from ._nvrtc import link as _link
 from ._nvrtc import prebuilt as _prebuilt
+from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
 from ._nvrtc.link import LinkError
 from .device import get_arch
 
