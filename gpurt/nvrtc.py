@@ -41,6 +41,7 @@ __all__ = [
     "link",
     "LinkError",
     "add_prebuilt",
+    "prebuild",
     "Module",
     "Kernel",
     "RawKernel",
@@ -264,20 +265,25 @@ def _entry(source: str, opts: tuple[str, ...], incs: tuple[str, ...], digests: t
            program_name: str, output: str) -> tuple[Entry, Callable[[], Entry] | None]:
     """The compiled program: from a prebuilt archive, the disk cache or NVRTC (then stored
     on disk). Also returns, for code that did not come fresh from NVRTC, the function that
-    compiles it afresh (Module calls it once if the driver refuses that code)."""
+    compiles it afresh (Module calls it once if the driver refuses that code). A prebuilt
+    program is looked up first: it needs no toolchain discovery."""
     directory = cache_dir()
-    tools = _kcache.toolchain(directory)
-    key = _kcache.make_key({
-        "schema": _kcache.SCHEMA, "gpurt": _gpurt_version(), "nvrtc": tools.nvrtc_version,
-        "toolchain": tools.digest, "arch": arch, "options": opts, "program": program_name,
-        "source": source, "name_expressions": sorted(exprs), "headers": hdrs,
-        "include_dirs": list(zip(incs, digests)), "output": output,
-    })
-    build = functools.partial(_build, source, program_name,
-                              _nvrtc_options(arch, opts, incs, tools), exprs, hdrs, output)
+
+    def key_and_build() -> tuple[str, Callable[[], Entry]]:
+        tools = _kcache.toolchain(directory)
+        key = _kcache.make_key({
+            "schema": _kcache.SCHEMA, "gpurt": _gpurt_version(), "nvrtc": tools.nvrtc_version,
+            "toolchain": tools.digest, "arch": arch, "options": opts, "program": program_name,
+            "source": source, "name_expressions": sorted(exprs), "headers": hdrs,
+            "include_dirs": list(zip(incs, digests)), "output": output,
+        })
+        return key, functools.partial(_build, source, program_name,
+                                      _nvrtc_options(arch, opts, incs, tools), exprs, hdrs,
+                                      output)
 
     def rebuild() -> Entry:
         """Compile afresh code that the driver refused (see Module)."""
+        key, build = key_and_build()
         fresh = build()
         if directory is not None:
             _kcache.store(directory, key, fresh)
@@ -288,6 +294,7 @@ def _entry(source: str, opts: tuple[str, ...], incs: tuple[str, ...], digests: t
                                  exprs)
         if found is not None:
             return found, rebuild
+    key, build = key_and_build()
     entry = None
     if directory is not None and _kcache.usable(directory):
         entry = _kcache.load(directory, key)
@@ -550,6 +557,17 @@ def link(sources: Sequence[str] = (), files: Sequence[CodeSource] = (), *,
         else:
             linker.add_file(item)
     return linker.link()
+
+
+def prebuild(source: str, options: Sequence[str] | str = (), name_expressions: Sequence[str] = (),
+             headers: Headers = None, *, arch: str,
+             program_name: str = "kernel.cu") -> tuple[str, Entry]:
+    """Compile a program for a prebuilt archive (``gpurt build-kernels``): returns the key
+    that :func:`compile` looks it up by, with the same arguments, and its cubin Entry."""
+    opts, _, target = _canonical(options, (), arch, False)
+    exprs, hdrs = tuple(name_expressions), _headers(headers)
+    entry, _ = _entry(source, opts, (), (), exprs, hdrs, target, program_name, "cubin")
+    return _prebuilt.program_key(program_name, source, hdrs, opts, target), entry
 
 
 def add_prebuilt(path: str | os.PathLike[str]) -> None:

@@ -54,7 +54,12 @@ def input_kind(data: bytes, what: str) -> str:
         return "library"
     if data[:4] == b"\x7fELF" and len(data) > 0x14 and data[0x12] != 190:  # not EM_CUDA
         return "object"
-    return describe(data, what).kind
+    image = describe(data, what)
+    if image.kind == "cubin" and not image.relocatable:
+        raise ValueError(f"{what} is an executable cubin, which cannot be linked: compile "
+                         "it with -rdc=true (Linker.add_source does) or load it alone with "
+                         "gpurt.load_module")
+    return image.kind
 
 
 def _log(handle: int, error: bool) -> str:
