@@ -325,7 +325,8 @@ def _compile_fatbin(source: str, options: Sequence[str] | str, exprs: tuple[str,
     into one fatbin with nvFatbin."""
     targets = _fatbin_targets(archs, ptx)
     hdrs = _headers(headers)
-    parts, opts = [], ()
+    parts: list[tuple[str, Module]] = []
+    opts: tuple[str, ...] = ()
     for target in targets:
         opts, _, _ = _canonical(options, include_paths, target, False)
         parts.append((target, compile(source, options, exprs, headers, include_paths, target,
@@ -530,7 +531,9 @@ class Linker:
         if module is not None:
             return module
         directory = cache_dir()
-        entry = _kcache.load(directory, key) if _kcache.usable(directory) else None
+        entry = None
+        if directory is not None and _kcache.usable(directory):
+            entry = _kcache.load(directory, key)
         if entry is None:
             cubin, log = _link.link_images(self._inputs, self.arch, self.lto, self.options)
             entry = Entry(cubin, "cubin", dict(self._lowered), "\n".join([*self._logs, log]))

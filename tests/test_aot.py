@@ -14,9 +14,9 @@ import pytest
 import gpurt
 from gpurt import nvrtc as gnvrtc
 from gpurt._nvrtc import archive as _archive
+from gpurt._nvrtc import cache as _kcache
 from gpurt._nvrtc import images as _images
 from gpurt._nvrtc import prebuilt as _registry
-from gpurt._nvrtc import cache as _kcache
 
 INC = r"""
 extern "C" __global__ void inc(float* x, float by, int n) {

@@ -80,15 +80,15 @@ def _program(row: Any) -> Program | None:
     """A Program from an index row of the right shape, else None."""
     if not isinstance(row, dict):
         return None
-    lowered = row.get("lowered")
-    fields = [row.get(k) for k in ("key", "arch", "program", "blake2b")]
-    sizes = [row.get(k) for k in ("offset", "size")]
-    if not (all(isinstance(f, str) for f in fields) and isinstance(lowered, dict)
+    key, arch, name, digest = (row.get(k) for k in ("key", "arch", "program", "blake2b"))
+    offset, size, lowered = row.get("offset"), row.get("size"), row.get("lowered")
+    if not (isinstance(key, str) and isinstance(arch, str) and isinstance(name, str)
+            and isinstance(digest, str) and isinstance(lowered, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items())
-            and all(type(v) is int and 0 <= v for v in sizes)
-            and sizes[1] <= MAX_IMAGE_BYTES):
+            and type(offset) is int and type(size) is int
+            and offset >= 0 and 0 <= size <= MAX_IMAGE_BYTES):
         return None
-    return Program(fields[0], fields[1], fields[2], dict(lowered), sizes[0], sizes[1], fields[3])
+    return Program(key, arch, name, dict(lowered), offset, size, digest)
 
 
 class Archive:

@@ -5,24 +5,26 @@ Linking needs no GPU."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
-
-from cuda.bindings import nvjitlink as _nvjitlink
+from typing import Any
 
 from .._core.driver import CudaError, check_call
 from .images import describe
 
 __all__ = ["LinkError", "link_images", "input_kind", "version"]
 
+
+def _library() -> Any:
+    """cuda.bindings.nvjitlink; RuntimeError saying what to install where it is missing."""
+    try:
+        return importlib.import_module("cuda.bindings.nvjitlink")
+    except ImportError as exc:
+        raise RuntimeError(f"this needs cuda-bindings' nvjitlink module and NVIDIA's library "
+                           f"(pip install nvidia-nvjitlink cuda-bindings>=12.9): {exc}") from exc
+
+
 _AR_MAGIC = b"!<arch>\n"
-_INPUT_TYPES = {
-    "cubin": _nvjitlink.InputType.CUBIN,
-    "ptx": _nvjitlink.InputType.PTX,
-    "ltoir": _nvjitlink.InputType.LTOIR,
-    "fatbin": _nvjitlink.InputType.FATBIN,
-    "object": _nvjitlink.InputType.OBJECT,
-    "library": _nvjitlink.InputType.LIBRARY,
-}
 
 
 class LinkError(CudaError):
@@ -42,7 +44,8 @@ class LinkError(CudaError):
 
 def version() -> tuple[int, int]:
     """nvJitLink's (major, minor) version."""
-    major, minor = check_call("nvJitLinkVersion", "NVJITLINK", _nvjitlink.version)
+    lib = _library()
+    major, minor = check_call("nvJitLinkVersion", "NVJITLINK", lib.version)
     return int(major), int(minor)
 
 
@@ -63,8 +66,9 @@ def input_kind(data: bytes, what: str) -> str:
 
 
 def _log(handle: int, error: bool) -> str:
-    size_of = _nvjitlink.get_error_log_size if error else _nvjitlink.get_info_log_size
-    get = _nvjitlink.get_error_log if error else _nvjitlink.get_info_log
+    lib = _library()
+    size_of = lib.get_error_log_size if error else lib.get_info_log_size
+    get = lib.get_error_log if error else lib.get_info_log
     size = check_call("nvJitLinkGetLogSize", "NVJITLINK", size_of, handle)
     if not size:
         return ""
@@ -79,26 +83,27 @@ def link_images(inputs: Sequence[tuple[str, bytes]], arch: str, lto: bool = Fals
     (cubin, nvJitLink's info log). ``lto`` (also implied by any LTO-IR input) optimises
     across the inputs at link time. Raises LinkError with nvJitLink's log, ValueError for
     an input it cannot take. The nvJitLink handle is destroyed on every path."""
+    lib = _library()
     if not inputs:
         raise ValueError("nothing to link: add at least one input")
     kinds = [input_kind(data, name) for name, data in inputs]
     lto = lto or "ltoir" in kinds
     flags = [f"-arch={arch}", *(("-lto",) if lto else ()), *options]
-    handle = check_call("nvJitLinkCreate", "NVJITLINK", _nvjitlink.create, len(flags), flags)
+    handle = check_call("nvJitLinkCreate", "NVJITLINK", lib.create, len(flags), flags)
     try:
         try:
             for (name, data), kind in zip(inputs, kinds):
-                check_call("nvJitLinkAddData", "NVJITLINK", _nvjitlink.add_data, handle,
-                           _INPUT_TYPES[kind], data, len(data), name)
-            check_call("nvJitLinkComplete", "NVJITLINK", _nvjitlink.complete, handle)
+                check_call("nvJitLinkAddData", "NVJITLINK", lib.add_data, handle,
+                           getattr(lib.InputType, kind.upper()), data, len(data), name)
+            check_call("nvJitLinkComplete", "NVJITLINK", lib.complete, handle)
         except CudaError as err:
             raise LinkError(err, _log(handle, True), [n for n, _ in inputs], flags) from None
         size = check_call("nvJitLinkGetLinkedCubinSize", "NVJITLINK",
-                          _nvjitlink.get_linked_cubin_size, handle)
+                          lib.get_linked_cubin_size, handle)
         cubin = bytearray(size)
-        check_call("nvJitLinkGetLinkedCubin", "NVJITLINK", _nvjitlink.get_linked_cubin, handle,
+        check_call("nvJitLinkGetLinkedCubin", "NVJITLINK", lib.get_linked_cubin, handle,
                    cubin)
         info = _log(handle, False)
     finally:
-        check_call("nvJitLinkDestroy", "NVJITLINK", _nvjitlink.destroy, handle)
+        check_call("nvJitLinkDestroy", "NVJITLINK", lib.destroy, handle)
     return bytes(cubin), info
