@@ -220,8 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compile the bundled kernels (every GEMM and softmax variant their heuristics can "
         "choose) for the given architectures into one archive that gpurt.kernels loads "
         "instead of compiling; needs no GPU"))
-    parser.add_argument("--arch", required=True,
-                        help="comma-separated architectures, e.g. sm_80,sm_90a,sm_100")
+    parser.add_argument("--arch", default=os.environ.get("GPURT_BUILD_KERNELS") or None,
+                        help="comma-separated architectures, e.g. sm_80,sm_90a,sm_100 "
+                        "(default: $GPURT_BUILD_KERNELS)")
     parser.add_argument("-o", "--output", default=str(_HERE / ARCHIVE_NAME),
                         help="the archive to write (default: the installed package's)")
     parser.add_argument("-j", "--jobs", type=int, default=None,
@@ -231,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: kernels/tuning/*.json)")
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.arch:
+        parser.error("give --arch (or set GPURT_BUILD_KERNELS), e.g. --arch sm_80,sm_90a,sm_100")
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     for arch in archs:
         if not arch.startswith("sm_") or not arch[3:].rstrip("af").isdigit():

@@ -45,6 +45,8 @@ _PACKAGES = {
     "cuda-bindings": "cuda-bindings",
     "cuda-pathfinder": "cuda-pathfinder",
     "nvidia-cuda-nvrtc": "NVRTC wheel",
+    "nvidia-nvjitlink": "nvJitLink wheel",
+    "nvidia-nvfatbin": "nvFatbin wheel",
     "numpy": "numpy",
     "ml_dtypes": "ml_dtypes",
     "rich": "rich",
