@@ -83,7 +83,7 @@ def _child(code: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpurt-first-call-") as cache:
         full = {**os.environ, **env, "GPURT_CACHE_DIR": os.path.join(cache, "kernels")}
         done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, cwd=cache)  # no ./gpurt shadowing
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
     return json.loads(done.stdout.strip().splitlines()[-1])

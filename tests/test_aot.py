@@ -348,30 +348,54 @@ def test_linked_kernel_runs(cache, gpu_state, lto):
 
 
 @pytest.mark.gpu
-def test_prebuilt_gemm_matches_numpy(cache, gpu_state, tmp_path):
-    """gemm with its programs from an archive: the right answer, no NVRTC for them."""
+@pytest.mark.parametrize("shape", [(96, 80, 72), (256, 512, 384)])
+def test_prebuilt_gemm_runs_without_nvrtc(cache, gpu_state, monkeypatch, tmp_path, shape):
+    """gemm with its programs from an archive: the right answer, and NVRTC never runs."""
     import ml_dtypes
 
-    from gpurt.kernels import _prebuilt
+    from gpurt.kernels import _gemm_launch
     from gpurt.kernels.gemm import clear_plans, gemm
-    arch = gpurt.get_arch()
-    out = tmp_path / "k.gpak"
-    wanted = [r for r in _prebuilt.requests(arch) if r[0] == "gemm_mma.cu"][:4]
-    rows = []
-    for program, names, target in wanted:
-        key, entry = gnvrtc.prebuild(_prebuilt.gemm_launch.text(program), (), names,
-                                     {"gemm_common.cu": _prebuilt.gemm_launch.text(
-                                         "gemm_common.cu")}, arch=target, program_name=program)
-        rows.append((_archive.Program(key, target, program, dict(entry.lowered)), entry.binary))
-    _archive.write_archive(str(out), rows)
-    gnvrtc.clear_cache()
-    gnvrtc.add_prebuilt(out)
-    clear_plans()
+    m, k, n = shape
     rng = np.random.default_rng()
-    ha = rng.standard_normal((96, 80)).astype(ml_dtypes.bfloat16)
-    hb = rng.standard_normal((80, 72)).astype(ml_dtypes.bfloat16)
-    c = gpurt.full((96, 72), 7.0, dtype=ml_dtypes.bfloat16)  # poisoned
-    gemm(gpurt.asarray(ha), gpurt.asarray(hb), out=c)
-    want = ha.astype(np.float64) @ hb.astype(np.float64)
-    np.testing.assert_allclose(c.to_numpy().astype(np.float64), want, rtol=2e-2, atol=2e-1)
+
+    def run() -> None:
+        ha = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+        hb = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+        c = gpurt.full((m, n), 7.0, dtype=ml_dtypes.bfloat16)  # poisoned
+        gemm(gpurt.asarray(ha), gpurt.asarray(hb), out=c)
+        want = ha.astype(np.float64) @ hb.astype(np.float64)
+        np.testing.assert_allclose(c.to_numpy().astype(np.float64), want, rtol=2e-2,
+                                   atol=1e-1 * np.sqrt(k) / 8)
+
+    asked = []
+    real_compile = gpurt.compile
+
+    def spy(source, options=(), name_expressions=(), headers=None, *args, **kwargs):
+        asked.append((source, tuple(options), tuple(name_expressions), headers, kwargs))
+        return real_compile(source, options, name_expressions, headers, *args, **kwargs)
+
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    monkeypatch.setattr(_gemm_launch, "_kernels", {})
+    monkeypatch.setattr(gpurt, "compile", spy)
+    clear_plans()
+    run()  # JIT, recording the programs gemm compiles
+    assert asked
+    rows = []
+    for source, options, names, headers, kwargs in asked:
+        key, entry = gnvrtc.prebuild(source, options, names, headers, arch=kwargs["arch"],
+                                     program_name=kwargs["program_name"])
+        rows.append((_archive.Program(key, kwargs["arch"], kwargs["program_name"],
+                                      dict(entry.lowered)), entry.binary))
+    _archive.write_archive(str(tmp_path / "k.gpak"), rows)
+    gnvrtc.clear_cache()
+    gnvrtc.add_prebuilt(tmp_path / "k.gpak")
+    monkeypatch.setattr(_gemm_launch, "_kernels", {})
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path / "empty"))
+
+    def no_nvrtc(*args):
+        raise AssertionError("NVRTC ran for a prebuilt program")
+
+    monkeypatch.setattr(gnvrtc, "_build", no_nvrtc)
+    clear_plans()
+    run()
     clear_plans()
