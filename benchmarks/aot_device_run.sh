@@ -13,8 +13,15 @@ stamp() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$out/run.log"; }
 
 stamp setup
 rm -rf "$site" && mkdir -p "$site/gpurt"
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl \
-    >> "$out/run.log" 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+    $(ls .whl/*.whl | grep -v nvjitlink) >> "$out/run.log" 2>&1
+# nvJitLink: the machine's own (torch's) where there is one, else the carried wheel
+if ! python3 -c "from cuda import pathfinder; pathfinder.load_nvidia_dynamic_lib('nvJitLink')" \
+        >> "$out/run.log" 2>&1; then
+    echo "installing the carried nvJitLink wheel" >> "$out/run.log"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+        .whl/nvidia_nvjitlink*.whl >> "$out/run.log" 2>&1
+fi
 cp -r gpurt/. "$site/gpurt/" && rm -rf "$site/gpurt/kernels" && cp -r kernels "$site/gpurt/kernels"
 cp setup.py "$site/" && (cd "$site" && python3 setup.py -q build_ext --inplace >> "$out/run.log" 2>&1)
 export PYTHONPATH=$site
