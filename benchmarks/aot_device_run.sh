@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The AOT work's one GPU run (issue 22): install gpurt into a private folder as scripts/gpu-check
-# does, run the AOT GPU tests while `gpurt build-kernels --arch sm_90a` builds the archive,
-# tune the GEMM's common shapes from it, rebuild it with that default tuning table, and time the
-# first 4096^3 bf16 gemm in cold processes (JIT, prebuilt) against torch's first matmul.
+# The AOT work's GPU run (issue 22): install gpurt into a private folder as scripts/gpu-check
+# does, run the AOT GPU tests while `gpurt build-kernels --arch $ARCHS` (default sm_90a) builds
+# the archive, tune the GEMM's common shapes from it, rebuild it with that default tuning table,
+# and time the first 4096^3 bf16 gemm in cold processes (JIT; prebuilt with and without the
+# table) against torch's first matmul.
 # Usage: bash benchmarks/aot_device_run.sh OUTDIR
 set -uo pipefail
 out=${1:?OUTDIR}
+archs=${ARCHS:-sm_90a}
 mkdir -p "$out"
 site=/tmp/aot-site
 start=$(date +%s)
@@ -36,9 +38,9 @@ print('nvJitLink', l.version(), 'nvFatbin', f.version())
 " >> "$out/run.log" 2>&1
 nproc >> "$out/run.log"
 
-stamp "build-kernels sm_90a (background) + GPU tests"
+stamp "build-kernels $archs (background) + GPU tests"
 ( GPURT_CACHE_DIR=/tmp/aot-build-cache timeout 150 python3 -P -m gpurt build-kernels \
-      --arch sm_90a -j 14 -o /tmp/aot-k1.gpak > "$out/build1.json" 2> "$out/build1.log";
+      --arch "$archs" -j 14 -o /tmp/aot-k1.gpak > "$out/build1.json" 2> "$out/build1.log";
   echo "rc=$?" >> "$out/build1.log" ) &
 build=$!
 GPURT_CACHE_DIR=/tmp/aot-test-cache timeout 100 python3 -P -m pytest -q -ra -p no:cacheprovider \
@@ -54,7 +56,7 @@ GPURT_PREBUILT=/tmp/aot-k1.gpak GPURT_CACHE_DIR=/tmp/aot-tune-cache timeout 45 p
 stamp "tune done rc=$?"
 
 stamp "rebuild with the tuning table"
-GPURT_CACHE_DIR=/tmp/aot-build-cache timeout 60 python3 -P -m gpurt build-kernels --arch sm_90a \
+GPURT_CACHE_DIR=/tmp/aot-build-cache timeout 60 python3 -P -m gpurt build-kernels --arch "$archs" \
     -j 14 -o /tmp/aot-k2.gpak --tuning "$out/gemm-tune-default.json" > "$out/build2.json" \
     2> "$out/build2.log"
 stamp "rebuild rc=$? $(cat "$out/build2.json")"
@@ -62,7 +64,8 @@ ls -la /tmp/aot-k1.gpak /tmp/aot-k2.gpak >> "$out/run.log" 2>&1
 GPURT_PREBUILT=/tmp/aot-k2.gpak python3 -P -m gpurt info --json > "$out/info.json" 2>> "$out/run.log"
 
 stamp "first call"
-timeout 90 python3 benchmarks/bench_first_call.py --archive /tmp/aot-k2.gpak \
+timeout 100 python3 benchmarks/bench_first_call.py --archive "table=/tmp/aot-k2.gpak" \
+    --archive "no table=/tmp/aot-k1.gpak" \
     --json "$out/first_call.json" > "$out/first_call.log" 2>&1
 stamp "first call rc=$?"
 tar -C "$out" -czf "$out/../aot-logs.tgz" . 2>/dev/null && mv "$out/../aot-logs.tgz" "$out/"

@@ -10,9 +10,11 @@ and checks a few rows of the result against a float64 numpy reference:
   gpurt prebuilt   GPURT_PREBUILT=ARCHIVE: code and default tuning from the archive
 
 The archive is --archive, else GPURT_BENCH_ARCHIVE, else the installed package's
-(``gpurt build-kernels``); without one the prebuilt case is left out.
+(``gpurt build-kernels``); without one the prebuilt case is left out. ``--archive
+LABEL=FILE`` (repeatable) names each case "gpurt prebuilt (LABEL)", e.g. archives with and
+without a default tuning table.
 
-    python benchmarks/bench_first_call.py [--n 4096] [--archive FILE] [--json PATH]
+    python benchmarks/bench_first_call.py [--n 4096] [--archive [LABEL=]FILE ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -89,31 +91,37 @@ def _child(code: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _archive(given: str | None) -> str | None:
-    path = given or os.environ.get("GPURT_BENCH_ARCHIVE")
-    if path:
-        return os.path.abspath(path)
-    try:
-        from gpurt.kernels import _prebuilt
-    except ImportError:
-        return None
-    return _prebuilt.archive_path()
+def _archives(given: list[str]) -> list[tuple[str, str]]:
+    """(case name, path) of each archive to time."""
+    found = []
+    for item in given or [os.environ.get("GPURT_BENCH_ARCHIVE", "")]:
+        label, _, path = item.rpartition("=")
+        if path:
+            found.append((f"gpurt prebuilt ({label})" if label else "gpurt prebuilt",
+                          os.path.abspath(path)))
+    if not found:
+        try:
+            from gpurt.kernels import _prebuilt
+        except ImportError:
+            return []
+        path = _prebuilt.archive_path()
+        found = [("gpurt prebuilt", path)] if path else []
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--archive", default=None)
+    parser.add_argument("--archive", action="append", default=[])
     parser.add_argument("--repeat", type=int, default=2, help="cold processes per fast case")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    archive = _archive(args.archive)
     cases: list[tuple[str, str, dict[str, str], int]] = [
         ("torch", CHILD_TORCH, {}, args.repeat),
         ("gpurt jit", CHILD_GPURT, {"GPURT_PREBUILT": "0"}, 1),
     ]
-    if archive:
-        cases.append(("gpurt prebuilt", CHILD_GPURT, {"GPURT_PREBUILT": archive}, args.repeat))
+    for name, path in _archives(args.archive):
+        cases.append((name, CHILD_GPURT, {"GPURT_PREBUILT": path}, args.repeat))
     rows = []
     for name, code, env, repeat in cases:
         for attempt in range(repeat):

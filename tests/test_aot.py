@@ -243,7 +243,7 @@ def test_archive_with_a_bad_digest_is_not_used(cache):
     path = cache / "p.gpak"
     _archive_of(path, [(INC, (), "sm_90")])
     data = bytearray(path.read_bytes())
-    data[-10] ^= 0xFF  # inside the cubin: its digest no longer matches
+    data[-10] ^= 0xFF  # inside the compressed cubin: it no longer inflates to its digest
     path.write_bytes(bytes(data))
     gnvrtc.clear_cache()
     gnvrtc.add_prebuilt(path)
@@ -273,11 +273,23 @@ def test_damaged_archives_are_refused(cache, damage):
         assert gpurt.compile(INC, arch="sm_90")["inc"]
 
 
+def test_a_cubin_that_inflates_past_its_size_is_refused(cache):
+    """A compressed cubin is inflated to at most its recorded size (no zip bomb)."""
+    path = cache / "p.gpak"
+    big = b"\0" * (1 << 20)
+    _archive.write_archive(str(path), [(_archive.Program("k", "sm_90", "p", {}), big)])
+    archive = _archive.Archive(str(path))
+    program = archive.programs()[0]
+    assert program.stored < 10_000 and archive.read(program) == big
+    import dataclasses
+    assert archive.read(dataclasses.replace(program, size=1000)) is None
+
+
 def test_index_rows_of_the_wrong_shape_are_skipped(cache):
     path = cache / "p.gpak"
     index = json.dumps({"format": 1, "programs": [{"key": 1}, "x", {"key": "k", "arch": "a",
-                        "program": "p", "lowered": {}, "offset": 0, "size": 10 ** 12,
-                        "blake2b": ""}]}).encode()
+                        "program": "p", "lowered": {}, "offset": 0, "stored": 10,
+                        "size": 10 ** 12, "blake2b": ""}]}).encode()
     digest = __import__("hashlib").blake2b(index, digest_size=32).digest()
     path.write_bytes(b"GPURTKA\0" + (1).to_bytes(4, "little") + len(index).to_bytes(4, "little")
                      + digest + index)
@@ -321,7 +333,8 @@ def _run_inc(module):
     n = 1000
     host = np.random.default_rng().standard_normal(n).astype(np.float32)
     x = gpurt.asarray(host)
-    module["inc"]((n + 255) // 256, 256, (x, 1.5, n))
+    # code loaded without its source has no parameter types: scalars as numpy scalars
+    module["inc"]((n + 255) // 256, 256, (x, np.float32(1.5), n))
     np.testing.assert_allclose(x.to_numpy(), host.astype(np.float64) + 1.5, rtol=1e-6)
 
 

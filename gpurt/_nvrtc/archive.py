@@ -8,11 +8,13 @@ Layout (all integers little-endian)::
     16  32 bytes  BLAKE2b-256 digest of the index
     48  index     UTF-8 JSON: {"format": 1, "meta": {...}, "tables": {name: JSON},
                   "programs": [{"key", "arch", "program", "lowered": {expr: symbol},
-                                "offset", "size", "blake2b"}]}
-    ...           the programs' cubins, at ``offset`` bytes after the index
+                                "offset", "stored", "size", "blake2b"}]}
+    ...           the programs' cubins, zlib-compressed (cubins shrink about 5x), ``stored``
+                  bytes each at ``offset`` bytes after the index
 
-No pickle, nothing executed: the index is JSON of a checked shape, every size is bounded, and
-each cubin is checked against its digest when it is read. Readers refuse other versions.
+No pickle, nothing executed: the index is JSON of a checked shape, every size is bounded (a
+cubin is inflated to at most its recorded ``size``), and each cubin is checked against its
+BLAKE2b digest (of the inflated bytes) when it is read. Readers refuse other versions.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import stat
 import threading
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,6 +56,7 @@ class Program:
     program: str
     lowered: dict[str, str]
     offset: int = 0
+    stored: int = 0
     size: int = 0
     blake2b: str = ""
 
@@ -63,11 +67,12 @@ def write_archive(path: str, programs: Iterable[tuple[Program, bytes]],
     ``path`` atomically; returns its size in bytes."""
     rows, blobs, offset = [], [], 0
     for program, binary in programs:
+        stored = zlib.compress(binary, 6)
         rows.append({"key": program.key, "arch": program.arch, "program": program.program,
-                     "lowered": program.lowered, "offset": offset, "size": len(binary),
-                     "blake2b": _digest(binary)})
-        blobs.append(binary)
-        offset += len(binary)
+                     "lowered": program.lowered, "offset": offset, "stored": len(stored),
+                     "size": len(binary), "blake2b": _digest(binary)})
+        blobs.append(stored)
+        offset += len(stored)
     index = json.dumps({"format": FORMAT, "meta": meta or {}, "tables": tables or {},
                         "programs": rows}, sort_keys=True).encode()
     head = _MAGIC + FORMAT.to_bytes(4, "little") + len(index).to_bytes(4, "little")
@@ -81,14 +86,16 @@ def _program(row: Any) -> Program | None:
     if not isinstance(row, dict):
         return None
     key, arch, name, digest = (row.get(k) for k in ("key", "arch", "program", "blake2b"))
-    offset, size, lowered = row.get("offset"), row.get("size"), row.get("lowered")
+    offset, stored, size = row.get("offset"), row.get("stored"), row.get("size")
+    lowered = row.get("lowered")
     if not (isinstance(key, str) and isinstance(arch, str) and isinstance(name, str)
             and isinstance(digest, str) and isinstance(lowered, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in lowered.items())
-            and type(offset) is int and type(size) is int
-            and offset >= 0 and 0 <= size <= MAX_IMAGE_BYTES):
+            and type(offset) is int and type(stored) is int and type(size) is int
+            and offset >= 0 and 0 <= stored <= MAX_IMAGE_BYTES
+            and 0 <= size <= MAX_IMAGE_BYTES):
         return None
-    return Program(key, arch, name, dict(lowered), offset, size, digest)
+    return Program(key, arch, name, dict(lowered), offset, stored, size, digest)
 
 
 class Archive:
@@ -146,7 +153,7 @@ class Archive:
         self._data_start, self._size = _HEAD + length, info.st_size
         for row in rows:
             program = _program(row)
-            if program is not None and self._data_start + program.offset + program.size \
+            if program is not None and self._data_start + program.offset + program.stored \
                     <= info.st_size:
                 self._programs.setdefault(program.key, []).append(program)
         tables, meta = doc.get("tables"), doc.get("meta")
@@ -164,12 +171,18 @@ class Archive:
         return None
 
     def read(self, program: Program) -> bytes | None:
-        """``program``'s cubin, or None when it does not match its digest."""
+        """``program``'s cubin, or None when it does not inflate to its size and digest."""
         with self._lock:
             self._open()
             assert self._fd is not None
-            data = os.pread(self._fd, program.size, self._data_start + program.offset)
-        return data if _digest(data) == program.blake2b else None
+            stored = os.pread(self._fd, program.stored, self._data_start + program.offset)
+        inflate = zlib.decompressobj()
+        try:
+            data = inflate.decompress(stored, program.size + 1)  # never more than promised
+        except zlib.error:
+            return None
+        ok = len(data) == program.size and inflate.eof and _digest(data) == program.blake2b
+        return data if ok else None
 
     def programs(self) -> list[Program]:
         """Every program in the archive."""
