@@ -122,19 +122,30 @@ def main() -> None:
     ]
     for name, path in _archives(args.archive):
         cases.append((name, CHILD_GPURT, {"GPURT_PREBUILT": path}, args.repeat))
-    rows = []
+    runs = []
     for name, code, env, repeat in cases:
         for attempt in range(repeat):
             result = _child(code.format(n=args.n), env, timeout=300)
-            rows.append({"what": f"first gemm {args.n}^3 bf16, cold process, empty cache",
-                         "lib": name, "attempt": attempt, **result})
-    torch_first = min((r["first_s"] for r in rows if r["lib"] == "torch" and "first_s" in r),
-                      default=None)
-    for row in rows:
-        if torch_first and "first_s" in row:
-            row["vs_torch_first"] = round(row["first_s"] / torch_first, 2)
+            runs.append({"case": name, "attempt": attempt, **result})
+    rows = summarize(runs, args.n)
     print_rows("first call", rows)
     write_results("first_call", rows, args.json)
+
+
+def summarize(runs: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Wide rows for publish.py: per gpurt case, its best first call (seconds) beside
+    torch's best first call of the same run; then every process's numbers as a summary."""
+    def best(case: str) -> float | None:
+        times = [r["first_s"] for r in runs if r["case"] == case and "first_s" in r]
+        return min(times) if times else None
+
+    torch_first = best("torch")
+    rows: list[dict[str, Any]] = []
+    for case in dict.fromkeys(r["case"] for r in runs if r["case"] != "torch"):
+        rows.append({"name": f"first gemm {n}^3 bf16, cold process, empty cache: {case}",
+                     "unit": "s", "gpurt": best(case), "torch": torch_first})
+    rows.append({"summary": {"processes": runs}})
+    return rows
 
 
 if __name__ == "__main__":

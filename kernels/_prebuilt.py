@@ -150,7 +150,9 @@ def build(archs: Sequence[str], output: str, jobs: int | None = None,
           tuning: Sequence[str] = (), limit: int | None = None,
           say: Any = print) -> dict[str, Any]:
     """Build the archive for ``archs`` into ``output`` with ``jobs`` processes; ``limit``
-    builds only the first programs of each arch (tests). Returns a summary."""
+    builds only the first programs of each arch (tests). Returns a summary. The tuning
+    files are read first: OSError/ValueError for one that is not a results file."""
+    tables = _tables(tuning)
     todo: list[Request] = []
     skipped = []
     for arch in archs:
@@ -175,7 +177,7 @@ def build(archs: Sequence[str], output: str, jobs: int | None = None,
     meta = {"gpurt": gpurt.__version__, "archs": [a for a in archs if a not in skipped],
             "nvrtc": list(gpurt.check(_nvrtc.nvrtcVersion(), "nvrtcVersion")),
             "source_digest": gemm_launch.source_digest()}
-    size = _archive.write_archive(output, programs, _tables(tuning), meta)
+    size = _archive.write_archive(output, programs, tables, meta)
     for line in failed:
         say(f"not built: {line}")
     return {"programs": len(programs), "failed": len(failed), "skipped_archs": skipped,
@@ -236,10 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --arch (or set GPURT_BUILD_KERNELS), e.g. --arch sm_80,sm_90a,sm_100")
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     for arch in archs:
-        if not arch.startswith("sm_") or not arch[3:].rstrip("af").isdigit():
+        if not arch.startswith("sm_") or not arch[3:].removesuffix("a").isdigit():
             parser.error(f"invalid architecture {arch!r}: expected e.g. sm_80, sm_90a, sm_100")
     tuning = _default_tuning() if args.tuning is None else args.tuning
-    summary = build(archs, args.output, args.jobs, tuning, args.limit,
-                    say=lambda line: print(line, file=sys.stderr))
+    try:
+        summary = build(archs, args.output, args.jobs, tuning, args.limit,
+                        say=lambda line: print(line, file=sys.stderr))
+    except (OSError, ValueError) as exc:
+        print(f"gpurt build-kernels: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(summary))
     return 0 if summary["programs"] else 1

@@ -318,6 +318,39 @@ def test_build_kernels_subset_and_the_tuning_table(cache, tmp_path):
     assert tuner.lookup("NVIDIA X|abc|fp32|KN|tma|64x64x64") == config
 
 
+def test_archive_path_follows_gpurt_prebuilt(monkeypatch, tmp_path):
+    from gpurt.kernels import _prebuilt
+    monkeypatch.setenv("GPURT_PREBUILT", "0")
+    assert _prebuilt.archive_path() is None
+    monkeypatch.setenv("GPURT_PREBUILT", str(tmp_path / "x.gpak"))
+    assert _prebuilt.archive_path() == str(tmp_path / "x.gpak")
+    monkeypatch.delenv("GPURT_PREBUILT")
+    package = os.path.join(os.path.dirname(_prebuilt.__file__), _prebuilt.ARCHIVE_NAME)
+    assert _prebuilt.archive_path() == (package if os.path.isfile(package) else None)
+
+
+def test_cli_build_kernels_and_info_report(cache, monkeypatch, capsys):
+    from gpurt.__main__ import main
+    from gpurt._cli import info
+    out = cache / "k.gpak"
+    assert main(["build-kernels", "--arch", "sm_90a", "-j", "1", "--limit", "1", "-o",
+                 str(out), "--tuning", str(cache / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err and not out.exists()
+    assert main(["build-kernels", "--arch", "sm_90a", "-j", "1", "--limit", "1", "-o",
+                 str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["programs"] == 1 and summary["output"] == str(out)
+    with pytest.raises(SystemExit):
+        main(["build-kernels", "--arch", "compute_90"])
+    monkeypatch.setenv("GPURT_PREBUILT", str(out))
+    report = info._prebuilt_info([{"index": 0, "arch": "sm_90", "name": "NVIDIA X"}])
+    assert report["archive"] == str(out) and report["archs"] == ["sm_90a"]
+    assert report["devices"]["0"]["programs"] == {"softmax.cu": 1}
+    assert "cuda:0: 1 softmax.cu" in info._prebuilt_text(report)
+    monkeypatch.setenv("GPURT_PREBUILT", "0")
+    assert "none" in info._prebuilt_text(info._prebuilt_info([]))
+
+
 def test_build_enumerates_variants_from_the_code():
     from gpurt.kernels import _gemm_launch, _prebuilt
     requests = _prebuilt.requests("sm_90a")

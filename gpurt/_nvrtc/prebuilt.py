@@ -15,6 +15,7 @@ import threading
 import warnings
 from typing import Any
 
+from .._core.fork import renew_after_fork
 from .archive import Archive
 from .cache import Entry
 
@@ -23,6 +24,7 @@ __all__ = ["program_key", "add_archive", "archives", "lookup", "clear"]
 _archives: list[Archive] = []
 _broken: set[str] = set()
 _lock = threading.Lock()
+renew_after_fork(globals(), _lock=threading.Lock)
 
 
 def program_key(program_name: str, source: str, headers: tuple[tuple[str, str], ...],
@@ -40,6 +42,7 @@ def add_archive(path: str) -> Archive:
             if archive.path == path:
                 return archive
         archive = Archive(path)
+        renew_after_fork(archive, _lock=threading.Lock)  # registered: lives with the process
         _archives.append(archive)
         return archive
 
