@@ -243,7 +243,7 @@ def _entry(source: str, opts: tuple[str, ...], incs: tuple[str, ...], digests: t
             _kcache.store(directory, key, fresh)
         return fresh
 
-    if not incs and output == "cubin":
+    if not incs and output == "cubin" and _prebuilt.archives():
         found = _prebuilt.lookup(_prebuilt.program_key(program_name, source, hdrs, opts, arch),
                                  exprs)
         if found is not None:
@@ -278,14 +278,13 @@ def _compile_fatbin(source: str, options: Sequence[str] | str, exprs: tuple[str,
     """compile() for several architectures: each compiled (and cached) alone, then bundled
     into one fatbin with nvFatbin."""
     targets = _fatbin_targets(archs, ptx)
-    hdrs = _headers(headers)
     parts: list[tuple[str, Module]] = []
     opts: tuple[str, ...] = ()
     for target in targets:
         opts, _, _ = _canonical(options, include_paths, target, False)
         parts.append((target, compile(source, options, exprs, headers, include_paths, target,
                                       program_name=program_name)))
-    memory_key = ("fatbin", source, opts, exprs, hdrs, tuple(id(m) for _, m in parts))
+    memory_key = ("fatbin", program_name, exprs, tuple((a, m.code) for a, m in parts))
     module = _kcache.memory_get(memory_key)
     if module is None:
         binary = _fatbin.make_fatbin([(a, m.kind, m.code) for a, m in parts],
