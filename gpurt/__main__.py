@@ -1,8 +1,10 @@
-"""The ``gpurt`` command (also ``python -m gpurt``): info, compile, memviz, demo, bench."""
+"""The ``gpurt`` command (also ``python -m gpurt``): info, compile, build-kernels, memviz, demo,
+bench."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import subprocess
@@ -48,9 +50,15 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             return _fail("compile: no GPU here to take the architecture from; "
                          "pass --arch (e.g. --arch sm_90)")
         arch = get_arch()
+    archs = [a.strip() for a in arch.split(",") if a.strip()]
+    bad = [a for a in archs if _ARCH.match(a) is None]
+    if bad or not archs:
+        return _fail(f"compile: invalid --arch {arch!r}: expected e.g. sm_90, sm_90a, compute_90 "
+                     "or a list such as sm_80,sm_90a,sm_100")
+    if len(archs) > 1:
+        return _compile_fatbin(source, archs, args)
     match = _ARCH.match(arch)
-    if match is None:
-        return _fail(f"compile: invalid --arch {arch!r}: expected e.g. sm_90, sm_90a or compute_90")
+    assert match is not None
     output = args.output
     if args.ptx:
         arch = f"compute_{match.group(2)}"
@@ -64,6 +72,20 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"compile: {exc}", 1)
     print(f"wrote {written} ({arch})")
+    return 0
+
+
+def _compile_fatbin(source: Path, archs: list[str], args: argparse.Namespace) -> int:
+    """gpurt compile --arch a,b,c: one fatbin (with PTX of the newest for --ptx)."""
+    try:
+        written = nvrtc.compile_file(str(source), archs, [*args.option, *args.nvrtc_options],
+                                     args.output, ptx=args.ptx)
+    except CudaError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        return _fail(f"compile: {exc}", 1)
+    print(f"wrote {written} (fatbin: {', '.join(archs)}{' + PTX' if args.ptx else ''})")
     return 0
 
 
@@ -100,6 +122,16 @@ def _is_gpurt_checkout(root: Path) -> bool:
     return named and (root / "gpurt" / "__init__.py").is_file()
 
 
+def _cmd_build_kernels(argv: list[str]) -> int:
+    # The bundled kernels sit above this module (gpurt.kernels): imported by name on use,
+    # as the demo does, so that `gpurt` works where they are not installed.
+    try:
+        prebuilt = importlib.import_module("gpurt.kernels._prebuilt")
+    except ImportError as exc:
+        return _fail(f"build-kernels: gpurt.kernels is not installed: {exc}", 1)
+    return int(prebuilt.main(argv))
+
+
 def _cmd_bench(argv: list[str]) -> int:
     script = _find_bench_script()
     if script is None:
@@ -114,6 +146,9 @@ def _cmd_bench(argv: list[str]) -> int:
 _PASSTHROUGH: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "memviz": (_cmd_memviz, ("render a memory snapshot: memviz SNAPSHOT -o out.html "
                              "[--png out.png]")),
+    "build-kernels": (_cmd_build_kernels, ("compile the bundled kernels for --arch "
+                                           "sm_80,sm_90a,... into the prebuilt archive "
+                                           "gpurt.kernels loads instead of compiling")),
     "bench": (_cmd_bench, ("run the benchmark suites (benchmarks/run_all.py) on the GPU; "
                            "arguments go to run_all.py")),
 }
@@ -137,9 +172,11 @@ def _parser() -> argparse.ArgumentParser:
     comp = command("compile", _cmd_compile, "compile a CUDA C++ file to a cubin (or PTX) "
                    "with NVRTC; works without a GPU when --arch is given")
     comp.add_argument("file", help="the .cu source file")
-    comp.add_argument("--arch", help="target, e.g. sm_90, sm_90a (default: this machine's GPU)")
+    comp.add_argument("--arch", help="target, e.g. sm_90, sm_90a (default: this machine's GPU); "
+                      "a list such as sm_80,sm_90a,sm_100 makes a fatbin")
     comp.add_argument("-o", "--output", help="output file (default: next to the source)")
-    comp.add_argument("--ptx", action="store_true", help="emit PTX for compute_XX instead")
+    comp.add_argument("--ptx", action="store_true", help="emit PTX for compute_XX instead "
+                      "(with a list: add PTX of the newest to the fatbin)")
     comp.add_argument("-O", "--option", action="append", default=[], metavar="OPT",
                       help="an NVRTC option, repeatable; write -O=-lineinfo for options "
                       "that start with a dash, or put NVRTC options after --")

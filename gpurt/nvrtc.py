@@ -1,19 +1,25 @@
-"""Compile CUDA C++ at run time with NVRTC, cached in memory and on disk.
+"""Compile CUDA C++ at run time with NVRTC, cached in memory and on disk; load and link code
+made ahead of time.
 
 ``compile(source, ...)`` returns a :class:`Module` of compiled code (a cubin for the exact
-device architecture by default, PTX only when asked); ``module["name"]`` (or a name
-expression such as ``module["f<float, 128>"]``) returns a :class:`~gpurt.Kernel`. With an
-explicit ``arch`` nothing needs a GPU, so kernels can be compiled and cached ahead of time.
-See ``gpurt/_nvrtc/cache.py`` for the caches and ``gpurt/_launch/kernel.py`` for launching.
+device architecture by default, PTX only when asked, a fatbin for a list of architectures);
+``module["name"]`` (or a name expression such as ``module["f<float, 128>"]``) returns a
+:class:`~gpurt.Kernel`. With an explicit ``arch`` nothing needs a GPU, so kernels can be
+compiled and cached ahead of time. :func:`load_module` loads cubins, PTX, fatbins and LTO-IR
+made elsewhere; :class:`Linker` links relocatable code and LTO-IR with nvJitLink;
+:func:`add_prebuilt` serves compile() from a prebuilt archive (docs/aot.md). See
+``gpurt/_nvrtc/`` for the caches, formats, linker and archives, and ``gpurt/_launch/kernel.py``
+for launching.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cuda.bindings import nvrtc as _nvrtc
@@ -25,12 +31,22 @@ from ._launch.module import Module
 from ._launch.path import launch_path  # noqa: F401 (gpurt.nvrtc.launch_path(): the launch path in use)
 from ._launch.planned import plan_key  # noqa: F401 (gpurt.nvrtc.plan_key: keys of planned calls)
 from ._nvrtc import cache as _kcache
+from ._nvrtc import fatbin as _fatbin
+from ._nvrtc import images as _images
+from ._nvrtc import link as _link
+from ._nvrtc import prebuilt as _prebuilt
 from ._nvrtc.cache import Entry, cache_dir, clear_cache  # noqa: F401 (gpurt.nvrtc.clear_cache)
+from ._nvrtc.errors import CompileError
+from ._nvrtc.link import LinkError
 from .device import get_arch
 
 __all__ = [
     "compile",
     "compile_file",
+    "load_module",
+    "Linker",
+    "link",
+    "LinkError",
     "Module",
     "Kernel",
     "RawKernel",
@@ -47,56 +63,6 @@ Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
 _ARCH = re.compile(r"^(sm|compute)_(\d+[af]?)$")
 _ARCH_OPTION = re.compile(r"^(-arch|--gpu-architecture)(=|$)")
 _INCLUDE_OPTION = re.compile(r"^(-I|--include-path=|--include-path$)")
-_LOG_LINE = re.compile(r"^(?P<file>[^\n()]+)\((?P<line>\d+)\): (?P<what>error|warning|remark)",
-                       re.M)
-_MISSING_HEADER = re.compile(r'could not open source file "(?P<name>[^"]+)"')
-
-
-class CompileError(CudaError):
-    """NVRTC could not compile a program. ``log`` holds NVRTC's messages, ``options`` the
-    options used and ``source`` the program; ``str()`` shows the log and, with line numbers,
-    the source lines the log points at."""
-
-    def __init__(self, error: CudaError, log: str, source: str, options: Sequence[str],
-                 program_name: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(error.code, error.name, error.description, "nvrtcCompileProgram")
-        self.log = log
-        self.source = source
-        self.options = tuple(options)
-        self.program_name = program_name
-        self.headers = dict(headers or {})
-
-    def __str__(self) -> str:
-        parts = [f"{self.name}: NVRTC could not compile {self.program_name!r} "
-                 f"(options: {' '.join(self.options)})", self.log.rstrip()]
-        excerpt = self.excerpt()
-        if excerpt:
-            parts += ["", "source lines the log points at:", excerpt]
-        missing = _MISSING_HEADER.search(self.log)
-        if missing and missing["name"].startswith(("cuda", "cub/", "thrust/", "nv/", "crt/")):
-            parts += ["", f"hint: CUDA's header {missing['name']!r} was not found; install the "
-                      "NVIDIA wheels that ship them (nvidia-cuda-runtime for cuda_fp16.h/"
-                      "cuda_bf16.h, nvidia-cuda-cccl for cuda/std and CUB) or set CUDA_HOME"]
-        return "\n".join(parts)
-
-    def excerpt(self, context: int = 1, limit: int = 8) -> str:
-        """The source lines named in the log (``context`` lines around each), numbered."""
-        files = {self.program_name: self.source, **self.headers}
-        shown: list[str] = []
-        seen: set[tuple[str, int]] = set()
-        for match in _LOG_LINE.finditer(self.log):
-            name, line = match["file"].strip(), int(match["line"])
-            text = files.get(name) or files.get(os.path.basename(name))
-            if text is None or (name, line) in seen or len(seen) >= limit:
-                continue
-            seen.add((name, line))
-            lines = text.splitlines()
-            first, last = max(1, line - context), min(len(lines), line + context)
-            shown.append(f"--- {name}:{line} ({match['what']})")
-            for number in range(first, last + 1):
-                mark = ">" if number == line else " "
-                shown.append(f"{mark}{number:5d} | {lines[number - 1]}")
-        return "\n".join(shown)
 
 
 # ---- compiling ----------------------------------------------------------------------------
@@ -184,8 +150,8 @@ def _refuse_unloadable(opts: tuple[str, ...]) -> None:
         flag, _, value = option.partition("=")
         if option in _NEEDS_LINKING or (flag in _RELOCATABLE and value.lower() != "false"):
             raise ValueError(f"NVRTC option {option!r} makes relocatable code or LTO IR, which "
-                             "must be linked before it can be loaded: linking is not supported "
-                             "yet")
+                             "must be linked before it can be loaded: use gpurt.Linker (its "
+                             "add_source() compiles for linking) or gpurt.link()")
         if flag in _OUTPUT_KIND:
             raise ValueError(f"NVRTC option {option!r} changes the kind of output; gpurt makes "
                              "a cubin, or PTX with ptx=True (or a compute_XX arch)")
@@ -204,63 +170,132 @@ def _gpurt_version() -> str:
 
 def compile(source: str, options: Sequence[str] | str = (), name_expressions: Sequence[str] = (),
             headers: Headers = None, include_paths: Sequence[str | os.PathLike[str]] = (),
-            arch: str | None = None, ptx: bool = False, *,
+            arch: str | Sequence[str] | None = None, ptx: bool = False, *,
             program_name: str = "kernel.cu") -> Module:
     """Compile CUDA C++ ``source`` with NVRTC into a :class:`Module`.
 
     ``arch`` defaults to the current device's exact architecture (``gpurt.get_arch()``);
-    give it ('sm_90', 'sm_90a', 'compute_90' for PTX) to compile without a GPU. ``ptx=True``
-    asks for PTX instead of a cubin. ``name_expressions`` (e.g. ``"f<float, 128>"``) make
-    template kernels reachable by those names; ``headers`` maps include names to sources;
-    ``include_paths`` (and -I options) are searched before CUDA's own headers, and their files
-    are part of the cache key (re-checked at most once a second). ``-std=c++17`` is the
-    default. Results are cached in memory and on disk; raises :class:`CompileError`.
+    give it ('sm_90', 'sm_90a', 'compute_90' for PTX) to compile without a GPU. A list of
+    architectures (['sm_80', 'sm_90a', 'sm_100']) makes a fatbin (nvFatbin) with a cubin for
+    each, from which the driver picks the device's; ``compute_XX`` items, or ``ptx=True``
+    (PTX of the newest listed architecture), add PTX that later GPUs JIT-compile. For one
+    architecture ``ptx=True`` asks for PTX instead of a cubin. ``name_expressions`` (e.g.
+    ``"f<float, 128>"``) make template kernels reachable by those names; ``headers`` maps
+    include names to sources; ``include_paths`` (and -I options) are searched before CUDA's
+    own headers, and their files are part of the cache key (re-checked at most once a
+    second). ``-std=c++17`` is the default. Results are cached in memory and on disk (a
+    fatbin's cubins one by one); code of a registered prebuilt archive is used instead of
+    compiling where it matches (:func:`add_prebuilt`). Raises :class:`CompileError`.
 
     ``source`` must be a str (TypeError otherwise, also for bytes: decode them first, so that
     the encoding is the caller's choice). Options whose output gpurt cannot load (relocatable
-    code: -rdc=true, -dc; LTO IR: -dlto; other output kinds) raise ValueError."""
+    code: -rdc=true, -dc; LTO IR: -dlto; other output kinds) raise ValueError: such code is
+    made and linked by :class:`Linker`."""
     if not isinstance(source, str):
         raise TypeError(f"compile() needs the source as a str, got {type(source).__name__}"
                         + (" (decode the bytes first)" if isinstance(source, bytes) else ""))
-    opts, incs, arch = _canonical(options, include_paths, arch, ptx)
-    ptx = arch.startswith("compute_")
-    exprs = tuple(name_expressions)
-    hdrs = _headers(headers)
+    if arch is not None and not isinstance(arch, str):
+        return _compile_fatbin(source, options, tuple(name_expressions), headers,
+                               include_paths, tuple(arch), ptx, program_name)
+    opts, incs, target = _canonical(options, include_paths, arch, ptx)
+    return _compile_one(source, opts, incs, tuple(name_expressions), _headers(headers), target,
+                        program_name, "ptx" if target.startswith("compute_") else "cubin")
+
+
+def _compile_one(source: str, opts: tuple[str, ...], incs: tuple[str, ...],
+                 exprs: tuple[str, ...], hdrs: tuple[tuple[str, str], ...], arch: str,
+                 program_name: str, output: str) -> Module:
+    """compile() of canonical inputs: the memory cache, else :func:`_entry`."""
     digests = tuple(_kcache.include_digest(p) for p in incs)
-    memory_key = (source, opts, exprs, hdrs, incs, digests, arch, program_name)
+    memory_key = (source, opts, exprs, hdrs, incs, digests, arch, program_name, output)
     module = _kcache.memory_get(memory_key)
     if module is not None:
         return module
+    entry, rebuild = _entry(source, opts, incs, digests, exprs, hdrs, arch, program_name, output)
+    module = Module(entry, arch, source, opts, program_name, rebuild)
+    _kcache.memory_put(memory_key, module)
+    return module
 
+
+def _entry(source: str, opts: tuple[str, ...], incs: tuple[str, ...], digests: tuple[str, ...],
+           exprs: tuple[str, ...], hdrs: tuple[tuple[str, str], ...], arch: str,
+           program_name: str, output: str) -> tuple[Entry, Callable[[], Entry] | None]:
+    """The compiled program: from a prebuilt archive, the disk cache or NVRTC (then stored
+    on disk). Also returns, for code that did not come fresh from NVRTC, the function that
+    compiles it afresh (Module calls it once if the driver refuses that code). A prebuilt
+    program is looked up first: it needs no toolchain discovery."""
     directory = cache_dir()
-    tools = _kcache.toolchain(directory)
-    key = _kcache.make_key({
-        "schema": _kcache.SCHEMA, "gpurt": _gpurt_version(), "nvrtc": tools.nvrtc_version,
-        "toolchain": tools.digest, "arch": arch, "options": opts, "program": program_name,
-        "source": source, "name_expressions": sorted(exprs), "headers": hdrs,
-        "include_dirs": list(zip(incs, digests)),
-    })
-    build = functools.partial(_build, source, program_name,
-                              _nvrtc_options(arch, opts, incs, tools), exprs, hdrs, ptx)
 
-    entry = None
-    if directory is not None and _kcache.usable(directory):
-        entry = _kcache.load(directory, key)
-    from_disk = entry is not None
-    if entry is None:
-        entry = build()
-        if directory is not None:
-            _kcache.store(directory, key, entry)
+    def key_and_build() -> tuple[str, Callable[[], Entry]]:
+        tools = _kcache.toolchain(directory)
+        key = _kcache.make_key({
+            "schema": _kcache.SCHEMA, "gpurt": _gpurt_version(), "nvrtc": tools.nvrtc_version,
+            "toolchain": tools.digest, "arch": arch, "options": opts, "program": program_name,
+            "source": source, "name_expressions": sorted(exprs), "headers": hdrs,
+            "include_dirs": list(zip(incs, digests)), "output": output,
+        })
+        return key, functools.partial(_build, source, program_name,
+                                      _nvrtc_options(arch, opts, incs, tools), exprs, hdrs,
+                                      output)
 
     def rebuild() -> Entry:
-        """Compile afresh code from the disk cache that the driver refused (see Module)."""
+        """Compile afresh code that the driver refused (see Module)."""
+        key, build = key_and_build()
         fresh = build()
         if directory is not None:
             _kcache.store(directory, key, fresh)
         return fresh
 
-    module = Module(entry, arch, source, opts, program_name, rebuild if from_disk else None)
-    _kcache.memory_put(memory_key, module)
+    if not incs and output == "cubin" and _prebuilt.archives():
+        found = _prebuilt.lookup(_prebuilt.program_key(program_name, source, hdrs, opts, arch),
+                                 exprs)
+        if found is not None:
+            return found, rebuild
+    key, build = key_and_build()
+    entry = None
+    if directory is not None and _kcache.usable(directory):
+        entry = _kcache.load(directory, key)
+    if entry is not None:
+        return entry, rebuild
+    entry = build()
+    if directory is not None:
+        _kcache.store(directory, key, entry)
+    return entry, None
+
+
+def _fatbin_targets(archs: tuple[str, ...], ptx: bool) -> tuple[str, ...]:
+    """The canonical architectures of a fatbin: each of ``archs`` once, plus with ``ptx``
+    compute_XX of the newest one (without its a/f suffix: PTX for later GPUs)."""
+    if not archs:
+        raise ValueError("arch=[] names no architecture; give at least one (e.g. ['sm_90'])")
+    targets = [_normalize_arch(a, False) for a in archs]
+    if ptx:
+        newest = max(targets, key=lambda a: _images.arch_number(a)[0])
+        targets.append(f"compute_{_images.arch_number(newest)[0]}")
+    return tuple(dict.fromkeys(targets))
+
+
+def _compile_fatbin(source: str, options: Sequence[str] | str, exprs: tuple[str, ...],
+                    headers: Headers, include_paths: Sequence[Any], archs: tuple[str, ...],
+                    ptx: bool, program_name: str) -> Module:
+    """compile() for several architectures: each compiled (and cached) alone, then bundled
+    into one fatbin with nvFatbin."""
+    targets = _fatbin_targets(archs, ptx)
+    parts: list[tuple[str, Module]] = []
+    opts: tuple[str, ...] = ()
+    for target in targets:
+        opts, _, _ = _canonical(options, include_paths, target, False)
+        parts.append((target, compile(source, options, exprs, headers, include_paths, target,
+                                      program_name=program_name)))
+    memory_key = ("fatbin", program_name, exprs, tuple((a, m.code) for a, m in parts))
+    module = _kcache.memory_get(memory_key)
+    if module is None:
+        binary = _fatbin.make_fatbin([(a, m.kind, m.code) for a, m in parts],
+                                     os.path.splitext(program_name)[0])
+        log = "\n".join(m.log for _, m in parts if m.log)
+        entry = Entry(binary, "fatbin", dict(parts[0][1].lowered_names), log)
+        module = Module(entry, ",".join(targets), source, opts, program_name)
+        _kcache.memory_put(memory_key, module)
     return module
 
 
@@ -278,8 +313,9 @@ def _program_log(program: Any) -> str:
 
 
 def _build(source: str, program_name: str, options: tuple[str, ...], exprs: tuple[str, ...],
-           headers: tuple[tuple[str, str], ...], ptx: bool) -> Entry:
-    """Run NVRTC once; the program is destroyed on every path."""
+           headers: tuple[tuple[str, str], ...], output: str) -> Entry:
+    """Run NVRTC once for ``output`` ('cubin', 'ptx' or 'ltoir'); the program is destroyed
+    on every path."""
     program = check(_nvrtc.nvrtcCreateProgram(
         source.encode(), program_name.encode(), len(headers),
         [text.encode() for _, text in headers], [name.encode() for name, _ in headers]),
@@ -296,9 +332,13 @@ def _build(source: str, program_name: str, options: tuple[str, ...], exprs: tupl
             raise CompileError(err, _program_log(program), source, options, program_name,
                                dict(headers)) from err
         log = _program_log(program)
-        if ptx:
+        if output == "ptx":
             binary = _output_buffer(check(_nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize"))
             check(_nvrtc.nvrtcGetPTX(program, binary), "nvrtcGetPTX")
+        elif output == "ltoir":
+            binary = _output_buffer(check(_nvrtc.nvrtcGetLTOIRSize(program),
+                                          "nvrtcGetLTOIRSize"))
+            check(_nvrtc.nvrtcGetLTOIR(program, binary), "nvrtcGetLTOIR")
         else:
             binary = _output_buffer(check(_nvrtc.nvrtcGetCUBINSize(program),
                                           "nvrtcGetCUBINSize"))
@@ -310,27 +350,190 @@ def _build(source: str, program_name: str, options: tuple[str, ...], exprs: tupl
         }
     finally:
         check(_nvrtc.nvrtcDestroyProgram(program), "nvrtcDestroyProgram")
-    return Entry(bytes(binary), "ptx" if ptx else "cubin", lowered, log)
+    return Entry(bytes(binary), output, lowered, log)
 
 
-def compile_file(path: str, arch: str, options: Sequence[str] = (),
-                 output: str | None = None) -> str:
-    """Compile the CUDA file ``path`` for ``arch`` ('sm_90' -> cubin, 'compute_90' -> PTX),
-    write the result to ``output`` (default: ``path`` with .cubin/.ptx) and return that path.
-    The file's folder is an include path. NVRTC always runs (the kernel caches serve
-    compile(); a file's folder may be too big to fingerprint). Used by ``gpurt compile``."""
+def compile_file(path: str, arch: str | Sequence[str], options: Sequence[str] = (),
+                 output: str | None = None, ptx: bool = False) -> str:
+    """Compile the CUDA file ``path`` for ``arch`` ('sm_90' -> cubin, 'compute_90' -> PTX; a
+    list -> a fatbin, with PTX of the newest when ``ptx``), write the result to ``output``
+    (default: ``path`` with .cubin/.ptx/.fatbin) and return that path. The file's folder is
+    an include path. NVRTC always runs (the kernel caches serve compile(); a file's folder
+    may be too big to fingerprint). Used by ``gpurt compile``."""
     with open(path, encoding="utf-8") as fh:
         source = fh.read()
     folder = os.path.dirname(os.path.abspath(path))
-    opts, incs, arch = _canonical(options, (folder,), arch, False)
     tools = _kcache.toolchain(cache_dir())
-    entry = _build(source, os.path.basename(path), _nvrtc_options(arch, opts, incs, tools), (),
-                   (), arch.startswith("compute_"))
+    targets = (arch,) if isinstance(arch, str) else _fatbin_targets(tuple(arch), ptx)
+    parts = []
+    for target in targets:
+        opts, incs, target = _canonical(options, (folder,), target, False)
+        kind = "ptx" if target.startswith("compute_") else "cubin"
+        entry = _build(source, os.path.basename(path), _nvrtc_options(target, opts, incs, tools),
+                       (), (), kind)
+        parts.append((target, kind, entry.binary))
+    if isinstance(arch, str):
+        kind, data = parts[0][1], parts[0][2]
+        data = data.rstrip(b"\0") if kind == "ptx" else data
+    else:
+        kind, data = "fatbin", _fatbin.make_fatbin(parts, os.path.splitext(
+            os.path.basename(path))[0])
     if output is None:
-        output = os.path.splitext(path)[0] + (".ptx" if entry.kind == "ptx" else ".cubin")
-    data = entry.binary.rstrip(b"\0") if entry.kind == "ptx" else entry.binary
+        output = os.path.splitext(path)[0] + "." + kind
     write_atomic(output, data, ".gpurt-tmp-", 0o666)
     return output
+
+
+# ---- loading and linking code made elsewhere -----------------------------------------------
+
+CodeSource = bytes | bytearray | memoryview | str | os.PathLike
+
+
+def _read_code(code: CodeSource) -> tuple[bytes, str, str]:
+    """(data, what to call it in messages, program name) of a path or of bytes."""
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return bytes(code), "the data", "<bytes>"
+    if isinstance(code, (str, os.PathLike)):
+        path = os.fspath(code)
+        return _images.read_file(path), path, os.path.basename(path)
+    raise TypeError(f"expected the code's bytes or a path to its file, got "
+                    f"{type(code).__name__}")
+
+
+def load_module(code: CodeSource, *, arch: str | None = None) -> Module:
+    """A :class:`Module` of device code made elsewhere: a cubin, PTX, a fatbin, or LTO-IR
+    or a relocatable cubin (linked alone with nvJitLink first). ``code`` is the code's bytes
+    or the path of its file (str or path-like; a PTX text is passed as bytes). Kernels are
+    found by name (``module["k"]``; C++ kernels by their mangled name).
+
+    ``arch`` is the architecture the code must run on (default: the current device's). The
+    code is untrusted input: ValueError for a file that is not device code, is cut short,
+    larger than 1 GiB or a symbolic link, or holds code for other architectures only (the
+    message names the file's architectures and the device's); KeyError for a kernel that is
+    not in it; :class:`LinkError` where linking fails."""
+    data, what, program_name = _read_code(code)
+    image = _images.describe(data, what)
+    target = _normalize_arch(arch or get_arch(), False)
+    if image.kind == "ltoir" or image.relocatable:
+        data, _ = _link.link_images([(program_name, data)], target, image.kind == "ltoir")
+        image = _images.describe(data, what)
+    _images.check_runs_on(image, target, what)
+    module = Module(Entry(data, image.kind, {}, ""), ",".join(image.archs) or target, None,
+                    (), program_name)
+    return module
+
+
+class Linker:
+    """Link several programs into one :class:`Module` with nvJitLink: CUDA C++ sources
+    compiled for linking (relocatable code, or LTO-IR with ``lto=True``) and code made
+    elsewhere (cubins, PTX, fatbins, LTO-IR, and nvcc's libraries and objects), so that
+    kernels call ``extern __device__`` functions of other sources.
+
+    ``arch`` defaults to the current device's ('sm_90'); ``options`` go to nvJitLink (e.g.
+    ``-O3``, ``-lineinfo``). Linking needs no GPU when ``arch`` is given. The linked cubin is
+    cached in memory and on disk by the digests of its inputs."""
+
+    def __init__(self, arch: str | None = None, *, lto: bool = False,
+                 options: Sequence[str] = ()) -> None:
+        self.arch = _normalize_arch(arch or get_arch(), False)
+        if not self.arch.startswith("sm_"):
+            raise ValueError(f"a Linker makes a cubin: give an sm_XX arch, not {self.arch!r}")
+        self.lto = lto
+        self.options = tuple(options)
+        self._inputs: list[tuple[str, bytes]] = []
+        self._lowered: dict[str, str] = {}
+        self._logs: list[str] = []
+
+    def add_source(self, source: str, options: Sequence[str] | str = (),
+                   name_expressions: Sequence[str] = (), headers: Headers = None,
+                   include_paths: Sequence[str | os.PathLike[str]] = (), *,
+                   program_name: str = "kernel.cu") -> None:
+        """Compile ``source`` with NVRTC for linking (-rdc=true, or -dlto with ``lto``;
+        cached like compile()) and add it; its name expressions name kernels of the result."""
+        if not isinstance(source, str):
+            raise TypeError(f"add_source() needs the source as a str, got "
+                            f"{type(source).__name__}")
+        opts, incs, _ = _canonical(options, include_paths, self.arch, False)
+        opts = (*opts, "-dlto" if self.lto else "-rdc=true")
+        exprs, hdrs = tuple(name_expressions), _headers(headers)
+        digests = tuple(_kcache.include_digest(p) for p in incs)
+        entry, _ = _entry(source, opts, incs, digests, exprs, hdrs, self.arch, program_name,
+                          "ltoir" if self.lto else "cubin")
+        self._inputs.append((program_name, entry.binary))
+        self._lowered.update(entry.lowered)
+        if entry.log:
+            self._logs.append(entry.log)
+
+    def add_data(self, data: bytes, name: str = "<bytes>") -> None:
+        """Add code made elsewhere (kind told from its content; ValueError if it is none)."""
+        data = bytes(data)
+        _link.input_kind(data, name)
+        self._inputs.append((name, data))
+
+    def add_file(self, path: str | os.PathLike[str]) -> None:
+        """Add the code in file ``path`` (a bounded regular file, see :func:`load_module`)."""
+        data, what, name = _read_code(path)
+        _link.input_kind(data, what)
+        self._inputs.append((name, data))
+
+    def link(self) -> Module:
+        """Link everything added into one :class:`Module` (wraps nvJitLinkCreate, AddData,
+        Complete, GetLinkedCubin); raises :class:`LinkError` with nvJitLink's log."""
+        parts = [[name, hashlib.sha256(data).hexdigest()] for name, data in self._inputs]
+        key = _kcache.make_key({"schema": _kcache.SCHEMA, "link": _link.version(),
+                                "arch": self.arch, "lto": self.lto, "options": self.options,
+                                "inputs": parts, "lowered": self._lowered})
+        module = _kcache.memory_get(("link", key))
+        if module is not None:
+            return module
+        directory = cache_dir()
+        entry = None
+        if directory is not None and _kcache.usable(directory):
+            entry = _kcache.load(directory, key)
+        if entry is None:
+            cubin, log = _link.link_images(self._inputs, self.arch, self.lto, self.options)
+            entry = Entry(cubin, "cubin", dict(self._lowered), "\n".join([*self._logs, log]))
+            if directory is not None:
+                _kcache.store(directory, key, entry)
+        module = Module(entry, self.arch, None, self.options, "linked")
+        _kcache.memory_put(("link", key), module)
+        return module
+
+
+def link(sources: Sequence[str] = (), files: Sequence[CodeSource] = (), *,
+         arch: str | None = None, lto: bool = False, options: Sequence[str] = (),
+         compile_options: Sequence[str] = (), name_expressions: Sequence[str] = ()) -> Module:
+    """Link CUDA C++ ``sources`` (compiled for linking, with ``compile_options``) and code
+    made elsewhere (``files``: bytes or paths) into one :class:`Module`: a :class:`Linker`
+    in one call. ``name_expressions`` are looked up in every source."""
+    linker = Linker(arch, lto=lto, options=options)
+    for number, source in enumerate(sources):
+        linker.add_source(source, compile_options, name_expressions,
+                          program_name=f"source{number}.cu")
+    for item in files:
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            linker.add_data(bytes(item))
+        else:
+            linker.add_file(item)
+    return linker.link()
+
+
+def prebuild(source: str, options: Sequence[str] | str = (), name_expressions: Sequence[str] = (),
+             headers: Headers = None, *, arch: str,
+             program_name: str = "kernel.cu") -> tuple[str, Entry]:
+    """Compile a program for a prebuilt archive (``gpurt build-kernels``): returns the key
+    that :func:`compile` looks it up by, with the same arguments, and its cubin Entry."""
+    opts, _, target = _canonical(options, (), arch, False)
+    exprs, hdrs = tuple(name_expressions), _headers(headers)
+    entry, _ = _entry(source, opts, (), (), exprs, hdrs, target, program_name, "cubin")
+    return _prebuilt.program_key(program_name, source, hdrs, opts, target), entry
+
+
+def add_prebuilt(path: str | os.PathLike[str]) -> None:
+    """Use the code of the prebuilt archive at ``path`` (``gpurt build-kernels`` writes one)
+    wherever :func:`compile` is asked for a program it holds: the file is read at the first
+    such lookup, its index and each program it serves checked against their digests."""
+    _prebuilt.add_archive(os.fspath(path))
 
 
 class RawKernel:

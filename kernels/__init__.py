@@ -4,8 +4,11 @@
 ``precompile``) is ``importlib.import_module("gpurt.kernels.softmax")``.
 """
 
+from . import _prebuilt
 from .gemm import gemm
 from .softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
+
+_prebuilt.register()  # the prebuilt archive, if any (read at the first compile it serves)
 
 __all__: list[str] = [
     "softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "gemm",

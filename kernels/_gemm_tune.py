@@ -337,8 +337,18 @@ def _read_results(path: str) -> dict[str, dict[str, Any]]:
     if not isinstance(doc, dict) or doc.get("schema") != _SCHEMA or \
             not isinstance(doc.get("results"), dict):
         raise ValueError(f"{path} is not a GEMM tuning results file (schema {_SCHEMA})")
+    return parse_results(doc)
+
+
+read_results = _read_results
+SCHEMA = _SCHEMA
+
+
+def parse_results(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The well-formed entries of a results document (``{"schema", "results"}``): those
+    whose config is a valid Config."""
     found = {}
-    for key, entry in doc["results"].items():
+    for key, entry in doc.get("results", {}).items():
         if not (isinstance(key, str) and isinstance(entry, dict)
                 and isinstance(entry.get("config"), dict)
                 and isinstance(entry.get("ms"), (int, float))):
@@ -361,6 +371,7 @@ class Tuner:
         self.directory = directory
         self.file_name = file_name
         self._results: dict[str, dict[str, Any]] = {}
+        self.defaults: dict[str, dict[str, Any]] = {}  # a prebuilt archive's default table
         self._loaded = False
         self._lock = threading.Lock()
 
@@ -426,7 +437,7 @@ class Tuner:
             if not self._loaded:
                 self._results = {**self._read_file(), **self._results}
                 self._loaded = True
-            found = self._results.get(key)
+            found = self._results.get(key) or self.defaults.get(key)
         if found is None:
             return None
         try:

@@ -28,6 +28,7 @@ from typing import Any
 import gpurt.nvrtc
 
 from . import _gemm_tune as _tune
+from . import _prebuilt
 
 __all__ = [
     "enable", "is_enabled", "tuning_enable", "tuning_is_enabled", "set_max_tuning_duration",
@@ -74,8 +75,10 @@ def tuner() -> _tune.Tuner:
         where = (gpurt.nvrtc.cache_dir(), _tune.FILE_NAME)
     found = _tuners.get(where)
     if found is None:
+        fresh = _tune.Tuner(*where)
+        fresh.defaults = _prebuilt.tuning_defaults()
         with _lock:
-            found = _tuners.setdefault(where, _tune.Tuner(*where))
+            found = _tuners.setdefault(where, fresh)
     return found
 
 

@@ -45,6 +45,8 @@ _PACKAGES = {
     "cuda-bindings": "cuda-bindings",
     "cuda-pathfinder": "cuda-pathfinder",
     "nvidia-cuda-nvrtc": "NVRTC wheel",
+    "nvidia-nvjitlink": "nvJitLink wheel",
+    "nvidia-nvfatbin": "nvFatbin wheel",
     "numpy": "numpy",
     "ml_dtypes": "ml_dtypes",
     "rich": "rich",
@@ -155,6 +157,20 @@ def _cache_info() -> dict[str, Any]:
             "limit": _kcache.max_bytes()}
 
 
+def _prebuilt_info(devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bundled kernels' prebuilt archive: its file, its architectures, and per device
+    how many programs it holds for that device's architecture and tuned GEMM problems.
+    gpurt.kernels sits above this module: imported by name, as the demo does."""
+    try:
+        prebuilt = importlib.import_module("gpurt.kernels._prebuilt")
+    except ImportError as exc:
+        return {"archive": None, "error": f"gpurt.kernels is not importable: {exc}"}
+    found = prebuilt.report()
+    found["devices"] = {str(dev["index"]): prebuilt.report(dev["arch"], dev["name"])
+                        for dev in devices if dev.get("arch")}
+    return found
+
+
 def collect() -> dict[str, Any]:
     """Everything ``gpurt info`` reports, as one JSON-ready dict."""
     driver = _driver_info()
@@ -184,6 +200,7 @@ def collect() -> dict[str, Any]:
         "launch": launch_path(),
         "collectives": _nccl_describe(),
         "kernel_cache": cache,
+        "prebuilt": _prebuilt_info(devices),
         "devices": devices,
         "environment": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "missing": missing,
@@ -240,6 +257,7 @@ def _software_table(report: dict[str, Any]) -> Table:
     table.add_row("kernel cache", escape(
         f"{cache['dir']}  ({_bytes_text(cache['bytes'])} of {_bytes_text(cache['limit'])}, "
         "GPURT_CACHE_MAX_BYTES)" if cache["dir"] else "off (GPURT_CACHE_DISABLE=1)"))
+    table.add_row("prebuilt kernels", escape(_prebuilt_text(report["prebuilt"])))
     nccl = report["collectives"]
     table.add_row("collectives", escape(nccl["why"]) if nccl["available"] else
                   "[yellow]not available[/yellow]: " + escape(nccl["why"]))
@@ -249,6 +267,19 @@ def _software_table(report: dict[str, Any]) -> Table:
     for key, value in report["environment"].items():
         table.add_row(f"${key}", escape(value))
     return table
+
+
+def _prebuilt_text(prebuilt: dict[str, Any]) -> str:
+    if prebuilt.get("error") or not prebuilt.get("archive"):
+        return prebuilt.get("error") or ("none: the bundled kernels compile at first use "
+                                         "(gpurt build-kernels makes an archive)")
+    lines = [f"{prebuilt['archive']}  (for {', '.join(prebuilt.get('archs', []))})"]
+    for index, found in prebuilt.get("devices", {}).items():
+        programs = ", ".join(f"{n} {name}" for name, n in sorted(found["programs"].items()))
+        stale = "" if found.get("source_current") else "; built from other kernel sources"
+        lines.append(f"cuda:{index}: {programs or 'nothing for this architecture'}; "
+                     f"{found['tuned_problems']} tuned GEMM problems{stale}")
+    return "\n".join(lines)
 
 
 def _device_table(dev: dict[str, Any]) -> Table:

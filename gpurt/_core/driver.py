@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from cuda.bindings import __version__ as _bindings_version
@@ -24,6 +25,7 @@ __all__ = [
     "CudaUnavailableError",
     "OutOfMemoryError",
     "check",
+    "check_call",
     "init",
     "is_initialized",
     "driver_version",
@@ -121,6 +123,20 @@ def check(result: tuple, call: str = "") -> Any:
     if n == 2:
         return result[1]
     return result[1:]
+
+
+def check_call(call: str, library: str, function: Callable[..., Any], *args: Any) -> Any:
+    """Call ``function`` of a library whose bindings raise their own errors instead of
+    returning a result code (nvJitLink, nvFatbin) and turn such an error into a CudaError
+    named ``<library>_<status name>``, so that callers catch one family of exceptions."""
+    try:
+        return function(*args)
+    except Exception as exc:
+        status = getattr(exc, "status", None)
+        if not isinstance(status, int):
+            raise
+        name = str(exc).split(" (")[0] or f"ERROR_{status}"
+        raise CudaError(status, f"{library}_{name}", str(exc), call) from None
 
 
 def _after_fork_in_child() -> None:

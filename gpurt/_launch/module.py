@@ -1,4 +1,4 @@
-"""Module: compiled code (a cubin or PTX) and its kernels, loaded on first use.
+"""Module: compiled code (a cubin, PTX or a fatbin) and its kernels, loaded on first use.
 
 Module and :class:`~gpurt.Kernel` live here together: a module makes its kernels, and a
 kernel asks its module for the loaded library (:meth:`Module.library`), and to replace code
@@ -19,6 +19,7 @@ from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 from .._nvrtc.cache import Entry
+from .._nvrtc.images import describe
 from .kernel import Kernel, explain_load_error
 
 __all__ = ["Module"]
@@ -53,9 +54,25 @@ def entry_names(code: bytes, kind: str) -> frozenset[str] | None:
     if kind == "ptx":
         return frozenset(m.decode() for m in _PTX_ENTRY.findall(code))
     try:
+        if kind == "fatbin":
+            return _fatbin_entries(code)
         return _elf_entries(code)
     except (struct.error, ValueError, IndexError, UnicodeDecodeError):
         return None
+
+
+def _fatbin_entries(code: bytes) -> frozenset[str] | None:
+    """The entries of a fatbin's cubins when all of its code is uncompressed cubins."""
+    image = describe(code)
+    if not image.members or any(not a.startswith("sm_") for a in image.archs):
+        return None
+    found: set[str] = set()
+    for member in image.members:
+        names = _elf_entries(member)
+        if names is None:
+            return None
+        found |= names
+    return frozenset(found)
 
 
 def _elf_entries(code: bytes) -> frozenset[str] | None:

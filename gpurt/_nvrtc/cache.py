@@ -55,8 +55,8 @@ _KEEP_RECORDS = 8  # toolchain records kept (a new one comes with each environme
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """A compiled program: the binary, its kind ('cubin' or 'ptx'), the lowered names of
-    its name expressions and NVRTC's log (warnings)."""
+    """A compiled program: the binary, its kind ('cubin', 'ptx', 'ltoir' or 'fatbin'), the
+    lowered names of its name expressions and NVRTC's log (warnings)."""
 
     binary: bytes
     kind: str
@@ -202,7 +202,7 @@ def decode(key: str, data: bytes) -> Entry | None:
         and header.get("schema") == SCHEMA
         and header.get("key") == key
         and header.get("size") == len(binary)
-        and header.get("kind") in ("cubin", "ptx")
+        and header.get("kind") in ("cubin", "ptx", "ltoir", "fatbin")
         and header.get("blake2b") == _entry_digest(key, header["kind"], lowered, header["log"],
                                                    binary)
     )
