@@ -166,6 +166,8 @@ def _wave_split(problem: Problem, config: Config) -> int:
     allowed (1 = no split). Allowed: slices at least 4 K tiles deep, and fp32 partial sums of
     at most a quarter of B's bytes (their second pass costs more than the split gains beyond
     that: an H200 measured 14336 x 4096 weights at M = 128 slower with 7 slices than with 3)."""
+    if problem.m == 0 or problem.n == 0 or problem.k == 0:
+        return 1
     sms = problem.sm_count
     tiles = config.tiles(problem.m, problem.n)
     k_tiles = -(-problem.k // config.bk)

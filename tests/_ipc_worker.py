@@ -34,7 +34,7 @@ def main(folder: Path, count: int) -> None:
         arrays.append(array)
         if i == 0:  # a second open of the same export: still one importer to the exporter
             again = gpurt.ipc.open_array(handle)
-            assert np.array_equal(again.to_numpy(), expected)
+            assert np.array_equal(again.to_numpy(), array.to_numpy()), "two opens differ"
             del again
             gpurt.ipc_collect()
             path = counter.path_of(handle.pid, handle.token)

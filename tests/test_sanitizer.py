@@ -10,6 +10,7 @@ the same races with real kernels, copies and graphs."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -550,7 +551,7 @@ def test_gpu_bundled_softmax_records_its_operands(kernels: dict, sanitized: None
 @pytest.mark.races
 def test_gpu_bundled_gemm_records_operands_hidden_in_tma_descriptors(
         gpu_state: None, sanitized: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpurt.kernels import gemm as gemm_mod
+    gemm_mod = importlib.import_module("gpurt.kernels.gemm")  # the module, not the function
 
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
     gemm_mod.clear_plans()  # plans remember the settings they were made under
