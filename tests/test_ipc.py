@@ -231,6 +231,13 @@ def test_an_export_no_importer_opened_stays_until_exit(gpu_state: None) -> None:
         gpurt.ipc.export_array(array, importers=0)
     with pytest.raises(ValueError, match="empty array"):
         gpurt.ipc.export_array(gpurt.empty(0))
+    held = gpurt.memory_allocated()
+    del array
+    assert gpurt.memory_allocated() == held  # the export still holds the block
+    for _ in range(2):  # the two importers it was made for close
+        counter.decrement(counter.open_existing(os.getpid(), handle.token))
+    gpurt.ipc_collect()
+    assert not path.exists() and gpurt.memory_allocated() < held
 
 
 # ---- the importer's bookkeeping, with the driver calls stubbed out (CPU) ----------------
