@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from ._elementwise.plan import as_array
 from ._elementwise.types import STORAGE
 from .elementwise import ElementwiseKernel
 
-__all__ = ["GradScaler", "autocast", "clear_autocast_cache", "get_autocast_dtype",
+__all__ = ["GradScaler", "autocast", "get_autocast_dtype",
            "is_autocast_cache_enabled", "is_autocast_enabled", "set_autocast_cache_enabled"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -40,15 +39,13 @@ _regions_lock = threading.Lock()
 
 class _State(threading.local):
     """One thread's autocast state, torch's thread-local one: enabled, dtype (float16 by
-    default, as torch's for CUDA), cache_enabled, nesting, and the cached casts."""
+    default, as torch's for CUDA), cache_enabled and the states saved by entered autocasts."""
 
     def __init__(self) -> None:
         self.enabled = False
         self.dtype = _F16
         self.cache_enabled = True
-        self.nesting = 0
         self.saved: list[tuple[bool, np.dtype, bool]] = []  # per entered autocast
-        self.casts: dict[int, tuple[Any, Any]] = {}  # id(source) -> (weakref, cast)
 
 
 _state = _State()
@@ -66,19 +63,16 @@ def get_autocast_dtype(device_type: str = "cuda") -> np.dtype:
 
 
 def is_autocast_cache_enabled() -> bool:
-    """Whether casts of fp32 weights are cached inside autocast on this thread (default
-    True; torch.is_autocast_cache_enabled)."""
+    """This thread's cache_enabled setting (default True; torch.is_autocast_cache_enabled).
+    torch caches casts only of leaf tensors that require grad, which gpurt cannot take
+    (torch refuses to export them), so gpurt never has a cast to cache: the setting is
+    kept, saved and restored as torch's, and changes nothing."""
     return _state.cache_enabled
 
 
 def set_autocast_cache_enabled(enabled: bool) -> None:
-    """Turn this thread's cast cache on or off (torch.set_autocast_cache_enabled)."""
+    """Set this thread's cache_enabled (torch.set_autocast_cache_enabled)."""
     _state.cache_enabled = bool(enabled)
-
-
-def clear_autocast_cache() -> None:
-    """Drop this thread's cached casts (done when the outermost autocast exits)."""
-    _state.casts.clear()
 
 
 def _count_region(step: int) -> None:
@@ -94,9 +88,10 @@ class autocast(contextlib.ContextDecorator):
     softmax in float32, as torch's autocast does (docs/elementwise.md has the rules).
     ``dtype``: float16 or bfloat16 (None: the current autocast dtype, as torch);
     ``enabled=False`` turns autocast off inside an enabled region; ``cache_enabled``
-    (None: the current setting) caches casts of fp32 weights (torch tensors with
-    ``requires_grad`` that are leaves) until the outermost autocast exits. Entering saves
-    the state and exiting restores it, also on errors; re-entrant; also a decorator."""
+    (None: the current setting) is kept as torch's (see :func:`is_autocast_cache_enabled`).
+    Entering saves this thread's state and exiting restores it, also on errors; one
+    instance may be entered again while inside (a recursive decorated function); also a
+    decorator."""
 
     def __init__(self, dtype: Any = None, enabled: bool = True,
                  cache_enabled: bool | None = None) -> None:
@@ -114,46 +109,15 @@ class autocast(contextlib.ContextDecorator):
         state.saved.append((state.enabled, state.dtype, state.cache_enabled))
         state.enabled, state.dtype = self.enabled, self.dtype
         state.cache_enabled = self.cache_enabled
-        state.nesting += 1
         if self.enabled:
             _count_region(1)
         return self
 
     def __exit__(self, *exc: object) -> None:
         state = _state
-        state.nesting -= 1
-        if state.nesting == 0:
-            state.casts.clear()
         state.enabled, state.dtype, state.cache_enabled = state.saved.pop()
         if self.enabled:
             _count_region(-1)
-
-
-def cached_cast(x: Any, array: Any, dtype: np.dtype, cast: Any) -> Any:
-    """``cast(array, dtype)``, cached for this autocast region when torch would cache it:
-    ``x`` (the caller's object, ``array`` its gpurt view) is a float32 torch tensor with
-    ``requires_grad`` that is a leaf and not a view (a weight), ``dtype`` the autocast dtype
-    and the cache enabled. Keyed by the object itself (a weak reference checks that it is
-    the same one)."""
-    state = _state
-    if not (state.cache_enabled and dtype == state.dtype and array.dtype == np.float32
-            and _is_weight(x)):
-        return cast(array, dtype)
-    found = state.casts.get(id(x))
-    if found is not None and found[0]() is x:
-        return found[1]
-    result = cast(array, dtype)
-    state.casts[id(x)] = (weakref.ref(x), result)
-    return result
-
-
-def _is_weight(x: Any) -> bool:
-    """torch's test for a cached cast: a leaf tensor that requires grad and is no view."""
-    try:
-        return (getattr(x, "requires_grad", False) is True and bool(x.is_leaf)
-                and not x._is_view())
-    except (AttributeError, TypeError):
-        return False
 
 
 # ---- GradScaler kernels ------------------------------------------------------------------------

@@ -3,8 +3,8 @@ matching ops (aten/src/ATen/autocast_mode.cpp):
 
 - gemm is torch's mm/matmul/addmm, in the lower-precision list: every floating input but
   float64 (a, b, and c when it is read) is cast to the autocast dtype, so the result comes
-  in that dtype (accumulated in fp32, as always). Casts of fp32 weights (torch tensors that
-  require grad and are leaves) are cached until the outermost autocast exits, as torch's.
+  in that dtype (accumulated in fp32, as always). Nothing is cached: torch caches only
+  casts of leaf tensors that require grad, which gpurt cannot take.
 - softmax and log_softmax are torch's "fp32_set_opt_dtype" ops: without ``dtype=`` a
   float16/bfloat16/float32 input runs as ``dtype=float32`` (an fp32 result); an explicit
   ``dtype=`` is kept.
@@ -21,15 +21,16 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 import gpurt
 from gpurt import amp
 
-__all__ = ["cast", "gemm_inputs", "softmax_input", "SOFTMAX_DTYPES"]
+__all__ = ["cast", "cast_kernel", "gemm_inputs", "softmax_input", "SOFTMAX_DTYPES"]
 
 _F32 = np.dtype(np.float32)
-_ELIGIBLE = frozenset({np.dtype(np.float16), np.dtype(gpurt.bfloat16), _F32})
+_ELIGIBLE = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), _F32})
 SOFTMAX_DTYPES = _ELIGIBLE  # what the softmax kernels compute in
 _cast_kernel: Any = None
 
@@ -60,15 +61,21 @@ def _on(index: int, stream: Any) -> contextlib.AbstractContextManager[Any]:
 def cast(x: Any, dtype: np.dtype, stream: Any = None) -> Any:
     """A new C-contiguous gpurt Array with ``x``'s values in ``dtype`` (round to nearest
     even), computed on ``stream`` (default: the current stream) on ``x``'s device."""
-    global _cast_kernel
-    if _cast_kernel is None:
-        _cast_kernel = gpurt.ElementwiseKernel("T x", "U y", "y = x", "gpurt_autocast_cast")
     index = x.device.index
     with _on(index, stream):
         y = gpurt.empty(tuple(x.shape), dtype=dtype, device=index)
         if y.size:
-            _cast_kernel(x, y)
+            cast_kernel()(x, y)
     return y
+
+
+def cast_kernel() -> Any:
+    """The ElementwiseKernel every cast runs (``y = x``, rounding to nearest even as torch's
+    ``.to(dtype)``), made at its first use."""
+    global _cast_kernel
+    if _cast_kernel is None:
+        _cast_kernel = gpurt.ElementwiseKernel("T x", "U y", "y = x", "gpurt_autocast_cast")
+    return _cast_kernel
 
 
 def gemm_inputs(a: Any, b: Any, c: Any, beta: float, stream: Any) -> tuple[Any, Any, Any]:
@@ -85,7 +92,7 @@ def _lower(x: Any, dtype: np.dtype, stream: Any) -> Any:
     array = _array(x)
     if array is None or array.dtype not in _ELIGIBLE or array.dtype == dtype:
         return x
-    return amp.cached_cast(x, array, dtype, lambda arr, dt: cast(arr, dt, stream))
+    return cast(array, dtype, stream)
 
 
 def softmax_input(x: Any, dtype: Any, out: Any, stream: Any) -> Any:
