@@ -240,14 +240,15 @@ def test_gemm_matches_torch_autocast(dtype_name, gpu_state) -> None:
     a = torch.randn(96, 200, device="cuda", generator=gen)
     b = torch.randn(120, 200, device="cuda", generator=gen)  # used as b.T: a view
     c = torch.randn(96, 120, device="cuda", generator=gen)
+    a16 = a.to(torch.float16)  # held: gpurt's casts read it after this line
     with autocast(getattr(gpurt, dtype_name)):
         ours = gemm_module.gemm(a, b.T)
         ours_addmm = gemm_module.gemm(a, b, trans_b=True, alpha=0.5, beta=2.0, c=c)
-        mixed = gemm_module.gemm(a.to(torch.float16), b.T)  # fp16 and fp32: both cast
+        mixed = gemm_module.gemm(a16, b.T)  # fp16 and fp32: both cast
     with torch.autocast("cuda", dtype=dtype):
         theirs = a @ b.T
         theirs_addmm = torch.addmm(c, a, b.T, beta=2.0, alpha=0.5)
-        theirs_mixed = a.to(torch.float16) @ b.T
+        theirs_mixed = a16 @ b.T
     torch.cuda.synchronize()
     _bf16_close(ours, theirs, torch)
     _bf16_close(ours_addmm, theirs_addmm, torch)
@@ -284,20 +285,23 @@ def test_softmax_matches_torch_autocast(op, gpu_state) -> None:
     theirs_fn = getattr(torch, op)
     gen = torch.Generator(device="cuda").manual_seed(22)
     x = (torch.randn(33, 1000, device="cuda", generator=gen) * 4).to(torch.bfloat16)
+    x32 = x.float()  # held: gpurt's cast reads it after this line
     with autocast(gpurt.bfloat16):
         up = ours_fn(x)
         kept = ours_fn(x, dtype=gpurt.bfloat16)
-        half = ours_fn(x.float(), dtype=np.float16)
+        half = ours_fn(x32, dtype=np.float16)
         cols = ours_fn(x, dim=0)
+        same = ours_fn(x32)  # float32 stays float32
     with torch.autocast("cuda", dtype=torch.bfloat16):
         t_up = theirs_fn(x, -1)
         t_kept = theirs_fn(x, -1, dtype=torch.bfloat16)
-        t_half = theirs_fn(x.float(), -1, dtype=torch.float16)
+        t_half = theirs_fn(x32, -1, dtype=torch.float16)
         t_cols = theirs_fn(x, 0)
     torch.cuda.synchronize()
     assert t_up.dtype == torch.float32 and up.dtype == F32
     torch.testing.assert_close(torch.from_dlpack(up), t_up, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(torch.from_dlpack(cols), t_cols, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.from_dlpack(same), t_up, rtol=1e-5, atol=1e-5)
     _bf16_close(kept, t_kept, torch)
     _bf16_close(half, t_half, torch)
     want = theirs_fn(x.double(), -1)
