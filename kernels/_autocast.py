@@ -26,6 +26,7 @@ import numpy as np
 
 import gpurt
 from gpurt import amp
+from gpurt._array.dtypes import as_dtype
 
 __all__ = ["cast", "cast_kernel", "gemm_inputs", "softmax_input", "SOFTMAX_DTYPES"]
 
@@ -89,9 +90,11 @@ def gemm_inputs(a: Any, b: Any, c: Any, beta: float, stream: Any) -> tuple[Any, 
 
 
 def _lower(x: Any, dtype: np.dtype, stream: Any) -> Any:
+    """``x`` cast to ``dtype`` if eligible; else ``x`` as viewed (imported once, not again
+    by the kernel), or as given when gpurt cannot view it."""
     array = _array(x)
     if array is None or array.dtype not in _ELIGIBLE or array.dtype == dtype:
-        return x
+        return x if array is None else array
     return cast(array, dtype, stream)
 
 
@@ -104,11 +107,13 @@ def softmax_input(x: Any, dtype: Any, out: Any, stream: Any) -> Any:
             return x
         target = _F32
     else:
-        target = np.dtype(dtype)
+        target = as_dtype(dtype)  # numpy or torch dtypes, names
         if target not in SOFTMAX_DTYPES:
             raise TypeError(f"softmax's dtype must be float32, float16 or bfloat16, "
                             f"got {target.name}")
     array = _array(x)
-    if array is None or array.dtype == target or (dtype is None and array.dtype not in _ELIGIBLE):
+    if array is None:
         return x
+    if array.dtype == target or (dtype is None and array.dtype not in _ELIGIBLE):
+        return array
     return cast(array, target, stream)

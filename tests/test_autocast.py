@@ -171,6 +171,16 @@ def test_softmax_input_follows_fp32_set_opt_dtype(casts) -> None:
     assert [(x.name, dt) for x, dt, _ in casts] == [("x16", F32), ("x32", F16)]
     with pytest.raises(TypeError, match="dtype must be float32, float16 or bfloat16"):
         _autocast.softmax_input(x16, np.float64, None, None)
+    assert _autocast.softmax_input(x16, "float32", None, None).dtype == F32  # a name
+
+
+def test_torch_dtypes_name_softmax_dtype(casts) -> None:
+    class TorchDtype:  # matched by name, as gpurt takes torch dtypes everywhere
+        def __str__(self) -> str:
+            return "torch.float16"
+
+    got = _autocast.softmax_input(FakeArray(BF16, "x"), TorchDtype(), None, None)
+    assert got.dtype == F16
 
 
 class Reached(Exception):
