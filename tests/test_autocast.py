@@ -344,3 +344,31 @@ def test_casts_are_torchs_and_run_on_the_calls_stream(gpu_state) -> None:
     with torch.autocast("cuda", dtype=torch.bfloat16):
         theirs = a @ b
     _bf16_close(result, theirs, torch)
+
+
+@pytest.mark.gpu
+def test_autocast_calls_replay_in_a_cuda_graph(gpu_state) -> None:
+    """softmax(gemm(x, w)) under autocast, captured: the casts, the bf16 gemm and the fp32
+    softmax all replay on new inputs (float64 reference of the bf16-rounded operands)."""
+    rng = np.random.default_rng()
+    x = gpurt.asarray(rng.standard_normal((64, 256)).astype(np.float32))
+    w = gpurt.asarray((rng.standard_normal((256, 128)) / 16).astype(np.float32))
+    step = lambda: softmax_module.softmax(gemm_module.gemm(x, w))  # noqa: E731
+    with autocast(gpurt.bfloat16):
+        step()  # plans, kernels and casts made outside the capture
+        g = gpurt.CUDAGraph()
+        with gpurt.graph(g):
+            y = step()
+    assert y.dtype == F32
+    for _ in range(2):
+        xs = rng.standard_normal((64, 256)).astype(np.float32)
+        ws = (rng.standard_normal((256, 128)) / 16).astype(np.float32)
+        x.copy_(xs)
+        w.copy_(ws)
+        g.replay()
+        gpurt.synchronize()
+        h = xs.astype(BF16).astype(np.float64) @ ws.astype(BF16).astype(np.float64)
+        h = h.astype(BF16).astype(np.float64)  # gemm's bf16 result
+        e = np.exp(h - h.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(y.numpy(), e / e.sum(axis=1, keepdims=True),
+                                   rtol=3e-2, atol=1e-6)
