@@ -1,10 +1,8 @@
 """torch.amp's runtime pieces that make sense without autograd: :class:`autocast` (a
-per-thread mixed-precision state) and :class:`GradScaler` (loss scaling with a fused
-non-finite check and unscale over a list of arrays in one launch, and the scale update on
-the device, without a host synchronization).
-
-The bundled kernels do not consult :func:`is_autocast_enabled` yet; the state is there for
-code that chooses its compute dtype (``get_autocast_dtype()``).
+per-thread mixed-precision state that the bundled kernels follow, torch's casting rules:
+docs/elementwise.md) and :class:`GradScaler` (loss scaling with a fused non-finite check and
+unscale over a list of arrays in one launch, and the scale update on the device, without a
+host synchronization).
 """
 
 from __future__ import annotations
@@ -22,53 +20,104 @@ from ._elementwise.plan import as_array
 from ._elementwise.types import STORAGE
 from .elementwise import ElementwiseKernel
 
-__all__ = ["GradScaler", "autocast", "get_autocast_dtype", "is_autocast_enabled"]
+__all__ = ["GradScaler", "autocast", "get_autocast_dtype",
+           "is_autocast_cache_enabled", "is_autocast_enabled", "set_autocast_cache_enabled"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_state = threading.local()  # .stack: [(enabled, dtype)], innermost last
+_F16 = np.dtype(np.float16)
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 MAX_ARRAYS_PER_LAUNCH = 64  # kernel parameters: 3 per array, well under the 4 KiB limit
 _ELEMENTS_PER_BLOCK = 1024
 _THREADS = 256
 
-
-def _stack() -> list[tuple[bool, np.dtype]]:
-    stack = getattr(_state, "stack", None)
-    if stack is None:
-        stack = _state.stack = []
-    return stack
-
-
-def is_autocast_enabled() -> bool:
-    """True inside an enabled :class:`autocast` on this thread."""
-    stack = _stack()
-    return bool(stack) and stack[-1][0]
+# True while some thread is inside an enabled autocast: the one thing the bundled kernels
+# read on their hot path (a module attribute), before asking this thread's state.
+ANY_ENABLED = False
+_enabled_regions = 0  # enabled autocasts entered and not yet left, on all threads
+_regions_lock = threading.Lock()
 
 
-def get_autocast_dtype() -> np.dtype:
-    """The dtype of this thread's innermost autocast (bfloat16 outside any)."""
-    stack = _stack()
-    return stack[-1][1] if stack else _BF16
+class _State(threading.local):
+    """One thread's autocast state, torch's thread-local one: enabled, dtype (float16 by
+    default, as torch's for CUDA), cache_enabled and the states saved by entered autocasts."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.dtype = _F16
+        self.cache_enabled = True
+        self.saved: list[tuple[bool, np.dtype, bool]] = []  # per entered autocast
+
+
+_state = _State()
+
+
+def is_autocast_enabled(device_type: str = "cuda") -> bool:
+    """True inside an enabled :class:`autocast` on this thread (torch.is_autocast_enabled)."""
+    return _state.enabled and device_type == "cuda"
+
+
+def get_autocast_dtype(device_type: str = "cuda") -> np.dtype:
+    """This thread's autocast dtype: the innermost autocast's, float16 outside any (torch's
+    default for CUDA)."""
+    return _state.dtype
+
+
+def is_autocast_cache_enabled() -> bool:
+    """This thread's cache_enabled setting (default True; torch.is_autocast_cache_enabled).
+    torch caches casts only of leaf tensors that require grad, which gpurt cannot take
+    (torch refuses to export them), so gpurt never has a cast to cache: the setting is
+    kept, saved and restored as torch's, and changes nothing."""
+    return _state.cache_enabled
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """Set this thread's cache_enabled (torch.set_autocast_cache_enabled)."""
+    _state.cache_enabled = bool(enabled)
+
+
+def _count_region(step: int) -> None:
+    global ANY_ENABLED, _enabled_regions
+    with _regions_lock:
+        _enabled_regions += step
+        ANY_ENABLED = _enabled_regions > 0
 
 
 class autocast(contextlib.ContextDecorator):
-    """``with gpurt.amp.autocast(gpurt.bfloat16):`` (torch.autocast("cuda", dtype)):
-    pushes (enabled, dtype) on this thread's stack and restores it on exit, also on errors.
-    ``dtype``: float16 or bfloat16. Also a decorator."""
+    """``with gpurt.amp.autocast(gpurt.bfloat16):`` (torch.autocast("cuda", dtype)): inside,
+    on this thread, the bundled kernels run gemm in ``dtype`` (fp32 accumulation) and
+    softmax in float32, as torch's autocast does (docs/elementwise.md has the rules).
+    ``dtype``: float16 or bfloat16 (None: the current autocast dtype, as torch);
+    ``enabled=False`` turns autocast off inside an enabled region; ``cache_enabled``
+    (None: the current setting) is kept as torch's (see :func:`is_autocast_cache_enabled`).
+    Entering saves this thread's state and exiting restores it, also on errors; one
+    instance may be entered again while inside (a recursive decorated function); also a
+    decorator."""
 
-    def __init__(self, dtype: Any = None, enabled: bool = True) -> None:
-        dt = _BF16 if dtype is None else np.dtype(dtype)
+    def __init__(self, dtype: Any = None, enabled: bool = True,
+                 cache_enabled: bool | None = None) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"autocast's enabled must be a bool, got {type(enabled).__name__}")
+        dt = _state.dtype if dtype is None else np.dtype(dtype)
         if dt.name not in ("float16", "bfloat16"):
             raise ValueError(f"autocast dtype must be float16 or bfloat16, got {dt.name}")
         self.dtype = dt
-        self.enabled = bool(enabled)
+        self.enabled = enabled
+        self.cache_enabled = _state.cache_enabled if cache_enabled is None else bool(cache_enabled)
 
     def __enter__(self) -> autocast:  # noqa: PYI034 (Self needs Python 3.11)
-        _stack().append((self.enabled, self.dtype))
+        state = _state
+        state.saved.append((state.enabled, state.dtype, state.cache_enabled))
+        state.enabled, state.dtype = self.enabled, self.dtype
+        state.cache_enabled = self.cache_enabled
+        if self.enabled:
+            _count_region(1)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stack().pop()
+        state = _state
+        state.enabled, state.dtype, state.cache_enabled = state.saved.pop()
+        if self.enabled:
+            _count_region(-1)
 
 
 # ---- GradScaler kernels ------------------------------------------------------------------------

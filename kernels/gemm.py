@@ -34,11 +34,11 @@ from cuda.bindings import driver as cu
 
 import gpurt
 import gpurt.nvrtc
-from gpurt import sanitizer
+from gpurt import amp, sanitizer
 
+from . import _autocast, tunable
 from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
-from . import tunable
 from ._gemm_launch import (
     Call,
     make_call,
@@ -346,7 +346,12 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     The first call of each signature (shapes, strides, dtype, device and 16-byte alignment
     of every operand, and the options) validates it, chooses the kernel and plans the launch;
     later calls of the signature reuse that plan. GPURT_GEMM_* settings are read when a plan
-    is made: :func:`clear_plans` makes gemm read them again."""
+    is made: :func:`clear_plans` makes gemm read them again.
+
+    Inside :class:`gpurt.amp.autocast`, a call without ``out`` casts a, b (and c) to the
+    autocast dtype first, as torch's matmul/addmm (kernels/_autocast.py)."""
+    if amp.ANY_ENABLED and out is None:  # the one autocast check: a module flag outside it
+        a, b, c = _autocast.gemm_inputs(a, b, c, beta, stream)
     a = a if type(a) is gpurt.Array else _as_array(a, "a")
     b = b if type(b) is gpurt.Array else _as_array(b, "b")
     given = out

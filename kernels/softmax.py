@@ -35,7 +35,9 @@ import numpy as np
 
 import gpurt
 import gpurt.nvrtc
+from gpurt import amp
 
+from . import _autocast
 from ._softmax_plan import (
     LOG_SOFTMAX,
     LOG_SOFTMAX_BACKWARD,
@@ -289,19 +291,27 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
 # ---- public API --------------------------------------------------------------------------------
 
 
-def softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None) -> Any:
+def softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None, *,
+            dtype: Any = None) -> Any:
     """``exp(x) / sum(exp(x))`` over ``dim``, like torch.softmax.
 
     ``x``: a float32/float16/bfloat16 device array (gpurt, torch, CuPy). Returns ``out``
     when given (same shape and dtype, C-contiguous; may be ``x`` itself), else a new gpurt
     Array. Runs on ``stream`` (gpurt, torch or CuPy stream, or a handle; default: gpurt's
-    current stream)."""
+    current stream). ``dtype``: cast ``x`` to it first (torch's ``dtype=``); inside
+    :class:`gpurt.amp.autocast` it defaults to float32 when ``out`` is None, as torch's."""
+    if amp.ANY_ENABLED or dtype is not None:  # autocast or dtype=: kernels/_autocast.py
+        x = _autocast.softmax_input(x, dtype, out, stream)
     return _call(SOFTMAX, (x if type(x) is gpurt.Array else _as_array(x, "x"),), dim, out,
                  "out", stream)
 
 
-def log_softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None) -> Any:
-    """``x - max - log(sum(exp(x - max)))`` over ``dim``, like torch.log_softmax."""
+def log_softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None, *,
+                dtype: Any = None) -> Any:
+    """``x - max - log(sum(exp(x - max)))`` over ``dim``, like torch.log_softmax
+    (``dtype`` and autocast as :func:`softmax`)."""
+    if amp.ANY_ENABLED or dtype is not None:  # autocast or dtype=: kernels/_autocast.py
+        x = _autocast.softmax_input(x, dtype, out, stream)
     return _call(LOG_SOFTMAX, (x if type(x) is gpurt.Array else _as_array(x, "x"),), dim,
                  out, "out", stream)
 

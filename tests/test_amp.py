@@ -25,9 +25,9 @@ def test_autocast_nests_restores_and_is_per_thread() -> None:
         worker.start()
         worker.join()
         assert seen == [False]
-        with autocast(enabled=False):
+        with autocast(enabled=False):  # dtype=None: the current one, as torch
             assert not gpurt.amp.is_autocast_enabled()
-            assert gpurt.amp.get_autocast_dtype() == BF16
+            assert gpurt.amp.get_autocast_dtype() == np.float16
         assert gpurt.amp.get_autocast_dtype() == np.float16
     with pytest.raises(RuntimeError), autocast(BF16):
         raise RuntimeError("boom")
