@@ -51,7 +51,8 @@ def split_args(args: Sequence[Any], n_in: int, n_out: int,
     if len(args) != n_in + n_out:
         raise TypeError(f"kernel {name!r} takes {n_in} inputs (and optionally {n_out} "
                         f"outputs), got {len(args)} arguments")
-    values = [as_value(a, f"argument {k}") for k, a in enumerate(args[:n_in])]
+    values = [a if type(a) in PASSED_AS_IS else as_value(a, f"argument {k}")
+              for k, a in enumerate(args[:n_in])]
     given = list(args[n_in:])
     outs = [o if o is None or type(o) is gpurt.Array else as_array(o, f"output {k}")
             for k, o in enumerate(given)]
