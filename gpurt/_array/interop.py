@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import streams
-from ..device import bind_context, current_device
+from ..device import bind_context
 from . import copies as _copy
 from . import dlpack as _dlpack
 from . import layout as _layout
@@ -105,7 +105,8 @@ def torch_fields(t: Any, stream: Any) -> tuple[Any, ...] | None:
             or _raw_stream is None):
         return None
     index = t.get_device()
-    consumer = _consumer_stream(index, stream)
+    consumer = streams.current_stream(index) if stream is None else \
+        _consumer_stream(index, stream)
     if _raw_stream(index) != consumer.cuda_stream:
         return None
     shape = tuple(t.shape)
@@ -143,9 +144,8 @@ def _from_torch(t: Any, stream: Any) -> Foreign | None:
 
 def _consumer_stream(index: int, stream: Any) -> Any:
     """The stream that will use the data: ``stream`` (checked) or the current one."""
-    if stream is None:  # without an argument current_stream() skips validating the index
-        return streams.current_stream() if index == current_device() else \
-            streams.current_stream(index)
+    if stream is None:
+        return streams.current_stream(index)
     if stream.device_index != index:
         raise ValueError(
             f"the array lives on cuda:{index}, the stream on cuda:{stream.device_index}"
