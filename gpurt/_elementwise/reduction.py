@@ -73,11 +73,13 @@ class ReductionPlan:
             launches = self.launches or self._plan_launches(head, pointers, 0)
             launches[0](None, *head, *pointers)
             return outputs
-        partial = gpurt.empty(self.splits * self.size, self.partial, index).ptr
+        partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
+        partial = partials.ptr  # only its address) until both kernels are queued
         launches = self.launches or self._plan_launches(head, pointers, partial)
         scalars = [v for v, array in zip(head, self.arrays) if not array]
         launches[0](None, *head, partial)
         launches[1](None, partial, *scalars, *pointers)
+        del partials
         return outputs
 
     def _plan_launches(self, head: list[Any], pointers: list[int],
