@@ -192,7 +192,10 @@ class Call:
             partial_ptr = partial.ptr
         args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, alpha,
                                   beta)
-        kernels[0].launch(_main_config(self), *args, stream=stream)
+        if config.kernel == "wgmma" and config.cluster_m > 1:
+            kernels[0].launch(_main_config(self), *args, stream=stream)
+        else:  # the plain launch, without building a LaunchConfig
+            kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
         if partial is not None:
             kernels[1](self.reduce_blocks, 256,
                        _reduce_arguments(self, partial_ptr, out_ptr, cin_ptr, alpha, beta),
