@@ -130,8 +130,7 @@ class ElementwisePlan:
                    for o, dt in zip(outs, self.out_dtypes)]
         if not self.size:
             return outputs
-        heads = [v.ptr if type(v) is gpurt.Array else v for v in values]
-        heads += [o.ptr for o in outputs]
+        heads = [v.ptr if type(v) is gpurt.Array else v for v in (*values, *outputs)]
         launch = self.launch
         if launch is None:
             launch = self.launch = planned(self.kernel, gpurt.LaunchConfig(self.grid,
