@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -86,6 +87,43 @@ def row(what: str, ours: float, theirs: float | None, peer_name: str, unit: str 
     return out
 
 
+# gemm's other families (issue 16 measures the skinny one above): tiny problems, so the host
+# path is all that counts; each row names the config its plan chose. GPURT_GEMM_DISABLE steers
+# the choice to the family wanted (read when a plan is made, hence clear_plans around it).
+_FAMILIES = (("wgmma", (128, 128, 128), "bfloat16", ""),
+             ("wgmma split-K", (128, 128, 4096), "bfloat16", ""),
+             ("mma", (128, 128, 128), "bfloat16", "wgmma"),
+             ("simt", (128, 128, 128), "float32", ""))
+
+
+def gemm_family_rows(torch: Any, sync: Callable[[], Any]) -> list[dict[str, Any]]:
+    """Host time of ``gemm(a, b, out=c)`` with gpurt Arrays per GEMM family, next to torch's
+    ``a @ b`` of the same tensors."""
+    rows = []
+    for family, (m, n, k), dtype, disable in _FAMILIES:
+        ta = torch.randn(m, k, device="cuda", dtype=getattr(torch, dtype))
+        tb = torch.randn(k, n, device="cuda", dtype=getattr(torch, dtype))
+        ga, gb = gpurt.asarray(ta).clone(), gpurt.asarray(tb).clone()
+        out = gpurt.empty((m, n), dtype=ga.dtype)
+        saved = os.environ.get("GPURT_GEMM_DISABLE")
+        os.environ["GPURT_GEMM_DISABLE"] = disable
+        gemm_mod.clear_plans()
+        try:
+            gemm_mod.gemm(ga, gb, out=out)  # plans it
+        finally:
+            if saved is None:
+                os.environ.pop("GPURT_GEMM_DISABLE")
+            else:
+                os.environ["GPURT_GEMM_DISABLE"] = saved
+        chosen = next(reversed(gemm_mod._calls.values()))[0].config.label()
+        ours, theirs = side_by_side(lambda ga=ga, gb=gb, out=out: gemm_mod.gemm(ga, gb, out=out),
+                                    lambda ta=ta, tb=tb: ta @ tb, sync)
+        rows.append(row(f"gemm(a, b, out=c) {m}x{n}x{k} {dtype} {family} ({chosen}), gpurt "
+                        "Arrays", ours, theirs, "torch", target=0.6))
+    gemm_mod.clear_plans()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -122,6 +160,7 @@ def main() -> None:
     ours, _ = side_by_side(lambda: gemm_mod.gemm(ga, gb, out=g_c), None, sync)
     rows.append(row("gemm(a, b, out=c) 16x64x64 bf16, gpurt Arrays", ours, theirs, "torch",
                     target=0.6))
+    rows += gemm_family_rows(torch, sync)
 
     # the eager MLP step of issue 16: softmax(gelu(x @ W1) @ W2), bf16, d=4096, h=11008, b=16
     d, h, batch = 4096, 11008, 16

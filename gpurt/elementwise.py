@@ -12,7 +12,7 @@ float, what ``i`` and ``_ind.size()`` are).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,7 +86,7 @@ class ElementwiseKernel:
         self.options = tuple(options)
         self.reduce_dims = reduce_dims
         self._loads = tuple(reads_output(operation, p.name) for p in self.out_params)
-        self._plans: dict[tuple[Any, ...], ElementwisePlan] = {}
+        self._plans: dict[Hashable, ElementwisePlan] = {}
 
     def __repr__(self) -> str:
         return f"gpurt.ElementwiseKernel({self.name!r})"
@@ -152,7 +152,7 @@ class ReductionKernel:
         self.preamble = preamble
         if options:
             raise ValueError("options are not supported for reductions")
-        self._plans: dict[tuple[Any, ...], ReductionPlan] = {}
+        self._plans: dict[Hashable, ReductionPlan] = {}
 
     def __repr__(self) -> str:
         return f"gpurt.ReductionKernel({self.name!r})"
@@ -161,7 +161,7 @@ class ReductionKernel:
         values, outs, given = split_args(args, len(self.in_params), len(self.out_params),
                                          self.name)
         axis_key = tuple(axis) if isinstance(axis, (list, tuple)) else axis
-        key = signature(values, outs) + (axis_key, bool(keepdims))
+        key = (signature(values, outs), axis_key, bool(keepdims))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(values, outs, axis_key, bool(keepdims))

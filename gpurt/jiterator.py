@@ -15,7 +15,7 @@ torch's promotion rules, which is also the output dtype; float16 and bfloat16 co
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ._elementwise import api as gpurt
@@ -73,7 +73,7 @@ class _JittedFunction:
         for name, value in kwargs.items():
             _extra_type(name, value)
         self.kwargs = dict(kwargs)
-        self._plans: dict[tuple[Any, ...], ElementwisePlan] = {}
+        self._plans: dict[Hashable, ElementwisePlan] = {}
 
     def __repr__(self) -> str:
         return f"gpurt.jiterator function {self.kernel_name!r}"

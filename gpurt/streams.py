@@ -548,6 +548,12 @@ def default_stream(device: DeviceLike = None) -> Stream:
 
 def current_stream(device: DeviceLike = None) -> Stream:
     """This thread's current stream on ``device`` (default: the current device)."""
+    if type(device) is int:  # a device with a stream already is a valid one: no checks
+        stream = THREAD.streams.streams.get(device)
+        if stream is None:
+            stream = _defaults.get(device)
+        if stream is not None:
+            return stream
     index = current_device() if device is None else _index(device)
     stream = THREAD.streams.streams.get(index)
     if stream is None:

@@ -27,9 +27,9 @@ from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
-__all__ = ["Call", "make_call", "precompile", "programs", "compile_program", "kernel_names",
-           "reduce_name", "arch_for", "source_of", "text", "source_digest", "tensor_map",
-           "encode_map"]
+__all__ = ["Call", "PlannedGemm", "make_call", "planned_call", "precompile", "programs",
+           "compile_program", "kernel_names", "reduce_name", "arch_for", "source_of", "text",
+           "source_digest", "tensor_map", "encode_map"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -190,35 +190,126 @@ class Call:
             partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
                                   device=self.index, stream=stream)
             partial_ptr = partial.ptr
-        if config.kernel == "wgmma":
-            if self.swap:
-                a_ptr, b_ptr = b_ptr, a_ptr
-            map_a = tensor_map(a_ptr, self.a_kmajor, self.m, self.k, self.lda, self.dt, 128)
-            map_b = tensor_map(b_ptr, self.b_kmajor, self.n, self.k, self.ldb, self.dt,
-                                config.bn // config.cluster_m)
-            rows, cols = (self.n, self.m) if self.swap else (self.m, self.n)  # C in memory
-            map_c = encode_map(out_ptr, cols, rows, self.ldc, self.dt,
-                               (128 // _itemsize(self.dt), 64)) if self.store_ok else _NO_MAP
-            args: tuple[Any, ...] = (
-                map_a, map_b, map_c, out_ptr, cin_ptr, self.m, self.n, self.k, self.ldc,
-                self.ldcin, alpha, beta, config.group_m, self.pair_ok, int(self.store_ok))
-            if self.dt != DT_F32:  # the 16-bit kernel splits K
-                args += (partial_ptr, config.split_k)
-            if config.cluster_m == 1:
-                kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
-            else:
-                launch = gpurt.LaunchConfig(self.grid, config.threads, self.smem,
-                                            cluster=(config.cluster_m, 1, 1))
-                kernels[0].launch(launch, *args, stream=stream)
-        else:
-            kernels[0](self.grid, config.threads,
-                       (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, self.m, self.n, self.k,
-                        self.lda, self.ldb, self.ldc, self.ldcin, alpha, beta, config.group_m,
-                        self.pair_ok), shared_mem=self.smem, stream=stream)
+        args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, alpha,
+                                  beta)
+        if config.kernel == "wgmma" and config.cluster_m > 1:
+            kernels[0].launch(_main_config(self), *args, stream=stream)
+        else:  # the plain launch, without building a LaunchConfig
+            kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
         if partial is not None:
-            kernels[1](self.reduce_blocks, 256, (partial_ptr, out_ptr, cin_ptr, self.m, self.n,
-                                                 self.ldc, self.ldcin, config.split_k, alpha,
-                                                 beta), stream=stream)
+            kernels[1](self.reduce_blocks, 256,
+                       _reduce_arguments(self, partial_ptr, out_ptr, cin_ptr, alpha, beta),
+                       stream=stream)
+
+
+class PlannedGemm:
+    """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``: a :class:`Call`
+    of the mma or wgmma family through planned launches (Kernel.planned), checked and packed
+    once. Per call it only allocates split-K's partials and, for wgmma, looks up the tensor
+    maps of pointers that changed since the last call (the maps are by-value arguments that
+    hold the pointers); ``stream_handle`` None is the current stream of the call's device."""
+
+    __slots__ = ("call", "main", "reduce", "maps")
+
+    def __init__(self, call: Call, main: Any, reduce: Any) -> None:
+        self.call, self.main, self.reduce = call, main, reduce
+        # (a_ptr, b_ptr, out_ptr, (map_a, map_b, map_c)) of the last wgmma call
+        self.maps: tuple[int, int, int, tuple[bytes, ...]] | None = None
+
+    def __call__(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
+                 alpha: float, beta: float) -> None:
+        call = self.call
+        partial = None
+        extra: tuple[int, ...] = ()
+        if self.reduce is not None:
+            partial = gpurt.empty((call.config.split_k, call.m, call.n), dtype=np.float32,
+                                  device=call.index,
+                                  stream=None if handle is None else gpurt.as_stream(
+                                      handle, call.index))
+            extra = (partial.ptr,)
+        elif call.config.kernel != "wgmma" or call.dt != DT_F32:
+            extra = (0,)  # the kernel's partials pointer, unused without a split
+        if call.config.kernel == "wgmma":
+            self.main(handle, *self._maps(a_ptr, b_ptr, out_ptr), out_ptr, cin_ptr, alpha,
+                      beta, *extra)
+        else:
+            self.main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, *extra)
+        if partial is not None:
+            self.reduce(handle, partial.ptr, out_ptr, cin_ptr, alpha, beta)
+
+    def _maps(self, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes, ...]:
+        last = self.maps
+        if last is not None and last[0] == a_ptr and last[1] == b_ptr and last[2] == out_ptr:
+            return last[3]
+        maps = _wgmma_maps(self.call, a_ptr, b_ptr, out_ptr)
+        self.maps = (a_ptr, b_ptr, out_ptr, maps)
+        return maps
+
+
+def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes, ...]:
+    """The tensor maps of A, B and C (C's only where the epilogue stores with TMA) of a
+    wgmma call, with A and B swapped for TF32's transposed product."""
+    config = call.config
+    if call.swap:
+        a_ptr, b_ptr = b_ptr, a_ptr
+    map_a = tensor_map(a_ptr, call.a_kmajor, call.m, call.k, call.lda, call.dt, 128)
+    map_b = tensor_map(b_ptr, call.b_kmajor, call.n, call.k, call.ldb, call.dt,
+                       config.bn // config.cluster_m)
+    rows, cols = (call.n, call.m) if call.swap else (call.m, call.n)  # C in memory
+    map_c = encode_map(out_ptr, cols, rows, call.ldc, call.dt,
+                       (128 // _itemsize(call.dt), 64)) if call.store_ok else _NO_MAP
+    return map_a, map_b, map_c
+
+
+def _main_arguments(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
+                    partial_ptr: int, alpha: float,
+                    beta: float) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """(arguments of the main kernel of an mma or wgmma call, positions of what varies per
+    call among them: A, B (their tensor maps for wgmma), [wgmma: C's map], out, cin, alpha,
+    beta, then the partials pointer where the kernel takes one)."""
+    config = call.config
+    if config.kernel == "wgmma":
+        args: tuple[Any, ...] = (
+            *_wgmma_maps(call, a_ptr, b_ptr, out_ptr), out_ptr, cin_ptr, call.m, call.n,
+            call.k, call.ldc, call.ldcin, alpha, beta, config.group_m, call.pair_ok,
+            int(call.store_ok))
+        if call.dt != DT_F32:  # the 16-bit kernel splits K
+            return args + (partial_ptr, config.split_k), (0, 1, 2, 3, 4, 10, 11, 15)
+        return args, (0, 1, 2, 3, 4, 10, 11)
+    args = (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, call.m, call.n, call.k, call.lda,
+            call.ldb, call.ldc, call.ldcin, alpha, beta, config.group_m, call.pair_ok)
+    return args, (0, 1, 2, 3, 12, 13, 4)
+
+
+def _main_config(call: Call) -> gpurt.LaunchConfig:
+    config = call.config
+    cluster = (config.cluster_m, 1, 1) if config.kernel == "wgmma" and config.cluster_m > 1 \
+        else None
+    return gpurt.LaunchConfig(call.grid, config.threads, call.smem, cluster=cluster)
+
+
+def _reduce_arguments(call: Call, partial_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
+                      beta: float) -> tuple[Any, ...]:
+    return (partial_ptr, out_ptr, cin_ptr, call.m, call.n, call.ldc, call.ldcin,
+            call.config.split_k, alpha, beta)
+
+
+def planned_call(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int) -> Any:
+    """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)`` running ``call``
+    like :meth:`Call.launch`, checked and packed now with these pointers (planned on the
+    call's device): Kernel.planned itself for the skinny family, else a :class:`PlannedGemm`."""
+    kernels, index = call.kernels, call.index
+    if call.config.kernel == "skinny":
+        config, args, varying = skinny.arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 1.0, 0.0)
+        return kernels[0].planned(config, *args, varying=varying, device=index)
+    args, varying = _main_arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 0, 1.0, 0.0)
+    main = kernels[0].planned(_main_config(call), *args, varying=varying, device=index)
+    reduce = None
+    if call.config.split_k > 1:
+        reduce = kernels[1].planned(gpurt.LaunchConfig(call.reduce_blocks, 256),
+                                    *_reduce_arguments(call, 0, out_ptr, cin_ptr, 1.0, 0.0),
+                                    varying=(0, 1, 2, 8, 9), device=index)
+    return PlannedGemm(call, main, reduce)
 
 
 def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call:

@@ -37,11 +37,11 @@ import gpurt.nvrtc
 from gpurt import amp, sanitizer
 
 from . import _autocast, tunable
-from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from ._gemm_launch import (
     Call,
     make_call,
+    planned_call,
     precompile,
     source_digest,
 )
@@ -465,7 +465,7 @@ def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
     if key is not None and direct and len(_calls) < _MAX_CALLS:
         extents = tuple(None if x is None else _relative_extent(x)
                         for x in (a, b, plan.out, plan.cin))
-        _calls[key] = (call, swapped, extents, _planned(call, plan, alpha, beta))
+        _calls[key] = (call, swapped, extents, _planned(call, plan))
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
     if index != gpurt.current_device():
         with gpurt.device(index):
@@ -477,16 +477,11 @@ def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
     return returned
 
 
-def _planned(call: Call, plan: _Plan, alpha: float, beta: float) -> Any:
+def _planned(call: Call, plan: _Plan) -> Any:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``, the launch of
-    ``call`` checked and packed once (Kernel.planned), for the skinny family (the decode
-    shapes, where the host path counts most); None: ``call.launch`` runs it."""
-    if call.config.kernel != "skinny":
-        return None
+    ``call`` checked and packed once (kernels/_gemm_launch.py's planned_call)."""
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
-    config, args, varying = skinny.arguments(call, plan.a.ptr, plan.b.ptr, plan.out.ptr,
-                                             cin_ptr, alpha, beta)
-    return call.kernels[0].planned(config, *args, varying=varying, device=call.index)
+    return planned_call(call, plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr)
 
 
 def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any) -> Call:

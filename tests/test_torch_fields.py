@@ -30,12 +30,15 @@ class FakeTensor:
         self.requires_grad = flags.get("requires_grad", False)
         self.layout = flags.get("layout", fake_torch.strided)
         self._device = flags.get("device", 0)
+        self._conj, self._neg = flags.get("conj", False), flags.get("neg", False)
+        self.conj_reads = 0
 
     def is_conj(self) -> bool:
-        return False
+        self.conj_reads += 1
+        return self._conj
 
     def is_neg(self) -> bool:
-        return False
+        return self._neg
 
     def get_device(self) -> int:
         return self._device
@@ -59,7 +62,8 @@ class FakeName:
 
 fake_torch = types.ModuleType("torch")
 fake_torch.Tensor = FakeTensor  # type: ignore[attr-defined]
-for _name in ("float32", "float16", "bfloat16", "int32", "strided", "sparse_coo", "float8"):
+for _name in ("float32", "float16", "bfloat16", "int32", "complex64", "strided", "sparse_coo",
+              "float8"):
     setattr(fake_torch, _name, FakeName(_name))
 RAW = {"stream": 0}
 fake_torch._C = types.SimpleNamespace(  # type: ignore[attr-defined]
@@ -73,6 +77,7 @@ def torch(fake_driver: Any, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType
     for name in ("_torch", "_tensor_type", "_strided", "_raw_stream"):
         monkeypatch.setattr(interop, name, None)
     monkeypatch.setattr(interop, "_torch_dtypes", {})
+    monkeypatch.setattr(interop, "_complex_dtypes", set())
     RAW["stream"] = gpurt.current_stream().cuda_stream
     return fake_torch
 
@@ -93,7 +98,7 @@ def test_a_plain_tensor_becomes_an_array_with_its_layout(torch: Any, shape: Any,
 
 @pytest.mark.parametrize("change", [
     dict(requires_grad=True), dict(layout="sparse_coo"), dict(dtype="float8"),
-    dict(is_cuda=False),
+    dict(is_cuda=False), dict(neg=True), dict(dtype="complex64", conj=True),
 ])
 def test_what_the_fast_path_leaves_to_the_general_path(torch: Any, change: dict) -> None:
     if "layout" in change:
@@ -116,3 +121,18 @@ def test_a_tensor_on_the_second_gpu_is_an_array_there(torch: Any) -> None:
     a = gpurt.asarray(FakeTensor((8,), (1,), device=1))
     assert a.device.index == 1 and a.stream is gpurt.current_stream(1)
     assert gpurt.current_device() == 0  # taking it in changes nothing of the caller's
+
+
+def test_byte_strides_are_remembered_per_layout_and_itemsize(torch: Any) -> None:
+    first = gpurt.asarray(FakeTensor((4, 6), (6, 1)))
+    again = gpurt.asarray(FakeTensor((4, 6), (6, 1), ptr=0x7100_0000))
+    half = gpurt.asarray(FakeTensor((4, 6), (6, 1), dtype="float16"))
+    listed = interop.torch_fields(FakeTensor((4, 6), [1, 4]), None)  # not a tuple: still read
+    assert first.strides == again.strides == (24, 4) and half.strides == (12, 2)
+    assert listed is not None and listed[2] == (4, 16)
+
+
+def test_the_conjugate_bit_is_read_for_complex_tensors_only(torch: Any) -> None:
+    real, complex_ = FakeTensor((4,), (1,)), FakeTensor((4,), (1,), dtype="complex64")
+    assert interop.torch_fields(real, None) is not None and real.conj_reads == 0
+    assert interop.torch_fields(complex_, None) is not None and complex_.conj_reads == 1

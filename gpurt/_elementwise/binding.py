@@ -24,9 +24,12 @@ from .types import Param, check_dtype, scalar_dtype
 __all__ = ["PASSED_AS_IS", "as_value", "bind", "is_scalar", "returned", "split_args"]
 
 
+_SCALARS = (bool, int, float, np.generic)
+
+
 def is_scalar(value: Any) -> bool:
     """True for Python and numpy scalars (the values passed by value)."""
-    return isinstance(value, (bool, int, float, np.generic))
+    return isinstance(value, _SCALARS)
 
 
 PASSED_AS_IS = frozenset({Array, bool, int, float})
@@ -34,7 +37,7 @@ PASSED_AS_IS = frozenset({Array, bool, int, float})
 
 def as_value(arg: Any, what: str) -> Any:
     """An argument as a kernel value: an Array or scalar as is, a device array as an Array."""
-    if type(arg) in PASSED_AS_IS or is_scalar(arg):
+    if type(arg) in PASSED_AS_IS or isinstance(arg, _SCALARS):  # is_scalar, one call less
         return arg
     return as_array(arg, what)
 
@@ -51,7 +54,8 @@ def split_args(args: Sequence[Any], n_in: int, n_out: int,
     if len(args) != n_in + n_out:
         raise TypeError(f"kernel {name!r} takes {n_in} inputs (and optionally {n_out} "
                         f"outputs), got {len(args)} arguments")
-    values = [as_value(a, f"argument {k}") for k, a in enumerate(args[:n_in])]
+    values = [a if type(a) in PASSED_AS_IS else as_value(a, f"argument {k}")
+              for k, a in enumerate(args[:n_in])]
     given = list(args[n_in:])
     outs = [o if o is None or type(o) is gpurt.Array else as_array(o, f"output {k}")
             for k, o in enumerate(given)]

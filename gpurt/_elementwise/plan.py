@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ __all__ = [
     "as_array",
     "check_name",
     "plan_elementwise",
+    "planned",
     "signature",
 ]
 
@@ -72,11 +73,18 @@ def as_array(obj: Any, what: str) -> Any:
                         f"scalar, got {type(obj).__name__}: {exc}") from exc
 
 
-def signature(values: Sequence[Any], outs: Sequence[Any]) -> tuple[Any, ...]:
-    """What a plan depends on, as one flat tuple (the cheapest to build and hash): per
-    Array its dtype (its number: hashing a dtype object is slow), shape, strides, address
-    modulo 16 and device; per scalar its type; None for a missing output. On the hot path
-    of every call."""
+def signature(values: Sequence[Any], outs: Sequence[Any]) -> Hashable:
+    """What a plan depends on: per Array its dtype, shape, strides, address modulo 16 and
+    device; per scalar its type; None for a missing output. On the hot path of every call:
+    built in C (gpurt.nvrtc.plan_key) when every value is an Array, else a flat tuple."""
+    for v in values:
+        if type(v) is not gpurt.Array:  # plan_key keys an int by its value, not its type
+            return _tuple_signature(values, outs)
+    return gpurt.plan_key(*values, *outs) or _tuple_signature(values, outs)
+
+
+def _tuple_signature(values: Sequence[Any], outs: Sequence[Any]) -> tuple[Any, ...]:
+    """:func:`signature` as one flat tuple (dtype numbers: hashing a dtype object is slow)."""
     key: list[Any] = []
     for v in values:
         if type(v) is gpurt.Array:
@@ -102,7 +110,8 @@ class Slot:
 
 @dataclasses.dataclass
 class ElementwisePlan:
-    """One planned launch (see the module docstring)."""
+    """One planned launch (see the module docstring). ``launch``: the kernel's planned launch
+    (Kernel.planned) taking the values and output pointers, made at the first run."""
 
     kernel: Any
     grid: int
@@ -111,23 +120,34 @@ class ElementwisePlan:
     out_dtypes: tuple[np.dtype, ...]
     device: int
     size: int
+    launch: Callable[..., None] | None = None
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
-        """Allocate the missing outputs, launch, return the outputs (gpurt Arrays). The
-        kernel's operands are the values in call order, then the outputs."""
-        index = self.device
-        outputs = [o if o is not None else gpurt.empty(self.shape, dt, index)
+        """Allocate the missing outputs, launch (on the plan's device, its current stream),
+        return the outputs (gpurt Arrays). The kernel's operands are the values in call
+        order, then the outputs."""
+        outputs = [o if o is not None else gpurt.empty(self.shape, dt, self.device)
                    for o, dt in zip(outs, self.out_dtypes)]
         if not self.size:
             return outputs
-        args = tuple([v.ptr if type(v) is gpurt.Array else v for v in values] +
-                     [o.ptr for o in outputs]) + self.tail
-        if index == gpurt.current_device():
-            self.kernel(self.grid, codegen.THREADS, args)
-        else:
-            with gpurt.device(index):
-                self.kernel(self.grid, codegen.THREADS, args)
+        heads = [v.ptr if type(v) is gpurt.Array else v for v in (*values, *outputs)]
+        launch = self.launch
+        if launch is None:
+            launch = self.launch = planned(self.kernel, gpurt.LaunchConfig(self.grid,
+                                           codegen.THREADS), (*heads, *self.tail),
+                                           range(len(heads)), self.device)
+        launch(None, *heads)
         return outputs
+
+
+def planned(kernel: Any, config: Any, args: tuple[Any, ...], varying: Sequence[int],
+            index: int) -> Callable[..., None]:
+    """``kernel``'s planned launch with ``args`` on device ``index``, taking new values
+    (a call's pointers and scalars) at the ``varying`` positions."""
+    if index == gpurt.current_device():
+        return kernel.planned(config, *args, varying=varying, device=index)
+    with gpurt.device(index):
+        return kernel.planned(config, *args, varying=varying, device=index)
 
 
 @dataclasses.dataclass(frozen=True)

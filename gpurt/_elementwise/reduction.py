@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from . import api as gpurt
+from .api import LaunchConfig
 from .codegen import Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
-from .plan import OPTIONS, _c_strides, _device_of, check_outputs
+from .plan import OPTIONS, _c_strides, _device_of, check_outputs, planned
 from .reduce_codegen import (
     BLOCK,
     COLUMN_WIDTH,
@@ -55,33 +56,53 @@ class ReductionPlan:
     splits: int
     size: int
     device: int
+    arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
+    launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
-        """Allocate the missing outputs, launch, return the outputs (gpurt Arrays)."""
+        """Allocate the missing outputs, launch (on the plan's device, its current stream),
+        return the outputs (gpurt Arrays)."""
         index = self.device
         outputs = [o if o is not None else gpurt.empty(self.out_shape, dt, index)
                    for o, dt in zip(outs, self.out_dtypes)]
         if not self.size:
             return outputs
-        head = tuple([v.ptr if type(v) is gpurt.Array else v for v in values])
-        pointers = tuple([o.ptr for o in outputs])
-        if index != gpurt.current_device():
-            with gpurt.device(index):
-                self._launch(values, head, pointers, index)
-        else:
-            self._launch(values, head, pointers, index)
+        head = [v.ptr if type(v) is gpurt.Array else v for v in values]
+        pointers = [o.ptr for o in outputs]
+        if self.partial is None:
+            launches = self.launches or self._plan_launches(head, pointers, 0)
+            launches[0](None, *head, *pointers)
+            return outputs
+        partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
+        partial = partials.ptr  # only its address) until both kernels are queued
+        launches = self.launches or self._plan_launches(head, pointers, partial)
+        scalars = [v for v, array in zip(head, self.arrays) if not array]
+        launches[0](None, *head, partial)
+        launches[1](None, partial, *scalars, *pointers)
+        del partials
         return outputs
 
-    def _launch(self, values: Sequence[Any], head: tuple[Any, ...],
-                pointers: tuple[int, ...], index: int) -> None:
+    def _plan_launches(self, head: list[Any], pointers: list[int],
+                       partial: int) -> tuple[Any, ...]:
+        """The planned launches of this reduction (the call's pointers and scalars vary):
+        one kernel, or a split's kernel and finish kernel sharing the partials."""
+        config = LaunchConfig(self.grid, BLOCK)
         if self.partial is None:
-            self.kernel(self.grid, BLOCK, head + pointers + self.middle + self.out_strides)
-            return
-        partial = gpurt.empty(self.splits * self.size, self.partial, index)
-        self.kernel(self.grid, BLOCK, head + (partial.ptr,) + self.middle)
-        scalars = tuple([v for v in values if type(v) is not gpurt.Array])
-        self.finish(self.finish_grid, BLOCK, (partial.ptr,) + self.finish_head + scalars +
-                    pointers + self.finish_dims + self.out_strides)
+            args = (*head, *pointers, *self.middle, *self.out_strides)
+            self.launches = (planned(self.kernel, config, args,
+                                     range(len(head) + len(pointers)), self.device),)
+            return self.launches
+        scalars = [v for v, array in zip(head, self.arrays) if not array]
+        first = planned(self.kernel, config, (*head, partial, *self.middle),
+                        range(len(head) + 1), self.device)
+        after = 1 + len(self.finish_head)  # partials, M, K, splits, then what varies
+        finish_args = (partial, *self.finish_head, *scalars, *pointers, *self.finish_dims,
+                       *self.out_strides)
+        varying = (0, *range(after, after + len(scalars) + len(pointers)))
+        finish = planned(self.finish, LaunchConfig(self.finish_grid, BLOCK), finish_args,
+                         varying, self.device)
+        self.launches = (first, finish)
+        return self.launches
 
 
 def _out_kept_strides(out: Any, out_shape: tuple[int, ...], dtype: np.dtype,
@@ -178,7 +199,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         kernel, finish, (blocks, splits, 1), _finish_blocks(m), middle,
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
-        partial_dtype(reduce_dtype) if splits > 1 else None, splits, m, device)
+        partial_dtype(reduce_dtype) if splits > 1 else None, splits, m, device,
+        tuple(type(v) is gpurt.Array for v in values))
 
 
 def _finish_blocks(m: int) -> int:
