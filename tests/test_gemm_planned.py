@@ -8,6 +8,7 @@ sm_90a; the tensor maps are faked (no driver to encode them here)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import pytest
@@ -19,10 +20,13 @@ from _fakes import fake_gpus_fixture  # noqa: F401
 from gpurt._launch import path as _launchpath
 from gpurt._launch import planned as gplanned
 from gpurt._launch.args import build_plan
-from kernels import _gemm_launch as launch_mod
-from kernels._gemm_config import Config, Problem
-from kernels._gemm_tune import DT_F16
 from test_launch_fake_driver import FakeDriver, fake  # noqa: F401
+
+# the bundled kernels as installed (gpurt.kernels), as on the GPU machine
+launch_mod = importlib.import_module("gpurt.kernels._gemm_launch")
+_config = importlib.import_module("gpurt.kernels._gemm_config")
+Config, Problem = _config.Config, _config.Problem
+DT_F16 = importlib.import_module("gpurt.kernels._gemm_tune").DT_F16
 
 M, N, K = 256, 512, 1024
 POINTERS = [(0x1000000, 0x2000000, 0x3000000, 0), (0x4000000, 0x5000000, 0x6000000, 0x6000000),
