@@ -159,3 +159,47 @@ def copy_gbps(timer: Timer) -> float:
     _ok(cu.cuMemsetD8Async(src.ptr, 7, COPY_BYTES, timer.handle))
     ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, COPY_BYTES, timer.handle)))
     return 2 * COPY_BYTES / ms / 1e6
+
+
+class HostBackend:
+    """Allocator backend for the CPU proxies of the memory benchmarks: pretend addresses,
+    reserved ranges on 2 MiB boundaries, pages that always map, events that always complete,
+    a device of ``total`` bytes."""
+
+    def __init__(self, total: int = 1 << 40) -> None:
+        self.next = 1 << 40
+        self.total = total
+
+    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int:
+        ptr, self.next = self.next, self.next + size
+        return ptr
+
+    def reserve(self, size: int) -> int:
+        ptr = -(-self.next // (2 << 20)) * (2 << 20)
+        self.next = ptr + size
+        return ptr
+
+    def map(self, ptr: int, size: int, page: int, capturing: bool) -> bool:
+        return True
+
+    def mem_get_info(self) -> tuple[int, int]:
+        return self.total, self.total
+
+    def event_query(self, event: Any) -> bool:
+        return True
+
+    def may_record_events(self) -> bool:
+        return True
+
+    def oom_error(self, message: str) -> BaseException:
+        return MemoryError(message)
+
+    def free(self, ptr: int) -> None: ...
+    def unmap(self, ptr: int, size: int, page: int) -> None: ...
+    def unreserve(self, ptr: int, size: int) -> None: ...
+    def event_create(self) -> None: ...
+    def event_record(self, event: Any, stream: int) -> None: ...
+    def event_synchronize(self, event: Any) -> None: ...
+    def event_destroy(self, event: Any) -> None: ...
+    def synchronize(self) -> None: ...
+    def capture_id(self, stream: int) -> None: ...

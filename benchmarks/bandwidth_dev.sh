@@ -10,18 +10,8 @@
 # Usage: bash benchmarks/bandwidth_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
-mkdir -p "$out"
-tree=$(pwd)
-site=$(mktemp -d)
-t0=$SECONDS
 total=${TOTAL:-230}
-left() { echo $((total - (SECONDS - t0))); }
-step() { echo "== $1 ($((SECONDS - t0)) s)"; }
-python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$out/setup.log" 2>&1
-cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
-(cd "$site" && python3 "$tree/setup.py" -q build_ext --inplace) >> "$out/setup.log" 2>&1 || true
-export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache" PYTHONDONTWRITEBYTECODE=1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/smi.txt" 2>&1
+. "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 step bench
 stage="$site/stage" runs="$site/runs.tsv"
 mkdir -p "$stage"; : > "$runs"

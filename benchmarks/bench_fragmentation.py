@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import peer, print_rows, write_results
+from _common import HostBackend, peer, print_rows, write_results
 
 MiB = 1 << 20
 FIXED, EXPANDABLE = "expandable_segments:False", "expandable_segments:True"
@@ -157,39 +157,6 @@ def torch_rows(trace: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
     return rows
 
 
-class ProxyBackend:
-    """Host stand-in for the CPU proxy: pretend addresses and pages, events complete."""
-
-    def __init__(self) -> None:
-        self.next = 1 << 40
-
-    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int:
-        ptr, self.next = self.next, self.next + size
-        return ptr
-
-    def reserve(self, size: int) -> int:
-        ptr = -(-self.next // (2 * MiB)) * (2 * MiB)
-        self.next = ptr + size
-        return ptr
-
-    def map(self, ptr: int, size: int, page: int, capturing: bool) -> bool:
-        return True
-
-    def free(self, ptr: int) -> None: ...
-    def unmap(self, ptr: int, size: int, page: int) -> None: ...
-    def unreserve(self, ptr: int, size: int) -> None: ...
-    def mem_get_info(self) -> tuple[int, int]: return 80 << 30, 80 << 30  # noqa: E704
-    def event_create(self) -> None: ...
-    def event_record(self, event: Any, stream: int) -> None: ...
-    def event_query(self, event: Any) -> bool: return True  # noqa: E704
-    def event_synchronize(self, event: Any) -> None: ...
-    def event_destroy(self, event: Any) -> None: ...
-    def synchronize(self) -> None: ...
-    def may_record_events(self) -> bool: return True  # noqa: E704
-    def capture_id(self, stream: int) -> None: ...
-    def oom_error(self, message: str) -> BaseException: return MemoryError(message)  # noqa: E704
-
-
 def cpu_proxy_rows(trace: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
     from gpurt._memory import stats as ms
     from gpurt._memory.allocator import CachingAllocator
@@ -197,7 +164,7 @@ def cpu_proxy_rows(trace: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
 
     rows = []
     for setting in (FIXED, EXPANDABLE):
-        allocator = CachingAllocator(0, ProxyBackend(), parse(setting))  # type: ignore[arg-type]
+        allocator = CachingAllocator(0, HostBackend(total=80 << 30), parse(setting))  # type: ignore[arg-type]
         took = replay(trace, lambda n, a=allocator: a.malloc(n, 0), allocator.free)
         rows.append(_row("gpurt (CPU proxy)", setting,
                          ms.flatten(allocator.nested_stats()), took))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _common import host_us, peer, print_rows, write_results
+from _common import HostBackend, host_us, peer, print_rows, write_results
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = ((4 * KiB, "4 KiB"), (1 * MiB, "1 MiB"), (64 * MiB, "64 MiB"))
@@ -35,44 +35,6 @@ SIZES = ((4 * KiB, "4 KiB"), (1 * MiB, "1 MiB"), (64 * MiB, "64 MiB"))
 def _row(what: str, lib: str, fn: Callable[[], Any]) -> dict[str, Any]:
     fn()  # the first call may create a segment; measure the cached path
     return {"what": what, "lib": lib, "host_us": host_us(fn, number=5000, repeat=15, warmup=500)}
-
-
-class HostBackend:
-    """Stand-in backend for the CPU proxy: pretend addresses, events always complete."""
-
-    def __init__(self) -> None:
-        self.next = 1 << 40
-
-    def malloc(self, size: int, capturing: bool, stream: int = 0) -> int:
-        ptr, self.next = self.next, self.next + size
-        return ptr
-
-    def free(self, ptr: int) -> None:
-        pass
-
-    def mem_get_info(self) -> tuple[int, int]:
-        return 1 << 40, 1 << 40
-
-    def event_create(self) -> None:
-        return None
-
-    def event_record(self, event: Any, stream: int) -> None:
-        pass
-
-    def event_query(self, event: Any) -> bool:
-        return True
-
-    def event_synchronize(self, event: Any) -> None:
-        pass
-
-    def event_destroy(self, event: Any) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def oom_error(self, message: str) -> BaseException:
-        return MemoryError(message)
 
 
 def core_rows(allocator: Any, lib: str) -> list[dict[str, Any]]:

@@ -8,19 +8,9 @@
 # Usage: bash benchmarks/skinny_dev.sh OUTDIR [--no-bench]   (total limit: $TOTAL, 340 s)
 set -u
 out=${1:?OUTDIR}
-mkdir -p "$out"
-tree=$(pwd)
-site=$(mktemp -d)
-t0=$SECONDS
 total=${TOTAL:-340}
-left() { echo $((total - (SECONDS - t0))); }
-step() { echo "== $1 ($((SECONDS - t0)) s)"; }
-python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$out/setup.log" 2>&1
-cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
-(cd "$site" && python3 "$tree/setup.py" -q build_ext --inplace) >> "$out/setup.log" 2>&1 || true
-export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache" PYTHONDONTWRITEBYTECODE=1
+. "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/smi.txt" 2>&1
 step precompile
 timeout 75 python3 -P benchmarks/skinny_dev.py precompile >> "$out/setup.log" 2>&1; tail -n 1 "$out/setup.log"
 step pytest
