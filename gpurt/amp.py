@@ -15,6 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ._core.fork import renew_after_fork
 from ._elementwise import api as gpurt
 from ._elementwise.plan import as_array
 from ._elementwise.types import STORAGE
@@ -35,6 +36,7 @@ _THREADS = 256
 ANY_ENABLED = False
 _enabled_regions = 0  # enabled autocasts entered and not yet left, on all threads
 _regions_lock = threading.Lock()
+renew_after_fork(globals(), _regions_lock=threading.Lock)
 
 
 class _State(threading.local):
