@@ -82,9 +82,9 @@ def main() -> None:
             device.copy_(buffer)
             stream.synchronize()
 
-        row("load", "read+copy pinned", _gbps(lambda: read_then_copy(pinned), nbytes,
+        row("load", "read+copy(pinned)", _gbps(lambda: read_then_copy(pinned), nbytes,
                                               args.repeat))
-        row("load", "read+copy pageable", _gbps(lambda: read_then_copy(pageable), nbytes,
+        row("load", "read+copy(pageable)", _gbps(lambda: read_then_copy(pageable), nbytes,
                                                 args.repeat))
 
         torch = peer("torch")
@@ -108,7 +108,7 @@ def main() -> None:
             with open(out, "wb", buffering=0) as fh:
                 fh.write(memoryview(pinned))
 
-        row("save", "copy+write pinned", _gbps(copy_then_write, nbytes, args.repeat))
+        row("save", "D2H(pinned)+write", _gbps(copy_then_write, nbytes, args.repeat))
 
     print_rows(f"file <-> device, GB/s (cuFile compatibility mode: {compat})", rows)
     write_results("gds", rows, args.json)
