@@ -150,6 +150,25 @@ class Timer:
         return device_ms(fn, self.handle, repeat=self.repeat, warmup=5, flush=self.flush)
 
 
+def bandwidth_timer(suite: str, json_path: str | None, repeat: int,
+                    need_torch: bool = False) -> tuple[Timer, Any] | None:
+    """The set-up the bandwidth suites share: (a Timer on torch's current stream, or gpurt's
+    without torch; torch or None). Without a GPU (or torch, where it is needed) it says so,
+    writes the suite's empty result and returns None."""
+    import gpurt
+
+    torch = peer("torch")
+    if torch is not None and not torch.cuda.is_available():
+        torch = None
+    if not gpurt.is_available() or (need_torch and torch is None):
+        print(f"bench_{suite}: needs a GPU{' and torch' if need_torch else ''}, "
+              "nothing to measure")
+        write_results(suite, [], json_path)
+        return None
+    stream = torch.cuda.current_stream() if torch is not None else gpurt.current_stream()
+    return Timer(int(stream.cuda_stream), repeat), torch
+
+
 def copy_gbps(timer: Timer) -> float:
     """The device's copy bandwidth in GB/s (bytes read plus written) timed by ``timer``."""
     import gpurt

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import Timer, copy_gbps, peer, print_rows, write_results
+from _common import Timer, bandwidth_timer, copy_gbps, print_rows, write_results
 
 import gpurt
 
@@ -163,13 +163,11 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
-    torch = peer("torch")
-    if not gpurt.is_available() or torch is None or not torch.cuda.is_available():
-        print("bench_elementwise: needs a GPU and torch, nothing to measure")
-        write_results("elementwise", [], args.json)
+    setup = bandwidth_timer("elementwise", args.json, 15 if args.quick else 40,
+                            need_torch=True)
+    if setup is None:
         return
-    handle = int(torch.cuda.current_stream().cuda_stream)
-    timer = Timer(handle, repeat=15 if args.quick else 40)
+    timer, torch = setup
     copy = copy_gbps(timer)
     rows = bandwidth_rows(torch, timer, copy)
     print_rows(f"elementwise/reductions on {gpurt.get_device_name()}: GB/s, copy {copy:.0f} GB/s",

@@ -18,7 +18,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from _common import Timer, copy_gbps, peer, print_rows, write_results
+from _common import Timer, bandwidth_timer, copy_gbps, print_rows, write_results
 
 import gpurt
 from gpurt import random as grandom
@@ -117,16 +117,10 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
-    if not gpurt.is_available():
-        print("bench_random: no GPU here, nothing to measure")
-        write_results("random", [], args.json)
+    setup = bandwidth_timer("random", args.json, 15 if args.quick else 40)
+    if setup is None:
         return
-    torch = peer("torch")
-    if torch is not None and not torch.cuda.is_available():
-        torch = None
-    handle = int(torch.cuda.current_stream().cuda_stream) if torch is not None else int(
-        gpurt.current_stream().cuda_stream)
-    timer = Timer(handle, repeat=15 if args.quick else 40)
+    timer, torch = setup
     copy = copy_gbps(timer)
     rows = measure(timer, copy, torch)
     print_rows(f"random fills on {gpurt.get_device_name()}: GB/s of bytes moved "

@@ -21,7 +21,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from _common import Timer, copy_gbps, peer, print_rows, write_results
+from _common import Timer, bandwidth_timer, copy_gbps, print_rows, write_results
 
 import gpurt
 from gpurt.kernels import log_softmax, log_softmax_backward, softmax, softmax_backward
@@ -145,16 +145,10 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args()
-    if not gpurt.is_available():
-        print("bench_softmax: no GPU here, nothing to measure")
-        write_results("softmax", [], args.json)
+    setup = bandwidth_timer("softmax", args.json, 15 if args.quick else 50)
+    if setup is None:
         return
-    torch = peer("torch")
-    if torch is not None and not torch.cuda.is_available():
-        torch = None
-    handle = int(torch.cuda.current_stream().cuda_stream) if torch is not None else int(
-        gpurt.current_stream().cuda_stream)
-    timer = Timer(handle, repeat=15 if args.quick else 50)
+    timer, torch = setup
     importlib.import_module("gpurt.kernels.softmax").precompile(
         plan.choose_variant(cols, dtype, OPS[name]) for _, cols, dtype, name, _ in CASES)
     copy = copy_gbps(timer)
