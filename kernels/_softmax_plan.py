@@ -95,7 +95,12 @@ LONG_ROWS = {
     (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
     (LOG_SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
 }
-MAX_CLUSTER = 8  # the portable cluster size limit
+# Clusters of up to PORTABLE_CLUSTER CTAs run on any sm_90 device; the LONG_ROWS shapes go up
+# to MAX_CLUSTER (a non-portable size, allowed per kernel: Variant.non_portable; H100 and
+# H200 have graphics processing clusters of 16 or more SMs), which keeps rows of up to 1M
+# float32 (2M 16-bit) elements on chip instead of the split's second read.
+PORTABLE_CLUSTER = 8
+MAX_CLUSTER = 16
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
 # Rows of at least this many 16-byte vectors whose length or alignment rules out 16-byte
@@ -176,6 +181,11 @@ class Variant:
         return self.columns * self.cluster
 
     @property
+    def non_portable(self) -> bool:
+        """A cluster larger than the portable limit: the kernel must allow it before launch."""
+        return self.cluster > PORTABLE_CLUSTER
+
+    @property
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA in bytes (the shared-memory items)."""
         return self.inputs * self.smem_items * self.threads * 16
@@ -249,7 +259,8 @@ def choose_variant(
     what the pointers allow); ``clusters=False`` for devices without thread-block clusters
     (before sm_90).
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
-    a cluster of up to 8 such CTAs; longer still, the two-launch split.
+    a cluster of such CTAs (up to 16 for the LONG_ROWS shapes); longer still, the two-launch
+    split.
     """
     code = dtype_code(dtype)
     if op not in range(4):
@@ -303,7 +314,7 @@ def choose_variant(
     ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
     if ctas == 1:
         return fit("rows", MAX_THREADS, MAX_THREADS)
-    if clusters and ctas <= MAX_CLUSTER:
+    if clusters and ctas <= PORTABLE_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
 
