@@ -76,6 +76,19 @@ ROUTES: dict[tuple[int, int, np.dtype, str], list] = {
 }
 
 
+# the follow-up (s5-softrow run 2): the pick at 65536 against the paired shape it replaced;
+# rows of 1M by row count around WIDE_CLUSTER_ROWS
+FOLLOW_UP: dict[tuple[int, int, np.dtype, str], list] = {
+    (2048, 65536, F32, "softmax"): [V("cluster", 0, 0, 4, 16, 512, 512, 2, 2, 8)],
+    (2048, 65536, F32, "log_softmax"): [V("cluster", 0, 1, 4, 16, 512, 512, 2, 2, 8)],
+    (4096, 50257, F32, "softmax"): [V("cluster", 0, 0, 4, 16, 512, 512, 2, 2, 8, True)],
+    (16, 1_000_003, F32, "softmax"): [V("cluster", 0, 0, 4, 32, 512, 512, 16, 1, 10, True)],
+    (32, 1_000_003, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512, edges=True)],
+    (64, 1_000_003, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512, edges=True)],
+    (128, 1_000_003, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512, edges=True)],
+}
+
+
 @contextlib.contextmanager
 def source_of(sm: Any, path: str | None) -> Iterator[None]:
     """Compile and look up kernels from ``path`` (None: softmax.cu) inside the block."""
@@ -90,19 +103,21 @@ def source_of(sm: Any, path: str | None) -> Iterator[None]:
         sm._source, sm._kernels = saved
 
 
-def routes(timer: Timer, copy: float, torch: Any, old: str | None = None) -> list[dict]:
+def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
+           routes_set: str = "issue17") -> list[dict]:
     """Each forced variant of ROUTES (the chooser's first): error against torch in float64
     (poisoned output), % of copy."""
     sm = importlib.import_module("gpurt.kernels.softmax")
     found = []
-    for (rows, cols, dtype, name), variants in ROUTES.items():
+    chosen = ROUTES if routes_set == "issue17" else FOLLOW_UP
+    for (rows, cols, dtype, name), variants in chosen.items():
         op = OPS[name]
         made = make_inputs(op, rows, cols, dtype, torch)
         arrays = [gpurt.asarray(m) for m in made]
         out = gpurt.empty((rows, cols), dtype)
         want = _torch_reference(op, made, torch)
         view = plan.RowsView(rows, cols)
-        for entry in [plan.choose_variant(cols, dtype, op), *variants]:
+        for entry in [plan.choose_variant(cols, dtype, op, rows=rows), *variants]:
             path, v = (old, entry[1]) if isinstance(entry, tuple) else (None, entry)
             label = ("old " if path else "") + v.names()[0]
             if isinstance(entry, tuple) and old is None:
@@ -154,6 +169,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=len(CASES))
     parser.add_argument("--routes", action="store_true")
     parser.add_argument("--old", help="softmax.cu before a change, for the OLD routes")
+    parser.add_argument("--set", default="issue17", choices=("issue17", "follow-up"))
     args = parser.parse_args()
     ways = args.ways.split(",")
     torch = peer("torch")
@@ -161,7 +177,7 @@ def main() -> None:
     timer = Timer(handle, repeat=30)
     copy = copy_gbps(timer)
     if args.routes:
-        found = routes(timer, copy, torch, args.old)
+        found = routes(timer, copy, torch, args.old, args.set)
         print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
         for r in found:
             print(f"{r['case']:>36} {r['variant']:>52} "

@@ -12,8 +12,8 @@ softmax.cu keep a row in registers between its reduction and its outputs.
 and the operation (lane groups for short rows, one CTA per row, a thread-block cluster sharing
 a row through distributed shared memory on sm_90, the longest of those also keeping part of
 the row in shared memory, and for rows longer than a cluster holds, about 524k elements
-forward and 524k backward in float32 (clusters of 16 CTAs), a two-launch split that reads
-its inputs twice).
+forward in float32 (clusters of 16 CTAs, given enough rows) and 262k backward, a two-launch
+split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
@@ -271,7 +271,7 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     itemsize = np.dtype(out.dtype).itemsize
     vec, edges = row_access(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
     variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges,
-                             clusters=major >= 9)
+                             clusters=major >= 9, rows=view.rows)
     return plan_variant(variant, inputs, out, view, index)
 
 

@@ -100,8 +100,8 @@ def test_chooser_picks_the_measured_routes():
     long_rows = pick(131072, F32)  # 2 CTAs of 512 threads, 22 of 32 vectors in registers
     assert long_rows.names() == ("softmax_cluster<0, 0, 4, 32, 512, 2, 1, 10>",)
     assert long_rows.shared_mem == 80 * 1024
-    # half as long: 2 CTAs of 512 threads, two per multiprocessor, 8 of 16 in registers
-    assert pick(65536, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 8>",)
+    # half as long: one CTA of 1024 threads, 4 of 16 vectors in registers
+    assert pick(65536, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 12>",)
     assert pick(32768, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_rows<0, 2, 4, 8, 1024, 1024, 1, 6>",)
     assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
@@ -111,17 +111,20 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
-        "softmax_cluster<0, 1, 4, 16, 512, 2, 2, 8>",)
+        "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
-    # rows of 1M: a non-portable cluster of 16 CTAs (forward), the split (backward, longer)
+    # rows of 1M: float32 forward with enough rows in a non-portable cluster of 16 CTAs;
+    # otherwise (few rows, 16-bit, backward, longer rows) the split
     assert pick(1_000_000, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 16, 1, 10>",)
-    assert pick(1_000_000, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 16, 1, 6>",)
+    assert pick(1_000_000, F32, rows=plan.WIDE_CLUSTER_ROWS).cluster == 16
+    assert pick(1_000_000, F32, rows=plan.WIDE_CLUSTER_ROWS - 1).kind == "split"
+    assert pick(1_000_000, BF16).kind == "split"
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).kind == "split"
     assert pick(1_048_577, F32).kind == "split"
     short = pick(7, F16)
     assert short.kind == "rows" and short.group < 32 and short.vec == 1 and not short.edges
     # odd lengths: the route of the next aligned length, with edges (EDGES=1)
-    assert pick(50257, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 8, 1>",)
+    assert pick(50257, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 12, 1>",)
     assert pick(32001, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0, 1>",)
     assert pick(1_000_003, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 16, 1, 10, 1>",)
     assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD).names() == (
@@ -427,15 +430,14 @@ def test_split_rows_with_edges(op_name, compiled, gpu_state):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
-@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
-def test_clusters_of_16_with_edges(dtype, op_name, compiled, gpu_state):
+def test_clusters_of_16_with_edges(op_name, compiled, gpu_state):
     """Rows of 1M held by a non-portable cluster of 16 CTAs, at odd length and offset, more
     rows than fit on the device at once."""
     op = OPS[op_name]
-    rng = np.random.default_rng([op, dtype.itemsize, 16])
-    shape = (20, 1_000_003)
-    assert plan.choose_variant(shape[1], dtype, op).cluster == 16
-    check_long_rows(op, shape, dtype, rng)
+    rng = np.random.default_rng([op, 16])
+    shape = (plan.WIDE_CLUSTER_ROWS, 1_000_003)
+    assert plan.choose_variant(shape[1], F32, op, rows=shape[0]).cluster == 16
+    check_long_rows(op, shape, F32, rng)
 
 
 def check_long_rows(op: int, shape: tuple[int, int], dtype: np.dtype,
