@@ -60,9 +60,7 @@ class LongRows:
     for a cluster of them); ``clusters``: also for rows that need a cluster (else only alone);
     ``min_items``: only where a thread holds at least this many vectors (shorter rows keep
     the shapes after it); ``max_cluster``: the largest cluster of them (above
-    PORTABLE_CLUSTER only with at least WIDE_CLUSTER_ROWS rows); ``edge_keep``: values fewer
-    kept in registers for rows with edges (whose slots and addresses take registers too:
-    without it ptxas spills the fullest shapes)."""
+    PORTABLE_CLUSTER only with at least WIDE_CLUSTER_ROWS rows)."""
 
     threads: int
     blocks: int
@@ -73,16 +71,13 @@ class LongRows:
     clusters: bool = True
     min_items: int = 1
     max_cluster: int = 8
-    edge_keep: int = 0
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
 # fp32 131072: 90.6 (run 4: 86.1); rows of 1M (s5-softrow, H100, 64x1000003): clusters of 16
 # 68.7% of copy where the split reads 64.2, but 46.8 against 53.7 at 8 rows (16 SMs a
 # cluster, about 7 such clusters fit at once)
-# with edges, 22 vectors in registers spill 24 bytes (64x1000000 74.9% of copy, 64x1000003
-# 68.1 on the H100): one vector fewer in registers
-_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False, max_cluster=16, edge_keep=4)
+_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False, max_cluster=16)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
 _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
 # run 4's shape alone for fp32 forward rows of 32k-64k elements (s5-softrow, H100, 4096x50257):
@@ -313,9 +308,8 @@ def choose_variant(
     # cluster; longer still, the split.
     wide = clusters and vec * _STORAGE_BYTES[code] == 16
     for shape in LONG_ROWS[op, _STORAGE_BYTES[code]] if wide else ():
-        fewer = shape.edge_keep if edges else 0
-        held = max(1, (shape.held - fewer) // (inputs * vec))
-        keep = max(1, (shape.keep - fewer) // (inputs * vec))
+        held = max(1, shape.held // (inputs * vec))
+        keep = max(1, shape.keep // (inputs * vec))
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))

@@ -12,7 +12,8 @@
 //   softmax_cluster  a thread-block cluster of CLUSTER CTAs per row, each holding a slice; the
 //                    per-CTA partials meet through distributed shared memory (sm_90). The
 //                    launch has a cluster per row; a smaller grid would loop over the rows
-//                    (persistent clusters: measured slower, not used).
+//                    (persistent clusters: measured slower, not used). CLUSTER 16 is a
+//                    non-portable size: the launcher allows it on the kernel first.
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's

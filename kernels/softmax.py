@@ -11,9 +11,9 @@ softmax.cu keep a row in registers between its reduction and its outputs.
 :func:`choose_variant` picks how rows are spread over threads from the row length, the dtype
 and the operation (lane groups for short rows, one CTA per row, a thread-block cluster sharing
 a row through distributed shared memory on sm_90, the longest of those also keeping part of
-the row in shared memory, and for rows longer than a cluster holds, about 524k elements
-forward in float32 (clusters of 16 CTAs, given enough rows) and 262k backward, a two-launch
-split that reads its inputs twice).
+the row in shared memory, and for rows longer than a cluster holds -- float32 forward 1M
+elements in clusters of 16 CTAs given at least 32 rows, else 524k; 262k backward -- a
+two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
