@@ -15,11 +15,16 @@ in one run (GB/s and % of copy, timed like bench_softmax.py):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
-from bench_softmax import BF16, F32, OPS, Timer, copy_gbps, gpurt_call, make_inputs, peer, plan
+from _common import Timer, copy_gbps, peer
+from bench_softmax import BF16, F32, OPS, gpurt_call, make_inputs, plan
 
 import gpurt
 
@@ -39,51 +44,120 @@ CASES = [
 
 
 V = plan.Variant
-# (cols, dtype, op name) -> forced variants to compare (the chooser's first)
-ROUTES = {
-    (50257, F32, "log_softmax"): [V("cluster", 0, 1, 4, 8, 1024, 1024, 2, 1, 0, True),
-                                  V("cluster", 0, 1, 4, 16, 512, 512, 2, 2, 8, True),
-                                  V("rows", 0, 1, 4, 16, 1024, 1024, 1, 1, 12, True)],
-    (50257, F32, "log_softmax_backward"): [V("cluster", 0, 3, 4, 8, 1024, 1024, 2, 1, 6, True),
-                                           V("cluster", 0, 3, 4, 16, 512, 512, 2, 1, 4, True)],
-    (50257, BF16, "softmax"): [V("rows", 2, 0, 8, 8, 1024, 1024, 1, 1, 6, True),
-                               V("cluster", 2, 0, 8, 4, 1024, 1024, 2, 1, 0, True),
-                               V("cluster", 2, 0, 8, 8, 512, 512, 2, 2, 4, True),
-                               V("cluster", 2, 0, 8, 4, 512, 512, 4, 2, 0, True),
-                               V("cluster", 2, 0, 8, 8, 512, 512, 2, 1, 0, True)],
-    (50257, BF16, "softmax_backward"): [V("cluster", 2, 2, 8, 4, 1024, 1024, 2, 1, 3, True),
-                                        V("cluster", 2, 2, 8, 2, 1024, 1024, 4, 1, 0, True),
-                                        V("cluster", 2, 2, 8, 4, 512, 512, 4, 1, 0, True)],
+OLD = "old"  # a variant compiled from --old (the source before a change), for before/after
+# (rows, cols, dtype, op name) -> forced variants to compare, (OLD, variant) from --old's
+# source; the chooser's pick is added first. Issue 17 on the H200 (s5-softrow): the fp32 rows
+# of 50257 (routes tuned on the H100), 16-bit forward before/after the two-pass exps, rows of
+# 1M in clusters of 16 against the split.
+ROUTES: dict[tuple[int, int, np.dtype, str], list] = {
+    (4096, 50257, F32, "softmax"): [V("rows", 0, 0, 4, 16, 1024, 1024, 1, 1, 12, True),
+                                    V("cluster", 0, 0, 4, 8, 1024, 1024, 2, 1, 0, True),
+                                    V("cluster", 0, 0, 4, 16, 512, 512, 2, 1, 0, True),
+                                    V("cluster", 0, 0, 4, 16, 256, 256, 4, 4, 8, True),
+                                    V("cluster", 0, 0, 4, 8, 512, 512, 4, 2, 0, True)],
+    (4096, 50257, F32, "log_softmax"): [V("rows", 0, 1, 4, 16, 1024, 1024, 1, 1, 12, True),
+                                        V("cluster", 0, 1, 4, 16, 512, 512, 2, 1, 0, True)],
+    (4096, 50257, F32, "softmax_backward"): [V("cluster", 0, 2, 4, 8, 1024, 1024, 2, 1, 6, True),
+                                             V("cluster", 0, 2, 4, 8, 512, 512, 4, 1, 0, True)],
+    (4096, 50257, F32, "log_softmax_backward"): [
+        V("cluster", 0, 3, 4, 8, 1024, 1024, 2, 1, 6, True)],
+    (4096, 50257, BF16, "softmax"): [(OLD, V("rows", 2, 0, 8, 8, 1024, 1024, 1, 1, 6, True)),
+                                     V("cluster", 2, 0, 8, 8, 512, 512, 2, 2, 4, True),
+                                     V("rows", 2, 0, 8, 16, 512, 512, 1, 1, 8, True)],
+    (16384, 4096, BF16, "softmax"): [(OLD, plan.choose_variant(4096, BF16, plan.SOFTMAX))],
+    (1024, 131072, BF16, "softmax"): [(OLD, plan.choose_variant(131072, BF16, plan.SOFTMAX))],
+    (64, 1_000_003, F32, "softmax"): [(OLD, V("split", 0, 0, 4, 8, 512, 512, edges=True)),
+                                      V("cluster", 0, 0, 4, 16, 1024, 1024, 16, 1, 12, True)],
+    (64, 1_000_003, F32, "log_softmax"): [(OLD, V("split", 0, 1, 4, 8, 512, 512, edges=True))],
+    (64, 1_000_003, BF16, "softmax"): [(OLD, V("split", 2, 0, 8, 4, 512, 512, edges=True))],
+    (8, 1_000_000, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512)],
+    (2, 1_000_000, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512)],
+    (256, 300_001, F32, "softmax_backward"): [V("split", 0, 2, 4, 4, 512, 512, edges=True)],
 }
 
 
-def routes(timer: Timer, copy: float, torch: object) -> list[dict]:
-    """Each forced variant of ROUTES: error against torch in float64, % of copy."""
+# the follow-up (s5-softrow run 2): the pick at 65536 against the paired shape it replaced;
+# rows of 1M by row count around WIDE_CLUSTER_ROWS
+FOLLOW_UP: dict[tuple[int, int, np.dtype, str], list] = {
+    (2048, 65536, F32, "softmax"): [V("cluster", 0, 0, 4, 16, 512, 512, 2, 2, 8)],
+    (2048, 65536, F32, "log_softmax"): [V("cluster", 0, 1, 4, 16, 512, 512, 2, 2, 8)],
+    (4096, 50257, F32, "softmax"): [V("cluster", 0, 0, 4, 16, 512, 512, 2, 2, 8, True)],
+    (16, 1_000_003, F32, "softmax"): [V("cluster", 0, 0, 4, 32, 512, 512, 16, 1, 10, True)],
+    (32, 1_000_003, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512, edges=True)],
+    (64, 1_000_003, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512, edges=True)],
+    (128, 1_000_003, F32, "softmax"): [V("split", 0, 0, 4, 8, 512, 512, edges=True)],
+}
+
+
+# not run yet (notes_softmax.md, v10): rows with edges in the wide shape, 22 vectors in
+# registers (the pick: ptxas spills 24 bytes) against 21 and 20; the rows without edges
+EDGE_KEEP: dict[tuple[int, int, np.dtype, str], list] = {
+    (64, 1_000_003, F32, "softmax"): [V("cluster", 0, 0, 4, 32, 512, 512, 16, 1, s, True)
+                                      for s in (11, 12)],
+    (64, 1_000_000, F32, "softmax"): [],
+    (64, 1_000_003, F32, "log_softmax"): [V("cluster", 0, 1, 4, 32, 512, 512, 16, 1, 11, True)],
+    (1024, 131071, F32, "softmax"): [V("cluster", 0, 0, 4, 32, 512, 512, 2, 1, s, True)
+                                     for s in (11, 12)],
+    (1024, 131072, F32, "softmax"): [],
+    (2048, 70001, F32, "softmax"): [V("cluster", 0, 0, 4, 32, 512, 512, 2, 1, 11, True)],
+    (4096, 50257, F32, "softmax"): [V("rows", 0, 0, 4, 16, 1024, 1024, 1, 1, 13, True)],
+}
+SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP}
+
+
+@contextlib.contextmanager
+def source_of(sm: Any, path: str | None) -> Iterator[None]:
+    """Compile and look up kernels from ``path`` (None: softmax.cu) inside the block."""
+    if path is None:
+        yield
+        return
+    saved = sm._source, sm._kernels
+    sm._source, sm._kernels = Path(path).read_text(), {}
+    try:
+        yield
+    finally:
+        sm._source, sm._kernels = saved
+
+
+def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
+           routes_set: str = "issue17") -> list[dict]:
+    """Each forced variant of ROUTES (the chooser's first): error against torch in float64
+    (poisoned output), % of copy."""
     sm = importlib.import_module("gpurt.kernels.softmax")
-    sm.precompile(v for vs in ROUTES.values() for v in vs)
-    arch = gpurt.get_arch()
     found = []
-    for (cols, dtype, name), variants in ROUTES.items():
-        op, rows = OPS[name], 4096
+    chosen = SETS[routes_set]
+    for (rows, cols, dtype, name), variants in chosen.items():
+        op = OPS[name]
         made = make_inputs(op, rows, cols, dtype, torch)
         arrays = [gpurt.asarray(m) for m in made]
         out = gpurt.empty((rows, cols), dtype)
         want = _torch_reference(op, made, torch)
-        for v in variants:
-            call = sm._Call(tuple(sm._kernels_for(v, arch)), v.grid(rows, cols), v.threads,
-                            v.shared_mem, rows, cols, 0, 0)
-            torch.from_dlpack(out).fill_(12345)
-            call.launch(arrays[0], arrays[-1], out, timer.handle)
-            torch.cuda.synchronize()
-            got = torch.from_dlpack(out).double()
-            err = ((got - want).norm() / want.norm()).item()
-            ms = timer.ms(lambda call=call, a=arrays, o=out: call.launch(a[0], a[-1], o,
-                                                                          timer.handle))
+        view = plan.RowsView(rows, cols)
+        for entry in [plan.choose_variant(cols, dtype, op, rows=rows), *variants]:
+            path, v = (old, entry[1]) if isinstance(entry, tuple) else (None, entry)
+            label = ("old " if path else "") + v.names()[0]
+            if isinstance(entry, tuple) and old is None:
+                continue
+            try:
+                with source_of(sm, path):
+                    call = sm.plan_variant(v, arrays, out, view, gpurt.current_device())
+                torch.from_dlpack(out).fill_(12345)
+                call.launch(arrays[0], arrays[-1], out, timer.handle)
+                torch.cuda.synchronize()
+                got = torch.from_dlpack(out).double()
+                err = ((got - want).norm() / want.norm()).item()
+                ms = timer.ms(lambda c=call, a=arrays, o=out: c.launch(a[0], a[-1], o,
+                                                                        timer.handle))
+            except Exception as exc:  # the other variants still run
+                found.append({"case": f"{rows}x{cols} {dtype.name} {name}", "variant": label,
+                              "failed": f"{type(exc).__name__}: {exc}"})
+                print(json.dumps(found[-1]), flush=True)
+                continue
             pct = 100 * (len(made) + 1) * rows * cols * dtype.itemsize / ms / 1e6 / copy
-            found.append({"case": f"{rows}x{cols} {dtype.name} {name}", "variant": v.names()[0],
-                          "err": err, "pct_copy": round(pct, 1)})
+            found.append({"case": f"{rows}x{cols} {dtype.name} {name}", "variant": label,
+                          "err": err, "ms": ms, "pct_copy": round(pct, 1)})
             print(json.dumps(found[-1]), flush=True)
-        del made, arrays, out
+        del made, arrays, out, want
     return found
 
 
@@ -110,6 +184,8 @@ def main() -> None:
     parser.add_argument("--ways", default="edges,scalar,aligned")
     parser.add_argument("--cases", type=int, default=len(CASES))
     parser.add_argument("--routes", action="store_true")
+    parser.add_argument("--old", help="softmax.cu before a change, for the OLD routes")
+    parser.add_argument("--set", default="issue17", choices=tuple(SETS))
     args = parser.parse_args()
     ways = args.ways.split(",")
     torch = peer("torch")
@@ -117,10 +193,11 @@ def main() -> None:
     timer = Timer(handle, repeat=30)
     copy = copy_gbps(timer)
     if args.routes:
-        found = routes(timer, copy, torch)
+        found = routes(timer, copy, torch, args.old, args.set)
         print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
         for r in found:
-            print(f"{r['case']:>36} {r['variant']:>48} err {r['err']:.1e} {r['pct_copy']:>6}")
+            print(f"{r['case']:>36} {r['variant']:>52} "
+                  + (f"err {r['err']:.1e} {r['pct_copy']:>6}" if "err" in r else r["failed"]))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"device": gpurt.get_device_name(), "copy_GBps": copy, "routes": found},

@@ -59,7 +59,8 @@ class LongRows:
     most ``smem`` bytes per CTA; ``alone``: also for rows that one such CTA holds (else only
     for a cluster of them); ``clusters``: also for rows that need a cluster (else only alone);
     ``min_items``: only where a thread holds at least this many vectors (shorter rows keep
-    the shapes after it)."""
+    the shapes after it); ``max_cluster``: the largest cluster of them (above
+    PORTABLE_CLUSTER only with at least WIDE_CLUSTER_ROWS rows)."""
 
     threads: int
     blocks: int
@@ -69,13 +70,21 @@ class LongRows:
     alone: bool = True
     clusters: bool = True
     min_items: int = 1
+    max_cluster: int = 8
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
-_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)  # fp32 131072: 90.6 (run 4: 86.1)
-_PAIRED = LongRows(512, 2, 32, 32, 64 * 1024, alone=False)  # fp32 65536: 93.4 (run 4: 91.8)
+# fp32 131072: 90.6 (run 4: 86.1); rows of 1M (s5-softrow, H100, 64x1000003): clusters of 16
+# 68.7% of copy where the split reads 64.2, but 46.8 against 53.7 at 8 rows (16 SMs a
+# cluster, about 7 such clusters fit at once)
+_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False, max_cluster=16)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
 _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
+# run 4's shape alone for fp32 forward rows of 32k-64k elements (s5-softrow, H100, 4096x50257):
+# softmax 93.7 against 89.1 for the paired shape (2-CTA clusters of 512 threads, two per SM,
+# 8 of 16 vectors in shared memory: 93.4 at 65536 on the H200 in run 6, run 4's 91.8), and
+# log_softmax 96.8 against 91.1
+_RUN4_ALONE = LongRows(1024, 1, 32, 16, 192 * 1024, clusters=False)
 # 16-bit backward rows of 32k-64k elements: one CTA of 512 threads (128 registers), 4 of its
 # 16 vectors per input in registers: bf16 4096x50257 90.3% of copy on the H200, where run 4's
 # shape (a 2-CTA cluster, 3 of 4 in shared memory) read 59.2 (benchmarks/bandwidth_dev.py,
@@ -83,10 +92,10 @@ _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 
 _WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
-    (SOFTMAX, 4): (_WIDE, _PAIRED),
+    (SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
     # 131072: 88.1 (run 4: 82.2). Issue 17 (H100, rows of 50257): the paired shape 91.1,
-    # where the registers-only 2-CTA clusters of 1024 threads read 59.9
-    (LOG_SOFTMAX, 4): (_WIDE, _PAIRED),
+    # run 4's alone 96.8, the registers-only 2-CTA clusters of 1024 threads 59.9
+    (LOG_SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
     (SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
     # issue 17 (H100, 50257): 100.0 with the wide backward shape, 86.0 with run 4's alone
     (LOG_SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
@@ -95,7 +104,13 @@ LONG_ROWS = {
     (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
     (LOG_SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
 }
-MAX_CLUSTER = 8  # the portable cluster size limit
+# Clusters of up to PORTABLE_CLUSTER CTAs run on any sm_90 device; the LONG_ROWS shapes go up
+# to MAX_CLUSTER (a non-portable size, allowed per kernel: Variant.non_portable; H100 and
+# H200 have graphics processing clusters of 16 or more SMs), which keeps rows of up to 1M
+# float32 (2M 16-bit) elements on chip instead of the split's second read.
+PORTABLE_CLUSTER = 8
+MAX_CLUSTER = 16
+WIDE_CLUSTER_ROWS = 32  # fewer rows leave most SMs idle in clusters of 16: the split instead
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
 # Rows of at least this many 16-byte vectors whose length or alignment rules out 16-byte
@@ -176,6 +191,11 @@ class Variant:
         return self.columns * self.cluster
 
     @property
+    def non_portable(self) -> bool:
+        """A cluster larger than the portable limit: the kernel must allow it before launch."""
+        return self.cluster > PORTABLE_CLUSTER
+
+    @property
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA in bytes (the shared-memory items)."""
         return self.inputs * self.smem_items * self.threads * 16
@@ -242,14 +262,17 @@ def choose_variant(
     vec: int | None = None,
     edges: bool = False,
     clusters: bool = True,
+    rows: int | None = None,
 ) -> Variant:
     """Pick the variant for rows of ``cols`` elements of ``dtype`` (numpy dtype) and ``op``.
 
     ``vec`` and ``edges`` default to :func:`row_access` for 16-byte aligned arrays (pass
     what the pointers allow); ``clusters=False`` for devices without thread-block clusters
-    (before sm_90).
+    (before sm_90); ``rows`` (None: many) limits clusters to the portable size below
+    WIDE_CLUSTER_ROWS.
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
-    a cluster of up to 8 such CTAs; longer still, the two-launch split.
+    a cluster of such CTAs (up to 16 for the LONG_ROWS shapes); longer still, the two-launch
+    split.
     """
     code = dtype_code(dtype)
     if op not in range(4):
@@ -290,7 +313,9 @@ def choose_variant(
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
-        if ctas > MAX_CLUSTER or (ctas == 1 and not shape.alone) or (
+        few = rows is not None and rows < WIDE_CLUSTER_ROWS
+        if ctas > (PORTABLE_CLUSTER if few else shape.max_cluster) or (
+                ctas == 1 and not shape.alone) or (
                 ctas > 1 and not shape.clusters):
             continue
         variant = fit("rows" if ctas == 1 else "cluster", shape.threads, shape.threads, ctas,
@@ -303,7 +328,7 @@ def choose_variant(
     ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
     if ctas == 1:
         return fit("rows", MAX_THREADS, MAX_THREADS)
-    if clusters and ctas <= MAX_CLUSTER:
+    if clusters and ctas <= PORTABLE_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
 

@@ -12,7 +12,8 @@
 //   softmax_cluster  a thread-block cluster of CLUSTER CTAs per row, each holding a slice; the
 //                    per-CTA partials meet through distributed shared memory (sm_90). The
 //                    launch has a cluster per row; a smaller grid would loop over the rows
-//                    (persistent clusters: measured slower, not used).
+//                    (persistent clusters: measured slower, not used). CLUSTER 16 is a
+//                    non-portable size: the launcher allows it on the kernel first.
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
@@ -212,6 +213,14 @@ __device__ __forceinline__ float2 combine_max_sum(float2 a, float2 b) {
 
 template <int OP> struct Policy;
 
+// exp2 with float32 subnormal results flushed to zero: one MUFU.EX2 (exp2f adds a scaling
+// around it for subnormals); for 16-bit outputs only.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Forward: partial = (max m, sum exp(x - m)); outputs from x and the row's (max, sum).
 // A row of only -inf gives NaN like torch (-inf - -inf); NaN inputs give a NaN sum.
 template <int OP>
@@ -224,9 +233,7 @@ struct Forward {
     }
 
     // float32: a max pass, then a pass whose exp(x - m) replace x (softmax), so the outputs
-    // need one multiplication each. 16-bit inputs (widened where used, no room to keep exps):
-    // online over steps of 8 values, each step's (max, sum exp(x - max)) folded into the
-    // running pair, so only one step's widened values are live.
+    // need one multiplication each. 16-bit inputs: see below.
     template <int ITEMS, int VEC, class H>
     static __device__ __forceinline__ float2 local(H& h) {
         if constexpr (sizeof(typename H::A::S) == 4) {
@@ -254,33 +261,28 @@ struct Forward {
             }
             return make_float2(m, s);
         } else {
-            const int STEP = (VEC >= 8 || ITEMS * VEC <= 8) ? 1 : 8 / VEC;  // items per step
-            float2 acc = identity();
+            // 16-bit inputs: a max pass, then a sum pass (the values are widened again in
+            // each: there is no room to keep exps), with exp2 flushing float32 subnormals
+            // (below every 16-bit normal, and at most 1e-38 for bfloat16 outputs): two exps
+            // an element and a short instruction stream, where these rows are compute-bound
+            float m = SM_NEG_INF;
 #pragma unroll
-            for (int i0 = 0; i0 < ITEMS; i0 += STEP) {
-                float c[STEP][VEC];
-                float m = SM_NEG_INF;
+            for (int i = 0; i < ITEMS; ++i) {
+                float c[VEC];
+                h.item(0, i, c);
 #pragma unroll
-                for (int j = 0; j < STEP; ++j) {
-                    if (i0 + j < ITEMS) {
-                        h.item(0, i0 + j, c[j]);
-                    } else {
-#pragma unroll
-                        for (int k = 0; k < VEC; ++k) c[j][k] = SM_NEG_INF;
-                    }
-#pragma unroll
-                    for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[j][k]);
-                }
-                const float ref = reference(m);
-                float s = 0.0f;
-#pragma unroll
-                for (int j = 0; j < STEP; ++j) {
-#pragma unroll
-                    for (int k = 0; k < VEC; ++k) s += exp2f((c[j][k] - ref) * SM_LOG2E);
-                }
-                acc = (i0 == 0) ? make_float2(m, s) : combine(acc, make_float2(m, s));
+                for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
             }
-            return acc;
+            const float ref = reference(m);
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < ITEMS; ++i) {
+                float c[VEC];
+                h.item(0, i, c);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) s += exp2_ftz((c[k] - ref) * SM_LOG2E);
+            }
+            return make_float2(m, s);
         }
     }
 
@@ -308,7 +310,7 @@ struct Forward {
                 for (int k = 0; k < VEC; ++k) y[k] = c[k] * scale;
             } else {
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) y[k] = exp2f((c[k] - row.x) * SM_LOG2E) * inv;
+                for (int k = 0; k < VEC; ++k) y[k] = exp2_ftz((c[k] - row.x) * SM_LOG2E) * inv;
             }
         } else {
             const float log_sum = logf(row.y);

@@ -11,8 +11,9 @@ softmax.cu keep a row in registers between its reduction and its outputs.
 :func:`choose_variant` picks how rows are spread over threads from the row length, the dtype
 and the operation (lane groups for short rows, one CTA per row, a thread-block cluster sharing
 a row through distributed shared memory on sm_90, the longest of those also keeping part of
-the row in shared memory, and for rows longer than a cluster holds, about 524k elements
-forward and 262k backward in float32, a two-launch split that reads its inputs twice).
+the row in shared memory, and for rows longer than a cluster holds -- float32 forward 1M
+elements in clusters of 16 CTAs given at least 32 rows, else 524k; 262k backward -- a
+two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from cuda.bindings import driver as cu
 
 import gpurt
 import gpurt.nvrtc
@@ -68,6 +70,7 @@ __all__ = [
 # ---- compilation -------------------------------------------------------------------------------
 
 _source: str | None = None
+_NON_PORTABLE = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _kernels: dict[tuple[str, str], Any] = {}  # (arch, name expression) -> Kernel
 _lock = threading.Lock()
 # a forked child gets a fresh lock (a parent thread may have held this one at the fork)
@@ -268,11 +271,21 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     itemsize = np.dtype(out.dtype).itemsize
     vec, edges = row_access(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
     variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges,
-                             clusters=major >= 9)
+                             clusters=major >= 9, rows=view.rows)
+    return plan_variant(variant, inputs, out, view, index)
+
+
+def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsView,
+                 index: int) -> _Call:
+    """The planned launch(es) of ``variant`` for these arrays on device ``index`` (the
+    chooser's pick, or a forced one in benchmarks/softmax_edges_dev.py; the caller checks
+    that it suits them)."""
     grid = variant.grid(view.rows, view.cols)
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
     kernels = tuple(_kernels_for(variant, gpurt.get_arch(index)))
+    if variant.non_portable:  # idempotent; a kernel built for clusters of 16 launches only so
+        kernels[0].set_attribute(_NON_PORTABLE, 1, device=index)
     a, b = inputs[0].ptr, inputs[-1].ptr
     if variant.kind != "split":
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)

@@ -17,6 +17,7 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
+from cuda.bindings import driver as cu
 
 import gpurt
 from _driver_calls import CLaunchKernel
@@ -856,6 +857,12 @@ def test_attributes_and_occupancy(gpu_module, gpu_state):
     block = kernel.suggested_block_size()
     assert block % 32 == 0 and 0 < block <= 1024
     assert gpu_module["rowsum_shared"].max_active_blocks_per_multiprocessor(256, 64 * 1024) >= 1
+    # set_attribute: a settable one takes; the dynamic shared memory limit is refused
+    attr = cu.CUfunction_attribute
+    kernel.set_attribute(attr.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50)
+    assert kernel.attribute(attr.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) == 50
+    with pytest.raises(ValueError, match="shared_mem"):
+        kernel.set_attribute(attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024)
 
 
 @pytest.mark.gpu

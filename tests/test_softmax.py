@@ -81,7 +81,8 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 if v.kind == "split":
                     held = plan.HELD if v.vec * dtype.itemsize == 16 else plan.HELD // 2
                     most = max(1, held // (inputs * v.vec))
-                    room = plan.MAX_THREADS * most * v.vec * (plan.MAX_CLUSTER if clusters else 1)
+                    ctas = plan.PORTABLE_CLUSTER if clusters else 1
+                    room = plan.MAX_THREADS * most * v.vec * ctas
                     assert cols > room, (cols, v)
                     assert v.chunks(cols) * v.columns >= cols
                 else:
@@ -99,8 +100,8 @@ def test_chooser_picks_the_measured_routes():
     long_rows = pick(131072, F32)  # 2 CTAs of 512 threads, 22 of 32 vectors in registers
     assert long_rows.names() == ("softmax_cluster<0, 0, 4, 32, 512, 2, 1, 10>",)
     assert long_rows.shared_mem == 80 * 1024
-    # half as long: 2 CTAs of 512 threads, two per multiprocessor, 8 of 16 in registers
-    assert pick(65536, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 8>",)
+    # half as long: one CTA of 1024 threads, 4 of 16 vectors in registers
+    assert pick(65536, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 12>",)
     assert pick(32768, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_rows<0, 2, 4, 8, 1024, 1024, 1, 6>",)
     assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
@@ -110,16 +111,24 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
-        "softmax_cluster<0, 1, 4, 16, 512, 2, 2, 8>",)
+        "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
-    assert pick(1_000_000, F32).kind == "split"
+    # rows of 1M: float32 forward with enough rows in a non-portable cluster of 16 CTAs;
+    # otherwise (few rows, 16-bit, backward, longer rows) the split
+    assert pick(1_000_000, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 16, 1, 10>",)
+    assert pick(1_000_000, F32, rows=plan.WIDE_CLUSTER_ROWS).cluster == 16
+    assert pick(1_000_000, F32, rows=plan.WIDE_CLUSTER_ROWS - 1).kind == "split"
+    assert pick(1_000_000, BF16).kind == "split"
+    assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).kind == "split"
+    assert pick(1_048_577, F32).kind == "split"
     short = pick(7, F16)
     assert short.kind == "rows" and short.group < 32 and short.vec == 1 and not short.edges
     # odd lengths: the route of the next aligned length, with edges (EDGES=1)
-    assert pick(50257, F32).names() == ("softmax_cluster<0, 0, 4, 16, 512, 2, 2, 8, 1>",)
+    assert pick(50257, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 12, 1>",)
     assert pick(32001, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0, 1>",)
-    assert pick(1_000_003, F32).names() == ("softmax_partial<0, 0, 4, 8, 512, 1>",
-                                            "softmax_finish<0, 0, 4, 8, 512, 1>")
+    assert pick(1_000_003, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 16, 1, 10, 1>",)
+    assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_partial<0, 2, 4, 4, 512, 1>", "softmax_finish<0, 2, 4, 4, 512, 1>")
     assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 8, 1024, 1024, 1, 6, 1>",)
     assert pick(131072, F32, clusters=False).kind == "split"
 
@@ -144,7 +153,9 @@ def test_variant_checks_its_fields():
         with pytest.raises(ValueError):
             plan.Variant(**{**good, **change})
     with pytest.raises(ValueError):
-        plan.Variant("cluster", 0, 0, 4, 8, 1024, 1024, cluster=16)
+        plan.Variant("cluster", 0, 0, 4, 8, 1024, 1024, cluster=32)
+    assert plan.Variant("cluster", 0, 0, 4, 8, 1024, 1024, cluster=16).non_portable
+    assert not plan.Variant("cluster", 0, 0, 4, 8, 1024, 1024, cluster=8).non_portable
 
 
 def test_variant_names_grid_and_chunks():
@@ -412,15 +423,32 @@ def test_split_rows_with_edges(op_name, compiled, gpu_state):
     """Rows longer than a cluster holds (the two-launch split) at odd length and offset."""
     op = OPS[op_name]
     rng = np.random.default_rng([op, 1_000_003])
-    shape = (2, 1_000_003)
+    shape = (2, 1_000_003 if op >= plan.SOFTMAX_BACKWARD else 1_048_583)
     assert plan.choose_variant(shape[1], F32, op).kind == "split"
+    check_long_rows(op, shape, F32, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
+def test_clusters_of_16_with_edges(op_name, compiled, gpu_state):
+    """Rows of 1M held by a non-portable cluster of 16 CTAs, at odd length and offset, more
+    rows than fit on the device at once."""
+    op = OPS[op_name]
+    rng = np.random.default_rng([op, 16])
+    shape = (plan.WIDE_CLUSTER_ROWS, 1_000_003)
+    assert plan.choose_variant(shape[1], F32, op, rows=shape[0]).cluster == 16
+    check_long_rows(op, shape, F32, rng)
+
+
+def check_long_rows(op: int, shape: tuple[int, int], dtype: np.dtype,
+                    rng: np.random.Generator) -> None:
     for offset in (0, 3):
-        a, b = inputs(op, shape, F32, rng, 1.0)
+        a, b = inputs(op, shape, dtype, rng, 1.0)
         ref, size = reference(op, a.astype(np.float64), None if b is None else b.astype(np.float64))
-        out = offset_view(np.full(shape, 12345, F32), offset)
+        out = offset_view(np.full(shape, 12345, dtype), offset)  # poison
         args = [offset_view(a, offset), None if b is None else offset_view(b, offset)]
         run_op(op, *args, out=out)
-        assert error(out.to_numpy(), ref, size) < TOLERANCE[F32], offset
+        assert error(out.to_numpy(), ref, size) < TOLERANCE[dtype], offset
 
 
 @pytest.mark.gpu

@@ -497,6 +497,17 @@ class Kernel:
         """A CUfunction_attribute of this kernel on ``device`` (wraps cuFuncGetAttribute)."""
         return int(check(cu.cuFuncGetAttribute(attr, self._function(device)), "cuFuncGetAttribute"))
 
+    def set_attribute(self, attr: Any, value: int, device: int | None = None) -> None:
+        """Set a CUfunction_attribute of this kernel on ``device`` (wraps cuFuncSetAttribute),
+        e.g. CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED before a launch in clusters
+        of more than 8 CTAs. The dynamic shared memory limit follows each launch's
+        ``shared_mem`` instead (ValueError here)."""
+        if attr == _MAX_DYNAMIC_SHARED:
+            raise ValueError("the dynamic shared memory limit is raised by each launch's "
+                             "shared_mem; it is not set directly")
+        check(cu.cuFuncSetAttribute(self._function(device), attr, int(value)),
+              "cuFuncSetAttribute")
+
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """Every attribute above (num_regs, shared_size_bytes, ...) as a dict."""
         table = {name: value for name, value in vars(Kernel).items()
