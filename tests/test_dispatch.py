@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as cu
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401
@@ -218,6 +219,10 @@ def test_elementwise_repeats_through_dispatch(driver: FakeDriver,  # noqa: F811
     assert k(x2, 2.0, z2) is z2 and counted[0] == 2  # a scalar: the Python path
     with pytest.raises(TypeError, match="takes 2 inputs"):
         k(x2)
+    driver.result = cu.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+    with pytest.raises(gpurt.CudaError, match="CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        k(x2, y2, z2)  # refused by the driver while dispatched: raised as from any launch
+    assert counted[0] == 2
 
 
 @pytest.mark.usefixtures("sm90")

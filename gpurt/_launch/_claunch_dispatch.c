@@ -83,9 +83,11 @@ static int same_stream(Dispatcher *self, long long index)
 }
 
 /* The words of a plain CUDA torch tensor, keyed as its gpurt view (see the top), and its
- * address: how many words, or -1 (no exception set) where it is not such a tensor. */
+ * address: how many words, or -1 (no exception set) where it is not such a tensor. The streams
+ * of device ``*streamed`` were compared already in this call; it becomes the tensor's. */
 static Py_ssize_t tensor_words(Dispatcher *self, PyObject *tensor, long long *words,
-                               Py_ssize_t room, unsigned long long *address)
+                               Py_ssize_t room, unsigned long long *address,
+                               long long *streamed)
 {
     PyObject *dtype = PyObject_GetAttr(tensor, str_dtype);
     PyObject *entry = dtype == NULL ? NULL : PyDict_GetItemWithError(self->dtypes, dtype);
@@ -114,10 +116,12 @@ static Py_ssize_t tensor_words(Dispatcher *self, PyObject *tensor, long long *wo
     Py_XDECREF(shape);
     Py_XDECREF(stride);
     long long ptr;
-    if (!ok || method_int(tensor, str_data_ptr, &ptr) < 0 || !same_stream(self, index)) {
+    if (!ok || method_int(tensor, str_data_ptr, &ptr) < 0 ||
+        (index != *streamed && !same_stream(self, index))) {
         unsupported();
         return -1;
     }
+    *streamed = index;
     *address = (unsigned long long)ptr;
     words[0] = WORD_ARRAY;
     words[1] = ndim;
@@ -134,6 +138,7 @@ static int make_key(Dispatcher *self, PyObject *const *items, Py_ssize_t count,
 {
     long long words[MAX_WORDS];
     Py_ssize_t used = 0;
+    long long streamed = -1; /* the device whose streams a tensor of this call matched */
     if (count > MAX_ITEMS) {
         return 0;
     }
@@ -151,7 +156,8 @@ static int make_key(Dispatcher *self, PyObject *const *items, Py_ssize_t count,
         } else if ((PyObject *)Py_TYPE(item) == self->array_type) {
             added = array_words(item, words + used, MAX_WORDS - used, &addresses[i]);
         } else if (self->tensor_type != NULL && (PyObject *)Py_TYPE(item) == self->tensor_type) {
-            added = tensor_words(self, item, words + used, MAX_WORDS - used, &addresses[i]);
+            added = tensor_words(self, item, words + used, MAX_WORDS - used, &addresses[i],
+                                 &streamed);
         }
         if (added < 0) {
             return unsupported();
@@ -214,26 +220,41 @@ static PyObject *outputs(Dispatcher *self, PyObject *outs, PyObject *allocs,
 static PyObject *run_entry(Dispatcher *self, PyObject *entry, PyObject *const *items,
                            Py_ssize_t count, unsigned long long *addresses)
 {
-    PyObject *launch, *order, *outs, *allocs;
-    if (!PyTuple_Check(entry) || !PyArg_ParseTuple(entry, "OO!O!O!", &launch, &PyTuple_Type,
-                                                   &order, &PyTuple_Type, &outs, &PyTuple_Type,
-                                                   &allocs) ||
-        PyTuple_GET_SIZE(allocs) != PyTuple_GET_SIZE(outs) ||
-        PyTuple_GET_SIZE(order) >= MAX_ITEMS * 2) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "dispatch table entries are (launch, order, "
-                                             "outputs, allocs)");
-        }
+    int valid = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4;
+    PyObject *launch = valid ? PyTuple_GET_ITEM(entry, 0) : NULL;
+    PyObject *order = valid ? PyTuple_GET_ITEM(entry, 1) : NULL;
+    PyObject *outs = valid ? PyTuple_GET_ITEM(entry, 2) : NULL;
+    PyObject *allocs = valid ? PyTuple_GET_ITEM(entry, 3) : NULL;
+    if (!valid || !PyTuple_CheckExact(order) || !PyTuple_CheckExact(outs) ||
+        !PyTuple_CheckExact(allocs) || PyTuple_GET_SIZE(allocs) != PyTuple_GET_SIZE(outs) ||
+        PyTuple_GET_SIZE(order) > MAX_ITEMS * 2) {
+        PyErr_SetString(PyExc_TypeError, "dispatch table entries are (launch, order, "
+                                         "outputs, allocs)");
         return NULL;
     }
     PyObject *result = outputs(self, outs, allocs, items, count, addresses);
     Py_ssize_t n = PyTuple_GET_SIZE(order);
+    unsigned long long values[MAX_ITEMS * 2];
+    for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
+        Py_ssize_t at = position(order, i, count);
+        if (at < 0) {
+            Py_CLEAR(result);
+            break;
+        }
+        values[i] = addresses[at];
+    }
+    int launched = result == NULL ? 0 : planned_launch_addresses(launch, values, n);
+    if (launched != 0) { /* launched from here, or refused by the driver */
+        if (launched < 0) {
+            Py_CLEAR(result);
+        }
+        return result;
+    }
     PyObject *args[MAX_ITEMS * 2 + 1];
     args[0] = Py_None;
     Py_ssize_t made = 0;
     for (; result != NULL && made < n; made++) {
-        Py_ssize_t at = position(order, made, count);
-        args[1 + made] = at < 0 ? NULL : PyLong_FromUnsignedLongLong(addresses[at]);
+        args[1 + made] = PyLong_FromUnsignedLongLong(values[made]);
         if (args[1 + made] == NULL) {
             Py_CLEAR(result);
             break;
