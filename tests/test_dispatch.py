@@ -252,3 +252,20 @@ def test_reductions_repeat_through_dispatch(driver: FakeDriver,  # noqa: F811
     assert k(x, y, axis=axis) is y and k(x, y, axis=axis) is y
     assert counted[0] == 1 and len(driver.launches) == 2
     assert k(x, y, axis=[axis]) is y and counted[0] == 2  # a list: the Python path
+
+
+@pytest.mark.usefixtures("sm90")
+def test_several_outputs_repeat_through_dispatch(driver: FakeDriver,  # noqa: F811
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpurt.elementwise as elementwise
+
+    counted = _count_signatures(monkeypatch, elementwise)
+    k = gpurt.ElementwiseKernel("T x", "T s, T d", "s = x + x; d = x - x", "dispatch_two")
+    x, s, d = (fake_array((64,), ptr=p << 20) for p in (1, 2, 3))
+    _sizes(driver, k._plan([x], [s, d]).kernel)
+    for _ in range(3):
+        assert k(x, s, d) == (s, d)
+    quiet = gpurt.ElementwiseKernel("T x", "T s, T d", "s = x + x; d = x - x", "dispatch_two",
+                                    no_return=True)
+    assert quiet(x, s, d) is None and quiet(x, s, d) is None
+    assert counted[0] == 2 and len(driver.launches) == 5
