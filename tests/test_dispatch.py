@@ -185,6 +185,15 @@ def test_add_dispatch_learns_torch_from_the_intake(torch: Any,
     gplanned.add_dispatch(table, ("a", "tuple"), launch, (0,), (), ())  # not a C key: ignored
     assert len(table) == 1
 
+    class Other(FakeTensor):
+        pass
+
+    from gpurt._array import interop
+
+    monkeypatch.setattr(interop, "_tensor_type", Other)  # the intake met another torch
+    gplanned.add_dispatch(table, gplanned.plan_key(array, None), Recorder(), (0,), (), ())
+    assert fresh.tensor_type is Other and table[gplanned.plan_key(array, None)][0] is launch
+
 
 # ---- the kernels' repeated calls ---------------------------------------------------------
 

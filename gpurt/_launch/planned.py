@@ -174,11 +174,11 @@ def add_dispatch(table: dict[Any, Any], key: Any, launch: Callable[..., None],
     dispatch read torch tensors once gpurt's torch intake has met torch."""
     if _dispatcher is None or type(key) is not bytes:
         return
-    if _dispatcher.tensor_type is None and _interop._tensor_type is not None \
+    seen = _interop._tensor_type  # the torch.Tensor the intake reads (None before torch)
+    if seen is not None and _dispatcher.tensor_type is not seen \
             and _interop._raw_stream is not None:
         dtypes = {t: (d.num, d.itemsize) for t, d in _interop._torch_dtypes.items()
                   if t not in _interop._complex_dtypes}
-        _dispatcher.set_torch(_interop._tensor_type, dtypes, _interop._strided,
-                              _interop._raw_stream)
-    if key in table or len(table) < MAX_DISPATCH:
+        _dispatcher.set_torch(seen, dtypes, _interop._strided, _interop._raw_stream)
+    if key not in table and len(table) < MAX_DISPATCH:  # a key's entry never changes
         table[key] = (launch, tuple(order), tuple(outputs), tuple(tuple(a) for a in allocs))
