@@ -21,7 +21,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 SOURCES = ["_claunch.c", "_claunch_launcher.c", "_claunch_packing.c", "_claunch_planned.c",
-           "_claunch_signature.c"]  # with _claunch.h
+           "_claunch_signature.c", "_claunch_dispatch.c"]  # with _claunch.h
 
 
 class BuildPyWithKernels(build_py):

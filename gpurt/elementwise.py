@@ -27,6 +27,7 @@ from ._elementwise.plan import (
     Slot,
     check_name,
     plan_elementwise,
+    remember,
     signature,
 )
 from ._elementwise.reduce_codegen import ReduceText
@@ -51,6 +52,12 @@ def reads_output(body: str, name: str) -> bool:
 def typedefs(bound: dict[str, np.dtype]) -> str:
     """``typedef <compute type> T;`` for each placeholder, so the body may name T."""
     return "".join(f"typedef {COMPUTE[dt]} {name}; " for name, dt in sorted(bound.items()))
+
+
+def _tails(n_in: int, n_out: int) -> dict[int, tuple[None, ...]]:
+    """What gpurt.nvrtc.dispatch's items add to a call's arguments, by their count: None for
+    each output not given (a call gives all or none of them)."""
+    return {n_in: (None,) * n_out, n_in + n_out: ()}
 
 
 class ElementwiseKernel:
@@ -87,11 +94,18 @@ class ElementwiseKernel:
         self.reduce_dims = reduce_dims
         self._loads = tuple(reads_output(operation, p.name) for p in self.out_params)
         self._plans: dict[Hashable, ElementwisePlan] = {}
+        self._direct: dict[Any, Any] = {}  # the same plans for gpurt.nvrtc.dispatch
+        self._tails = _tails(len(self.in_params), len(self.out_params))
 
     def __repr__(self) -> str:
         return f"gpurt.ElementwiseKernel({self.name!r})"
 
     def __call__(self, *args: Any) -> Any:
+        tail = self._tails.get(len(args))
+        if tail is not None:
+            done = gpurt.dispatch(self._direct, *args, *tail)  # a repeated call, from C
+            if done is not None:
+                return self._returned(done)
         values, outs, given = split_args(args, len(self.in_params), len(self.out_params),
                                          self.name)
         key = signature(values, outs)
@@ -101,6 +115,11 @@ class ElementwiseKernel:
             if len(self._plans) < MAX_PLANS:
                 self._plans[key] = plan
         result = returned(plan.run(values, outs), given)
+        remember(self._direct, key, plan.launch, values, len(outs), plan.shape, plan.out_dtypes,
+                 plan.device)
+        return self._returned(result)
+
+    def _returned(self, result: Sequence[Any]) -> Any:
         if self.no_return:
             return None
         return result[0] if len(result) == 1 and not self.return_tuple else tuple(result)
@@ -153,11 +172,20 @@ class ReductionKernel:
         if options:
             raise ValueError("options are not supported for reductions")
         self._plans: dict[Hashable, ReductionPlan] = {}
+        # the same plans for gpurt.nvrtc.dispatch, per (axis, keepdims)
+        self._direct: dict[Any, dict[Any, Any]] = {}
+        self._tails = _tails(len(self.in_params), len(self.out_params))
 
     def __repr__(self) -> str:
         return f"gpurt.ReductionKernel({self.name!r})"
 
     def __call__(self, *args: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        tail = self._tails.get(len(args))
+        if tail is not None and (axis is None or type(axis) is int) and type(keepdims) is bool:
+            table = self._direct.get((axis, keepdims))
+            done = None if table is None else gpurt.dispatch(table, *args, *tail)  # from C
+            if done is not None:
+                return done[0] if len(done) == 1 else done
         values, outs, given = split_args(args, len(self.in_params), len(self.out_params),
                                          self.name)
         axis_key = tuple(axis) if isinstance(axis, (list, tuple)) else axis
@@ -168,6 +196,10 @@ class ReductionKernel:
             if len(self._plans) < MAX_PLANS:
                 self._plans[key] = plan
         result = returned(plan.run(values, outs), given)
+        if plan.partial is None and plan.launches:  # one launch: dispatch may take it
+            remember(self._direct.setdefault((axis_key, bool(keepdims)), {}), key[0],
+                     plan.launches[0], values, len(outs), plan.out_shape, plan.out_dtypes,
+                     plan.device)
         return result[0] if len(result) == 1 else tuple(result)
 
     def _plan(self, values: Sequence[Any], outs: Sequence[Any], axis: Any,

@@ -28,6 +28,7 @@ from ._elementwise.plan import (
     Slot,
     as_array,
     plan_elementwise,
+    remember,
     signature,
 )
 from ._elementwise.types import COMPUTE, check_dtype, result_type, scalar_dtype
@@ -74,11 +75,20 @@ class _JittedFunction:
             _extra_type(name, value)
         self.kwargs = dict(kwargs)
         self._plans: dict[Hashable, ElementwisePlan] = {}
+        self._direct: dict[Any, Any] = {}  # the same plans for gpurt.nvrtc.dispatch
+        self._no_outs = (None,) * num_outputs
 
     def __repr__(self) -> str:
         return f"gpurt.jiterator function {self.kernel_name!r}"
 
     def __call__(self, *tensors: Any, out: Any = None, **kwargs: Any) -> Any:
+        if not kwargs and not self.kwargs:  # no extra scalars: a repeated call from C
+            given_outs = self._no_outs if out is None else \
+                tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            done = None if len(given_outs) != self.num_outputs else \
+                gpurt.dispatch(self._direct, *tensors, *given_outs)
+            if done is not None:
+                return done[0] if not self.return_by_ref else done
         if not 1 <= len(tensors) <= MAX_INPUTS:
             raise ValueError(f"{self.kernel_name}: takes 1 to {MAX_INPUTS} inputs, got "
                              f"{len(tensors)}")
@@ -107,6 +117,9 @@ class _JittedFunction:
             if len(self._plans) < MAX_PLANS:
                 self._plans[key] = plan
         result = returned(plan.run(values, outs), given)
+        if not extras:
+            remember(self._direct, key, plan.launch, values, len(outs), plan.shape,
+                     plan.out_dtypes, plan.device)
         return result[0] if not self.return_by_ref else tuple(result)
 
     def _given(self, out: Any) -> list[Any]:

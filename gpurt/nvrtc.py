@@ -29,7 +29,11 @@ from ._core.files import write_atomic
 from ._launch.kernel import Kernel, LaunchConfig, add_launch_hook, remove_launch_hook
 from ._launch.module import Module
 from ._launch.path import launch_path  # noqa: F401 (gpurt.nvrtc.launch_path(): the launch path in use)
-from ._launch.planned import plan_key  # noqa: F401 (gpurt.nvrtc.plan_key: keys of planned calls)
+from ._launch.planned import (  # noqa: F401 (repeated calls from C)
+    add_dispatch,
+    dispatch,
+    plan_key,  # noqa: F401 (gpurt.nvrtc.plan_key: keys of planned calls)
+)
 from ._nvrtc import cache as _kcache
 from ._nvrtc import fatbin as _fatbin
 from ._nvrtc import images as _images

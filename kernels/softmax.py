@@ -184,6 +184,12 @@ class _Call:
 # inputs reduced over their last dimension.
 _calls: dict[Any, _Call] = {}
 _plan_key = gpurt.nvrtc.plan_key
+# The same calls on the current stream as gpurt.nvrtc.dispatch runs them from C (key, lookup,
+# output, launch), for gpurt Arrays and torch tensors alike: _dispatch(_direct, op, dim, first,
+# second, out) returns (out,), or None for a call that goes through _call.
+_direct: dict[Any, Any] = {}
+_dispatch = gpurt.nvrtc.dispatch
+_add_dispatch = gpurt.nvrtc.add_dispatch
 _MAX_CALLS = 4096
 
 
@@ -196,6 +202,7 @@ def _signature(x: Any) -> tuple[Any, ...]:
 def clear_plans() -> None:
     """Forget every planned call (the next call of each signature plans it again)."""
     _calls.clear()
+    _direct.clear()
 
 
 def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
@@ -213,17 +220,29 @@ def _call(op: int, inputs: tuple[Any, ...], dim: int, out: Any, out_name: str,
     call = _calls.get(key)
     if call is None:
         result = _run(op, inputs, dim, out, out_name, stream, key)
+        call = _calls.get(key)
+        if call is not None and stream is None:
+            _remember(key, call, first, second)
         return result if given is None else given
     if out is None:
         out = gpurt.empty(first.shape, dtype=first.dtype, device=call.index,
                           stream=None if stream is None else gpurt.as_stream(stream, call.index))
     # on call.index, whatever the current device
     single = call.single
-    if single is not None and stream is None:  # the hot path: one launch, current stream
+    if single is not None and stream is None:  # one launch, current stream
         single(None, first.ptr, inputs[-1].ptr, out.ptr)
+        _remember(key, call, first, second)
     else:
         call.launch(first, inputs[-1], out, stream)
     return out if given is None else given
+
+
+def _remember(key: Any, call: _Call, first: Any, second: Any) -> None:
+    """Let gpurt.nvrtc.dispatch take the calls of ``key`` on the current stream from now on
+    (the items of _dispatch: op, dim, first, second, out; one launch only)."""
+    if call.single is not None:
+        _add_dispatch(_direct, key, call.single, (2, 2 if second is None else 3, 4), (4,),
+                      ((first.shape, first.dtype, call.index),))
 
 
 def _run(op: int, inputs: Sequence[Any], dim: int, out: Any, out_name: str,
@@ -315,6 +334,10 @@ def softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None, *,
     :class:`gpurt.amp.autocast` it defaults to float32 when ``out`` is None, as torch's."""
     if amp.ANY_ENABLED or dtype is not None:  # autocast or dtype=: kernels/_autocast.py
         x = _autocast.softmax_input(x, dtype, out, stream)
+    elif stream is None:
+        done = _dispatch(_direct, SOFTMAX, dim, x, None, out)  # a repeated call, from C
+        if done is not None:
+            return done[0]
     return _call(SOFTMAX, (x if type(x) is gpurt.Array else _as_array(x, "x"),), dim, out,
                  "out", stream)
 
@@ -325,11 +348,19 @@ def log_softmax(x: Any, dim: int = -1, out: Any = None, stream: Any = None, *,
     (``dtype`` and autocast as :func:`softmax`)."""
     if amp.ANY_ENABLED or dtype is not None:  # autocast or dtype=: kernels/_autocast.py
         x = _autocast.softmax_input(x, dtype, out, stream)
+    elif stream is None:
+        done = _dispatch(_direct, LOG_SOFTMAX, dim, x, None, out)
+        if done is not None:
+            return done[0]
     return _call(LOG_SOFTMAX, (x if type(x) is gpurt.Array else _as_array(x, "x"),), dim,
                  out, "out", stream)
 
 
 def _backward(op: int, grad_out: Any, out: Any, dim: int, grad_in: Any, stream: Any) -> Any:
+    if stream is None:
+        done = _dispatch(_direct, op, dim, out, grad_out, grad_in)
+        if done is not None:
+            return done[0]
     y = out if type(out) is gpurt.Array else _as_array(out, "out")
     dy = grad_out if type(grad_out) is gpurt.Array else _as_array(grad_out, "grad_out")
     if y.shape != dy.shape or y.dtype != dy.dtype or y.device != dy.device:

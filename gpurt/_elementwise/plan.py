@@ -30,6 +30,7 @@ __all__ = [
     "check_name",
     "plan_elementwise",
     "planned",
+    "remember",
     "signature",
 ]
 
@@ -138,6 +139,22 @@ class ElementwisePlan:
                                            range(len(heads)), self.device)
         launch(None, *heads)
         return outputs
+
+
+def remember(table: dict[Any, Any], key: Hashable, launch: Callable[..., None] | None,
+             values: Sequence[Any], n_out: int, shape: tuple[int, ...],
+             out_dtypes: Sequence[np.dtype], device: int) -> None:
+    """Let gpurt.nvrtc.dispatch run the calls of ``key`` (items: the values, then the outputs)
+    from C: only where every value is an Array (their pointers and the outputs' are all the
+    launch takes) and the plan has launched (``launch``: its planned launch)."""
+    if launch is None or type(key) is not bytes:
+        return
+    for v in values:
+        if type(v) is not gpurt.Array:
+            return
+    n = len(values) + n_out
+    gpurt.add_dispatch(table, key, launch, range(n), range(len(values), n),
+                       [(shape, dt, device) for dt in out_dtypes])
 
 
 def planned(kernel: Any, config: Any, args: tuple[Any, ...], varying: Sequence[int],

@@ -318,6 +318,7 @@ PyMODINIT_FUNC PyInit__claunch(void)
     }
     if (claunch_add_launcher(module) < 0 || claunch_add_packing_launcher(module) < 0 ||
         claunch_add_planned_launch(module) < 0 || claunch_add_signature(module) < 0 ||
+        claunch_add_dispatcher(module) < 0 ||
         PyModule_AddObjectRef(module, "KernelCall", (PyObject *)&KernelCallType) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAM_BYTES", MAX_PARAM_BYTES) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAMS", MAX_PARAMS) < 0) {

@@ -62,6 +62,22 @@ CLAUNCH_INTERNAL int claunch_add_packing_launcher(PyObject *module);
 CLAUNCH_INTERNAL int claunch_add_planned_launch(PyObject *module);
 /* Add the function signature (_claunch_signature.c) to ``module``. */
 CLAUNCH_INTERNAL int claunch_add_signature(PyObject *module);
+/* A PlannedLaunch (_claunch_planned.c) on the current stream with pointer values: 1 launched,
+ * -1 with an exception set, 0 when the caller must call it as a Python object. */
+CLAUNCH_INTERNAL int planned_launch_addresses(PyObject *callable,
+                                              const unsigned long long *addresses,
+                                              Py_ssize_t count);
+/* Add the type Dispatcher (_claunch_dispatch.c) to ``module``. */
+CLAUNCH_INTERNAL int claunch_add_dispatcher(PyObject *module);
+
+/* The words of a plan key (_claunch_signature.c): each item led by a word saying what it is;
+ * a gpurt Array is WORD_ARRAY, ndim, shape, strides (bytes), dtype.num, address % 16, device
+ * index. array_words writes one Array's (and its address): how many words, or -1 where it
+ * cannot be described. */
+#define MAX_WORDS 256
+enum { WORD_INT = 1, WORD_NONE = 2, WORD_ARRAY = 3 };
+CLAUNCH_INTERNAL Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room,
+                                        unsigned long long *address);
 
 /* ---- conversions ------------------------------------------------------------------------- */
 

@@ -56,3 +56,14 @@ class PlannedLaunch:
 
 def signature(array_type: type, *items: Any) -> bytes | None:
     """The key of a planned call of ints, None and arrays of exactly ``array_type``."""
+
+class Dispatcher:
+    """dispatcher(table, *items): a repeated call's key, lookup, outputs and launch in C."""
+
+    tensor_type: type | None
+
+    def __init__(self, array_type: type, thread: Any, alloc: Callable[..., Any]) -> None: ...
+    def __call__(self, table: dict[Any, Any], *items: Any) -> tuple[Any, ...] | None: ...
+    def key(self, *items: Any) -> tuple[bytes, tuple[int, ...]] | None: ...
+    def set_torch(self, tensor_type: type, dtypes: dict[Any, tuple[int, int]], strided: Any,
+                  raw_stream: Callable[[int], int]) -> None: ...

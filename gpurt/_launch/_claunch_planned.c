@@ -65,6 +65,8 @@ typedef struct {
     ValueSlot *slots;
 } PlannedLaunch;
 
+static PyTypeObject PlannedLaunchType;
+
 /* The handle to launch on for ``stream`` (None or an int), when this thread's bound device is
  * the planned one: 1 with *out set, 0 (no exception set) when fallback must take the call. */
 static int planned_stream(PlannedLaunch *self, PyObject *stream, void **out)
@@ -180,6 +182,52 @@ static PyObject *planned_call(PyObject *callable, PyObject *const *args, size_t 
     PyObject *refused = PyObject_CallOneArg(self->refused, code);
     Py_DECREF(code);
     return refused;
+}
+
+/* The launch of ``callable`` on the current stream with the addresses as its values, for the
+ * Dispatcher (_claunch_dispatch.c): 1 when launched, -1 with an exception set when the driver
+ * refused it, 0 (nothing done) where ``callable`` is not a PlannedLaunch whose values are all
+ * pointers, or where it would take the call to its fallback (the caller then calls it). */
+int planned_launch_addresses(PyObject *callable, const unsigned long long *addresses,
+                             Py_ssize_t count)
+{
+    if (!Py_IS_TYPE(callable, &PlannedLaunchType)) {
+        return 0;
+    }
+    PlannedLaunch *self = (PlannedLaunch *)callable;
+    void *stream;
+    if (count != self->nslots || PyList_GET_SIZE(self->hooks) != 0) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (self->slots[i].code != 'P') {
+            return 0;
+        }
+    }
+    if (!planned_stream(self, Py_None, &stream)) {
+        return 0;
+    }
+    _Alignas(16) unsigned char buffer[MAX_PARAM_BYTES];
+    void *pointers[MAX_PARAMS];
+    memcpy(buffer, self->template, (size_t)self->size);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        memcpy(buffer + self->slots[i].offset, &addresses[i], sizeof addresses[i]);
+    }
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        pointers[i] = buffer + self->offsets[i];
+    }
+    int result = planned_driver(self, stream, pointers);
+    if (result == 0) {
+        return 1;
+    }
+    PyObject *code = PyLong_FromLong(result);
+    PyObject *refused = code == NULL ? NULL : PyObject_CallOneArg(self->refused, code);
+    Py_XDECREF(code);
+    Py_XDECREF(refused);
+    if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_RuntimeError, "the launch failed with CUresult %d", result);
+    }
+    return -1;
 }
 
 /* ---- construction -------------------------------------------------------------------------- */

@@ -12,8 +12,6 @@
  */
 #include "_claunch.h"
 
-#define MAX_WORDS 256
-enum { WORD_INT = 1, WORD_NONE = 2, WORD_ARRAY = 3 };
 
 static PyObject *str_shape, *str_strides, *str_dtype, *str_num, *str_ptr, *str_device,
     *str_index; /* attribute names, interned */
@@ -53,9 +51,10 @@ static int int_tuple(PyObject *tuple, Py_ssize_t ndim, long long *words)
     return 0;
 }
 
-/* The words of one Array at ``words`` (room for ``room``): how many, or -1 where it cannot be
- * described (too many dimensions, an unreadable field). */
-static Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room)
+/* The words of one Array at ``words`` (room for ``room``) and its address at ``address``: how
+ * many words, or -1 where it cannot be described (too many dimensions, an unreadable field). */
+Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room,
+                       unsigned long long *address)
 {
     PyObject *shape = slot_get(&shape_slot, array, str_shape);
     PyObject *strides = shape == NULL ? NULL : slot_get(&strides_slot, array, str_strides);
@@ -67,9 +66,9 @@ static Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room
     if (ok) {
         words[0] = WORD_ARRAY;
         words[1] = ndim;
-        PyObject *address = slot_get(&ptr_slot, array, str_ptr); /* unsigned: read masked */
+        PyObject *ptr = slot_get(&ptr_slot, array, str_ptr); /* unsigned: read masked */
         PyObject *index = slot_get(&index_slot, device, str_index);
-        ok = address != NULL && PyLong_Check(address) && index != NULL && PyLong_Check(index) &&
+        ok = ptr != NULL && PyLong_Check(ptr) && index != NULL && PyLong_Check(index) &&
              int_tuple(shape, ndim, words + 2) == 0 &&
              int_tuple(strides, ndim, words + 2 + ndim) == 0 &&
              int_attribute(dtype, str_num, &words[2 + 2 * ndim]) == 0;
@@ -79,10 +78,11 @@ static Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room
         }
         Py_XDECREF(index);
         if (ok) {
-            words[3 + 2 * ndim] = (long long)(PyLong_AsUnsignedLongLongMask(address) & 15);
+            *address = PyLong_AsUnsignedLongLongMask(ptr);
+            words[3 + 2 * ndim] = (long long)(*address & 15);
             ok = !PyErr_Occurred();
         }
-        Py_XDECREF(address);
+        Py_XDECREF(ptr);
     }
     Py_XDECREF(shape);
     Py_XDECREF(strides);
@@ -110,7 +110,8 @@ static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t n
             words[used + 1] = PyLong_AsLongLong(item);
             added = words[used + 1] == -1 && PyErr_Occurred() ? -1 : 2;
         } else if ((PyObject *)Py_TYPE(item) == args[0]) {
-            added = array_words(item, words + used, MAX_WORDS - used);
+            unsigned long long address;
+            added = array_words(item, words + used, MAX_WORDS - used, &address);
         }
         if (added < 0) {
             PyErr_Clear();

@@ -17,6 +17,9 @@ or for parameters the C side does not pack, that Python launch is all there is.
 
 :data:`plan_key` (``gpurt.nvrtc.plan_key``) makes the keys under which callers keep their
 planned launches: a call's arrays (shape, strides, dtype, alignment, device) and options.
+:data:`dispatch` (``gpurt.nvrtc.dispatch``) runs a repeated call from C: the key of its items
+(gpurt Arrays and plain CUDA torch tensors alike), the lookup in a table that
+:func:`add_dispatch` filled, the allocation of its outputs and the planned launch.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from typing import Any, Protocol
 
 from cuda.bindings import driver as cu
 
+from .._array import interop as _interop
 from .._core.state import THREAD
-from ..array import Array
+from ..array import Array, empty
 from ..device import current_device, device
 from . import path as _launchpath
 from .args import Plan, c_code
 from .config import LaunchConfig, dims3
 
-__all__ = ["check_varying", "plan_key", "planned_launch", "python_launch"]
+__all__ = ["add_dispatch", "check_varying", "dispatch", "plan_key", "planned_launch",
+           "python_launch"]
 
 _CLUSTER = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
 
@@ -141,3 +146,39 @@ def _python_plan_key(*items: Any) -> Hashable | None:
 plan_key: Callable[..., Hashable | None] = _python_plan_key
 if _launchpath.claunch is not None:
     plan_key = functools.partial(_launchpath.claunch.signature, Array)
+
+
+def _no_dispatch(table: dict[Any, Any], *items: Any) -> tuple[Any, ...] | None:
+    """:data:`dispatch` without the extension: every call goes the general way."""
+    return None
+
+
+# dispatch(table, *items): the outputs of a repeated call whose items (ints, None for an output
+# to allocate, gpurt Arrays, plain CUDA torch tensors on torch's current stream, which must be
+# gpurt's) have their plan_key in ``table`` (filled by add_dispatch), or None, with nothing done,
+# for any other call (then the caller takes it the general way). Built in C
+# (gpurt/_launch/_claunch_dispatch.c): the hot path of the bundled kernels' repeated calls.
+dispatch: Callable[..., tuple[Any, ...] | None] = _no_dispatch
+_dispatcher: Any = None
+if _launchpath.claunch is not None:
+    _dispatcher = dispatch = _launchpath.claunch.Dispatcher(Array, THREAD, empty)
+MAX_DISPATCH = 4096  # entries per table; past that, calls go the general way
+
+
+def add_dispatch(table: dict[Any, Any], key: Any, launch: Callable[..., None],
+                 order: Sequence[int], outputs: Sequence[int],
+                 allocs: Sequence[tuple[Any, ...]]) -> None:
+    """Let :data:`dispatch` run the calls whose items have ``key`` (a plan_key): allocate each
+    output at the item positions ``outputs`` that is None with ``gpurt.empty(*allocs[i])``,
+    then ``launch(None, *addresses of the items at the positions in order)``. Also lets
+    dispatch read torch tensors once gpurt's torch intake has met torch."""
+    if _dispatcher is None or type(key) is not bytes:
+        return
+    seen = _interop._tensor_type  # the torch.Tensor the intake reads (None before torch)
+    if seen is not None and _dispatcher.tensor_type is not seen \
+            and _interop._raw_stream is not None:
+        dtypes = {t: (d.num, d.itemsize) for t, d in _interop._torch_dtypes.items()
+                  if t not in _interop._complex_dtypes}
+        _dispatcher.set_torch(seen, dtypes, _interop._strided, _interop._raw_stream)
+    if key not in table and len(table) < MAX_DISPATCH:  # a key's entry never changes
+        table[key] = (launch, tuple(order), tuple(outputs), tuple(tuple(a) for a in allocs))

@@ -1,0 +1,449 @@
+/* Dispatcher (gpurt._launch._claunch): a repeated call of a bundled kernel, from its arguments
+ * to its launch, in C.
+ *
+ * Dispatcher(array_type, thread, alloc)
+ *     dispatcher(table, *items) -> tuple of outputs, or None
+ *     dispatcher.key(*items) -> (key, addresses) or None
+ *     dispatcher.set_torch(tensor_type, dtypes, strided, raw_stream)
+ *
+ * ``items`` are a call's ints, None (an output to allocate) and arrays: gpurt Arrays (exactly
+ * ``array_type``) and, once set_torch has named torch's tensor type, plain CUDA torch tensors.
+ * The key is the one gpurt.nvrtc.plan_key makes (_claunch_signature.c): a torch tensor is keyed
+ * as the Array gpurt.asarray would view it (shape, byte strides, dtype.num, address % 16,
+ * device), so a plan made for the view is found for the tensor. A tensor is read only where
+ * gpurt.asarray's own torch path (gpurt/_array/interop.py's torch_fields) takes it as it is: a
+ * dense CUDA tensor with at least one element, of a dtype in ``dtypes`` (torch dtype -> (num,
+ * itemsize); no complex dtypes, so no conjugate bit), needing no gradient, not negated, whose
+ * device's current torch stream (``raw_stream(index)``) is this thread's current gpurt stream
+ * there (so nothing needs ordering).
+ *
+ * ``table`` maps keys to entries (launch, order, outputs, allocs): ``outputs`` are the item
+ * positions of the outputs, ``allocs`` for each the arguments of ``alloc(*args)`` (gpurt.empty)
+ * that makes it when its item is None; ``launch(None, *addresses)`` (a planned launch on the
+ * current stream) gets the addresses of the items at the positions in ``order``. A call
+ * returns the outputs (the given objects, or the new Arrays). None, with nothing done, when an
+ * item is of another kind or the key is not in the table: the caller then takes the call the
+ * general way (which explains every error).
+ */
+#include "_claunch.h"
+
+#define MAX_ITEMS 32
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *array_type;
+    PyObject *thread;      /* gpurt._core.state.THREAD */
+    PyObject *alloc;       /* gpurt.empty */
+    PyObject *tensor_type; /* torch.Tensor once set, else NULL */
+    PyObject *dtypes;      /* torch dtype -> (num, itemsize) */
+    PyObject *strided;     /* torch.strided */
+    PyObject *raw_stream;  /* torch._C._cuda_getCurrentRawStream */
+} Dispatcher;
+
+static PyObject *str_dtype, *str_requires_grad, *str_layout, *str_is_cuda, *str_is_neg,
+    *str_get_device, *str_shape, *str_stride, *str_data_ptr, *str_ptr;
+
+/* ``owner.name`` is ``expected`` (identity): 1, else 0 (no exception set). */
+static int attribute_is(PyObject *owner, PyObject *name, PyObject *expected)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    Py_XDECREF(value);
+    return value == expected ? 1 : unsupported();
+}
+
+/* ``owner.name()`` as a 64-bit int: 0, or -1 (no exception set). */
+static int method_int(PyObject *owner, PyObject *name, long long *out)
+{
+    PyObject *value = PyObject_CallMethodNoArgs(owner, name);
+    int ok = value != NULL && PyLong_Check(value);
+    if (ok) {
+        *out = PyLong_AsLongLong(value);
+        ok = !(*out == -1 && PyErr_Occurred());
+    }
+    Py_XDECREF(value);
+    return ok ? 0 : -1;
+}
+
+/* Whether torch's current stream on device ``index`` is this thread's current gpurt stream
+ * there: 1 or 0 (no exception set). */
+static int same_stream(Dispatcher *self, long long index)
+{
+    PyObject *number = PyLong_FromLongLong(index);
+    PyObject *raw = number == NULL ? NULL : PyObject_CallOneArg(self->raw_stream, number);
+    PyObject *attributes = raw == NULL ? NULL : thread_attributes(self->thread);
+    PyObject *ours = attributes == NULL ? NULL : current_stream(attributes, number);
+    int same = ours != NULL && PyLong_Check(raw) && PyLong_Check(ours) &&
+               PyObject_RichCompareBool(raw, ours, Py_EQ) == 1;
+    Py_XDECREF(number);
+    Py_XDECREF(raw);
+    Py_XDECREF(attributes);
+    Py_XDECREF(ours);
+    return same ? 1 : unsupported();
+}
+
+/* The words of a plain CUDA torch tensor, keyed as its gpurt view (see the top), and its
+ * address: how many words, or -1 (no exception set) where it is not such a tensor. The streams
+ * of device ``*streamed`` were compared already in this call; it becomes the tensor's. */
+static Py_ssize_t tensor_words(Dispatcher *self, PyObject *tensor, long long *words,
+                               Py_ssize_t room, unsigned long long *address,
+                               long long *streamed)
+{
+    PyObject *dtype = PyObject_GetAttr(tensor, str_dtype);
+    PyObject *entry = dtype == NULL ? NULL : PyDict_GetItemWithError(self->dtypes, dtype);
+    Py_XDECREF(dtype); /* the dict holds the dtype, and entry */
+    long long num, itemsize, index;
+    if (entry == NULL || !PyArg_ParseTuple(entry, "LL", &num, &itemsize) ||
+        !attribute_is(tensor, str_is_cuda, Py_True) ||
+        !attribute_is(tensor, str_requires_grad, Py_False) ||
+        !attribute_is(tensor, str_layout, self->strided) ||
+        method_int(tensor, str_is_neg, &index) < 0 || index != 0 ||
+        method_int(tensor, str_get_device, &index) < 0 || index < 0) {
+        unsupported();
+        return -1;
+    }
+    PyObject *shape = PyObject_GetAttr(tensor, str_shape);
+    PyObject *stride = shape == NULL ? NULL : PyObject_CallMethodNoArgs(tensor, str_stride);
+    Py_ssize_t ndim = shape != NULL && PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+    Py_ssize_t count = 5 + 2 * ndim;
+    int ok = stride != NULL && PyTuple_Check(stride) && ndim >= 0 &&
+             PyTuple_GET_SIZE(stride) == ndim && count <= room;
+    for (Py_ssize_t i = 0; ok && i < ndim; i++) {
+        words[2 + i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        words[2 + ndim + i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, i)) * itemsize;
+        ok = !PyErr_Occurred() && words[2 + i] > 0; /* no empty tensors: they have no address */
+    }
+    Py_XDECREF(shape);
+    Py_XDECREF(stride);
+    long long ptr;
+    if (!ok || method_int(tensor, str_data_ptr, &ptr) < 0 ||
+        (index != *streamed && !same_stream(self, index))) {
+        unsupported();
+        return -1;
+    }
+    *streamed = index;
+    *address = (unsigned long long)ptr;
+    words[0] = WORD_ARRAY;
+    words[1] = ndim;
+    words[2 + 2 * ndim] = num;
+    words[3 + 2 * ndim] = (long long)(*address & 15);
+    words[4 + 2 * ndim] = index;
+    return count;
+}
+
+/* The key of ``items`` into ``key`` (a new bytes object) and each item's address (0 for ints
+ * and None): 1, or 0 (no exception set) where an item cannot be keyed here. */
+static int make_key(Dispatcher *self, PyObject *const *items, Py_ssize_t count,
+                    unsigned long long *addresses, PyObject **key)
+{
+    long long words[MAX_WORDS];
+    Py_ssize_t used = 0;
+    long long streamed = -1; /* the device whose streams a tensor of this call matched */
+    if (count > MAX_ITEMS) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = items[i];
+        Py_ssize_t added = -1;
+        addresses[i] = 0;
+        if (item == Py_None && used < MAX_WORDS) {
+            words[used] = WORD_NONE;
+            added = 1;
+        } else if (PyLong_Check(item) && used + 2 <= MAX_WORDS) {
+            words[used] = WORD_INT;
+            words[used + 1] = PyLong_AsLongLong(item);
+            added = words[used + 1] == -1 && PyErr_Occurred() ? -1 : 2;
+        } else if ((PyObject *)Py_TYPE(item) == self->array_type) {
+            added = array_words(item, words + used, MAX_WORDS - used, &addresses[i]);
+        } else if (self->tensor_type != NULL && (PyObject *)Py_TYPE(item) == self->tensor_type) {
+            added = tensor_words(self, item, words + used, MAX_WORDS - used, &addresses[i],
+                                 &streamed);
+        }
+        if (added < 0) {
+            return unsupported();
+        }
+        used += added;
+    }
+    *key = PyBytes_FromStringAndSize((const char *)words, used * (Py_ssize_t)sizeof(long long));
+    return *key == NULL ? -1 : 1;
+}
+
+/* An item position from a table entry's tuple: 0..count-1, or -1 with TypeError set. */
+static Py_ssize_t position(PyObject *tuple, Py_ssize_t i, Py_ssize_t count)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, i));
+    if (at < 0 || at >= count) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "dispatch table entry: position %R is not an item",
+                     PyTuple_GET_ITEM(tuple, i));
+        return -1;
+    }
+    return at;
+}
+
+/* The outputs of ``entry`` (given items or new arrays from alloc), their addresses written
+ * into ``addresses``: a new tuple, or NULL with an exception set. */
+static PyObject *outputs(Dispatcher *self, PyObject *outs, PyObject *allocs,
+                         PyObject *const *items, Py_ssize_t count,
+                         unsigned long long *addresses)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(outs);
+    PyObject *result = PyTuple_New(n);
+    for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
+        Py_ssize_t at = position(outs, i, count);
+        PyObject *made = NULL;
+        if (at >= 0 && items[at] != Py_None) {
+            made = Py_NewRef(items[at]);
+        } else if (at >= 0) {
+            PyObject *args = PyTuple_GET_ITEM(allocs, i);
+            made = PyTuple_Check(args) ? PyObject_Call(self->alloc, args, NULL) : NULL;
+            PyObject *ptr = made == NULL ? NULL : PyObject_GetAttr(made, str_ptr);
+            addresses[at] = ptr == NULL ? 0 : PyLong_AsUnsignedLongLong(ptr);
+            Py_XDECREF(ptr);
+            if (!PyTuple_Check(args) && !PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "dispatch table entry: allocs must be tuples");
+            }
+            if (PyErr_Occurred()) {
+                Py_CLEAR(made);
+            }
+        }
+        if (made == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyTuple_SET_ITEM(result, i, made);
+    }
+    return result;
+}
+
+/* Run ``entry`` for ``items``: the outputs, or NULL with an exception set. */
+static PyObject *run_entry(Dispatcher *self, PyObject *entry, PyObject *const *items,
+                           Py_ssize_t count, unsigned long long *addresses)
+{
+    int valid = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4;
+    PyObject *launch = valid ? PyTuple_GET_ITEM(entry, 0) : NULL;
+    PyObject *order = valid ? PyTuple_GET_ITEM(entry, 1) : NULL;
+    PyObject *outs = valid ? PyTuple_GET_ITEM(entry, 2) : NULL;
+    PyObject *allocs = valid ? PyTuple_GET_ITEM(entry, 3) : NULL;
+    if (!valid || !PyTuple_CheckExact(order) || !PyTuple_CheckExact(outs) ||
+        !PyTuple_CheckExact(allocs) || PyTuple_GET_SIZE(allocs) != PyTuple_GET_SIZE(outs) ||
+        PyTuple_GET_SIZE(order) > MAX_ITEMS * 2) {
+        PyErr_SetString(PyExc_TypeError, "dispatch table entries are (launch, order, "
+                                         "outputs, allocs)");
+        return NULL;
+    }
+    PyObject *result = outputs(self, outs, allocs, items, count, addresses);
+    Py_ssize_t n = PyTuple_GET_SIZE(order);
+    unsigned long long values[MAX_ITEMS * 2];
+    for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
+        Py_ssize_t at = position(order, i, count);
+        if (at < 0) {
+            Py_CLEAR(result);
+            break;
+        }
+        values[i] = addresses[at];
+    }
+    int launched = result == NULL ? 0 : planned_launch_addresses(launch, values, n);
+    if (launched != 0) { /* launched from here, or refused by the driver */
+        if (launched < 0) {
+            Py_CLEAR(result);
+        }
+        return result;
+    }
+    PyObject *args[MAX_ITEMS * 2 + 1];
+    args[0] = Py_None;
+    Py_ssize_t made = 0;
+    for (; result != NULL && made < n; made++) {
+        args[1 + made] = PyLong_FromUnsignedLongLong(values[made]);
+        if (args[1 + made] == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+    }
+    PyObject *done = result == NULL ? NULL : PyObject_Vectorcall(launch, args, 1 + n, NULL);
+    for (Py_ssize_t i = 0; i < made; i++) {
+        Py_DECREF(args[1 + i]);
+    }
+    if (done == NULL) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return result;
+}
+
+static PyObject *dispatch_call(PyObject *callable, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    Dispatcher *self = (Dispatcher *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || !PyDict_CheckExact(args[0]) ||
+        (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "dispatcher(table, *items) takes a dict and items");
+        return NULL;
+    }
+    unsigned long long addresses[MAX_ITEMS];
+    PyObject *key = NULL;
+    int keyed = make_key(self, args + 1, nargs - 1, addresses, &key);
+    if (keyed <= 0) {
+        return keyed < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *entry = PyDict_GetItemWithError(args[0], key);
+    Py_DECREF(key);
+    if (entry == NULL) {
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    }
+    Py_INCREF(entry); /* alloc runs Python code, which may change the table */
+    PyObject *result = run_entry(self, entry, args + 1, nargs - 1, addresses);
+    Py_DECREF(entry);
+    return result;
+}
+
+static PyObject *dispatch_key(Dispatcher *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long addresses[MAX_ITEMS];
+    PyObject *key = NULL;
+    int keyed = make_key(self, args, nargs, addresses, &key);
+    if (keyed <= 0) {
+        return keyed < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *found = PyTuple_New(nargs);
+    for (Py_ssize_t i = 0; found != NULL && i < nargs; i++) {
+        PyObject *address = PyLong_FromUnsignedLongLong(addresses[i]);
+        if (address == NULL) {
+            Py_CLEAR(found);
+            break;
+        }
+        PyTuple_SET_ITEM(found, i, address);
+    }
+    if (found == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", key, found);
+}
+
+static PyObject *dispatch_set_torch(Dispatcher *self, PyObject *args)
+{
+    PyObject *tensor_type, *dtypes, *strided, *raw_stream;
+    if (!PyArg_ParseTuple(args, "O!O!OO:set_torch", &PyType_Type, &tensor_type, &PyDict_Type,
+                          &dtypes, &strided, &raw_stream)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(raw_stream)) {
+        PyErr_SetString(PyExc_TypeError, "raw_stream must be callable");
+        return NULL;
+    }
+    Py_XSETREF(self->dtypes, Py_NewRef(dtypes));
+    Py_XSETREF(self->strided, Py_NewRef(strided));
+    Py_XSETREF(self->raw_stream, Py_NewRef(raw_stream));
+    Py_XSETREF(self->tensor_type, Py_NewRef(tensor_type)); /* last: it turns the reader on */
+    Py_RETURN_NONE;
+}
+
+static PyObject *dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"array_type", "thread", "alloc", NULL};
+    PyObject *array_type, *thread, *alloc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO:Dispatcher", names, &PyType_Type,
+                                     &array_type, &thread, &alloc)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(alloc)) {
+        PyErr_SetString(PyExc_TypeError, "alloc must be callable");
+        return NULL;
+    }
+    Dispatcher *self = (Dispatcher *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = dispatch_call;
+    self->array_type = Py_NewRef(array_type);
+    self->thread = Py_NewRef(thread);
+    self->alloc = Py_NewRef(alloc);
+    return (PyObject *)self;
+}
+
+static int dispatch_traverse(Dispatcher *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->array_type);
+    Py_VISIT(self->thread);
+    Py_VISIT(self->alloc);
+    Py_VISIT(self->tensor_type);
+    Py_VISIT(self->dtypes);
+    Py_VISIT(self->strided);
+    Py_VISIT(self->raw_stream);
+    return 0;
+}
+
+static int dispatch_clear(Dispatcher *self)
+{
+    Py_CLEAR(self->array_type);
+    Py_CLEAR(self->thread);
+    Py_CLEAR(self->alloc);
+    Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->dtypes);
+    Py_CLEAR(self->strided);
+    Py_CLEAR(self->raw_stream);
+    return 0;
+}
+
+static void dispatch_dealloc(Dispatcher *self)
+{
+    PyObject_GC_UnTrack(self);
+    dispatch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef dispatch_methods[] = {
+    {"key", (PyCFunction)(void (*)(void))dispatch_key, METH_FASTCALL,
+     "key(*items) -> (key, addresses) or None: the plan key of the items and each one's "
+     "address (0 for ints and None)"},
+    {"set_torch", (PyCFunction)dispatch_set_torch, METH_VARARGS,
+     "set_torch(tensor_type, dtypes, strided, raw_stream): read plain CUDA torch tensors"},
+    {NULL},
+};
+
+static PyMemberDef dispatch_members[] = {
+    {"tensor_type", T_OBJECT, offsetof(Dispatcher, tensor_type), READONLY,
+     "torch.Tensor once set_torch named it, else None"},
+    {NULL},
+};
+
+static PyTypeObject DispatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "gpurt._launch._claunch.Dispatcher",
+    .tp_doc = "Dispatcher(array_type, thread, alloc): dispatcher(table, *items) runs the "
+              "table's entry for the items' plan key and returns the outputs, or None.",
+    .tp_basicsize = sizeof(Dispatcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = dispatch_new,
+    .tp_dealloc = (destructor)dispatch_dealloc,
+    .tp_traverse = (traverseproc)dispatch_traverse,
+    .tp_clear = (inquiry)dispatch_clear,
+    .tp_methods = dispatch_methods,
+    .tp_members = dispatch_members,
+    .tp_vectorcall_offset = offsetof(Dispatcher, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
+int claunch_add_dispatcher(PyObject *module)
+{
+    struct {
+        PyObject **name;
+        const char *text;
+    } names[] = {{&str_dtype, "dtype"}, {&str_requires_grad, "requires_grad"},
+                 {&str_layout, "layout"}, {&str_is_cuda, "is_cuda"}, {&str_is_neg, "is_neg"},
+                 {&str_get_device, "get_device"}, {&str_shape, "shape"},
+                 {&str_stride, "stride"}, {&str_data_ptr, "data_ptr"}, {&str_ptr, "ptr"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        *names[i].name = PyUnicode_InternFromString(names[i].text);
+        if (*names[i].name == NULL) {
+            return -1;
+        }
+    }
+    if (PyType_Ready(&DispatcherType) < 0) {
+        return -1;
+    }
+    return PyModule_AddObjectRef(module, "Dispatcher", (PyObject *)&DispatcherType);
+}
