@@ -13,6 +13,7 @@ import os
 import struct
 import sys
 import threading
+import uuid
 
 import ml_dtypes
 import numpy as np
@@ -863,6 +864,19 @@ def test_attributes_and_occupancy(gpu_module, gpu_state):
     assert kernel.attribute(attr.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) == 50
     with pytest.raises(ValueError, match="shared_mem"):
         kernel.set_attribute(attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024)
+    if major >= 9:  # clusters: pairs fit; a size past 8 once the kernel allows it
+        assert kernel.max_active_clusters(gpurt.LaunchConfig(2, 256, cluster=2)) >= 1
+        wide = gpurt.LaunchConfig(16, 128, cluster=16)
+        kernel.set_attribute(attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        assert kernel.max_active_clusters(wide) >= 1
+
+
+@pytest.mark.gpu
+def test_occupancy_allows_the_shared_memory_it_is_asked_about(gpu_state):
+    """A fresh kernel asked about 64 KiB of dynamic shared memory (past the 48 KiB default)
+    answers as a launch with that much would run, not 0."""
+    module = gpurt.compile(f"// {uuid.uuid4()}\n" + GPU_SRC)
+    assert module["rowsum_shared"].max_active_blocks_per_multiprocessor(256, 64 * 1024) >= 1
 
 
 @pytest.mark.gpu

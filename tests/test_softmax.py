@@ -510,3 +510,28 @@ def test_cupy_arrays(compiled, gpu_state):
     cp.cuda.runtime.deviceSynchronize()
     ref, size = reference(plan.SOFTMAX, cp.asnumpy(x).astype(np.float64), None)
     assert error(cp.asnumpy(out), ref, size) < 1e-5
+
+
+@pytest.mark.gpu
+def test_clusters_of_16_fit_here_and_the_split_stands_in_where_not(compiled, gpu_state,
+                                                                     monkeypatch):
+    """An H100/H200 runs a non-portable cluster of 16; where a part could not (GPCs of fewer
+    SMs), the plan falls back to the portable choice instead of failing at launch."""
+    wide = plan.choose_variant(1_000_003, F32, rows=plan.WIDE_CLUSTER_ROWS)
+    assert wide.non_portable and sm.clusters_fit(wide, gpurt.current_device())
+    chosen = []
+
+    def recording(variant, *args):
+        chosen.append(variant)
+        return planned(variant, *args)
+
+    planned = sm.plan_variant
+    monkeypatch.setattr(sm, "plan_variant", recording)
+    monkeypatch.setattr(sm, "clusters_fit", lambda variant, index: False)
+    sm.clear_plans()
+    try:
+        check_long_rows(plan.SOFTMAX, (plan.WIDE_CLUSTER_ROWS, 1_000_003), F32,
+                        np.random.default_rng(16))
+    finally:
+        sm.clear_plans()
+    assert chosen and all(not v.non_portable for v in chosen), chosen

@@ -516,11 +516,32 @@ class Kernel:
 
     def max_active_blocks_per_multiprocessor(self, block: Dims, shared_mem: int = 0) -> int:
         """Blocks of ``block`` threads that fit on one SM at once, on the current device
-        (wraps cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
+        (wraps cuOccupancyMaxActiveBlocksPerMultiprocessor). The kernel is allowed
+        ``shared_mem`` bytes first, as a launch would be (the driver counts 0 blocks above
+        48 KiB otherwise)."""
         bx, by, bz = _dims3(block, "block")
-        result = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._function(), bx * by * bz,
+        loaded = self._on_device(current_device(), shared_mem)
+        result = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(loaded.function, bx * by * bz,
                                                                 shared_mem)
         return int(check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+    def max_active_clusters(self, config: LaunchConfig, device: int | None = None) -> int:
+        """How many clusters of ``config`` can run at once on ``device`` (wraps
+        cuOccupancyMaxActiveClusters): 0 where not even one fits, e.g. a non-portable cluster
+        of 16 CTAs on a part whose GPCs have fewer SMs. The cluster is ``config.cluster`` or
+        the kernel's compiled ``__cluster_dims__``; a size above 8 needs
+        CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED set first."""
+        index = current_device() if device is None else _index(device)
+        loaded = self._on_device(index, config.shared_mem)
+        launch = cu.CUlaunchConfig()
+        launch.gridDimX, launch.gridDimY, launch.gridDimZ = _triple(config.grid)
+        launch.blockDimX, launch.blockDimY, launch.blockDimZ = _triple(config.block)
+        launch.sharedMemBytes = config.shared_mem
+        attrs = _launch_attributes(config)
+        launch.attrs = attrs
+        launch.numAttrs = len(attrs)
+        return int(check(cu.cuOccupancyMaxActiveClusters(loaded.function, launch),
+                         "cuOccupancyMaxActiveClusters"))
 
     def suggested_block_size(self, shared_mem: int = 0, max_block_size: int = 0) -> int:
         """The block size that maximises occupancy on the current device (wraps
