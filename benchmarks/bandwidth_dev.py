@@ -4,11 +4,14 @@ benchmarks (benchmarks/_common.Timer: busy L2-evicting memset before each call, 
   random   every bench_random case, plus a write-only ceiling (cuMemsetD32 of the same bytes)
            and uniform/normal float32 with the grid scaled (resident CTAs x 1/2, 1, 2)
   reduce   the bench_elementwise reductions under code-generation variants (unrolls, waves
-           of split blocks), each result checked against torch in float64
+           of split blocks, splits folded by their last block or a finish kernel), each
+           result checked against torch in float64
+  elementwise  the bench_elementwise unary and binary cases (float32, bfloat16, float16)
+           under contiguous-walk variants (unroll, waves of resident blocks, cache hints)
   softmax  bf16 backward rows of 32k-64k: the chooser's variant before and after the
            512-thread shape (benchmarks/softmax_edges_dev.routes)
 
-    python benchmarks/bandwidth_dev.py [--json PATH] [--areas random,reduce,softmax]
+    python benchmarks/bandwidth_dev.py [--json PATH] [--areas random,reduce,elementwise,softmax]
 """
 
 from __future__ import annotations
@@ -23,13 +26,19 @@ import bench_random
 from _common import Timer, copy_gbps, peer
 
 import gpurt
-from gpurt._elementwise import reduce_codegen, reduction
+from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
 # (row unroll, column unroll, waves of split blocks); run 1 (H200) compared unrolls and waves
 # (the first is the code before this work, the second the pick); run 2 also a column walk with
 # 16-byte loads, 4 outputs a thread (worse: 1024x65536 77.8% against 84.8%), since removed
-REDUCE_VARIANTS = [(1, 4, 1), (4, 8, 1), (4, 16, 1), (4, 8, 2)]
+# session 5 (fourth field: FOLD, the split's last block folds instead of a finish kernel)
+REDUCE_VARIANTS = [(4, 8, 1, False), (4, 8, 1, True), (4, 8, 2, True), (4, 16, 1, True)]
+# contiguous elementwise walk: (UNROLL, WAVES, STORE_HINT, LOAD_HINT); the first is the walk
+# before session 5
+EW_VARIANTS = [(4, 0, "", ""), (2, 0, "", ""), (1, 0, "", ""), (8, 0, "", ""),
+               (4, 0, "cs", ""), (4, 0, "cs", "cs"), (2, 0, "cs", ""), (4, 1, "", ""),
+               (2, 2, "", ""), (4, 2, "cs", "")]
 
 
 def _ok(result: tuple) -> Any:
@@ -68,10 +77,11 @@ def random_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
 def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     cases = [c for c in bench_elementwise._bandwidth_cases(torch) if c[1] in ("row", "column")]
     rows = []
-    defaults = (reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL, reduction.SPLIT_WAVES)
-    for index, (row_unroll, column_unroll, waves) in enumerate(REDUCE_VARIANTS):
+    defaults = (reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL, reduction.SPLIT_WAVES,
+                reduction.FOLD)
+    for index, (row_unroll, column_unroll, waves, fold) in enumerate(REDUCE_VARIANTS):
         reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = row_unroll, column_unroll
-        reduction.SPLIT_WAVES = waves
+        reduction.SPLIT_WAVES, reduction.FOLD = waves, fold
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
@@ -88,7 +98,8 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
                              (tensors[0].double().abs().sum(axis) + 1e-30)).max())
                 gbps = nbytes / timer.ms(call) / 1e6
                 torch_gbps = nbytes / timer.ms(functools.partial(theirs, tensors)) / 1e6
-                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves {waves}",
+                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves {waves}"
+                                        f" fold {fold}",
                              "what": what, "gpurt_GBps": round(gbps, 1),
                              "torch_GBps": round(torch_gbps, 1),
                              "pct_copy": round(100 * gbps / copy, 1),
@@ -96,7 +107,53 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
                 print(json.dumps(rows[-1]), flush=True)
                 del tensors, arrays
     reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = defaults[:2]
-    reduction.SPLIT_WAVES = defaults[2]
+    reduction.SPLIT_WAVES, reduction.FOLD = defaults[2:]
+    return rows
+
+
+def elementwise_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
+    """z = x * 2 and z = x * 2 + y over 64 Mi elements per EW_VARIANTS, torch once per case;
+    every variant's output checked against torch's."""
+    n = bench_elementwise.BIG
+    names = ("UNROLL", "WAVES", "STORE_HINT", "LOAD_HINT")
+    defaults = tuple(getattr(codegen, name) for name in names)
+    cases = []
+    for tdt in (torch.float32, torch.bfloat16, torch.float16):
+        x, y = torch.randn(n, device="cuda", dtype=tdt), torch.randn(n, device="cuda", dtype=tdt)
+        z = torch.empty_like(x)
+        item = x.element_size()
+        cases.append((f"x*2 {tdt}", (x, z), lambda t: torch.mul(t[0], 2, out=t[1]),
+                      2 * n * item, 1))
+        cases.append((f"x*2+y {tdt}", (x, y, z), lambda t: torch.add(t[1], t[0], alpha=2,
+                                                                       out=t[2]),
+                      3 * n * item, 2))
+    rows = []
+    with gpurt.stream(gpurt.ExternalStream(timer.handle)):
+        torch_gbps = {what: nbytes / timer.ms(functools.partial(theirs, tensors)) / 1e6
+                      for what, tensors, theirs, nbytes, _ in cases}
+        for index, variant in enumerate(EW_VARIANTS):
+            for name, value in zip(names, variant):
+                setattr(codegen, name, value)
+            unary = gpurt.ElementwiseKernel("T x", "T z", "z = x * 2", f"dev_scale{index}")
+            binary = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y",
+                                             f"dev_axpy{index}")
+            for what, tensors, theirs, nbytes, inputs in cases:
+                arrays = [gpurt.asarray(t) for t in tensors]
+                call = functools.partial(unary if inputs == 1 else binary, *arrays)
+                tensors[-1].fill_(float("nan"))
+                call()
+                got = tensors[-1].clone()
+                theirs(tensors)
+                exact = bool(torch.equal(got, tensors[-1]))
+                gbps = nbytes / timer.ms(call) / 1e6
+                rows.append({"variant": "unroll {} waves {} store {!r} load {!r}".format(
+                    *variant), "what": what, "gpurt_GBps": round(gbps, 1),
+                    "torch_GBps": round(torch_gbps[what], 1),
+                    "pct_copy": round(100 * gbps / copy, 1),
+                    "vs_torch": round(gbps / torch_gbps[what], 3), "equal_torch": exact})
+                print(json.dumps(rows[-1]), flush=True)
+    for name, value in zip(names, defaults):
+        setattr(codegen, name, value)
     return rows
 
 
@@ -132,7 +189,8 @@ def main() -> None:
     timer = Timer(handle, repeat=20)
     copy = copy_gbps(timer)
     found: dict[str, Any] = {"device": gpurt.get_device_name(), "copy_GBps": copy}
-    areas = {"random": random_rows, "reduce": reduce_rows, "softmax": softmax_rows}
+    areas = {"random": random_rows, "reduce": reduce_rows, "softmax": softmax_rows,
+             "elementwise": elementwise_rows}
     for area in args.areas.split(","):
         try:
             found[area] = areas[area](timer, copy, torch)

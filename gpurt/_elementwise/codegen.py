@@ -2,10 +2,12 @@
 class (contiguous with a vector width, or strided with a number of dimensions) and index
 width. The user's operation runs once per element on locals named like its parameters.
 
-Contiguous kernels: a block of 256 threads takes a tile of ``256 * UNROLL * vec`` elements;
-full tiles load every vector of every input first (16-byte loads where the arrays allow),
-then compute and store, so many loads are in flight per thread; the last partial tile goes
-element by element. Strided kernels: a grid-stride loop that turns the linear index into
+Contiguous kernels: a block of 256 threads takes tiles of ``256 * UNROLL * vec`` elements,
+``gridDim.x`` tiles apart (a grid of one tile per block runs the loop once); full tiles load
+every vector of every input first (16-byte loads where the arrays allow), then compute and
+store, so many loads are in flight per thread; the last partial tile goes element by
+element. ``STORE_HINT``/``LOAD_HINT`` pick the cache operators of the vector stores/loads.
+Strided kernels: a grid-stride loop that turns the linear index into
 one element offset per array (strides in elements, last dimension first).
 """
 
@@ -18,6 +20,13 @@ __all__ = ["PRELUDE", "THREADS", "UNROLL", "Layout", "Operand", "elementwise_sou
 
 THREADS = 256
 UNROLL = 4
+# Cache operators of the contiguous walk's vector accesses: "" (default, write-back) or
+# "cs" (streaming: evict first), through _gpurt_st/_gpurt_ldv below.
+STORE_HINT = ""
+LOAD_HINT = ""
+# Contiguous grids: 0 gives every tile its own block; W > 0 caps the grid at W waves of
+# resident blocks, each looping over tiles (plan.contiguous_grid).
+WAVES = 0
 
 PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -42,6 +51,21 @@ template <> struct _gpurt_cvt<__nv_bfloat16> {
         return __float2bfloat16_rn(static_cast<float>(v)); }
 };
 template <typename S, int V> struct __align__(sizeof(S) * V) _gpurt_vec { S v[V]; };
+// A vector access with a cache operator: W is the vector as one built-in word of its size.
+template <int B> struct _gpurt_word { typedef unsigned char t; };
+template <> struct _gpurt_word<2> { typedef unsigned short t; };
+template <> struct _gpurt_word<4> { typedef unsigned int t; };
+template <> struct _gpurt_word<8> { typedef uint2 t; };
+template <> struct _gpurt_word<16> { typedef uint4 t; };
+template <typename V> __device__ __forceinline__ void _gpurt_st_cs(V* p, const V& v) {
+    typedef typename _gpurt_word<sizeof(V)>::t W;
+    __stcs(reinterpret_cast<W*>(p), *reinterpret_cast<const W*>(&v));
+}
+template <typename V> __device__ __forceinline__ V _gpurt_ld_cs(const V* p) {
+    typedef typename _gpurt_word<sizeof(V)>::t W;
+    W w = __ldcs(reinterpret_cast<const W*>(p));
+    return *reinterpret_cast<const V*>(&w);
+}
 struct _gpurt_index {
     long long n;
     __device__ __forceinline__ long long size() const { return n; }
@@ -123,18 +147,34 @@ def _element(operands: Sequence[Operand], body: str, fetch: dict[str, str],
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
+def _vector_access(op: Operand, vec: int, store: str | None = None) -> str:
+    """A vector load of ``op`` at ``_j`` (``store`` None) or a store of ``store`` there,
+    with the configured cache operator."""
+    vtype = f"_gpurt_vec<{op.storage}, {vec}>"
+    if store is None:
+        ptr = f"reinterpret_cast<const {vtype}*>(_p_{op.name} + _j)"
+        return f"_gpurt_ld_cs({ptr})" if LOAD_HINT == "cs" else f"*{ptr}"
+    ptr = f"reinterpret_cast<{vtype}*>(_p_{op.name} + _j)"
+    if STORE_HINT == "cs":
+        return f"_gpurt_st_cs({ptr}, {store});"
+    return f"*{ptr} = {store};"
+
+
 def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> str:
     idx, vec = layout.index, layout.vec
     tile = THREADS * UNROLL * vec
     streamed = [op for op in operands if op.is_array and not op.uniform]
     loaded = [op for op in streamed if op.kind == "in" or op.load]
+    # tiles gridDim.x apart; _base advances only while it stays below _n (no overflow)
     out = ["    const _gpurt_index _ind{(long long)_n};\n",
-           f"    const {idx} _base = ({idx})blockIdx.x * {tile};\n"]
+           f"    const {idx} _stride = ({idx})gridDim.x * {tile};\n"]
     for op in operands:
         if op.uniform:
             out.append(f"    const {op.storage} _u_{op.name} = _p_{op.name}[0];\n")
     uniform = {op.name: f"_u_{op.name}" for op in operands if op.uniform}
-    out.append(f"    if (_base + {tile} <= _n) {{\n")
+    out.append(f"    for ({idx} _base = ({idx})blockIdx.x * {tile}; _base < _n;\n"
+               f"         _base = _n - _base > _stride ? _base + _stride : _n) {{\n"
+               f"    if (_n - _base >= {tile}) {{\n")
     for op in streamed:
         out.append(f"        _gpurt_vec<{op.storage}, {vec}> _v_{op.name}[{UNROLL}];\n")
     if loaded:
@@ -142,8 +182,7 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
                    f"            const {idx} _j = _base + ({idx})(_u * {THREADS} + "
                    f"threadIdx.x) * {vec};\n")
         for op in loaded:
-            out.append(f"            _v_{op.name}[_u] = *reinterpret_cast<const _gpurt_vec<"
-                       f"{op.storage}, {vec}>*>(_p_{op.name} + _j);\n")
+            out.append(f"            _v_{op.name}[_u] = {_vector_access(op, vec)};\n")
         out.append("        }\n")
     fetch = {**uniform, **{op.name: f"_v_{op.name}[_u].v[_k]" for op in streamed}}
     out.append(f"        #pragma unroll\n        for (int _u = 0; _u < {UNROLL}; ++_u) {{\n"
@@ -156,13 +195,12 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
     out.append("            }\n")
     for op in streamed:
         if op.kind == "out":
-            out.append(f"            *reinterpret_cast<_gpurt_vec<{op.storage}, {vec}>*>("
-                       f"_p_{op.name} + _j) = _v_{op.name}[_u];\n")
+            out.append(f"            {_vector_access(op, vec, f'_v_{op.name}[_u]')}\n")
     out.append("        }\n    } else {\n"
                f"        for ({idx} i = _base + threadIdx.x; i < _n; i += {THREADS}) {{\n")
     fetch = {**uniform, **{op.name: f"_p_{op.name}[i]" for op in streamed}}
     out.append(_element(operands, body, fetch, fetch, " " * 12))
-    out.append("        }\n    }\n")
+    out.append("        }\n    }\n    }\n")
     return "".join(out)
 
 

@@ -45,6 +45,20 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
     return __bfloat162float(v);
 }
 
+// Two values rounded to T into v[0], v[1] (v 4-byte aligned for 2-byte T): 16-bit types
+// through one paired conversion (each value rounded to nearest even, as cast_to).
+template <typename T> __device__ __forceinline__ void store2(T* v, float a, float b) {
+    v[0] = cast_to<T>(a);
+    v[1] = cast_to<T>(b);
+}
+template <> __device__ __forceinline__ void store2<__half>(__half* v, float a, float b) {
+    *reinterpret_cast<__half2*>(v) = __floats2half2_rn(a, b);
+}
+template <> __device__ __forceinline__ void store2<__nv_bfloat16>(__nv_bfloat16* v, float a,
+                                                                  float b) {
+    *reinterpret_cast<__nv_bfloat162*>(v) = __floats2bfloat162_rn(a, b);
+}
+
 // K values of T, stored with one instruction up to 16 bytes (wider packs: several).
 template <typename T, int K> struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) Pack {
     T v[K];
@@ -65,10 +79,12 @@ template <typename T> struct Uniform {
     __device__ void operator()(uint4 w, T* v) const {
         const unsigned int words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
-            float u = K == 8 ? gpurt::uniform01_half(words[j / 2], j % 2)
-                             : gpurt::uniform01(words[j]);
-            v[j] = cast_to<T>(__fadd_rn(low, __fmul_rn(u, scale)));
+        for (int j = 0; j < K; j += 2) {
+            float u0 = K == 8 ? gpurt::uniform01_half(words[j / 2], 0) : gpurt::uniform01(words[j]);
+            float u1 = K == 8 ? gpurt::uniform01_half(words[j / 2], 1)
+                              : gpurt::uniform01(words[j + 1]);
+            store2(v + j, __fadd_rn(low, __fmul_rn(u0, scale)),
+                   __fadd_rn(low, __fmul_rn(u1, scale)));
         }
     }
 };
@@ -78,10 +94,8 @@ template <typename T> struct Normal {
     float mean, std;
     __device__ void operator()(uint4 w, T* v) const {
         float2 a = gpurt::normal2(w.x, w.y), b = gpurt::normal2(w.z, w.w);
-        v[0] = cast_to<T>(gpurt::scale_normal(a.x, mean, std));
-        v[1] = cast_to<T>(gpurt::scale_normal(a.y, mean, std));
-        v[2] = cast_to<T>(gpurt::scale_normal(b.x, mean, std));
-        v[3] = cast_to<T>(gpurt::scale_normal(b.y, mean, std));
+        store2(v, gpurt::scale_normal(a.x, mean, std), gpurt::scale_normal(a.y, mean, std));
+        store2(v + 2, gpurt::scale_normal(b.x, mean, std), gpurt::scale_normal(b.y, mean, std));
     }
 };
 
@@ -102,17 +116,16 @@ template <typename T> struct Bernoulli {
     }
 };
 
-// word % range through multiply-highs (gpurt::randint32_fast), magic from the host.
+// word % range through a multiply-high quotient (gpurt::randint32_div), magic from the host.
 template <typename T> struct RandInt32 {
     static constexpr int K = 4;
     long long low;
-    unsigned int range;
-    unsigned long long magic;
+    unsigned int range, magic, shifts;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = (T)gpurt::randint32_fast(w.x, low, range, magic);
-        v[1] = (T)gpurt::randint32_fast(w.y, low, range, magic);
-        v[2] = (T)gpurt::randint32_fast(w.z, low, range, magic);
-        v[3] = (T)gpurt::randint32_fast(w.w, low, range, magic);
+        v[0] = (T)gpurt::randint32_div(w.x, low, range, magic, shifts);
+        v[1] = (T)gpurt::randint32_div(w.y, low, range, magic, shifts);
+        v[2] = (T)gpurt::randint32_div(w.z, low, range, magic, shifts);
+        v[3] = (T)gpurt::randint32_div(w.w, low, range, magic, shifts);
     }
 };
 
@@ -248,8 +261,8 @@ __global__ void fill_bernoulli(T* out, unsigned long long n, Layout L,
 template <typename T>
 __global__ void fill_randint32(T* out, unsigned long long n, Layout L,
                                gpurt::PhiloxCudaState ps, long long low, unsigned int range,
-                               unsigned long long magic) {
-    fill(out, n, L, ps, RandInt32<T>{low, range, magic});
+                               unsigned int magic, unsigned int shifts) {
+    fill(out, n, L, ps, RandInt32<T>{low, range, magic, shifts});
 }
 
 template <typename T>
@@ -259,13 +272,14 @@ __global__ void fill_randint64(T* out, unsigned long long n, Layout L,
     fill(out, n, L, ps, RandInt64<T>{low, range});
 }
 
-// Dropout's chunk: CALLS blocks of 4 elements (16-byte loads and stores of x and out).
+// Dropout's chunk c: CALLS blocks of 4 elements of x (loaded by the caller: 16-byte
+// vectors) to out and mask.
 template <typename T, int CALLS, int E = 4 * CALLS>
-__device__ __forceinline__ void dropout_chunk(const T* x, T* out, bool* mask,
+__device__ __forceinline__ void dropout_chunk(const Pack<T, E>& in, T* out, bool* mask,
                                               unsigned long long c, uint2 key,
                                               unsigned long long block4,
                                               unsigned long long threshold, float scale) {
-    Pack<T, E> in = reinterpret_cast<const Pack<T, E>*>(x)[c], res;
+    Pack<T, E> res;
     Pack<bool, E> flags;
 #pragma unroll
     for (int j = 0; j < CALLS; ++j) {
@@ -275,8 +289,9 @@ __device__ __forceinline__ void dropout_chunk(const T* x, T* out, bool* mask,
         for (int i = 0; i < 4; ++i) flags.v[4 * j + i] = below(words[i], threshold);
     }
 #pragma unroll
-    for (int j = 0; j < E; ++j) {
-        res.v[j] = cast_to<T>(flags.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
+    for (int j = 0; j < E; j += 2) {
+        store2(res.v + j, flags.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f,
+               flags.v[j + 1] ? __fmul_rn(to_float(in.v[j + 1]), scale) : 0.0f);
     }
     reinterpret_cast<Pack<T, E>*>(out)[c] = res;
     if (mask) reinterpret_cast<Pack<bool, E>*>(mask)[c] = flags;
@@ -298,9 +313,24 @@ __global__ void dropout(const T* x, T* out, bool* mask, unsigned long long n, La
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     unsigned long long first = 0;
     if (Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0) {
+        typedef Pack<T, E> P;
+        const P* xs = reinterpret_cast<const P*>(x);
         first = n / E;
-        for (unsigned long long c = start; c < first; c += stride) {
-            dropout_chunk<T, CALLS>(x, out, mask, c, key, block4, threshold, scale);
+        if (first + 2 * stride <= 0xFFFFFFFFull) {
+            // a 32-bit index (as fill's) and two chunks a step, both loads issued first (the
+            // load is the only latency a thread waits on)
+            const unsigned int s = (unsigned int)stride, f = (unsigned int)first;
+            unsigned int c = (unsigned int)start;
+            for (; c + s < f; c += 2 * s) {
+                P a = xs[c], b = xs[c + s];
+                dropout_chunk<T, CALLS>(a, out, mask, c, key, block4, threshold, scale);
+                dropout_chunk<T, CALLS>(b, out, mask, c + s, key, block4, threshold, scale);
+            }
+            if (c < f) dropout_chunk<T, CALLS>(xs[c], out, mask, c, key, block4, threshold, scale);
+        } else {
+            for (unsigned long long c = start; c < first; c += stride) {
+                dropout_chunk<T, CALLS>(xs[c], out, mask, c, key, block4, threshold, scale);
+            }
         }
     }
     for (unsigned long long c = first + start; c < chunks; c += stride) {

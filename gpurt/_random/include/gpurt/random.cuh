@@ -101,7 +101,14 @@ __host__ __device__ __forceinline__ float uniform01(unsigned int word) {
 // Uniform in [0, 1) from half a word (the 16-bit fills: 8 values per Philox block): bits
 // [16 * half, 16 * half + 16) of word, every value a multiple of 2^-16.
 __host__ __device__ __forceinline__ float uniform01_half(unsigned int word, int half) {
+#ifdef __CUDA_ARCH__
+    // the same value without an integer-to-float conversion (a slow pipe): 1 + m * 2^-16
+    // built from its bits, minus 1, both exact
+    unsigned int m = (word >> (16 * half)) & 0xFFFFu;
+    return __fadd_rn(__uint_as_float(0x3F800000u | (m << 7)), -1.0f);
+#else
     return (float)((word >> (16 * half)) & 0xFFFFu) * 0x1p-16f;
+#endif
 }
 
 // low + u * scale with scale = high - low, rounded once per operation (no FMA contraction),
@@ -211,6 +218,21 @@ __device__ __forceinline__ long long randint32_fast(unsigned int word, long long
     unsigned int lo = (unsigned int)fraction, hi = (unsigned int)(fraction >> 32);
     unsigned long long top = (unsigned long long)hi * range32 + __umulhi(lo, range32);
     unsigned int rest = range32 ? (unsigned int)(top >> 32) : word;
+    return (long long)((unsigned long long)low + rest);
+}
+
+// The same remainder with one multiply-high and one multiply-add (Granlund and Montgomery,
+// "Division by invariant integers using multiplication", 1994, figure 4.1): for range32 =
+// range mod 2^32 in [1, 2^32) the quotient is q = (t + ((word - t) >> sh1)) >> sh2 with
+// t = umulhi(magic32, word); magic32 and shifts = sh1 | sh2 << 8 from the host
+// (gpurt.random's _divisor); range32 == 0 stands for 2^32 (the word itself). Exact for every
+// 32-bit word.
+__device__ __forceinline__ long long randint32_div(unsigned int word, long long low,
+                                                   unsigned int range32, unsigned int magic32,
+                                                   unsigned int shifts) {
+    unsigned int t = __umulhi(magic32, word);
+    unsigned int q = (t + ((word - t) >> (shifts & 0xFFu))) >> (shifts >> 8);
+    unsigned int rest = range32 ? word - q * range32 : word;
     return (long long)((unsigned long long)low + rest);
 }
 
