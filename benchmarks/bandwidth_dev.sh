@@ -7,11 +7,23 @@
 # compute-sanitizer memcheck over the fill and reduction cases of scripts/sanitize_sweep.py's
 # quick tier plus 16-bit backward softmax rows of 32k-64k elements at several offsets (each
 # checked against float64).
+# $BASELINE (optional): another tree (the one to compare with, e.g. the lead's checkout) whose
+# bench_random runs first from its own gpurt (pure-Python launches), into OUTDIR/baseline.log.
+# $TESTS: the GPU test files (default the random and bandwidth-case tests).
 # Usage: bash benchmarks/bandwidth_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
 total=${TOTAL:-230}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
+if [ -n "${BASELINE-}" ]; then
+    step baseline
+    base=$(mktemp -d)
+    cp -R "$BASELINE/gpurt" "$base/gpurt" && cp -R "$BASELINE/kernels" "$base/gpurt/kernels"
+    (cd "$BASELINE/benchmarks" && PYTHONPATH="$base:$site" GPURT_CACHE_DIR="$base/cache" \
+        timeout ${BENCH_LIMIT:-60} python3 bench_random.py --quick --json "$out/baseline-random.json") \
+        > "$out/baseline.log" 2>&1
+    echo "baseline rc=$?"
+fi
 step bench
 stage="$site/stage" runs="$site/runs.tsv"
 mkdir -p "$stage"; : > "$runs"
@@ -31,13 +43,16 @@ if [ -n "${AREAS-reduce,softmax}" ]; then
     echo "dev rc=$?"
 fi
 step pytest
-timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x tests/test_random_gpu.py tests/test_random_graphs.py tests/test_bandwidth_cases.py > "$out/pytest.log" 2>&1
+timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x \
+    ${TESTS-tests/test_random_gpu.py tests/test_random_graphs.py tests/test_bandwidth_cases.py} \
+    > "$out/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$out/pytest.log"
 step memcheck
 limit=$(left); [ $limit -gt 10 ] || limit=10
 san="compute-sanitizer --tool memcheck --report-api-errors no --print-limit 20"
 timeout $limit $san python3 -P scripts/sanitize_sweep.py --cases quick --kinds fill,reduce > "$out/memcheck.log" 2>&1
 echo "memcheck fill,reduce rc=$?"; tail -n 2 "$out/memcheck.log"
+[ "${MEMCHECK_SOFTMAX-1}" = 1 ] || { step done; exit 0; }
 limit=$(left); [ $limit -gt 10 ] || limit=10
 timeout $limit $san python3 -P -c '
 import sys; sys.path.insert(0, "tests")
