@@ -32,13 +32,19 @@ from gpurt._random import kernels as rkernels
 # (row unroll, column unroll, waves of split blocks); run 1 (H200) compared unrolls and waves
 # (the first is the code before this work, the second the pick); run 2 also a column walk with
 # 16-byte loads, 4 outputs a thread (worse: 1024x65536 77.8% against 84.8%), since removed
-# session 5 (fourth field: FOLD, the split's last block folds instead of a finish kernel)
-REDUCE_VARIANTS = [(4, 8, 1, False), (4, 8, 1, True), (4, 8, 2, True), (4, 16, 1, True)]
+# session 5: (row unroll, column unroll, row waves, column waves, FOLD: the split's last
+# block folds instead of a finish kernel); run 1 (H100) also tried (4, 8, 1, 1, False) and
+# column unroll 16
+REDUCE_VARIANTS = [(4, 8, 1, 1, True), (4, 8, 1, 2, True), (4, 8, 1, 3, True),
+                   (4, 8, 1, 4, True), (4, 4, 1, 2, True), (4, 4, 1, 4, True),
+                   (4, 8, 1, 2, False)]
+# random.cu variants (macros) timed on randint int64 and int32
+RANDOM_DEFINES = ["GPURT_RNG_SPREAD_STORE"]
 # contiguous elementwise walk: (UNROLL, WAVES, STORE_HINT, LOAD_HINT); the first is the walk
 # before session 5
-EW_VARIANTS = [(4, 0, "", ""), (2, 0, "", ""), (1, 0, "", ""), (8, 0, "", ""),
-               (4, 0, "cs", ""), (4, 0, "cs", "cs"), (2, 0, "cs", ""), (4, 1, "", ""),
-               (2, 2, "", ""), (4, 2, "cs", "")]
+# before session 5; run 1 (H100) also tried unroll 8, waves 1-2 and loads with "cs" (worse)
+EW_VARIANTS = [(4, 0, "", ""), (1, 0, "", ""), (2, 0, "", ""), (1, 0, "cs", ""),
+               (1, 0, "", ""), (4, 0, "", "")]
 
 
 def _ok(result: tuple) -> Any:
@@ -56,6 +62,20 @@ def random_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     ms = timer.ms(lambda: _ok(cu.cuMemsetD32Async(scratch.ptr, 7, bench_random.N, timer.handle)))
     rows.append({"op": "memset (write-only ceiling)", "dtype": "float32",
                  "gpurt_GBps": nbytes / ms / 1e6, "pct_copy": 100 * nbytes / ms / 1e6 / copy})
+    for define in RANDOM_DEFINES:  # random.cu compiled with a dev macro
+        saved = rkernels.source
+        rkernels.source = lambda d=define, s=saved: f"#define {d}\n" + s()
+        rkernels._kernels.clear()
+        try:
+            for op, dtype in [("randint", bench_random.I64), ("randint", bench_random.I32)]:
+                out = gpurt.empty(bench_random.N, dtype)
+                call = bench_random.gpurt_call(op, out, None, None, timer.handle)
+                gbps = bench_random.N * dtype.itemsize / timer.ms(call) / 1e6
+                rows.append({"op": f"{op} with {define}", "dtype": dtype.name,
+                             "gpurt_GBps": gbps, "pct_copy": 100 * gbps / copy})
+        finally:
+            rkernels.source = saved
+            rkernels._kernels.clear()
     original = rkernels.grid_for
     for scale in (0.5, 2.0):
         def scaled(kernel: Any, device: int, chunks: int, scale: float = scale) -> int:
@@ -78,10 +98,12 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     cases = [c for c in bench_elementwise._bandwidth_cases(torch) if c[1] in ("row", "column")]
     rows = []
     defaults = (reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL, reduction.SPLIT_WAVES,
-                reduction.FOLD)
-    for index, (row_unroll, column_unroll, waves, fold) in enumerate(REDUCE_VARIANTS):
+                reduction.COLUMN_SPLIT_WAVES, reduction.FOLD)
+    for index, variant in enumerate(REDUCE_VARIANTS):
+        row_unroll, column_unroll, waves, column_waves, fold = variant
         reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = row_unroll, column_unroll
-        reduction.SPLIT_WAVES, reduction.FOLD = waves, fold
+        reduction.SPLIT_WAVES, reduction.COLUMN_SPLIT_WAVES = waves, column_waves
+        reduction.FOLD = fold
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
@@ -98,8 +120,8 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
                              (tensors[0].double().abs().sum(axis) + 1e-30)).max())
                 gbps = nbytes / timer.ms(call) / 1e6
                 torch_gbps = nbytes / timer.ms(functools.partial(theirs, tensors)) / 1e6
-                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves {waves}"
-                                        f" fold {fold}",
+                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves "
+                                        f"{waves}/{column_waves} fold {fold}",
                              "what": what, "gpurt_GBps": round(gbps, 1),
                              "torch_GBps": round(torch_gbps, 1),
                              "pct_copy": round(100 * gbps / copy, 1),
@@ -107,7 +129,7 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
                 print(json.dumps(rows[-1]), flush=True)
                 del tensors, arrays
     reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = defaults[:2]
-    reduction.SPLIT_WAVES, reduction.FOLD = defaults[2:]
+    reduction.SPLIT_WAVES, reduction.COLUMN_SPLIT_WAVES, reduction.FOLD = defaults[2:]
     return rows
 
 

@@ -8,7 +8,8 @@
 # quick tier plus 16-bit backward softmax rows of 32k-64k elements at several offsets (each
 # checked against float64).
 # $BASELINE (optional): another tree (the one to compare with, e.g. the lead's checkout) whose
-# bench_random runs first from its own gpurt (pure-Python launches), into OUTDIR/baseline.log.
+# benchmarks $BASE_BENCHES (default random) run first from its own gpurt (pure-Python
+# launches), into OUTDIR/baseline-NAME.json and baseline.log.
 # $TESTS: the GPU test files (default the random and bandwidth-case tests).
 # Usage: bash benchmarks/bandwidth_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
@@ -19,10 +20,12 @@ if [ -n "${BASELINE-}" ]; then
     step baseline
     base=$(mktemp -d)
     cp -R "$BASELINE/gpurt" "$base/gpurt" && cp -R "$BASELINE/kernels" "$base/gpurt/kernels"
-    (cd "$BASELINE/benchmarks" && PYTHONPATH="$base:$site" GPURT_CACHE_DIR="$base/cache" \
-        timeout ${BENCH_LIMIT:-60} python3 bench_random.py --quick --json "$out/baseline-random.json") \
-        > "$out/baseline.log" 2>&1
-    echo "baseline rc=$?"
+    for name in ${BASE_BENCHES-random}; do
+        (cd "$BASELINE/benchmarks" && PYTHONPATH="$base:$site" GPURT_CACHE_DIR="$base/cache" \
+            timeout ${BENCH_LIMIT:-60} python3 bench_$name.py --quick \
+            --json "$out/baseline-$name.json") >> "$out/baseline.log" 2>&1
+        echo "baseline $name rc=$?"
+    done
 fi
 step bench
 stage="$site/stage" runs="$site/runs.tsv"

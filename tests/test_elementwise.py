@@ -12,7 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import reduction
+from gpurt._elementwise import codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -84,14 +84,15 @@ def test_elementwise_plans_contiguous_vectorized_and_strided() -> None:
     k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "axpy_plan")
     x, y = fake_array((1000, 1000)), fake_array((1000, 1000), ptr=1 << 24)
     plan = k._plan([x, y], [None])
-    assert plan.grid == math.ceil(10**6 / (256 * 4 * 4)) and plan.tail == (10**6,)
+    unroll = codegen.UNROLL  # a tile per block: 256 threads x UNROLL vectors
+    assert plan.grid == math.ceil(10**6 / (256 * unroll * 4)) and plan.tail == (10**6,)
     misaligned = k._plan([fake_array((1000, 1000), ptr=(1 << 20) + 4), y], [None])
-    assert misaligned.grid == math.ceil(10**6 / (256 * 4 * 1))  # no 16-byte vectors
+    assert misaligned.grid == math.ceil(10**6 / (256 * unroll * 1))  # no 16-byte vectors
     broadcast = k._plan([x, fake_array((1000,), ptr=1 << 24)], [None])
     assert broadcast.tail == (10**6, 1000, 1000, 1000, 1, 0, 1, 1000, 1)
     scalar = k._plan([fake_array((1000, 1000), np.float16), 3], [None])
     assert scalar.out_dtypes == (np.dtype(np.float16),) and scalar.grid == math.ceil(
-        10**6 / (256 * 4 * 8))
+        10**6 / (256 * unroll * 8))
 
 
 @pytest.mark.usefixtures("sm90")

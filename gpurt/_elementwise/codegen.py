@@ -5,10 +5,11 @@ width. The user's operation runs once per element on locals named like its param
 Contiguous kernels: a block of 256 threads takes tiles of ``256 * UNROLL * vec`` elements,
 ``gridDim.x`` tiles apart (a grid of one tile per block runs the loop once); full tiles load
 every vector of every input first (16-byte loads where the arrays allow), then compute and
-store, so many loads are in flight per thread; the last partial tile goes element by
-element. ``STORE_HINT``/``LOAD_HINT`` pick the cache operators of the vector stores/loads.
-Strided kernels: a grid-stride loop that turns the linear index into
-one element offset per array (strides in elements, last dimension first).
+store; the last partial tile goes element by element. Small tiles (UNROLL 1) did best: with
+many short blocks the last wave's idle tail is short. ``STORE_HINT``/``LOAD_HINT`` pick
+the cache operators of the vector stores/loads. Strided kernels: a grid-stride loop that
+turns the linear index into one element offset per array (strides in elements, last
+dimension first).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 __all__ = ["PRELUDE", "THREADS", "UNROLL", "Layout", "Operand", "elementwise_source"]
 
 THREADS = 256
-UNROLL = 4
+UNROLL = 1  # vectors per thread and tile (4 and 8 trailed torch: run 1 of session 5)
 # Cache operators of the contiguous walk's vector accesses: "" (default, write-back) or
 # "cs" (streaming: evict first), through _gpurt_st/_gpurt_ldv below.
 STORE_HINT = ""

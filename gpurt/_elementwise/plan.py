@@ -263,7 +263,7 @@ def contiguous_grid(kernel: Any, n: int, vec: int, device: int) -> int:
             per_sm = kernel.max_active_blocks_per_multiprocessor(codegen.THREADS)
         sms = int(gpurt.get_device_properties(device).multi_processor_count)
         grid = min(grid, max(1, per_sm) * sms * codegen.WAVES)
-    return grid
+    return min(grid, _INT_LIMIT)  # the CUDA limit; the kernel loops over further tiles
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

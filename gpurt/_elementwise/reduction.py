@@ -31,7 +31,8 @@ __all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
 
 _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
-SPLIT_WAVES = 1  # a split reduction aims at this many waves of 8 blocks per SM
+SPLIT_WAVES = 1  # a split row reduction aims at this many waves of 8 blocks per SM
+COLUMN_SPLIT_WAVES = 2  # and a split column reduction at this many (its 128-byte rows)
 # A split reduction's last block per output block folds the partials (one launch after a
 # memset of the counters), rather than a second "finish" kernel.
 FOLD = True
@@ -231,7 +232,8 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block."""
-    target = gpurt.get_device_properties(device).multi_processor_count * 8 * SPLIT_WAVES
+    waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
+    target = gpurt.get_device_properties(device).multi_processor_count * 8 * waves
     least = group * vec * 8 if walk == "row" else (BLOCK // COLUMN_WIDTH) * 32
     splits = 1
     if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs

@@ -182,6 +182,27 @@ __device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const
             quads[2 * c + 1] = half[1];
             return;
         }
+#ifdef GPURT_RNG_SPREAD_STORE
+        // (dev variant) each instruction writes 512 contiguous bytes: lane l's quad 32i + l
+        // of the warp's 64 is half l & 1 of lane 16i + l / 2's pack
+        const unsigned int lane = threadIdx.x & 31u;
+        const unsigned long long q0 = 2 * (c - lane);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int src = 16 * i + (int)(lane >> 1);
+            uint4 a, b;
+            a.x = __shfl_sync(0xFFFFFFFFu, half[0].x, src);
+            a.y = __shfl_sync(0xFFFFFFFFu, half[0].y, src);
+            a.z = __shfl_sync(0xFFFFFFFFu, half[0].z, src);
+            a.w = __shfl_sync(0xFFFFFFFFu, half[0].w, src);
+            b.x = __shfl_sync(0xFFFFFFFFu, half[1].x, src);
+            b.y = __shfl_sync(0xFFFFFFFFu, half[1].y, src);
+            b.z = __shfl_sync(0xFFFFFFFFu, half[1].z, src);
+            b.w = __shfl_sync(0xFFFFFFFFu, half[1].w, src);
+            quads[q0 + 32 * i + lane] = (lane & 1u) ? b : a;
+        }
+        return;
+#endif
         const unsigned int odd = threadIdx.x & 1u;  // chunk c is odd: lanes hold c0 + lane
         uint4 give = odd ? half[0] : half[1], got;
         got.x = __shfl_xor_sync(0xFFFFFFFFu, give.x, 1);
