@@ -164,11 +164,12 @@ __device__ __forceinline__ Pack<T, E> chunk_values(const Dist& dist, uint2 key,
     return values;
 }
 
-// Stores chunk c's pack. A 32-byte pack (8-byte outputs) is two 16-byte stores, and a warp
-// storing its first halves, then its second halves, leaves every 32-byte sector half written
-// by each instruction (randint into int64 moved 36% of copy, run 2 on the H200); so in a warp
-// whose 32 chunks are all whole, lanes 2i and 2i + 1 (chunks c and c + 1) trade halves: the
-// first instruction writes chunk c, the second chunk c + 1, each a whole sector.
+// Stores chunk c's pack. A 32-byte pack (8-byte outputs) is two 16-byte stores; a warp
+// storing its first halves, then its second halves, moved 36% of copy (randint into int64,
+// H200), and lane pairs trading halves (each instruction writing whole sectors) 80% (H100).
+// So in a warp whose 32 chunks are all whole (lanes hold chunks c0 + lane), instruction i
+// writes the warp's 16-byte quads 32i .. 32i + 31, 512 contiguous bytes: lane l's is half
+// l & 1 of lane 16i + l / 2's pack, fetched by shuffles (102% of copy, H100).
 template <typename P>
 __device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const P& value,
                                            bool whole_warp) {
@@ -182,9 +183,6 @@ __device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const
             quads[2 * c + 1] = half[1];
             return;
         }
-#ifdef GPURT_RNG_SPREAD_STORE
-        // (dev variant) each instruction writes 512 contiguous bytes: lane l's quad 32i + l
-        // of the warp's 64 is half l & 1 of lane 16i + l / 2's pack
         const unsigned int lane = threadIdx.x & 31u;
         const unsigned long long q0 = 2 * (c - lane);
 #pragma unroll
@@ -201,16 +199,6 @@ __device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const
             b.w = __shfl_sync(0xFFFFFFFFu, half[1].w, src);
             quads[q0 + 32 * i + lane] = (lane & 1u) ? b : a;
         }
-        return;
-#endif
-        const unsigned int odd = threadIdx.x & 1u;  // chunk c is odd: lanes hold c0 + lane
-        uint4 give = odd ? half[0] : half[1], got;
-        got.x = __shfl_xor_sync(0xFFFFFFFFu, give.x, 1);
-        got.y = __shfl_xor_sync(0xFFFFFFFFu, give.y, 1);
-        got.z = __shfl_xor_sync(0xFFFFFFFFu, give.z, 1);
-        got.w = __shfl_xor_sync(0xFFFFFFFFu, give.w, 1);
-        quads[2 * c - odd] = odd ? got : half[0];
-        quads[2 * c + 2 - odd] = odd ? half[1] : got;
     }
 }
 
