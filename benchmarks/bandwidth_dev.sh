@@ -40,6 +40,7 @@ for name in ${BENCHES-random elementwise softmax}; do
     echo "bench_$name $status $((SECONDS - s0)) s"
 done
 python3 scripts/gpu_check_report.py bench "$out" --stage "$stage" --runs "$runs" > /dev/null 2>&1 || echo "bench.json failed"
+cp "$stage"/*.json "$out/" 2>/dev/null  # each suite's own results file too
 if [ -n "${AREAS-reduce,softmax}" ]; then
     step dev
     (cd benchmarks && timeout ${DEV_LIMIT:-45} python3 bandwidth_dev.py --areas "${AREAS-reduce,softmax}" --json "$out/dev.json") > "$out/dev.log" 2>&1
