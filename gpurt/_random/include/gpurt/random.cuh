@@ -101,14 +101,7 @@ __host__ __device__ __forceinline__ float uniform01(unsigned int word) {
 // Uniform in [0, 1) from half a word (the 16-bit fills: 8 values per Philox block): bits
 // [16 * half, 16 * half + 16) of word, every value a multiple of 2^-16.
 __host__ __device__ __forceinline__ float uniform01_half(unsigned int word, int half) {
-#ifdef __CUDA_ARCH__
-    // the same value without an integer-to-float conversion (a slow pipe): 1 + m * 2^-16
-    // built from its bits, minus 1, both exact
-    unsigned int m = (word >> (16 * half)) & 0xFFFFu;
-    return __fadd_rn(__uint_as_float(0x3F800000u | (m << 7)), -1.0f);
-#else
     return (float)((word >> (16 * half)) & 0xFFFFu) * 0x1p-16f;
-#endif
 }
 
 // low + u * scale with scale = high - low, rounded once per operation (no FMA contraction),
@@ -119,8 +112,7 @@ __device__ __forceinline__ float uniform(unsigned int word, float low, float sca
 
 // The normal transform is built from float32 operations that are each correctly rounded
 // (conversions, __fmaf_rn, __fmul_rn, a square root with __fsqrt_rn's bits; no fast-math
-// intrinsics), so the numpy
-// reference in tests/_philox.py computes the same bits. Polynomials: least-squares fits on
+// intrinsics), so the numpy reference in tests/_philox.py computes the same bits. Polynomials: least-squares fits on
 // Chebyshev nodes, relative error < 6e-8 (log) and absolute < 3e-8 (sin, cos).
 namespace detail {
 
