@@ -7,7 +7,7 @@ benchmarks (benchmarks/_common.Timer: busy L2-evicting memset before each call, 
            of split blocks, splits folded by their last block or a finish kernel), each
            result checked against torch in float64
   elementwise  the bench_elementwise unary and binary cases (float32, bfloat16, float16)
-           under contiguous-walk variants (unroll, waves of resident blocks, cache hints)
+           under contiguous-walk variants (unroll, waves of resident blocks)
   softmax  bf16 backward rows of 32k-64k: the chooser's variant before and after the
            512-thread shape (benchmarks/softmax_edges_dev.routes)
 
@@ -42,11 +42,10 @@ REDUCE_VARIANTS = [(4, 8, 1, 1, True), (4, 8, 1, 2, True), (4, 8, 1, 3, True),
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
 RANDOM_DEFINES: list[str] = []
-# contiguous elementwise walk: (UNROLL, WAVES, STORE_HINT, LOAD_HINT); the first is the walk
-# before session 5
-# before session 5; run 1 (H100) also tried unroll 8, waves 1-2 and loads with "cs" (worse)
-EW_VARIANTS = [(4, 0, "", ""), (1, 0, "", ""), (2, 0, "", ""), (1, 0, "cs", ""),
-               (1, 0, "", ""), (4, 0, "", "")]
+# contiguous elementwise walk: (UNROLL, WAVES); the first is the walk before session 5; runs
+# 1-2 (H100) also tried unroll 8, waves 1-2 (worse) and cache operators on the vector
+# accesses (evict-first stores: no change; evict-first loads: worse), since removed
+EW_VARIANTS = [(4, 0), (1, 0), (2, 0), (1, 0), (4, 0)]
 
 
 def _ok(result: tuple) -> Any:
@@ -139,7 +138,7 @@ def elementwise_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, An
     """z = x * 2 and z = x * 2 + y over 64 Mi elements per EW_VARIANTS, torch once per case;
     every variant's output checked against torch's."""
     n = bench_elementwise.BIG
-    names = ("UNROLL", "WAVES", "STORE_HINT", "LOAD_HINT")
+    names = ("UNROLL", "WAVES")
     defaults = tuple(getattr(codegen, name) for name in names)
     cases = []
     for tdt in (torch.float32, torch.bfloat16, torch.float16):
@@ -170,11 +169,12 @@ def elementwise_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, An
                 theirs(tensors)
                 exact = bool(torch.equal(got, tensors[-1]))
                 gbps = nbytes / timer.ms(call) / 1e6
-                rows.append({"variant": "unroll {} waves {} store {!r} load {!r}".format(
-                    *variant), "what": what, "gpurt_GBps": round(gbps, 1),
-                    "torch_GBps": round(torch_gbps[what], 1),
-                    "pct_copy": round(100 * gbps / copy, 1),
-                    "vs_torch": round(gbps / torch_gbps[what], 3), "equal_torch": exact})
+                rows.append({"variant": "unroll {} waves {}".format(*variant), "what": what,
+                             "gpurt_GBps": round(gbps, 1),
+                             "torch_GBps": round(torch_gbps[what], 1),
+                             "pct_copy": round(100 * gbps / copy, 1),
+                             "vs_torch": round(gbps / torch_gbps[what], 3),
+                             "equal_torch": exact})
                 print(json.dumps(rows[-1]), flush=True)
     for name, value in zip(names, defaults):
         setattr(codegen, name, value)

@@ -6,8 +6,7 @@ Contiguous kernels: a block of 256 threads takes tiles of ``256 * UNROLL * vec``
 ``gridDim.x`` tiles apart (a grid of one tile per block runs the loop once); full tiles load
 every vector of every input first (16-byte loads where the arrays allow), then compute and
 store; the last partial tile goes element by element. Small tiles (UNROLL 1) did best: with
-many short blocks the last wave's idle tail is short. ``STORE_HINT``/``LOAD_HINT`` pick
-the cache operators of the vector stores/loads. Strided kernels: a grid-stride loop that
+many short blocks the last wave's idle tail is short. Strided kernels: a grid-stride loop that
 turns the linear index into one element offset per array (strides in elements, last
 dimension first).
 """
@@ -21,10 +20,6 @@ __all__ = ["PRELUDE", "THREADS", "UNROLL", "Layout", "Operand", "elementwise_sou
 
 THREADS = 256
 UNROLL = 1  # vectors per thread and tile (4 and 8 trailed torch: run 1 of session 5)
-# Cache operators of the contiguous walk's vector accesses: "" (default, write-back) or
-# "cs" (streaming: evict first), through _gpurt_st/_gpurt_ldv below.
-STORE_HINT = ""
-LOAD_HINT = ""
 # Contiguous grids: 0 gives every tile its own block; W > 0 caps the grid at W waves of
 # resident blocks, each looping over tiles (plan.contiguous_grid).
 WAVES = 0
@@ -52,21 +47,6 @@ template <> struct _gpurt_cvt<__nv_bfloat16> {
         return __float2bfloat16_rn(static_cast<float>(v)); }
 };
 template <typename S, int V> struct __align__(sizeof(S) * V) _gpurt_vec { S v[V]; };
-// A vector access with a cache operator: W is the vector as one built-in word of its size.
-template <int B> struct _gpurt_word { typedef unsigned char t; };
-template <> struct _gpurt_word<2> { typedef unsigned short t; };
-template <> struct _gpurt_word<4> { typedef unsigned int t; };
-template <> struct _gpurt_word<8> { typedef uint2 t; };
-template <> struct _gpurt_word<16> { typedef uint4 t; };
-template <typename V> __device__ __forceinline__ void _gpurt_st_cs(V* p, const V& v) {
-    typedef typename _gpurt_word<sizeof(V)>::t W;
-    __stcs(reinterpret_cast<W*>(p), *reinterpret_cast<const W*>(&v));
-}
-template <typename V> __device__ __forceinline__ V _gpurt_ld_cs(const V* p) {
-    typedef typename _gpurt_word<sizeof(V)>::t W;
-    W w = __ldcs(reinterpret_cast<const W*>(p));
-    return *reinterpret_cast<const V*>(&w);
-}
 struct _gpurt_index {
     long long n;
     __device__ __forceinline__ long long size() const { return n; }
@@ -148,19 +128,6 @@ def _element(operands: Sequence[Operand], body: str, fetch: dict[str, str],
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
-def _vector_access(op: Operand, vec: int, store: str | None = None) -> str:
-    """A vector load of ``op`` at ``_j`` (``store`` None) or a store of ``store`` there,
-    with the configured cache operator."""
-    vtype = f"_gpurt_vec<{op.storage}, {vec}>"
-    if store is None:
-        ptr = f"reinterpret_cast<const {vtype}*>(_p_{op.name} + _j)"
-        return f"_gpurt_ld_cs({ptr})" if LOAD_HINT == "cs" else f"*{ptr}"
-    ptr = f"reinterpret_cast<{vtype}*>(_p_{op.name} + _j)"
-    if STORE_HINT == "cs":
-        return f"_gpurt_st_cs({ptr}, {store});"
-    return f"*{ptr} = {store};"
-
-
 def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> str:
     idx, vec = layout.index, layout.vec
     tile = THREADS * UNROLL * vec
@@ -183,7 +150,8 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
                    f"            const {idx} _j = _base + ({idx})(_u * {THREADS} + "
                    f"threadIdx.x) * {vec};\n")
         for op in loaded:
-            out.append(f"            _v_{op.name}[_u] = {_vector_access(op, vec)};\n")
+            out.append(f"            _v_{op.name}[_u] = *reinterpret_cast<const _gpurt_vec<"
+                       f"{op.storage}, {vec}>*>(_p_{op.name} + _j);\n")
         out.append("        }\n")
     fetch = {**uniform, **{op.name: f"_v_{op.name}[_u].v[_k]" for op in streamed}}
     out.append(f"        #pragma unroll\n        for (int _u = 0; _u < {UNROLL}; ++_u) {{\n"
@@ -196,7 +164,8 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
     out.append("            }\n")
     for op in streamed:
         if op.kind == "out":
-            out.append(f"            {_vector_access(op, vec, f'_v_{op.name}[_u]')}\n")
+            out.append(f"            *reinterpret_cast<_gpurt_vec<{op.storage}, {vec}>*>("
+                       f"_p_{op.name} + _j) = _v_{op.name}[_u];\n")
     out.append("        }\n    } else {\n"
                f"        for ({idx} i = _base + threadIdx.x; i < _n; i += {THREADS}) {{\n")
     fetch = {**uniform, **{op.name: f"_p_{op.name}[i]" for op in streamed}}
