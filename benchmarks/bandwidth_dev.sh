@@ -7,11 +7,26 @@
 # compute-sanitizer memcheck over the fill and reduction cases of scripts/sanitize_sweep.py's
 # quick tier plus 16-bit backward softmax rows of 32k-64k elements at several offsets (each
 # checked against float64).
+# $BASELINE (optional): another tree (the one to compare with, e.g. the lead's checkout) whose
+# benchmarks $BASE_BENCHES (default random) run first from its own gpurt (pure-Python
+# launches), into OUTDIR/baseline-NAME.json and baseline.log.
+# $TESTS: the GPU test files (default the random and bandwidth-case tests).
 # Usage: bash benchmarks/bandwidth_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
 total=${TOTAL:-230}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
+if [ -n "${BASELINE-}" ]; then
+    step baseline
+    base=$(mktemp -d)
+    cp -R "$BASELINE/gpurt" "$base/gpurt" && cp -R "$BASELINE/kernels" "$base/gpurt/kernels"
+    for name in ${BASE_BENCHES-random}; do
+        (cd "$BASELINE/benchmarks" && PYTHONPATH="$base:$site" GPURT_CACHE_DIR="$base/cache" \
+            timeout ${BENCH_LIMIT:-60} python3 bench_$name.py --quick \
+            --json "$out/baseline-$name.json") >> "$out/baseline.log" 2>&1
+        echo "baseline $name rc=$?"
+    done
+fi
 step bench
 stage="$site/stage" runs="$site/runs.tsv"
 mkdir -p "$stage"; : > "$runs"
@@ -25,19 +40,23 @@ for name in ${BENCHES-random elementwise softmax}; do
     echo "bench_$name $status $((SECONDS - s0)) s"
 done
 python3 scripts/gpu_check_report.py bench "$out" --stage "$stage" --runs "$runs" > /dev/null 2>&1 || echo "bench.json failed"
+cp "$stage"/*.json "$out/" 2>/dev/null  # each suite's own results file too
 if [ -n "${AREAS-reduce,softmax}" ]; then
     step dev
     (cd benchmarks && timeout ${DEV_LIMIT:-45} python3 bandwidth_dev.py --areas "${AREAS-reduce,softmax}" --json "$out/dev.json") > "$out/dev.log" 2>&1
     echo "dev rc=$?"
 fi
 step pytest
-timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x tests/test_random_gpu.py tests/test_random_graphs.py tests/test_bandwidth_cases.py > "$out/pytest.log" 2>&1
+timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x \
+    ${TESTS-tests/test_random_gpu.py tests/test_random_graphs.py tests/test_bandwidth_cases.py} \
+    > "$out/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$out/pytest.log"
 step memcheck
 limit=$(left); [ $limit -gt 10 ] || limit=10
 san="compute-sanitizer --tool memcheck --report-api-errors no --print-limit 20"
 timeout $limit $san python3 -P scripts/sanitize_sweep.py --cases quick --kinds fill,reduce > "$out/memcheck.log" 2>&1
 echo "memcheck fill,reduce rc=$?"; tail -n 2 "$out/memcheck.log"
+[ "${MEMCHECK_SOFTMAX-1}" = 1 ] || { step done; exit 0; }
 limit=$(left); [ $limit -gt 10 ] || limit=10
 timeout $limit $san python3 -P -c '
 import sys; sys.path.insert(0, "tests")

@@ -12,6 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
+from gpurt._elementwise import codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -83,14 +84,15 @@ def test_elementwise_plans_contiguous_vectorized_and_strided() -> None:
     k = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "axpy_plan")
     x, y = fake_array((1000, 1000)), fake_array((1000, 1000), ptr=1 << 24)
     plan = k._plan([x, y], [None])
-    assert plan.grid == math.ceil(10**6 / (256 * 4 * 4)) and plan.tail == (10**6,)
+    unroll = codegen.UNROLL  # a tile per block: 256 threads x UNROLL vectors
+    assert plan.grid == math.ceil(10**6 / (256 * unroll * 4)) and plan.tail == (10**6,)
     misaligned = k._plan([fake_array((1000, 1000), ptr=(1 << 20) + 4), y], [None])
-    assert misaligned.grid == math.ceil(10**6 / (256 * 4 * 1))  # no 16-byte vectors
+    assert misaligned.grid == math.ceil(10**6 / (256 * unroll * 1))  # no 16-byte vectors
     broadcast = k._plan([x, fake_array((1000,), ptr=1 << 24)], [None])
     assert broadcast.tail == (10**6, 1000, 1000, 1000, 1, 0, 1, 1000, 1)
     scalar = k._plan([fake_array((1000, 1000), np.float16), 3], [None])
     assert scalar.out_dtypes == (np.dtype(np.float16),) and scalar.grid == math.ceil(
-        10**6 / (256 * 4 * 8))
+        10**6 / (256 * unroll * 8))
 
 
 @pytest.mark.usefixtures("sm90")
@@ -124,18 +126,22 @@ def test_bad_expression_raises_compile_error_with_the_line() -> None:
 
 
 @pytest.mark.usefixtures("sm90")
-def test_reduction_plans_walks_and_splits() -> None:
+def test_reduction_plans_walks_and_splits(monkeypatch) -> None:
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_plan")
     rows = r._plan([fake_array((8192, 8192))], [None], -1, False)
     assert rows.splits == 1 and rows.grid == (8192, 1, 1) and rows.out_shape == (8192,)
     cols = r._plan([fake_array((8192, 8192))], [None], 0, False)
-    assert cols.splits > 1 and cols.finish is not None and cols.grid[0] == 8192 // 32
+    assert cols.splits > 1 and cols.fold and cols.finish is None and cols.grid[0] == 8192 // 32
     long_rows = r._plan([fake_array((4, 1 << 20))], [None], 1, True)
     assert long_rows.splits > 1 and long_rows.out_shape == (4, 1)
     everything = r._plan([fake_array((3, 4, 5))], [None], None, False)
     assert everything.out_shape == () and everything.middle[:2] == (1, 60)
     some = r._plan([fake_array((3, 4, 5))], [None], (0, 2), False)
     assert some.out_shape == (4,) and some.middle[:2] == (4, 15)
+    with monkeypatch.context() as patch:  # the split's second kernel instead of the fold
+        patch.setattr(reduction, "FOLD", False)
+        cols = r._plan([fake_array((8192, 8192))], [None], 0, False)
+    assert cols.splits > 1 and not cols.fold and cols.finish is not None
 
 
 @pytest.mark.usefixtures("sm90")
@@ -291,7 +297,9 @@ def test_sum_over_axes(gpu_state, dtype) -> None:
     ((3, 300001), -1), ((300001,), None), ((20000, 7), 0), ((4096, 1000), 0),
     ((64, 2048), 1), ((1, 5), 1), ((5, 0), 1), ((0, 5), 1), ((2, 3, 4097), (0, 2)),
 ])
-def test_sum_row_column_split_and_empty(gpu_state, shape, axis) -> None:
+@pytest.mark.parametrize("fold", [True, False])
+def test_sum_row_column_split_and_empty(gpu_state, monkeypatch, shape, axis, fold) -> None:
+    monkeypatch.setattr(reduction, "FOLD", fold)  # a split's last block, or a finish kernel
     rng = np.random.default_rng()
     x = rng.standard_normal(shape).astype(np.float32)
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_f32")

@@ -14,7 +14,7 @@ import pytest
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401
 from _fakes import fake_gpus_fixture  # noqa: F401
-from gpurt._elementwise import codegen
+from gpurt._elementwise import codegen, reduction
 from gpurt._elementwise.reduce_codegen import BLOCK
 from gpurt._launch import planned as gplanned
 from gpurt._launch.args import build_plan
@@ -97,16 +97,22 @@ def test_jiterator_calls_repeat_one_plan(driver: FakeDriver) -> None:
     assert driver.launches[0][-1] != driver.launches[1][-1]
 
 
+@pytest.mark.parametrize("fold", [True, False])
 @pytest.mark.parametrize("shape, axis", [((32, 1000), -1), ((4, 1 << 20), 1)])
 def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: tuple, axis: int,
+                                                    fold: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reduction, "FOLD", fold)  # a split's last block or a finish kernel
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "ew_sum")
     x, y = fake_array(shape), fake_array((shape[0],), ptr=1 << 28)
     plan = r._plan([x], [y], axis, False)
     partials = (0x7000000, 0x7100000)  # a split's partials, new ones per call
-    made = iter(partials)
+    counters = (0x7200000, 0x7300000)  # and a folding split's zeroed counters
+    made, zeroed = iter(partials), iter(counters)
     monkeypatch.setattr(gpurt._elementwise.api, "empty",
                         lambda *a, **k: fake_array((1,), ptr=next(made)))
+    monkeypatch.setattr(gpurt._elementwise.api, "zeros",
+                        lambda *a, **k: fake_array((1,), ptr=next(zeroed)))
     for kernel in (plan.kernel, plan.finish):
         if kernel is not None:
             _sizes(driver, kernel)
@@ -114,15 +120,21 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
     r(x, y, axis=axis)
     got = list(driver.launches)
     driver.launches.clear()
-    if plan.finish is None:
+    if plan.partial is None:
         args = (x.ptr, y.ptr, *plan.middle, *plan.out_strides)
         assert got == [_replay(driver, plan.kernel, plan.grid, BLOCK, args)] * 2
         return
     expected = []
-    for partial in partials:
+    for partial, counter in zip(partials, counters):
+        if fold:
+            expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
+                                    (x.ptr, partial, counter, y.ptr, *plan.middle,
+                                     *plan.out_strides)))
+            continue
         expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
                                 (x.ptr, partial, *plan.middle)))
         expected.append(_replay(driver, plan.finish, plan.finish_grid, BLOCK,
                                 (partial, *plan.finish_head, y.ptr, *plan.finish_dims,
                                  *plan.out_strides)))
-    assert got == expected and got[0] != got[2]
+    assert plan.fold == fold and (plan.finish is None) == fold
+    assert got == expected and got[0] != got[-1]

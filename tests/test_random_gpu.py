@@ -65,6 +65,8 @@ def test_normal_matches_reference_bit_for_bit(dtype, gpu_state):
 @pytest.mark.parametrize("dtype, low, high", [
     (np.int32, -5, 17), (np.uint8, 0, 256), (np.int8, -128, 127), (np.int64, -2**40, 2**40),
     (np.int64, -2**63, 2**63), (np.uint64, 0, 2**64), (np.int16, 3, 4), (np.uint32, 7, 2**32),
+    # 8-byte outputs of 32-bit draws: 32-byte packs, stored through warp shuffles
+    (np.int64, -3, 1000), (np.uint64, 5, 2**32 - 9), (np.int64, -2**31, 2**31),
 ], ids=str)
 def test_randint_matches_reference_bit_for_bit(dtype, low, high, gpu_state):
     g = fresh()

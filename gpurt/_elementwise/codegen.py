@@ -2,11 +2,13 @@
 class (contiguous with a vector width, or strided with a number of dimensions) and index
 width. The user's operation runs once per element on locals named like its parameters.
 
-Contiguous kernels: a block of 256 threads takes a tile of ``256 * UNROLL * vec`` elements;
-full tiles load every vector of every input first (16-byte loads where the arrays allow),
-then compute and store, so many loads are in flight per thread; the last partial tile goes
-element by element. Strided kernels: a grid-stride loop that turns the linear index into
-one element offset per array (strides in elements, last dimension first).
+Contiguous kernels: a block of 256 threads takes tiles of ``256 * UNROLL * vec`` elements,
+``gridDim.x`` tiles apart (a grid of one tile per block runs the loop once); full tiles load
+every vector of every input first (16-byte loads where the arrays allow), then compute and
+store; the last partial tile goes element by element. Small tiles (UNROLL 1) did best: with
+many short blocks the last wave's idle tail is short. Strided kernels: a grid-stride loop that
+turns the linear index into one element offset per array (strides in elements, last
+dimension first).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from collections.abc import Sequence
 __all__ = ["PRELUDE", "THREADS", "UNROLL", "Layout", "Operand", "elementwise_source"]
 
 THREADS = 256
-UNROLL = 4
+UNROLL = 1  # vectors per thread and tile (4 and 8 trailed torch: run 1 of session 5)
+# Contiguous grids: 0 gives every tile its own block; W > 0 caps the grid at W waves of
+# resident blocks, each looping over tiles (plan.contiguous_grid).
+WAVES = 0
 
 PRELUDE = r"""#include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -128,13 +133,16 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
     tile = THREADS * UNROLL * vec
     streamed = [op for op in operands if op.is_array and not op.uniform]
     loaded = [op for op in streamed if op.kind == "in" or op.load]
+    # tiles gridDim.x apart; _base advances only while it stays below _n (no overflow)
     out = ["    const _gpurt_index _ind{(long long)_n};\n",
-           f"    const {idx} _base = ({idx})blockIdx.x * {tile};\n"]
+           f"    const {idx} _stride = ({idx})gridDim.x * {tile};\n"]
     for op in operands:
         if op.uniform:
             out.append(f"    const {op.storage} _u_{op.name} = _p_{op.name}[0];\n")
     uniform = {op.name: f"_u_{op.name}" for op in operands if op.uniform}
-    out.append(f"    if (_base + {tile} <= _n) {{\n")
+    out.append(f"    for ({idx} _base = ({idx})blockIdx.x * {tile}; _base < _n;\n"
+               f"         _base = _n - _base > _stride ? _base + _stride : _n) {{\n"
+               f"    if (_n - _base >= {tile}) {{\n")
     for op in streamed:
         out.append(f"        _gpurt_vec<{op.storage}, {vec}> _v_{op.name}[{UNROLL}];\n")
     if loaded:
@@ -162,7 +170,7 @@ def _contiguous_body(operands: Sequence[Operand], body: str, layout: Layout) -> 
                f"        for ({idx} i = _base + threadIdx.x; i < _n; i += {THREADS}) {{\n")
     fetch = {**uniform, **{op.name: f"_p_{op.name}[i]" for op in streamed}}
     out.append(_element(operands, body, fetch, fetch, " " * 12))
-    out.append("        }\n    }\n")
+    out.append("        }\n    }\n    }\n")
     return "".join(out)
 
 

@@ -266,9 +266,21 @@ def plan_elementwise(text: KernelText, params: Sequence[Operand], slots: Sequenc
         tail += tuple(dims) + tuple(s for st in collapsed for s in st)
         grid = max(1, min(-(-n // codegen.THREADS), 1 << 16))
     else:
-        grid = max(1, -(-n // (codegen.THREADS * codegen.UNROLL * layout.vec)))
+        grid = contiguous_grid(kernel, n, layout.vec, device)
     return ElementwisePlan(kernel, grid, tail, shape, tuple(out_dtypes),
                            device, n)
+
+
+def contiguous_grid(kernel: Any, n: int, vec: int, device: int) -> int:
+    """Blocks of a contiguous launch: one per tile, or at most codegen.WAVES waves of the
+    blocks resident at once (the kernel loops over tiles gridDim.x apart)."""
+    grid = max(1, -(-n // (codegen.THREADS * codegen.UNROLL * vec)))
+    if codegen.WAVES:
+        with gpurt.device(device):
+            per_sm = kernel.max_active_blocks_per_multiprocessor(codegen.THREADS)
+        sms = int(gpurt.get_device_properties(device).multi_processor_count)
+        grid = min(grid, max(1, per_sm) * sms * codegen.WAVES)
+    return min(grid, _INT_LIMIT)  # the CUDA limit; the kernel loops over further tiles
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

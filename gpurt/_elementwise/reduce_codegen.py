@@ -11,8 +11,10 @@ The problem is seen as M outputs times K reduced elements, each side with its ow
 - "column": for outputs that are contiguous in memory: 32 consecutive outputs per block
   (coalesced loads), 8 threads per output splitting K, combined in shared memory.
 
-Either may split K over ``gridDim.y``: the first kernel then writes one partial value per
-(split, output) and a second, "finish", kernel folds the splits and runs post_map_expr.
+Either may split K over ``gridDim.y``: each block then writes one partial value per
+(split, output), and either the last block of its column of the grid (``fold``: a counter per
+``blockIdx.x``, zeroed before the launch) or a second, "finish", kernel folds the splits and
+runs post_map_expr.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ _GPURT_SHFL_VIA_INT(signed char)
 _GPURT_SHFL_VIA_INT(unsigned char)
 _GPURT_SHFL_VIA_INT(short)
 _GPURT_SHFL_VIA_INT(unsigned short)
+// Partials written by other blocks of this grid, read through L2 (L1 is not coherent).
+template <typename R> __device__ __forceinline__ R _gpurt_l2(const R* p) { return *p; }
+#define _GPURT_L2(TYPE) __device__ __forceinline__ TYPE _gpurt_l2(const TYPE* p) { \
+    return __ldcg(p); }
+_GPURT_L2(float)
+_GPURT_L2(double)
+_GPURT_L2(int)
+_GPURT_L2(unsigned int)
+_GPURT_L2(long long)
+_GPURT_L2(unsigned long long)
 """
 
 
@@ -69,7 +81,8 @@ class ReduceText:
 class ReduceLayout:
     """``walk``: "row" or "column"; ``group``: threads per output in the row walk (32 or
     BLOCK); ``kept``/``reduced``: dimensions of index arithmetic; ``vec``: elements per
-    vector load in the row walk (1: none); ``split``: K is split over gridDim.y."""
+    vector load in the row walk (1: none); ``split``: K is split over gridDim.y; ``fold``:
+    the split's last block folds the partials (else a finish kernel does)."""
 
     walk: str
     group: int
@@ -78,6 +91,7 @@ class ReduceLayout:
     vec: int
     split: bool
     index: str
+    fold: bool = False
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -89,8 +103,10 @@ def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
         elif op.kind == "scalar":
             params.append(f"{op.compute} {op.name}")
     if layout.split:
-        params.append("_type_reduce* __restrict__ _partial")
-    else:
+        params.append("_type_reduce* _partial")
+    if layout.fold:
+        params.append("unsigned int* _count")
+    if layout.fold or not layout.split:
         params += [f"{op.storage}* _p_{op.name}" for op in ops if op.kind == "out"]
     params += [f"{idx} _M", f"{idx} _K", f"{idx} _chunk"]
     params += [f"{idx} _s{d}" for d in range(layout.kept)]
@@ -99,7 +115,7 @@ def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
         if op.kind == "in":
             params += [f"{idx} _ts_{op.name}_{d}" for d in range(layout.kept)]
             params += [f"{idx} _tr_{op.name}_{d}" for d in range(layout.reduced)]
-        elif op.kind == "out" and not layout.split:
+        elif op.kind == "out" and (layout.fold or not layout.split):
             params += [f"{idx} _ts_{op.name}_{d}" for d in range(layout.kept)]
     return params
 
@@ -222,6 +238,50 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     return "".join(out)
 
 
+def _outputs_per_block(layout: ReduceLayout) -> int:
+    return BLOCK // layout.group if layout.walk == "row" else COLUMN_WIDTH
+
+
+def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """After a split block's partials: the last block of blockIdx.x's column of the grid
+    (its ticket from _count) folds every split's partials of its outputs, a warp per output,
+    and runs post_map."""
+    idx, per = layout.index, _outputs_per_block(layout)
+    out = ["    __shared__ int _gpurt_last;\n",
+           "    __threadfence();\n    __syncthreads();\n",
+           "    if (threadIdx.x == 0) _gpurt_last = "
+           "atomicAdd(_count + blockIdx.x, 1u) == gridDim.y - 1;\n",
+           "    __syncthreads();\n    if (!_gpurt_last) return;\n    __threadfence();\n",
+           ]
+    shuffle = ("#pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
+               " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n")
+    if per == 1:  # one output (a block per row): the whole block strides over the splits
+        out += [f"    {{\n    const {idx} _mo = blockIdx.x;\n",
+                "    _type_reduce _acc = _gpurt_identity();\n",
+                f"    for (int _y = threadIdx.x; _y < (int)gridDim.y; _y += {BLOCK})"
+                " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _mo));\n",
+                "    " + shuffle,
+                "    if (threadIdx.x % 32 == 0) _sh[threadIdx.x / 32] = _acc;\n",
+                "    __syncthreads();\n    if (threadIdx.x < 32) {\n",
+                f"        _acc = threadIdx.x < {BLOCK // 32} ? _sh[threadIdx.x] "
+                ": _gpurt_identity();\n",
+                "        " + shuffle, "        if (threadIdx.x == 0 && _mo < _M) {\n",
+                "            const " + idx + " _m = _mo;\n"]
+        out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 12))
+        out.append("        }\n    }\n    }\n")
+        return "".join(out)
+    out += [f"    for (int _o = threadIdx.x / 32; _o < {per}; _o += {BLOCK // 32}) {{\n",
+            f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+            "        if (_m >= _M) break;\n",
+            "        _type_reduce _acc = _gpurt_identity();\n",
+            "        for (int _y = threadIdx.x % 32; _y < (int)gridDim.y; _y += 32)"
+            " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n",
+            "        " + shuffle, "        if (threadIdx.x % 32 == 0) {\n"]
+    out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 12))
+    out.append("        }\n    }\n")
+    return "".join(out)
+
+
 def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
     """The user's expressions as device functions: identity, map, reduce, post-map."""
     ins = [op for op in ops if op.kind == "in"]
@@ -251,9 +311,10 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
     """The whole CUDA program of one reduction kernel (pass 1 when split)."""
     walk = _row_walk if layout.walk == "row" else _column_walk
     params = ",\n        ".join(_params(ops, layout))
+    fold = _fold(ops, layout) if layout.fold else ""
     return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({BLOCK}) {text.name}(\n'
-            f"        {params}) {{\n{walk(ops, layout)}}}\n")
+            f"        {params}) {{\n{walk(ops, layout)}{fold}}}\n")
 
 
 def finish_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:

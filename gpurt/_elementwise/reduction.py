@@ -1,7 +1,8 @@
 """Planned reductions: from the arrays of one call signature and the reduced axes to the
 walk (row or column, see reduce_codegen), the split of K over blocks, the compiled kernels
 and their constant arguments. A later call of the signature allocates its outputs (and the
-partials of a split reduction), fills the pointers and scalars and launches."""
+partials and zeroed counters of a split reduction), fills the pointers and scalars and
+launches."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ __all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
 
 _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
-SPLIT_WAVES = 1  # a split reduction aims at this many waves of 8 blocks per SM
+SPLIT_WAVES = 1  # a split row reduction aims at this many waves of 8 blocks per SM
+COLUMN_SPLIT_WAVES = 2  # and a split column reduction at this many (its 128-byte rows)
+# A split reduction's last block per output block folds the partials (one launch after a
+# memset of the counters), rather than a second "finish" kernel.
+FOLD = True
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -53,6 +58,7 @@ class ReductionPlan:
     out_shape: tuple[int, ...]
     out_dtypes: tuple[np.dtype, ...]
     partial: np.dtype | None
+    fold: bool
     splits: int
     size: int
     device: int
@@ -74,7 +80,14 @@ class ReductionPlan:
             launches[0](None, *head, *pointers)
             return outputs
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
-        partial = partials.ptr  # only its address) until both kernels are queued
+        partial = partials.ptr  # only its address) until the kernels are queued
+        if self.fold:
+            counts = gpurt.zeros(self.grid[0], np.uint32, index)
+            launches = self.launches or self._plan_launches(head, pointers, partial,
+                                                            counts.ptr)
+            launches[0](None, *head, partial, counts.ptr, *pointers)
+            del partials, counts
+            return outputs
         launches = self.launches or self._plan_launches(head, pointers, partial)
         scalars = [v for v, array in zip(head, self.arrays) if not array]
         launches[0](None, *head, partial)
@@ -82,11 +95,17 @@ class ReductionPlan:
         del partials
         return outputs
 
-    def _plan_launches(self, head: list[Any], pointers: list[int],
-                       partial: int) -> tuple[Any, ...]:
+    def _plan_launches(self, head: list[Any], pointers: list[int], partial: int,
+                       counts: int = 0) -> tuple[Any, ...]:
         """The planned launches of this reduction (the call's pointers and scalars vary):
-        one kernel, or a split's kernel and finish kernel sharing the partials."""
+        one kernel (a folding split's takes its partials and counters too), or a split's
+        kernel and finish kernel sharing the partials."""
         config = LaunchConfig(self.grid, BLOCK)
+        if self.fold:
+            args = (*head, partial, counts, *pointers, *self.middle, *self.out_strides)
+            self.launches = (planned(self.kernel, config, args,
+                                     range(len(head) + 2 + len(pointers)), self.device),)
+            return self.launches
         if self.partial is None:
             args = (*head, *pointers, *self.middle, *self.out_strides)
             self.launches = (planned(self.kernel, config, args,
@@ -185,12 +204,13 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
-    layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index)
+    layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
+                          FOLD and splits > 1)
     arch = gpurt.get_arch(device)
     kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
                            program_name=f"{text.name}.cu")[text.name]
     finish = None
-    if splits > 1:
+    if splits > 1 and not layout.fold:
         finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
                                program_name=f"{text.name}_finish.cu")[f"{text.name}_finish"]
     middle = (m, k, chunk, *kept_dims, *red_dims,
@@ -199,7 +219,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         kernel, finish, (blocks, splits, 1), _finish_blocks(m), middle,
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
-        partial_dtype(reduce_dtype) if splits > 1 else None, splits, m, device,
+        partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values))
 
 
@@ -212,7 +232,8 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block."""
-    target = gpurt.get_device_properties(device).multi_processor_count * 8 * SPLIT_WAVES
+    waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
+    target = gpurt.get_device_properties(device).multi_processor_count * 8 * waves
     least = group * vec * 8 if walk == "row" else (BLOCK // COLUMN_WIDTH) * 32
     splits = 1
     if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs

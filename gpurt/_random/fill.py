@@ -154,6 +154,17 @@ def _as_int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def _divisor(span: int) -> tuple[np.uint32, np.uint32]:
+    """(magic32, sh1 | sh2 << 8) of gpurt::randint32_div's quotient by ``span`` (1 <= span
+    <= 2^32; 2^32 takes the word itself and needs none): Granlund and Montgomery's figure
+    4.1 with l = ceil(log2 span)."""
+    if span >= 1 << 32:
+        return np.uint32(0), np.uint32(0)
+    bits = (span - 1).bit_length()
+    magic = ((1 << 32) * ((1 << bits) - span)) // span + 1
+    return np.uint32(magic), np.uint32(min(bits, 1) | max(bits - 1, 0) << 8)
+
+
 def randint_(out: Any, low: int, high: int | None = None, *,
              generator: Generator | None = None, stream: Any = None) -> Any:
     """Fill ``out`` (an integer dtype) with integers in [low, high) (``randint_(out, n)``:
@@ -175,10 +186,9 @@ def randint_(out: Any, low: int, high: int | None = None, *,
         return out
     if span > 1 << 32:
         _fill("fill_randint64", arr, 2, (_as_int64(low), span & _U64), generator, stream)
-    else:  # the kernel's remainder multiplies by ceil(2^64 / span) (gpurt::randint32_fast)
-        magic = -(-(1 << 64) // span) & _U64
-        _fill("fill_randint32", arr, 4, (_as_int64(low), span & 0xFFFFFFFF, magic), generator,
-              stream)
+    else:
+        _fill("fill_randint32", arr, 4, (_as_int64(low), span & 0xFFFFFFFF, *_divisor(span)),
+              generator, stream)
     return out
 
 

@@ -45,6 +45,20 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
     return __bfloat162float(v);
 }
 
+// Two values rounded to T into v[0], v[1] (v 4-byte aligned for 2-byte T): 16-bit types
+// through one paired conversion (each value rounded to nearest even, as cast_to).
+template <typename T> __device__ __forceinline__ void store2(T* v, float a, float b) {
+    v[0] = cast_to<T>(a);
+    v[1] = cast_to<T>(b);
+}
+template <> __device__ __forceinline__ void store2<__half>(__half* v, float a, float b) {
+    *reinterpret_cast<__half2*>(v) = __floats2half2_rn(a, b);
+}
+template <> __device__ __forceinline__ void store2<__nv_bfloat16>(__nv_bfloat16* v, float a,
+                                                                  float b) {
+    *reinterpret_cast<__nv_bfloat162*>(v) = __floats2bfloat162_rn(a, b);
+}
+
 // K values of T, stored with one instruction up to 16 bytes (wider packs: several).
 template <typename T, int K> struct alignas(sizeof(T) * K < 16 ? sizeof(T) * K : 16) Pack {
     T v[K];
@@ -65,10 +79,12 @@ template <typename T> struct Uniform {
     __device__ void operator()(uint4 w, T* v) const {
         const unsigned int words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
-            float u = K == 8 ? gpurt::uniform01_half(words[j / 2], j % 2)
-                             : gpurt::uniform01(words[j]);
-            v[j] = cast_to<T>(__fadd_rn(low, __fmul_rn(u, scale)));
+        for (int j = 0; j < K; j += 2) {
+            float u0 = K == 8 ? gpurt::uniform01_half(words[j / 2], 0) : gpurt::uniform01(words[j]);
+            float u1 = K == 8 ? gpurt::uniform01_half(words[j / 2], 1)
+                              : gpurt::uniform01(words[j + 1]);
+            store2(v + j, __fadd_rn(low, __fmul_rn(u0, scale)),
+                   __fadd_rn(low, __fmul_rn(u1, scale)));
         }
     }
 };
@@ -78,10 +94,8 @@ template <typename T> struct Normal {
     float mean, std;
     __device__ void operator()(uint4 w, T* v) const {
         float2 a = gpurt::normal2(w.x, w.y), b = gpurt::normal2(w.z, w.w);
-        v[0] = cast_to<T>(gpurt::scale_normal(a.x, mean, std));
-        v[1] = cast_to<T>(gpurt::scale_normal(a.y, mean, std));
-        v[2] = cast_to<T>(gpurt::scale_normal(b.x, mean, std));
-        v[3] = cast_to<T>(gpurt::scale_normal(b.y, mean, std));
+        store2(v, gpurt::scale_normal(a.x, mean, std), gpurt::scale_normal(a.y, mean, std));
+        store2(v + 2, gpurt::scale_normal(b.x, mean, std), gpurt::scale_normal(b.y, mean, std));
     }
 };
 
@@ -102,17 +116,16 @@ template <typename T> struct Bernoulli {
     }
 };
 
-// word % range through multiply-highs (gpurt::randint32_fast), magic from the host.
+// word % range through a multiply-high quotient (gpurt::randint32_div), magic from the host.
 template <typename T> struct RandInt32 {
     static constexpr int K = 4;
     long long low;
-    unsigned int range;
-    unsigned long long magic;
+    unsigned int range, magic, shifts;
     __device__ void operator()(uint4 w, T* v) const {
-        v[0] = (T)gpurt::randint32_fast(w.x, low, range, magic);
-        v[1] = (T)gpurt::randint32_fast(w.y, low, range, magic);
-        v[2] = (T)gpurt::randint32_fast(w.z, low, range, magic);
-        v[3] = (T)gpurt::randint32_fast(w.w, low, range, magic);
+        v[0] = (T)gpurt::randint32_div(w.x, low, range, magic, shifts);
+        v[1] = (T)gpurt::randint32_div(w.y, low, range, magic, shifts);
+        v[2] = (T)gpurt::randint32_div(w.z, low, range, magic, shifts);
+        v[3] = (T)gpurt::randint32_div(w.w, low, range, magic, shifts);
     }
 };
 
@@ -151,11 +164,12 @@ __device__ __forceinline__ Pack<T, E> chunk_values(const Dist& dist, uint2 key,
     return values;
 }
 
-// Stores chunk c's pack. A 32-byte pack (8-byte outputs) is two 16-byte stores, and a warp
-// storing its first halves, then its second halves, leaves every 32-byte sector half written
-// by each instruction (randint into int64 moved 36% of copy, run 2 on the H200); so in a warp
-// whose 32 chunks are all whole, lanes 2i and 2i + 1 (chunks c and c + 1) trade halves: the
-// first instruction writes chunk c, the second chunk c + 1, each a whole sector.
+// Stores chunk c's pack. A 32-byte pack (8-byte outputs) is two 16-byte stores; a warp
+// storing its first halves, then its second halves, moved 36% of copy (randint into int64,
+// H200), and lane pairs trading halves (each instruction writing whole sectors) 80% (H100).
+// So in a warp whose 32 chunks are all whole (lanes hold chunks c0 + lane), instruction i
+// writes the warp's 16-byte quads 32i .. 32i + 31, 512 contiguous bytes: lane l's is half
+// l & 1 of lane 16i + l / 2's pack, fetched by shuffles (102% of copy, H100).
 template <typename P>
 __device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const P& value,
                                            bool whole_warp) {
@@ -169,14 +183,22 @@ __device__ __forceinline__ void store_pack(P* packs, unsigned long long c, const
             quads[2 * c + 1] = half[1];
             return;
         }
-        const unsigned int odd = threadIdx.x & 1u;  // chunk c is odd: lanes hold c0 + lane
-        uint4 give = odd ? half[0] : half[1], got;
-        got.x = __shfl_xor_sync(0xFFFFFFFFu, give.x, 1);
-        got.y = __shfl_xor_sync(0xFFFFFFFFu, give.y, 1);
-        got.z = __shfl_xor_sync(0xFFFFFFFFu, give.z, 1);
-        got.w = __shfl_xor_sync(0xFFFFFFFFu, give.w, 1);
-        quads[2 * c - odd] = odd ? got : half[0];
-        quads[2 * c + 2 - odd] = odd ? half[1] : got;
+        const unsigned int lane = threadIdx.x & 31u;
+        const unsigned long long q0 = 2 * (c - lane);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int src = 16 * i + (int)(lane >> 1);
+            uint4 a, b;
+            a.x = __shfl_sync(0xFFFFFFFFu, half[0].x, src);
+            a.y = __shfl_sync(0xFFFFFFFFu, half[0].y, src);
+            a.z = __shfl_sync(0xFFFFFFFFu, half[0].z, src);
+            a.w = __shfl_sync(0xFFFFFFFFu, half[0].w, src);
+            b.x = __shfl_sync(0xFFFFFFFFu, half[1].x, src);
+            b.y = __shfl_sync(0xFFFFFFFFu, half[1].y, src);
+            b.z = __shfl_sync(0xFFFFFFFFu, half[1].z, src);
+            b.w = __shfl_sync(0xFFFFFFFFu, half[1].w, src);
+            quads[q0 + 32 * i + lane] = (lane & 1u) ? b : a;
+        }
     }
 }
 
@@ -248,8 +270,8 @@ __global__ void fill_bernoulli(T* out, unsigned long long n, Layout L,
 template <typename T>
 __global__ void fill_randint32(T* out, unsigned long long n, Layout L,
                                gpurt::PhiloxCudaState ps, long long low, unsigned int range,
-                               unsigned long long magic) {
-    fill(out, n, L, ps, RandInt32<T>{low, range, magic});
+                               unsigned int magic, unsigned int shifts) {
+    fill(out, n, L, ps, RandInt32<T>{low, range, magic, shifts});
 }
 
 template <typename T>
@@ -259,13 +281,14 @@ __global__ void fill_randint64(T* out, unsigned long long n, Layout L,
     fill(out, n, L, ps, RandInt64<T>{low, range});
 }
 
-// Dropout's chunk: CALLS blocks of 4 elements (16-byte loads and stores of x and out).
+// Dropout's chunk c: CALLS blocks of 4 elements of x (loaded by the caller: 16-byte
+// vectors) to out and mask.
 template <typename T, int CALLS, int E = 4 * CALLS>
-__device__ __forceinline__ void dropout_chunk(const T* x, T* out, bool* mask,
+__device__ __forceinline__ void dropout_chunk(const Pack<T, E>& in, T* out, bool* mask,
                                               unsigned long long c, uint2 key,
                                               unsigned long long block4,
                                               unsigned long long threshold, float scale) {
-    Pack<T, E> in = reinterpret_cast<const Pack<T, E>*>(x)[c], res;
+    Pack<T, E> res;
     Pack<bool, E> flags;
 #pragma unroll
     for (int j = 0; j < CALLS; ++j) {
@@ -275,8 +298,9 @@ __device__ __forceinline__ void dropout_chunk(const T* x, T* out, bool* mask,
         for (int i = 0; i < 4; ++i) flags.v[4 * j + i] = below(words[i], threshold);
     }
 #pragma unroll
-    for (int j = 0; j < E; ++j) {
-        res.v[j] = cast_to<T>(flags.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f);
+    for (int j = 0; j < E; j += 2) {
+        store2(res.v + j, flags.v[j] ? __fmul_rn(to_float(in.v[j]), scale) : 0.0f,
+               flags.v[j + 1] ? __fmul_rn(to_float(in.v[j + 1]), scale) : 0.0f);
     }
     reinterpret_cast<Pack<T, E>*>(out)[c] = res;
     if (mask) reinterpret_cast<Pack<bool, E>*>(mask)[c] = flags;
@@ -298,9 +322,24 @@ __global__ void dropout(const T* x, T* out, bool* mask, unsigned long long n, La
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     unsigned long long first = 0;
     if (Lx.mode == 0 && Lout.mode == 0 && Lmask.mode == 0) {
+        typedef Pack<T, E> P;
+        const P* xs = reinterpret_cast<const P*>(x);
         first = n / E;
-        for (unsigned long long c = start; c < first; c += stride) {
-            dropout_chunk<T, CALLS>(x, out, mask, c, key, block4, threshold, scale);
+        if (first + 2 * stride <= 0xFFFFFFFFull) {
+            // a 32-bit index (as fill's) and two chunks a step, both loads issued first (the
+            // load is the only latency a thread waits on)
+            const unsigned int s = (unsigned int)stride, f = (unsigned int)first;
+            unsigned int c = (unsigned int)start;
+            for (; c + s < f; c += 2 * s) {
+                P a = xs[c], b = xs[c + s];
+                dropout_chunk<T, CALLS>(a, out, mask, c, key, block4, threshold, scale);
+                dropout_chunk<T, CALLS>(b, out, mask, c + s, key, block4, threshold, scale);
+            }
+            if (c < f) dropout_chunk<T, CALLS>(xs[c], out, mask, c, key, block4, threshold, scale);
+        } else {
+            for (unsigned long long c = start; c < first; c += stride) {
+                dropout_chunk<T, CALLS>(xs[c], out, mask, c, key, block4, threshold, scale);
+            }
         }
     }
     for (unsigned long long c = first + start; c < chunks; c += stride) {

@@ -111,8 +111,8 @@ __device__ __forceinline__ float uniform(unsigned int word, float low, float sca
 }
 
 // The normal transform is built from float32 operations that are each correctly rounded
-// (conversions, __fmaf_rn, __fmul_rn, __fsqrt_rn; no fast-math intrinsics), so the numpy
-// reference in tests/_philox.py computes the same bits. Polynomials: least-squares fits on
+// (conversions, __fmaf_rn, __fmul_rn, a square root with __fsqrt_rn's bits; no fast-math
+// intrinsics), so the numpy reference in tests/_philox.py computes the same bits. Polynomials: least-squares fits on
 // Chebyshev nodes, relative error < 6e-8 (log) and absolute < 3e-8 (sin, cos).
 namespace detail {
 
@@ -168,13 +168,25 @@ __device__ __forceinline__ float2 sincos_turn24(unsigned int v) {
                        __int_as_float(__float_as_int(cos) ^ cos_sign));
 }
 
+// sqrt(x), correctly rounded, for x in [2^-100, 2^100]: the fast path of __fsqrt_rn (an
+// approximate reciprocal square root, then one correction) without its test and branch to
+// the slow path for zero, subnormal, infinite and NaN x, which -2 ln u (in [1e-7, 34]) never
+// is; the same bits as __fsqrt_rn there.
+__device__ __forceinline__ float sqrt_normal_range(float x) {
+    float r;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    float s = __fmul_rn(x, r);
+    float e = __fmaf_rn(-s, s, x);
+    return __fmaf_rn(e, __fmul_rn(r, 0.5f), s);
+}
+
 }  // namespace detail
 
 // Two standard normals from two words (Box-Muller): sqrt(-2 ln u) * (cos, sin)(2 pi v), with
 // u in (0, 1) from the top 24 bits of a with the lowest of them set, v in [0, 1) from the top
 // 24 bits of b; every float32 operation correctly rounded (see detail above).
 __device__ __forceinline__ float2 normal2(unsigned int a, unsigned int b) {
-    float r = __fsqrt_rn(__fmul_rn(-2.0f, detail::log_unit24((a >> 8) | 1u)));
+    float r = detail::sqrt_normal_range(__fmul_rn(-2.0f, detail::log_unit24((a >> 8) | 1u)));
     float2 sc = detail::sincos_turn24(b >> 8);
     return make_float2(__fmul_rn(r, sc.y), __fmul_rn(r, sc.x));
 }
@@ -211,6 +223,21 @@ __device__ __forceinline__ long long randint32_fast(unsigned int word, long long
     unsigned int lo = (unsigned int)fraction, hi = (unsigned int)(fraction >> 32);
     unsigned long long top = (unsigned long long)hi * range32 + __umulhi(lo, range32);
     unsigned int rest = range32 ? (unsigned int)(top >> 32) : word;
+    return (long long)((unsigned long long)low + rest);
+}
+
+// The same remainder with one multiply-high and one multiply-add (Granlund and Montgomery,
+// "Division by invariant integers using multiplication", 1994, figure 4.1): for range32 =
+// range mod 2^32 in [1, 2^32) the quotient is q = (t + ((word - t) >> sh1)) >> sh2 with
+// t = umulhi(magic32, word); magic32 and shifts = sh1 | sh2 << 8 from the host
+// (gpurt.random's _divisor); range32 == 0 stands for 2^32 (the word itself). Exact for every
+// 32-bit word.
+__device__ __forceinline__ long long randint32_div(unsigned int word, long long low,
+                                                   unsigned int range32, unsigned int magic32,
+                                                   unsigned int shifts) {
+    unsigned int t = __umulhi(magic32, word);
+    unsigned int q = (t + ((word - t) >> (shifts & 0xFFu))) >> (shifts >> 8);
+    unsigned int rest = range32 ? word - q * range32 : word;
     return (long long)((unsigned long long)low + rest);
 }
 
