@@ -1,0 +1,174 @@
+"""The decode GEMM family (kernels/gemm_decode.cu): fp16/bf16 problems on Hopper where one side
+of C is small (a batch of 1..128 tokens) and the weight is streamed once, on wgmma with the
+small side on the MMA's N dimension (C^T = B^T A^T for a wide C).
+
+A :class:`Config` of kind ``"decode"`` means: ``bm`` rows of the big operand X per CTA (64 or
+128: one or two consumer warpgroups), ``bn`` columns of the small operand Y per CTA (16, 32,
+64, 128: wgmma's N), ``bk`` = 64, ``stages`` the TMA ring's depth, ``split_k`` CTAs of one
+thread-block cluster splitting K (1, 2, 4, 8), their fp32 partial tiles summed through
+distributed shared memory in a fixed order (one launch, no workspace, deterministic).
+
+Plain Python, no GPU calls (kernels/_gemm_launch.py encodes the tensor maps and launches).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gpurt
+
+from ._gemm_types import DT_BF16, DT_F16
+
+Config = Any  # a kernels._gemm_config.Config of kind "decode" (that module imports this one)
+Problem = Any  # a kernels._gemm_config.Problem
+
+__all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name", "why_not",
+           "Side", "sides", "heuristic", "candidates", "arguments", "SMALL_MAX"]
+
+SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
+HEURISTIC_MIN = 16  # the heuristic picks it above this (the skinny kernel up to it)
+_TILES_N = (16, 32, 64, 128)
+_RING_BYTES = {128: 200 * 1024, 64: 100 * 1024}  # one CTA per SM with bm 128, two with 64
+
+
+def validate(config: Config) -> None:
+    """Raise ValueError unless ``config`` is a decode tiling the kernel has."""
+    if (config.bm not in (64, 128) or config.bn not in _TILES_N or config.bk != 64
+            or config.split_k not in (1, 2, 4, 8) or not 2 <= config.stages <= 16
+            or config.wm or config.wn or config.cluster_m != 1 or config.tma_store):
+        raise ValueError(f"decode tiles are (64|128) x (16|32|64|128) x 64 with 2..16 stages "
+                         f"and split 1, 2, 4 or 8 (CTAs of one cluster), not {config}")
+
+
+def threads(config: Config) -> int:
+    return 128 + 2 * config.bm  # a producer warpgroup and bm / 64 consumers
+
+
+def shared_mem(config: Config) -> int:
+    """The ring, or the fp32 partial tile written over it when larger, its barriers and the
+    slack that aligns it to 1 KiB."""
+    ring = config.stages * (config.bm + config.bn) * 128
+    partial = config.bn * (config.bm + 4) * 4
+    return max(ring, partial) + 16 * config.stages + 1024
+
+
+def name_expression(config: Config, dt: int, x_kmajor: bool, y_kmajor: bool) -> str:
+    flags = ", ".join(str(x).lower() for x in (x_kmajor, y_kmajor))
+    return (f"gemm_decode<{dt}, {config.bm}, {config.bn}, {config.stages}, {flags}, "
+            f"{config.split_k}>")
+
+
+class Side(NamedTuple):
+    """Which operand is X (the big one, P rows) and which Y (Q rows) and how C is strided:
+    ``tall`` False: X = op(b)^T, Y = op(a), C = D^T; True: X = op(a), Y = op(b)^T, C = D."""
+
+    tall: bool
+    p: int
+    q: int
+    x_kmajor: bool
+    y_kmajor: bool
+
+
+def sides(m: int, n: int, a_kmajor: bool, b_kmajor: bool) -> Side:
+    if n < m:
+        return Side(True, m, n, a_kmajor, b_kmajor)
+    return Side(False, n, m, b_kmajor, a_kmajor)
+
+
+def kernel_name(config: Config, problem: Problem) -> str:
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    return name_expression(config, problem.dt, side.x_kmajor, side.y_kmajor)
+
+
+def why_not(problem: Problem, config: Config) -> str | None:
+    """Why ``config`` cannot run ``problem`` (None when it can); the caller checks shared
+    memory and sizes."""
+    if problem.dt not in (DT_F16, DT_BF16):
+        return "the decode kernel takes float16/bfloat16"
+    if problem.capability != (9, 0):
+        major, minor = problem.capability
+        return f"the decode kernel needs sm_90 (Hopper), not sm_{major}{minor}"
+    if not problem.tma:
+        return ("the decode kernel loads with TMA, which needs every operand's base address "
+                "16-byte aligned and its row pitch a multiple of 16 bytes")
+    if problem.k < 1:
+        return "the decode kernel needs K >= 1"
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    if not side.y_kmajor and config.bn % 64:
+        return (f"the small operand is not K-major: the decode kernel loads it in 64-wide "
+                f"boxes, so bn must be 64 or 128, not {config.bn}")
+    return None
+
+
+class Tiles(NamedTuple):
+    """A decode tiling; _gemm_tune makes it a Config."""
+
+    bm: int
+    bn: int
+    stages: int
+    split: int
+
+
+def _bn(problem: Problem) -> int:
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    least = 16 if side.y_kmajor else 64
+    return next(t for t in _TILES_N if t >= max(least, min(side.q, SMALL_MAX)))
+
+
+def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
+    """bm-row tiles with the deepest ring that fits the per-CTA budget (at most 8 stages) and,
+    unless given, the largest K split (clusters of 1..8) whose CTAs fit in one wave while each
+    keeps 4 K tiles at least."""
+    bn = _bn(problem)
+    stages = max(2, min(8, _RING_BYTES[bm] // ((bm + bn) * 128)))
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    blocks = -(-side.p // bm) * -(-side.q // bn)
+    if split is None:
+        slots = problem.sm_count * (1 if bm == 128 else 2)
+        k_tiles = -(-problem.k // 64)
+        split = 1
+        while split < 8 and blocks * split * 2 <= slots and k_tiles >= 8 * split:
+            split *= 2
+    return Tiles(bm, bn, stages, split)
+
+
+def heuristic(problem: Problem) -> Tiles | None:
+    """The decode tiling for a 16-bit problem whose small side is above HEURISTIC_MIN, up to
+    SMALL_MAX (None otherwise)."""
+    small = min(problem.m, problem.n)
+    if problem.dt not in (DT_F16, DT_BF16) or not HEURISTIC_MIN < small <= SMALL_MAX:
+        return None
+    return _tiles(problem, 128)
+
+
+def candidates(problem: Problem) -> list[Tiles]:
+    """Decode tilings worth timing: 128- and 64-row tiles, each with its own split and the
+    neighbouring splits (none when the small side exceeds SMALL_MAX)."""
+    if problem.dt not in (DT_F16, DT_BF16) or min(problem.m, problem.n) > SMALL_MAX:
+        return []
+    found: list[Tiles] = []
+    for bm in (128, 64):
+        best = _tiles(problem, bm)
+        for split in (best.split, best.split // 2, best.split * 2):
+            if 1 <= split <= 8:
+                tiles = _tiles(problem, bm, split)
+                if tiles not in found:
+                    found.append(tiles)
+    return found
+
+
+def arguments(call: Any, maps: tuple[bytes, bytes], out_ptr: int, cin_ptr: int, alpha: float,
+              beta: float) -> tuple[gpurt.LaunchConfig, tuple[Any, ...], tuple[int, ...]]:
+    """(launch config, kernel arguments, positions of the two tensor maps, out_ptr, cin_ptr,
+    alpha and beta among them) of ``call`` (a kernels._gemm_launch Call of a decode config)
+    with ``maps`` = the tensor maps of X and Y."""
+    config = call.config
+    side = sides(call.m, call.n, call.a_kmajor, call.b_kmajor)
+    c_strides = (call.ldc, 1) if side.tall else (1, call.ldc)
+    cin_strides = (call.ldcin, 1) if side.tall else (1, call.ldcin)
+    blocks = -(-side.p // config.bm) * -(-side.q // config.bn) * config.split_k
+    args = (*maps, out_ptr, cin_ptr, side.p, side.q, call.k, *c_strides, *cin_strides, alpha,
+            beta)
+    cluster = None if config.split_k == 1 else (config.split_k, 1, 1)
+    launch = gpurt.LaunchConfig(blocks, config.threads, call.smem, cluster=cluster)
+    return launch, args, (0, 1, 2, 3, 11, 12)
