@@ -58,6 +58,11 @@ def check_cases() -> list[tuple[Any, ...]]:
                   False, 0.0, torch.float16))
     cases.append((100, 4096, 1000, config(problem(100, 4096, 1000, dt=tune.DT_F16), 64), False,
                   True, 0.5, torch.float16))
+    for a_t, b_t in ((False, False), (True, True)):  # 256-row tiles: two 64-row blocks per wgmma
+        for m, n, k, split in ((64, 4096, 4096, 8), (100 - 36 * a_t, 1000, 1000, 2),
+                               (128, 264, 4104, 1), (24, 4096, 520, 4)):
+            cases.append((m, n, k, tune.Config("decode", 256, 64 if a_t or m > 32 else 32, 64,
+                                               stages=4, split_k=split), a_t, b_t, 0.5))
     return cases
 
 
@@ -89,10 +94,12 @@ def sanitize() -> None:
              (64, 136, 520, config(problem(64, 136, 520, True, True), 64, 4), True, True),
              (72, 8, 264, config(problem(72, 8, 264, False, True)), False, True, 0.0,
               torch.float16)]
+    cases.append((40, 264, 1000, tune.Config("decode", 256, 64, 64, stages=4, split_k=2),
+                  False, False, 0.5))
     sys.exit(1 if run_checks(cases) else 0)
 
 
-M_VALUES = (8, 16, 32, 64, 128)
+M_VALUES = tuple(int(m) for m in os.environ.get("DECODE_M", "8,16,32,64,128").split(","))
 NK = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096))
 
 

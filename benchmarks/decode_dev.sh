@@ -2,9 +2,10 @@
 # One device call for the decode GEMM family (run from the tree's root): makes gpurt importable
 # (_device_site.sh), compiles the decode variants in parallel into the disk cache, then the
 # forced-config checks (decode_dev.py check), tests/test_gemm_decode.py, memcheck and racecheck
-# on `decode_dev.py sanitize`, the per-variant timings (decode_dev.py time) unless --no-time,
-# and, with the time left, bench_gemm_decode.py (heuristics unless BENCH_AUTOTUNE=1; JSON into
-# OUTDIR) unless --no-bench.
+# on `decode_dev.py sanitize`, bench_gemm_decode.py (heuristics unless BENCH_AUTOTUNE=1; JSON
+# into OUTDIR) unless --no-bench, with SWEEP=seconds the quick gemm sweep of
+# scripts/sanitize_sweep.py, and with the time left the per-variant timings (decode_dev.py
+# time; DECODE_M=comma list of M) unless --no-time.
 # Usage: bash benchmarks/decode_dev.sh OUTDIR [--no-time] [--no-bench]   (limit: $TOTAL, 290 s)
 set -u
 out=${1:?OUTDIR}
@@ -26,22 +27,22 @@ for tool in memcheck racecheck; do
     echo "$tool rc=$? $(grep -c PASS "$out/san-$tool.log") passed: $(tail -n 1 "$out/san-$tool.log")" >> "$out/san.txt"
 done
 cat "$out/san.txt"
-case " $* " in *" --no-time "*) ;; *)
-    step time
-    limit=$(( $(left) - ${BENCH_MIN:-0} )); [ $limit -gt 20 ] || limit=20
-    timeout $limit python3 -P benchmarks/decode_dev.py time --json "$out/time.json" > "$out/time.log" 2>&1
-    echo "time rc=$?"; tail -n 22 "$out/time.log" ;;
-esac
 case " $* " in *" --no-bench "*) ;; *)
     step bench
-    limit=$(( $(left) - 5 )); [ $limit -gt 10 ] || limit=10
+    limit=$(( $(left) - ${TIME_MIN:-60} )); [ $limit -gt 10 ] || limit=10
     (cd benchmarks && GPURT_GEMM_AUTOTUNE=${BENCH_AUTOTUNE:-0} timeout $limit python3 bench_gemm_decode.py --json "$out/gemm_decode.json" ${BENCH_EXTRA:-}) > "$out/bench.log" 2>&1
     echo "bench rc=$?"
-    grep -E "^\{" "$out/bench.log" | python3 -c '
-import sys, ast
-for line in sys.stdin:
-    r = ast.literal_eval(line)
-    print(f"{r[\"shape\"]:>15} {r[\"dtype\"]:>8} {r[\"config\"][:30]:<30} g {r[\"gpurt_graph_us\"]:6.2f} c {r[\"cublas_graph_us\"]:6.2f} fl {r[\"copy_graph_us\"]:6.2f} x{r[\"ratio_graph\"]:.2f} | host x{r[\"ratio_host\"]:.2f}")
-' ;;
+    grep -vE "^\{" "$out/bench.log" | tail -n 45 ;;
+esac
+if [ -n "${SWEEP:-}" ]; then  # the quick gemm sweep of scripts/sanitize_sweep.py (memcheck)
+    step sweep
+    timeout $SWEEP python3 -P scripts/sanitize_sweep.py --out "$out/sweep" --tier quick --kinds gemm > "$out/sweep.log" 2>&1
+    echo "sweep rc=$?"; tail -n 4 "$out/sweep.log"
+fi
+case " $* " in *" --no-time "*) ;; *)
+    step time
+    limit=$(( $(left) - 3 )); [ $limit -gt 10 ] || limit=10
+    timeout $limit python3 -P benchmarks/decode_dev.py time --json "$out/time.json" > "$out/time.log" 2>&1
+    echo "time rc=$?"; tail -n 22 "$out/time.log" ;;
 esac
 step done

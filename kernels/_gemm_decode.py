@@ -2,11 +2,12 @@
 of C is small (a batch of 1..128 tokens) and the weight is streamed once, on wgmma with the
 small side on the MMA's N dimension (C^T = B^T A^T for a wide C).
 
-A :class:`Config` of kind ``"decode"`` means: ``bm`` rows of the big operand X per CTA (64 or
-128: one or two consumer warpgroups), ``bn`` columns of the small operand Y per CTA (16, 32,
-64, 128: wgmma's N), ``bk`` = 64, ``stages`` the TMA ring's depth, ``split_k`` CTAs of one
-thread-block cluster splitting K (1, 2, 4, 8), their fp32 partial tiles summed through
-distributed shared memory in a fixed order (one launch, no workspace, deterministic).
+A :class:`Config` of kind ``"decode"`` means: ``bm`` rows of the big operand X per CTA (64,
+128 or 256: one consumer warpgroup of 64 rows, two of 64 or two of 128), ``bn`` columns of
+the small operand Y per CTA (16, 32, 64, 128: wgmma's N), ``bk`` = 64, ``stages`` the TMA
+ring's depth, ``split_k`` CTAs of one thread-block cluster splitting K (1, 2, 4, 8), their
+fp32 partial tiles summed through distributed shared memory in a fixed order (one launch, no
+workspace, deterministic).
 
 Plain Python, no GPU calls (kernels/_gemm_launch.py encodes the tensor maps and launches).
 """
@@ -26,22 +27,23 @@ __all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name"
            "Side", "sides", "heuristic", "candidates", "arguments", "SMALL_MAX"]
 
 SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
-HEURISTIC_MIN = 16  # the heuristic picks it above this (the skinny kernel up to it)
+HEURISTIC_MIN = 0  # the heuristic picks it above this (the skinny kernel up to it)
 _TILES_N = (16, 32, 64, 128)
-_RING_BYTES = {128: 200 * 1024, 64: 100 * 1024}  # one CTA per SM with bm 128, two with 64
+# ring budgets: one CTA per SM with bm 128 and 256, two with 64
+_RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 100 * 1024}
 
 
 def validate(config: Config) -> None:
     """Raise ValueError unless ``config`` is a decode tiling the kernel has."""
-    if (config.bm not in (64, 128) or config.bn not in _TILES_N or config.bk != 64
+    if (config.bm not in (64, 128, 256) or config.bn not in _TILES_N or config.bk != 64
             or config.split_k not in (1, 2, 4, 8) or not 2 <= config.stages <= 16
             or config.wm or config.wn or config.cluster_m != 1 or config.tma_store):
-        raise ValueError(f"decode tiles are (64|128) x (16|32|64|128) x 64 with 2..16 stages "
+        raise ValueError(f"decode tiles are (64|128|256) x (16|32|64|128) x 64 with 2..16 stages "
                          f"and split 1, 2, 4 or 8 (CTAs of one cluster), not {config}")
 
 
 def threads(config: Config) -> int:
-    return 128 + 2 * config.bm  # a producer warpgroup and bm / 64 consumers
+    return 256 if config.bm == 64 else 384  # a producer warpgroup and 1 or 2 consumers
 
 
 def shared_mem(config: Config) -> int:
@@ -115,45 +117,53 @@ def _bn(problem: Problem) -> int:
     return next(t for t in _TILES_N if t >= max(least, min(side.q, SMALL_MAX)))
 
 
+def _blocks(problem: Problem, bm: int, bn: int) -> int:
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    return -(-side.p // bm) * -(-side.q // bn)
+
+
 def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
     """bm-row tiles with the deepest ring that fits the per-CTA budget (at most 8 stages) and,
-    unless given, the largest K split (clusters of 1..8) whose CTAs fit in one wave while each
-    keeps 4 K tiles at least."""
+    unless given, K split in 2 where the grid leaves half the SMs idle and fits one wave
+    split (each CTA keeping 8 K tiles at least). Measured on an H100 (notes_gemm.md): clusters
+    of 4 or 8 cost 20-40% more than 2 at every decode shape, even where they fill the SMs."""
     bn = _bn(problem)
     stages = max(2, min(8, _RING_BYTES[bm] // ((bm + bn) * 128)))
-    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
-    blocks = -(-side.p // bm) * -(-side.q // bn)
     if split is None:
+        blocks = _blocks(problem, bm, bn)
         slots = problem.sm_count * (1 if bm == 128 else 2)
-        k_tiles = -(-problem.k // 64)
-        split = 1
-        while split < 8 and blocks * split * 2 <= slots and k_tiles >= 8 * split:
-            split *= 2
+        split = 2 if blocks * 2 <= slots and -(-problem.k // 64) >= 16 else 1
     return Tiles(bm, bn, stages, split)
 
 
 def heuristic(problem: Problem) -> Tiles | None:
     """The decode tiling for a 16-bit problem whose small side is above HEURISTIC_MIN, up to
-    SMALL_MAX (None otherwise)."""
-    small = min(problem.m, problem.n)
-    if problem.dt not in (DT_F16, DT_BF16) or not HEURISTIC_MIN < small <= SMALL_MAX:
+    SMALL_MAX and at most an eighth of the other (None otherwise): 64-row tiles where 128-row
+    ones would leave half the SMs idle (4096 rows: 0.5-3% faster on an H100), else 128-row
+    ones."""
+    small, big = min(problem.m, problem.n), max(problem.m, problem.n)
+    if (problem.dt not in (DT_F16, DT_BF16) or not HEURISTIC_MIN < small <= SMALL_MAX
+            or big < 8 * small):
         return None
-    return _tiles(problem, 128)
+    few = _blocks(problem, 128, _bn(problem)) * 2 <= problem.sm_count
+    return _tiles(problem, 64 if few else 128)
 
 
 def candidates(problem: Problem) -> list[Tiles]:
-    """Decode tilings worth timing: 128- and 64-row tiles, each with its own split and the
-    neighbouring splits (none when the small side exceeds SMALL_MAX)."""
+    """Decode tilings worth timing: 128- and 64-row tiles (and 256 for a small side above 32,
+    where reading Y from L2 once per 128 rows of X costs), unsplit and with K split over
+    clusters of 2, 4 and 8 where the grid fits one wave (none when the small side exceeds
+    SMALL_MAX)."""
     if problem.dt not in (DT_F16, DT_BF16) or min(problem.m, problem.n) > SMALL_MAX:
         return []
     found: list[Tiles] = []
-    for bm in (128, 64):
-        best = _tiles(problem, bm)
-        for split in (best.split, best.split // 2, best.split * 2):
-            if 1 <= split <= 8:
-                tiles = _tiles(problem, bm, split)
-                if tiles not in found:
-                    found.append(tiles)
+    k_tiles = -(-problem.k // 64)
+    for bm in (128, 64, 256) if _bn(problem) >= 64 else (128, 64):
+        blocks = _blocks(problem, bm, _bn(problem))
+        slots = problem.sm_count * (1 if bm == 128 else 2)
+        for split in (1, 2, 4, 8):
+            if split == 1 or (blocks * split <= slots and k_tiles >= 4 * split):
+                found.append(_tiles(problem, bm, split))
     return found
 
 

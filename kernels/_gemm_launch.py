@@ -28,9 +28,9 @@ from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
-__all__ = ["Call", "PlannedGemm", "PlannedDecode", "make_call", "planned_call", "precompile", "programs",
-           "compile_program", "kernel_names", "reduce_name", "arch_for", "source_of", "text",
-           "source_digest", "tensor_map", "encode_map"]
+__all__ = ["Call", "PlannedGemm", "PlannedDecode", "make_call", "planned_call", "precompile",
+           "programs", "compile_program", "kernel_names", "reduce_name", "arch_for", "source_of",
+           "text", "source_digest", "tensor_map", "encode_map"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,

@@ -5,9 +5,10 @@
 // wgmma's 64-row side and Y (the activations) on its N side (m64nBNk16, BN = 16..128), so a
 // batch of 16 costs a 16-wide MMA instead of a 128-row tile that is 7/8 padding. The host
 // picks X and Y out of op(a) and op(b)^T and C's strides: C = D^T (X = op(b)^T) when C is
-// wide, C = D when it is tall. A CTA of 1 + BM/64 warpgroups: one thread of warpgroup 0 issues
+// wide, C = D when it is tall. A CTA of 2 or 3 warpgroups: one thread of warpgroup 0 issues
 // TMA copies into a STAGES-deep ring (the pipeline that keeps enough bytes of X in flight to
-// saturate memory), each other warpgroup multiplies 64 rows of X by the BN columns of Y.
+// saturate memory), each other warpgroup multiplies 64 (BM = 64, 128) or 128 (BM = 256) rows
+// of X by the BN columns of Y; the taller tiles read Y from L2 fewer times.
 // Layouts, swizzle, descriptors and the ring's barriers are those of gemm_wgmma.cu.
 //
 // Split-K over the SPLIT CTAs of a thread-block cluster (grids of few tiles: 4096 rows of X
@@ -80,15 +81,18 @@ __device__ __forceinline__ float load_partial(u32 addr, int rank) {
 // (p, q) of C is at C + p * c_p + q * c_q (Cin likewise). Dynamic shared memory: see
 // kernels/_gemm_decode.py (shared_mem).
 template <int DT, int BM, int BN, int STAGES, bool X_K, bool Y_K, int SPLIT>
-__global__ void __launch_bounds__(128 + 2 * BM, 1)
+__global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
 gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ wg::TmaDesc tma_y,
             u16* C, const u16* Cin, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
             i64 cin_q, float alpha, float beta) {
     using namespace wg;
-    static_assert(BM == 64 || BM == 128, "BM: 64 or 128 rows of X (1 or 2 consumer warpgroups)");
+    static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256 rows of X");
     static_assert(Y_K || BN % 64 == 0, "a Q-major Y comes in 64-wide boxes");
     static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "clusters of 1..8");
-    constexpr int THREADS = 128 + 2 * BM, CONSUMERS = BM / 64;
+    // MT 64-row blocks of X per consumer warpgroup: block b of the tile at b * CHUNK_BYTES
+    // in both layouts (K-major: 64 rows of 128 bytes; P-major: one [64 k][64 p] box)
+    constexpr int CONSUMERS = BM == 64 ? 1 : 2, MT = BM / 64 / CONSUMERS;
+    constexpr int THREADS = 128 * (1 + CONSUMERS);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     constexpr int PITCH = BM + 4;  // floats per column of the partial tile: conflict-free
     constexpr u32 RING = STAGES * (A_BYTES + B_BYTES), PART = BN * PITCH * 4;
@@ -141,14 +145,16 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             }
         }
     } else {
-        const int half = warpgroup - 1;  // rows [64 half, 64 half + 64) of the tile
+        const int half = warpgroup - 1;  // row blocks [MT half, MT half + MT) of the tile
         const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-        float d[BN / 2];
+        float d[MT][BN / 2];
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) d[mt][i] = 0.f;
         constexpr u32 A_STEP = X_K ? 32 : 2048, B_STEP = Y_K ? 32 : 2048;
         constexpr u32 A_LBO = X_K ? 16 : CHUNK_BYTES, B_LBO = Y_K ? 16 : CHUNK_BYTES;
-        const u32 a_half = X_K ? half * 64 * 128 : half * CHUNK_BYTES;
+        const u32 a_half = half * MT * CHUNK_BYTES;
         int prev = 0;
         for (int kt = k_begin, it = 0; kt < k_end; ++kt, ++it) {
             const int s = it % STAGES;
@@ -157,10 +163,13 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
-                const u64 da = make_desc(a_tile + kk * A_STEP, A_LBO, 1024);
                 const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, 1024);
-                dc::wgmma_n<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(d, da, db,
-                                                            (kt > k_begin || kk > 0) ? 1 : 0);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const u64 da = make_desc(a_tile + mt * CHUNK_BYTES + kk * A_STEP, A_LBO, 1024);
+                    dc::wgmma_n<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(
+                        d[mt], da, db, (kt > k_begin || kk > 0) ? 1 : 0);
+                }
             }
             wgmma_commit();
             if (kt > k_begin) {
@@ -173,16 +182,20 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         // Every TMA copy has landed (each was waited for) and every consumer's wgmmas have
         // read their operands: the ring is free for the partial tile (column q at q * PITCH).
         named_sync(1, 128 * CONSUMERS);
-        // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
+        // d[mt][4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of row
+        // block MT half + mt.
         float* part = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
-        const int row = half * 64 + warp * 16 + lane / 4;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
+        for (int mt = 0; mt < MT; ++mt) {
+            const int row = (half * MT + mt) * 64 + warp * 16 + lane / 4;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = 8 * j + 2 * (lane % 4) + e % 2;
-                part[col * PITCH + row + 8 * (e / 2)] = d[4 * j + e];
-            }
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = 8 * j + 2 * (lane % 4) + e % 2;
+                    part[col * PITCH + row + 8 * (e / 2)] = d[mt][4 * j + e];
+                }
+        }
     }
     if (SPLIT > 1) {
         cluster_sync();  // every rank's partial tile is written and visible cluster-wide

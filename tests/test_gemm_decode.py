@@ -11,9 +11,9 @@ import re
 
 import numpy as np
 import pytest
-from test_gemm_skinny import on_device, rand, run
 
 import gpurt
+from test_gemm_skinny import on_device, rand, run
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
@@ -53,7 +53,7 @@ def test_config_validation(fields):
 
 def test_config_geometry():
     config = dc(128, 16, 8, 4)
-    assert config.threads == 384 and dc(64, 16).threads == 256
+    assert config.threads == 384 and dc(64, 16).threads == 256 and dc(256, 16).threads == 384
     assert config.shared_mem(True, False) == 8 * 144 * 128 + 16 * 8 + 1024
     # a partial tile larger than a shallow ring takes its place
     assert dc(128, 128, 2).shared_mem(True, True) == 128 * 132 * 4 + 32 + 1024
@@ -85,28 +85,29 @@ def test_eligibility():
     assert "shared memory" in tune.why_not(problem(), dc(128, 128, 16))
 
 
-@pytest.mark.parametrize("m,n,k,bn,split", [
-    (17, 4096, 4096, 32, 4), (32, 11008, 4096, 32, 1), (64, 14336, 4096, 64, 1),
-    (128, 4096, 4096, 128, 4), (100, 4096, 11008, 128, 4), (4096, 33, 4096, 64, 4),
-    (24, 4096, 256, 32, 2),  # 4 K tiles: two slices of 2 at most... of 4 K tiles per rank
+@pytest.mark.parametrize("m,n,k,bm,bn,split", [
+    (1, 4096, 4096, 64, 16, 2), (8, 14336, 4096, 128, 16, 1), (17, 4096, 4096, 64, 32, 2),
+    (32, 11008, 4096, 128, 32, 1), (64, 14336, 4096, 128, 64, 1), (128, 4096, 4096, 64, 128, 2),
+    (100, 4096, 11008, 64, 128, 2), (4096, 33, 4096, 64, 64, 2),
+    (24, 4096, 256, 64, 32, 1),  # 4 K tiles: too few to split
 ])
-def test_heuristic_picks_decode_above_16_rows(m, n, k, bn, split):
+def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
     p = problem(m, n, k)
     chosen = tune.heuristic(p)
     assert chosen.kernel == "decode" and tune.eligible(p, chosen)
-    assert (chosen.bm, chosen.bn) == (128, bn)
-    assert chosen.split_k == split or (k == 256 and chosen.split_k == 1)
+    assert (chosen.bm, chosen.bn, chosen.split_k) == (bm, bn, split)
     assert chosen.shared_mem(True, False) <= 227 * 1024
 
 
 def test_heuristic_leaves_other_shapes_alone(monkeypatch):
-    assert tune.heuristic(problem(16, 4096, 4096)).kernel == "skinny"
     assert tune.heuristic(problem(129, 4096, 4096)).kernel == "wgmma"
-    assert tune.heuristic(problem(32, 4096, 4096, tma=False)).kernel != "decode"
-    assert tune.heuristic(problem(32, 4096, 4096, cap=(8, 0))).kernel != "decode"
+    assert tune.heuristic(problem(16, 4096, 4096, tma=False)).kernel == "skinny"
+    assert tune.heuristic(problem(16, 4096, 4096, cap=(8, 0))).kernel == "skinny"
+    assert tune.heuristic(problem(64, 4096, 4096, tma=False)).kernel != "decode"
     assert tune.heuristic(problem(32, 4096, 4096, dt=tune.DT_F32)).kernel == "simt"
     monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     assert tune.heuristic(problem(32, 4096, 4096)).kernel == "wgmma"
+    assert tune.heuristic(problem(16, 4096, 4096)).kernel == "skinny"
     assert not any(c.kernel == "decode" for c in tune.candidates(problem(32, 4096, 4096)))
 
 
@@ -117,7 +118,7 @@ def test_candidates_and_all_configs():
         mine = [c for c in found if c.kernel == "decode"]
         assert len(mine) >= 3 and len(set(found)) == len(found)
         assert all(tune.eligible(p, c) for c in found)
-        assert {c.bm for c in mine} == {64, 128}
+        assert {c.bm for c in mine} == ({64, 128, 256} if decode._bn(p) >= 64 else {64, 128})
         assert all(c in tune.all_configs(p) for c in mine)
     assert not any(c.kernel == "decode" for c in tune.candidates(problem(129, 4096, 4096)))
     assert gemm_launch.programs("sm_90a")  # the decode programs are among those precompiled
@@ -127,7 +128,7 @@ def test_candidates_and_all_configs():
 def _names():
     names = set()
     for dt in (1, 2):
-        for bm in (64, 128):
+        for bm in (64, 128, 256):
             for bn in (16, 32, 64, 128):
                 names.add(dc(bm, bn, 4, 8 if bn == 16 else 1).name_expression(dt, False, True,
                                                                               True))
@@ -163,7 +164,7 @@ def tiles(m, n, k, bm=128, split=None, a_k=True, b_k=False):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("bm,split", [(128, 1), (128, 4), (64, 2), (64, 8)])
+@pytest.mark.parametrize("bm,split", [(128, 1), (128, 4), (64, 2), (64, 8), (256, 1), (256, 2)])
 def test_odd_shapes(gpu_state, dtype, bm, split):
     rng = np.random.default_rng()
     for m, n, k in [(3, 4096, 1000), (17, 264, 4104), (33, 1000, 72), (100, 520, 1000),
