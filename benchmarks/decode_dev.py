@@ -144,9 +144,60 @@ def run_timing(json_path: str | None) -> None:
               f"x{row['cublas'] / ours.get(best, 1e9):.2f} ({best})")
 
 
+def run_stages() -> None:
+    """Ring depth of 64-row tiles on grids of one CTA per SM (4096-row weights, split 2), and
+    how many clusters of 2, 4 and 8 CTAs of 200 KiB run at once (the cluster-4 penalty)."""
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream = gpurt.Stream()
+    for split in (2, 4, 8):
+        cfg = tune.Config("decode", 128, 16, 64, stages=8, split_k=split)
+        p = problem(8, 4096, 4096)
+        kernel = launch.compile_kernels("gemm_decode.cu", launch.kernel_names(cfg, p), "sm_90a")[0]
+        smem = cfg.shared_mem(True, False)
+        print(json.dumps({"split": split, "max_clusters": _max_clusters(kernel, split, smem)}),
+              flush=True)
+    for n, k in ((4096, 4096), (4096, 11008)):
+        for m in (8, 64, 128):
+            bp = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, False, l2)
+            row: dict[str, Any] = {"shape": f"{m}x{n}x{k}"}
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+                row["cublas"] = round(bench.torch_graph_us(torch, bp, 20), 2)
+            bn = decode._bn(problem(m, n, k))
+            for stages in (4, 6, 8, 10, 12):
+                cfg = tune.Config("decode", 64, bn, 64, stages=stages, split_k=2)
+                if cfg.shared_mem(True, False) <= 227 * 1024:
+                    row[cfg.label()] = _time(bp, cfg, stream)
+            print(json.dumps(row), flush=True)
+            del bp
+
+
+def _max_clusters(kernel: Any, size: int, smem: int) -> int:
+    from cuda.bindings import driver as cu
+
+    _ = kernel.num_regs
+    handle = gpurt.check(cu.cuLibraryGetKernel(kernel.module.library(), kernel.symbol.encode()),
+                         "cuLibraryGetKernel")
+    function = gpurt.check(cu.cuKernelGetFunction(handle), "cuKernelGetFunction")
+    gpurt.check(cu.cuFuncSetAttribute(
+        function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+        "cuFuncSetAttribute")
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = size * 1024, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = 384, 1, 1
+    config.sharedMemBytes = smem
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = size, 1, 1
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return int(gpurt.check(cu.cuOccupancyMaxActiveClusters(function, config),
+                           "cuOccupancyMaxActiveClusters"))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("precompile", "check", "time", "sanitize"))
+    parser.add_argument("mode", choices=("precompile", "check", "time", "sanitize", "stages"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
@@ -156,5 +207,7 @@ if __name__ == "__main__":
         sys.exit(1 if run_checks(check_cases()) else 0)
     elif args.mode == "time":
         run_timing(args.json)
+    elif args.mode == "stages":
+        run_stages()
     else:
         sanitize()
