@@ -150,15 +150,15 @@ def heuristic(problem: Problem) -> Tiles | None:
 
 
 def candidates(problem: Problem) -> list[Tiles]:
-    """Decode tilings worth timing: 128- and 64-row tiles (and 256 for a small side above 32,
-    where reading Y from L2 once per 128 rows of X costs), unsplit and with K split over
+    """Decode tilings worth timing: 128- and 64-row tiles, unsplit and with K split over
     clusters of 2, 4 and 8 where the grid fits one wave (none when the small side exceeds
-    SMALL_MAX)."""
+    SMALL_MAX). 256-row tiles, which read Y from L2 half as often, were 4-20% slower than the
+    best of these at M = 64 and 128 on an H100 (notes_gemm.md): selectable with config= only."""
     if problem.dt not in (DT_F16, DT_BF16) or min(problem.m, problem.n) > SMALL_MAX:
         return []
     found: list[Tiles] = []
     k_tiles = -(-problem.k // 64)
-    for bm in (128, 64, 256) if _bn(problem) >= 64 else (128, 64):
+    for bm in (128, 64):
         blocks = _blocks(problem, bm, _bn(problem))
         slots = problem.sm_count * (1 if bm == 128 else 2)
         for split in (1, 2, 4, 8):

@@ -116,9 +116,9 @@ def test_candidates_and_all_configs():
               problem(32, 4096, 4096, a_k=False, b_k=True)):
         found = tune.candidates(p)
         mine = [c for c in found if c.kernel == "decode"]
-        assert len(mine) >= 3 and len(set(found)) == len(found)
+        assert len(mine) >= 2 and len(set(found)) == len(found)
         assert all(tune.eligible(p, c) for c in found)
-        assert {c.bm for c in mine} == ({64, 128, 256} if decode._bn(p) >= 64 else {64, 128})
+        assert {c.bm for c in mine} == {64, 128}
         assert all(c in tune.all_configs(p) for c in mine)
     assert not any(c.kernel == "decode" for c in tune.candidates(problem(129, 4096, 4096)))
     assert gemm_launch.programs("sm_90a")  # the decode programs are among those precompiled
