@@ -29,8 +29,7 @@ __all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name"
 SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
 HEURISTIC_MIN = 0  # the heuristic picks it above this (the skinny kernel up to it)
 _TILES_N = (16, 32, 64, 128)
-# ring budgets: one CTA per SM with bm 128 and 256, two with 64
-_RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 100 * 1024}
+_RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 200 * 1024}  # one CTA per SM
 
 
 def validate(config: Config) -> None:
@@ -123,16 +122,24 @@ def _blocks(problem: Problem, bm: int, bn: int) -> int:
 
 
 def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
-    """bm-row tiles with the deepest ring that fits the per-CTA budget (at most 8 stages) and,
-    unless given, K split in 2 where the grid leaves half the SMs idle and fits one wave
-    split (each CTA keeping 8 K tiles at least). Measured on an H100 (notes_gemm.md): clusters
-    of 4 or 8 cost 20-40% more than 2 at every decode shape, even where they fill the SMs."""
+    """bm-row tiles, unless given K split in 2 where the grid leaves half the SMs idle and
+    fits one wave split (each CTA keeping 8 K tiles at least), and the deepest ring that fits
+    the per-CTA budget: at most 8 stages, 6 for 64-row tiles (H100: 6 and 8 within 1%, 10-12
+    1-3% slower, 6 against 8 4% faster at bn 128; 4 stages 10-14% slower), whose budget is
+    halved when the grid needs two CTAs per SM. Clusters of 4 or 8 (tuner candidates only):
+    an H100 runs 30 clusters of 4 or 15 of 8 CTAs at once (120 of 132 SMs) against 66 of 2,
+    so a grid of 32 x 4 takes two waves (20-40% slower than split 2 at every decode shape)."""
     bn = _bn(problem)
-    stages = max(2, min(8, _RING_BYTES[bm] // ((bm + bn) * 128)))
+    blocks = _blocks(problem, bm, bn)
     if split is None:
-        blocks = _blocks(problem, bm, bn)
         slots = problem.sm_count * (1 if bm == 128 else 2)
         split = 2 if blocks * 2 <= slots and -(-problem.k // 64) >= 16 else 1
+    budget, most = _RING_BYTES[bm], 8
+    if bm == 64:
+        most = 6
+        if blocks * split > problem.sm_count:
+            budget //= 2
+    stages = max(2, min(most, budget // ((bm + bn) * 128)))
     return Tiles(bm, bn, stages, split)
 
 
