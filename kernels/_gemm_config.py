@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from . import _gemm_decode as _decode
 from . import _gemm_skinny as _skinny
 from ._gemm_types import DT_TF32
 
@@ -19,8 +20,9 @@ __all__ = ["Config", "Problem"]
 class Config:
     """One kernel variant. ``kernel``: 'simt' (exact fp32), 'mma' (mma.sync, sm_80+), 'wgmma'
     (TMA + wgmma, sm_90a; bk = 64 for 16-bit types, bk = 32 for TF32, kernels/gemm_wgmma_tf32.cu)
-    or 'skinny' (decode shapes: one side of C at most a few dozen, the
-    big operand streamed once; kernels/_gemm_skinny.py says what its fields mean). Tile
+    'skinny' (decode shapes: one side of C at most a few dozen, the
+    big operand streamed once; kernels/_gemm_skinny.py says what its fields mean) or 'decode'
+    (TMA + wgmma with the small side of C on wgmma's N, sm_90a; kernels/_gemm_decode.py). Tile
     ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
     partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
@@ -41,7 +43,7 @@ class Config:
     tma_store: bool = False
 
     def __post_init__(self) -> None:
-        if self.kernel not in ("simt", "mma", "wgmma", "skinny"):
+        if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode"):
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
@@ -63,6 +65,8 @@ class Config:
                              f"32 x 64 or 32 x 128, not {self}")
         if self.kernel == "skinny":
             _skinny.validate(self)
+        if self.kernel == "decode":
+            _decode.validate(self)
         if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
                                      or self.wn % 16 or self.bk % 16):
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
@@ -73,6 +77,8 @@ class Config:
             return 384
         if self.kernel == "skinny":
             return _skinny.threads(self)
+        if self.kernel == "decode":
+            return _decode.threads(self)
         if self.kernel == "simt":
             return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
@@ -83,6 +89,8 @@ class Config:
             return self.stages * self.bk * (self.bm + self.bn + 8) * 4
         if self.kernel == "skinny":
             return _skinny.shared_mem(self)
+        if self.kernel == "decode":
+            return _decode.shared_mem(self)
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             stage = (self.bm + self.bn) * 128
             staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
@@ -106,6 +114,8 @@ class Config:
                     f"{bk_}, {v}>")
         if self.kernel == "skinny":
             return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
+        if self.kernel == "decode":  # a_kmajor, b_kmajor: X's and Y's layouts
+            return _decode.name_expression(self, dt, a_kmajor, b_kmajor)
         if self.kernel == "wgmma" and dt == DT_TF32:
             # B must be K-major: without it the kernel computes C^T = B^T A^T (out_t), whose
             # A (the old B) is then not K-major

@@ -23,13 +23,14 @@ from cuda.bindings import driver as cu
 
 import gpurt
 
+from . import _gemm_decode as decode
 from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
-__all__ = ["Call", "PlannedGemm", "make_call", "planned_call", "precompile", "programs",
-           "compile_program", "kernel_names", "reduce_name", "arch_for", "source_of", "text",
-           "source_digest", "tensor_map", "encode_map"]
+__all__ = ["Call", "PlannedGemm", "PlannedDecode", "make_call", "planned_call", "precompile",
+           "programs", "compile_program", "kernel_names", "reduce_name", "arch_for", "source_of",
+           "text", "source_digest", "tensor_map", "encode_map"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -50,7 +51,7 @@ def source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
     for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
-                 _TF32_SOURCE, "gemm_skinny.cu"):
+                 _TF32_SOURCE, "gemm_skinny.cu", "gemm_decode.cu"):
         digest.update(text(name).encode())
     return digest.hexdigest()[:12]
 
@@ -69,7 +70,7 @@ def compile_kernels(source: str, names: tuple[str, ...], arch: str) -> tuple[Any
     found = _kernels.get(key)
     if found is None:
         headers = {"gemm_common.cu": text("gemm_common.cu")}
-        if source == _TF32_SOURCE:  # the TF32 kernel reuses the 16-bit one's helpers
+        if source in (_TF32_SOURCE, "gemm_decode.cu"):  # they reuse the 16-bit one's helpers
             headers["gemm_wgmma.cu"] = text("gemm_wgmma.cu")
         module = gpurt.compile(text(source), options, name_expressions=names, arch=arch,
                                headers=headers, program_name=source)
@@ -92,6 +93,8 @@ def kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
     so a config compiles once whatever its split."""
     if config.kernel == "skinny":
         return (skinny.kernel_name(config, problem),)
+    if config.kernel == "decode":
+        return (decode.kernel_name(config, problem),)
     main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
     if config.kernel == "wgmma" and problem.dt == DT_TF32:
         return (main,)
@@ -100,7 +103,7 @@ def kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
 
 def arch_for(config: Config, capability: tuple[int, int]) -> str:
     major, minor = capability
-    return f"sm_{major}{minor}" + ("a" if config.kernel == "wgmma" else "")
+    return f"sm_{major}{minor}" + ("a" if config.kernel in ("wgmma", "decode") else "")
 
 
 # ---- tensor maps (TMA descriptors) ---------------------------------------------------------------
@@ -185,6 +188,11 @@ class Call:
         if config.kernel == "skinny":
             skinny.launch(self, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
             return
+        if config.kernel == "decode":
+            launch, args, _ = decode.arguments(self, _decode_maps(self, a_ptr, b_ptr), out_ptr,
+                                               cin_ptr, alpha, beta)
+            kernels[0].launch(launch, *args, stream=stream)
+            return
         partial, partial_ptr = None, 0
         if config.split_k > 1:
             partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
@@ -246,6 +254,35 @@ class PlannedGemm:
         return maps
 
 
+class PlannedDecode:
+    """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``: a decode
+    :class:`Call` through a planned launch, re-encoding the tensor maps of X and Y only when
+    the operands' pointers changed since the last call."""
+
+    __slots__ = ("call", "main", "maps")
+
+    def __init__(self, call: Call, main: Any) -> None:
+        self.call, self.main = call, main
+        self.maps: tuple[int, int, tuple[bytes, bytes]] | None = None
+
+    def __call__(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
+                 alpha: float, beta: float) -> None:
+        last = self.maps
+        if last is None or last[0] != a_ptr or last[1] != b_ptr:
+            last = self.maps = (a_ptr, b_ptr, _decode_maps(self.call, a_ptr, b_ptr))
+        self.main(handle, *last[2], out_ptr, cin_ptr, alpha, beta)
+
+
+def _decode_maps(call: Call, a_ptr: int, b_ptr: int) -> tuple[bytes, bytes]:
+    """The tensor maps of a decode call's X (bm-row boxes) and Y (bn-row boxes)."""
+    config = call.config
+    side = decode.sides(call.m, call.n, call.a_kmajor, call.b_kmajor)
+    x_ptr, y_ptr, ld_x, ld_y = ((a_ptr, b_ptr, call.lda, call.ldb) if side.tall
+                                else (b_ptr, a_ptr, call.ldb, call.lda))
+    return (tensor_map(x_ptr, side.x_kmajor, side.p, call.k, ld_x, call.dt, config.bm),
+            tensor_map(y_ptr, side.y_kmajor, side.q, call.k, ld_y, call.dt, config.bn))
+
+
 def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes, ...]:
     """The tensor maps of A, B and C (C's only where the epilogue stores with TMA) of a
     wgmma call, with A and B swapped for TF32's transposed product."""
@@ -302,6 +339,11 @@ def planned_call(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int)
     if call.config.kernel == "skinny":
         config, args, varying = skinny.arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 1.0, 0.0)
         return kernels[0].planned(config, *args, varying=varying, device=index)
+    if call.config.kernel == "decode":
+        config, args, varying = decode.arguments(call, _decode_maps(call, a_ptr, b_ptr), out_ptr,
+                                                 cin_ptr, 1.0, 0.0)
+        return PlannedDecode(call, kernels[0].planned(config, *args, varying=varying,
+                                                      device=index))
     args, varying = _main_arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 0, 1.0, 0.0)
     main = kernels[0].planned(_main_config(call), *args, varying=varying, device=index)
     reduce = None

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from . import _gemm_decode as _decode
 from . import _gemm_skinny as _skinny
 from ._gemm_config import Config, Problem
 from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_NAMES, DT_TF32
@@ -135,6 +136,10 @@ def why_not(problem: Problem, config: Config) -> str | None:
                     "16-byte aligned and its row pitch a multiple of 16 bytes")
         if problem.k < 1:
             return "the wgmma kernel needs K >= 1"
+    if config.kernel == "decode":
+        reason = _decode.why_not(problem, config)
+        if reason is not None:
+            return reason
     if config.kernel == "skinny":
         if problem.dt not in (DT_F16, DT_BF16):
             return f"the skinny kernel takes float16/bfloat16, not {dt}"
@@ -204,6 +209,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
+        pool += [_decode_config(t) for t in _decode.candidates(problem)]
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
@@ -225,9 +231,12 @@ def all_configs(problem: Problem) -> list[Config]:
     and the sanitizer sweep run."""
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny):
+    decode = [_decode_config(t) for t in _decode.candidates(problem)]
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny, *decode):
         if config.kernel == "wgmma" and config in _WGMMA[:2]:  # split-K stores without TMA
             splits = {1, max(2, _wave_split(problem, config))}
+        elif config.kernel == "decode":
+            splits = {config.split_k}  # its candidates carry their split
         elif config.kernel in ("wgmma", "skinny"):
             splits = {1}
         else:
@@ -241,6 +250,10 @@ def all_configs(problem: Problem) -> list[Config]:
 
 def _skinny_config(tiles: _skinny.Tiles) -> Config:
     return Config("skinny", tiles.bm, 64, tiles.bk, split_k=tiles.split)
+
+
+def _decode_config(tiles: _decode.Tiles) -> Config:
+    return Config("decode", tiles.bm, tiles.bn, 64, stages=tiles.stages, split_k=tiles.split)
 
 
 def heuristic(problem: Problem) -> Config:
@@ -265,6 +278,9 @@ def heuristic(problem: Problem) -> Config:
             return wide
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
+    decode = _decode.heuristic(problem)
+    if decode is not None and eligible(problem, _decode_config(decode)):
+        return _decode_config(decode)
     tiles = _skinny.heuristic(problem)
     if tiles is not None and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)

@@ -3,7 +3,7 @@
 Inputs are 2-D gpurt Arrays or any device array gpurt views without a copy (torch tensors,
 CuPy arrays) of float32, float16 or bfloat16; ``op(x)`` is ``x.T`` when ``trans_x`` is set.
 Each operand may be row- or column-major (any row pitch): a transposed view costs nothing.
-Accumulation is always fp32. Four kernel families (CUDA sources kernels/gemm_*.cu):
+Accumulation is always fp32. Five kernel families (CUDA sources kernels/gemm_*.cu):
 
 ``simt``   exact fp32 on the CUDA cores (2-D block and warp tiling, a cp.async ring);
 ``mma``    fp16/bf16 (and TF32 with ``allow_tf32=True``) on the tensor cores with mma.sync,
@@ -15,7 +15,10 @@ Accumulation is always fp32. Four kernel families (CUDA sources kernels/gemm_*.c
            TF32 needs one operand K-major (kernels/gemm_wgmma_tf32.cu says why).
 ``skinny`` fp16/bf16 decode shapes (one side of C a few dozen at most): the big operand
            streamed once into mma.sync fragments, K split over a thread-block cluster
-           (kernels/_gemm_skinny.py).
+           (kernels/_gemm_skinny.py); any sm_80+ GPU and any alignment.
+``decode`` fp16/bf16 decode shapes on Hopper (one side of C at most 128): C^T = B^T A^T on
+           wgmma with the small side on wgmma's N, TMA rings, K split over a cluster summed
+           through distributed shared memory (kernels/_gemm_decode.py); 16-byte aligned rows.
 
 The variant and its tiles come from kernels/_gemm_tune.py: timed once per shape bucket and
 remembered on disk when autotuning is on (``GPURT_GEMM_AUTOTUNE=0`` turns it off), chosen by

@@ -42,6 +42,9 @@ SHAPES = {"quick": [(33, 129, 67), (5, 7, 0)],
           "race": [(33, 129, 67), (130, 257, 65)],
           "full": [(33, 129, 67), (1, 1, 1), (5, 7, 0), (130, 257, 65), (17, 300, 1000),
                    (127, 64, 200)]}
+# shapes whose operands' rows (K long, padded by 8) are 16-byte aligned
+TMA_SHAPES = {"quick": [(17, 264, 200)], "race": [(17, 264, 200)],
+              "full": [(17, 264, 200), (100, 8, 1000)]}
 LENGTHS = {"quick": [7, 1000, 4099],
            "race": [7, 4099, 50257, 65536, 70001, 131072, 600001],
            "full": [1, 7, 33, 1000, 4099, 32001, 50257, 65536, 70001, 131072, 600001, 1000003]}
@@ -69,6 +72,13 @@ def _cases(tier: str) -> Iterator[tuple[str, Any]]:
                         m, n, k, dtype, trans_a, trans_b, a_layout=(trans_a, offset, 3),
                         b_layout=(not trans_b, offset, 0), out_layout=(False, offset, 1),
                         alpha=-1.5, beta=0.5, c_is_out=offset == 1)
+    for dtype in ("float16", "bfloat16"):  # 16-byte rows: the TMA families (wgmma, decode)
+        for m, n, k in TMA_SHAPES[tier]:
+            for trans_a, trans_b in transposes:
+                yield "gemm", GemmCase(
+                    m, n, k, dtype, trans_a, trans_b, a_layout=(trans_a, 0, 8),
+                    b_layout=(not trans_b, 0, 8), out_layout=(False, 0, 1), alpha=-1.5,
+                    beta=0.5)
     for op in OPS:
         for dtype in SOFTMAX_DTYPES:
             for cols in LENGTHS[tier]:

@@ -155,7 +155,7 @@ def test_eligibility():
 @pytest.mark.parametrize("dims,kind", [
     ((4096, 4096, 4096), "wgmma"),
     ((8192, 8192, 512), "wgmma"),
-    ((16, 4096, 4096), "skinny"),    # decode shape: B streamed once, K split over a cluster
+    ((16, 4096, 4096), "decode"),    # decode shape: B streamed once, K split over a cluster
     ((127, 257, 61), "wgmma"),
 ])
 def test_heuristic_bf16_hopper(dims, kind):
@@ -217,7 +217,7 @@ def test_candidates_are_eligible_and_unique():
         assert all(c.cluster_m == 1 for c in found)
 
 
-def test_wgmma_split_for_few_tiles():
+def test_wgmma_split_for_few_tiles(monkeypatch):
     """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves."""
     assert tune._wave_split(problem(), tune._WGMMA[1]) == 1  # 1024 tiles
     assert tune._wave_split(problem(128, 4096, 4096), tune._WGMMA[1]) == 4  # 32 tiles: 128
@@ -225,6 +225,9 @@ def test_wgmma_split_for_few_tiles():
     assert tune._wave_split(problem(128, 4096, 256), tune._WGMMA[1]) == 1  # 4 K tiles
     assert tune._wave_split(problem(128, 14336, 4096), tune._WGMMA[1]) == 4  # partials cap
     assert tune._wave_split(problem(1000, 1000, 1000), tune._WGMMA[1]) == 1
+    chosen = tune.heuristic(problem(128, 4096, 4096))
+    assert (chosen.kernel, chosen.split_k) == ("decode", 2)  # tests/test_gemm_decode.py
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     chosen = tune.heuristic(problem(128, 4096, 4096))
     assert (chosen.kernel, chosen.bn, chosen.split_k, chosen.tma_store) == ("wgmma", 128, 4, False)
     assert tune.heuristic(problem(64, 14336, 4096)).split_k == 7

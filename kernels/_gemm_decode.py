@@ -1,0 +1,191 @@
+"""The decode GEMM family (kernels/gemm_decode.cu): fp16/bf16 problems on Hopper where one side
+of C is small (a batch of 1..128 tokens) and the weight is streamed once, on wgmma with the
+small side on the MMA's N dimension (C^T = B^T A^T for a wide C).
+
+A :class:`Config` of kind ``"decode"`` means: ``bm`` rows of the big operand X per CTA (64,
+128 or 256: one consumer warpgroup of 64 rows, two of 64 or two of 128), ``bn`` columns of
+the small operand Y per CTA (16, 32, 64, 128: wgmma's N), ``bk`` = 64, ``stages`` the TMA
+ring's depth, ``split_k`` CTAs of one thread-block cluster splitting K (1, 2, 4, 8), their
+fp32 partial tiles summed through distributed shared memory in a fixed order (one launch, no
+workspace, deterministic).
+
+Plain Python, no GPU calls (kernels/_gemm_launch.py encodes the tensor maps and launches).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gpurt
+
+from ._gemm_types import DT_BF16, DT_F16
+
+Config = Any  # a kernels._gemm_config.Config of kind "decode" (that module imports this one)
+Problem = Any  # a kernels._gemm_config.Problem
+
+__all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name", "why_not",
+           "Side", "sides", "heuristic", "candidates", "arguments", "SMALL_MAX"]
+
+SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
+HEURISTIC_MIN = 0  # the heuristic picks it above this (the skinny kernel up to it)
+_TILES_N = (16, 32, 64, 128)
+_RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 200 * 1024}  # one CTA per SM
+
+
+def validate(config: Config) -> None:
+    """Raise ValueError unless ``config`` is a decode tiling the kernel has."""
+    if (config.bm not in (64, 128, 256) or config.bn not in _TILES_N or config.bk != 64
+            or config.split_k not in (1, 2, 4, 8) or not 2 <= config.stages <= 16
+            or config.wm or config.wn or config.cluster_m != 1 or config.tma_store):
+        raise ValueError(f"decode tiles are (64|128|256) x (16|32|64|128) x 64 with 2..16 stages "
+                         f"and split 1, 2, 4 or 8 (CTAs of one cluster), not {config}")
+
+
+def threads(config: Config) -> int:
+    return 256 if config.bm == 64 else 384  # a producer warpgroup and 1 or 2 consumers
+
+
+def shared_mem(config: Config) -> int:
+    """The ring, or the fp32 partial tile written over it when larger, its barriers and the
+    slack that aligns it to 1 KiB."""
+    ring = config.stages * (config.bm + config.bn) * 128
+    partial = config.bn * (config.bm + 4) * 4
+    return max(ring, partial) + 16 * config.stages + 1024
+
+
+def name_expression(config: Config, dt: int, x_kmajor: bool, y_kmajor: bool) -> str:
+    flags = ", ".join(str(x).lower() for x in (x_kmajor, y_kmajor))
+    return (f"gemm_decode<{dt}, {config.bm}, {config.bn}, {config.stages}, {flags}, "
+            f"{config.split_k}>")
+
+
+class Side(NamedTuple):
+    """Which operand is X (the big one, P rows) and which Y (Q rows) and how C is strided:
+    ``tall`` False: X = op(b)^T, Y = op(a), C = D^T; True: X = op(a), Y = op(b)^T, C = D."""
+
+    tall: bool
+    p: int
+    q: int
+    x_kmajor: bool
+    y_kmajor: bool
+
+
+def sides(m: int, n: int, a_kmajor: bool, b_kmajor: bool) -> Side:
+    if n < m:
+        return Side(True, m, n, a_kmajor, b_kmajor)
+    return Side(False, n, m, b_kmajor, a_kmajor)
+
+
+def kernel_name(config: Config, problem: Problem) -> str:
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    return name_expression(config, problem.dt, side.x_kmajor, side.y_kmajor)
+
+
+def why_not(problem: Problem, config: Config) -> str | None:
+    """Why ``config`` cannot run ``problem`` (None when it can); the caller checks shared
+    memory and sizes."""
+    if problem.dt not in (DT_F16, DT_BF16):
+        return "the decode kernel takes float16/bfloat16"
+    if problem.capability != (9, 0):
+        major, minor = problem.capability
+        return f"the decode kernel needs sm_90 (Hopper), not sm_{major}{minor}"
+    if not problem.tma:
+        return ("the decode kernel loads with TMA, which needs every operand's base address "
+                "16-byte aligned and its row pitch a multiple of 16 bytes")
+    if problem.k < 1:
+        return "the decode kernel needs K >= 1"
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    if not side.y_kmajor and config.bn % 64:
+        return (f"the small operand is not K-major: the decode kernel loads it in 64-wide "
+                f"boxes, so bn must be 64 or 128, not {config.bn}")
+    return None
+
+
+class Tiles(NamedTuple):
+    """A decode tiling; _gemm_tune makes it a Config."""
+
+    bm: int
+    bn: int
+    stages: int
+    split: int
+
+
+def _bn(problem: Problem) -> int:
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    least = 16 if side.y_kmajor else 64
+    return next(t for t in _TILES_N if t >= max(least, min(side.q, SMALL_MAX)))
+
+
+def _blocks(problem: Problem, bm: int, bn: int) -> int:
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    return -(-side.p // bm) * -(-side.q // bn)
+
+
+def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
+    """bm-row tiles, unless given K split in 2 where the grid leaves half the SMs idle and
+    fits one wave split (each CTA keeping 8 K tiles at least), and the deepest ring that fits
+    the per-CTA budget: at most 8 stages, 6 for 64-row tiles (H100: 6 and 8 within 1%, 10-12
+    1-3% slower, 6 against 8 4% faster at bn 128; 4 stages 10-14% slower), whose budget is
+    halved when the grid needs two CTAs per SM. Clusters of 4 or 8 (tuner candidates only):
+    an H100 runs 30 clusters of 4 or 15 of 8 CTAs at once (120 of 132 SMs) against 66 of 2,
+    so a grid of 32 x 4 takes two waves (20-40% slower than split 2 at every decode shape)."""
+    bn = _bn(problem)
+    blocks = _blocks(problem, bm, bn)
+    if split is None:
+        slots = problem.sm_count * (1 if bm == 128 else 2)
+        split = 2 if blocks * 2 <= slots and -(-problem.k // 64) >= 16 else 1
+    budget, most = _RING_BYTES[bm], 8
+    if bm == 64:
+        most = 6
+        if blocks * split > problem.sm_count:
+            budget //= 2
+    stages = max(2, min(most, budget // ((bm + bn) * 128)))
+    return Tiles(bm, bn, stages, split)
+
+
+def heuristic(problem: Problem) -> Tiles | None:
+    """The decode tiling for a 16-bit problem whose small side is above HEURISTIC_MIN, up to
+    SMALL_MAX and at most an eighth of the other (None otherwise): 64-row tiles where 128-row
+    ones would leave half the SMs idle (4096 rows: 0.5-3% faster on an H100), else 128-row
+    ones."""
+    small, big = min(problem.m, problem.n), max(problem.m, problem.n)
+    if (problem.dt not in (DT_F16, DT_BF16) or not HEURISTIC_MIN < small <= SMALL_MAX
+            or big < 8 * small):
+        return None
+    few = _blocks(problem, 128, _bn(problem)) * 2 <= problem.sm_count
+    return _tiles(problem, 64 if few else 128)
+
+
+def candidates(problem: Problem) -> list[Tiles]:
+    """Decode tilings worth timing: 128- and 64-row tiles, unsplit and with K split over
+    clusters of 2, 4 and 8 where the grid fits one wave (none when the small side exceeds
+    SMALL_MAX). 256-row tiles, which read Y from L2 half as often, were 4-20% slower than the
+    best of these at M = 64 and 128 on an H100 (notes_gemm.md): selectable with config= only."""
+    if problem.dt not in (DT_F16, DT_BF16) or min(problem.m, problem.n) > SMALL_MAX:
+        return []
+    found: list[Tiles] = []
+    k_tiles = -(-problem.k // 64)
+    for bm in (128, 64):
+        blocks = _blocks(problem, bm, _bn(problem))
+        slots = problem.sm_count * (1 if bm == 128 else 2)
+        for split in (1, 2, 4, 8):
+            if split == 1 or (blocks * split <= slots and k_tiles >= 4 * split):
+                found.append(_tiles(problem, bm, split))
+    return found
+
+
+def arguments(call: Any, maps: tuple[bytes, bytes], out_ptr: int, cin_ptr: int, alpha: float,
+              beta: float) -> tuple[gpurt.LaunchConfig, tuple[Any, ...], tuple[int, ...]]:
+    """(launch config, kernel arguments, positions of the two tensor maps, out_ptr, cin_ptr,
+    alpha and beta among them) of ``call`` (a kernels._gemm_launch Call of a decode config)
+    with ``maps`` = the tensor maps of X and Y."""
+    config = call.config
+    side = sides(call.m, call.n, call.a_kmajor, call.b_kmajor)
+    c_strides = (call.ldc, 1) if side.tall else (1, call.ldc)
+    cin_strides = (call.ldcin, 1) if side.tall else (1, call.ldcin)
+    blocks = -(-side.p // config.bm) * -(-side.q // config.bn) * config.split_k
+    args = (*maps, out_ptr, cin_ptr, side.p, side.q, call.k, *c_strides, *cin_strides, alpha,
+            beta)
+    cluster = None if config.split_k == 1 else (config.split_k, 1, 1)
+    launch = gpurt.LaunchConfig(blocks, config.threads, call.smem, cluster=cluster)
+    return launch, args, (0, 1, 2, 3, 11, 12)

@@ -1,0 +1,223 @@
+// bf16/fp16 GEMM for decode shapes on Hopper (sm_90a): one side of C small (a batch of 1..128
+// tokens), the other and K large (a layer's weight), so the work is streaming the weight once.
+//
+// The kernel computes D (P x Q) = X (P x K) Y (Q x K)^T with X the big operand (the weight) on
+// wgmma's 64-row side and Y (the activations) on its N side (m64nBNk16, BN = 16..128), so a
+// batch of 16 costs a 16-wide MMA instead of a 128-row tile that is 7/8 padding. The host
+// picks X and Y out of op(a) and op(b)^T and C's strides: C = D^T (X = op(b)^T) when C is
+// wide, C = D when it is tall. A CTA of 2 or 3 warpgroups: one thread of warpgroup 0 issues
+// TMA copies into a STAGES-deep ring (the pipeline that keeps enough bytes of X in flight to
+// saturate memory), each other warpgroup multiplies 64 (BM = 64, 128) or 128 (BM = 256) rows
+// of X by the BN columns of Y; the taller tiles read Y from L2 fewer times.
+// Layouts, swizzle, descriptors and the ring's barriers are those of gemm_wgmma.cu.
+//
+// Split-K over the SPLIT CTAs of a thread-block cluster (grids of few tiles: 4096 rows of X
+// make 32 tiles of 128 for 132 SMs): each CTA takes a contiguous slice of K tiles; every CTA
+// writes its fp32 partial tile into its shared memory (over the ring, which is idle by then),
+// and after a cluster barrier rank r sums rows [r BM / SPLIT, (r + 1) BM / SPLIT) of all the
+// ranks' tiles in a fixed order through distributed shared memory and writes them to C with
+// alpha and beta: one launch, no workspace, deterministic.
+#include "gemm_wgmma.cu"
+
+namespace dc {
+
+#define DC_OUT_8 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define DC_REG_8 \
+    "%0, %1, %2, %3, %4, %5, %6, %7"
+#define DC_OUT_16 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define DC_REG_16 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define DC_OUT_32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define DC_REG_32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "\
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+
+// d (+)= A(64 x 16) * B(16 x N) for the N of the decode tiles (16, 32, 64, 128).
+template <int N, int DT, int TA, int TB>
+__device__ __forceinline__ void wgmma_n(float* d, u64 da, u64 db, int scale_d) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128, "BN is 16, 32, 64 or 128");
+    if constexpr (N == 128) {
+        wg::wgmma<128, DT, TA, TB>(d, da, db, scale_d);
+    } else if constexpr (N == 64 && DT == DT_BF16) {
+        WG_ASM("m64n64k16", "bf16", "%34", DC_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n", DC_OUT_32);
+    } else if constexpr (N == 64) {
+        WG_ASM("m64n64k16", "f16", "%34", DC_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n", DC_OUT_32);
+    } else if constexpr (N == 32 && DT == DT_BF16) {
+        WG_ASM("m64n32k16", "bf16", "%18", DC_REG_16, "%16, %17, p, 1, 1, %19, %20;\n}\n", DC_OUT_16);
+    } else if constexpr (N == 32) {
+        WG_ASM("m64n32k16", "f16", "%18", DC_REG_16, "%16, %17, p, 1, 1, %19, %20;\n}\n", DC_OUT_16);
+    } else if constexpr (DT == DT_BF16) {
+        WG_ASM("m64n16k16", "bf16", "%10", DC_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n", DC_OUT_8);
+    } else {
+        WG_ASM("m64n16k16", "f16", "%10", DC_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n", DC_OUT_8);
+    }
+}
+
+// The float at shared address `addr` of cluster CTA `rank` (this CTA's when SPLIT == 1).
+template <int SPLIT>
+__device__ __forceinline__ float load_partial(u32 addr, int rank) {
+    float v;
+    if constexpr (SPLIT > 1) {
+        u32 remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    } else {
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    }
+    return v;
+}
+
+}  // namespace dc
+
+// Grid: x = (tile of P * q_tiles + tile of Q) * SPLIT + cluster rank; clusters of SPLIT along
+// x. X_K / Y_K: X / Y K-major (else P- / Q-major: 64-wide boxes, BN a multiple of 64). Element
+// (p, q) of C is at C + p * c_p + q * c_q (Cin likewise). Dynamic shared memory: see
+// kernels/_gemm_decode.py (shared_mem).
+template <int DT, int BM, int BN, int STAGES, bool X_K, bool Y_K, int SPLIT>
+__global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
+gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ wg::TmaDesc tma_y,
+            u16* C, const u16* Cin, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
+            i64 cin_q, float alpha, float beta) {
+    using namespace wg;
+    static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256 rows of X");
+    static_assert(Y_K || BN % 64 == 0, "a Q-major Y comes in 64-wide boxes");
+    static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "clusters of 1..8");
+    // MT 64-row blocks of X per consumer warpgroup: block b of the tile at b * CHUNK_BYTES
+    // in both layouts (K-major: 64 rows of 128 bytes; P-major: one [64 k][64 p] box)
+    constexpr int CONSUMERS = BM == 64 ? 1 : 2, MT = BM / 64 / CONSUMERS;
+    constexpr int THREADS = 128 * (1 + CONSUMERS);
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+    constexpr int PITCH = BM + 4;  // floats per column of the partial tile: conflict-free
+    constexpr u32 RING = STAGES * (A_BYTES + B_BYTES), PART = BN * PITCH * 4;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
+    const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
+    const u32 full_bar = base + (RING > PART ? RING : PART);
+    const u32 empty_bar = full_bar + STAGES * 8;
+
+    const int q_tiles = (Q + BN - 1) / BN;
+    const int block = blockIdx.x / SPLIT;
+    const int rank = SPLIT == 1 ? 0 : (int)cluster_rank();
+    const int tp = block / q_tiles, tq = block % q_tiles;
+    const int k_tiles = (K + BK - 1) / BK, per = (k_tiles + SPLIT - 1) / SPLIT;
+    const int k_begin = min(k_tiles, rank * per), k_end = min(k_tiles, k_begin + per);
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full_bar + 8 * s, 1);
+            mbar_init(empty_bar + 8 * s, CONSUMERS * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        if (threadIdx.x == 0) {
+            for (int kt = k_begin, it = 0; kt < k_end; ++kt, ++it) {
+                const int s = it % STAGES;
+                mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
+                const u32 full = full_bar + 8 * s;
+                mbar_expect_tx(full, A_BYTES + B_BYTES);
+                const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
+                const int k0 = kt * BK;
+                if (X_K) {
+                    tma_load(a_dst, &tma_x, k0, tp * BM, full);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < BM / 64; ++j)
+                        tma_load(a_dst + j * CHUNK_BYTES, &tma_x, tp * BM + j * 64, k0, full);
+                }
+                if (Y_K) {
+                    tma_load(b_dst, &tma_y, k0, tq * BN, full);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j)
+                        tma_load(b_dst + j * CHUNK_BYTES, &tma_y, tq * BN + j * 64, k0, full);
+                }
+            }
+        }
+    } else {
+        const int half = warpgroup - 1;  // row blocks [MT half, MT half + MT) of the tile
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+        float d[MT][BN / 2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) d[mt][i] = 0.f;
+        constexpr u32 A_STEP = X_K ? 32 : 2048, B_STEP = Y_K ? 32 : 2048;
+        constexpr u32 A_LBO = X_K ? 16 : CHUNK_BYTES, B_LBO = Y_K ? 16 : CHUNK_BYTES;
+        const u32 a_half = half * MT * CHUNK_BYTES;
+        int prev = 0;
+        for (int kt = k_begin, it = 0; kt < k_end; ++kt, ++it) {
+            const int s = it % STAGES;
+            mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+            const u32 a_tile = a_ring + s * A_BYTES + a_half, b_tile = b_ring + s * B_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+                const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, 1024);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const u64 da = make_desc(a_tile + mt * CHUNK_BYTES + kk * A_STEP, A_LBO, 1024);
+                    dc::wgmma_n<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(
+                        d[mt], da, db, (kt > k_begin || kk > 0) ? 1 : 0);
+                }
+            }
+            wgmma_commit();
+            if (kt > k_begin) {
+                wgmma_wait<1>();
+                if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+            }
+            prev = s;
+        }
+        wgmma_wait<0>();
+        // Every TMA copy has landed (each was waited for) and every consumer's wgmmas have
+        // read their operands: the ring is free for the partial tile (column q at q * PITCH).
+        named_sync(1, 128 * CONSUMERS);
+        // d[mt][4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of row
+        // block MT half + mt.
+        float* part = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int row = (half * MT + mt) * 64 + warp * 16 + lane / 4;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = 8 * j + 2 * (lane % 4) + e % 2;
+                    part[col * PITCH + row + 8 * (e / 2)] = d[mt][4 * j + e];
+                }
+        }
+    }
+    if (SPLIT > 1) {
+        cluster_sync();  // every rank's partial tile is written and visible cluster-wide
+    } else {
+        __syncthreads();
+    }
+    // Rank r finishes rows [r BM / SPLIT, (r + 1) BM / SPLIT), row fastest (C's contiguous
+    // side when it is wide), summing the ranks in order.
+    constexpr int ROWS = BM / SPLIT;
+    const int p0 = tp * BM + rank * ROWS, q0 = tq * BN;
+    const int rows = min(ROWS, P - p0), cols = min(BN, Q - q0);
+    for (int u = threadIdx.x; u < ROWS * cols; u += THREADS) {
+        const int pr = u % ROWS, q = u / ROWS;
+        if (pr >= rows) continue;
+        const u32 at = base + 4 * (q * PITCH + rank * ROWS + pr);
+        float sum = 0.f;
+#pragma unroll
+        for (int from = 0; from < SPLIT; ++from) sum += dc::load_partial<SPLIT>(at, from);
+        const i64 p = p0 + pr, qq = q0 + q;
+        float v = alpha * sum;
+        if (beta != 0.f) v += beta * to_f32<DT>(Cin[p * cin_p + qq * cin_q]);
+        C[p * c_p + qq * c_q] = from_f32<DT>(v);
+    }
+    if (SPLIT > 1) cluster_sync();  // no CTA leaves while others may read its partial tile
+}
