@@ -27,6 +27,14 @@ gemm = gemm_mod.gemm
 def _plain_environment(monkeypatch):
     monkeypatch.delenv("GPURT_GEMM_DISABLE", raising=False)
     monkeypatch.delenv("GPURT_GEMM_NVRTC_OPTIONS", raising=False)
+    monkeypatch.setenv("GPURT_GEMM_DECODE", "1")  # opt-in until racecheck is clean
+
+
+def test_decode_is_opt_in(monkeypatch):
+    monkeypatch.delenv("GPURT_GEMM_DECODE")
+    assert tune.heuristic(problem(16, 4096, 4096)).kernel == "skinny"
+    assert not any(c.kernel == "decode" for c in tune.candidates(problem(32, 4096, 4096)))
+    assert any(c.kernel == "decode" for c in tune.all_configs(problem(32, 4096, 4096)))
 
 
 def problem(m=32, n=4096, k=4096, dt=tune.DT_BF16, a_k=True, b_k=False, tma=True, cap=(9, 0),
