@@ -211,7 +211,9 @@ def run_check(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess[
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     # PYTHONPATH stays: gpu-check puts its own copy of gpurt in front of it, and on the GPU
     # machine it holds the wheels (nvtx) that the outer gpu-check installed.
-    env = {k: v for k, v in os.environ.items() if k != "GPURT_CACHE_DIR"}
+    # the outer run's kernel cache and worker count stay out (the inner counts its own tests)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPURT_CACHE_DIR", "GPURT_CHECK_WORKERS")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(["bash", str(tree / "scripts" / "gpu-check"), str(out), *args],
                           cwd=tree.parent, env=env, capture_output=True, text=True,
