@@ -79,6 +79,10 @@ enum { WORD_INT = 1, WORD_NONE = 2, WORD_ARRAY = 3 };
 CLAUNCH_INTERNAL Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room,
                                         unsigned long long *address);
 
+/* ``value`` (a new reference, or NULL after a failed call; released here) as a 64-bit word:
+ * 0, or -1 when it is NULL or not an int that fits (the failed call's exception stays). */
+CLAUNCH_INTERNAL int take_word(PyObject *value, long long *out);
+
 /* ---- conversions ------------------------------------------------------------------------- */
 
 /* An unsigned int from a Python int, raising OverflowError out of range and TypeError for

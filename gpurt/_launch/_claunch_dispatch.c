@@ -55,14 +55,7 @@ static int attribute_is(PyObject *owner, PyObject *name, PyObject *expected)
 /* ``owner.name()`` as a 64-bit int: 0, or -1 (no exception set). */
 static int method_int(PyObject *owner, PyObject *name, long long *out)
 {
-    PyObject *value = PyObject_CallMethodNoArgs(owner, name);
-    int ok = value != NULL && PyLong_Check(value);
-    if (ok) {
-        *out = PyLong_AsLongLong(value);
-        ok = !(*out == -1 && PyErr_Occurred());
-    }
-    Py_XDECREF(value);
-    return ok ? 0 : -1;
+    return take_word(PyObject_CallMethodNoArgs(owner, name), out);
 }
 
 /* Whether torch's current stream on device ``index`` is this thread's current gpurt stream

@@ -18,11 +18,8 @@ static PyObject *str_shape, *str_strides, *str_dtype, *str_num, *str_ptr, *str_d
 /* The Array's slots, and the index of its device, read in place (see slot_get) */
 static Slot shape_slot, strides_slot, dtype_slot, ptr_slot, device_slot, index_slot;
 
-/* An int attribute ``name`` of ``owner`` as a 64-bit word: 0, or -1 (no exception set) when
- * it is missing or not an int that fits. */
-static int int_attribute(PyObject *owner, PyObject *name, long long *out)
+int take_word(PyObject *value, long long *out)
 {
-    PyObject *value = PyObject_GetAttr(owner, name);
     int ok = value != NULL && PyLong_Check(value);
     if (ok) {
         *out = PyLong_AsLongLong(value);
@@ -30,6 +27,13 @@ static int int_attribute(PyObject *owner, PyObject *name, long long *out)
     }
     Py_XDECREF(value);
     return ok ? 0 : -1;
+}
+
+/* An int attribute ``name`` of ``owner`` as a 64-bit word: 0, or -1 (no exception set) when
+ * it is missing or not an int that fits. */
+static int int_attribute(PyObject *owner, PyObject *name, long long *out)
+{
+    return take_word(PyObject_GetAttr(owner, name), out);
 }
 
 /* The items of a tuple of ints (shape or strides) as words: 0, or -1 when they do not fit. */
