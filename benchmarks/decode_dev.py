@@ -3,9 +3,10 @@ small side of C on wgmma's N): checks forced decode configs against float64 (eve
 odd M, K tails, empty K slices of a cluster, beta, tall C, fp16), then times every decode
 candidate kernel-only (bench_gemm_decode's graph replay over rotating weights) next to cuBLAS
 and to the choice gemm made before this family (GPURT_GEMM_DISABLE=decode). ``sanitize`` runs
-a small sweep for compute-sanitizer.
+a small sweep for compute-sanitizer; ``race`` the case where the full sweep's racecheck
+reported hazards.
 
-    python benchmarks/decode_dev.py precompile | check | time [--json PATH] | sanitize
+    python benchmarks/decode_dev.py precompile | check | time [--json PATH] | sanitize | race
 """
 
 from __future__ import annotations
@@ -96,6 +97,19 @@ def sanitize() -> None:
               torch.float16)]
     cases.append((40, 264, 1000, tune.Config("decode", 256, 64, 64, stages=4, split_k=2),
                   False, False, 0.5))
+    sys.exit(1 if run_checks(cases) else 0)
+
+
+def race() -> None:
+    """The sanitizer sweep's TMA-aligned case (17 x 264 x 200, beta 0.5) with every decode
+    config gemm may force on it, bf16 and fp16, every layout: where the full sweep's
+    racecheck reported hazards (notes_gemm.md; benchmarks/decode_race_dev.sh)."""
+    cases = []
+    for dtype, dt in ((torch.bfloat16, tune.DT_BF16), (torch.float16, tune.DT_F16)):
+        for a_t, b_t in ((False, False), (True, True), (True, False), (False, True)):
+            p = problem(17, 264, 200, a_t, b_t, dt)
+            cases += [(17, 264, 200, c, a_t, b_t, 0.5, dtype) for c in tune.all_configs(p)
+                      if c.kernel == "decode"]
     sys.exit(1 if run_checks(cases) else 0)
 
 
@@ -197,7 +211,8 @@ def _max_clusters(kernel: Any, size: int, smem: int) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("precompile", "check", "time", "sanitize", "stages"))
+    parser.add_argument("mode", choices=("precompile", "check", "time", "sanitize", "stages",
+                                         "race"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
@@ -209,5 +224,7 @@ if __name__ == "__main__":
         run_timing(args.json)
     elif args.mode == "stages":
         run_stages()
+    elif args.mode == "race":
+        race()
     else:
         sanitize()
