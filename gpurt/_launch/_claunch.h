@@ -79,6 +79,29 @@ enum { WORD_INT = 1, WORD_NONE = 2, WORD_ARRAY = 3 };
 CLAUNCH_INTERNAL Py_ssize_t array_words(PyObject *array, long long *words, Py_ssize_t room,
                                         unsigned long long *address);
 
+/* The words of an int item (WORD_INT, its value) or None (WORD_NONE) at ``words``, ``room``
+ * left: how many, 0 when the item is neither, -1 when it does not fit (an int out of range
+ * leaves OverflowError set). */
+static inline Py_ssize_t scalar_words(PyObject *item, long long *words, Py_ssize_t room)
+{
+    if (item == Py_None) {
+        if (room < 1) {
+            return -1;
+        }
+        words[0] = WORD_NONE;
+        return 1;
+    }
+    if (!PyLong_Check(item)) {
+        return 0;
+    }
+    if (room < 2) {
+        return -1;
+    }
+    words[0] = WORD_INT;
+    words[1] = PyLong_AsLongLong(item);
+    return words[1] == -1 && PyErr_Occurred() ? -1 : 2;
+}
+
 /* ``value`` (a new reference, or NULL after a failed call; released here) as a 64-bit word:
  * 0, or -1 when it is NULL or not an int that fits (the failed call's exception stays). */
 CLAUNCH_INTERNAL int take_word(PyObject *value, long long *out);

@@ -137,20 +137,16 @@ static int make_key(Dispatcher *self, PyObject *const *items, Py_ssize_t count,
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = items[i];
-        Py_ssize_t added = -1;
+        PyObject *type = (PyObject *)Py_TYPE(item);
+        Py_ssize_t added = scalar_words(item, words + used, MAX_WORDS - used);
         addresses[i] = 0;
-        if (item == Py_None && used < MAX_WORDS) {
-            words[used] = WORD_NONE;
-            added = 1;
-        } else if (PyLong_Check(item) && used + 2 <= MAX_WORDS) {
-            words[used] = WORD_INT;
-            words[used + 1] = PyLong_AsLongLong(item);
-            added = words[used + 1] == -1 && PyErr_Occurred() ? -1 : 2;
-        } else if ((PyObject *)Py_TYPE(item) == self->array_type) {
+        if (added == 0 && type == self->array_type) {
             added = array_words(item, words + used, MAX_WORDS - used, &addresses[i]);
-        } else if (self->tensor_type != NULL && (PyObject *)Py_TYPE(item) == self->tensor_type) {
+        } else if (added == 0 && type == self->tensor_type) { /* NULL before set_torch */
             added = tensor_words(self, item, words + used, MAX_WORDS - used, &addresses[i],
                                  &streamed);
+        } else if (added == 0) {
+            added = -1;
         }
         if (added < 0) {
             return unsupported();

@@ -105,17 +105,12 @@ static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t n
     Py_ssize_t used = 0;
     for (Py_ssize_t i = 1; i < nargs; i++) {
         PyObject *item = args[i];
-        Py_ssize_t added = -1;
-        if (item == Py_None && used < MAX_WORDS) {
-            words[used] = WORD_NONE;
-            added = 1;
-        } else if (PyLong_Check(item) && used + 2 <= MAX_WORDS) {
-            words[used] = WORD_INT;
-            words[used + 1] = PyLong_AsLongLong(item);
-            added = words[used + 1] == -1 && PyErr_Occurred() ? -1 : 2;
-        } else if ((PyObject *)Py_TYPE(item) == args[0]) {
+        Py_ssize_t added = scalar_words(item, words + used, MAX_WORDS - used);
+        if (added == 0) {
             unsigned long long address;
-            added = array_words(item, words + used, MAX_WORDS - used, &address);
+            added = (PyObject *)Py_TYPE(item) == args[0]
+                        ? array_words(item, words + used, MAX_WORDS - used, &address)
+                        : -1;
         }
         if (added < 0) {
             PyErr_Clear();
