@@ -169,8 +169,9 @@ def run_stages() -> None:
         p = problem(8, 4096, 4096)
         kernel = launch.compile_kernels("gemm_decode.cu", launch.kernel_names(cfg, p), "sm_90a")[0]
         smem = cfg.shared_mem(True, False)
-        print(json.dumps({"split": split, "max_clusters": _max_clusters(kernel, split, smem)}),
-              flush=True)
+        fit = kernel.max_active_clusters(gpurt.LaunchConfig(split * 1024, cfg.threads, smem,
+                                                             cluster=split))
+        print(json.dumps({"split": split, "max_clusters": fit}), flush=True)
     for n, k in ((4096, 4096), (4096, 11008)):
         for m in (8, 64, 128):
             bp = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, False, l2)
@@ -184,29 +185,6 @@ def run_stages() -> None:
                     row[cfg.label()] = _time(bp, cfg, stream)
             print(json.dumps(row), flush=True)
             del bp
-
-
-def _max_clusters(kernel: Any, size: int, smem: int) -> int:
-    from cuda.bindings import driver as cu
-
-    _ = kernel.num_regs
-    handle = gpurt.check(cu.cuLibraryGetKernel(kernel.module.library(), kernel.symbol.encode()),
-                         "cuLibraryGetKernel")
-    function = gpurt.check(cu.cuKernelGetFunction(handle), "cuKernelGetFunction")
-    gpurt.check(cu.cuFuncSetAttribute(
-        function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
-        "cuFuncSetAttribute")
-    config = cu.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = size * 1024, 1, 1
-    config.blockDimX, config.blockDimY, config.blockDimZ = 384, 1, 1
-    config.sharedMemBytes = smem
-    attr = cu.CUlaunchAttribute()
-    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = size, 1, 1
-    config.attrs = [attr]
-    config.numAttrs = 1
-    return int(gpurt.check(cu.cuOccupancyMaxActiveClusters(function, config),
-                           "cuOccupancyMaxActiveClusters"))
 
 
 if __name__ == "__main__":

@@ -394,25 +394,9 @@ def max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
     key = (kernel.symbol, smem, config.cluster_m, index)
     found = _cluster_limits.get(key)
     if found is None:
-        _ = kernel.num_regs  # loads the kernel and binds the device's context on this thread
-        handle = gpurt.check(cu.cuLibraryGetKernel(kernel.module.library(), kernel.symbol.encode()),
-                             "cuLibraryGetKernel")
-        function = gpurt.check(cu.cuKernelGetFunction(handle), "cuKernelGetFunction")
-        gpurt.check(cu.cuFuncSetAttribute(
-            function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem), "cuFuncSetAttribute")
-        launch = cu.CUlaunchConfig()
-        launch.gridDimX, launch.gridDimY, launch.gridDimZ = config.cluster_m * 1024, 1, 1
-        launch.blockDimX, launch.blockDimY, launch.blockDimZ = config.threads, 1, 1
-        launch.sharedMemBytes = smem
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        dims = attr.value.clusterDim
-        dims.x, dims.y, dims.z = config.cluster_m, 1, 1
-        launch.attrs = [attr]
-        launch.numAttrs = 1
-        found = int(gpurt.check(cu.cuOccupancyMaxActiveClusters(function, launch),
-                                "cuOccupancyMaxActiveClusters"))
+        launch = gpurt.LaunchConfig(config.cluster_m * 1024, config.threads, smem,
+                                    cluster=config.cluster_m)
+        found = kernel.max_active_clusters(launch, device=index)
         _cluster_limits[key] = found = max(found, 1)
     return found
 
