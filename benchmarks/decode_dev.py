@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gemm_decode as bench  # noqa: E402
 import torch  # noqa: E402
-from decode_split_dev import run_checks  # noqa: E402
+from decode_split_dev import graph_us, run_checks, time_variants  # noqa: E402
 
 import gpurt  # noqa: E402
 
@@ -117,11 +117,6 @@ M_VALUES = tuple(int(m) for m in os.environ.get("DECODE_M", "8,16,32,64,128").sp
 NK = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096))
 
 
-def _time(p: Any, cfg: Any, stream: Any) -> float:
-    with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
-        return round(bench.gpurt_graph_us(gpurt, gm.gemm, p, cfg, 20, torch), 2)
-
-
 def run_timing(json_path: str | None) -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -138,15 +133,7 @@ def run_timing(json_path: str | None) -> None:
             os.environ.pop("GPURT_GEMM_DISABLE")
             variants = [("old " + old.label(), old)]
             variants += [(c.label(), c) for c in tune.candidates(tp) if c.kernel == "decode"]
-            for name, cfg in variants:
-                try:
-                    row[name] = _time(p, cfg, stream)
-                except Exception as exc:  # noqa: BLE001 - report and go on
-                    print(f"{row['shape']} {name}: {exc!r}", flush=True)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if json_path:
-                Path(json_path).write_text(json.dumps(rows, indent=1))
+            time_variants(p, row, variants, stream, rows, json_path)
             del p
     print(f"\n{torch.cuda.get_device_name()}: us kernel-only (graph replay); cuBLAS / gpurt")
     for row in rows:
@@ -182,7 +169,7 @@ def run_stages() -> None:
             for stages in (4, 6, 8, 10, 12):
                 cfg = tune.Config("decode", 64, bn, 64, stages=stages, split_k=2)
                 if cfg.shared_mem(True, False) <= 227 * 1024:
-                    row[cfg.label()] = _time(bp, cfg, stream)
+                    row[cfg.label()] = graph_us(bp, cfg, stream)
             print(json.dumps(row), flush=True)
             del bp
 

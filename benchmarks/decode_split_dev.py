@@ -110,6 +110,27 @@ M_VALUES = (32, 64, 128)
 NK = ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096))
 
 
+def graph_us(p: Any, config: Any, stream: Any) -> float:
+    """gemm with ``config`` on ``p``, kernel-only (graph replay) on ``stream``, in us."""
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+        return round(bench.gpurt_graph_us(gpurt, gm.gemm, p, config, 20, torch), 2)
+
+
+def time_variants(p: Any, row: dict[str, Any], variants: list[tuple[str, Any]], stream: Any,
+                  rows: list[dict[str, Any]], json_path: str | None) -> None:
+    """Time each (name, config) of ``variants`` kernel-only on ``p`` into ``row`` (a failure is
+    printed, not raised), then keep the row in ``rows``, print it and save ``rows``."""
+    for name, config in variants:
+        try:
+            row[name] = graph_us(p, config, stream)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"{row['shape']} {name}: {exc!r}", flush=True)
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+
+
 def run_timing(json_path: str | None) -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -130,17 +151,7 @@ def run_timing(json_path: str | None) -> None:
                     s = tune._wave_split(problem, base)
                     for k_split in sorted({s, 2 * s, max(2, s // 2)}):
                         variants.append((split(base, k_split).label(), split(base, k_split)))
-                for name, config in variants:
-                    try:
-                        with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
-                            row[name] = round(bench.gpurt_graph_us(gpurt, gm.gemm, p, config, 20,
-                                                                   torch), 2)
-                    except Exception as exc:  # noqa: BLE001 - report and go on
-                        print(f"{row['shape']} {name}: {exc!r}", flush=True)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if json_path:
-                    Path(json_path).write_text(json.dumps(rows, indent=1))
+                time_variants(p, row, variants, stream, rows, json_path)
                 del p
     print(f"\n{torch.cuda.get_device_name()}: us kernel-only (graph replay); cuBLAS / gpurt")
     for row in rows:
