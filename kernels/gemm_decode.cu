@@ -11,6 +11,7 @@
 // of X by the BN columns of Y; the taller tiles read Y from L2 fewer times.
 // Layouts, swizzle, descriptors and the ring's barriers are those of gemm_wgmma.cu.
 //
+// Without split-K (SPLIT == 1) the consumers write C straight from their accumulators.
 // Split-K over the SPLIT CTAs of a thread-block cluster (grids of few tiles: 4096 rows of X
 // make 32 tiles of 128 for 132 SMs): each CTA takes a contiguous slice of K tiles; every CTA
 // writes its fp32 partial tile into its shared memory (over the ring, which is idle by then),
@@ -60,18 +61,23 @@ __device__ __forceinline__ void wgmma_n(float* d, u64 da, u64 db, int scale_d) {
     }
 }
 
-// The float at shared address `addr` of cluster CTA `rank` (this CTA's when SPLIT == 1).
-template <int SPLIT>
+// The float at shared address `addr` of cluster CTA `rank`.
 __device__ __forceinline__ float load_partial(u32 addr, int rank) {
     float v;
-    if constexpr (SPLIT > 1) {
-        u32 remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-    } else {
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-    }
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
     return v;
+}
+
+// Element (p, q) of C: alpha * sum (+ beta * Cin's element).
+template <int DT>
+__device__ __forceinline__ void store_c(u16* C, const u16* Cin, i64 p, i64 q, i64 c_p, i64 c_q,
+                                        i64 cin_p, i64 cin_q, float alpha, float beta,
+                                        float sum) {
+    float v = alpha * sum;
+    if (beta != 0.f) v += beta * to_f32<DT>(Cin[p * cin_p + q * cin_q]);
+    C[p * c_p + q * c_q] = from_f32<DT>(v);
 }
 
 }  // namespace dc
@@ -179,11 +185,28 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             prev = s;
         }
         wgmma_wait<0>();
+        // d[mt][4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of row
+        // block MT half + mt.
+        if constexpr (SPLIT == 1) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const int row = tp * BM + (half * MT + mt) * 64 + warp * 16 + lane / 4;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int p = row + 8 * (e / 2);
+                        const int q = tq * BN + 8 * j + 2 * (lane % 4) + e % 2;
+                        if (p < P && q < Q)
+                            dc::store_c<DT>(C, Cin, p, q, c_p, c_q, cin_p, cin_q, alpha, beta,
+                                            d[mt][4 * j + e]);
+                    }
+            }
+            return;
+        }
         // Every TMA copy has landed (each was waited for) and every consumer's wgmmas have
         // read their operands: the ring is free for the partial tile (column q at q * PITCH).
         named_sync(1, 128 * CONSUMERS);
-        // d[mt][4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of row
-        // block MT half + mt.
         float* part = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -197,11 +220,8 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
                 }
         }
     }
-    if (SPLIT > 1) {
-        cluster_sync();  // every rank's partial tile is written and visible cluster-wide
-    } else {
-        __syncthreads();
-    }
+    if constexpr (SPLIT == 1) return;
+    cluster_sync();  // every rank's partial tile is written and visible cluster-wide
     // Rank r finishes rows [r BM / SPLIT, (r + 1) BM / SPLIT), row fastest (C's contiguous
     // side when it is wide), summing the ranks in order.
     constexpr int ROWS = BM / SPLIT;
@@ -213,11 +233,8 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         const u32 at = base + 4 * (q * PITCH + rank * ROWS + pr);
         float sum = 0.f;
 #pragma unroll
-        for (int from = 0; from < SPLIT; ++from) sum += dc::load_partial<SPLIT>(at, from);
-        const i64 p = p0 + pr, qq = q0 + q;
-        float v = alpha * sum;
-        if (beta != 0.f) v += beta * to_f32<DT>(Cin[p * cin_p + qq * cin_q]);
-        C[p * c_p + qq * c_q] = from_f32<DT>(v);
+        for (int from = 0; from < SPLIT; ++from) sum += dc::load_partial(at, from);
+        dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
     }
-    if (SPLIT > 1) cluster_sync();  // no CTA leaves while others may read its partial tile
+    cluster_sync();  // no CTA leaves while others may read its partial tile
 }
