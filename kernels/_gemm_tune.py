@@ -96,14 +96,6 @@ def disabled_kernels() -> frozenset[str]:
     return frozenset(part.strip() for part in text.split(",") if part.strip())
 
 
-def decode_enabled() -> bool:
-    """Whether the heuristic and the tuner may choose the decode family
-    (kernels/gemm_decode.cu): only with ``GPURT_GEMM_DECODE=1`` for now, because
-    compute-sanitizer's racecheck reports shared-memory hazards in it that are not yet
-    explained (benchmarks/notes_gemm.md); ``config=`` reaches it either way."""
-    return os.environ.get("GPURT_GEMM_DECODE", "").strip() == "1"
-
-
 _INT32_MAX = 2**31 - 1
 _MAX_SPLIT = 65535  # gridDim.z
 
@@ -217,8 +209,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
-        if decode_enabled():
-            pool += [_decode_config(t) for t in _decode.candidates(problem)]
+        pool += [_decode_config(t) for t in _decode.candidates(problem)]
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
@@ -287,7 +278,7 @@ def heuristic(problem: Problem) -> Config:
             return wide
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
-    decode = _decode.heuristic(problem) if decode_enabled() else None
+    decode = _decode.heuristic(problem)
     if decode is not None and eligible(problem, _decode_config(decode)):
         return _decode_config(decode)
     tiles = _skinny.heuristic(problem)

@@ -159,7 +159,6 @@ def test_eligibility():
     ((127, 257, 61), "wgmma"),
 ])
 def test_heuristic_bf16_hopper(dims, kind, monkeypatch):
-    monkeypatch.setenv("GPURT_GEMM_DECODE", "1")  # the decode family is opt-in for now
     chosen = tune.heuristic(problem(*dims))
     assert chosen.kernel == kind
     assert chosen.tma_store == (kind == "wgmma")
@@ -226,7 +225,6 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     assert tune._wave_split(problem(128, 4096, 256), tune._WGMMA[1]) == 1  # 4 K tiles
     assert tune._wave_split(problem(128, 14336, 4096), tune._WGMMA[1]) == 4  # partials cap
     assert tune._wave_split(problem(1000, 1000, 1000), tune._WGMMA[1]) == 1
-    monkeypatch.setenv("GPURT_GEMM_DECODE", "1")
     chosen = tune.heuristic(problem(128, 4096, 4096))
     assert (chosen.kernel, chosen.split_k) == ("decode", 2)  # tests/test_gemm_decode.py
     monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")

@@ -27,13 +27,15 @@ gemm = gemm_mod.gemm
 def _plain_environment(monkeypatch):
     monkeypatch.delenv("GPURT_GEMM_DISABLE", raising=False)
     monkeypatch.delenv("GPURT_GEMM_NVRTC_OPTIONS", raising=False)
-    monkeypatch.setenv("GPURT_GEMM_DECODE", "1")  # opt-in until racecheck is clean
 
 
-def test_decode_is_opt_in(monkeypatch):
-    monkeypatch.delenv("GPURT_GEMM_DECODE")
+def test_decode_is_the_default_and_can_be_disabled(monkeypatch):
+    assert tune.heuristic(problem(16, 4096, 4096)).kernel == "decode"
+    assert any(c.kernel == "decode" for c in tune.candidates(problem(32, 4096, 4096)))
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     assert tune.heuristic(problem(16, 4096, 4096)).kernel == "skinny"
     assert not any(c.kernel == "decode" for c in tune.candidates(problem(32, 4096, 4096)))
+    monkeypatch.delenv("GPURT_GEMM_DISABLE")
     assert any(c.kernel == "decode" for c in tune.all_configs(problem(32, 4096, 4096)))
 
 
