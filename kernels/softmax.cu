@@ -232,58 +232,41 @@ struct Forward {
         return combine_max_sum(a, b);
     }
 
-    // float32: a max pass, then a pass whose exp(x - m) replace x (softmax), so the outputs
-    // need one multiplication each. 16-bit inputs: see below.
+    // A max pass, then a sum pass. float32: its exp(x - m) replace x (softmax), so the
+    // outputs need one multiplication each. 16-bit inputs are widened again in the sum pass
+    // (there is no room to keep exps), with exp2 flushing float32 subnormals (below every
+    // 16-bit normal, and at most 1e-38 for bfloat16 outputs): two exps an element and a
+    // short instruction stream, where these rows are compute-bound.
     template <int ITEMS, int VEC, class H>
     static __device__ __forceinline__ float2 local(H& h) {
-        if constexpr (sizeof(typename H::A::S) == 4) {
-            float m = SM_NEG_INF;
+        float m = SM_NEG_INF;
 #pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                float c[VEC];
-                h.item(0, i, c);
+        for (int i = 0; i < ITEMS; ++i) {
+            float c[VEC];
+            h.item(0, i, c);
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
-            }
-            // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
-            const float ref = reference(m);
-            float s = 0.0f;
+            for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
+        }
+        // Values only -inf (or NaN, which fmaxf skips): sum exp(x - 0), i.e. 0 or NaN.
+        const float ref = reference(m);
+        float s = 0.0f;
 #pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                float c[VEC];
-                h.item(0, i, c);
+        for (int i = 0; i < ITEMS; ++i) {
+            float c[VEC];
+            h.item(0, i, c);
+            if constexpr (sizeof(typename H::A::S) == 4) {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
                     c[k] = exp2f((c[k] - ref) * SM_LOG2E);
                     s += c[k];
                 }
                 if (OP == 0) h.set_item(0, i, c);
-            }
-            return make_float2(m, s);
-        } else {
-            // 16-bit inputs: a max pass, then a sum pass (the values are widened again in
-            // each: there is no room to keep exps), with exp2 flushing float32 subnormals
-            // (below every 16-bit normal, and at most 1e-38 for bfloat16 outputs): two exps
-            // an element and a short instruction stream, where these rows are compute-bound
-            float m = SM_NEG_INF;
-#pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                float c[VEC];
-                h.item(0, i, c);
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) m = fmaxf(m, c[k]);
-            }
-            const float ref = reference(m);
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                float c[VEC];
-                h.item(0, i, c);
+            } else {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) s += exp2_ftz((c[k] - ref) * SM_LOG2E);
             }
-            return make_float2(m, s);
         }
+        return make_float2(m, s);
     }
 
     static __device__ __forceinline__ float reference(float m) {
