@@ -3,9 +3,14 @@
 Each row is one problem C[M,N] = A[M,K] @ B[K,N] (row-major, random normal inputs) in one
 dtype: gpurt's TFLOP/s with the config it chose (autotuned unless GPURT_GEMM_AUTOTUNE=0),
 cuBLAS's through torch.matmul (fp32 rows with TF32 off, tf32 rows with it on), their ratio,
-and gpurt's relative Frobenius error against a float64 product. Device time: median of
-``--repeat`` samples, each the driver-event time of ``--batch`` back-to-back calls enqueued
-behind a short spin kernel, so host overhead never shows as device time.
+and gpurt's relative Frobenius error against a float64 product. Two times per library:
+
+- kernel-only (``*_ms``, TFLOP/s): median of ``--repeat`` samples, each the driver-event time
+  of a batch of back-to-back calls enqueued behind a short spin kernel, so host overhead
+  never shows as device time;
+- single call (``*_call_us``, gemm's choice only): events around one eager call on an idle
+  GPU, so the host path (argument checks, plan lookup, launch) is included; median of
+  ``--repeat``.
 
     python benchmarks/bench_gemm.py [--dtypes bf16,fp16,fp32,tf32] [--shapes 4096,8192x8192x512]
                                     [--configs] [--json PATH]
@@ -29,7 +34,8 @@ from cuda.bindings import driver as cu
 
 SQUARE = [1024, 2048, 4096, 8192]
 OTHER = [(8192, 8192, 512), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 1024),
-         (2048, 8192, 8192), (8192, 2048, 4096), (127, 257, 61), (1000, 1000, 1000)]
+         (2048, 8192, 8192), (8192, 2048, 4096), (127, 257, 61), (1000, 1000, 1000),
+         (3000, 5000, 2000), (4099, 4099, 4099)]
 FP32_LIMIT = 4096  # fp32 rows above this size take seconds each on the SIMT cores
 SPIN = r"""
 extern "C" __global__ void spin(long long cycles) {
@@ -68,6 +74,19 @@ class Timer:
             _ok(cu.cuEventRecord(self.stop, self.handle))
             _ok(cu.cuEventSynchronize(self.stop))
             samples.append(float(_ok(cu.cuEventElapsedTime(self.start, self.stop))) / batch)
+        return statistics.median(samples)
+
+    def call_us(self, fn: Callable[[], Any], repeat: int) -> float:
+        """One call with its host path: the GPU idles while the host prepares the launch."""
+        fn()
+        samples = []
+        for _ in range(repeat):
+            _ok(cu.cuStreamSynchronize(self.handle))
+            _ok(cu.cuEventRecord(self.start, self.handle))
+            fn()
+            _ok(cu.cuEventRecord(self.stop, self.handle))
+            _ok(cu.cuEventSynchronize(self.stop))
+            samples.append(float(_ok(cu.cuEventElapsedTime(self.start, self.stop))) * 1e3)
         return statistics.median(samples)
 
 
@@ -153,6 +172,11 @@ def main() -> None:
                         "ratio": round(cublas_ms / ms, 3), "gpurt_ms": round(ms, 4),
                         "cublas_ms": round(cublas_ms, 4), "rel_err": float(f"{err:.3g}"),
                     })
+                    if config is None:
+                        rows[-1]["gpurt_call_us"] = round(timer.call_us(ours, args.repeat), 2)
+                        rows[-1]["cublas_call_us"] = round(timer.call_us(
+                            lambda a=a, b=b, ref_out=ref_out: torch.matmul(a, b, out=ref_out),
+                            args.repeat), 2)
                     print(rows[-1], flush=True)
                     if args.json:  # keep what was measured if a time limit cuts the run
                         write_results("gemm", rows, args.json)
