@@ -74,6 +74,7 @@ _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=16, tma_store=True),
     Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True),
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
+    Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True),
 )
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
@@ -85,6 +86,7 @@ _WGMMA_TF32 = (
     Config("wgmma", 128, 128, 32, stages=6, group_m=8, tma_store=True),
     Config("wgmma", 128, 256, 32, stages=4, group_m=16, tma_store=True),
     Config("wgmma", 128, 256, 32, stages=4, group_m=8),
+    Config("wgmma", 128, 64, 32, stages=8, group_m=8, tma_store=True),
 )
 
 
