@@ -259,7 +259,7 @@ if __name__ == "__main__":
     parser.add_argument("mode", choices=("precompile", "check", "time", "sanitize"))
     parser.add_argument("--json", default=None)
     parser.add_argument("--auto-only", action="store_true", help="time gemm's choice only")
-    parser.add_argument("--dtypes", default="bf16,fp16,tf32")
+    parser.add_argument("--dtypes", default="bf16,tf32,fp16")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

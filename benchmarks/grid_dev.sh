@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call for GEMMs of few tiles (issue 17; run from the tree's root): makes gpurt
 # importable (_device_site.sh), compiles the programs grid_dev.py uses in parallel, then (each
-# step limited) the 128 x 64 tile checks against float64, compute-sanitizer memcheck and
-# racecheck on `grid_dev.py sanitize`, and the timings of every candidate next to cuBLAS
-# (grid_dev.py time; JSON into OUTDIR). With --final: tests/test_gemm.py's wgmma, TF32 and
+# step limited) the 128 x 64 tile checks against float64, the timings of every candidate next
+# to cuBLAS (grid_dev.py time; JSON into OUTDIR), then compute-sanitizer memcheck and racecheck
+# on `grid_dev.py sanitize`. With --final: tests/test_gemm.py's wgmma, TF32 and
 # split-K GPU tests instead of the checks, memcheck only, and gemm's own choices timed.
 # Usage: bash benchmarks/grid_dev.sh OUTDIR [--final]   (total limit: $TOTAL, 230 s)
 set -u
@@ -28,6 +28,11 @@ else
     echo "check rc=$?"; grep -E "^FAIL|^checks:" "$out/check.log" | head -12
     tools="memcheck racecheck"
 fi
+step time
+limit=$(( $(left) - ${SAN_MIN:-45} )); [ $limit -gt 10 ] || limit=10
+extra=""; [ "$final" = "--final" ] && extra="--auto-only"
+timeout $limit python3 -P benchmarks/grid_dev.py time $extra --json "$out/grid_time.json" > "$out/time.log" 2>&1
+echo "time rc=$?"; grep -v "^{" "$out/time.log" | tail -n 22
 step sanitizers
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in $tools; do
@@ -35,9 +40,4 @@ for tool in $tools; do
     GPURT_NO_CACHING=1 timeout ${SAN_LIMIT:-35} $san --tool $tool python3 -P benchmarks/grid_dev.py sanitize > "$log" 2>&1
     echo "$tool rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed: $(tail -n 1 "$log")"
 done
-step time
-limit=$(( $(left) - 3 )); [ $limit -gt 10 ] || limit=10
-extra=""; [ "$final" = "--final" ] && extra="--auto-only"
-timeout $limit python3 -P benchmarks/grid_dev.py time $extra --json "$out/grid_time.json" > "$out/time.log" 2>&1
-echo "time rc=$?"; grep -v "^{" "$out/time.log" | tail -n 22
 step done
