@@ -3,7 +3,7 @@
 # importable (_device_site.sh), compiles the programs grid_dev.py uses in parallel, then (each
 # step limited) the 128 x 64 tile checks against float64, the timings of every candidate next
 # to cuBLAS (grid_dev.py time; JSON into OUTDIR), then compute-sanitizer memcheck and racecheck
-# on `grid_dev.py sanitize`. With --final: tests/test_gemm.py's wgmma, TF32 and
+# on `grid_dev.py sanitize`, and tests/test_gemm.py's GPU tests with the time left. With --final: tests/test_gemm.py's wgmma, TF32 and
 # split-K GPU tests instead of the checks, memcheck only, and gemm's own choices timed.
 # Usage: bash benchmarks/grid_dev.sh OUTDIR [--final]   (total limit: $TOTAL, 230 s)
 set -u
@@ -40,4 +40,10 @@ for tool in $tools; do
     GPURT_NO_CACHING=1 timeout ${SAN_LIMIT:-35} $san --tool $tool python3 -P benchmarks/grid_dev.py sanitize > "$log" 2>&1
     echo "$tool rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed: $(tail -n 1 "$log")"
 done
+if [ "$final" != "--final" ] && [ $(left) -gt 25 ]; then  # the GPU tests with the time left
+    step pytest
+    timeout $(( $(left) - 3 )) python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm.py \
+        -k "wgmma or tf32 or split" > "$out/pytest.log" 2>&1
+    tail -n 2 "$out/pytest.log"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -10
+fi
 step done
