@@ -288,21 +288,23 @@ def heuristic(problem: Problem) -> Config:
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        wide = _fill_best(problem, [wide, _WGMMA[5], _WGMMA[7]],
-                          lambda config: config.tiles(m, n))
+        filled = _fill_best(problem, [wide, _WGMMA[5], _WGMMA[7]],
+                            lambda config: config.tiles(m, n))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
-            return wide
+            return filled
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
-        # the mma split-K path gave 0.28-0.68), else the tiles that fill the grid best
+        # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
+        # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40)
         split = _wave_split(problem, _WGMMA[1])
-        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else wide
+        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else filled
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
 
 
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read
-# more shared memory per multiply-add and spend more of their time filling and draining).
-_TILE_RATE = {256: 1.0, 128: 0.9, 64: 0.75}
+# more shared memory per multiply-add and spend more of their time filling and draining):
+# an H200's time per wave at K = 1024 and 2000, bf16 and TF32 (benchmarks/notes_gemm.md).
+_TILE_RATE = {256: 1.0, 128: 0.84, 64: 0.6}
 
 
 def _fill_best(problem: Problem, configs: list[Config],
