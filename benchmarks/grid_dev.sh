@@ -3,8 +3,9 @@
 # importable (_device_site.sh), compiles the programs grid_dev.py uses in parallel, then (each
 # step limited) the 128 x 64 tile checks against float64, the timings of every candidate next
 # to cuBLAS (grid_dev.py time; JSON into OUTDIR), then compute-sanitizer memcheck and racecheck
-# on `grid_dev.py sanitize`, and tests/test_gemm.py's GPU tests with the time left. With --final: tests/test_gemm.py's wgmma, TF32 and
-# split-K GPU tests instead of the checks, memcheck only, and gemm's own choices timed.
+# on `grid_dev.py sanitize`, and tests/test_gemm.py's wgmma, TF32 and split-K GPU tests with the
+# time left. With --final: those tests first instead of the checks, memcheck only, and gemm's
+# own choices timed.
 # Usage: bash benchmarks/grid_dev.sh OUTDIR [--final]   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
