@@ -48,9 +48,11 @@ class Config:
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
         if self.kernel == "wgmma" and (self.bm != 128 or self.bk not in (32, 64)
-                                       or self.bn not in (128, 256)):
-            raise ValueError(f"the wgmma kernel takes 128 x (128|256) x 64 tiles (x 32 for TF32), "
-                             f"not {self}")
+                                       or self.bn not in (64, 128, 256)):
+            raise ValueError(f"the wgmma kernel takes 128 x (64|128|256) x 64 tiles (x 32 for "
+                             f"TF32), not {self}")
+        if self.kernel == "wgmma" and self.bn == 64 and self.cluster_m != 1:
+            raise ValueError(f"wgmma clusters multicast 64-wide chunks of B: bn >= 128, not {self}")
         if self.kernel == "wgmma" and self.bk == 32 and self.cluster_m != 1:
             raise ValueError(f"the TF32 wgmma kernel has no clusters: {self}")
         if self.kernel == "wgmma" and self.split_k != 1 and (self.bk == 32 or self.cluster_m != 1):

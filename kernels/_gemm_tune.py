@@ -74,6 +74,7 @@ _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=16, tma_store=True),
     Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True),
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
+    Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True),
 )
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
@@ -85,6 +86,7 @@ _WGMMA_TF32 = (
     Config("wgmma", 128, 128, 32, stages=6, group_m=8, tma_store=True),
     Config("wgmma", 128, 256, 32, stages=4, group_m=16, tma_store=True),
     Config("wgmma", 128, 256, 32, stages=4, group_m=8),
+    Config("wgmma", 128, 64, 32, stages=8, group_m=8, tma_store=True),
 )
 
 
@@ -269,8 +271,8 @@ def heuristic(problem: Problem) -> Config:
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     if problem.dt == DT_TF32:
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
-        if _tf32_tiles(problem, wide) * 2 <= problem.sm_count:
-            wide = _WGMMA_TF32[1]
+        wide = _fill_best(problem, [wide, _WGMMA_TF32[1], _WGMMA_TF32[4]],
+                          lambda config: _tf32_tiles(problem, config))
         # the TF32 mma path runs at a third of cuBLAS: wgmma even on few tiles, unless one
         # side of C is too thin for its 128-row tiles (16 x 4096^2: split-K mma 0.69 vs 0.54)
         if eligible(problem, wide) and (min(m, n) >= 64 or
@@ -286,14 +288,41 @@ def heuristic(problem: Problem) -> Config:
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
+        filled = _fill_best(problem, [wide, _WGMMA[5], _WGMMA[7]],
+                            lambda config: config.tiles(m, n))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
-            return wide
+            return filled
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
-        # the mma split-K path gave 0.28-0.68), else the narrow tiles (1000^3: 0.70 vs 0.48)
+        # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
+        # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40)
         split = _wave_split(problem, _WGMMA[1])
-        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else _WGMMA[5]
+        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else filled
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+# Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read
+# more shared memory per multiply-add and spend more of their time filling and draining):
+# an H200's time per wave at K = 1024 and 2000, bf16 and TF32 (benchmarks/notes_gemm.md).
+_TILE_RATE = {256: 1.0, 128: 0.84, 64: 0.6}
+
+
+def _fill_best(problem: Problem, configs: list[Config],
+               tiles: Callable[[Config], int]) -> Config:
+    """Of wgmma configs with 128-row tiles (widest first), the one whose persistent grid should
+    finish first by a wave-fill model: each SM runs ceil(tiles / SMs) tiles one after another,
+    each taking its width over its rate. A grid of 1.1 waves costs as much as one of 2, so
+    narrower tiles win where they fill the last wave (1024^2: 64 tiles of 128 x 128 leave half
+    of 132 SMs idle, 128 of 128 x 64 fill them). Ties keep the wider tile; the first config is
+    returned when none is eligible."""
+    best, best_cost = configs[0], float("inf")
+    for config in configs:
+        if not eligible(problem, config):
+            continue
+        cost = -(-tiles(config) // problem.sm_count) * config.bn / _TILE_RATE[config.bn]
+        if cost < best_cost:
+            best, best_cost = config, cost
+    return best
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:

@@ -137,16 +137,18 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
            ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
-// Accumulator operand lists of the m64n128 / m64n256 wgmma (generated, 8 per line).
-#define WG_OUT_0_64 \
+// Accumulator operand lists of the m64n64 / m64n128 / m64n256 wgmma (generated, 8 per line).
+#define WG_OUT_0_32 \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
     "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WG_OUT_32_64 \
     "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
     "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WG_OUT_0_64 WG_OUT_0_32, WG_OUT_32_64
 #define WG_OUT_64_128 \
     "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
@@ -156,6 +158,9 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
     "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WG_REG_32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define WG_REG_64 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
@@ -180,8 +185,14 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
 // d (+)= A(64 x 16) * B(16 x N); scale_d = 0 ignores d's old value. TA/TB: M/N-major operand.
 template <int N, int DT, int TA, int TB>
 __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 128 || N == 256, "BN is 128 or 256");
-    if constexpr (N == 128 && DT == DT_BF16) {
+    static_assert(N == 64 || N == 128 || N == 256, "BN is 64, 128 or 256");
+    if constexpr (N == 64 && DT == DT_BF16) {
+        WG_ASM("m64n64k16", "bf16", "%34", WG_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n",
+               WG_OUT_0_32);
+    } else if constexpr (N == 64) {
+        WG_ASM("m64n64k16", "f16", "%34", WG_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n",
+               WG_OUT_0_32);
+    } else if constexpr (N == 128 && DT == DT_BF16) {
         WG_ASM("m64n128k16", "bf16", "%66", WG_REG_64, "%64, %65, p, 1, 1, %67, %68;\n}\n",
                WG_OUT_0_64);
     } else if constexpr (N == 128) {
@@ -206,7 +217,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // Epilogue through shared memory and TMA for one consumer's 64 x BN half tile, 128 columns at
-// a time: wait until the previous store has read the staging buffer, write alpha*acc (+ beta*Cin)
+// a time (BN = 64: one pass of 64): wait until the previous store has read the staging buffer, write alpha*acc (+ beta*Cin)
 // as 16-bit pairs into two [64][64] boxes with the 128-byte swizzle (16-byte unit u of row r at
 // u ^ (r % 8): conflict-free for this fragment layout), make the writes visible to the async
 // proxy, and let thread 0 of the warpgroup issue the two TMA stores without waiting for them.
@@ -217,13 +228,14 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                                                i64 ldcin, float alpha, float beta, int r, int c,
                                                u32 buffer, int half, int t, int col0, int row0) {
     const int row = r - row0;  // 0..63 (and row + 8)
+    constexpr int WIDTH = BN < 128 ? BN : 128;  // columns per pass
 #pragma unroll
-    for (int pass = 0; pass < BN / 128; ++pass) {
+    for (int pass = 0; pass < BN / WIDTH; ++pass) {
         if (t == 0) bulk_wait_read();
         named_sync(1 + half, 128);
 #pragma unroll
-        for (int jj = 0; jj < 16; ++jj) {
-            const int j = pass * 16 + jj;
+        for (int jj = 0; jj < WIDTH / 8; ++jj) {
+            const int j = pass * (WIDTH / 8) + jj;
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
             const u32 chunk = buffer + (cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
@@ -246,8 +258,9 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         named_sync(1 + half, 128);
         if (t == 0) {
-            tma_store(map, buffer, col0 + pass * 128, row0);
-            tma_store(map, buffer + CHUNK_BYTES, col0 + pass * 128 + 64, row0);
+#pragma unroll
+            for (int box = 0; box < WIDTH / 64; ++box)
+                tma_store(map, buffer + box * CHUNK_BYTES, col0 + pass * WIDTH + box * 64, row0);
             bulk_commit();
         }
     }
@@ -264,6 +277,7 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
            int splits) {
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
+    static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.

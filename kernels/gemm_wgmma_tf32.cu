@@ -28,8 +28,14 @@ constexpr int OUT_BUFFER_BYTES = 2 * OUT_BOX_BYTES;  // per consumer: 64 x 64 of
 // d (+)= A(64 x 8) * B(8 x N), both operands in shared memory (K-major descriptors).
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 128 || N == 256, "BN is 128 or 256");
-    if constexpr (N == 128) {
+    static_assert(N == 64 || N == 128 || N == 256, "BN is 64, 128 or 256");
+    if constexpr (N == 64) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" WG_REG_32 "}, "
+                     "%32, %33, p, 1, 1;\n}\n"
+                     : WG_OUT_0_32
+                     : "l"(da), "l"(db), "r"(scale_d));
+    } else if constexpr (N == 128) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" WG_REG_64 "}, "
                      "%64, %65, p, 1, 1;\n}\n"
@@ -47,8 +53,14 @@ __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) 
 // The same with A from registers: a[0..3] = A(row lo, k), A(row hi, k), A(lo, k+4), A(hi, k+4).
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float* d, const u32* a, u64 db, int scale_d) {
-    static_assert(N == 128 || N == 256, "BN is 128 or 256");
-    if constexpr (N == 128) {
+    static_assert(N == 64 || N == 128 || N == 256, "BN is 64, 128 or 256");
+    if constexpr (N == 64) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" WG_REG_32 "}, "
+                     "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                     : WG_OUT_0_32
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+    } else if constexpr (N == 128) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {" WG_REG_64 "}, "
                      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"

@@ -71,6 +71,10 @@ def test_config_validation():
         Config("wgmma", 128, 256, 32, stages=4, cluster_m=2)
     with pytest.raises(ValueError, match="wgmma"):
         Config("wgmma", 128, 256, 16, stages=4)
+    with pytest.raises(ValueError, match="wgmma"):
+        Config("wgmma", 128, 32, 64, stages=4)
+    with pytest.raises(ValueError, match="bn >= 128"):
+        Config("wgmma", 128, 64, 64, stages=4, cluster_m=2)
 
 
 def test_config_geometry():
@@ -194,7 +198,7 @@ def test_heuristic_fallbacks():
     tf32 = tune.heuristic(problem(dt=tune.DT_TF32, b_k=True))
     assert tf32.kernel == "wgmma" and tf32.bn == 256 and tf32.tma_store
     tf32 = tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32))  # 32 wide tiles
-    assert tf32.kernel == "wgmma" and tf32.bn == 128
+    assert tf32.kernel == "wgmma" and tf32.bn == 64
     for dims in ((1024, 1024, 1024), (128, 4096, 4096)):  # few tiles, still wgmma
         assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "wgmma"
     for fallback in (problem(dt=tune.DT_TF32, a_k=False, b_k=False),
@@ -231,13 +235,48 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     chosen = tune.heuristic(problem(128, 4096, 4096))
     assert (chosen.kernel, chosen.bn, chosen.split_k, chosen.tma_store) == ("wgmma", 128, 4, False)
     assert tune.heuristic(problem(64, 14336, 4096)).split_k == 7
-    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[5]  # narrow, unsplit
+    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[7]  # 128 x 64, unsplit
     found = tune.candidates(problem(128, 4096, 4096))
     assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
     assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
     names = gemm_launch.kernel_names(dataclasses.replace(tune._WGMMA[1], split_k=4),
                                      problem(128, 4096, 4096))
     assert names[1] == gemm_launch.reduce_name(tune.DT_BF16)
+
+
+def test_wave_fill_tiles():
+    """16-bit and TF32 wgmma grids take the tile width whose waves finish first (time of a
+    wave ~ width / rate): narrow tiles where wide ones leave SMs idle, wide ones otherwise."""
+    narrow16, narrow32 = tune._WGMMA[7], tune._WGMMA_TF32[4]
+    assert (narrow16.bn, narrow32.bn) == (64, 64) and narrow16.tma_store
+    for dt, narrow in ((tune.DT_BF16, narrow16), (tune.DT_F16, narrow16),
+                       (tune.DT_TF32, narrow32)):
+        for dims in ((1024, 1024, 1024), (1000, 1000, 1000), (512, 512, 512)):
+            assert tune.heuristic(problem(*dims, dt=dt)) == narrow  # 128 tiles: one wave
+        for dims in ((1536, 1536, 1536), (2000, 2000, 2000), (3000, 5000, 2000),
+                     (4096, 4096, 4096), (8192, 8192, 512)):  # wide tiles fill their waves
+            chosen = tune.heuristic(problem(*dims, dt=dt))
+            assert chosen.kernel == "wgmma" and chosen.bn == 256, dims
+        assert narrow in tune.candidates(problem(1024, 1024, 1024, dt=dt))
+    # the rule follows the device: 2048^2 fills 132 SMs with 128 x 256 tiles, 264 with 128 x 128
+    assert tune.heuristic(problem(2048, 2048, 2048)).bn == 256
+    assert tune.heuristic(problem(2048, 2048, 2048, sms=264)) == tune._WGMMA[5]
+    assert tune.heuristic(problem(2048, 2048, 2048, sms=528)) == narrow16
+    # C 64 wide (TF32 turns it onto wgmma's N): the same tiles, the narrow one does least work
+    assert tune.heuristic(problem(64, 14336, 4096, dt=tune.DT_TF32)) == narrow32
+    # one wave of wide tiles beats four of narrow ones, one of narrow beats one of wide;
+    # ineligible configs are skipped
+    def waves(config):
+        return 132 * (4 if config.bn == 64 else 1)
+
+    pair = [tune._WGMMA[4], narrow16]
+    assert tune._fill_best(problem(), pair, waves) == tune._WGMMA[4]
+    assert tune._fill_best(problem(), pair, lambda config: 132) == narrow16
+    smem = dataclasses.replace(problem(1024, 1024, 1024), max_shared=150 * 1024)
+    assert tune._fill_best(smem, [tune._WGMMA[5], narrow16], lambda c: 1) == tune._WGMMA[5]
+    # the tile fits shared memory with its TMA-store staging
+    assert narrow16.shared_mem(True, False) <= 227 * 1024
+    assert narrow32.shared_mem(True, False, 4) <= 227 * 1024
 
 
 def test_split_for():
