@@ -16,6 +16,7 @@ from cuda.bindings import driver as cu
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401
 from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
+from gpurt._array.ownership import FINALIZERS, device_object
 from gpurt._core.state import THREAD
 from gpurt._elementwise import plan as eplan
 from gpurt._launch import path as _launchpath
@@ -278,3 +279,71 @@ def test_several_outputs_repeat_through_dispatch(driver: FakeDriver,  # noqa: F8
                                     no_return=True)
     assert quiet(x, s, d) is None and quiet(x, s, d) is None
     assert counted[0] == 2 and len(driver.launches) == 5
+
+
+# ---- outputs made in C ---------------------------------------------------------------------
+
+
+class FakePlace:
+    """A thread place (gpurt/_array/ownership.py) whose malloc and finalizer record calls."""
+
+    def __init__(self, index: int = 0) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.stream = object()
+        self.place = (index, 0x77, self.stream, device_object(index), self.malloc, self.release)
+
+    def malloc(self, nbytes: int, handle: int) -> int:
+        self.calls.append(("malloc", nbytes, handle))
+        return 0x5000_0000 + 0x1000 * len(self.calls)
+
+    def release(self, ref: Any) -> None:
+        self.calls.append(("free", FINALIZERS.pop(ref)))
+
+
+def _made_entry(launch: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    alloc = (shape, np.float32, 0)
+    return (launch, (0, 1), (1,), (alloc,), (gplanned._output_layout(*alloc),))
+
+
+def test_outputs_made_in_c_are_what_gpurt_empty_makes(fake_gpus: Any) -> None:
+    """An output dispatch makes from C (make_output) is the Array gpurt.empty makes from the
+    same place: the same allocator call, slots and finalizer (so the statistics agree)."""
+    fake = FakePlace()
+    THREAD.place = fake.place  # fake_gpus puts the thread's state back
+    alloc = Recorder()
+    d = _launchpath.claunch.Dispatcher(gpurt.Array, THREAD, alloc, FINALIZERS)
+    launch, x = Recorder(), fake_array((33, 7), ptr=0x1000)
+    (out,) = d({gplanned.plan_key(x, None): _made_entry(launch, (33, 7))}, x, None)
+    want = gpurt.empty((33, 7), np.float32, 0)
+    assert not alloc.calls and type(out) is gpurt.Array
+    assert fake.calls == [("malloc", 33 * 7 * 4, 0x77)] * 2
+    assert launch.calls == [(None, 0x1000, out.ptr)] and out.ptr != want.ptr
+    for name in ("shape", "strides", "dtype", "device", "stream", "_owner"):
+        assert getattr(out, name) == getattr(want, name), name
+    assert out.stream is fake.stream and out.is_contiguous() and out.device is want.device
+    ptr = out.ptr
+    del out
+    assert fake.calls[-1] == ("free", ptr)
+
+
+def test_outputs_elsewhere_come_from_alloc(fake_gpus: Any) -> None:
+    """Where this thread's place is another device's (or there is none), alloc makes the
+    output; an allocation error propagates with nothing launched."""
+    made: list[Any] = []
+    d = _launchpath.claunch.Dispatcher(gpurt.Array, THREAD,
+                                       lambda *a: made.append(a) or fake_array((4,)),
+                                       FINALIZERS)
+    x, launch = fake_array((4,)), Recorder()
+    table = {gplanned.plan_key(x, None): _made_entry(launch, (4,))}
+    THREAD.place = FakePlace(1).place  # fake_gpus puts the thread's state back
+    d(table, x, None)
+    assert made == [((4,), np.float32, 0)] and len(launch.calls) == 1
+    fake = FakePlace()
+
+    def no_memory(nbytes: int, handle: int) -> int:
+        raise MemoryError("out of memory")
+
+    THREAD.place = fake.place[:4] + (no_memory, fake.release)
+    with pytest.raises(MemoryError):
+        d(table, x, None)
+    assert len(launch.calls) == 1 and len(made) == 1

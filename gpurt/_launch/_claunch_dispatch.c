@@ -29,6 +29,11 @@
 
 #define MAX_ITEMS 32
 
+/* The slots of a gpurt Array (gpurt/array.py), in the order new_array fills them. */
+enum { F_PTR, F_SHAPE, F_STRIDES, F_DTYPE, F_DEVICE, F_STREAM, F_OWNER, F_CONTIGUOUS, N_FIELDS };
+static const char *const field_names[N_FIELDS] = {"ptr", "shape", "strides", "dtype", "device",
+                                                  "stream", "_owner", "_contiguous"};
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -39,10 +44,46 @@ typedef struct {
     PyObject *dtypes;      /* torch dtype -> (num, itemsize) */
     PyObject *strided;     /* torch.strided */
     PyObject *raw_stream;  /* torch._C._cuda_getCurrentRawStream */
+    PyObject *finalizers;  /* gpurt/_array/ownership.py's FINALIZERS, or NULL: alloc only */
+    Py_ssize_t offsets[N_FIELDS]; /* of array_type's slots (see new_array) */
 } Dispatcher;
 
 static PyObject *str_dtype, *str_requires_grad, *str_layout, *str_is_cuda, *str_is_neg,
-    *str_get_device, *str_shape, *str_stride, *str_data_ptr, *str_ptr;
+    *str_get_device, *str_shape, *str_stride, *str_data_ptr, *str_ptr, *str_place;
+
+/* What one call read of this thread's state, read once and only when needed: the thread's
+ * attribute dict (gpurt/_core/state.py's THREAD), NULL before the first read. */
+typedef struct {
+    PyObject *attributes;
+} Reading;
+
+/* This thread's attributes (borrowed from ``reading``), or NULL (no exception set). */
+static PyObject *attributes_of(Dispatcher *self, Reading *reading)
+{
+    if (reading->attributes == NULL) {
+        reading->attributes = thread_attributes(self->thread);
+        PyErr_Clear();
+    }
+    return reading->attributes;
+}
+
+/* This thread's place (gpurt/_array/ownership.py: index, handle, Stream, Device, malloc,
+ * release) when it is device ``index``'s (borrowed from the thread's attributes), else NULL
+ * (no exception set). */
+static PyObject *place_of(Dispatcher *self, Reading *reading, long long index)
+{
+    PyObject *attributes = attributes_of(self, reading);
+    PyObject *place = attributes == NULL ? NULL
+                                         : PyDict_GetItemWithError(attributes, str_place);
+    if (place == NULL || !PyTuple_CheckExact(place) || PyTuple_GET_SIZE(place) != 6 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(place, 0)) ||
+        PyLong_AsLongLong(PyTuple_GET_ITEM(place, 0)) != index) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return place;
+}
+
 
 /* ``owner.name`` is ``expected`` (identity): 1, else 0 (no exception set). */
 static int attribute_is(PyObject *owner, PyObject *name, PyObject *expected)
@@ -60,17 +101,20 @@ static int method_int(PyObject *owner, PyObject *name, long long *out)
 
 /* Whether torch's current stream on device ``index`` is this thread's current gpurt stream
  * there: 1 or 0 (no exception set). */
-static int same_stream(Dispatcher *self, long long index)
+static int same_stream(Dispatcher *self, Reading *reading, long long index)
 {
     PyObject *number = PyLong_FromLongLong(index);
     PyObject *raw = number == NULL ? NULL : PyObject_CallOneArg(self->raw_stream, number);
-    PyObject *attributes = raw == NULL ? NULL : thread_attributes(self->thread);
-    PyObject *ours = attributes == NULL ? NULL : current_stream(attributes, number);
+    PyObject *attributes = raw == NULL ? NULL : attributes_of(self, reading);
+    PyObject *place = attributes == NULL ? NULL : place_of(self, reading, index);
+    /* the place holds the current stream's handle; without one, read the thread's streams */
+    PyObject *ours = place != NULL ? Py_NewRef(PyTuple_GET_ITEM(place, 1))
+                     : attributes == NULL ? NULL
+                                          : current_stream(attributes, number);
     int same = ours != NULL && PyLong_Check(raw) && PyLong_Check(ours) &&
                PyObject_RichCompareBool(raw, ours, Py_EQ) == 1;
     Py_XDECREF(number);
     Py_XDECREF(raw);
-    Py_XDECREF(attributes);
     Py_XDECREF(ours);
     return same ? 1 : unsupported();
 }
@@ -78,8 +122,8 @@ static int same_stream(Dispatcher *self, long long index)
 /* The words of a plain CUDA torch tensor, keyed as its gpurt view (see the top), and its
  * address: how many words, or -1 (no exception set) where it is not such a tensor. The streams
  * of device ``*streamed`` were compared already in this call; it becomes the tensor's. */
-static Py_ssize_t tensor_words(Dispatcher *self, PyObject *tensor, long long *words,
-                               Py_ssize_t room, unsigned long long *address,
+static Py_ssize_t tensor_words(Dispatcher *self, Reading *reading, PyObject *tensor,
+                               long long *words, Py_ssize_t room, unsigned long long *address,
                                long long *streamed)
 {
     PyObject *dtype = PyObject_GetAttr(tensor, str_dtype);
@@ -110,7 +154,7 @@ static Py_ssize_t tensor_words(Dispatcher *self, PyObject *tensor, long long *wo
     Py_XDECREF(stride);
     long long ptr;
     if (!ok || method_int(tensor, str_data_ptr, &ptr) < 0 ||
-        (index != *streamed && !same_stream(self, index))) {
+        (index != *streamed && !same_stream(self, reading, index))) {
         unsupported();
         return -1;
     }
@@ -126,8 +170,8 @@ static Py_ssize_t tensor_words(Dispatcher *self, PyObject *tensor, long long *wo
 
 /* The key of ``items`` into ``key`` (a new bytes object) and each item's address (0 for ints
  * and None): 1, or 0 (no exception set) where an item cannot be keyed here. */
-static int make_key(Dispatcher *self, PyObject *const *items, Py_ssize_t count,
-                    unsigned long long *addresses, PyObject **key)
+static int make_key(Dispatcher *self, Reading *reading, PyObject *const *items,
+                    Py_ssize_t count, unsigned long long *addresses, PyObject **key)
 {
     long long words[MAX_WORDS];
     Py_ssize_t used = 0;
@@ -143,8 +187,8 @@ static int make_key(Dispatcher *self, PyObject *const *items, Py_ssize_t count,
         if (added == 0 && type == self->array_type) {
             added = array_words(item, words + used, MAX_WORDS - used, &addresses[i]);
         } else if (added == 0 && type == self->tensor_type) { /* NULL before set_torch */
-            added = tensor_words(self, item, words + used, MAX_WORDS - used, &addresses[i],
-                                 &streamed);
+            added = tensor_words(self, reading, item, words + used, MAX_WORDS - used,
+                                 &addresses[i], &streamed);
         } else if (added == 0) {
             added = -1;
         }
@@ -170,10 +214,68 @@ static Py_ssize_t position(PyObject *tuple, Py_ssize_t i, Py_ssize_t count)
     return at;
 }
 
-/* The outputs of ``entry`` (given items or new arrays from alloc), their addresses written
- * into ``addresses``: a new tuple, or NULL with an exception set. */
-static PyObject *outputs(Dispatcher *self, PyObject *outs, PyObject *allocs,
-                         PyObject *const *items, Py_ssize_t count,
+/* A new Array of array_type with the slots ``values`` (in field_names' order), as gpurt/array.py's
+ * _make fills one: a new reference, or NULL with an exception set. */
+static PyObject *new_array(Dispatcher *self, PyObject *const values[N_FIELDS])
+{
+    PyTypeObject *type = (PyTypeObject *)self->array_type;
+    PyObject *array = type->tp_alloc(type, 0);
+    for (int i = 0; array != NULL && i < N_FIELDS; i++) {
+        *(PyObject **)((char *)array + self->offsets[i]) = Py_NewRef(values[i]);
+    }
+    return array;
+}
+
+/* The output that ``gpurt.empty(shape, dtype, index)`` would make, made here: ``layout`` is
+ * (index, shape, strides, dtype, nbytes) of add_dispatch. It takes the block from the
+ * allocator's malloc of this thread's place, fills the Array's slots and has the place's
+ * finalizer give the block back when the Array dies (FINALIZERS, as gpurt.empty does), so
+ * the allocator's statistics are the same as through gpurt.empty. 1 made (``*made`` and
+ * ``*address`` set), 0 where the place is not the device's or the layout is not one this
+ * makes (the caller calls alloc), -1 with an exception set. */
+static int make_output(Dispatcher *self, Reading *reading, PyObject *layout, PyObject **made,
+                       unsigned long long *address)
+{
+    if (self->finalizers == NULL || !PyTuple_CheckExact(layout) ||
+        PyTuple_GET_SIZE(layout) != 5 || !PyLong_CheckExact(PyTuple_GET_ITEM(layout, 0)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(layout, 4)) ||
+        PyObject_IsTrue(PyTuple_GET_ITEM(layout, 4)) != 1) {
+        return unsupported(); /* zero bytes have no block: gpurt.empty makes those */
+    }
+    long long index = PyLong_AsLongLong(PyTuple_GET_ITEM(layout, 0));
+    PyObject *place = index < 0 ? NULL : place_of(self, reading, index);
+    if (place == NULL) {
+        return unsupported();
+    }
+    Py_INCREF(place); /* malloc runs Python code, which may drop the thread's place */
+    PyObject *args[2] = {PyTuple_GET_ITEM(layout, 4), PyTuple_GET_ITEM(place, 1)};
+    PyObject *ptr = PyObject_Vectorcall(PyTuple_GET_ITEM(place, 4), args, 2, NULL);
+    PyObject *array = NULL;
+    if (ptr != NULL && PyLong_Check(ptr)) {
+        *address = PyLong_AsUnsignedLongLong(ptr);
+        PyObject *values[N_FIELDS] = {ptr, PyTuple_GET_ITEM(layout, 1),
+                                      PyTuple_GET_ITEM(layout, 2), PyTuple_GET_ITEM(layout, 3),
+                                      PyTuple_GET_ITEM(place, 3), PyTuple_GET_ITEM(place, 2),
+                                      Py_None, Py_True};
+        array = PyErr_Occurred() ? NULL : new_array(self, values);
+    } else if (ptr != NULL) {
+        PyErr_SetString(PyExc_TypeError, "the allocator's malloc returned no address");
+    }
+    PyObject *ref = array == NULL ? NULL : PyWeakref_NewRef(array, PyTuple_GET_ITEM(place, 5));
+    if (ref == NULL || PyDict_SetItem(self->finalizers, ref, ptr) < 0) {
+        Py_CLEAR(array);
+    }
+    Py_XDECREF(ref); /* FINALIZERS holds it until it has called back */
+    Py_XDECREF(ptr);
+    Py_DECREF(place);
+    *made = array;
+    return array == NULL ? -1 : 1;
+}
+
+/* The outputs of ``entry`` (given items, or new arrays made here or by alloc), their addresses
+ * written into ``addresses``: a new tuple, or NULL with an exception set. */
+static PyObject *outputs(Dispatcher *self, Reading *reading, PyObject *outs, PyObject *allocs,
+                         PyObject *layouts, PyObject *const *items, Py_ssize_t count,
                          unsigned long long *addresses)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(outs);
@@ -181,9 +283,14 @@ static PyObject *outputs(Dispatcher *self, PyObject *outs, PyObject *allocs,
     for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
         Py_ssize_t at = position(outs, i, count);
         PyObject *made = NULL;
+        int done = 0;
         if (at >= 0 && items[at] != Py_None) {
             made = Py_NewRef(items[at]);
-        } else if (at >= 0) {
+        } else if (at >= 0 && layouts != NULL) {
+            done = make_output(self, reading, PyTuple_GET_ITEM(layouts, i), &made,
+                               &addresses[at]);
+        }
+        if (at >= 0 && items[at] == Py_None && done == 0) {
             PyObject *args = PyTuple_GET_ITEM(allocs, i);
             made = PyTuple_Check(args) ? PyObject_Call(self->alloc, args, NULL) : NULL;
             PyObject *ptr = made == NULL ? NULL : PyObject_GetAttr(made, str_ptr);
@@ -206,22 +313,27 @@ static PyObject *outputs(Dispatcher *self, PyObject *outs, PyObject *allocs,
 }
 
 /* Run ``entry`` for ``items``: the outputs, or NULL with an exception set. */
-static PyObject *run_entry(Dispatcher *self, PyObject *entry, PyObject *const *items,
-                           Py_ssize_t count, unsigned long long *addresses)
+static PyObject *run_entry(Dispatcher *self, Reading *reading, PyObject *entry,
+                           PyObject *const *items, Py_ssize_t count,
+                           unsigned long long *addresses)
 {
-    int valid = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4;
+    Py_ssize_t size = PyTuple_CheckExact(entry) ? PyTuple_GET_SIZE(entry) : 0;
+    int valid = size == 4 || size == 5;
     PyObject *launch = valid ? PyTuple_GET_ITEM(entry, 0) : NULL;
     PyObject *order = valid ? PyTuple_GET_ITEM(entry, 1) : NULL;
     PyObject *outs = valid ? PyTuple_GET_ITEM(entry, 2) : NULL;
     PyObject *allocs = valid ? PyTuple_GET_ITEM(entry, 3) : NULL;
+    PyObject *layouts = size == 5 ? PyTuple_GET_ITEM(entry, 4) : NULL;
     if (!valid || !PyTuple_CheckExact(order) || !PyTuple_CheckExact(outs) ||
         !PyTuple_CheckExact(allocs) || PyTuple_GET_SIZE(allocs) != PyTuple_GET_SIZE(outs) ||
+        (layouts != NULL && (!PyTuple_CheckExact(layouts) ||
+                             PyTuple_GET_SIZE(layouts) != PyTuple_GET_SIZE(outs))) ||
         PyTuple_GET_SIZE(order) > MAX_ITEMS * 2) {
         PyErr_SetString(PyExc_TypeError, "dispatch table entries are (launch, order, "
-                                         "outputs, allocs)");
+                                         "outputs, allocs[, layouts])");
         return NULL;
     }
-    PyObject *result = outputs(self, outs, allocs, items, count, addresses);
+    PyObject *result = outputs(self, reading, outs, allocs, layouts, items, count, addresses);
     Py_ssize_t n = PyTuple_GET_SIZE(order);
     unsigned long long values[MAX_ITEMS * 2];
     for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
@@ -273,18 +385,19 @@ static PyObject *dispatch_call(PyObject *callable, PyObject *const *args, size_t
     }
     unsigned long long addresses[MAX_ITEMS];
     PyObject *key = NULL;
-    int keyed = make_key(self, args + 1, nargs - 1, addresses, &key);
-    if (keyed <= 0) {
-        return keyed < 0 ? NULL : Py_NewRef(Py_None);
+    Reading reading = {NULL};
+    int keyed = make_key(self, &reading, args + 1, nargs - 1, addresses, &key);
+    PyObject *entry = keyed <= 0 ? NULL : PyDict_GetItemWithError(args[0], key);
+    Py_XDECREF(key);
+    PyObject *result = NULL;
+    if (entry != NULL) {
+        Py_INCREF(entry); /* alloc runs Python code, which may change the table */
+        result = run_entry(self, &reading, entry, args + 1, nargs - 1, addresses);
+        Py_DECREF(entry);
+    } else if (keyed == 0 || (keyed > 0 && !PyErr_Occurred())) {
+        result = Py_NewRef(Py_None); /* not a call this takes, or not planned yet */
     }
-    PyObject *entry = PyDict_GetItemWithError(args[0], key);
-    Py_DECREF(key);
-    if (entry == NULL) {
-        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    }
-    Py_INCREF(entry); /* alloc runs Python code, which may change the table */
-    PyObject *result = run_entry(self, entry, args + 1, nargs - 1, addresses);
-    Py_DECREF(entry);
+    Py_XDECREF(reading.attributes);
     return result;
 }
 
@@ -292,7 +405,9 @@ static PyObject *dispatch_key(Dispatcher *self, PyObject *const *args, Py_ssize_
 {
     unsigned long long addresses[MAX_ITEMS];
     PyObject *key = NULL;
-    int keyed = make_key(self, args, nargs, addresses, &key);
+    Reading reading = {NULL};
+    int keyed = make_key(self, &reading, args, nargs, addresses, &key);
+    Py_XDECREF(reading.attributes);
     if (keyed <= 0) {
         return keyed < 0 ? NULL : Py_NewRef(Py_None);
     }
@@ -330,12 +445,30 @@ static PyObject *dispatch_set_torch(Dispatcher *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The offsets of array_type's slots named in field_names: 1, or 0 where one is not a plain
+ * object slot (then outputs come from alloc only). */
+static int find_fields(PyObject *array_type, Py_ssize_t offsets[N_FIELDS])
+{
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *descr = PyObject_GetAttrString(array_type, field_names[i]);
+        int plain = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                    ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        offsets[i] = plain ? ((PyMemberDescrObject *)descr)->d_member->offset : -1;
+        Py_XDECREF(descr);
+        if (!plain) {
+            return unsupported();
+        }
+    }
+    return 1;
+}
+
 static PyObject *dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"array_type", "thread", "alloc", NULL};
-    PyObject *array_type, *thread, *alloc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO:Dispatcher", names, &PyType_Type,
-                                     &array_type, &thread, &alloc)) {
+    static char *names[] = {"array_type", "thread", "alloc", "finalizers", NULL};
+    PyObject *array_type, *thread, *alloc, *finalizers = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO|O!:Dispatcher", names, &PyType_Type,
+                                     &array_type, &thread, &alloc, &PyDict_Type,
+                                     &finalizers)) {
         return NULL;
     }
     if (!PyCallable_Check(alloc)) {
@@ -350,6 +483,9 @@ static PyObject *dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     self->array_type = Py_NewRef(array_type);
     self->thread = Py_NewRef(thread);
     self->alloc = Py_NewRef(alloc);
+    if (finalizers != NULL && find_fields(array_type, self->offsets)) {
+        self->finalizers = Py_NewRef(finalizers);
+    }
     return (PyObject *)self;
 }
 
@@ -362,6 +498,7 @@ static int dispatch_traverse(Dispatcher *self, visitproc visit, void *arg)
     Py_VISIT(self->dtypes);
     Py_VISIT(self->strided);
     Py_VISIT(self->raw_stream);
+    Py_VISIT(self->finalizers);
     return 0;
 }
 
@@ -374,6 +511,7 @@ static int dispatch_clear(Dispatcher *self)
     Py_CLEAR(self->dtypes);
     Py_CLEAR(self->strided);
     Py_CLEAR(self->raw_stream);
+    Py_CLEAR(self->finalizers);
     return 0;
 }
 
@@ -402,7 +540,8 @@ static PyMemberDef dispatch_members[] = {
 static PyTypeObject DispatcherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "gpurt._launch._claunch.Dispatcher",
-    .tp_doc = "Dispatcher(array_type, thread, alloc): dispatcher(table, *items) runs the "
+    .tp_doc = "Dispatcher(array_type, thread, alloc, finalizers=None): dispatcher(table, "
+              "*items) runs the "
               "table's entry for the items' plan key and returns the outputs, or None.",
     .tp_basicsize = sizeof(Dispatcher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -424,7 +563,8 @@ int claunch_add_dispatcher(PyObject *module)
     } names[] = {{&str_dtype, "dtype"}, {&str_requires_grad, "requires_grad"},
                  {&str_layout, "layout"}, {&str_is_cuda, "is_cuda"}, {&str_is_neg, "is_neg"},
                  {&str_get_device, "get_device"}, {&str_shape, "shape"},
-                 {&str_stride, "stride"}, {&str_data_ptr, "data_ptr"}, {&str_ptr, "ptr"}};
+                 {&str_stride, "stride"}, {&str_data_ptr, "data_ptr"}, {&str_ptr, "ptr"},
+                 {&str_place, "place"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].name = PyUnicode_InternFromString(names[i].text);
         if (*names[i].name == NULL) {
