@@ -301,7 +301,7 @@ class Array:
     def record_stream(self, stream: Any) -> None:
         """Mark the memory as used by ``stream``: the allocator will not reuse it before
         the work queued there when it is freed has finished (torch's record_stream)."""
-        memory.record_stream(self, stream)
+        memory.record_stream_at(self.ptr, self.device.index, stream)
 
     # -- interop -------------------------------------------------------------------------
 
@@ -486,6 +486,10 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None, stream: Any 
     (``__cuda_array_interface__`` or DLPack), a copy on ``device`` of an array that lives
     on another, or a device copy of host data. ``copy=True`` always copies; ``copy=False``
     refuses what must be copied."""
+    if stream is None and dtype is None and device is None and not copy:
+        array = _interop.view(obj)  # a plain torch tensor, read in C: the hot path
+        if array is not None:
+            return array
     wanted = None if dtype is None else _as_dtype(dtype)
     array = obj if isinstance(obj, Array) else _device_view(obj, stream)
     if array is not None:

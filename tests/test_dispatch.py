@@ -121,10 +121,9 @@ def _torch_dispatcher(torch: Any) -> Any:
     from gpurt._array import interop
 
     interop._torch_tensor_type()
-    d = _dispatcher([])
-    dtypes = {t: (dt.num, dt.itemsize) for t, dt in interop._torch_dtypes.items()
-              if t not in interop._complex_dtypes}
-    d.set_torch(interop._tensor_type, dtypes, interop._strided, interop._raw_stream)
+    d = _launchpath.claunch.Dispatcher(gpurt.Array, THREAD, gpurt.empty, FINALIZERS)
+    d.set_torch(interop._tensor_type, interop.torch_entries(), interop._strided,
+                interop._raw_stream)
     return d
 
 
@@ -168,6 +167,32 @@ def test_a_tensor_on_the_second_gpu_is_keyed_there(torch: Any) -> None:
     RAW["stream"] = gpurt.current_stream(1).cuda_stream
     assert d.key(t)[0] == gplanned.plan_key(gpurt.asarray(t))
     assert d.key(t)[0] != d.key(FakeTensor((8,), (1,), device=0))[0]
+
+
+@pytest.mark.parametrize("shape, stride, dtype", [((37, 65), (65, 1), "float32"),
+                                                  ((65, 37), (1, 65), "float16"),
+                                                  ((4, 1, 3), (3, 7, 1), "bfloat16"),
+                                                  ((), (), "int32")])
+def test_view_is_the_array_asarray_makes(torch: Any, shape: Any, stride: Any,
+                                         dtype: str) -> None:
+    """dispatcher.view (gpurt.asarray's first try) makes of a plain tensor the Array that the
+    Python intake (torch_fields) makes, with the thread's place's stream and Device."""
+    from gpurt.array import _device_view
+
+    d = _torch_dispatcher(torch)
+    t = FakeTensor(shape, stride, dtype, ptr=0x7000_0010)
+    want = _device_view(t, None)
+    assert d.view(t) is None  # no place yet: the Python intake takes it
+    THREAD.place = (0, RAW["stream"], want.stream, want.device) + FakePlace().place[4:]
+    got = d.view(t)
+    assert type(got) is gpurt.Array and got._owner is t and got.stream is want.stream
+    for name in ("ptr", "shape", "strides", "dtype", "device", "_contiguous"):
+        assert getattr(got, name) == getattr(want, name), name
+    assert type(got.shape) is tuple and got.device is want.device
+    assert d.view(want) is None and d.view(np.zeros(3)) is None
+    assert d.view(FakeTensor(shape, stride, dtype, device=1)) is None  # not the place's device
+    RAW["stream"] = 0x1234  # torch's current stream is not gpurt's: the data needs ordering
+    assert d.view(t) is None
 
 
 def test_add_dispatch_learns_torch_from_the_intake(torch: Any,

@@ -1,9 +1,10 @@
 /* Dispatcher (gpurt._launch._claunch): a repeated call of a bundled kernel, from its arguments
- * to its launch, in C.
+ * to its launch, in C; and gpurt.asarray of a plain torch tensor.
  *
- * Dispatcher(array_type, thread, alloc)
+ * Dispatcher(array_type, thread, alloc, finalizers=None)
  *     dispatcher(table, *items) -> tuple of outputs, or None
  *     dispatcher.key(*items) -> (key, addresses) or None
+ *     dispatcher.view(obj) -> Array or None
  *     dispatcher.set_torch(tensor_type, dtypes, strided, raw_stream)
  *
  * ``items`` are a call's ints, None (an output to allocate) and arrays: gpurt Arrays (exactly
@@ -13,17 +14,25 @@
  * device), so a plan made for the view is found for the tensor. A tensor is read only where
  * gpurt.asarray's own torch path (gpurt/_array/interop.py's torch_fields) takes it as it is: a
  * dense CUDA tensor with at least one element, of a dtype in ``dtypes`` (torch dtype -> (num,
- * itemsize); no complex dtypes, so no conjugate bit), needing no gradient, not negated, whose
- * device's current torch stream (``raw_stream(index)``) is this thread's current gpurt stream
- * there (so nothing needs ordering).
+ * itemsize[, numpy dtype]); no complex dtypes, so no conjugate bit), needing no gradient, not
+ * negated, whose device's current torch stream (``raw_stream(index)``) is this thread's
+ * current gpurt stream there (so nothing needs ordering).
  *
- * ``table`` maps keys to entries (launch, order, outputs, allocs): ``outputs`` are the item
- * positions of the outputs, ``allocs`` for each the arguments of ``alloc(*args)`` (gpurt.empty)
- * that makes it when its item is None; ``launch(None, *addresses)`` (a planned launch on the
- * current stream) gets the addresses of the items at the positions in ``order``. A call
- * returns the outputs (the given objects, or the new Arrays). None, with nothing done, when an
- * item is of another kind or the key is not in the table: the caller then takes the call the
- * general way (which explains every error).
+ * ``table`` maps keys to entries (launch, order, outputs, allocs[, layouts]): ``outputs`` are
+ * the item positions of the outputs, ``allocs`` for each the arguments of ``alloc(*args)``
+ * (gpurt.empty) that makes it when its item is None; ``launch(None, *addresses)`` (a planned
+ * launch on the current stream) gets the addresses of the items at the positions in ``order``.
+ * A call returns the outputs (the given objects, or the new Arrays). None, with nothing done,
+ * when an item is of another kind or the key is not in the table: the caller then takes the
+ * call the general way (which explains every error).
+ *
+ * With ``finalizers`` (gpurt/_array/ownership.py's FINALIZERS) and an array_type whose slots
+ * are gpurt.Array's, the dispatcher also makes Arrays itself, filling their slots as
+ * gpurt/array.py's _make does: an output whose ``layouts`` entry is (index, shape, strides,
+ * dtype, nbytes), where this thread's place (gpurt/_core/state.py's ``place``) is device
+ * ``index``'s, is gpurt.empty's body in C (the place's malloc, the Array, the place's finalizer
+ * in FINALIZERS); ``view`` is gpurt.asarray of a tensor on the place's device (its Device and
+ * Stream, the tensor as owner). Elsewhere alloc makes the outputs and view returns None.
  */
 #include "_claunch.h"
 
@@ -121,16 +130,22 @@ static int same_stream(Dispatcher *self, Reading *reading, long long index)
 
 /* The words of a plain CUDA torch tensor, keyed as its gpurt view (see the top), and its
  * address: how many words, or -1 (no exception set) where it is not such a tensor. The streams
- * of device ``*streamed`` were compared already in this call; it becomes the tensor's. */
+ * of device ``*streamed`` were compared already in this call; it becomes the tensor's.
+ * ``*found`` (borrowed) becomes the tensor's entry in ``dtypes``. */
 static Py_ssize_t tensor_words(Dispatcher *self, Reading *reading, PyObject *tensor,
                                long long *words, Py_ssize_t room, unsigned long long *address,
-                               long long *streamed)
+                               long long *streamed, PyObject **found)
 {
     PyObject *dtype = PyObject_GetAttr(tensor, str_dtype);
     PyObject *entry = dtype == NULL ? NULL : PyDict_GetItemWithError(self->dtypes, dtype);
     Py_XDECREF(dtype); /* the dict holds the dtype, and entry */
-    long long num, itemsize, index;
-    if (entry == NULL || !PyArg_ParseTuple(entry, "LL", &num, &itemsize) ||
+    long long num = -1, itemsize = -1, index;
+    if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) >= 2) {
+        num = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+        itemsize = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
+        *found = entry;
+    }
+    if (num < 0 || itemsize <= 0 || PyErr_Occurred() ||
         !attribute_is(tensor, str_is_cuda, Py_True) ||
         !attribute_is(tensor, str_requires_grad, Py_False) ||
         !attribute_is(tensor, str_layout, self->strided) ||
@@ -187,8 +202,9 @@ static int make_key(Dispatcher *self, Reading *reading, PyObject *const *items,
         if (added == 0 && type == self->array_type) {
             added = array_words(item, words + used, MAX_WORDS - used, &addresses[i]);
         } else if (added == 0 && type == self->tensor_type) { /* NULL before set_torch */
+            PyObject *entry;
             added = tensor_words(self, reading, item, words + used, MAX_WORDS - used,
-                                 &addresses[i], &streamed);
+                                 &addresses[i], &streamed, &entry);
         } else if (added == 0) {
             added = -1;
         }
@@ -445,6 +461,62 @@ static PyObject *dispatch_set_torch(Dispatcher *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ``tensor`` (a plain CUDA torch tensor on this thread's current device, keyed by
+ * tensor_words) as the Array gpurt.asarray makes of it, or None (see dispatch_view). */
+static PyObject *tensor_view(Dispatcher *self, Reading *reading, PyObject *tensor)
+{
+    long long words[MAX_WORDS];
+    unsigned long long address;
+    long long streamed = -1;
+    PyObject *entry = NULL; /* (num, itemsize, numpy dtype) */
+    Py_ssize_t count = tensor_words(self, reading, tensor, words, MAX_WORDS, &address,
+                                    &streamed, &entry);
+    Py_ssize_t ndim = count < 0 ? 0 : words[1];
+    PyObject *place = count < 0 || PyTuple_GET_SIZE(entry) != 3
+                          ? NULL
+                          : place_of(self, reading, streamed);
+    if (place == NULL) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *dtype = PyTuple_GET_ITEM(entry, 2);
+    PyObject *ptr = PyLong_FromUnsignedLongLong(address);
+    PyObject *shape = PyTuple_New(ndim), *strides = PyTuple_New(ndim);
+    /* C-contiguous as gpurt/_array/layout.py's is_contiguous: size-1 dims do not count */
+    long long step = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
+    int contiguous = 1;
+    for (Py_ssize_t i = ndim - 1; shape != NULL && strides != NULL && i >= 0; i--) {
+        long long size = words[2 + i], stride = words[2 + ndim + i];
+        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(size));
+        PyTuple_SET_ITEM(strides, i, PyLong_FromLongLong(stride));
+        contiguous &= size == 1 || stride == step;
+        step *= size;
+    }
+    PyObject *array = NULL;
+    if (ptr != NULL && shape != NULL && strides != NULL && !PyErr_Occurred()) {
+        PyObject *values[N_FIELDS] = {ptr, shape, strides, dtype, PyTuple_GET_ITEM(place, 3),
+                                      PyTuple_GET_ITEM(place, 2), tensor,
+                                      contiguous ? Py_True : Py_False};
+        array = new_array(self, values);
+    }
+    Py_XDECREF(ptr);
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    return array;
+}
+
+/* dispatcher.view(obj): see the method table. */
+static PyObject *dispatch_view(Dispatcher *self, PyObject *obj)
+{
+    if (self->tensor_type == NULL || (PyObject *)Py_TYPE(obj) != self->tensor_type ||
+        self->finalizers == NULL) {
+        return Py_NewRef(Py_None);
+    }
+    Reading reading = {NULL};
+    PyObject *array = tensor_view(self, &reading, obj);
+    Py_XDECREF(reading.attributes);
+    return array;
+}
+
 /* The offsets of array_type's slots named in field_names: 1, or 0 where one is not a plain
  * object slot (then outputs come from alloc only). */
 static int find_fields(PyObject *array_type, Py_ssize_t offsets[N_FIELDS])
@@ -526,6 +598,10 @@ static PyMethodDef dispatch_methods[] = {
     {"key", (PyCFunction)(void (*)(void))dispatch_key, METH_FASTCALL,
      "key(*items) -> (key, addresses) or None: the plan key of the items and each one's "
      "address (0 for ints and None)"},
+    {"view", (PyCFunction)dispatch_view, METH_O,
+     "view(obj) -> Array or None: a plain CUDA torch tensor on this thread's current device "
+     "and gpurt's current stream there, as the Array gpurt.asarray makes of it (dtypes "
+     "entries (num, itemsize, numpy dtype)); None for anything else"},
     {"set_torch", (PyCFunction)dispatch_set_torch, METH_VARARGS,
      "set_torch(tensor_type, dtypes, strided, raw_stream): read plain CUDA torch tensors"},
     {NULL},

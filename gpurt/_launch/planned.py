@@ -165,6 +165,7 @@ dispatch: Callable[..., tuple[Any, ...] | None] = _no_dispatch
 _dispatcher: Any = None
 if _launchpath.claunch is not None:
     _dispatcher = dispatch = _launchpath.claunch.Dispatcher(Array, THREAD, empty, FINALIZERS)
+    _interop.use_reader(_dispatcher)  # gpurt.asarray's torch tensors, read in C
 MAX_DISPATCH = 4096  # entries per table; past that, calls go the general way
 
 
@@ -181,9 +182,8 @@ def add_dispatch(table: dict[Any, Any], key: Any, launch: Callable[..., None],
     seen = _interop._tensor_type  # the torch.Tensor the intake reads (None before torch)
     if seen is not None and _dispatcher.tensor_type is not seen \
             and _interop._raw_stream is not None:
-        dtypes = {t: (d.num, d.itemsize) for t, d in _interop._torch_dtypes.items()
-                  if t not in _interop._complex_dtypes}
-        _dispatcher.set_torch(seen, dtypes, _interop._strided, _interop._raw_stream)
+        _dispatcher.set_torch(seen, _interop.torch_entries(), _interop._strided,
+                              _interop._raw_stream)
     if key not in table and len(table) < MAX_DISPATCH:  # a key's entry never changes
         allocs = tuple(tuple(a) for a in allocs)
         table[key] = (launch, tuple(order), tuple(outputs), allocs,
