@@ -664,3 +664,25 @@ def test_array_record_stream_takes_one_allocator_call(fake_driver: Any,
     monkeypatch.setattr(mem, "_allocators", {0: _Recording(holds=False)})
     with pytest.raises(ValueError, match="not inside memory from gpurt's caching allocator"):
         array.record_stream(stream)
+
+
+@pytest.mark.gpu
+def test_array_record_stream_defers_reuse(fresh):
+    """Array.record_stream with a gpurt Stream (one allocator call): the freed block waits
+    for the work queued on that stream before it is handed out again."""
+    stream = gpurt.Stream()
+    host, flag, hold = _wait_flag()
+    try:
+        array = gpurt.empty(64 * KiB // 4)
+        hold(stream.cuda_stream)  # the stream is stuck until the flag is set
+        array.record_stream(stream)
+        ptr = array.ptr
+        del array
+        states = {b["state"] for s in gpurt.memory_snapshot() for b in s["blocks"]
+                  if b["address"] == ptr}
+        assert states == {"active_pending_free"}
+        assert gpurt.empty(64 * KiB // 4).ptr != ptr  # still in use on the stream
+    finally:
+        flag.value = 1
+        stream.synchronize()
+        ok(cu.cuMemFreeHost(host))
