@@ -360,7 +360,9 @@ static PyObject *run_entry(Dispatcher *self, Reading *reading, PyObject *entry,
         }
         values[i] = addresses[at];
     }
-    int launched = result == NULL ? 0 : planned_launch_addresses(launch, values, n);
+    int launched = result == NULL ? 0
+                                  : planned_launch_addresses(launch, values, n,
+                                                             reading->attributes);
     if (launched != 0) { /* launched from here, or refused by the driver */
         if (launched < 0) {
             Py_CLEAR(result);
