@@ -542,7 +542,13 @@ def from_dlpack(obj: Any, *, device: DeviceLike = None, copy: bool | None = None
                 stream: Any = None) -> Array:
     """Zero-copy Array over a DLPack producer's CUDA memory (anything with ``__dlpack__``,
     or a capsule). The producer orders its work before ``stream`` (default: the current
-    stream); its deleter runs when the last view dies. ``copy=True`` copies."""
+    stream); its deleter runs when the last view dies. ``copy=True`` copies. A plain torch
+    tensor on the current device and stream is read in C instead (the Array its export would
+    describe, holding the tensor), with no capsule."""
+    if stream is None and device is None and not copy:
+        array = _interop.view(obj)
+        if array is not None:
+            return array
     array = _wrap(_interop.from_dlpack(obj, stream))
     if device is not None and _index(device) != array.device.index:
         raise ValueError(f"the array lives on {array.device}, not on device {device!r}")

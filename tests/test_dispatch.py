@@ -189,6 +189,14 @@ def test_view_is_the_array_asarray_makes(torch: Any, shape: Any, stride: Any,
     for name in ("ptr", "shape", "strides", "dtype", "device", "_contiguous"):
         assert getattr(got, name) == getattr(want, name), name
     assert type(got.shape) is tuple and got.device is want.device
+    from gpurt._array import interop
+
+    interop.view, saved = d.view, interop.view
+    try:  # gpurt.asarray's and gpurt.from_dlpack's first try
+        assert gpurt.asarray(t).ptr == gpurt.from_dlpack(t).ptr == got.ptr
+        assert gpurt.asarray(t, copy=False)._owner is t
+    finally:
+        interop.view = saved
     assert d.view(want) is None and d.view(np.zeros(3)) is None
     assert d.view(FakeTensor(shape, stride, dtype, device=1)) is None  # not the place's device
     RAW["stream"] = 0x1234  # torch's current stream is not gpurt's: the data needs ordering

@@ -149,7 +149,7 @@ def test_asarray_of_a_torch_tensor_read_in_c(gpu_state, view):
     """gpurt.asarray's C reader gives the Array of the Python intake, over the tensor's own
     memory, on gpurt's current stream (a tensor elsewhere goes the Python way, also right)."""
     from gpurt._array import interop
-    from gpurt.array import _device_view
+    from gpurt.array import _device_view, _wrap
 
     t = view(torch.randn(33, 65, device="cuda"))
     gpurt.asarray(t)  # the intake meets torch, if it had not yet
@@ -158,6 +158,12 @@ def test_asarray_of_a_torch_tensor_read_in_c(gpu_state, view):
     for name in ("ptr", "shape", "strides", "dtype", "device", "stream", "_contiguous"):
         assert getattr(fast, name) == getattr(slow, name), name
     np.testing.assert_array_equal(fast.to_numpy(), t.cpu().numpy())
+    exported = _wrap(interop.from_dlpack(t, None))  # through a DLPack capsule
+    taken = gpurt.from_dlpack(t)  # read in C
+    assert taken._owner is t
+    for name in ("ptr", "shape", "dtype", "device", "stream", "_contiguous"):
+        assert getattr(taken, name) == getattr(exported, name), name
+    assert all(a == b for a, b, n in zip(taken.strides, exported.strides, t.shape) if n > 1)
     if gpurt.device_count() > 1:
         other = view(torch.randn(33, 65, device="cuda:1"))
         assert interop.view(other) is None  # not the current device: the Python intake
