@@ -36,7 +36,14 @@ from ._array.dtypes import *  # noqa: F403 (the dtype names, re-exported below)
 from ._array.dtypes import CACHE as _DTYPES
 from ._array.dtypes import as_dtype as _as_dtype
 from ._array.ownership import FINALIZERS as _finalizers
-from ._array.ownership import device_object, own_import, owner_of, place, place_on
+from ._array.ownership import (
+    device_object,
+    own_import,
+    owner_of,
+    place,
+    place_on,
+    remember_current_place,
+)
 from ._core.captures import CAPTURES
 from ._core.state import current_place
 from .device import Device, DeviceLike, _index, bind_context
@@ -531,6 +538,8 @@ def _device_view(obj: Any, stream: Any) -> Array | None:
     """A zero-copy Array over a foreign device array, or None when ``obj`` is host data."""
     fields = _interop.torch_fields(obj, stream)  # a plain torch tensor: the hot path
     if fields is not None:
+        if current_place() is None:  # the next such tensor is read in C (_interop.view)
+            remember_current_place()
         ptr, shape, strides, dtype, index, consumer, contiguous = fields
         return _make(ptr, shape, strides, dtype, device_object(index), consumer, obj,
                      contiguous)

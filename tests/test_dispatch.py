@@ -203,6 +203,25 @@ def test_view_is_the_array_asarray_makes(torch: Any, shape: Any, stride: Any,
     assert d.view(t) is None
 
 
+def test_the_python_intake_remembers_the_place_for_the_reader(
+        torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor the Python intake takes leaves this thread's place behind (for the C reader's
+    next call) where the device's allocator is in use; it never creates an allocator."""
+    from gpurt._array import ownership
+    from gpurt.array import _device_view
+
+    d, t = _torch_dispatcher(torch), FakeTensor((4, 4), (4, 1))
+    THREAD.__dict__.pop("place", None)  # fake_gpus puts the thread's state back
+    monkeypatch.setattr(ownership, "_allocators", {})
+    assert _device_view(t, None) is not None and "place" not in THREAD.__dict__
+    assert d.view(t) is None
+    fake = FakePlace()
+    ownership._allocators[0] = (fake.malloc, fake.release)
+    _device_view(t, None)
+    assert THREAD.place[0] == 0 and THREAD.place[4:] == (fake.malloc, fake.release)
+    assert d.view(t).ptr == t.data_ptr() and not fake.calls
+
+
 def test_add_dispatch_learns_torch_from_the_intake(torch: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     fresh = _dispatcher([])

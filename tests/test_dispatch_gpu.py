@@ -152,6 +152,7 @@ def test_asarray_of_a_torch_tensor_read_in_c(gpu_state, view):
     from gpurt.array import _device_view, _wrap
 
     t = view(torch.randn(33, 65, device="cuda"))
+    gpurt.empty(1)  # this thread's place (current device and stream), which the reader needs
     gpurt.asarray(t)  # the intake meets torch, if it had not yet
     fast, slow = interop.view(t), _device_view(t, None)
     assert fast is not None and fast._owner is t and gpurt.asarray(t).ptr == t.data_ptr()
