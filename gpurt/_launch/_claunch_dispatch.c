@@ -131,19 +131,19 @@ static int same_stream(Dispatcher *self, Reading *reading, long long index)
 /* The words of a plain CUDA torch tensor, keyed as its gpurt view (see the top), and its
  * address: how many words, or -1 (no exception set) where it is not such a tensor. The streams
  * of device ``*streamed`` were compared already in this call; it becomes the tensor's.
- * ``*found`` (borrowed) becomes the tensor's entry in ``dtypes``. */
+ * ``*found`` becomes the tensor's entry in ``dtypes`` (a new reference) when it is one. */
 static Py_ssize_t tensor_words(Dispatcher *self, Reading *reading, PyObject *tensor,
                                long long *words, Py_ssize_t room, unsigned long long *address,
                                long long *streamed, PyObject **found)
 {
     PyObject *dtype = PyObject_GetAttr(tensor, str_dtype);
     PyObject *entry = dtype == NULL ? NULL : PyDict_GetItemWithError(self->dtypes, dtype);
-    Py_XDECREF(dtype); /* the dict holds the dtype, and entry */
+    Py_XDECREF(dtype); /* the dict holds the dtype */
+    Py_XINCREF(entry); /* held: the accessors below may run code that replaces the dict */
     long long num = -1, itemsize = -1, index;
     if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) >= 2) {
         num = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
         itemsize = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
-        *found = entry;
     }
     if (num < 0 || itemsize <= 0 || PyErr_Occurred() ||
         !attribute_is(tensor, str_is_cuda, Py_True) ||
@@ -151,6 +151,7 @@ static Py_ssize_t tensor_words(Dispatcher *self, Reading *reading, PyObject *ten
         !attribute_is(tensor, str_layout, self->strided) ||
         method_int(tensor, str_is_neg, &index) < 0 || index != 0 ||
         method_int(tensor, str_get_device, &index) < 0 || index < 0) {
+        Py_XDECREF(entry);
         unsupported();
         return -1;
     }
@@ -170,9 +171,11 @@ static Py_ssize_t tensor_words(Dispatcher *self, Reading *reading, PyObject *ten
     long long ptr;
     if (!ok || method_int(tensor, str_data_ptr, &ptr) < 0 ||
         (index != *streamed && !same_stream(self, reading, index))) {
+        Py_DECREF(entry);
         unsupported();
         return -1;
     }
+    *found = entry;
     *streamed = index;
     *address = (unsigned long long)ptr;
     words[0] = WORD_ARRAY;
@@ -202,9 +205,10 @@ static int make_key(Dispatcher *self, Reading *reading, PyObject *const *items,
         if (added == 0 && type == self->array_type) {
             added = array_words(item, words + used, MAX_WORDS - used, &addresses[i]);
         } else if (added == 0 && type == self->tensor_type) { /* NULL before set_torch */
-            PyObject *entry;
+            PyObject *entry = NULL;
             added = tensor_words(self, reading, item, words + used, MAX_WORDS - used,
                                  &addresses[i], &streamed, &entry);
+            Py_XDECREF(entry);
         } else if (added == 0) {
             added = -1;
         }
@@ -478,8 +482,10 @@ static PyObject *tensor_view(Dispatcher *self, Reading *reading, PyObject *tenso
                           ? NULL
                           : place_of(self, reading, streamed);
     if (place == NULL) {
+        Py_XDECREF(entry);
         return Py_NewRef(Py_None);
     }
+    Py_INCREF(place); /* held: the allocations below may run code that drops it */
     PyObject *dtype = PyTuple_GET_ITEM(entry, 2);
     PyObject *ptr = PyLong_FromUnsignedLongLong(address);
     PyObject *shape = PyTuple_New(ndim), *strides = PyTuple_New(ndim);
@@ -503,6 +509,8 @@ static PyObject *tensor_view(Dispatcher *self, Reading *reading, PyObject *tenso
     Py_XDECREF(ptr);
     Py_XDECREF(shape);
     Py_XDECREF(strides);
+    Py_DECREF(entry);
+    Py_DECREF(place);
     return array;
 }
 
