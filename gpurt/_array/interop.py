@@ -78,7 +78,7 @@ def _no_view(obj: Any) -> Any:
 # launch layer above (gpurt/_launch/planned.py) where the extension is built, and told torch's
 # types here once the intake meets torch. ``view(obj)`` is then its view: the Array that
 # gpurt.asarray makes of a plain CUDA torch tensor on the current device and stream, read in
-# C (torch_fields' checks, in _claunch_dispatch.c), or None for anything else.
+# C (torch_fields' checks, in _claunch_torch.c), or None for anything else.
 _reader: Any = None
 view: Callable[[Any], Any] = _no_view
 
