@@ -21,7 +21,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 SOURCES = ["_claunch.c", "_claunch_launcher.c", "_claunch_packing.c", "_claunch_planned.c",
-           "_claunch_signature.c", "_claunch_dispatch.c"]  # with _claunch.h
+           "_claunch_signature.c", "_claunch_dispatch.c", "_claunch_torch.c"]  # with the .h files
 
 
 class BuildPyWithKernels(build_py):
@@ -44,7 +44,7 @@ setup(
     ext_modules=[Extension(
         "gpurt._launch._claunch",
         [f"gpurt/_launch/{name}" for name in SOURCES],
-        depends=["gpurt/_launch/_claunch.h"],
+        depends=["gpurt/_launch/_claunch.h", "gpurt/_launch/_claunch_dispatch.h"],
         optional=True,
     )],
 )

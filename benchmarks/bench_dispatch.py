@@ -144,6 +144,8 @@ def main() -> None:
     ours, _ = side_by_side(lambda: softmax_mod.softmax(g, out=g_out), None, sync)
     rows.append(row("softmax(x, out=o) 64x256 fp32, gpurt Arrays", ours, theirs, "torch",
                     target=0.6))
+    ours, _ = side_by_side(lambda: softmax_mod.softmax(g), None, sync)  # output made in C
+    rows.append(row("softmax(x) 64x256 fp32, gpurt Array in", ours, theirs, "torch"))
     ours, theirs = side_by_side(lambda: softmax_mod.softmax(t, out=t_out),
                                 lambda: torch.softmax(t, -1), sync)
     rows.append(row("softmax(x, out=o) 64x256 fp32, torch tensors", ours, theirs, "torch"))

@@ -36,7 +36,14 @@ from ._array.dtypes import *  # noqa: F403 (the dtype names, re-exported below)
 from ._array.dtypes import CACHE as _DTYPES
 from ._array.dtypes import as_dtype as _as_dtype
 from ._array.ownership import FINALIZERS as _finalizers
-from ._array.ownership import device_object, own_import, owner_of, place, place_on
+from ._array.ownership import (
+    device_object,
+    own_import,
+    owner_of,
+    place,
+    place_on,
+    remember_current_place,
+)
 from ._core.captures import CAPTURES
 from ._core.state import current_place
 from .device import Device, DeviceLike, _index, bind_context
@@ -301,7 +308,7 @@ class Array:
     def record_stream(self, stream: Any) -> None:
         """Mark the memory as used by ``stream``: the allocator will not reuse it before
         the work queued there when it is freed has finished (torch's record_stream)."""
-        memory.record_stream(self, stream)
+        memory.record_stream_at(self.ptr, self.device.index, stream)
 
     # -- interop -------------------------------------------------------------------------
 
@@ -486,6 +493,10 @@ def asarray(obj: Any, dtype: Any = None, device: DeviceLike = None, stream: Any 
     (``__cuda_array_interface__`` or DLPack), a copy on ``device`` of an array that lives
     on another, or a device copy of host data. ``copy=True`` always copies; ``copy=False``
     refuses what must be copied."""
+    if stream is None and dtype is None and device is None and not copy:
+        array = _interop.view(obj)  # a plain torch tensor, read in C: the hot path
+        if array is not None:
+            return array
     wanted = None if dtype is None else _as_dtype(dtype)
     array = obj if isinstance(obj, Array) else _device_view(obj, stream)
     if array is not None:
@@ -527,6 +538,8 @@ def _device_view(obj: Any, stream: Any) -> Array | None:
     """A zero-copy Array over a foreign device array, or None when ``obj`` is host data."""
     fields = _interop.torch_fields(obj, stream)  # a plain torch tensor: the hot path
     if fields is not None:
+        if current_place() is None:  # the next such tensor is read in C (_interop.view)
+            remember_current_place()
         ptr, shape, strides, dtype, index, consumer, contiguous = fields
         return _make(ptr, shape, strides, dtype, device_object(index), consumer, obj,
                      contiguous)
@@ -538,7 +551,13 @@ def from_dlpack(obj: Any, *, device: DeviceLike = None, copy: bool | None = None
                 stream: Any = None) -> Array:
     """Zero-copy Array over a DLPack producer's CUDA memory (anything with ``__dlpack__``,
     or a capsule). The producer orders its work before ``stream`` (default: the current
-    stream); its deleter runs when the last view dies. ``copy=True`` copies."""
+    stream); its deleter runs when the last view dies. ``copy=True`` copies. A plain torch
+    tensor on the current device and stream is read in C instead (the Array its export would
+    describe, holding the tensor), with no capsule."""
+    if stream is None and device is None and not copy:
+        array = _interop.view(obj)
+        if array is not None:
+            return array
     array = _wrap(_interop.from_dlpack(obj, stream))
     if device is not None and _index(device) != array.device.index:
         raise ValueError(f"the array lives on {array.device}, not on device {device!r}")

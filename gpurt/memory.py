@@ -38,7 +38,7 @@ from ._memory.protocol import Allocator, DeviceAllocator
 from ._memory.summary import summary_table
 from ._streams.handles import before_stream_destroy
 from .device import _index, current_device, device_count
-from .streams import as_stream_handle
+from .streams import Stream, as_stream_handle
 
 __all__ = [
     "caching_allocator_alloc",
@@ -186,6 +186,20 @@ def _data_ptr(obj: Any) -> int:
     if interface is not None:
         return int(interface["data"][0])
     raise TypeError(f"expected a device pointer or array, got {type(obj).__name__}")
+
+
+def record_stream_at(ptr: int, index: int, stream: Any) -> None:
+    """:func:`record_stream` of ``ptr`` in memory of device ``index`` (Array.record_stream):
+    with a gpurt Stream, one call of that device's allocator; anything else, or memory that
+    allocator does not hold, goes the general way (which explains every error)."""
+    allocator = _allocators.get(index)
+    if allocator is not None and type(stream) is Stream:
+        try:
+            allocator.record_stream(ptr, stream._ident)
+            return
+        except ValueError:
+            pass
+    record_stream(ptr, stream)
 
 
 def record_stream(obj: Any, stream: Any) -> None:

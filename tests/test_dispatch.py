@@ -16,6 +16,7 @@ from cuda.bindings import driver as cu
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401
 from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
+from gpurt._array.ownership import FINALIZERS, device_object
 from gpurt._core.state import THREAD
 from gpurt._elementwise import plan as eplan
 from gpurt._launch import path as _launchpath
@@ -120,10 +121,9 @@ def _torch_dispatcher(torch: Any) -> Any:
     from gpurt._array import interop
 
     interop._torch_tensor_type()
-    d = _dispatcher([])
-    dtypes = {t: (dt.num, dt.itemsize) for t, dt in interop._torch_dtypes.items()
-              if t not in interop._complex_dtypes}
-    d.set_torch(interop._tensor_type, dtypes, interop._strided, interop._raw_stream)
+    d = _launchpath.claunch.Dispatcher(gpurt.Array, THREAD, gpurt.empty, FINALIZERS)
+    d.set_torch(interop._tensor_type, interop.torch_entries(), interop._strided,
+                interop._raw_stream)
     return d
 
 
@@ -167,6 +167,59 @@ def test_a_tensor_on_the_second_gpu_is_keyed_there(torch: Any) -> None:
     RAW["stream"] = gpurt.current_stream(1).cuda_stream
     assert d.key(t)[0] == gplanned.plan_key(gpurt.asarray(t))
     assert d.key(t)[0] != d.key(FakeTensor((8,), (1,), device=0))[0]
+
+
+@pytest.mark.parametrize("shape, stride, dtype", [((37, 65), (65, 1), "float32"),
+                                                  ((65, 37), (1, 65), "float16"),
+                                                  ((4, 1, 3), (3, 7, 1), "bfloat16"),
+                                                  ((), (), "int32")])
+def test_view_is_the_array_asarray_makes(torch: Any, shape: Any, stride: Any,
+                                         dtype: str) -> None:
+    """dispatcher.view (gpurt.asarray's first try) makes of a plain tensor the Array that the
+    Python intake (torch_fields) makes, with the thread's place's stream and Device."""
+    from gpurt.array import _device_view
+
+    d = _torch_dispatcher(torch)
+    t = FakeTensor(shape, stride, dtype, ptr=0x7000_0010)
+    want = _device_view(t, None)
+    assert d.view(t) is None  # no place yet: the Python intake takes it
+    THREAD.place = (0, RAW["stream"], want.stream, want.device) + FakePlace().place[4:]
+    got = d.view(t)
+    assert type(got) is gpurt.Array and got._owner is t and got.stream is want.stream
+    for name in ("ptr", "shape", "strides", "dtype", "device", "_contiguous"):
+        assert getattr(got, name) == getattr(want, name), name
+    assert type(got.shape) is tuple and got.device is want.device
+    from gpurt._array import interop
+
+    interop.view, saved = d.view, interop.view
+    try:  # gpurt.asarray's and gpurt.from_dlpack's first try
+        assert gpurt.asarray(t).ptr == gpurt.from_dlpack(t).ptr == got.ptr
+        assert gpurt.asarray(t, copy=False)._owner is t
+    finally:
+        interop.view = saved
+    assert d.view(want) is None and d.view(np.zeros(3)) is None
+    assert d.view(FakeTensor(shape, stride, dtype, device=1)) is None  # not the place's device
+    RAW["stream"] = 0x1234  # torch's current stream is not gpurt's: the data needs ordering
+    assert d.view(t) is None
+
+
+def test_the_python_intake_remembers_the_place_for_the_reader(
+        torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor the Python intake takes leaves this thread's place behind (for the C reader's
+    next call) where the device's allocator is in use; it never creates an allocator."""
+    from gpurt._array import ownership
+    from gpurt.array import _device_view
+
+    d, t = _torch_dispatcher(torch), FakeTensor((4, 4), (4, 1))
+    THREAD.__dict__.pop("place", None)  # fake_gpus puts the thread's state back
+    monkeypatch.setattr(ownership, "_allocators", {})
+    assert _device_view(t, None) is not None and "place" not in THREAD.__dict__
+    assert d.view(t) is None
+    fake = FakePlace()
+    ownership._allocators[0] = (fake.malloc, fake.release)
+    _device_view(t, None)
+    assert THREAD.place[0] == 0 and THREAD.place[4:] == (fake.malloc, fake.release)
+    assert d.view(t).ptr == t.data_ptr() and not fake.calls
 
 
 def test_add_dispatch_learns_torch_from_the_intake(torch: Any,
@@ -278,3 +331,71 @@ def test_several_outputs_repeat_through_dispatch(driver: FakeDriver,  # noqa: F8
                                     no_return=True)
     assert quiet(x, s, d) is None and quiet(x, s, d) is None
     assert counted[0] == 2 and len(driver.launches) == 5
+
+
+# ---- outputs made in C ---------------------------------------------------------------------
+
+
+class FakePlace:
+    """A thread place (gpurt/_array/ownership.py) whose malloc and finalizer record calls."""
+
+    def __init__(self, index: int = 0) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.stream = object()
+        self.place = (index, 0x77, self.stream, device_object(index), self.malloc, self.release)
+
+    def malloc(self, nbytes: int, handle: int) -> int:
+        self.calls.append(("malloc", nbytes, handle))
+        return 0x5000_0000 + 0x1000 * len(self.calls)
+
+    def release(self, ref: Any) -> None:
+        self.calls.append(("free", FINALIZERS.pop(ref)))
+
+
+def _made_entry(launch: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    alloc = (shape, np.float32, 0)
+    return (launch, (0, 1), (1,), (alloc,), (gplanned._output_layout(*alloc),))
+
+
+def test_outputs_made_in_c_are_what_gpurt_empty_makes(fake_gpus: Any) -> None:
+    """An output dispatch makes from C (make_output) is the Array gpurt.empty makes from the
+    same place: the same allocator call, slots and finalizer (so the statistics agree)."""
+    fake = FakePlace()
+    THREAD.place = fake.place  # fake_gpus puts the thread's state back
+    alloc = Recorder()
+    d = _launchpath.claunch.Dispatcher(gpurt.Array, THREAD, alloc, FINALIZERS)
+    launch, x = Recorder(), fake_array((33, 7), ptr=0x1000)
+    (out,) = d({gplanned.plan_key(x, None): _made_entry(launch, (33, 7))}, x, None)
+    want = gpurt.empty((33, 7), np.float32, 0)
+    assert not alloc.calls and type(out) is gpurt.Array
+    assert fake.calls == [("malloc", 33 * 7 * 4, 0x77)] * 2
+    assert launch.calls == [(None, 0x1000, out.ptr)] and out.ptr != want.ptr
+    for name in ("shape", "strides", "dtype", "device", "stream", "_owner"):
+        assert getattr(out, name) == getattr(want, name), name
+    assert out.stream is fake.stream and out.is_contiguous() and out.device is want.device
+    ptr = out.ptr
+    del out
+    assert fake.calls[-1] == ("free", ptr)
+
+
+def test_outputs_elsewhere_come_from_alloc(fake_gpus: Any) -> None:
+    """Where this thread's place is another device's (or there is none), alloc makes the
+    output; an allocation error propagates with nothing launched."""
+    made: list[Any] = []
+    d = _launchpath.claunch.Dispatcher(gpurt.Array, THREAD,
+                                       lambda *a: made.append(a) or fake_array((4,)),
+                                       FINALIZERS)
+    x, launch = fake_array((4,)), Recorder()
+    table = {gplanned.plan_key(x, None): _made_entry(launch, (4,))}
+    THREAD.place = FakePlace(1).place  # fake_gpus puts the thread's state back
+    d(table, x, None)
+    assert made == [((4,), np.float32, 0)] and len(launch.calls) == 1
+    fake = FakePlace()
+
+    def no_memory(nbytes: int, handle: int) -> int:
+        raise MemoryError("out of memory")
+
+    THREAD.place = fake.place[:4] + (no_memory, fake.release)
+    with pytest.raises(MemoryError):
+        d(table, x, None)
+    assert len(launch.calls) == 1 and len(made) == 1

@@ -110,3 +110,64 @@ def test_elementwise_jiterator_and_reduction_repeat_from_c(gpu_state, as_torch):
         np.testing.assert_allclose(sums, tm.double().cpu().numpy().sum(-1), rtol=1e-5,
                                    atol=1e-4)
     assert len(AXPY._direct) >= 1 and len(JIT._direct) >= 1 and SUM._direct
+
+
+def _stats_moved(before: dict, after: dict) -> dict:
+    """How each statistic moved (peaks aside: they move only past the highest so far)."""
+    return {key: after[key] - before[key] for key in after if not key.endswith(".peak")}
+
+
+def test_outputs_made_in_c_count_as_gpurt_empty(gpu_state, monkeypatch):
+    """An output dispatch allocates from C is the Array gpurt.empty makes: the same statistics
+    move, on its allocation and on its death, and it holds the float64 answer."""
+    softmax_mod.clear_plans()
+    rng = np.random.default_rng(5)
+    x = gpurt.asarray(rng.standard_normal((48, 200)).astype(np.float32))
+    softmax_mod.softmax(x)  # plans it
+    calls = []
+    monkeypatch.setattr(softmax_mod, "_call", lambda *a: calls.append(a))
+    start = gpurt.memory_stats()
+    made = gpurt.empty((48, 200))
+    grown = gpurt.memory_stats()
+    fields = (made.shape, made.strides, made.dtype, made.device, made.stream)
+    del made
+    freed = gpurt.memory_stats()
+    got = softmax_mod.softmax(x)
+    assert not calls and type(got) is gpurt.Array and got._owner is None
+    assert (got.shape, got.strides, got.dtype, got.device, got.stream) == fields
+    assert _stats_moved(freed, gpurt.memory_stats()) == _stats_moved(start, grown)
+    np.testing.assert_allclose(got.to_numpy(), _softmax64(x.to_numpy()), rtol=1e-5,
+                               atol=1e-6)
+    before_free = gpurt.memory_stats()
+    del got
+    assert _stats_moved(before_free, gpurt.memory_stats()) == _stats_moved(grown, freed)
+
+
+@pytest.mark.parametrize("view", [lambda t: t, lambda t: t[:, 3:], lambda t: t.t(),
+                                  lambda t: t[5]])
+def test_asarray_of_a_torch_tensor_read_in_c(gpu_state, view):
+    """gpurt.asarray's C reader gives the Array of the Python intake, over the tensor's own
+    memory, on gpurt's current stream (a tensor elsewhere goes the Python way, also right)."""
+    from gpurt._array import interop
+    from gpurt.array import _device_view, _wrap
+
+    t = view(torch.randn(33, 65, device="cuda"))
+    gpurt.empty(1)  # this thread's place (current device and stream), which the reader needs
+    gpurt.asarray(t)  # the intake meets torch, if it had not yet
+    fast, slow = interop.view(t), _device_view(t, None)
+    assert fast is not None and fast._owner is t and gpurt.asarray(t).ptr == t.data_ptr()
+    for name in ("ptr", "shape", "strides", "dtype", "device", "stream", "_contiguous"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    np.testing.assert_array_equal(fast.to_numpy(), t.cpu().numpy())
+    exported = _wrap(interop.from_dlpack(t, None))  # through a DLPack capsule
+    taken = gpurt.from_dlpack(t)  # read in C
+    assert taken._owner is t
+    for name in ("ptr", "shape", "dtype", "device", "stream", "_contiguous"):
+        assert getattr(taken, name) == getattr(exported, name), name
+    assert all(a == b for a, b, n in zip(taken.strides, exported.strides, t.shape) if n > 1)
+    if gpurt.device_count() > 1:
+        other = view(torch.randn(33, 65, device="cuda:1"))
+        assert interop.view(other) is None  # not the current device: the Python intake
+        array = gpurt.asarray(other)
+        assert array.device.index == 1
+        np.testing.assert_array_equal(array.to_numpy(), other.cpu().numpy())

@@ -16,12 +16,14 @@ import threading
 import time
 import warnings
 import weakref
+from typing import Any
 
 import numpy as np
 import pytest
 from cuda.bindings import driver as cu
 
 import gpurt
+from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from gpurt import memory as mem
 from gpurt._memory import config as _allocconf
 from gpurt._memory import summary as _memsummary
@@ -630,3 +632,57 @@ def test_arrays_created_and_dropped_in_a_loop_keep_statistics_exact(fresh):
     y = gpurt.empty(1024, gpurt.float32)  # the same block again: the reset peak moves
     assert gpurt.max_memory_allocated() == now + 4 * KiB
     del y
+
+
+class _Recording:
+    """An allocator's record_stream that records, or refuses memory it does not hold."""
+
+    def __init__(self, holds: bool) -> None:
+        self.device, self.holds, self.calls = 0, holds, []
+
+    def record_stream(self, ptr: int, stream: int) -> None:
+        if not self.holds:
+            raise ValueError(f"0x{ptr:x} is not inside a live allocation")
+        self.calls.append((ptr, stream))
+
+
+def test_array_record_stream_takes_one_allocator_call(fake_driver: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Array.record_stream with a gpurt Stream is one call of its device's allocator with the
+    stream's handle; other streams and memory that allocator does not hold go the general way,
+    with its errors."""
+    from _elementwise_fakes import fake_array
+
+    ours = _Recording(holds=True)
+    monkeypatch.setattr(mem, "_allocators", {0: ours})
+    array, stream = fake_array((4,), ptr=0x4000), gpurt.Stream()
+    array.record_stream(stream)
+    array.record_stream(stream.cuda_stream)  # an int handle: the general way, same call
+    assert ours.calls == [(0x4000, stream.cuda_stream)] * 2
+    with pytest.raises(TypeError, match="expected a stream"):
+        array.record_stream("stream")
+    monkeypatch.setattr(mem, "_allocators", {0: _Recording(holds=False)})
+    with pytest.raises(ValueError, match="not inside memory from gpurt's caching allocator"):
+        array.record_stream(stream)
+
+
+@pytest.mark.gpu
+def test_array_record_stream_defers_reuse(fresh):
+    """Array.record_stream with a gpurt Stream (one allocator call): the freed block waits
+    for the work queued on that stream before it is handed out again."""
+    stream = gpurt.Stream()
+    host, flag, hold = _wait_flag()
+    try:
+        array = gpurt.empty(64 * KiB // 4)
+        hold(stream.cuda_stream)  # the stream is stuck until the flag is set
+        array.record_stream(stream)
+        ptr = array.ptr
+        del array
+        states = {b["state"] for s in gpurt.memory_snapshot() for b in s["blocks"]
+                  if b["address"] == ptr}
+        assert states == {"active_pending_free"}
+        assert gpurt.empty(64 * KiB // 4).ptr != ptr  # still in use on the stream
+    finally:
+        flag.value = 1
+        stream.synchronize()
+        ok(cu.cuMemFreeHost(host))

@@ -78,6 +78,7 @@ def torch(fake_driver: Any, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType
         monkeypatch.setattr(interop, name, None)
     monkeypatch.setattr(interop, "_torch_dtypes", {})
     monkeypatch.setattr(interop, "_complex_dtypes", set())
+    monkeypatch.setattr(interop, "view", interop._no_view)  # told of this torch when met
     RAW["stream"] = gpurt.current_stream().cuda_stream
     return fake_torch
 

@@ -7,6 +7,7 @@ gpurt.array wraps into an Array; the producer's work is ordered before our strea
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -69,6 +70,42 @@ _torch_dtypes: dict[Any, np.dtype] = {}
 _complex_dtypes: set[Any] = set()  # torch's complex dtypes (only those carry a conjugate bit)
 
 
+def _no_view(obj: Any) -> Any:
+    return None
+
+
+# The compiled reader of torch tensors: gpurt._launch._claunch's Dispatcher, registered by the
+# launch layer above (gpurt/_launch/planned.py) where the extension is built, and told torch's
+# types here once the intake meets torch. ``view(obj)`` is then its view: the Array that
+# gpurt.asarray makes of a plain CUDA torch tensor on the current device and stream, read in
+# C (torch_fields' checks, in _claunch_torch.c), or None for anything else.
+_reader: Any = None
+view: Callable[[Any], Any] = _no_view
+
+
+def use_reader(reader: Any) -> None:
+    """Let ``reader`` (a Dispatcher) read torch tensors from now on, told torch's types now or
+    when the intake first meets torch."""
+    global _reader
+    _reader = reader
+    if _tensor_type is not None:
+        _tell_reader()
+
+
+def torch_entries() -> dict[Any, tuple[int, int, np.dtype]]:
+    """torch dtype -> (dtype.num, itemsize, numpy dtype) of the dtypes a reader takes (not the
+    complex ones, which may carry a conjugate bit)."""
+    return {t: (d.num, d.itemsize, d) for t, d in _torch_dtypes.items()
+            if t not in _complex_dtypes}
+
+
+def _tell_reader() -> None:
+    global view
+    if _reader is not None and _raw_stream is not None:
+        _reader.set_torch(_tensor_type, torch_entries(), _strided, _raw_stream)
+        view = _reader.view
+
+
 def _torch_tensor_type() -> Any:
     global _torch, _tensor_type, _strided, _raw_stream
     if _torch is None:
@@ -85,6 +122,7 @@ def _torch_tensor_type() -> Any:
         _strided = _torch.strided
         _raw_stream = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
         _tensor_type = _torch.Tensor
+        _tell_reader()
     return _tensor_type
 
 

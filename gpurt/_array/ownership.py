@@ -138,6 +138,13 @@ def place(device: DeviceLike = None) -> Place:
     return found
 
 
+def remember_current_place() -> None:
+    """Make and remember this thread's place where the current device's allocator is in use
+    already (so nothing is created): gpurt.asarray's C reader of torch tensors needs it."""
+    if current_place() is None and current_device() in _allocators:
+        place()
+
+
 def place_on(stream: Any, device: DeviceLike) -> Place:
     """Where a new array on ``stream`` goes; ``device``, when given, must be its device."""
     index = stream.device_index

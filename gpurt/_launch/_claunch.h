@@ -63,10 +63,11 @@ CLAUNCH_INTERNAL int claunch_add_planned_launch(PyObject *module);
 /* Add the function signature (_claunch_signature.c) to ``module``. */
 CLAUNCH_INTERNAL int claunch_add_signature(PyObject *module);
 /* A PlannedLaunch (_claunch_planned.c) on the current stream with pointer values: 1 launched,
- * -1 with an exception set, 0 when the caller must call it as a Python object. */
+ * -1 with an exception set, 0 when the caller must call it as a Python object. ``attributes``:
+ * this thread's attributes (thread_attributes) when the caller read them already, or NULL. */
 CLAUNCH_INTERNAL int planned_launch_addresses(PyObject *callable,
                                               const unsigned long long *addresses,
-                                              Py_ssize_t count);
+                                              Py_ssize_t count, PyObject *attributes);
 /* Add the type Dispatcher (_claunch_dispatch.c) to ``module``. */
 CLAUNCH_INTERNAL int claunch_add_dispatcher(PyObject *module);
 

@@ -68,10 +68,11 @@ typedef struct {
 static PyTypeObject PlannedLaunchType;
 
 /* The handle to launch on for ``stream`` (None or an int), when this thread's bound device is
- * the planned one: 1 with *out set, 0 (no exception set) when fallback must take the call. */
-static int planned_stream(PlannedLaunch *self, PyObject *stream, void **out)
+ * the planned one: 1 with *out set, 0 (no exception set) when fallback must take the call.
+ * ``known``: this thread's attributes when the caller read them already (borrowed), or NULL. */
+static int planned_stream(PlannedLaunch *self, PyObject *stream, PyObject *known, void **out)
 {
-    PyObject *attributes = thread_attributes(self->thread);
+    PyObject *attributes = known != NULL ? Py_NewRef(known) : thread_attributes(self->thread);
     PyObject *index = attributes == NULL ? NULL : bound_device(attributes);
     long bound = index == NULL ? -1 : PyLong_AsLong(index);
     int fits = index != NULL && bound == self->index;
@@ -161,7 +162,7 @@ static PyObject *planned_call(PyObject *callable, PyObject *const *args, size_t 
     _Alignas(16) unsigned char buffer[MAX_PARAM_BYTES];
     void *pointers[MAX_PARAMS];
     void *stream;
-    if (PyList_GET_SIZE(self->hooks) != 0 || !planned_stream(self, args[0], &stream)) {
+    if (PyList_GET_SIZE(self->hooks) != 0 || !planned_stream(self, args[0], NULL, &stream)) {
         return PyObject_Vectorcall(self->fallback, args, nargs, NULL);
     }
     memcpy(buffer, self->template, (size_t)self->size);
@@ -189,7 +190,7 @@ static PyObject *planned_call(PyObject *callable, PyObject *const *args, size_t 
  * refused it, 0 (nothing done) where ``callable`` is not a PlannedLaunch whose values are all
  * pointers, or where it would take the call to its fallback (the caller then calls it). */
 int planned_launch_addresses(PyObject *callable, const unsigned long long *addresses,
-                             Py_ssize_t count)
+                             Py_ssize_t count, PyObject *attributes)
 {
     if (!Py_IS_TYPE(callable, &PlannedLaunchType)) {
         return 0;
@@ -204,7 +205,7 @@ int planned_launch_addresses(PyObject *callable, const unsigned long long *addre
             return 0;
         }
     }
-    if (!planned_stream(self, Py_None, &stream)) {
+    if (!planned_stream(self, Py_None, attributes, &stream)) {
         return 0;
     }
     _Alignas(16) unsigned char buffer[MAX_PARAM_BYTES];

@@ -31,6 +31,9 @@ from typing import Any, Protocol
 from cuda.bindings import driver as cu
 
 from .._array import interop as _interop
+from .._array import layout as _layout
+from .._array.dtypes import as_dtype
+from .._array.ownership import FINALIZERS
 from .._core.state import THREAD
 from ..array import Array, empty
 from ..device import current_device, device
@@ -161,7 +164,8 @@ def _no_dispatch(table: dict[Any, Any], *items: Any) -> tuple[Any, ...] | None:
 dispatch: Callable[..., tuple[Any, ...] | None] = _no_dispatch
 _dispatcher: Any = None
 if _launchpath.claunch is not None:
-    _dispatcher = dispatch = _launchpath.claunch.Dispatcher(Array, THREAD, empty)
+    _dispatcher = dispatch = _launchpath.claunch.Dispatcher(Array, THREAD, empty, FINALIZERS)
+    _interop.use_reader(_dispatcher)  # gpurt.asarray's torch tensors, read in C
 MAX_DISPATCH = 4096  # entries per table; past that, calls go the general way
 
 
@@ -169,16 +173,32 @@ def add_dispatch(table: dict[Any, Any], key: Any, launch: Callable[..., None],
                  order: Sequence[int], outputs: Sequence[int],
                  allocs: Sequence[tuple[Any, ...]]) -> None:
     """Let :data:`dispatch` run the calls whose items have ``key`` (a plan_key): allocate each
-    output at the item positions ``outputs`` that is None with ``gpurt.empty(*allocs[i])``,
-    then ``launch(None, *addresses of the items at the positions in order)``. Also lets
-    dispatch read torch tensors once gpurt's torch intake has met torch."""
+    output at the item positions ``outputs`` that is None as ``gpurt.empty(*allocs[i])`` would
+    (from C where each alloc is ``(shape, dtype, device index)``: the same allocator call,
+    Array and finalizer), then ``launch(None, *addresses of the items at the positions in
+    order)``. Also lets dispatch read torch tensors once gpurt's torch intake has met torch."""
     if _dispatcher is None or type(key) is not bytes:
         return
     seen = _interop._tensor_type  # the torch.Tensor the intake reads (None before torch)
     if seen is not None and _dispatcher.tensor_type is not seen \
             and _interop._raw_stream is not None:
-        dtypes = {t: (d.num, d.itemsize) for t, d in _interop._torch_dtypes.items()
-                  if t not in _interop._complex_dtypes}
-        _dispatcher.set_torch(seen, dtypes, _interop._strided, _interop._raw_stream)
+        _dispatcher.set_torch(seen, _interop.torch_entries(), _interop._strided,
+                              _interop._raw_stream)
     if key not in table and len(table) < MAX_DISPATCH:  # a key's entry never changes
-        table[key] = (launch, tuple(order), tuple(outputs), tuple(tuple(a) for a in allocs))
+        allocs = tuple(tuple(a) for a in allocs)
+        table[key] = (launch, tuple(order), tuple(outputs), allocs,
+                      tuple(_output_layout(*a) for a in allocs))
+
+
+def _output_layout(*alloc: Any) -> tuple[Any, ...] | None:
+    """(index, shape, strides, dtype, nbytes) of the Array ``gpurt.empty(*alloc)`` makes, for
+    dispatch to make it from C; None where ``alloc`` is not (shape, dtype, device index)."""
+    if len(alloc) != 3 or type(alloc[2]) is not int:
+        return None
+    shape, dtype, index = alloc
+    try:
+        dtype = as_dtype(dtype)
+        dims, strides, nbytes = _layout.contiguous_layout(shape, dtype.itemsize)
+    except (TypeError, ValueError):  # gpurt.empty says what is wrong, at the call
+        return None
+    return (index, dims, strides, dtype, nbytes)
