@@ -38,7 +38,7 @@ COLUMN_WIDTH = 32  # outputs per block of the column walk (BLOCK // COLUMN_WIDTH
 # Loads a thread keeps in flight: the unrolled loops issue their loads before folding them
 # (bytes in flight per SM are what a bandwidth-bound reduction needs).
 ROW_UNROLL = 4
-COLUMN_UNROLL = 4
+COLUMN_UNROLL = 8
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -238,7 +238,7 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     for op in ins:
         out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
                    f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
-                   f"_p_{op.name} + _o_mv_{op.name} + _o_k_{op.name});\n")
+                   f"_p_{op.name} + (_o_mv_{op.name} + _o_k_{op.name}));\n")
     out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
                "                _type_reduce& _acc = _accv[_e];\n")
     out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))

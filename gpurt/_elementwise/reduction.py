@@ -37,7 +37,7 @@ COLUMN_SPLIT_WAVES = 2  # and a split column reduction at this many (its 128-byt
 COLUMN_SPLIT_LEAST = 32  # reduced elements per thread of a column split, at least
 # Bytes per load of the column walk where the arrays allow (consecutive outputs per thread):
 # 4 keeps one float32 output per thread.
-COLUMN_VECTOR_BYTES = 16
+COLUMN_VECTOR_BYTES = 4
 # A split reduction's last block per output block folds the partials (one launch after a
 # memset of the counters), rather than a second "finish" kernel.
 FOLD = True
