@@ -29,15 +29,37 @@ import gpurt
 from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# (row unroll, column unroll, waves of split blocks); run 1 (H200) compared unrolls and waves
-# (the first is the code before this work, the second the pick); run 2 also a column walk with
-# 16-byte loads, 4 outputs a thread (worse: 1024x65536 77.8% against 84.8%), since removed
-# session 5: (row unroll, column unroll, row waves, column waves, FOLD: the split's last
-# block folds instead of a finish kernel); run 1 (H100) also tried (4, 8, 1, 1, False) and
-# column unroll 16
-REDUCE_VARIANTS = [(4, 8, 1, 1, True), (4, 8, 1, 2, True), (4, 8, 1, 3, True),
-                   (4, 8, 1, 4, True), (4, 4, 1, 2, True), (4, 4, 1, 4, True),
-                   (4, 8, 1, 2, False)]
+# Session 6 (issue 20, column sums): column-walk knobs (COLUMN_WIDTH: threads across
+# outputs per block; COLUMN_VECTOR_BYTES: bytes per load across outputs, 4 = one float32;
+# COLUMN_UNROLL; COLUMN_SPLIT_WAVES; COLUMN_SPLIT_LEAST: reduced elements per thread of a
+# split, at least) and "reuse": the split's counters kept zeroed between calls (the fold sets
+# them back to 0) instead of a memset per call. Sessions 4-5 compared row/column unrolls,
+# waves and the fold against a finish kernel (notes_bandwidth.md).
+REDUCE_VARIANTS = [
+    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32},   # session 5's pick
+    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32, "reuse": True},
+    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32},
+    {"width": 32, "vector": 16, "unroll": 8, "waves": 2, "least": 32},
+    {"width": 32, "vector": 16, "unroll": 4, "waves": 2, "least": 32},
+    {"width": 32, "vector": 16, "unroll": 4, "waves": 1, "least": 32},
+    {"width": 32, "vector": 16, "unroll": 4, "waves": 4, "least": 32},
+    {"width": 64, "vector": 16, "unroll": 4, "waves": 2, "least": 32},
+    {"width": 128, "vector": 4, "unroll": 8, "waves": 2, "least": 32},
+    {"width": 256, "vector": 4, "unroll": 8, "waves": 2, "least": 32},
+    {"width": 32, "vector": 16, "unroll": 4, "waves": 2, "least": 32, "reuse": True},
+]
+_KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
+          "vector": (reduction, "COLUMN_VECTOR_BYTES"),
+          "unroll": (reduce_codegen, "COLUMN_UNROLL"),
+          "waves": (reduction, "COLUMN_SPLIT_WAVES"),
+          "least": (reduction, "COLUMN_SPLIT_LEAST")}
+# (rows, cols, axis, dtype name): the row cases run under the first variant and the "reuse"
+# ones only (their code does not change with the column knobs)
+REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
+                 (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
+                 (1024, 65536, 0, "float32"), (65536, 1024, 0, "float32"),
+                 (4099, 8191, 0, "float32"), (8192, 8192, 0, "bfloat16"),
+                 (1024, 65536, 0, "bfloat16"), (4099, 8191, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -95,43 +117,83 @@ def random_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     return rows
 
 
+class _ReusedCounts:
+    """api.zeros for the "reuse" variants: one zeroed counter array per size, kept (the
+    fold leaves it zeroed), so the call has no memset (a measurement, not thread-safe)."""
+
+    def __init__(self, zeros: Any) -> None:
+        self.zeros, self.kept = zeros, {}
+
+    def __call__(self, n: int, dtype: Any, device: Any = None) -> Any:
+        if (n, str(dtype)) not in self.kept:
+            self.kept[n, str(dtype)] = self.zeros(n, dtype, device)
+        return self.kept[n, str(dtype)]
+
+
+def _reduce_case(torch: Any, rows: int, cols: int, axis: int, dtype: str) -> tuple:
+    tdt = getattr(torch, dtype)
+    x = torch.randn(rows, cols, device="cuda", dtype=tdt)
+    out = torch.empty(cols if axis == 0 else rows, device="cuda", dtype=tdt)
+    return x, out
+
+
 def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
-    cases = [c for c in bench_elementwise._bandwidth_cases(torch) if c[1] in ("row", "column")]
+    """Each REDUCE_VARIANTS setting over REDUCE_SHAPES, checked against float64; torch once
+    per shape."""
+    from gpurt._elementwise import api
+
     rows = []
-    defaults = (reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL, reduction.SPLIT_WAVES,
-                reduction.COLUMN_SPLIT_WAVES, reduction.FOLD)
+    saved = {name: getattr(*where) for name, where in _KNOBS.items()}
+    torch_gbps = {}
     for index, variant in enumerate(REDUCE_VARIANTS):
-        row_unroll, column_unroll, waves, column_waves, fold = variant
-        reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = row_unroll, column_unroll
-        reduction.SPLIT_WAVES, reduction.COLUMN_SPLIT_WAVES = waves, column_waves
-        reduction.FOLD = fold
+        for name, (module, attr) in _KNOBS.items():
+            setattr(module, attr, variant[name])
+        reuse = variant.get("reuse", False)
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
-        with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-            for what, kind, make, _, theirs, nbytes, _ in cases:
-                tensors = make()
-                arrays = [gpurt.asarray(t) for t in tensors]
-                axis = 0 if kind == "column" else -1
-                call = functools.partial(kernel, arrays[0], arrays[1], axis=axis)
-                tensors[1].fill_(float("nan"))
-                call()
-                torch.cuda.synchronize()
-                want = tensors[0].double().sum(axis)
-                err = float(((tensors[1].double() - want).abs() /
-                             (tensors[0].double().abs().sum(axis) + 1e-30)).max())
-                gbps = nbytes / timer.ms(call) / 1e6
-                torch_gbps = nbytes / timer.ms(functools.partial(theirs, tensors)) / 1e6
-                rows.append({"variant": f"unroll {row_unroll}/{column_unroll} waves "
-                                        f"{waves}/{column_waves} fold {fold}",
-                             "what": what, "gpurt_GBps": round(gbps, 1),
-                             "torch_GBps": round(torch_gbps, 1),
-                             "pct_copy": round(100 * gbps / copy, 1),
-                             "vs_torch": round(gbps / torch_gbps, 3), "rel_err": err})
-                print(json.dumps(rows[-1]), flush=True)
-                del tensors, arrays
-    reduce_codegen.ROW_UNROLL, reduce_codegen.COLUMN_UNROLL = defaults[:2]
-    reduction.SPLIT_WAVES, reduction.COLUMN_SPLIT_WAVES, reduction.FOLD = defaults[2:]
+        zeros = api.zeros
+        if reuse:
+            api.zeros = _ReusedCounts(zeros)
+        try:
+            with gpurt.stream(gpurt.ExternalStream(timer.handle)):
+                for shape in REDUCE_SHAPES:
+                    if shape[2] != 0 and index and not reuse:
+                        continue
+                    rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps,
+                                            variant))
+                    print(json.dumps(rows[-1]), flush=True)
+        finally:
+            api.zeros = zeros
+    for name, (module, attr) in _KNOBS.items():
+        setattr(module, attr, saved[name])
     return rows
+
+
+def _reduce_row(timer: Timer, copy: float, torch: Any, kernel: Any, shape: tuple,
+                torch_gbps: dict, variant: dict) -> dict[str, Any]:
+    rows_, cols, axis, dtype = shape
+    x, out = _reduce_case(torch, *shape)
+    nbytes = x.numel() * x.element_size()
+    gx, gout = gpurt.asarray(x), gpurt.asarray(out)
+    call = functools.partial(kernel, gx, gout, axis=axis)
+    errs = []
+    for _ in range(2):  # twice: the second call finds the counters as the first left them
+        out.fill_(float("nan"))
+        call()
+        torch.cuda.synchronize()
+        want = x.double().sum(axis)
+        errs.append(float(((out.double() - want).abs() /
+                           (x.double().abs().sum(axis) + 1e-30)).max()))
+    gbps = nbytes / timer.ms(call) / 1e6
+    if shape not in torch_gbps:
+        theirs = functools.partial(torch.sum, x, axis, out=out)
+        torch_gbps[shape] = nbytes / timer.ms(theirs) / 1e6
+    plan = list(kernel._plans.values())[-1] if getattr(kernel, "_plans", None) else None
+    return {"variant": variant, "what": f"sum({axis}) {rows_}x{cols} {dtype}",
+            "gpurt_GBps": round(gbps, 1), "torch_GBps": round(torch_gbps[shape], 1),
+            "pct_copy": round(100 * gbps / copy, 1),
+            "vs_torch": round(gbps / torch_gbps[shape], 3), "rel_err": max(errs),
+            "plan": None if plan is None else [plan.grid, plan.splits]}
 
 
 def elementwise_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:

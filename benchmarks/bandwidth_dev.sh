@@ -10,7 +10,9 @@
 # $BASELINE (optional): another tree (the one to compare with, e.g. the lead's checkout) whose
 # benchmarks $BASE_BENCHES (default random) run first from its own gpurt (pure-Python
 # launches), into OUTDIR/baseline-NAME.json and baseline.log.
-# $TESTS: the GPU test files (default the random and bandwidth-case tests).
+# $TESTS: the GPU test files (default the random and bandwidth-case tests); $KINDS: the
+# sweep's kinds under memcheck (default fill,reduce); $RACECHECK: kinds also run under
+# racecheck (default none).
 # Usage: bash benchmarks/bandwidth_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
@@ -54,8 +56,14 @@ echo "pytest rc=$?"; tail -n 3 "$out/pytest.log"
 step memcheck
 limit=$(left); [ $limit -gt 10 ] || limit=10
 san="compute-sanitizer --tool memcheck --report-api-errors no --print-limit 20"
-timeout $limit $san python3 -P scripts/sanitize_sweep.py --cases quick --kinds fill,reduce > "$out/memcheck.log" 2>&1
-echo "memcheck fill,reduce rc=$?"; tail -n 2 "$out/memcheck.log"
+timeout $limit $san python3 -P scripts/sanitize_sweep.py --cases quick --kinds ${KINDS-fill,reduce} > "$out/memcheck.log" 2>&1
+echo "memcheck ${KINDS-fill,reduce} rc=$?"; tail -n 2 "$out/memcheck.log"
+if [ -n "${RACECHECK-}" ]; then  # racecheck over the same sweep's $RACECHECK kinds
+    limit=$(left); [ $limit -gt 10 ] || limit=10
+    timeout $limit compute-sanitizer --tool racecheck --report-api-errors no --print-limit 20 \
+        python3 -P scripts/sanitize_sweep.py --cases quick --kinds $RACECHECK > "$out/racecheck.log" 2>&1
+    echo "racecheck $RACECHECK rc=$?"; tail -n 2 "$out/racecheck.log"
+fi
 [ "${MEMCHECK_SOFTMAX-1}" = 1 ] || { step done; exit 0; }
 limit=$(left); [ $limit -gt 10 ] || limit=10
 timeout $limit $san python3 -P -c '

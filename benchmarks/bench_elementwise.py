@@ -32,6 +32,13 @@ import gpurt
 BATCH = 100
 REPEAT = 21
 BIG = 1 << 26  # elements of the large elementwise arrays
+# (rows, cols, axis, dtype) of the bandwidth reductions: rows, columns (aligned, tall, wide,
+# odd), the single long row
+REDUCTIONS = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
+              (8192, 8192, 0, "float32"), (1024, 65536, 0, "float32"),
+              (65536, 1024, 0, "float32"), (4099, 8191, 0, "float32"),
+              (8192, 8192, 0, "bfloat16"), (1024, 65536, 0, "bfloat16"),
+              (4099, 8191, 0, "bfloat16"), (1, BIG, -1, "float32")]
 
 AXPY = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "bench_axpy")
 SCALE = gpurt.ElementwiseKernel("T x", "T z", "z = x * 2", "bench_scale")
@@ -128,17 +135,20 @@ def _bandwidth_cases(torch: Any) -> list[tuple[Any, ...]]:
         cases.append((f"z = x * 2 + y, {BIG} {name}", "binary", binary,
                       lambda g: AXPY(g[0], g[1], g[2]),
                       lambda t: torch.add(t[1], t[0], alpha=2, out=t[2]), 3 * BIG * item, 90))
-    for rows, cols, axis in [(8192, 8192, -1), (65536, 1024, -1), (8192, 8192, 0),
-                             (1024, 65536, 0), (1, BIG, -1)]:
-        def reduce_inputs(rows: int = rows, cols: int = cols, axis: int = axis) -> tuple:
-            x = torch.randn(rows, cols, device="cuda")
-            return x, torch.empty(cols if axis == 0 else rows, device="cuda")
+    for rows, cols, axis, name in REDUCTIONS:
+        tdt = getattr(torch, name)
+
+        def reduce_inputs(rows: int = rows, cols: int = cols, axis: int = axis,
+                          tdt: Any = tdt) -> tuple:
+            x = torch.randn(rows, cols, device="cuda", dtype=tdt)
+            return x, torch.empty(cols if axis == 0 else rows, device="cuda", dtype=tdt)
 
         kind = "row" if axis == -1 else "column"
-        cases.append((f"x.sum({axis}), {rows}x{cols} float32", kind, reduce_inputs,
+        item = torch.tensor([], dtype=tdt).element_size()
+        cases.append((f"x.sum({axis}), {rows}x{cols} {name}", kind, reduce_inputs,
                       lambda g, axis=axis: SUM(g[0], g[1], axis=axis),
                       lambda t, axis=axis: torch.sum(t[0], axis, out=t[1]),
-                      rows * cols * 4, 85))
+                      rows * cols * item, 85))
     return cases
 
 

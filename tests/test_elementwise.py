@@ -12,7 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import codegen, reduction
+from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -131,7 +131,8 @@ def test_reduction_plans_walks_and_splits(monkeypatch) -> None:
     rows = r._plan([fake_array((8192, 8192))], [None], -1, False)
     assert rows.splits == 1 and rows.grid == (8192, 1, 1) and rows.out_shape == (8192,)
     cols = r._plan([fake_array((8192, 8192))], [None], 0, False)
-    assert cols.splits > 1 and cols.fold and cols.finish is None and cols.grid[0] == 8192 // 32
+    per = reduce_codegen.COLUMN_WIDTH * max(1, reduction.COLUMN_VECTOR_BYTES // 4)
+    assert cols.splits > 1 and cols.fold and cols.finish is None and cols.grid[0] == 8192 // per
     long_rows = r._plan([fake_array((4, 1 << 20))], [None], 1, True)
     assert long_rows.splits > 1 and long_rows.out_shape == (4, 1)
     everything = r._plan([fake_array((3, 4, 5))], [None], None, False)
@@ -142,6 +143,26 @@ def test_reduction_plans_walks_and_splits(monkeypatch) -> None:
         patch.setattr(reduction, "FOLD", False)
         cols = r._plan([fake_array((8192, 8192))], [None], 0, False)
     assert cols.splits > 1 and not cols.fold and cols.finish is not None
+
+
+@pytest.mark.usefixtures("sm90")
+def test_column_walk_vectors_only_where_aligned(monkeypatch) -> None:
+    monkeypatch.setattr(reduction, "COLUMN_VECTOR_BYTES", 16)
+    monkeypatch.setattr(reduce_codegen, "COLUMN_WIDTH", 32)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_cvec")
+
+    def outputs_per_block(shape, axis, dtype=np.float32, **kw) -> int:
+        plan = r._plan([fake_array(shape, dtype, **kw)], [None], axis, False)
+        assert plan.kernel is not None
+        return -(-plan.size // plan.grid[0])
+
+    assert outputs_per_block((8192, 8192), 0) == 32 * 4          # float4 across columns
+    assert outputs_per_block((8192, 8192), 0, BF16) == 32 * 8    # 8 bfloat16 a load
+    assert outputs_per_block((6, 40, 64), 1) == 32 * 4           # 2-D kept, whole vectors
+    assert outputs_per_block((4099, 8191), 0) == 32              # odd rows: scalars
+    assert outputs_per_block((64, 1026), 0) == 32                # 1026 % 4: scalars
+    assert outputs_per_block((64, 1024), 0, ptr=(1 << 20) + 4) == 32  # misaligned
+    assert outputs_per_block((64, 1024), 0, strides=(4100, 4)) == 32  # rows 1025 apart
 
 
 @pytest.mark.usefixtures("sm90")
@@ -307,6 +328,39 @@ def test_sum_row_column_split_and_empty(gpu_state, monkeypatch, shape, axis, fol
     got = r(gpurt.asarray(x), poisoned(want.shape, np.float32), axis=axis)
     n = max(1, x.size // max(1, want.size))
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5 * math.sqrt(n) * 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width, vector", [(32, 16), (64, 8), (256, 4), (256, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+def test_column_sums_under_each_walk_shape(gpu_state, monkeypatch, width, vector,
+                                           dtype) -> None:
+    """The column walk's block shapes and vector widths (also misaligned, strided and
+    keepdims), split and folded or not, against float64; outputs poisoned first."""
+    monkeypatch.setattr(reduce_codegen, "COLUMN_WIDTH", width)
+    monkeypatch.setattr(reduction, "COLUMN_VECTOR_BYTES", vector)
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "float32 y", "x", "a + b", "y = a", "0",
+                              f"sum_cw{width}_{vector}", reduce_type="float32")
+    base = rng.standard_normal((2100, 1040)).astype(dtype)
+    dev = gpurt.asarray(base)
+    ref = base.astype(np.float64)
+    cases = [((slice(None), slice(None)), 0, False), ((slice(0, 37), slice(None)), 0, True),
+             ((slice(None), slice(1, 1025)), 0, False), ((slice(None), slice(0, 1040, 2)), 0,
+                                                          False),
+             ((slice(0, 2000), slice(0, 1040)), (0,), True)]
+    for index, axis, keepdims in cases:
+        want = ref[index].sum(axis=axis, keepdims=keepdims)
+        out = poisoned(want.shape, np.float32)
+        r(dev[index], out, axis=axis, keepdims=keepdims)
+        n = ref[index].shape[0]
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4,
+                                   atol=1e-5 * math.sqrt(n) * 4, err_msg=f"{index} {axis}")
+    cube = rng.standard_normal((6, 700, 64)).astype(dtype)   # kept (6, 64), reduced 700
+    want = cube.astype(np.float64).sum(axis=1, keepdims=True)
+    out = poisoned(want.shape, np.float32)
+    r(gpurt.asarray(cube), out, axis=1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu

@@ -81,8 +81,10 @@ class ReduceText:
 class ReduceLayout:
     """``walk``: "row" or "column"; ``group``: threads per output in the row walk (32 or
     BLOCK); ``kept``/``reduced``: dimensions of index arithmetic; ``vec``: elements per
-    vector load in the row walk (1: none); ``split``: K is split over gridDim.y; ``fold``:
-    the split's last block folds the partials (else a finish kernel does)."""
+    vector load (1: none), along K in the row walk, across outputs in the column walk;
+    ``split``: K is split over gridDim.y; ``fold``: the split's last block folds the
+    partials (else a finish kernel does); ``width``: threads across outputs in a block of
+    the column walk (``vec`` outputs each)."""
 
     walk: str
     group: int
@@ -92,6 +94,7 @@ class ReduceLayout:
     split: bool
     index: str
     fold: bool = False
+    width: int = COLUMN_WIDTH
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -211,74 +214,137 @@ def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
 
 
 def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
-    idx, w = layout.index, COLUMN_WIDTH
-    rows = BLOCK // w
+    """``width`` threads across ``width * vec`` consecutive outputs (``vec`` of them per
+    thread, one vector load), ``BLOCK // width`` rows of threads sharing K, combined in
+    shared memory, a thread per output."""
+    idx, w, v = layout.index, layout.width, layout.vec
+    rows, per = BLOCK // w, layout.width * layout.vec
     ins = [op for op in ops if op.kind == "in"]
-    out = [f"    __shared__ _type_reduce _sh[{rows}][{w + 1}];\n",
+    out = [f"    __shared__ _type_reduce _sh[{rows}][{per + 1}];\n",
            f"    const int _tx = threadIdx.x % {w}, _ty = threadIdx.x / {w};\n",
-           f"    const {idx} _m = ({idx})blockIdx.x * {w} + _tx;\n",
-           "    _type_reduce _acc = _gpurt_identity();\n",
+           f"    const {idx} _mv = (({idx})blockIdx.x * {w} + _tx) * {v};\n",
+           f"    _type_reduce _accv[{v}];\n",
+           f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
+           " _accv[_e] = _gpurt_identity();\n",
            f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
            f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
-           "    if (_m < _M) {\n"]
-    out.append(_decompose("_m", "s", "ts", layout.kept, [op.name for op in ins], idx, "        "))
+           "    if (_mv < _M) {\n"]
+    out.append(_decompose("_mv", "s", "ts", layout.kept, [op.name for op in ins], idx,
+                          "        "))
     out.append(f"        #pragma unroll {COLUMN_UNROLL}\n"
                f"        for ({idx} _k = _k0 + _ty; _k < _k1; _k += {rows}) {{\n")
     out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
                           " " * 12))
-    out.append(_map_step(ops, {op.name: f"_p_{op.name}[_o_m_{op.name} + _o_k_{op.name}]"
-                               for op in ins}, " " * 12))
-    out.append("        }\n    }\n"
-               "    _sh[_ty][_tx] = _acc;\n    __syncthreads();\n"
-               "    if (_ty == 0 && _m < _M) {\n"
+    for op in ins:
+        out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
+                   f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
+                   f"_p_{op.name} + (_o_mv_{op.name} + _o_k_{op.name}));\n")
+    out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+               "                _type_reduce& _acc = _accv[_e];\n")
+    out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
+    out.append("            }\n        }\n    }\n"
+               f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
+               f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
+               "    __syncthreads();\n"
+               f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n"
+               f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n"
+               "        if (_m >= _M) break;\n"
+               "        _type_reduce _acc = _sh[0][_o];\n"
                f"        #pragma unroll\n        for (int _y = 1; _y < {rows}; ++_y)"
-               " _acc = _gpurt_reduce(_acc, _sh[_y][_tx]);\n")
+               " _acc = _gpurt_reduce(_acc, _sh[_y][_o]);\n")
     out.append(_store(ops, layout, "        "))
     out.append("    }\n")
     return "".join(out)
 
 
-def _outputs_per_block(layout: ReduceLayout) -> int:
-    return BLOCK // layout.group if layout.walk == "row" else COLUMN_WIDTH
+def outputs_per_block(layout: ReduceLayout) -> int:
+    """Outputs one block of the walk computes."""
+    return BLOCK // layout.group if layout.walk == "row" else layout.width * layout.vec
 
 
 def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     """After a split block's partials: the last block of blockIdx.x's column of the grid
-    (its ticket from _count) folds every split's partials of its outputs, a warp per output,
-    and runs post_map."""
-    idx, per = layout.index, _outputs_per_block(layout)
+    (its ticket from _count, which it sets back to 0) folds every split's partials of its
+    outputs and runs post_map."""
     out = ["    __shared__ int _gpurt_last;\n",
            "    __threadfence();\n    __syncthreads();\n",
            "    if (threadIdx.x == 0) _gpurt_last = "
            "atomicAdd(_count + blockIdx.x, 1u) == gridDim.y - 1;\n",
-           "    __syncthreads();\n    if (!_gpurt_last) return;\n    __threadfence();\n",
-           ]
-    shuffle = ("#pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
-               " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n")
-    if per == 1:  # one output (a block per row): the whole block strides over the splits
-        out += [f"    {{\n    const {idx} _mo = blockIdx.x;\n",
-                "    _type_reduce _acc = _gpurt_identity();\n",
-                f"    for (int _y = threadIdx.x; _y < (int)gridDim.y; _y += {BLOCK})"
-                " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _mo));\n",
-                "    " + shuffle,
-                "    if (threadIdx.x % 32 == 0) _sh[threadIdx.x / 32] = _acc;\n",
-                "    __syncthreads();\n    if (threadIdx.x < 32) {\n",
-                f"        _acc = threadIdx.x < {BLOCK // 32} ? _sh[threadIdx.x] "
-                ": _gpurt_identity();\n",
-                "        " + shuffle, "        if (threadIdx.x == 0 && _mo < _M) {\n",
-                "            const " + idx + " _m = _mo;\n"]
-        out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 12))
-        out.append("        }\n    }\n    }\n")
-        return "".join(out)
-    out += [f"    for (int _o = threadIdx.x / 32; _o < {per}; _o += {BLOCK // 32}) {{\n",
-            f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
-            "        if (_m >= _M) break;\n",
-            "        _type_reduce _acc = _gpurt_identity();\n",
-            "        for (int _y = threadIdx.x % 32; _y < (int)gridDim.y; _y += 32)"
-            " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n",
-            "        " + shuffle, "        if (threadIdx.x % 32 == 0) {\n"]
+           "    __syncthreads();\n    if (!_gpurt_last) return;\n",
+           "    if (threadIdx.x == 0) _count[blockIdx.x] = 0u;\n    __threadfence();\n"]
+    per = outputs_per_block(layout)
+    if layout.walk == "column":
+        out.append(_fold_columns(ops, layout, per))
+    elif per == 1:
+        out.append(_fold_one(ops, layout))
+    else:
+        out.append(_fold_warps(ops, layout, per))
+    return "".join(out)
+
+
+_SHUFFLE = ("#pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
+            " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n")
+
+
+def _fold_one(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """One output (a block per row): the whole block strides over the splits."""
+    idx = layout.index
+    out = [f"    {{\n    const {idx} _mo = blockIdx.x;\n",
+           "    _type_reduce _acc = _gpurt_identity();\n",
+           f"    for (int _y = threadIdx.x; _y < (int)gridDim.y; _y += {BLOCK})"
+           " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _mo));\n",
+           "    " + _SHUFFLE,
+           "    if (threadIdx.x % 32 == 0) _sh[threadIdx.x / 32] = _acc;\n",
+           "    __syncthreads();\n    if (threadIdx.x < 32) {\n",
+           f"        _acc = threadIdx.x < {BLOCK // 32} ? _sh[threadIdx.x] "
+           ": _gpurt_identity();\n",
+           "        " + _SHUFFLE, "        if (threadIdx.x == 0 && _mo < _M) {\n",
+           "            const " + idx + " _m = _mo;\n"]
+    out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 12))
+    out.append("        }\n    }\n    }\n")
+    return "".join(out)
+
+
+def _fold_warps(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
+    """A few outputs (a warp per row): a warp per output, its lanes over the splits."""
+    idx = layout.index
+    out = [f"    for (int _o = threadIdx.x / 32; _o < {per}; _o += {BLOCK // 32}) {{\n",
+           f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+           "        if (_m >= _M) break;\n",
+           "        _type_reduce _acc = _gpurt_identity();\n",
+           "        for (int _y = threadIdx.x % 32; _y < (int)gridDim.y; _y += 32)"
+           " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n",
+           "        " + _SHUFFLE, "        if (threadIdx.x % 32 == 0) {\n"]
     out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 12))
     out.append("        }\n    }\n")
+    return "".join(out)
+
+
+def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
+    """Consecutive outputs (the column walk): consecutive threads read consecutive
+    partials; with fewer outputs than threads, ``groups`` of threads share the splits and
+    meet in shared memory."""
+    idx = layout.index
+    groups = max(1, BLOCK // per)
+    span = BLOCK // groups
+    out = [f"    __shared__ _type_reduce _shf[{groups}][{span}];\n" if groups > 1 else "",
+           f"    const int _fg = threadIdx.x / {span};\n",
+           f"    for (int _o = threadIdx.x % {span}; _o < {per}; _o += {span}) {{\n",
+           f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+           "        _type_reduce _acc = _gpurt_identity();\n",
+           "        if (_m < _M) {\n            #pragma unroll 4\n"
+           f"            for (int _y = _fg; _y < (int)gridDim.y; _y += {groups})"
+           " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n"
+           "        }\n"]
+    if groups > 1:  # then per <= BLOCK: one pass of this loop, so one __syncthreads
+        out.append(f"        _shf[_fg][_o] = _acc;\n        __syncthreads();\n"
+                   "        if (_fg != 0 || _m >= _M) continue;\n"
+                   f"        #pragma unroll\n        for (int _g = 1; _g < {groups}; ++_g)"
+                   " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n")
+    else:
+        out.append("        if (_m >= _M) continue;\n")
+    out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 8))
+    out.append("    }\n")
     return "".join(out)
 
 

@@ -13,16 +13,17 @@ from typing import Any
 import numpy as np
 
 from . import api as gpurt
+from . import reduce_codegen
 from .api import LaunchConfig
 from .codegen import Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
 from .plan import OPTIONS, _c_strides, _device_of, check_outputs, planned
 from .reduce_codegen import (
     BLOCK,
-    COLUMN_WIDTH,
     ReduceLayout,
     ReduceText,
     finish_source,
+    outputs_per_block,
     reduce_source,
 )
 from .types import STORAGE, check_dtype
@@ -33,6 +34,10 @@ _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
 SPLIT_WAVES = 1  # a split row reduction aims at this many waves of 8 blocks per SM
 COLUMN_SPLIT_WAVES = 2  # and a split column reduction at this many (its 128-byte rows)
+COLUMN_SPLIT_LEAST = 32  # reduced elements per thread of a column split, at least
+# Bytes per load of the column walk where the arrays allow (consecutive outputs per thread):
+# 4 keeps one float32 output per thread.
+COLUMN_VECTOR_BYTES = 4
 # A split reduction's last block per output block folds the partials (one launch after a
 # memset of the counters), rather than a second "finish" kernel.
 FOLD = True
@@ -144,6 +149,23 @@ def _walk(in_kept: Sequence[tuple[int, ...]], in_red: Sequence[tuple[int, ...]],
     return "column" if inner_kept and reduced_far else "row"
 
 
+def _column_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
+                in_red: Sequence[tuple[int, ...]], kept_dims: tuple[int, ...]) -> int:
+    """Consecutive outputs per thread (one vector load each step) of the column walk: every
+    input steps through the outputs contiguously, its rows and address aligned to the
+    vector, and the innermost kept dimension holds whole vectors."""
+    if not arrays or COLUMN_VECTOR_BYTES <= max(a.itemsize for a in arrays):
+        return 1
+    vec = COLUMN_VECTOR_BYTES // max(a.itemsize for a in arrays)
+    if kept_dims[-1] % vec:
+        return 1
+    for a, kept, red in zip(arrays, in_kept, in_red):
+        if kept[-1] != 1 or a.ptr % (vec * a.itemsize) or \
+                any(s % vec for s in (*kept[:-1], *red)):
+            return 1
+    return vec
+
+
 def _vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
          in_red: Sequence[tuple[int, ...]]) -> int:
     """Elements per vector load of the row walk: contiguous, 16-byte aligned rows."""
@@ -195,17 +217,22 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     k = int(np.prod(red_dims, dtype=np.int64))
     in_kept_c, out_kept_c = kept_strides[:len(in_kept)], kept_strides[len(in_kept):]
     walk = _walk(in_kept_c, red_strides, kept_dims, k)
-    vec = _vec(arrays, in_kept_c, red_strides) if walk == "row" else 1
+    if walk == "row":
+        vec = _vec(arrays, in_kept_c, red_strides)
+    else:
+        vec = _column_vec(arrays, in_kept_c, red_strides, kept_dims)
     group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
-    per_block = BLOCK // group if walk == "row" else COLUMN_WIDTH
+    width = reduce_codegen.COLUMN_WIDTH
+    per_block = BLOCK // group if walk == "row" else width * vec
     blocks = max(1, -(-m // per_block))
-    splits, chunk = _split(blocks, k, vec, walk, group, device)
+    splits, chunk = _split(blocks, k, vec, walk, group, width, device)
     spans = [sum((d - 1) * abs(s) for d, s in zip(kept_dims, ks)) +
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1)
+                          FOLD and splits > 1, width)
+    assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
     kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
                            program_name=f"{text.name}.cu")[text.name]
@@ -228,17 +255,19 @@ def _finish_blocks(m: int) -> int:
     return max(1, min(-(-m // (BLOCK // 32)), 1 << 20))
 
 
-def _split(blocks: int, k: int, vec: int, walk: str, group: int,
+def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
-    device (8 per SM), each split still long enough to be worth a block."""
+    device (8 per SM), each split still long enough to be worth a block (the row walk's
+    vectors run along K, the column walk's across the outputs)."""
     waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
     target = gpurt.get_device_properties(device).multi_processor_count * 8 * waves
-    least = group * vec * 8 if walk == "row" else (BLOCK // COLUMN_WIDTH) * 32
+    least = group * vec * 8 if walk == "row" else (BLOCK // width) * COLUMN_SPLIT_LEAST
     splits = 1
     if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs
         splits = min(target // blocks, -(-k // least), 65535)
+    step = vec if walk == "row" else 1
     chunk = -(-k // splits) if k else 1
-    chunk = -(-chunk // vec) * vec
+    chunk = -(-chunk // step) * step
     splits = max(1, -(-k // chunk)) if k else 1
     return splits, chunk
