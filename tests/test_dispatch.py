@@ -173,14 +173,18 @@ def test_a_tensor_on_the_second_gpu_is_keyed_there(torch: Any) -> None:
                                                   ((65, 37), (1, 65), "float16"),
                                                   ((4, 1, 3), (3, 7, 1), "bfloat16"),
                                                   ((), (), "int32")])
-def test_view_is_the_array_asarray_makes(torch: Any, shape: Any, stride: Any,
-                                         dtype: str) -> None:
+def test_view_is_the_array_asarray_makes(torch: Any, shape: Any, stride: Any, dtype: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """dispatcher.view (gpurt.asarray's first try) makes of a plain tensor the Array that the
     Python intake (torch_fields) makes, with the thread's place's stream and Device."""
+    from gpurt._array import ownership
     from gpurt.array import _device_view
 
     d = _torch_dispatcher(torch)
     t = FakeTensor(shape, stride, dtype, ptr=0x7000_0010)
+    # no allocator in use (on a GPU machine earlier tests made one): the intake leaves no place
+    monkeypatch.setattr(ownership, "_allocators", {})
+    THREAD.__dict__.pop("place", None)  # fake_gpus puts the thread's state back
     want = _device_view(t, None)
     assert d.view(t) is None  # no place yet: the Python intake takes it
     THREAD.place = (0, RAW["stream"], want.stream, want.device) + FakePlace().place[4:]

@@ -9,6 +9,8 @@ rules with torch's allocator on the GPU."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -299,14 +301,15 @@ def test_real_expandable_segments_hold_data_and_give_memory_back(expandable):
         base["reserved_bytes.large_pool.current"] == 5 * PAGE  # 5 + 30 + 45 MiB: grew 3 times
     segments = [s for s in gpurt.memory_snapshot() if s["is_expandable"]]
     assert {s["segment_type"] for s in segments} == {"small", "large"}
-    assert gpurt.mem_get_info()[0] <= free_before - 5 * PAGE
+    alone = "PYTEST_XDIST_WORKER" not in os.environ  # else other workers move the free memory
+    assert not alone or gpurt.mem_get_info()[0] <= free_before - 5 * PAGE
     for ptr in ptrs:
         gpurt.caching_allocator_delete(ptr)
     gpurt.empty_cache()
     after = gpurt.memory_stats()
     assert after["reserved_bytes.all.current"] == base["reserved_bytes.all.current"]
     assert after["num_device_free"] - base["num_device_free"] == 2  # one unmap per pool
-    assert gpurt.mem_get_info()[0] >= free_before - 2 * MiB  # the pages went back
+    assert not alone or gpurt.mem_get_info()[0] >= free_before - 2 * MiB  # the pages went back
     assert not [s for s in gpurt.memory_snapshot() if s["is_expandable"]]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import threading
 
 import numpy as np
@@ -450,9 +451,11 @@ def test_ranges_nest_around_kernels_on_the_device(spin, tmp_path):
              k2.start_us, k2.end_us, outer.end_us]
     assert all(a <= b + SLACK_US for a, b in zip(order, order[1:])), order
     assert (outer.depth, inner.depth) == (0, 1)
-    assert inner.duration_us == pytest.approx(spin.spun_us(first), rel=0.05, abs=30)
+    # ranges are host-timed: workers sharing the machine (pytest-xdist) add host jitter
+    jitter = 30 if "PYTEST_XDIST_WORKER" not in os.environ else 200
+    assert inner.duration_us == pytest.approx(spin.spun_us(first), rel=0.05, abs=jitter)
     assert outer.duration_us == pytest.approx(spin.spun_us(first) + spin.spun_us(second),
-                                              rel=0.05, abs=60)
+                                              rel=0.05, abs=2 * jitter)
     with open(prof.export_chrome_trace(str(tmp_path / "t.json"))) as fh:
         trace = json.load(fh)
     complete = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
