@@ -134,20 +134,8 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
                 mbar_expect_tx(full, A_BYTES + B_BYTES);
                 const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
                 const int k0 = kt * BK;
-                if (X_K) {
-                    tma_load(a_dst, &tma_x, k0, tp * BM, full);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < BM / 64; ++j)
-                        tma_load(a_dst + j * CHUNK_BYTES, &tma_x, tp * BM + j * 64, k0, full);
-                }
-                if (Y_K) {
-                    tma_load(b_dst, &tma_y, k0, tq * BN, full);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < BN / 64; ++j)
-                        tma_load(b_dst + j * CHUNK_BYTES, &tma_y, tq * BN + j * 64, k0, full);
-                }
+                tma_load_tile<X_K, BM>(a_dst, &tma_x, k0, tp * BM, full);
+                tma_load_tile<Y_K, BN>(b_dst, &tma_y, k0, tq * BN, full);
             }
         }
     } else {

@@ -76,6 +76,20 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaDesc* map, int inner,
         : "memory");
 }
 
+// The ROWS x BK tile at rows [row0, row0 + ROWS), columns [k0, k0 + BK) of a 16-bit matrix:
+// one box when it is K-major, else ROWS / 64 boxes of [64 k][64 rows], CHUNK_BYTES apart.
+template <bool K_MAJOR, int ROWS>
+__device__ __forceinline__ void tma_load_tile(u32 dst, const TmaDesc* map, int k0, int row0,
+                                              u32 bar) {
+    if constexpr (K_MAJOR) {
+        tma_load(dst, map, k0, row0, bar);
+    } else {
+#pragma unroll
+        for (int j = 0; j < ROWS / 64; ++j)
+            tma_load(dst + j * CHUNK_BYTES, map, row0 + j * 64, k0, bar);
+    }
+}
+
 // 2-D TMA store of the box at (inner, outer) from src (bulk-group completion; clipped at the
 // matrix edge).
 __device__ __forceinline__ void tma_store(const TmaDesc* map, u32 src, int inner, int outer) {
@@ -330,22 +344,9 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                     mbar_expect_tx(full, A_BYTES + B_BYTES);
                     const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
                     const int k0 = kt * BK;
-                    if (A_K) {
-                        tma_load(a_dst, &tma_a, k0, tm * BM, full);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < BM / 64; ++j)
-                            tma_load(a_dst + j * CHUNK_BYTES, &tma_a, tm * BM + j * 64, k0, full);
-                    }
+                    tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
                     if (CM == 1) {
-                        if (B_K) {
-                            tma_load(b_dst, &tma_b, k0, tn * BN, full);
-                        } else {
-#pragma unroll
-                            for (int j = 0; j < BN / 64; ++j)
-                                tma_load(b_dst + j * CHUNK_BYTES, &tma_b, tn * BN + j * 64, k0,
-                                         full);
-                        }
+                        tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
                     } else if (B_K) {  // rows [rank BN/2, (rank + 1) BN/2) of the B tile
                         const int part = rank * (BN / 2);
                         tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
