@@ -22,45 +22,6 @@
 
 namespace dc {
 
-#define DC_OUT_8 \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-#define DC_REG_8 \
-    "%0, %1, %2, %3, %4, %5, %6, %7"
-#define DC_OUT_16 \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#define DC_REG_16 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define DC_OUT_32 \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define DC_REG_32 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "\
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-
-// d (+)= A(64 x 16) * B(16 x N) for the N of the decode tiles (16, 32, 64, 128).
-template <int N, int DT, int TA, int TB>
-__device__ __forceinline__ void wgmma_n(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 16 || N == 32 || N == 64 || N == 128, "BN is 16, 32, 64 or 128");
-    if constexpr (N == 128) {
-        wg::wgmma<128, DT, TA, TB>(d, da, db, scale_d);
-    } else if constexpr (N == 64 && DT == DT_BF16) {
-        WG_ASM("m64n64k16", "bf16", "%34", DC_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n", DC_OUT_32);
-    } else if constexpr (N == 64) {
-        WG_ASM("m64n64k16", "f16", "%34", DC_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n", DC_OUT_32);
-    } else if constexpr (N == 32 && DT == DT_BF16) {
-        WG_ASM("m64n32k16", "bf16", "%18", DC_REG_16, "%16, %17, p, 1, 1, %19, %20;\n}\n", DC_OUT_16);
-    } else if constexpr (N == 32) {
-        WG_ASM("m64n32k16", "f16", "%18", DC_REG_16, "%16, %17, p, 1, 1, %19, %20;\n}\n", DC_OUT_16);
-    } else if constexpr (DT == DT_BF16) {
-        WG_ASM("m64n16k16", "bf16", "%10", DC_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n", DC_OUT_8);
-    } else {
-        WG_ASM("m64n16k16", "f16", "%10", DC_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n", DC_OUT_8);
-    }
-}
-
 // The float at shared address `addr` of cluster CTA `rank`.
 __device__ __forceinline__ float load_partial(u32 addr, int rank) {
     float v;
@@ -161,7 +122,7 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const u64 da = make_desc(a_tile + mt * CHUNK_BYTES + kk * A_STEP, A_LBO, 1024);
-                    dc::wgmma_n<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(
+                    wgmma<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(
                         d[mt], da, db, (kt > k_begin || kk > 0) ? 1 : 0);
                 }
             }

@@ -151,7 +151,12 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
            ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
-// Accumulator operand lists of the m64n64 / m64n128 / m64n256 wgmma (generated, 8 per line).
+// Accumulator operand lists of the m64n16 .. m64n256 wgmma (generated, 8 per line).
+#define WG_OUT_0_8 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define WG_OUT_0_16 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define WG_OUT_0_32 \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
@@ -172,6 +177,8 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
     "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WG_REG_8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define WG_REG_16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define WG_REG_32 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -197,10 +204,24 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB))
 
 // d (+)= A(64 x 16) * B(16 x N); scale_d = 0 ignores d's old value. TA/TB: M/N-major operand.
+// N = 16 and 32 are the decode family's (gemm_decode.cu).
 template <int N, int DT, int TA, int TB>
 __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 256, "BN is 64, 128 or 256");
-    if constexpr (N == 64 && DT == DT_BF16) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                  "BN is 16, 32, 64, 128 or 256");
+    if constexpr (N == 16 && DT == DT_BF16) {
+        WG_ASM("m64n16k16", "bf16", "%10", WG_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n",
+               WG_OUT_0_8);
+    } else if constexpr (N == 16) {
+        WG_ASM("m64n16k16", "f16", "%10", WG_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n",
+               WG_OUT_0_8);
+    } else if constexpr (N == 32 && DT == DT_BF16) {
+        WG_ASM("m64n32k16", "bf16", "%18", WG_REG_16, "%16, %17, p, 1, 1, %19, %20;\n}\n",
+               WG_OUT_0_16);
+    } else if constexpr (N == 32) {
+        WG_ASM("m64n32k16", "f16", "%18", WG_REG_16, "%16, %17, p, 1, 1, %19, %20;\n}\n",
+               WG_OUT_0_16);
+    } else if constexpr (N == 64 && DT == DT_BF16) {
         WG_ASM("m64n64k16", "bf16", "%34", WG_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n",
                WG_OUT_0_32);
     } else if constexpr (N == 64) {
