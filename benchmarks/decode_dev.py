@@ -69,8 +69,6 @@ def check_cases() -> list[tuple[Any, ...]]:
 
 def precompile() -> None:
     """Every decode program of the checks and timings, compiled in parallel into the cache."""
-    import multiprocessing
-
     launch = importlib.import_module("gpurt.kernels._gemm_launch")
     jobs = set()
     problems = [problem(m, n, k, a_t, b_t, dt) for dt in (tune.DT_BF16, tune.DT_F16)
@@ -83,11 +81,8 @@ def precompile() -> None:
     for p in problems:
         for c in tune.all_configs(p) + [tune.heuristic(p)]:
             if c.kernel == "decode":
-                jobs.add((launch.source_of(c, p.dt), launch.kernel_names(c, p),
-                          launch.arch_for(c, (9, 0))))
-    with multiprocessing.get_context("spawn").Pool(15) as pool:
-        pool.map(launch.compile_program, sorted(jobs), chunksize=1)
-    print(f"precompiled {len(jobs)} programs", flush=True)
+                jobs.add(launch.program(c, p))
+    print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
 
 def sanitize() -> None:

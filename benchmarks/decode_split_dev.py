@@ -77,8 +77,6 @@ def check_cases() -> list[tuple[Any, ...]]:
 def precompile() -> None:
     """The programs of the checks and timings (16-bit wgmma with the reduce kernel in every
     layout, and gemm's own picks), compiled in parallel into the disk cache."""
-    import multiprocessing
-
     launch = importlib.import_module("gpurt.kernels._gemm_launch")
     jobs = set()
     problems = [tune.Problem(m, n, k, dt, a_k, b_k, True, True, (9, 0), 132)
@@ -92,11 +90,8 @@ def precompile() -> None:
     for problem in problems:
         configs = [split(NARROW, 2), split(WIDE, 2), tune.heuristic(problem)]
         for config in configs:
-            jobs.add((launch.source_of(config, problem.dt), launch.kernel_names(config, problem),
-                      launch.arch_for(config, (9, 0))))
-    with multiprocessing.get_context("spawn").Pool(15) as pool:
-        pool.map(launch.compile_program, sorted(jobs), chunksize=1)
-    print(f"precompiled {len(jobs)} programs", flush=True)
+            jobs.add(launch.program(config, problem))
+    print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
 
 def sanitize() -> None:

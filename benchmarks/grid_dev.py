@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -224,18 +223,13 @@ def sanitize() -> None:
 # ---- compiling -----------------------------------------------------------------------------------
 
 
-def _compile(program: tuple[str, tuple[str, ...], str]) -> None:
-    launch.compile_program(program)
-
-
 def precompile() -> None:
     """Every program the checks and timings use, compiled in parallel into the disk cache."""
     jobs = set()
 
     def add(config: Config, problem: Any) -> None:
         if tune.eligible(problem, config):
-            jobs.add((launch.source_of(config, problem.dt), launch.kernel_names(config, problem),
-                      launch.arch_for(config, (9, 0))))
+            jobs.add(launch.program(config, problem))
 
     for name, dt in (("bf16", tune.DT_BF16), ("fp16", tune.DT_F16), ("tf32", tune.DT_TF32)):
         for m, n, k in SHAPES:
@@ -249,9 +243,7 @@ def precompile() -> None:
                 problem = tune.Problem(1024, 1024, 1024, dt, a_k, b_k, True, True, (9, 0), 132)
                 for config in (N64, plain(N64), split(plain(N64), 3), T64, plain(T64)):
                     add(config, problem)
-    with multiprocessing.get_context("spawn").Pool(15) as pool:
-        pool.map(_compile, sorted(jobs), chunksize=1)
-    print(f"precompiled {len(jobs)} programs", flush=True)
+    print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
 
 if __name__ == "__main__":

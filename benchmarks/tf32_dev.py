@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import importlib
 import json
-import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -177,10 +176,6 @@ def sanitize(quick: bool) -> None:
     sys.exit(1 if failures else 0)
 
 
-def _compile(program: tuple[str, tuple[str, ...], str]) -> None:
-    launch.compile_program(program)
-
-
 def precompile() -> None:
     """Every TF32 program (wgmma and mma) for sm_90, compiled in parallel into the cache."""
     jobs = set()
@@ -188,15 +183,10 @@ def precompile() -> None:
         for m, n in ((4096, 4096), (64, 4096), (4096, 64), (300, 520)):
             problem = tune.Problem(m, n, 4096, tune.DT_TF32, a_k, b_k, True, True, (9, 0), 132)
             for config in tune.all_configs(problem):
-                jobs.add((launch.source_of(config, tune.DT_TF32),
-                          launch.kernel_names(config, problem), launch.arch_for(config, (9, 0))))
+                jobs.add(launch.program(config, problem))
                 if config.split_k > 1:
-                    one = dataclasses.replace(config, split_k=1)
-                    jobs.add((launch.source_of(one, tune.DT_TF32),
-                              launch.kernel_names(one, problem), launch.arch_for(one, (9, 0))))
-    with multiprocessing.get_context("spawn").Pool(15) as pool:
-        pool.map(_compile, sorted(jobs), chunksize=1)
-    print(f"precompiled {len(jobs)} programs", flush=True)
+                    jobs.add(launch.program(dataclasses.replace(config, split_k=1), problem))
+    print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
 
 if __name__ == "__main__":

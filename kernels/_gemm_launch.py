@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pathlib
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +30,9 @@ from . import _gemm_tune as tune
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["Call", "PlannedGemm", "PlannedDecode", "make_call", "planned_call", "precompile",
-           "programs", "compile_program", "kernel_names", "reduce_name", "arch_for", "source_of",
-           "text", "source_digest", "tensor_map", "encode_map"]
+           "programs", "program", "compile_program", "compile_programs", "kernel_names",
+           "reduce_name", "arch_for", "source_of", "text", "source_digest", "tensor_map",
+           "encode_map"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -419,10 +421,14 @@ def programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
                 for vec, (m, n) in itertools.product((True, False), _PRECOMPILE_SHAPES):
                     problem = Problem(m, n, 4096, dt, a_k, b_k, vec, vec, (major, minor), 132)
                     for config in tune.all_configs(problem):
-                        names = kernel_names(config, problem)
-                        found[(source_of(config, dt), names,
-                               arch_for(config, (major, minor)))] = None
+                        found[program(config, problem)] = None
     return list(found)
+
+
+def program(config: Config, problem: Problem) -> tuple[str, tuple[str, ...], str]:
+    """(source, name expressions, arch) of the program that runs ``config`` on ``problem``."""
+    return (source_of(config, problem.dt), kernel_names(config, problem),
+            arch_for(config, problem.capability))
 
 
 def compile_program(program: tuple[str, tuple[str, ...], str]) -> None:
@@ -434,7 +440,13 @@ def precompile(arch: str | None = None, workers: int | None = None) -> int:
     gpurt's disk kernel cache, spread over ``workers`` processes (default: one per CPU), so
     that no later gemm call compiles; returns the number of programs. Needs no GPU when
     ``arch`` is given."""
-    todo = programs(arch or gpurt.get_arch())
+    return compile_programs(programs(arch or gpurt.get_arch()), workers)
+
+
+def compile_programs(todo: Sequence[tuple[str, tuple[str, ...], str]],
+                     workers: int | None = None) -> int:
+    """Compile ``todo`` (:func:`program`'s triples) into the disk kernel cache, spread over
+    ``workers`` processes (default: one per CPU); returns how many."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
     if workers == 1:
         for program in todo:
