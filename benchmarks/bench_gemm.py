@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _common import print_rows, write_results
+from _common import device_ms, print_rows, write_results
 from cuda.bindings import driver as cu
 
 SQUARE = [1024, 2048, 4096, 8192]
@@ -78,16 +78,7 @@ class Timer:
 
     def call_us(self, fn: Callable[[], Any], repeat: int) -> float:
         """One call with its host path: the GPU idles while the host prepares the launch."""
-        fn()
-        samples = []
-        for _ in range(repeat):
-            _ok(cu.cuStreamSynchronize(self.handle))
-            _ok(cu.cuEventRecord(self.start, self.handle))
-            fn()
-            _ok(cu.cuEventRecord(self.stop, self.handle))
-            _ok(cu.cuEventSynchronize(self.stop))
-            samples.append(float(_ok(cu.cuEventElapsedTime(self.start, self.stop))) * 1e3)
-        return statistics.median(samples)
+        return device_ms(fn, self.handle, repeat=repeat, warmup=1) * 1e3
 
 
 def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
