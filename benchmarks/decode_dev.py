@@ -98,7 +98,7 @@ def sanitize() -> None:
 def race() -> None:
     """The sanitizer sweep's TMA-aligned case (17 x 264 x 200, beta 0.5) with every decode
     config gemm may force on it, bf16 and fp16, every layout: where the full sweep's
-    racecheck reported hazards (notes_gemm.md; benchmarks/decode_race_dev.sh)."""
+    racecheck reported hazards (notes_gemm.md)."""
     cases = []
     for dtype, dt in ((torch.bfloat16, tune.DT_BF16), (torch.float16, tune.DT_F16)):
         for a_t, b_t in ((False, False), (True, True), (True, False), (False, True)):
