@@ -88,8 +88,7 @@ def use_reader(reader: Any) -> None:
     when the intake first meets torch."""
     global _reader
     _reader = reader
-    if _tensor_type is not None:
-        _tell_reader()
+    _tell_reader()
 
 
 def torch_entries() -> dict[Any, tuple[int, int, np.dtype]]:
@@ -99,10 +98,18 @@ def torch_entries() -> dict[Any, tuple[int, int, np.dtype]]:
             if t not in _complex_dtypes}
 
 
+def tell_torch(reader: Any) -> bool:
+    """Give ``reader`` (a Dispatcher) torch's types once the intake has met torch: True, or
+    False before that."""
+    if _tensor_type is None or _raw_stream is None:
+        return False
+    reader.set_torch(_tensor_type, torch_entries(), _strided, _raw_stream)
+    return True
+
+
 def _tell_reader() -> None:
     global view
-    if _reader is not None and _raw_stream is not None:
-        _reader.set_torch(_tensor_type, torch_entries(), _strided, _raw_stream)
+    if _reader is not None and tell_torch(_reader):
         view = _reader.view
 
 

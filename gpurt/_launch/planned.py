@@ -179,11 +179,8 @@ def add_dispatch(table: dict[Any, Any], key: Any, launch: Callable[..., None],
     order)``. Also lets dispatch read torch tensors once gpurt's torch intake has met torch."""
     if _dispatcher is None or type(key) is not bytes:
         return
-    seen = _interop._tensor_type  # the torch.Tensor the intake reads (None before torch)
-    if seen is not None and _dispatcher.tensor_type is not seen \
-            and _interop._raw_stream is not None:
-        _dispatcher.set_torch(seen, _interop.torch_entries(), _interop._strided,
-                              _interop._raw_stream)
+    if _dispatcher.tensor_type is not _interop._tensor_type:  # the torch the intake reads
+        _interop.tell_torch(_dispatcher)
     if key not in table and len(table) < MAX_DISPATCH:  # a key's entry never changes
         allocs = tuple(tuple(a) for a in allocs)
         table[key] = (launch, tuple(order), tuple(outputs), allocs,
