@@ -19,7 +19,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from cuda.bindings import driver as cu
 
 import gpurt
@@ -27,6 +26,7 @@ import gpurt
 from . import _gemm_decode as decode
 from . import _gemm_skinny as skinny
 from . import _gemm_tune as tune
+from . import _gemm_workspace as workspace
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["Call", "PlannedGemm", "PlannedDecode", "make_call", "planned_call", "precompile",
@@ -195,29 +195,36 @@ class Call:
                                                cin_ptr, alpha, beta)
             kernels[0].launch(launch, *args, stream=stream)
             return
-        partial, partial_ptr = None, 0
-        if config.split_k > 1:
-            partial = gpurt.empty((config.split_k, self.m, self.n), dtype=np.float32,
-                                  device=self.index, stream=stream)
-            partial_ptr = partial.ptr
+        if config.split_k == 1:
+            self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, 0, alpha, beta, stream)
+            return
+        with workspace.LOCK:
+            handle = None if stream is None else gpurt.as_stream_handle(stream, self.index)
+            partial = workspace.partials(self.index, handle, config.split_k * self.m * self.n)
+            self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, partial.ptr, alpha, beta, stream)
+            kernels[1](self.reduce_blocks, 256,
+                       _reduce_arguments(self, partial.ptr, out_ptr, cin_ptr, alpha, beta),
+                       stream=stream)
+
+    def _launch_main(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
+                     partial_ptr: int, alpha: float, beta: float, stream: Any) -> None:
+        config = self.config
         args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, alpha,
                                   beta)
         if config.kernel == "wgmma" and config.cluster_m > 1:
-            kernels[0].launch(_main_config(self), *args, stream=stream)
+            self.kernels[0].launch(_main_config(self), *args, stream=stream)
         else:  # the plain launch, without building a LaunchConfig
-            kernels[0](self.grid, config.threads, args, shared_mem=self.smem, stream=stream)
-        if partial is not None:
-            kernels[1](self.reduce_blocks, 256,
-                       _reduce_arguments(self, partial_ptr, out_ptr, cin_ptr, alpha, beta),
-                       stream=stream)
+            self.kernels[0](self.grid, config.threads, args, shared_mem=self.smem,
+                            stream=stream)
 
 
 class PlannedGemm:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``: a :class:`Call`
     of the mma or wgmma family through planned launches (Kernel.planned), checked and packed
-    once. Per call it only allocates split-K's partials and, for wgmma, looks up the tensor
-    maps of pointers that changed since the last call (the maps are by-value arguments that
-    hold the pointers); ``stream_handle`` None is the current stream of the call's device."""
+    once. Per call it only takes split-K's partials from the stream's workspace
+    (kernels/_gemm_workspace.py) and, for wgmma, looks up the tensor maps of pointers that
+    changed since the last call (the maps are by-value arguments that hold the pointers);
+    ``stream_handle`` None is the current stream of the call's device."""
 
     __slots__ = ("call", "main", "reduce", "maps")
 
@@ -229,23 +236,24 @@ class PlannedGemm:
     def __call__(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
                  alpha: float, beta: float) -> None:
         call = self.call
-        partial = None
-        extra: tuple[int, ...] = ()
-        if self.reduce is not None:
-            partial = gpurt.empty((call.config.split_k, call.m, call.n), dtype=np.float32,
-                                  device=call.index,
-                                  stream=None if handle is None else gpurt.as_stream(
-                                      handle, call.index))
-            extra = (partial.ptr,)
-        elif call.config.kernel != "wgmma" or call.dt != DT_F32:
-            extra = (0,)  # the kernel's partials pointer, unused without a split
-        if call.config.kernel == "wgmma":
+        if self.reduce is None:
+            # the kernel's partials pointer (unused without a split), where it takes one
+            extra = (0,) if call.config.kernel != "wgmma" or call.dt != DT_F32 else ()
+            self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, extra)
+            return
+        with workspace.LOCK:
+            partial = workspace.partials(call.index, handle,
+                                         call.config.split_k * call.m * call.n)
+            self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, (partial.ptr,))
+            self.reduce(handle, partial.ptr, out_ptr, cin_ptr, alpha, beta)
+
+    def _main(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
+              alpha: float, beta: float, extra: tuple[int, ...]) -> None:
+        if self.call.config.kernel == "wgmma":
             self.main(handle, *self._maps(a_ptr, b_ptr, out_ptr), out_ptr, cin_ptr, alpha,
                       beta, *extra)
         else:
             self.main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, *extra)
-        if partial is not None:
-            self.reduce(handle, partial.ptr, out_ptr, cin_ptr, alpha, beta)
 
     def _maps(self, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes, ...]:
         last = self.maps

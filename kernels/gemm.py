@@ -41,6 +41,7 @@ from gpurt import amp, sanitizer
 
 from . import _autocast, tunable
 from . import _gemm_tune as tune
+from . import _gemm_workspace as workspace
 from ._gemm_launch import (
     Call,
     make_call,
@@ -440,8 +441,10 @@ def _result_shape(a: Any, b: Any, trans_a: bool, trans_b: bool) -> tuple[int, in
 
 def clear_plans() -> None:
     """Forget every planned gemm call, so that the next call of each signature reads the
-    GPURT_GEMM_* settings again and chooses its kernel anew."""
+    GPURT_GEMM_* settings again and chooses its kernel anew; also drops the split-K
+    workspaces kept per stream (kernels/_gemm_workspace.py)."""
     _calls.clear()
+    workspace.clear()
 
 
 tunable.on_change(clear_plans)

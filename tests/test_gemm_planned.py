@@ -1,9 +1,10 @@
 """The mma and wgmma gemm families (with and without split-K) launch through planned launches
 (kernels/_gemm_launch.py's planned_call): on the fake driver of test_launch_fake_driver.py, on
 both launch paths, each repeated call must hand the driver exactly what Call.launch (the
-Python launch of the same plan) hands it for the same pointers and scalars, new partials of
-a split included; wgmma's tensor maps follow the pointers. Kernels compile through NVRTC for
-sm_90a; the tensor maps are faked (no driver to encode them here)."""
+Python launch of the same plan) hands it for the same pointers and scalars, a split's
+partials (from the stream's workspace) included; wgmma's tensor maps follow the pointers.
+Kernels compile through NVRTC for sm_90a; the tensor maps are faked (no driver to encode them
+here)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from test_launch_fake_driver import FakeDriver, fake  # noqa: F401
 # the bundled kernels as installed (gpurt.kernels), as on the GPU machine
 launch_mod = importlib.import_module("gpurt.kernels._gemm_launch")
 _config = importlib.import_module("gpurt.kernels._gemm_config")
+workspace_mod = importlib.import_module("gpurt.kernels._gemm_workspace")
 Config, Problem = _config.Config, _config.Problem
 DT_F16 = importlib.import_module("gpurt.kernels._gemm_tune").DT_F16
 
@@ -99,11 +101,12 @@ def test_planned_gemm_launches_what_call_launch_does(driver: FakeDriver, config:
     _layouts(driver, call.kernels)
     partials: list[int] = []
 
-    def empty(*args: Any, **kwargs: Any) -> Any:
+    def taken(index: int, handle: Any, count: int) -> Any:  # the stream's split-K workspace
+        assert (index, count) == (0, config.split_k * M * N)
         partials.append(0x9000000 + 0x100000 * (len(partials) % len(POINTERS)))
         return fake_array((1,), ptr=partials[-1])
 
-    monkeypatch.setattr(gpurt, "empty", empty)
+    monkeypatch.setattr(workspace_mod, "partials", taken)
     fallbacks: list[Any] = []
     python_launch = gplanned.python_launch
 

@@ -38,7 +38,7 @@ COLUMN_WIDTH = 32  # outputs per block of the column walk (BLOCK // COLUMN_WIDTH
 # Loads a thread keeps in flight: the unrolled loops issue their loads before folding them
 # (bytes in flight per SM are what a bandwidth-bound reduction needs).
 ROW_UNROLL = 4
-COLUMN_UNROLL = 8
+COLUMN_UNROLL = 4
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {

@@ -17,11 +17,9 @@ import threading
 from typing import Any
 
 import numpy as np
-from cuda.bindings import driver as cu
 
 from .. import array as _array
-from .._core.driver import CudaError, check
-from ..device import bind_context
+from .._streams.handles import stream_is_capturing
 from ..streams import ExternalStream, current_stream
 
 __all__ = [
@@ -39,7 +37,6 @@ STATE_VERSION = 1
 _STATE = struct.Struct("<QQQ")  # version, seed, offset: little-endian uint64 each
 STATE_SIZE = _STATE.size
 _U64 = (1 << 64) - 1
-_NOT_CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 class PhiloxCudaState(ctypes.Structure):
@@ -108,18 +105,6 @@ def decode_state(state: Any) -> tuple[int, int]:
         raise ValueError(f"a generator state's offset must be a multiple of 4, got {offset}")
     return seed, offset
 
-
-def stream_is_capturing(device: int, handle: Any) -> bool:
-    """Whether the stream is capturing a CUDA graph (wraps cuStreamIsCapturing; the legacy
-    stream while another stream captures counts as capturing)."""
-    bind_context(device)
-    try:
-        status = check(cu.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
-    except CudaError as exc:
-        if exc.name == "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT":
-            return True
-        raise
-    return status != _NOT_CAPTURING
 
 
 class GeneratorState:

@@ -36,6 +36,7 @@ from ..device import bind_context, current_device
 
 __all__: list[str] = []
 
+_NOT_CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _NOT_READY = int(cu.CUresult.CUDA_ERROR_NOT_READY)
 
 
@@ -73,6 +74,20 @@ def is_ready(index: int, name: str, fn: Callable[..., tuple], handle: Any) -> bo
 def not_ready(result: tuple) -> bool:
     """True when a raw result is CUDA_ERROR_NOT_READY."""
     return int(result[0]) == _NOT_READY
+
+
+def stream_is_capturing(index: int, handle: Any) -> bool:
+    """Whether the stream ``handle`` of device ``index`` is capturing a CUDA graph (wraps
+    cuStreamIsCapturing; the legacy stream while another stream captures counts as
+    capturing)."""
+    bind_context(index)
+    try:
+        status = check(cu.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
+    except CudaError as exc:
+        if exc.name == "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT":
+            return True
+        raise
+    return status != _NOT_CAPTURING
 
 
 # ---- owned handles and their deferred release ------------------------------------------

@@ -1,0 +1,122 @@
+"""Split-K's partial sums come from a workspace kept per (device, stream)
+(kernels/_gemm_workspace.py): reused while big enough, grown otherwise, fresh per call on a
+capturing stream, at most MAX_KEPT streams, dropped by clear_plans. On the GPU: split-K
+results stay right call after call, on two streams, and in a replayed graph."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gpurt
+from test_gemm import device, poisoned, rand, reference, rel_err
+
+workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+
+
+class _Made:
+    def __init__(self, count: int, handle: int) -> None:
+        self.shape, self.handle, self.nbytes = (count,), handle, 4 * count
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The workspace module on fakes: ``made`` lists the arrays it allocated, ``capturing``
+    the stream handles that capture."""
+    state: dict[str, Any] = {"made": [], "capturing": set()}
+
+    def empty(count: int, dtype: Any, device: int, stream: Any) -> _Made:
+        assert dtype is np.float32 and device == 0
+        state["made"].append(_Made(count, stream))
+        return state["made"][-1]
+
+    monkeypatch.setattr(workspace, "_kept", {})
+    monkeypatch.setattr(workspace.gpurt, "empty", empty)
+    monkeypatch.setattr(workspace.gpurt, "as_stream", lambda handle, index: handle)
+    monkeypatch.setattr(workspace, "current_stream_handle", lambda index: 7)
+    monkeypatch.setattr(workspace, "stream_is_capturing",
+                        lambda index, handle: handle in state["capturing"])
+    return state
+
+
+def test_a_stream_keeps_its_workspace_and_grows_it(fake: dict[str, Any]) -> None:
+    first = workspace.partials(0, None, 100)  # None: the current stream (7)
+    assert first.handle == 7 and workspace.partials(0, 7, 100) is first
+    assert workspace.partials(0, 7, 60) is first  # smaller: the same one
+    grown = workspace.partials(0, 7, 300)
+    assert grown is not first and grown.shape == (300,)
+    assert workspace.partials(0, None, 100) is grown
+    other = workspace.partials(0, 9, 100)  # another stream: its own
+    assert other is not grown and other.handle == 9
+    assert len(fake["made"]) == 3
+    assert workspace.kept_bytes() == 4 * (300 + 100)
+
+
+def test_a_capturing_stream_gets_fresh_partials_and_keeps_none(fake: dict[str, Any]) -> None:
+    kept = workspace.partials(0, 5, 100)
+    fake["capturing"].add(5)
+    one, two = workspace.partials(0, 5, 100), workspace.partials(0, 5, 100)
+    assert len({id(kept), id(one), id(two)}) == 3
+    fake["capturing"].clear()
+    assert workspace.partials(0, 5, 100) is kept
+
+
+def test_at_most_max_kept_streams_and_clear(fake: dict[str, Any],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    arrays = [workspace.partials(0, handle, 10) for handle in range(1, workspace.MAX_KEPT + 2)]
+    assert workspace.kept_bytes() == 40 * workspace.MAX_KEPT
+    assert workspace.partials(0, 1, 10) is not arrays[0]  # the oldest was dropped
+    assert workspace.partials(0, workspace.MAX_KEPT + 1, 10) is arrays[-1]
+    gemm_mod.clear_plans()
+    assert workspace.kept_bytes() == 0
+
+
+# ---- on the GPU ----------------------------------------------------------------------------------
+
+
+def _split_configs() -> list[Any]:
+    configs = [dataclasses.replace(tune._MMA[3], split_k=3)]
+    if gpurt.is_available() and gpurt.get_device_capability() == (9, 0):
+        configs.append(dataclasses.replace(tune._WGMMA[1], split_k=4))
+    return configs
+
+
+@pytest.mark.gpu
+def test_split_k_is_right_call_after_call_on_two_streams_and_in_a_graph(gpu_state) -> None:
+    rng = np.random.default_rng(17)
+    m, n, k = 136, 264, 4096
+    for config in _split_configs():
+        gemm_mod.clear_plans()
+        side = gpurt.Stream()
+        for stream in (None, side, None, side):
+            a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+            out = poisoned((m, n), gpurt.bfloat16)
+            gpurt.synchronize()  # the inputs are ready for the side stream too
+            gemm_mod.gemm(device(a), device(b), out=out, config=config, stream=stream)
+            gpurt.synchronize()
+            assert rel_err(out.numpy(), reference(a, b)) < 1e-2, config.label()
+        assert workspace.kept_bytes() >= 2 * 4 * config.split_k * m * n  # two streams
+        # captured: the graph's own partials; each replay reads the inputs as they are then
+        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+        da, db, out = device(a), device(b), poisoned((m, n), gpurt.bfloat16)
+        gemm_mod.gemm(da, db, out=out, config=config)  # planned before the capture
+        graph = gpurt.CUDAGraph()
+        with gpurt.graph(graph):
+            gemm_mod.gemm(da, db, out=out, config=config)
+        for _ in range(2):
+            a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+            da.copy_(device(a))
+            db.copy_(device(b))
+            out.copy_(poisoned((m, n), gpurt.bfloat16))
+            graph.replay()
+            gpurt.synchronize()
+            assert rel_err(out.numpy(), reference(a, b)) < 1e-2, config.label()
+        del graph
+        gemm_mod.clear_plans()
+        assert workspace.kept_bytes() == 0
