@@ -128,23 +128,48 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
 
 # ---- bandwidth suites: device time behind a busy, L2-evicting memset ---------------------------
 
-FLUSH_BYTES = 512 << 20  # the memset before each timed call: longer than any host launch
+FLUSH_BYTES = 512 << 20  # the sweep before each timed call: longer than any host launch
 COPY_BYTES = 1 << 30  # the device-to-device copy that measures the copy-bandwidth ceiling
+# The flush reads (it writes nothing): a memset would leave the L2 full of dirty lines, and
+# the timed call would pay for writing them back (about 50 MB, ~17 us on an H100), which
+# charged every bandwidth row before session 7 with work that was not its own.
+# GPURT_BENCH_FLUSH=memset times the old way.
+_MEMSET_FLUSH = os.environ.get("GPURT_BENCH_FLUSH") == "memset"
+_SWEEP = r"""
+extern "C" __global__ void bench_sweep(const uint4* __restrict__ p, long long n,
+                                       unsigned int* sink) {
+    unsigned int acc = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc;  // never: the buffer is zeros; keeps the loads
+}
+"""
 
 
 class Timer:
-    """device_ms on one stream with a busy, L2-evicting memset before each timed call, so
-    host launch time is not counted (for any library) and inputs do not come from L2."""
+    """device_ms on one stream with a busy, L2-evicting read of FLUSH_BYTES before each timed
+    call, so host launch time is not counted (for any library), inputs do not come from L2,
+    and the L2 holds only clean lines when the call starts."""
 
     def __init__(self, handle: int, repeat: int) -> None:
         import gpurt
 
         self.handle = handle
         self.repeat = repeat
-        self.scratch = gpurt.empty(FLUSH_BYTES, dtype="uint8")
+        self.scratch = gpurt.empty(FLUSH_BYTES + 16, dtype="uint8")
+        _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES + 16, handle))
+        self.sweep = gpurt.compile(_SWEEP)["bench_sweep"]
+        self.blocks = 8 * gpurt.get_device_properties().multi_processor_count
 
     def flush(self) -> None:
-        _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES, self.handle))
+        if _MEMSET_FLUSH:  # the method before session 7, to compare with
+            _ok(cu.cuMemsetD8Async(self.scratch.ptr, 0, FLUSH_BYTES, self.handle))
+            return
+        self.sweep(self.blocks, 256, (self.scratch.ptr, FLUSH_BYTES // 16,
+                                      self.scratch.ptr + FLUSH_BYTES), stream=self.handle)
 
     def ms(self, fn: Callable[[], Any]) -> float:
         return device_ms(fn, self.handle, repeat=self.repeat, warmup=5, flush=self.flush)

@@ -1,5 +1,5 @@
 """Dev harness for the bandwidth kernels (issues 19, 20, 17), one process, timed like the
-benchmarks (benchmarks/_common.Timer: busy L2-evicting memset before each call, median):
+benchmarks (benchmarks/_common.Timer: busy L2-evicting read before each call, median):
 
   random   every bench_random case, plus a write-only ceiling (cuMemsetD32 of the same bytes)
            and uniform/normal float32 with the grid scaled (resident CTAs x 1/2, 1, 2)

@@ -7,11 +7,11 @@ region); a sample is one batch's wall time per call, the row is the median of RE
 samples, gpurt and torch alternating batch by batch (as benchmarks/bench_dispatch.py).
 
 Bandwidth: large contiguous arrays, bytes = each input read once + each output written once,
-device time from driver events around each call on one stream (median), a 512 MiB memset
-before every timed call (L2 evicted, host launch time hidden), next to torch's equivalent
-single-kernel op and a 1 GiB device-to-device copy (the copy bandwidth) timed the same way.
-Issue 20's targets: host time <= torch's op; binary ops >= 90% of copy and >= torch;
-reductions >= 85% of copy and >= torch.
+device time from driver events around each call on one stream (median), a 512 MiB read before
+every timed call (L2 evicted and clean, host launch time hidden; benchmarks/_common.Timer),
+next to torch's equivalent single-kernel op and a 1 GiB device-to-device copy (the copy
+bandwidth) timed the same way. Issue 20's targets: host time <= torch's op; binary ops >= 90%
+of copy and >= torch; reductions >= 85% of copy and >= torch.
 
     python benchmarks/bench_elementwise.py [--json PATH] [--quick]
 """

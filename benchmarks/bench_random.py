@@ -1,11 +1,11 @@
 """Random fills: gpurt.random against torch's in-place fills and the device's copy bandwidth.
 
-GB/s counts the bytes each call must move: the output written (dropout also reads x and
-writes its bool mask). Device time: driver events around each call on torch's current
-stream, median of many after warm-up; before every timed call a 512 MiB memset keeps the
-device busy while the host launches (so host time is not counted, for either library) and
-evicts L2. The copy ceiling is a 1 GiB device-to-device copy timed the same way. Issue 19's
-target: >= 90% of copy bandwidth.
+GB/s counts the bytes each call must move: the output written (dropout also reads x and writes
+its bool mask). Device time: driver events around each call on torch's current stream, median
+of many after warm-up; before every timed call a 512 MiB read keeps the device busy while the
+host launches (so host time is not counted, for either library) and evicts L2, leaving it clean
+(benchmarks/_common.Timer). The copy ceiling is a 1 GiB device-to-device copy timed the same
+way. Issue 19's target: >= 90% of copy bandwidth.
 
     python benchmarks/bench_random.py [--json PATH] [--quick]
 """

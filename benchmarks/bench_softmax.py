@@ -2,12 +2,14 @@
 
 Bytes per call: forward, the input read once and the output written once; backward, y and dy
 read once and dx written once. Device time: driver events around each call on one stream,
-median of many after warm-up. Before every timed call a 512 MiB memset keeps the device busy
-while the host launches (so host launch time is not counted, for any library) and evicts
-the inputs from L2. The copy ceiling is a 1 GiB device-to-device copy timed the same way.
-Issue 7's targets: forward >= 90% of copy on fp32 4096x8192, 65536x1024, 8192x32768,
-1024x131072 and bf16 16384x4096; backward (one kernel) >= 85%. Issue 17's: >= 85% for row
-lengths that are not multiples of the vector width. notes_softmax.md has the story.
+median of many after warm-up. Before every timed call a 512 MiB read keeps the device busy
+while the host launches (so host launch time is not counted, for any library) and evicts the
+inputs from L2, leaving it clean (benchmarks/_common.Timer; a memset did until session 7, and
+each call paid for writing its dirty lines back). The copy ceiling is a 1 GiB device-to-device
+copy timed the same way. Issue 7's targets: forward >= 90% of copy on fp32 4096x8192,
+65536x1024, 8192x32768, 1024x131072 and bf16 16384x4096; backward (one kernel) >= 85%. Issue
+17's: >= 85% for row lengths that are not multiples of the vector width. notes_softmax.md has
+the story.
 
     python benchmarks/bench_softmax.py [--json PATH] [--quick]
 """
