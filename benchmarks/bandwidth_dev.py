@@ -29,6 +29,9 @@ import gpurt
 from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
+# Session 7: COLUMN_SPREAD_BYTES (outputs 32 apart per thread where no vector aligns: the
+# odd-width rows) and the unroll with it; session 6's variants (the knobs below) and their
+# H100 numbers are in notes_bandwidth.md.
 # Session 6 (issue 20, column sums): column-walk knobs (COLUMN_WIDTH: threads across
 # outputs per block; COLUMN_VECTOR_BYTES: bytes per load across outputs, 4 = one float32;
 # COLUMN_UNROLL; COLUMN_SPLIT_WAVES; COLUMN_SPLIT_LEAST: reduced elements per thread of a
@@ -36,30 +39,28 @@ from gpurt._random import kernels as rkernels
 # them back to 0) instead of a memset per call. Sessions 4-5 compared row/column unrolls,
 # waves and the fold against a finish kernel (notes_bandwidth.md).
 REDUCE_VARIANTS = [
-    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32},   # session 5's pick
-    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32, "reuse": True},
-    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32},
-    {"width": 32, "vector": 16, "unroll": 8, "waves": 2, "least": 32},
-    {"width": 32, "vector": 16, "unroll": 4, "waves": 2, "least": 32},
-    {"width": 32, "vector": 16, "unroll": 4, "waves": 1, "least": 32},
-    {"width": 32, "vector": 16, "unroll": 4, "waves": 4, "least": 32},
-    {"width": 64, "vector": 16, "unroll": 4, "waves": 2, "least": 32},
-    {"width": 128, "vector": 4, "unroll": 8, "waves": 2, "least": 32},
-    {"width": 256, "vector": 4, "unroll": 8, "waves": 2, "least": 32},
-    {"width": 32, "vector": 16, "unroll": 4, "waves": 2, "least": 32, "reuse": True},
+    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4},  # session 7
+    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 1},  # no spread
+    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 8},
+    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 16},
+    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32, "spread": 4},
+    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32, "spread": 8},
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
           "unroll": (reduce_codegen, "COLUMN_UNROLL"),
           "waves": (reduction, "COLUMN_SPLIT_WAVES"),
-          "least": (reduction, "COLUMN_SPLIT_LEAST")}
+          "least": (reduction, "COLUMN_SPLIT_LEAST"),
+          "spread": (reduction, "COLUMN_SPREAD_BYTES")}
 # (rows, cols, axis, dtype name): the row cases run under the first variant and the "reuse"
 # ones only (their code does not change with the column knobs)
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
                  (1024, 65536, 0, "float32"), (65536, 1024, 0, "float32"),
                  (4099, 8191, 0, "float32"), (8192, 8192, 0, "bfloat16"),
-                 (1024, 65536, 0, "bfloat16"), (4099, 8191, 0, "bfloat16")]
+                 (1024, 65536, 0, "bfloat16"), (4099, 8191, 0, "bfloat16"),
+                 (2047, 10007, 0, "float32"), (2047, 10007, 0, "bfloat16"),
+                 (4099, 8191, 0, "float16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)

@@ -160,8 +160,10 @@ class Config:
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """What the choice depends on: sizes, element type, operand layouts (K-major or not),
-    alignment (``vec``: 16-byte rows for vector loads; ``tma``: rows fit TMA's rules) and the
-    device (compute capability, SM count, shared memory per block)."""
+    alignment (``vec``: 16-byte rows for vector loads; ``tma``: rows fit TMA's rules;
+    ``pitch128``: A's and B's base addresses and row pitches are 128-byte multiples, so each
+    128-byte row of a TMA box is one L2 line, not parts of two) and the device (compute
+    capability, SM count, shared memory per block)."""
 
     m: int
     n: int
@@ -174,6 +176,7 @@ class Problem:
     capability: tuple[int, int]
     sm_count: int
     max_shared: int = 227 * 1024
+    pitch128: bool = True
 
     @property
     def macs(self) -> int:

@@ -289,7 +289,8 @@ def heuristic(problem: Problem) -> Config:
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
         filled = _fill_best(problem, [wide, _WGMMA[5], _WGMMA[7]],
-                            lambda config: config.tiles(m, n))
+                            lambda config: config.tiles(m, n),
+                            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
         if wide.tiles(m, n) * 2 >= problem.sm_count:
             return filled
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
@@ -305,21 +306,26 @@ def heuristic(problem: Problem) -> Config:
 # more shared memory per multiply-add and spend more of their time filling and draining):
 # an H200's time per wave at K = 1024 and 2000, bf16 and TF32 (benchmarks/notes_gemm.md).
 _TILE_RATE = {256: 1.0, 128: 0.84, 64: 0.6}
+# The same for 16-bit operands whose rows are not 128-byte multiples (each 128-byte box row
+# spans two L2 lines): 128 x 64 tiles load the most per multiply-add and lose the most. At
+# 1000^3 they took 1.17x (H100) and 1.07x (H200) the time of 128 x 128 ones, one wave each,
+# against 0.78x at 1024^3 (notes_gemm.md, session 7).
+_TILE_RATE_PITCH16 = {256: 1.0, 128: 0.84, 64: 0.38}
 
 
-def _fill_best(problem: Problem, configs: list[Config],
-               tiles: Callable[[Config], int]) -> Config:
+def _fill_best(problem: Problem, configs: list[Config], tiles: Callable[[Config], int],
+               rates: dict[int, float] = _TILE_RATE) -> Config:
     """Of wgmma configs with 128-row tiles (widest first), the one whose persistent grid should
     finish first by a wave-fill model: each SM runs ceil(tiles / SMs) tiles one after another,
     each taking its width over its rate. A grid of 1.1 waves costs as much as one of 2, so
     narrower tiles win where they fill the last wave (1024^2: 64 tiles of 128 x 128 leave half
     of 132 SMs idle, 128 of 128 x 64 fill them). Ties keep the wider tile; the first config is
-    returned when none is eligible."""
+    returned when none is eligible. ``rates``: the multiply-add rate per tile width."""
     best, best_cost = configs[0], float("inf")
     for config in configs:
         if not eligible(problem, config):
             continue
-        cost = -(-tiles(config) // problem.sm_count) * config.bn / _TILE_RATE[config.bn]
+        cost = -(-tiles(config) // problem.sm_count) * config.bn / rates[config.bn]
         if cost < best_cost:
             best, best_cost = config, cost
     return best
@@ -356,6 +362,8 @@ def problem_key(problem: Problem, device: str, source_digest: str) -> str:
     """The results file key: device, kernels' source, dtype, layout, alignment, shape bucket."""
     layout = ("K" if problem.a_kmajor else "M") + ("K" if problem.b_kmajor else "N")
     align = ("tma" if problem.tma else "vec") if problem.vec else "any"
+    if problem.tma and not problem.pitch128:  # the best tiles differ (notes_gemm.md)
+        align = "tma16"
     shape = f"{_bucket(problem.m)}x{_bucket(problem.n)}x{_bucket(problem.k)}"
     return "|".join([device, source_digest, _DT_NAMES[problem.dt], layout, align, shape])
 

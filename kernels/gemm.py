@@ -256,9 +256,10 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
     # K == 0 leaves nothing to load: out = beta * c through any kernel's epilogue but wgmma's
     tma = (aligned and dt in (DT_F16, DT_BF16, DT_TF32)
            and max(plan.a.ld, plan.b.ld) * itemsize < (1 << 40) and plan.k > 0)
+    pitch128 = all(op.ptr % 128 == 0 and op.ld * itemsize % 128 == 0 for op in (plan.a, plan.b))
     return Problem(plan.m, plan.n, plan.k, dt, plan.a.kmajor, plan.b.kmajor, aligned, tma,
                    (props.major, props.minor), props.multi_processor_count,
-                   int(props.shared_memory_per_block_optin))
+                   int(props.shared_memory_per_block_optin), pitch128)
 
 
 # ---- choosing a config ---------------------------------------------------------------------------

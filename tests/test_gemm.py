@@ -33,8 +33,8 @@ def _plain_environment(monkeypatch):
 
 
 def problem(m=4096, n=4096, k=4096, dt=tune.DT_BF16, a_k=True, b_k=False, vec=True, tma=True,
-            cap=H100[0], sms=H100[1]) -> Problem:
-    return Problem(m, n, k, dt, a_k, b_k, vec, tma, cap, sms)
+            cap=H100[0], sms=H100[1], pitch128=True) -> Problem:
+    return Problem(m, n, k, dt, a_k, b_k, vec, tma, cap, sms, pitch128=pitch128)
 
 
 # ---- configs -------------------------------------------------------------------------------------
@@ -258,6 +258,15 @@ def test_wave_fill_tiles():
             chosen = tune.heuristic(problem(*dims, dt=dt))
             assert chosen.kernel == "wgmma" and chosen.bn == 256, dims
         assert narrow in tune.candidates(problem(1024, 1024, 1024, dt=dt))
+    # rows that are not 128-byte multiples (1000 16-bit elements): 128 x 128 beats 128 x 64 in
+    # one wave (H100 1.17x, H200 1.07x); TF32 keeps its choice (even there); wider grids keep
+    # 128 x 256
+    for dt in (tune.DT_BF16, tune.DT_F16):
+        assert tune.heuristic(problem(1000, 1000, 1000, dt=dt, pitch128=False)) == tune._WGMMA[5]
+        assert tune.heuristic(problem(1024, 1024, 1024, dt=dt, pitch128=False)) == tune._WGMMA[5]
+        for dims in ((2000, 2000, 2000), (3000, 5000, 2000), (1536, 1536, 1000)):
+            assert tune.heuristic(problem(*dims, dt=dt, pitch128=False)).bn == 256, dims
+    assert tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32, pitch128=False)) == narrow32
     # the rule follows the device: 2048^2 fills 132 SMs with 128 x 256 tiles, 264 with 128 x 128
     assert tune.heuristic(problem(2048, 2048, 2048)).bn == 256
     assert tune.heuristic(problem(2048, 2048, 2048, sms=264)) == tune._WGMMA[5]
@@ -308,6 +317,8 @@ def test_problem_key_buckets():
     assert key != tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abd")
     assert key != tune.problem_key(problem(4000, 4096, 3000, b_k=True), "NVIDIA H100", "abc")
     assert "bfloat16" in key and "KN" in key and "4096x4096x4096" in key
+    # pitches that are not 128-byte multiples have their own results (their best tiles differ)
+    assert key != tune.problem_key(problem(4000, 4096, 3000, pitch128=False), "NVIDIA H100", "abc")
 
 
 def test_tuner_picks_fastest_and_persists(tmp_path):

@@ -84,7 +84,7 @@ class ReduceLayout:
     vector load (1: none), along K in the row walk, across outputs in the column walk;
     ``split``: K is split over gridDim.y; ``fold``: the split's last block folds the
     partials (else a finish kernel does); ``width``: threads across outputs in a block of
-    the column walk (``vec`` outputs each)."""
+    the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart)."""
 
     walk: str
     group: int
@@ -95,6 +95,7 @@ class ReduceLayout:
     index: str
     fold: bool = False
     width: int = COLUMN_WIDTH
+    spread: int = 1
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -214,37 +215,45 @@ def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
 
 
 def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
-    """``width`` threads across ``width * vec`` consecutive outputs (``vec`` of them per
-    thread, one vector load), ``BLOCK // width`` rows of threads sharing K, combined in
-    shared memory, a thread per output."""
-    idx, w, v = layout.index, layout.width, layout.vec
-    rows, per = BLOCK // w, layout.width * layout.vec
+    """``width`` threads across ``width * vec * spread`` consecutive outputs: ``vec`` adjacent
+    ones per thread (one vector load), or ``spread`` of them ``width`` apart (a load each,
+    every one coalesced across the warp; for rows a vector cannot align with). ``BLOCK //
+    width`` rows of threads share K, combined in shared memory, a thread per output."""
+    idx, w, v, p = layout.index, layout.width, layout.vec, layout.spread
+    rows, per, n = BLOCK // w, outputs_per_block(layout), layout.vec * layout.spread
     ins = [op for op in ops if op.kind == "in"]
+    names = [op.name for op in ins]
     out = [f"    __shared__ _type_reduce _sh[{rows}][{per + 1}];\n",
            f"    const int _tx = threadIdx.x % {w}, _ty = threadIdx.x / {w};\n",
-           f"    const {idx} _mv = (({idx})blockIdx.x * {w} + _tx) * {v};\n",
-           f"    _type_reduce _accv[{v}];\n",
-           f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
+           f"    const {idx} _mv = ({idx})blockIdx.x * {per} + _tx * {v};\n",
+           f"    _type_reduce _accv[{n}];\n",
+           f"    #pragma unroll\n    for (int _e = 0; _e < {n}; ++_e)"
            " _accv[_e] = _gpurt_identity();\n",
            f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
            f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
            "    if (_mv < _M) {\n"]
-    out.append(_decompose("_mv", "s", "ts", layout.kept, [op.name for op in ins], idx,
-                          "        "))
+    out.append(_decompose("_mv", "s", "ts", layout.kept, names, idx, "        "))
+    for j in range(1, p):  # past the end: read output _mv's column again, stored nowhere
+        out.append(f"        const {idx} _mv{j} = _mv + {j * w} < _M ? _mv + {j * w} : _mv;\n")
+        out.append(_decompose(f"_mv{j}", "s", "ts", layout.kept, names, idx, "        "))
     out.append(f"        #pragma unroll {COLUMN_UNROLL}\n"
                f"        for ({idx} _k = _k0 + _ty; _k < _k1; _k += {rows}) {{\n")
-    out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
-                          " " * 12))
-    for op in ins:
-        out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
-                   f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
-                   f"_p_{op.name} + (_o_mv_{op.name} + _o_k_{op.name}));\n")
-    out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
-               "                _type_reduce& _acc = _accv[_e];\n")
-    out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
-    out.append("            }\n        }\n    }\n"
-               f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
-               f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
+    out.append(_decompose("_k", "r", "tr", layout.reduced, names, idx, " " * 12))
+    for j in range(p):
+        mv = f"_mv{j}" if j else "_mv"
+        for op in ins:
+            out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v{j}_{op.name} = "
+                       f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
+                       f"_p_{op.name} + (_o{mv}_{op.name} + _o_k_{op.name}));\n")
+    for j in range(p):
+        out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+                   f"                _type_reduce& _acc = _accv[{j * v} + _e];\n")
+        out.append(_map_step(ops, {op.name: f"_v{j}_{op.name}.v[_e]" for op in ins}, " " * 16))
+        out.append("            }\n")
+    out.append("        }\n    }\n"
+               f"    #pragma unroll\n    for (int _j = 0; _j < {p}; ++_j)\n"
+               f"        #pragma unroll\n        for (int _e = 0; _e < {v}; ++_e)"
+               f" _sh[_ty][_j * {w * v} + _tx * {v} + _e] = _accv[_j * {v} + _e];\n"
                "    __syncthreads();\n"
                f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n"
                f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n"
@@ -259,7 +268,9 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
 
 def outputs_per_block(layout: ReduceLayout) -> int:
     """Outputs one block of the walk computes."""
-    return BLOCK // layout.group if layout.walk == "row" else layout.width * layout.vec
+    if layout.walk == "row":
+        return BLOCK // layout.group
+    return layout.width * layout.vec * layout.spread
 
 
 def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:

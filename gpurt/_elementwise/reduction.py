@@ -38,6 +38,9 @@ COLUMN_SPLIT_LEAST = 32  # reduced elements per thread of a column split, at lea
 # Bytes per load of the column walk where the arrays allow (consecutive outputs per thread):
 # 4 keeps one float32 output per thread.
 COLUMN_VECTOR_BYTES = 4
+# Where no vector fits (rows not aligned to one), each thread of the column walk takes outputs
+# 32 apart until its loads cover this many bytes a row: more bytes in flight per thread.
+COLUMN_SPREAD_BYTES = 4
 # A split reduction's last block per output block folds the partials (one launch after a
 # memset of the counters), rather than a second "finish" kernel.
 FOLD = True
@@ -217,13 +220,16 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     k = int(np.prod(red_dims, dtype=np.int64))
     in_kept_c, out_kept_c = kept_strides[:len(in_kept)], kept_strides[len(in_kept):]
     walk = _walk(in_kept_c, red_strides, kept_dims, k)
+    spread = 1
     if walk == "row":
         vec = _vec(arrays, in_kept_c, red_strides)
     else:
         vec = _column_vec(arrays, in_kept_c, red_strides, kept_dims)
+        if vec == 1 and arrays:
+            spread = max(1, COLUMN_SPREAD_BYTES // max(a.itemsize for a in arrays))
     group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
     width = reduce_codegen.COLUMN_WIDTH
-    per_block = BLOCK // group if walk == "row" else width * vec
+    per_block = BLOCK // group if walk == "row" else width * vec * spread
     blocks = max(1, -(-m // per_block))
     splits, chunk = _split(blocks, k, vec, walk, group, width, device)
     spans = [sum((d - 1) * abs(s) for d, s in zip(kept_dims, ks)) +
@@ -231,7 +237,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width)
+                          FOLD and splits > 1, width, spread)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
     kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
