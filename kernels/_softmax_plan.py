@@ -77,7 +77,7 @@ class LongRows:
 # fp32 131072: 90.6 (run 4: 86.1); rows of 1M (s5-softrow, H100, 64x1000003): clusters of 16
 # 68.7% of copy where the split reads 64.2, but 46.8 against 53.7 at 8 rows (16 SMs a
 # cluster, about 7 such clusters fit at once)
-_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False, max_cluster=16)
+_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
 _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
 # run 4's shape alone for fp32 forward rows of 32k-64k elements (s5-softrow, H100, 4096x50257):
@@ -117,7 +117,7 @@ MAX_GRID_X = 2**31 - 1
 # accesses of whole rows take them anyway, with scalar edges (row_access); shorter rows gain
 # nothing from it and keep the widest access that divides them.
 EDGE_MIN_VECTORS = 4
-KINDS = ("rows", "cluster", "split")
+KINDS = ("rows", "cluster", "ticket", "split")
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -125,10 +125,11 @@ _STORAGE_BYTES = (4, 2, 2)
 class Variant:
     """One compiled form of the kernels: how a row is spread over threads.
 
-    ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
-    each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
-    share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
-    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers;
+    ``kind`` is ``rows``, ``cluster``, ``ticket`` or ``split``; ``dtype`` and ``op`` are the
+    codes above; each thread handles ``items`` vectors of ``vec`` elements of each input;
+    ``group`` threads share a row in a CTA of ``threads`` (``group == threads``: one CTA per
+    row); ``cluster`` CTAs share a row; ``ticket`` and ``split``: a row is chunks of one CTA
+    each; ``min_blocks`` CTAs per multiprocessor bound the registers;
     the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors);
     ``edges``: rows may start at any element and have any length (the elements before a
     row's first ``vec``-aligned one and after its last whole vector are single-element edge
@@ -187,7 +188,8 @@ class Variant:
 
     @property
     def capacity(self) -> int:
-        """The longest row this variant handles in one pass (``split``: one chunk)."""
+        """The longest row this variant handles in one pass (``ticket``, ``split``: one
+        chunk)."""
         return self.columns * self.cluster
 
     @property
@@ -210,12 +212,20 @@ class Variant:
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
+        if self.kind == "ticket":
+            return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}{edges}>",)
         return (f"softmax_partial<{common}, {self.threads}{edges}>",
                 f"softmax_finish<{common}, {self.threads}{edges}>")
 
     def chunks(self, cols: int) -> int:
-        """``split``: chunks per row."""
+        """``ticket``, ``split``: chunks per row."""
         return -(-cols // self.columns)
+
+    def workspace_words(self, rows: int, cols: int) -> int:
+        """``ticket``: 32-bit words of its workspace (zeroed before each launch): the ticket
+        counter and one per row (rounded up to 8 bytes), then a float2 partial per chunk."""
+        return (rows + 2) // 2 * 2 + 2 * rows * self.chunks(cols)
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``)."""
@@ -223,7 +233,7 @@ class Variant:
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
             return rows * self.cluster
-        return rows * self.chunks(cols)
+        return rows * self.chunks(cols)  # ticket, split
 
 
 def _pow2_at_least(n: int) -> int:
@@ -263,16 +273,18 @@ def choose_variant(
     edges: bool = False,
     clusters: bool = True,
     rows: int | None = None,
+    tickets: bool = True,
 ) -> Variant:
     """Pick the variant for rows of ``cols`` elements of ``dtype`` (numpy dtype) and ``op``.
 
     ``vec`` and ``edges`` default to :func:`row_access` for 16-byte aligned arrays (pass
     what the pointers allow); ``clusters=False`` for devices without thread-block clusters
     (before sm_90); ``rows`` (None: many) limits clusters to the portable size below
-    WIDE_CLUSTER_ROWS.
+    WIDE_CLUSTER_ROWS; ``tickets=False`` where the device cannot hold a row's chunks at once.
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
-    a cluster of such CTAs (up to 16 for the LONG_ROWS shapes); longer still, the two-launch
-    split.
+    a cluster of such CTAs (up to MAX_CLUSTER for the LONG_ROWS shapes that allow it);
+    longer still (sm_90), chunks of the first LONG_ROWS shape that meet through a global
+    workspace (``ticket``); else the two-launch split.
     """
     code = dtype_code(dtype)
     if op not in range(4):
@@ -330,7 +342,22 @@ def choose_variant(
         return fit("rows", MAX_THREADS, MAX_THREADS)
     if clusters and ctas <= PORTABLE_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
+    if wide and tickets:
+        return _ticket(LONG_ROWS[op, _STORAGE_BYTES[code]][0], code, op, vec, edges)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
+
+
+def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool) -> Variant:
+    """Chunks of ``shape``'s CTAs, as many vectors a thread as its registers and shared
+    memory hold (a power of two), for rows longer than its clusters hold."""
+    inputs = 2 if op >= SOFTMAX_BACKWARD else 1
+    held = max(1, shape.held // (inputs * vec))
+    keep = max(1, shape.keep // (inputs * vec))
+    room = shape.smem // (inputs * shape.threads * 16)
+    items = 1 << ((keep + room).bit_length() - 1)
+    return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
+                   min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
+                   edges=edges)
 
 
 def dtype_code(dtype: Any) -> int:
