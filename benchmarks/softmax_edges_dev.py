@@ -84,7 +84,7 @@ ROUTES: dict[tuple[int, int, np.dtype, str], list] = {
 
 
 # the follow-up (s5-softrow run 2): the pick at 65536 against the paired shape it replaced;
-# rows of 1M by row count around WIDE_CLUSTER_ROWS
+# rows of 1M by row count around 32 (then the fewest rows for clusters of 16)
 FOLLOW_UP: dict[tuple[int, int, np.dtype, str], list] = {
     (2048, 65536, F32, "softmax"): [V("cluster", 0, 0, 4, 16, 512, 512, 2, 2, 8)],
     (2048, 65536, F32, "log_softmax"): [V("cluster", 0, 1, 4, 16, 512, 512, 2, 2, 8)],

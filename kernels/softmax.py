@@ -298,32 +298,9 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     vec, edges = row_access(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
     variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges,
                              clusters=major >= 9, rows=view.rows)
-    if variant.non_portable and not clusters_fit(variant, index):
-        # rows=1: the chooser's "few rows" keeps clusters to the portable size (else the split)
-        variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, rows=1)
     if variant.kind == "ticket" and not tickets_fit(variant, variant.chunks(view.cols), index):
         variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
     return plan_variant(variant, inputs, out, view, index)
-
-
-_cluster_room: dict[tuple[Variant, int], bool] = {}
-
-
-def clusters_fit(variant: Variant, index: int) -> bool:
-    """Whether device ``index`` can run a cluster of ``variant`` (a non-portable size: a
-    part whose GPCs have fewer SMs than the cluster has CTAs cannot), asked once per device."""
-    key = (variant, index)
-    fits = _cluster_room.get(key)
-    if fits is None:
-        kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
-        config = gpurt.LaunchConfig(variant.cluster, variant.threads, variant.shared_mem)
-        try:
-            kernel.set_attribute(_NON_PORTABLE, 1, device=index)
-            fits = kernel.max_active_clusters(config, device=index) >= 1
-        except gpurt.CudaError:
-            fits = False
-        _cluster_room[key] = fits
-    return fits
 
 
 def tickets_fit(variant: Variant, chunks: int, index: int) -> bool:
@@ -343,7 +320,7 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
     kernels = tuple(_kernels_for(variant, gpurt.get_arch(index)))
-    if variant.non_portable:  # idempotent; a kernel built for clusters of 16 launches only so
+    if variant.non_portable:  # forced variants only; idempotent
         kernels[0].set_attribute(_NON_PORTABLE, 1, device=index)
     a, b = inputs[0].ptr, inputs[-1].ptr
     if variant.kind == "ticket":

@@ -45,6 +45,8 @@ def every_variant(clusters: bool = True) -> list[plan.Variant]:
             for cols in LENGTHS + MORE_LENGTHS + ODD_LENGTHS:
                 found.append(plan.choose_variant(cols, dtype, op, clusters=clusters))
                 found.append(plan.choose_variant(cols, dtype, op, vec=1, clusters=clusters))
+                # few rows: smaller ticket chunks
+                found.append(plan.choose_variant(cols, dtype, op, clusters=clusters, rows=2))
     return list(dict.fromkeys(found))
 
 
@@ -115,11 +117,13 @@ def test_chooser_picks_the_measured_routes():
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
-    # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, any number
-    # of rows, every dtype and op; the split without clusters or (_plan) where a row's
-    # chunks do not fit the device at once
+    # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
+    # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
+    # SM); the split without clusters or (_plan) where a row's chunks do not fit the device
     assert pick(1_000_000, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10>",)
-    assert pick(1_000_000, F32, rows=2).kind == "ticket"
+    assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
+    assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
+    assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
     assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 8, 1024, 1, 6>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
@@ -486,13 +490,15 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
 def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
     """Rows of 1M through the chooser (chunks meeting through the ticket on sm_90, else the
-    split) at odd length and offset."""
+    split) at odd length and offset: 2 rows (the few-rows chunks) and 4 (the wide ones)."""
     op = OPS[op_name]
     rng = np.random.default_rng([op, dtype.itemsize, 1_000_003])
-    shape = (3, 1_000_003)
-    if gpurt.get_device_capability()[0] >= 9:
-        assert plan.choose_variant(shape[1], dtype, op, rows=3).kind == "ticket"
-    check_long_rows(op, shape, dtype, rng)
+    picks = [plan.choose_variant(1_000_003, dtype, op, rows=rows) for rows in (2, 4)]
+    assert picks[0].min_blocks == 2 and picks[1].min_blocks == 1
+    for rows in (2, 4):
+        if gpurt.get_device_capability()[0] >= 9:
+            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
+        check_long_rows(op, (rows, 1_000_003), dtype, rng)
 
 
 @pytest.mark.gpu
@@ -506,19 +512,6 @@ def test_split_rows_with_edges(op_name, gpu_state):
     split = plan.choose_variant(shape[1], F32, op, tickets=False)
     assert split.kind == "split"
     check_long_rows(op, shape, F32, rng, split)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
-def test_clusters_of_16_with_edges(op_name, gpu_state):
-    """Rows of 1M held by a non-portable cluster of 16 CTAs (forced: the chooser takes the
-    ticket), at odd length and offset, more rows than fit on the device at once."""
-    op = OPS[op_name]
-    rng = np.random.default_rng([op, 16])
-    shape = (plan.WIDE_CLUSTER_ROWS, 1_000_003)
-    wide = plan.Variant("cluster", 0, op, 4, 32, 512, 512, 16, 1, 10, True)
-    assert sm.clusters_fit(wide, gpurt.current_device())
-    check_long_rows(op, shape, F32, rng, wide)
 
 
 def check_long_rows(op: int, shape: tuple[int, int], dtype: np.dtype,
