@@ -166,7 +166,7 @@ class _Call:
     chunks: int  # split, ticket: chunks per row (0: one launch, nothing else)
     index: int
     words: int = 0  # ticket: its workspace, 32-bit words zeroed before each launch
-    single: Any = dataclasses.field(init=False)  # the one planned launch, None for a split
+    single: Any = dataclasses.field(init=False)  # the one planned launch; None: split, ticket
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "single", None if self.chunks else self.planned[0])
