@@ -9,22 +9,29 @@ in one run (GB/s and % of copy, timed like bench_softmax.py):
 
     python benchmarks/softmax_edges_dev.py [--json PATH] [--ways edges,scalar,aligned]
     [--cases N] (the first N cases) [--routes] (instead: ROUTES, forced variants at 4096
-    rows, each checked against torch in float64 and timed)
+    rows, each checked against torch in float64 and timed, with torch's own time for the
+    case) [--set NAME] (another set of routes: SETS) [--warm] (first compile the set's
+    variants and the GPU tests' ticket variants into the disk kernel cache, one process
+    per CPU)
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import importlib
 import json
+import multiprocessing
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _common import Timer, copy_gbps, peer
-from bench_softmax import BF16, F32, OPS, gpurt_call, make_inputs, plan
+from bench_softmax import BF16, F32, OPS, gpurt_call, make_inputs, plan, torch_call
 
 import gpurt
 
@@ -77,7 +84,7 @@ ROUTES: dict[tuple[int, int, np.dtype, str], list] = {
 
 
 # the follow-up (s5-softrow run 2): the pick at 65536 against the paired shape it replaced;
-# rows of 1M by row count around WIDE_CLUSTER_ROWS
+# rows of 1M by row count around 32 (then the fewest rows for clusters of 16)
 FOLLOW_UP: dict[tuple[int, int, np.dtype, str], list] = {
     (2048, 65536, F32, "softmax"): [V("cluster", 0, 0, 4, 16, 512, 512, 2, 2, 8)],
     (2048, 65536, F32, "log_softmax"): [V("cluster", 0, 1, 4, 16, 512, 512, 2, 2, 8)],
@@ -102,7 +109,52 @@ EDGE_KEEP: dict[tuple[int, int, np.dtype, str], list] = {
     (2048, 70001, F32, "softmax"): [V("cluster", 0, 0, 4, 32, 512, 512, 2, 1, 11, True)],
     (4096, 50257, F32, "softmax"): [V("rows", 0, 0, 4, 16, 1024, 1024, 1, 1, 13, True)],
 }
-SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP}
+
+
+def _ticket(dt: int, op: int, items: int, threads: int, blocks: int = 1, smem: int = 0,
+            edges: bool = True) -> Any:
+    return V("ticket", dt, op, 16 // plan._STORAGE_BYTES[dt], items, threads, threads,
+             min_blocks=blocks, smem_items=smem, edges=edges)
+
+
+def _cluster16(op: int, edges: bool = True) -> Any:  # s5-softrow's pick for 32+ rows of 1M
+    return V("cluster", 0, op, 4, 32, 512, 512, 16, 1, 10, edges)
+
+
+def _split(dt: int, op: int, cols: int) -> Any:
+    return plan.choose_variant(cols, [F32, None, BF16][dt], op, tickets=False)
+
+
+B, LB = plan.SOFTMAX_BACKWARD, plan.LOG_SOFTMAX_BACKWARD
+# s7-softlong: chunks of a row in CTAs that meet through a ticket (the chooser's pick for
+# rows longer than clusters of 8 hold, first) against the clusters of 16 and the split; rows
+# of 1M by row count with smaller chunks (512 x 8 vectors, registers only, two per SM);
+# tickets in place of 2-CTA clusters at 50257 (same CTA shape) and 16-bit rows of 50257 in
+# chunks of 256-512 threads, several per SM
+TICKET: dict[tuple[int, int, np.dtype, str], list] = {
+    (64, 1_000_003, F32, "softmax"): [_cluster16(0), _split(0, 0, 1_000_003),
+                                      _ticket(0, 0, 8, 512, 2)],
+    (64, 1_000_000, F32, "softmax"): [_cluster16(0, False)],
+    (64, 1_000_003, F32, "log_softmax"): [_cluster16(1), _split(0, 1, 1_000_003)],
+    (64, 1_000_003, F32, "softmax_backward"): [_split(0, B, 1_000_003),
+                                               _ticket(0, B, 4, 512, 2)],
+    (64, 1_000_003, F32, "log_softmax_backward"): [_split(0, LB, 1_000_003)],
+    (64, 1_000_003, BF16, "softmax"): [_split(2, 0, 1_000_003)],
+    (64, 1_000_003, BF16, "softmax_backward"): [_split(2, B, 1_000_003)],
+    (16, 1_000_003, F32, "softmax"): [_split(0, 0, 1_000_003), _ticket(0, 0, 8, 512, 2)],
+    (8, 1_000_003, F32, "softmax"): [_split(0, 0, 1_000_003), _ticket(0, 0, 8, 512, 2)],
+    (2, 1_000_003, F32, "softmax"): [_split(0, 0, 1_000_003), _ticket(0, 0, 8, 512, 2)],
+    (256, 524288, F32, "softmax"): [_ticket(0, 0, 32, 512, 1, 10, False)],
+    (4096, 50257, F32, "softmax"): [_ticket(0, 0, 16, 512, 2, 8),
+                                    _ticket(0, 0, 16, 512, 1, 0)],
+    (4096, 50257, F32, "log_softmax"): [_ticket(0, 1, 16, 512, 1, 0)],
+    (4096, 50257, F32, "softmax_backward"): [_ticket(0, B, 16, 512, 1, 4),
+                                             _ticket(0, B, 16, 256, 2, 4)],
+    (4096, 50257, F32, "log_softmax_backward"): [_ticket(0, LB, 16, 512, 1, 4)],
+    (4096, 50257, BF16, "softmax"): [_ticket(2, 0, 8, 512, 2), _ticket(2, 0, 8, 256, 4)],
+}
+SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET}
+
 
 
 @contextlib.contextmanager
@@ -133,6 +185,8 @@ def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
         out = gpurt.empty((rows, cols), dtype)
         want = _torch_reference(op, made, torch)
         view = plan.RowsView(rows, cols)
+        nbytes = (len(made) + 1) * rows * cols * dtype.itemsize
+        torch_pct = 100 * nbytes / timer.ms(torch_call(op, made, torch)) / 1e6 / copy
         for entry in [plan.choose_variant(cols, dtype, op, rows=rows), *variants]:
             path, v = (old, entry[1]) if isinstance(entry, tuple) else (None, entry)
             label = ("old " if path else "") + v.names()[0]
@@ -153,12 +207,36 @@ def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
                               "failed": f"{type(exc).__name__}: {exc}"})
                 print(json.dumps(found[-1]), flush=True)
                 continue
-            pct = 100 * (len(made) + 1) * rows * cols * dtype.itemsize / ms / 1e6 / copy
+            pct = 100 * nbytes / ms / 1e6 / copy
             found.append({"case": f"{rows}x{cols} {dtype.name} {name}", "variant": label,
-                          "err": err, "ms": ms, "pct_copy": round(pct, 1)})
+                          "err": err, "ms": ms, "pct_copy": round(pct, 1),
+                          "torch_pct_copy": round(torch_pct, 1)})
             print(json.dumps(found[-1]), flush=True)
         del made, arrays, out, want
     return found
+
+
+def _compile(variant: Any, arch: str) -> None:
+    importlib.import_module("gpurt.kernels.softmax").compile_variant(variant, arch)
+
+
+def warm(routes_set: str) -> int:
+    """Compile every variant of the set (and the chooser's picks) and tests/test_softmax.py's
+    ticket variants into the disk kernel cache, one process per CPU; returns how many."""
+    variants = []
+    for (rows, cols, dtype, name), chosen in SETS[routes_set].items():
+        variants.append(plan.choose_variant(cols, dtype, OPS[name], rows=rows))
+        variants += [v for v in chosen if not isinstance(v, tuple)]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    tests = importlib.import_module("test_softmax")
+    variants += tests.ticket_variants()
+    variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
+    variants = list(dict.fromkeys(variants))
+    context = multiprocessing.get_context("spawn")  # no CUDA context in the workers
+    arch = gpurt.get_arch()
+    with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
+        list(pool.map(_compile, variants, [arch] * len(variants)))
+    return len(variants)
 
 
 def _torch_reference(op: int, made: list, torch: object) -> object:
@@ -186,7 +264,10 @@ def main() -> None:
     parser.add_argument("--routes", action="store_true")
     parser.add_argument("--old", help="softmax.cu before a change, for the OLD routes")
     parser.add_argument("--set", default="issue17", choices=tuple(SETS))
+    parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
+    if args.warm:
+        print(f"compiled {warm(args.set)} variants", flush=True)
     ways = args.ways.split(",")
     torch = peer("torch")
     handle = int(torch.cuda.current_stream().cuda_stream)

@@ -86,7 +86,9 @@ def softmax_variants(arch: str) -> list[softmax_plan.Variant]:
     """Every softmax Variant choose_variant returns on ``arch`` for 16-byte aligned arrays
     (what gpurt, torch and CuPy allocate): each dtype and op, for row lengths around every
     power of two (its thresholds are all powers of two in vectors), with the access width
-    and edges row_access gives them. Misaligned views compile their variants at first use."""
+    and edges row_access gives them, for many rows and for one (smaller ticket chunks), and
+    the split that stands in where a row's ticket chunks do not fit the device. Misaligned
+    views compile their variants at first use."""
     clusters = int(_plain(arch)[3:]) >= 90
     found: dict[softmax_plan.Variant, None] = {}
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
@@ -98,8 +100,10 @@ def softmax_variants(arch: str) -> list[softmax_plan.Variant]:
                     if cols < 1:
                         continue
                     vec, edges = softmax_plan.row_access(cols, size)
-                    found[softmax_plan.choose_variant(cols, dtype, op, vec=vec, edges=edges,
-                                                      clusters=clusters)] = None
+                    for rows, tickets in ((None, True), (1, True), (None, False)):
+                        found[softmax_plan.choose_variant(
+                            cols, dtype, op, vec=vec, edges=edges, clusters=clusters,
+                            rows=rows, tickets=tickets)] = None
     return list(found)
 
 

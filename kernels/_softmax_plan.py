@@ -42,7 +42,7 @@ SOFTMAX, LOG_SOFTMAX, SOFTMAX_BACKWARD, LOG_SOFTMAX_BACKWARD = range(4)
 # Vectors per thread (ITEMS_BY_VECTORS) grow with the row: many small CTAs for short rows,
 # up to 1024 threads x 8 vectors (128 KiB of float32) for one CTA, then (sm_90) the
 # LONG_ROWS shapes (more registers a thread in CTAs of 512, shared memory, clusters), then
-# the split.
+# chunks of them meeting through a ticket (sm_90), or the split.
 HELD = 32
 ITEMS_BY_VECTORS = ((256, 2), (2048, 4))  # (up to this many vectors a row, items); else 8
 LARGE_ITEMS = 8
@@ -59,8 +59,8 @@ class LongRows:
     most ``smem`` bytes per CTA; ``alone``: also for rows that one such CTA holds (else only
     for a cluster of them); ``clusters``: also for rows that need a cluster (else only alone);
     ``min_items``: only where a thread holds at least this many vectors (shorter rows keep
-    the shapes after it); ``max_cluster``: the largest cluster of them (above
-    PORTABLE_CLUSTER only with at least WIDE_CLUSTER_ROWS rows)."""
+    the shapes after it). Rows longer than PORTABLE_CLUSTER such CTAs hold take chunks of
+    the first shape of their operation that meet through a ticket (``ticket`` variants)."""
 
     threads: int
     blocks: int
@@ -70,16 +70,19 @@ class LongRows:
     alone: bool = True
     clusters: bool = True
     min_items: int = 1
-    max_cluster: int = 8
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
-# fp32 131072: 90.6 (run 4: 86.1); rows of 1M (s5-softrow, H100, 64x1000003): clusters of 16
-# 68.7% of copy where the split reads 64.2, but 46.8 against 53.7 at 8 rows (16 SMs a
-# cluster, about 7 such clusters fit at once)
-_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False, max_cluster=16)
-_WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)  # 131072: 98.7 (92.2)
-_RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)  # run 4's shape, alone for 32768 backward: 101.6
+# fp32 131072: 90.6 (run 4: 86.1). Rows of 1M (s7-softlong, H100, 64x1000003) in ticket
+# chunks of this shape: 84.2% of copy, where non-portable clusters of 16 of it read 68.5 and
+# the split 64.2 (log_softmax 87.5 / 68.2 / 64.2; aligned 64x1000000 85.3 / 74.8)
+_WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
+# 131072: 98.7 (92.2); rows of 1M in ticket chunks (s7-softlong, H100, 64x1000003): 92.3%
+# of copy where the split reads 60.5 (log_softmax backward 95.2 / 74.7)
+_WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)
+# run 4's shape, alone for 32768 backward: 101.6; bf16 rows of 1M in ticket chunks of it
+# (s7-softlong, H100, 64x1000003): 67.2% of copy, the split 59.1
+_RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)
 # run 4's shape alone for fp32 forward rows of 32k-64k elements (s5-softrow, H100, 4096x50257):
 # softmax 93.7 against 89.1 for the paired shape (2-CTA clusters of 512 threads, two per SM,
 # 8 of 16 vectors in shared memory: 93.4 at 65536 on the H200 in run 6, run 4's 91.8), and
@@ -88,7 +91,8 @@ _RUN4_ALONE = LongRows(1024, 1, 32, 16, 192 * 1024, clusters=False)
 # 16-bit backward rows of 32k-64k elements: one CTA of 512 threads (128 registers), 4 of its
 # 16 vectors per input in registers: bf16 4096x50257 90.3% of copy on the H200, where run 4's
 # shape (a 2-CTA cluster, 3 of 4 in shared memory) read 59.2 (benchmarks/bandwidth_dev.py,
-# issue 17); shorter rows (8 vectors a thread) are unmeasured with it and keep run 4's shape
+# issue 17); shorter rows (8 vectors a thread) are unmeasured with it and keep run 4's shape;
+# bf16 rows of 1M in ticket chunks of it (s7-softlong, H100): 84.7% of copy, the split 57.1
 _WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
@@ -104,20 +108,25 @@ LONG_ROWS = {
     (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
     (LOG_SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
 }
-# Clusters of up to PORTABLE_CLUSTER CTAs run on any sm_90 device; the LONG_ROWS shapes go up
-# to MAX_CLUSTER (a non-portable size, allowed per kernel: Variant.non_portable; H100 and
-# H200 have graphics processing clusters of 16 or more SMs), which keeps rows of up to 1M
-# float32 (2M 16-bit) elements on chip instead of the split's second read.
+# Clusters of up to PORTABLE_CLUSTER CTAs run on any sm_90 device; MAX_CLUSTER is a
+# non-portable size (allowed per kernel: Variant.non_portable; H100 and H200 have graphics
+# processing clusters of 16 or more SMs) that only forced variants use: rows longer than
+# clusters of PORTABLE_CLUSTER hold take ticket chunks (s7-softlong: 84.2 against 68.5% of
+# copy for clusters of 16 at 64x1000003 on an H100).
 PORTABLE_CLUSTER = 8
 MAX_CLUSTER = 16
-WIDE_CLUSTER_ROWS = 32  # fewer rows leave most SMs idle in clusters of 16: the split instead
+# Launches of fewer ticket chunks of the LONG_ROWS shape than this (few rows: most SMs idle)
+# take chunks of the split's CTA shape instead, two per SM, registers only (s7-softlong, H100,
+# fp32 softmax 2x1000003: 36.6% of copy against 25.0 for the wide chunks, 32 of them, and
+# 31.1 for the split; 8x1000003, 128 wide chunks: 60.9 wide, 58.4 small, 51.4 split)
+TICKET_FEW_CTAS = 64
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
 # Rows of at least this many 16-byte vectors whose length or alignment rules out 16-byte
 # accesses of whole rows take them anyway, with scalar edges (row_access); shorter rows gain
 # nothing from it and keep the widest access that divides them.
 EDGE_MIN_VECTORS = 4
-KINDS = ("rows", "cluster", "split")
+KINDS = ("rows", "cluster", "ticket", "split")
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -125,10 +134,11 @@ _STORAGE_BYTES = (4, 2, 2)
 class Variant:
     """One compiled form of the kernels: how a row is spread over threads.
 
-    ``kind`` is ``rows``, ``cluster`` or ``split``; ``dtype`` and ``op`` are the codes above;
-    each thread handles ``items`` vectors of ``vec`` elements of each input; ``group`` threads
-    share a row in a CTA of ``threads`` (``group == threads``: one CTA per row); ``cluster``
-    CTAs share a row; ``min_blocks`` CTAs per multiprocessor bound the registers;
+    ``kind`` is ``rows``, ``cluster``, ``ticket`` or ``split``; ``dtype`` and ``op`` are the
+    codes above; each thread handles ``items`` vectors of ``vec`` elements of each input;
+    ``group`` threads share a row in a CTA of ``threads`` (``group == threads``: one CTA per
+    row); ``cluster`` CTAs share a row; ``ticket`` and ``split``: a row is chunks of one CTA
+    each; ``min_blocks`` CTAs per multiprocessor bound the registers;
     the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors);
     ``edges``: rows may start at any element and have any length (the elements before a
     row's first ``vec``-aligned one and after its last whole vector are single-element edge
@@ -187,7 +197,8 @@ class Variant:
 
     @property
     def capacity(self) -> int:
-        """The longest row this variant handles in one pass (``split``: one chunk)."""
+        """The longest row this variant handles in one pass (``ticket``, ``split``: one
+        chunk)."""
         return self.columns * self.cluster
 
     @property
@@ -210,12 +221,20 @@ class Variant:
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
+        if self.kind == "ticket":
+            return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}{edges}>",)
         return (f"softmax_partial<{common}, {self.threads}{edges}>",
                 f"softmax_finish<{common}, {self.threads}{edges}>")
 
     def chunks(self, cols: int) -> int:
-        """``split``: chunks per row."""
+        """``ticket``, ``split``: chunks per row."""
         return -(-cols // self.columns)
+
+    def workspace_words(self, rows: int, cols: int) -> int:
+        """``ticket``: 32-bit words of its workspace (zeroed before each launch): the ticket
+        counter and one per row (rounded up to 8 bytes), then a float2 partial per chunk."""
+        return (rows + 2) // 2 * 2 + 2 * rows * self.chunks(cols)
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``)."""
@@ -223,7 +242,7 @@ class Variant:
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
             return rows * self.cluster
-        return rows * self.chunks(cols)
+        return rows * self.chunks(cols)  # ticket, split
 
 
 def _pow2_at_least(n: int) -> int:
@@ -263,15 +282,17 @@ def choose_variant(
     edges: bool = False,
     clusters: bool = True,
     rows: int | None = None,
+    tickets: bool = True,
 ) -> Variant:
     """Pick the variant for rows of ``cols`` elements of ``dtype`` (numpy dtype) and ``op``.
 
     ``vec`` and ``edges`` default to :func:`row_access` for 16-byte aligned arrays (pass
     what the pointers allow); ``clusters=False`` for devices without thread-block clusters
-    (before sm_90); ``rows`` (None: many) limits clusters to the portable size below
-    WIDE_CLUSTER_ROWS.
+    (before sm_90); ``rows`` (None: many): with few, ticket chunks are smaller
+    (TICKET_FEW_CTAS); ``tickets=False`` where the device cannot hold a row's chunks at once.
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
-    a cluster of such CTAs (up to 16 for the LONG_ROWS shapes); longer still, the two-launch
+    a cluster of up to PORTABLE_CLUSTER such CTAs; longer still (sm_90), chunks of the first
+    LONG_ROWS shape that meet through a global workspace (``ticket``); else the two-launch
     split.
     """
     code = dtype_code(dtype)
@@ -305,7 +326,7 @@ def choose_variant(
     # the row, alone or in a cluster, keeping what they can in registers and (where the
     # addresses of the asynchronous copies take some of them) more in shared memory.
     # Otherwise CTAs of MAX_THREADS holding `most` vectors in registers, alone or in a
-    # cluster; longer still, the split.
+    # cluster; longer still, ticket chunks (sm_90, 16-byte vectors), else the split.
     wide = clusters and vec * _STORAGE_BYTES[code] == 16
     for shape in LONG_ROWS[op, _STORAGE_BYTES[code]] if wide else ():
         held = max(1, shape.held // (inputs * vec))
@@ -313,8 +334,7 @@ def choose_variant(
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
-        few = rows is not None and rows < WIDE_CLUSTER_ROWS
-        if ctas > (PORTABLE_CLUSTER if few else shape.max_cluster) or (
+        if ctas > PORTABLE_CLUSTER or (
                 ctas == 1 and not shape.alone) or (
                 ctas > 1 and not shape.clusters):
             continue
@@ -330,7 +350,26 @@ def choose_variant(
         return fit("rows", MAX_THREADS, MAX_THREADS)
     if clusters and ctas <= PORTABLE_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
+    if wide and tickets:
+        ticket = _ticket(LONG_ROWS[op, _STORAGE_BYTES[code]][0], code, op, vec, edges)
+        if rows is None or rows * ticket.chunks(cols) >= TICKET_FEW_CTAS:
+            return ticket
+        return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
+                       min_blocks=2, edges=edges)
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
+
+
+def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool) -> Variant:
+    """Chunks of ``shape``'s CTAs, as many vectors a thread as its registers and shared
+    memory hold (a power of two), for rows longer than its clusters hold."""
+    inputs = 2 if op >= SOFTMAX_BACKWARD else 1
+    held = max(1, shape.held // (inputs * vec))
+    keep = max(1, shape.keep // (inputs * vec))
+    room = shape.smem // (inputs * shape.threads * 16)
+    items = 1 << ((keep + room).bit_length() - 1)
+    return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
+                   min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
+                   edges=edges)
 
 
 def dtype_code(dtype: Any) -> int:

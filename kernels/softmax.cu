@@ -14,6 +14,12 @@
 //                    launch has a cluster per row; a smaller grid would loop over the rows
 //                    (persistent clusters: measured slower, not used). CLUSTER 16 is a
 //                    non-portable size: the launcher allows it on the kernel first.
+//   softmax_ticket   rows too long for a cluster: one CTA per chunk of a row, in row order
+//                    (each CTA takes the next chunk from a global ticket as it starts),
+//                    holding its chunk on chip; it publishes the chunk's partial, waits
+//                    until the row's other chunks have published theirs, then writes. Two
+//                    passes of bytes, any number of SMs per row; needs as many co-resident
+//                    CTAs as a row has chunks (the plan checks).
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
@@ -426,6 +432,50 @@ __device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
 }
 #endif
 
+// ---- chunks of a row over CTAs that wait for each other (softmax_ticket) -------------------
+// The workspace: `work[0]` the ticket counter, `work[1 + r]` how many chunks of row r have
+// published, then the float2 partials (zeroed counters before each launch). A CTA takes
+// ticket t = row * chunks + chunk when it starts, so every chunk of a row below t's has been
+// taken by a running CTA: the wait ends as long as `chunks` CTAs fit on the device at once.
+
+__device__ __forceinline__ void add_release(unsigned int* p, unsigned int v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float2 load_relaxed(const float2* p) {
+    float2 v;
+    asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+// Publish this chunk's `partial` of row `row` (thread 0), wait for the row's `chunks`
+// partials and return their total in every thread. Warp 0 waits and combines.
+template <int OP>
+__device__ __forceinline__ float2 meet_row(float2 partial, unsigned int* work, float2* partials,
+                                           long long row, int chunk, int chunks, float2* shared) {
+    unsigned int* arrived = work + 1 + row;
+    const float2* mine = partials + row * chunks;
+    if (threadIdx.x == 0) {
+        partials[row * chunks + chunk] = partial;
+        add_release(arrived, 1u);  // orders the partial's store before the count
+    }
+    if (threadIdx.x < 32) {
+        while (load_acquire(arrived) < (unsigned int)chunks) __nanosleep(64);
+        float2 total = Policy<OP>::identity();
+        for (int c = threadIdx.x; c < chunks; c += 32)
+            total = Policy<OP>::combine(total, load_relaxed(mine + c));
+        total = reduce_lanes<OP, 32>(total);
+        if (threadIdx.x == 0) *shared = total;
+    }
+    __syncthreads();
+    return *shared;
+}
+
 // ---- the shared body ------------------------------------------------------------------------
 
 // Load this thread's values: vector i of input t holds columns col0 + (i*GROUP + lane)*VEC;
@@ -631,6 +681,40 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
     }
 }
 #endif
+
+// Rows longer than a cluster holds, in one launch: see meet_row. `work`: the workspace.
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES = 0>
+__global__ void __launch_bounds__(THREADS, MINB)
+softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* work,
+               long long rows, int cols, int chunks) {
+    using namespace gpurt_softmax;
+    typedef Policy<OP> P;
+    __shared__ float2 warp_total[THREADS / 32];
+    __shared__ float2 row_total;
+    __shared__ unsigned int ticket;
+    if (threadIdx.x == 0) ticket = atomicAdd(work, 1u);
+    __syncthreads();
+    const long long row = ticket / (unsigned int)chunks;
+    if (row >= rows) return;  // only with a workspace not zeroed: never write out of bounds
+    const int chunk = (int)(ticket % (unsigned int)chunks);
+    const int col0 = chunk * (THREADS * ITEMS * VEC);
+    const long long base = row * (long long)cols;
+    float2* partials = reinterpret_cast<float2*>(work + (rows + 2) / 2 * 2);
+    const SM_STORAGE* in[2] = {a, b};
+    extern __shared__ uint4 shared_items[];
+    SM_HELD(SMEM) h;
+    h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
+    Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, chunk == 0);
+    const RowSpan& span = edges.span;
+    load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, span.body, true);
+    edges.load(in);
+    const float2 own = P::template local<ITEMS, VEC>(h);
+    const float2 mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
+    const float2 total = meet_row<OP>(mine, work, partials, row, chunk, chunks, &row_total);
+    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
+                                                 span.body, true);
+    edges.store(out, total);
+}
 
 // Rows longer than a cluster holds: pass 1 writes one float2 partial per (row, chunk).
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int EDGES = 0>

@@ -11,9 +11,11 @@ softmax.cu keep a row in registers between its reduction and its outputs.
 :func:`choose_variant` picks how rows are spread over threads from the row length, the dtype
 and the operation (lane groups for short rows, one CTA per row, a thread-block cluster sharing
 a row through distributed shared memory on sm_90, the longest of those also keeping part of
-the row in shared memory, and for rows longer than a cluster holds -- float32 forward 1M
-elements in clusters of 16 CTAs given at least 32 rows, else 524k; 262k backward -- a
-two-launch split that reads its inputs twice).
+the row in shared memory, and for rows longer than a cluster holds -- 524k float32
+elements forward, 262k backward -- chunks of one CTA each that take a row's chunks in order
+from a ticket in a zeroed workspace and wait for each other's partials, reading their inputs
+once; before sm_90, or where a row's chunks cannot all be resident, a two-launch split that
+reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
@@ -157,13 +159,14 @@ class _Call:
     16-byte alignment of every array, op, dim): between calls only the arrays change.
     ``planned``: the launches checked and packed once (Kernel.planned), taking the stream
     handle (None: the current stream) and the pointers of the two inputs, the output (and the
-    split's partials)."""
+    split's partials, or the ticket's workspace)."""
 
     planned: tuple[Any, ...]
     grid: int
-    chunks: int  # split: chunks per row (0: one launch)
+    chunks: int  # split, ticket: chunks per row (0: one launch, nothing else)
     index: int
-    single: Any = dataclasses.field(init=False)  # the one planned launch, None for a split
+    words: int = 0  # ticket: its workspace, 32-bit words zeroed before each launch
+    single: Any = dataclasses.field(init=False)  # the one planned launch; None: split, ticket
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "single", None if self.chunks else self.planned[0])
@@ -174,6 +177,10 @@ class _Call:
             self.planned[0](handle, a.ptr, b.ptr, out.ptr)
             return
         alloc = None if stream is None else gpurt.as_stream(stream, self.index)
+        if self.words:
+            work = gpurt.zeros((self.words,), dtype=np.uint32, device=self.index, stream=alloc)
+            self.planned[0](handle, a.ptr, b.ptr, out.ptr, work.ptr)
+            return
         partials = gpurt.empty((self.grid, 2), dtype=np.float32, device=self.index,
                                stream=alloc)
         self.planned[0](handle, a.ptr, b.ptr, partials.ptr)
@@ -291,30 +298,17 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     vec, edges = row_access(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
     variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges,
                              clusters=major >= 9, rows=view.rows)
-    if variant.non_portable and not clusters_fit(variant, index):
-        # rows=1: the chooser's "few rows" keeps clusters to the portable size (else the split)
-        variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, rows=1)
+    if variant.kind == "ticket" and not tickets_fit(variant, variant.chunks(view.cols), index):
+        variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
     return plan_variant(variant, inputs, out, view, index)
 
 
-_cluster_room: dict[tuple[Variant, int], bool] = {}
-
-
-def clusters_fit(variant: Variant, index: int) -> bool:
-    """Whether device ``index`` can run a cluster of ``variant`` (a non-portable size: a
-    part whose GPCs have fewer SMs than the cluster has CTAs cannot), asked once per device."""
-    key = (variant, index)
-    fits = _cluster_room.get(key)
-    if fits is None:
-        kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
-        config = gpurt.LaunchConfig(variant.cluster, variant.threads, variant.shared_mem)
-        try:
-            kernel.set_attribute(_NON_PORTABLE, 1, device=index)
-            fits = kernel.max_active_clusters(config, device=index) >= 1
-        except gpurt.CudaError:
-            fits = False
-        _cluster_room[key] = fits
-    return fits
+def tickets_fit(variant: Variant, chunks: int, index: int) -> bool:
+    """Whether device ``index`` (the current device) holds ``chunks`` CTAs of the ticket
+    ``variant`` at once: a row's chunks wait for each other, so fewer would never finish."""
+    kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
+    per_sm = kernel.max_active_blocks_per_multiprocessor(variant.threads, variant.shared_mem)
+    return per_sm * gpurt.get_device_properties(index).multi_processor_count >= chunks
 
 
 def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsView,
@@ -326,9 +320,15 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
     if grid > MAX_GRID_X:
         raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
     kernels = tuple(_kernels_for(variant, gpurt.get_arch(index)))
-    if variant.non_portable:  # idempotent; a kernel built for clusters of 16 launches only so
+    if variant.non_portable:  # forced variants only; idempotent
         kernels[0].set_attribute(_NON_PORTABLE, 1, device=index)
     a, b = inputs[0].ptr, inputs[-1].ptr
+    if variant.kind == "ticket":
+        chunks = variant.chunks(view.cols)
+        config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
+        one = kernels[0].planned(config, a, b, out.ptr, 0, view.rows, view.cols, chunks,
+                                 varying=(0, 1, 2, 3), device=index)
+        return _Call((one,), grid, chunks, index, variant.workspace_words(view.rows, view.cols))
     if variant.kind != "split":
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
         one = kernels[0].planned(config, a, b, out.ptr, view.rows, view.cols,

@@ -45,6 +45,8 @@ def every_variant(clusters: bool = True) -> list[plan.Variant]:
             for cols in LENGTHS + MORE_LENGTHS + ODD_LENGTHS:
                 found.append(plan.choose_variant(cols, dtype, op, clusters=clusters))
                 found.append(plan.choose_variant(cols, dtype, op, vec=1, clusters=clusters))
+                # few rows: smaller ticket chunks
+                found.append(plan.choose_variant(cols, dtype, op, clusters=clusters, rows=2))
     return list(dict.fromkeys(found))
 
 
@@ -78,7 +80,9 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                     assert in_registers <= max([plan.HELD, inputs * v.vec]
                                                + [s.held for s in shapes])
                 assert v.threads <= plan.MAX_THREADS and v.threads % v.group == 0
-                if v.kind == "split":
+                if v.kind == "ticket":  # sm_90 and 16-byte vectors, else the split
+                    assert clusters and v.vec * dtype.itemsize == 16
+                if v.kind in ("ticket", "split"):  # rows longer than clusters hold
                     held = plan.HELD if v.vec * dtype.itemsize == 16 else plan.HELD // 2
                     most = max(1, held // (inputs * v.vec))
                     ctas = plan.PORTABLE_CLUSTER if clusters else 1
@@ -113,21 +117,28 @@ def test_chooser_picks_the_measured_routes():
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
-    # rows of 1M: float32 forward with enough rows in a non-portable cluster of 16 CTAs;
-    # otherwise (few rows, 16-bit, backward, longer rows) the split
-    assert pick(1_000_000, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 16, 1, 10>",)
-    assert pick(1_000_000, F32, rows=plan.WIDE_CLUSTER_ROWS).cluster == 16
-    assert pick(1_000_000, F32, rows=plan.WIDE_CLUSTER_ROWS - 1).kind == "split"
-    assert pick(1_000_000, BF16).kind == "split"
-    assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).kind == "split"
-    assert pick(1_048_577, F32).kind == "split"
+    # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
+    # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
+    # SM); the split without clusters or (_plan) where a row's chunks do not fit the device
+    assert pick(1_000_000, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10>",)
+    assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
+    assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
+    assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 8, 1024, 1, 6>",)
+    assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
+    assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<1, 3, 8, 16, 512, 1, 12>",)
+    assert pick(1_048_577, F32).chunks(1_048_577) == 17
+    assert pick(1_000_000, F32, tickets=False).kind == "split"
+    assert pick(1_000_000, F32, clusters=False).kind == "split"
     short = pick(7, F16)
     assert short.kind == "rows" and short.group < 32 and short.vec == 1 and not short.edges
     # odd lengths: the route of the next aligned length, with edges (EDGES=1)
     assert pick(50257, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 12, 1>",)
     assert pick(32001, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0, 1>",)
-    assert pick(1_000_003, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 16, 1, 10, 1>",)
-    assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD).names() == (
+    assert pick(1_000_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10, 1>",)
+    assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD, tickets=False).names() == (
         "softmax_partial<0, 2, 4, 4, 512, 1>", "softmax_finish<0, 2, 4, 4, 512, 1>")
     assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 8, 1024, 1024, 1, 6, 1>",)
     assert pick(131072, F32, clusters=False).kind == "split"
@@ -171,6 +182,16 @@ def test_variant_names_grid_and_chunks():
     split = plan.Variant("split", 1, 3, 8, 2, 512, 512)
     assert split.names() == ("softmax_partial<1, 3, 8, 2, 512>", "softmax_finish<1, 3, 8, 2, 512>")
     assert split.chunks(1_000_000) == 123 and split.grid(2, 1_000_000) == 246
+    ticket = plan.Variant("ticket", 0, 1, 4, 32, 512, 512, smem_items=10, edges=True)
+    assert ticket.names() == ("softmax_ticket<0, 1, 4, 32, 512, 1, 10, 1>",)
+    assert ticket.chunks(1_000_003) == 16 and ticket.grid(3, 1_000_003) == 48
+    assert ticket.shared_mem == 10 * 512 * 16
+    # counters for 3 rows and the ticket rounded up to 4 words, then 48 float2 partials
+    assert ticket.workspace_words(3, 1_000_003) == 4 + 96
+    for bad in (dict(cluster=2), dict(group=256), dict(vec=1, smem_items=2)):
+        with pytest.raises(ValueError):
+            plan.Variant(**{**dict(kind="ticket", dtype=0, op=0, vec=4, items=4, group=512,
+                                   threads=512), **bad})
 
 
 def test_row_access_takes_16_byte_vectors_with_edges_where_addresses_agree():
@@ -417,37 +438,94 @@ def test_odd_lengths_at_offsets(dtype, op_name, cols, compiled, gpu_state):
         assert err < TOLERANCE[dtype], (offsets, err)
 
 
+def ticket_variants() -> list[plan.Variant]:
+    """The chooser's ticket variants for rows of 1M, and small forced ones (short rows in
+    many chunks: chunk boundaries, the edges in a row's first chunk, shared-memory vectors,
+    several CTAs per multiprocessor)."""
+    found = []
+    for dtype in DTYPES:
+        code, vec = plan.dtype_code(dtype), 16 // dtype.itemsize
+        for op in OPS.values():
+            found.append(plan.choose_variant(1_000_003, dtype, op))
+            found.append(plan.Variant("ticket", code, op, vec, 2, 128, 128, edges=True))
+            found.append(plan.Variant("ticket", code, op, vec, 4, 128, 128, min_blocks=4,
+                                      smem_items=2, edges=True))
+    return found
+
+
+def run_variant(variant: plan.Variant, arrays: list, out: gpurt.Array) -> None:
+    """Launch a forced ``variant`` on ``arrays`` (x, or y and dy) into ``out``."""
+    view = plan.RowsView(*out.shape)
+    call = sm.plan_variant(variant, arrays, out, view, gpurt.current_device())
+    call.launch(arrays[0], arrays[-1], out, None)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op_name", list(OPS))
-def test_split_rows_with_edges(op_name, compiled, gpu_state):
-    """Rows longer than a cluster holds (the two-launch split) at odd length and offset."""
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
+    """Small forced ticket variants: rows of 1 to 11009 elements in up to 11 chunks, at
+    offsets of 0, 1 and 3 elements (each row its own alignment), and 1000 rows of 4099 in
+    more CTAs (3000-5000) than fit on an H100/H200 at once (tickets across waves)."""
+    op = OPS[op_name]
+    rng = np.random.default_rng([op, dtype.itemsize, 1717])
+    code = plan.dtype_code(dtype)
+    small = [v for v in ticket_variants() if (v.dtype, v.op) == (code, op) and v.threads == 128]
+    assert len(small) == 2
+    cases = [(37, cols, offset) for cols in (1, 7, 1000, 1024, 4099, 11009) for offset in (0, 1, 3)]
+    for rows, cols, offset in cases + [(1000, 4099, 1)]:
+        for variant in small if rows < 1000 else small[:1]:
+            a, b = inputs(op, (rows, cols), dtype, rng, 1.0)
+            ref, size = reference(op, a.astype(np.float64),
+                                  None if b is None else b.astype(np.float64))
+            out = offset_view(np.full((rows, cols), 12345, dtype), offset)  # poison
+            arrays = [offset_view(t, offset) for t in (a, b) if t is not None]
+            run_variant(variant, arrays, out)
+            err = error(out.to_numpy(), ref, size)
+            assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
+def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
+    """Rows of 1M through the chooser (chunks meeting through the ticket on sm_90, else the
+    split) at odd length and offset: 2 rows (the few-rows chunks) and 4 (the wide ones)."""
+    op = OPS[op_name]
+    rng = np.random.default_rng([op, dtype.itemsize, 1_000_003])
+    picks = [plan.choose_variant(1_000_003, dtype, op, rows=rows) for rows in (2, 4)]
+    assert picks[0].min_blocks == 2 and picks[1].min_blocks == 1
+    for rows in (2, 4):
+        if gpurt.get_device_capability()[0] >= 9:
+            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
+        check_long_rows(op, (rows, 1_000_003), dtype, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_split_rows_with_edges(op_name, gpu_state):
+    """Rows longer than a cluster holds in the two-launch split (before sm_90, or where a
+    row's chunks do not fit the device at once) at odd length and offset."""
     op = OPS[op_name]
     rng = np.random.default_rng([op, 1_000_003])
     shape = (2, 1_000_003 if op >= plan.SOFTMAX_BACKWARD else 1_048_583)
-    assert plan.choose_variant(shape[1], F32, op).kind == "split"
-    check_long_rows(op, shape, F32, rng)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
-def test_clusters_of_16_with_edges(op_name, compiled, gpu_state):
-    """Rows of 1M held by a non-portable cluster of 16 CTAs, at odd length and offset, more
-    rows than fit on the device at once."""
-    op = OPS[op_name]
-    rng = np.random.default_rng([op, 16])
-    shape = (plan.WIDE_CLUSTER_ROWS, 1_000_003)
-    assert plan.choose_variant(shape[1], F32, op, rows=shape[0]).cluster == 16
-    check_long_rows(op, shape, F32, rng)
+    split = plan.choose_variant(shape[1], F32, op, tickets=False)
+    assert split.kind == "split"
+    check_long_rows(op, shape, F32, rng, split)
 
 
 def check_long_rows(op: int, shape: tuple[int, int], dtype: np.dtype,
-                    rng: np.random.Generator) -> None:
+                    rng: np.random.Generator, variant: plan.Variant | None = None) -> None:
+    """The chooser's pick (or ``variant``) at offsets 0 and 3, poisoned output."""
     for offset in (0, 3):
         a, b = inputs(op, shape, dtype, rng, 1.0)
         ref, size = reference(op, a.astype(np.float64), None if b is None else b.astype(np.float64))
         out = offset_view(np.full(shape, 12345, dtype), offset)  # poison
         args = [offset_view(a, offset), None if b is None else offset_view(b, offset)]
-        run_op(op, *args, out=out)
+        if variant is None:
+            run_op(op, *args, out=out)
+        else:
+            run_variant(variant, [t for t in args if t is not None], out)
         assert error(out.to_numpy(), ref, size) < TOLERANCE[dtype], offset
 
 
@@ -513,12 +591,14 @@ def test_cupy_arrays(compiled, gpu_state):
 
 
 @pytest.mark.gpu
-def test_clusters_of_16_fit_here_and_the_split_stands_in_where_not(compiled, gpu_state,
-                                                                     monkeypatch):
-    """An H100/H200 runs a non-portable cluster of 16; where a part could not (GPCs of fewer
-    SMs), the plan falls back to the portable choice instead of failing at launch."""
-    wide = plan.choose_variant(1_000_003, F32, rows=plan.WIDE_CLUSTER_ROWS)
-    assert wide.non_portable and sm.clusters_fit(wide, gpurt.current_device())
+def test_the_split_stands_in_where_a_rows_chunks_do_not_fit(gpu_state, monkeypatch):
+    """An H100/H200 holds a row's chunks at once; where a device could not (too few SMs, a
+    partition of one), the plan takes the split instead of a ticket launch that never ends."""
+    ticket = plan.choose_variant(1_000_003, F32, rows=2)
+    if gpurt.get_device_capability()[0] >= 9:
+        assert ticket.kind == "ticket"
+        assert sm.tickets_fit(ticket, ticket.chunks(1_000_003), gpurt.current_device())
+        assert not sm.tickets_fit(ticket, 10**6, gpurt.current_device())
     chosen = []
 
     def recording(variant, *args):
@@ -527,11 +607,10 @@ def test_clusters_of_16_fit_here_and_the_split_stands_in_where_not(compiled, gpu
 
     planned = sm.plan_variant
     monkeypatch.setattr(sm, "plan_variant", recording)
-    monkeypatch.setattr(sm, "clusters_fit", lambda variant, index: False)
+    monkeypatch.setattr(sm, "tickets_fit", lambda variant, chunks, index: False)
     sm.clear_plans()
     try:
-        check_long_rows(plan.SOFTMAX, (plan.WIDE_CLUSTER_ROWS, 1_000_003), F32,
-                        np.random.default_rng(16))
+        check_long_rows(plan.SOFTMAX, (2, 1_000_003), F32, np.random.default_rng(16))
     finally:
         sm.clear_plans()
-    assert chosen and all(not v.non_portable for v in chosen), chosen
+    assert chosen and all(v.kind == "split" for v in chosen), chosen
