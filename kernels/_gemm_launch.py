@@ -116,17 +116,23 @@ _maps: dict[tuple[int, ...], bytes] = {}
 def encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[int, int]) -> bytes:
     """A 128-byte CUtensorMap of a 2-D 16-bit or fp32 (DT_F32) matrix (wraps
     cuTensorMapEncodeTiled): rows of ``inner`` elements, ``ld`` apart; ``box`` = (inner, outer)
-    elements; 128-byte swizzle, zero fill outside. Cached by its arguments."""
+    elements; 128-byte swizzle, zero fill outside. Rows at 128-byte multiples promote L2
+    fills to 256 bytes; others not at all: a 128-byte box row then spans two L2 lines, and the
+    promoted fills cost 3000x5000x2000 bf16 15% and 1000^3 10% (an H100, notes_gemm.md).
+    Cached by its arguments."""
     key = (ptr, inner, outer, ld, dt, *box)
     found = _maps.get(key)
     if found is None:
         u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+        promotion = cu.CUtensorMapL2promotion
+        aligned = ptr % 128 == 0 and ld * _itemsize(dt) % 128 == 0
         tmap = gpurt.check(cu.cuTensorMapEncodeTiled(
             _TMA_TYPES[dt], 2, ptr, [u64(inner), u64(outer)], [u64(ld * _itemsize(dt))],
             [u32(box[0]), u32(box[1])], [u32(1), u32(1)],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B if aligned
+            else promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
             "cuTensorMapEncodeTiled")
         found = ctypes.string_at(tmap.getPtr(), 128)
