@@ -2,13 +2,15 @@
 torch tensors and with gpurt Arrays, the eager MLP step softmax(gelu(x @ W1) @ W2), and
 gpurt's array entry points, each next to torch's own equivalent in the same process.
 
-How host time is measured: the problems are tiny (the kernels take a few microseconds),
-calls run back to back in batches of BATCH after warm-up, and the device is synchronized
-between batches (outside the timed region) so the launch queue never fills; a sample is one
-batch's wall time per call, the row is the median of REPEAT samples, gpurt and torch
-alternating sample by sample. The MLP step is measured twice: wall time per step including
-the device (each batch of steps timed until the closing synchronize returns), where the
-kernels dominate, and host time per step as above.
+How host time is measured: the problems are tiny (the kernels take a few microseconds), calls
+run back to back in batches of BATCH after warm-up, and the device is synchronized between
+batches (outside the timed region) so the launch queue never fills; a sample is one batch's
+wall time per call, the row is the median of REPEAT samples, gpurt and torch alternating sample
+by sample. The rows of gemm's families, whose kernels can outlast their host path (back to back
+they would time the device), time each call alone instead, the device synchronized before it
+outside the timed region. The MLP step is measured twice: wall time per step including the
+device (each batch of steps timed until the closing synchronize returns), where the kernels
+dominate, and host time per step as above.
 
     python benchmarks/bench_dispatch.py [--json PATH]
 """
@@ -45,10 +47,22 @@ extern "C" __global__ void gelu(const __nv_bfloat16* x, __nv_bfloat16* y, long l
 
 
 def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], batch: int = BATCH,
-              wall: bool = False) -> float:
+              wall: bool = False, idle: bool = False) -> float:
     """us per call of a batch of ``batch`` calls: host time (the device synchronized before
     and after, outside the timed region), or with ``wall`` the time until the device is
-    done with the batch (the closing synchronize inside the timed region)."""
+    done with the batch (the closing synchronize inside the timed region), or with ``idle``
+    the host time of each call alone, the device synchronized before it (outside the timed
+    region): for calls whose kernels outlast their host path, which back to back would time
+    the device."""
+    if idle:
+        total = 0.0
+        for _ in range(batch):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            total += time.perf_counter() - t0
+        sync()
+        return total / batch * 1e6
     sync()
     t0 = time.perf_counter()
     for _ in range(batch):
@@ -62,17 +76,17 @@ def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], batch: int = BATCH
 
 def side_by_side(ours: Callable[[], Any], theirs: Callable[[], Any] | None,
                  sync: Callable[[], Any], batch: int = BATCH,
-                 wall: bool = False) -> tuple[float, float | None]:
+                 wall: bool = False, idle: bool = False) -> tuple[float, float | None]:
     """Median us per call of ``ours`` and ``theirs``, measured in alternating batches."""
     for _ in range(3):
-        _per_call(ours, sync, batch, wall)
+        _per_call(ours, sync, batch, wall, idle)
         if theirs is not None:
-            _per_call(theirs, sync, batch, wall)
+            _per_call(theirs, sync, batch, wall, idle)
     a, b = [], []
     for _ in range(REPEAT):
-        a.append(_per_call(ours, sync, batch, wall))
+        a.append(_per_call(ours, sync, batch, wall, idle))
         if theirs is not None:
-            b.append(_per_call(theirs, sync, batch, wall))
+            b.append(_per_call(theirs, sync, batch, wall, idle))
     return statistics.median(a), (statistics.median(b) if b else None)
 
 
@@ -117,7 +131,7 @@ def gemm_family_rows(torch: Any, sync: Callable[[], Any]) -> list[dict[str, Any]
                 os.environ["GPURT_GEMM_DISABLE"] = saved
         chosen = next(reversed(gemm_mod._calls.values()))[0].config.label()
         ours, theirs = side_by_side(lambda ga=ga, gb=gb, out=out: gemm_mod.gemm(ga, gb, out=out),
-                                    lambda ta=ta, tb=tb: ta @ tb, sync)
+                                    lambda ta=ta, tb=tb: ta @ tb, sync, idle=True)
         rows.append(row(f"gemm(a, b, out=c) {m}x{n}x{k} {dtype} {family} ({chosen}), gpurt "
                         "Arrays", ours, theirs, "torch", target=0.6))
     gemm_mod.clear_plans()
