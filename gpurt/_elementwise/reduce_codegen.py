@@ -295,7 +295,8 @@ def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
            f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
            " _accv[_e] = _gpurt_identity();\n"]
     for op in ins:
-        out.append(f"    const {idx} _o_{op.name} = _c0 * _ts_{op.name}_0 + _kb * _tr_{op.name}_0;\n")
+        out.append(f"    const {idx} _o_{op.name} = _c0 * _ts_{op.name}_0 + "
+                   f"_kb * _tr_{op.name}_0;\n")
     out.append(f"    const int _s = (int)(reinterpret_cast<unsigned long long>(_p_{first} + "
                f"_o_{first}) / sizeof(*_p_{first}) % {v});\n"
                f"    const {idx} _d = ({idx})_tx * {v} - _s;  // (row, _c0) to the vector\n"

@@ -175,6 +175,13 @@ def _column_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     return vec
 
 
+def _rows_aligned(arrays: Sequence[Any], in_red: Sequence[tuple[int, ...]]) -> bool:
+    """Every input's address and reduced strides are whole COLUMN_REALIGN_BYTES vectors."""
+    size = COLUMN_REALIGN_BYTES or 16
+    return all(a.ptr % size == 0 and all(s * a.itemsize % size == 0 for s in red)
+               for a, red in zip(arrays, in_red))
+
+
 def _realign_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
                  in_red: Sequence[tuple[int, ...]], width: int) -> int:
     """Elements per aligned load of the column walk's envelope (1: not possible): one kept
@@ -253,7 +260,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         vec = _vec(arrays, in_kept_c, red_strides)
     else:
         vec = _column_vec(arrays, in_kept_c, red_strides, kept_dims)
-        if vec == 1 or COLUMN_REALIGN_ALL:
+        if COLUMN_REALIGN_ALL or not _rows_aligned(arrays, red_strides):
             wide = _realign_vec(arrays, in_kept_c, red_strides, width)
             realign = wide > 1
             vec = wide if realign else vec
