@@ -32,6 +32,9 @@ from gpurt._random import kernels as rkernels
 # Session 7b (s7-colalign): the realigning column walk (COLUMN_REALIGN_BYTES: aligned loads
 # of the envelope of misaligned rows; 0 = the walk before it, with session 7's spread 4);
 # "all": also for rows the plain vectors align with; "odd": time only the odd-width shapes.
+# H100 (notes_bandwidth.md, session 7b): realign 16 with least 32 shipped (odd widths +4-7
+# points but 4099x8191 fp32 -3); "all" loses on aligned rows; the grid's fill of whole waves
+# looks like what decides.
 # Session 7: COLUMN_SPREAD_BYTES (outputs 32 apart per thread where no vector aligns: the
 # odd-width rows) and the unroll with it; session 6's variants (the knobs below) and their
 # H100 numbers are in notes_bandwidth.md.

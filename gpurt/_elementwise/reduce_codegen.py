@@ -9,7 +9,9 @@ The problem is seen as M outputs times K reduced elements, each side with its ow
   over K (16-byte vector loads when the reduced elements are contiguous and aligned), then
   warp shuffles (and shared memory across warps);
 - "column": for outputs that are contiguous in memory: 32 consecutive outputs per block
-  (coalesced loads), 8 threads per output splitting K, combined in shared memory.
+  (coalesced loads), 8 threads per output splitting K, combined in shared memory; where
+  the rows are not aligned to a vector, "realign": aligned vector loads of the envelope of
+  the block's columns, each element set back in its column through shared memory.
 
 Either may split K over ``gridDim.y``: each block then writes one partial value per
 (split, output), and either the last block of its column of the grid (``fold``: a counter per

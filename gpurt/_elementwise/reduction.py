@@ -175,6 +175,22 @@ def _column_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     return vec
 
 
+def _column_loads(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
+                  in_red: Sequence[tuple[int, ...]], kept_dims: tuple[int, ...],
+                  width: int) -> tuple[int, int, bool]:
+    """(vec, spread, realign) of the column walk: realigned envelopes where rows are not
+    vector-aligned and the layout allows them, else vectors across the outputs where they
+    align, else ``spread`` outputs per thread."""
+    if COLUMN_REALIGN_ALL or not _rows_aligned(arrays, in_red):
+        wide = _realign_vec(arrays, in_kept, in_red, width)
+        if wide > 1:
+            return wide, 1, True
+    vec = _column_vec(arrays, in_kept, in_red, kept_dims)
+    if vec == 1 and arrays:
+        return 1, max(1, COLUMN_SPREAD_BYTES // max(a.itemsize for a in arrays)), False
+    return vec, 1, False
+
+
 def _rows_aligned(arrays: Sequence[Any], in_red: Sequence[tuple[int, ...]]) -> bool:
     """Every input's address and reduced strides are whole COLUMN_REALIGN_BYTES vectors."""
     size = COLUMN_REALIGN_BYTES or 16
@@ -259,13 +275,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     if walk == "row":
         vec = _vec(arrays, in_kept_c, red_strides)
     else:
-        vec = _column_vec(arrays, in_kept_c, red_strides, kept_dims)
-        if COLUMN_REALIGN_ALL or not _rows_aligned(arrays, red_strides):
-            wide = _realign_vec(arrays, in_kept_c, red_strides, width)
-            realign = wide > 1
-            vec = wide if realign else vec
-        if vec == 1 and arrays:
-            spread = max(1, COLUMN_SPREAD_BYTES // max(a.itemsize for a in arrays))
+        vec, spread, realign = _column_loads(arrays, in_kept_c, red_strides, kept_dims, width)
     group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
     per_block = BLOCK // group if walk == "row" else \
         (width - 1) * vec if realign else width * vec * spread
