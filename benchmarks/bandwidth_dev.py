@@ -29,6 +29,12 @@ import gpurt
 from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
+# Session 7b (s7-colalign): the realigning column walk (COLUMN_REALIGN_BYTES: aligned loads
+# of the envelope of misaligned rows; 0 = the walk before it, with session 7's spread 4);
+# "all": also for rows the plain vectors align with; "odd": time only the odd-width shapes.
+# H100 (notes_bandwidth.md, session 7b): realign 16 with least 32 shipped (odd widths +4-7
+# points but 4099x8191 fp32 -3); "all" loses on aligned rows; the grid's fill of whole waves
+# looks like what decides (the "waves": 1 variant is untimed: for the next run).
 # Session 7: COLUMN_SPREAD_BYTES (outputs 32 apart per thread where no vector aligns: the
 # odd-width rows) and the unroll with it; session 6's variants (the knobs below) and their
 # H100 numbers are in notes_bandwidth.md.
@@ -38,20 +44,27 @@ from gpurt._random import kernels as rkernels
 # split, at least) and "reuse": the split's counters kept zeroed between calls (the fold sets
 # them back to 0) instead of a memset per call. Sessions 4-5 compared row/column unrolls,
 # waves and the fold against a finish kernel (notes_bandwidth.md).
+_BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
+         "realign": 0, "all": False}
 REDUCE_VARIANTS = [
-    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4},  # session 7
-    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 1},  # no spread
-    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 8},
-    {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 16},
-    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32, "spread": 4},
-    {"width": 32, "vector": 4, "unroll": 8, "waves": 2, "least": 32, "spread": 8},
+    _BASE,  # the walk before realigning (session 7)
+    {**_BASE, "realign": 16, "waves": 1, "odd": True},  # next: the realigned grid in one wave
+    {**_BASE, "realign": 16, "odd": True},
+    {**_BASE, "realign": 16, "least": 16, "odd": True},  # ~2 waves on 4099x8191 (not ~1.1)
+    {**_BASE, "realign": 16, "least": 8, "odd": True},  # bfloat16 too at ~2 waves
+    {**_BASE, "realign": 16, "least": 16, "width": 64, "odd": True},
+    {**_BASE, "realign": 8, "least": 16, "odd": True},
+    {**_BASE, "realign": 16, "least": 16, "all": True},
+    {**_BASE, "realign": 16, "all": True},
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
           "unroll": (reduce_codegen, "COLUMN_UNROLL"),
           "waves": (reduction, "COLUMN_SPLIT_WAVES"),
           "least": (reduction, "COLUMN_SPLIT_LEAST"),
-          "spread": (reduction, "COLUMN_SPREAD_BYTES")}
+          "spread": (reduction, "COLUMN_SPREAD_BYTES"),
+          "realign": (reduction, "COLUMN_REALIGN_BYTES"),
+          "all": (reduction, "COLUMN_REALIGN_ALL")}
 # (rows, cols, axis, dtype name): the row cases run under the first variant and the "reuse"
 # ones only (their code does not change with the column knobs)
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
@@ -159,6 +172,8 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
             with gpurt.stream(gpurt.ExternalStream(timer.handle)):
                 for shape in REDUCE_SHAPES:
                     if shape[2] != 0 and index and not reuse:
+                        continue
+                    if variant.get("odd") and shape[1] % 8 == 0:
                         continue
                     rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps,
                                             variant))

@@ -10,9 +10,9 @@
 # $BASELINE (optional): another tree (the one to compare with, e.g. the lead's checkout) whose
 # benchmarks $BASE_BENCHES (default random) run first from its own gpurt (pure-Python
 # launches), into OUTDIR/baseline-NAME.json and baseline.log.
-# $TESTS: the GPU test files (default the random and bandwidth-case tests); $KINDS: the
-# sweep's kinds under memcheck (default fill,reduce); $RACECHECK: kinds also run under
-# racecheck (default none).
+# $TESTS: the GPU test files (default the random and bandwidth-case tests), run with
+# $PYTEST_ARGS (default -x); $KINDS: the sweep's kinds under memcheck (default fill,reduce);
+# $RACECHECK: kinds also run under racecheck (default none).
 # Usage: bash benchmarks/bandwidth_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
@@ -49,7 +49,7 @@ if [ -n "${AREAS-reduce,softmax}" ]; then
     echo "dev rc=$?"
 fi
 step pytest
-timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q -x \
+timeout ${TEST_LIMIT:-60} python3 -P -m pytest -p no:cacheprovider -q ${PYTEST_ARGS--x} \
     ${TESTS-tests/test_random_gpu.py tests/test_random_graphs.py tests/test_bandwidth_cases.py} \
     > "$out/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$out/pytest.log"

@@ -159,10 +159,41 @@ def test_column_walk_vectors_only_where_aligned(monkeypatch) -> None:
     assert outputs_per_block((8192, 8192), 0) == 32 * 4          # float4 across columns
     assert outputs_per_block((8192, 8192), 0, BF16) == 32 * 8    # 8 bfloat16 a load
     assert outputs_per_block((6, 40, 64), 1) == 32 * 4           # 2-D kept, whole vectors
+    monkeypatch.setattr(reduction, "COLUMN_REALIGN_BYTES", 0)
     assert outputs_per_block((4099, 8191), 0) == 32              # odd rows: scalars
     assert outputs_per_block((64, 1026), 0) == 32                # 1026 % 4: scalars
     assert outputs_per_block((64, 1024), 0, ptr=(1 << 20) + 4) == 32  # misaligned
     assert outputs_per_block((64, 1024), 0, strides=(4100, 4)) == 32  # rows 1025 apart
+
+
+@pytest.mark.usefixtures("sm90")
+def test_column_walk_realigns_rows_vectors_cannot_align_with(monkeypatch) -> None:
+    monkeypatch.setattr(reduction, "COLUMN_REALIGN_BYTES", 16)
+    monkeypatch.setattr(reduction, "COLUMN_VECTOR_BYTES", 4)
+    monkeypatch.setattr(reduce_codegen, "COLUMN_WIDTH", 32)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_realign")
+    dot = gpurt.ReductionKernel("T x, T y", "T z", "x * y", "a + b", "z = a", "0", "dot_re")
+
+    def blocks(kernel, arrays, axis=0) -> int:
+        plan = kernel._plan(arrays, [None], axis, False)
+        assert plan.kernel is not None
+        return plan.grid[0]
+
+    f4, b8 = 31 * 4, 31 * 8  # columns per block: float4 / 8-bfloat16 envelopes, one spare
+    assert blocks(r, [fake_array((4099, 8191))]) == -(-8191 // f4)
+    assert blocks(r, [fake_array((4099, 8191), BF16)]) == -(-8191 // b8)
+    assert blocks(r, [fake_array((64, 1024), ptr=(1 << 20) + 4)]) == -(-1024 // f4)
+    assert blocks(r, [fake_array((64, 1024), strides=(4100, 4))]) == -(-1024 // f4)
+    assert blocks(r, [fake_array((5, 60, 333))], (0, 1)) == -(-333 // f4)  # reduced dims merge
+    assert blocks(r, [fake_array((8192, 8192))]) == 8192 // 32          # aligned: as before
+    assert blocks(r, [fake_array((6, 41, 1001))], 1) == -(-6 * 1001 // 32)  # 2-D kept
+    odd = fake_array((300, 1001))
+    assert blocks(dot, [odd, fake_array((300, 1001))]) == -(-1001 // f4)  # same alignment
+    assert blocks(dot, [odd, fake_array((300, 1001), ptr=(1 << 20) + 4)]) == -(-1001 // 32)
+    assert blocks(dot, [odd, fake_array((1, 1001), strides=(0, 4))]) == -(-1001 // 32)
+    monkeypatch.setattr(reduction, "COLUMN_REALIGN_ALL", True)
+    assert blocks(r, [fake_array((8192, 8192))]) == -(-8192 // f4)
+
 
 
 @pytest.mark.usefixtures("sm90")
@@ -364,6 +395,61 @@ def test_column_sums_under_each_walk_shape(gpu_state, monkeypatch, width, vector
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("every", [False, True], ids=["misaligned", "all"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.int32, np.int8],
+                         ids=lambda d: np.dtype(d).name)
+def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, dtype,
+                                                       every) -> None:
+    """The realigning column walk (odd row lengths, offset views, keepdims, splits, rows
+    closer than a vector, two inputs; with ``every`` also aligned rows) against float64
+    (exact for integers); outputs poisoned first."""
+    monkeypatch.setattr(reduction, "COLUMN_REALIGN_BYTES", 16)
+    monkeypatch.setattr(reduction, "COLUMN_REALIGN_ALL", every)
+    rng = np.random.default_rng()
+    ints = np.dtype(dtype).kind == "i"
+    out_t = "int32" if ints else "float32"
+    r = gpurt.ReductionKernel("T x", f"{out_t} y", "x", "a + b", "y = a", "0",
+                              f"sum_odd_{np.dtype(dtype).name}", reduce_type=out_t)
+    dot = gpurt.ReductionKernel("T x, T w", f"{out_t} y", "x * w", "a + b", "y = a", "0",
+                                f"dot_odd_{np.dtype(dtype).name}", reduce_type=out_t)
+
+    def make(shape):
+        if ints:
+            return rng.integers(-100, 100, shape).astype(dtype)
+        return rng.standard_normal(shape).astype(dtype)
+
+    def check(got, want, n) -> None:
+        if ints:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * math.sqrt(n) * 4)
+
+    cases = [((301, 1039), (slice(1, None), slice(3, None)), 0, True),
+             ((4099, 1001), (slice(None), slice(None)), 0, False),
+             ((2, 1001), (slice(None), slice(None)), 0, False),
+             ((3000, 3), (slice(None), slice(None)), 0, False),
+             ((130, 5), (slice(None), slice(1, None)), 0, False),
+             ((2100, 1040), (slice(None), slice(1, 1025)), 0, False),
+             ((2048, 1024), (slice(None), slice(None)), 0, False),
+             ((5, 60, 333), (slice(None),) * 3, (0, 1), False)]
+    for shape, index, axis, keepdims in cases:
+        base = make(shape)
+        ref = base[index].astype(np.float64)
+        want = ref.sum(axis=axis, keepdims=keepdims)
+        got = r(gpurt.asarray(base)[index], poisoned(want.shape, out_t), axis=axis,
+                keepdims=keepdims)
+        check(got.numpy(), want, ref.shape[0])
+    x, w = make((777, 2049)), make((777, 2049))
+    want = (x.astype(np.float64) * w).sum(0)
+    check(dot(gpurt.asarray(x), gpurt.asarray(w), poisoned(want.shape, out_t), axis=0).numpy(),
+          want, 777)
+    want = (x[:, 1:].astype(np.float64) * w[:, :2048]).sum(0)  # one element apart: no
+    got = dot(gpurt.asarray(x)[:, 1:], gpurt.asarray(w)[:, :2048],   # common envelope
+              poisoned(want.shape, out_t), axis=0)
+    check(got.numpy(), want, 777)
+
+
+@pytest.mark.gpu
 def test_reductions_with_map_post_map_and_strides(gpu_state) -> None:
     rng = np.random.default_rng()
     base = rng.standard_normal((50, 60, 8)).astype(np.float32)
@@ -409,12 +495,14 @@ def test_elementwise_and_reduction_in_graph_capture(gpu_state) -> None:
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_graph")
     x = gpurt.asarray(rng.standard_normal((64, 5000)).astype(np.float32))
     y = gpurt.asarray(rng.standard_normal((64, 5000)).astype(np.float32))
-    k(x, y), r(x, axis=0), r(x, axis=-1)   # plans and modules made outside the capture
+    odd = x[:, 1:4998]  # rows a vector cannot align with: the realigning column walk
+    k(x, y), r(x, axis=0), r(x, axis=-1), r(odd, axis=0)  # plans made outside the capture
     g = gpurt.CUDAGraph()
     with gpurt.graph(g):
         z = k(x, y)
         col = r(z, axis=0)
         row = r(z, axis=-1)
+        col_odd = r(odd, axis=0)
     for _ in range(2):
         xs = rng.standard_normal((64, 5000)).astype(np.float32)
         ys = rng.standard_normal((64, 5000)).astype(np.float32)
@@ -426,3 +514,5 @@ def test_elementwise_and_reduction_in_graph_capture(gpu_state) -> None:
         np.testing.assert_allclose(z.numpy(), zs, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(col.numpy(), zs.sum(0), rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(row.numpy(), zs.sum(1), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(col_odd.numpy(), xs[:, 1:4998].astype(np.float64).sum(0),
+                                   rtol=1e-4, atol=1e-3)

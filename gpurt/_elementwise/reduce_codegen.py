@@ -9,7 +9,9 @@ The problem is seen as M outputs times K reduced elements, each side with its ow
   over K (16-byte vector loads when the reduced elements are contiguous and aligned), then
   warp shuffles (and shared memory across warps);
 - "column": for outputs that are contiguous in memory: 32 consecutive outputs per block
-  (coalesced loads), 8 threads per output splitting K, combined in shared memory.
+  (coalesced loads), 8 threads per output splitting K, combined in shared memory; where
+  the rows are not aligned to a vector, "realign": aligned vector loads of the envelope of
+  the block's columns, each element set back in its column through shared memory.
 
 Either may split K over ``gridDim.y``: each block then writes one partial value per
 (split, output), and either the last block of its column of the grid (``fold``: a counter per
@@ -84,7 +86,9 @@ class ReduceLayout:
     vector load (1: none), along K in the row walk, across outputs in the column walk;
     ``split``: K is split over gridDim.y; ``fold``: the split's last block folds the
     partials (else a finish kernel does); ``width``: threads across outputs in a block of
-    the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart)."""
+    the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
+    ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
+    sets the elements back in their columns at the end (see _column_realign_walk)."""
 
     walk: str
     group: int
@@ -96,6 +100,7 @@ class ReduceLayout:
     fold: bool = False
     width: int = COLUMN_WIDTH
     spread: int = 1
+    realign: bool = False
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -266,10 +271,82 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     return "".join(out)
 
 
+def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """The column walk for rows a vector does not align with (one kept and one reduced
+    dimension, every input with the same strides and alignment): thread (_tx, _ty) loads the
+    aligned ``vec``-vector _tx of the envelope of the block's columns in each of its rows
+    (K strided by ``rows``, a multiple of the vectors' period in the row stride, so the
+    rows' misalignment ``_s`` is the thread's constant) and sums it slot by slot; shared
+    memory then puts slot ``p`` of row thread ``_ty`` back in column ``p - _s``. The
+    envelope of ``width`` vectors covers ``(width - 1) * vec`` columns whatever ``_s``.
+    Rows 0 and K - 1, whose envelopes may leave the view's memory, are read element by
+    element; every other vector holds an element of its row and lies inside the view (the
+    planner asks for a row stride of at least ``vec``)."""
+    idx, w, v = layout.index, layout.width, layout.vec
+    rows, per = BLOCK // w, outputs_per_block(layout)
+    ins = [op for op in ops if op.kind == "in"]
+    first = ins[0].name
+    out = [f"    __shared__ _type_reduce _sh[{rows}][{w * v}];\n",
+           f"    __shared__ int _shs[{rows}];\n",
+           f"    const int _tx = threadIdx.x % {w}, _ty = threadIdx.x / {w};\n",
+           f"    const {idx} _c0 = ({idx})blockIdx.x * {per};\n",
+           f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
+           f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
+           f"    const {idx} _kb = _k0 + _ty;  // this thread's rows: _kb + j * {rows}\n",
+           f"    _type_reduce _accv[{v}];\n",
+           f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
+           " _accv[_e] = _gpurt_identity();\n"]
+    for op in ins:
+        out.append(f"    const {idx} _o_{op.name} = _c0 * _ts_{op.name}_0 + "
+                   f"_kb * _tr_{op.name}_0;\n")
+    out.append(f"    const int _s = (int)(reinterpret_cast<unsigned long long>(_p_{first} + "
+               f"_o_{first}) / sizeof(*_p_{first}) % {v});\n"
+               f"    const {idx} _d = ({idx})_tx * {v} - _s;  // (row, _c0) to the vector\n"
+               "    if (_kb < _k1 && _c0 + _d < _M) {\n"
+               f"        const {idx} _ka = _kb == 0 ? _kb + {rows} : _kb;\n"
+               "        const " + idx + " _ke = _k1 == _K ? _K - 1 : _k1;\n"
+               f"        #pragma unroll {COLUMN_UNROLL}\n"
+               f"        for ({idx} _k = _ka; _k < _ke; _k += {rows}) {{\n")
+    for op in ins:
+        out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
+                   f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>(_p_{op.name} + "
+                   f"(_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d));\n")
+    out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+               "                _type_reduce& _acc = _accv[_e];\n")
+    out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
+    out.append("            }\n        }\n"
+               "        #pragma unroll\n        for (int _edge = 0; _edge < 2; ++_edge) {\n"
+               f"            const {idx} _k = _edge ? _K - 1 : 0;\n"
+               f"            if (_k < _kb || _k >= _k1 || (_k - _kb) % {rows} || "
+               "(_edge && _k == 0)) continue;\n"
+               f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+               "                if (_c0 + _d + _e < 0 || _c0 + _d + _e >= _M) continue;\n"
+               "                _type_reduce& _acc = _accv[_e];\n")
+    fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d + _e]"
+             for op in ins}
+    out.append(_map_step(ops, fetch, " " * 16))
+    out.append("            }\n        }\n    }\n"
+               f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
+               f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
+               "    if (_tx == 0) _shs[_ty] = _s;\n"
+               "    __syncthreads();\n"
+               f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n"
+               f"        const {idx} _m = _c0 + _o;\n"
+               "        if (_m >= _M) break;\n"
+               "        _type_reduce _acc = _sh[0][_o + _shs[0]];\n"
+               f"        #pragma unroll\n        for (int _y = 1; _y < {rows}; ++_y)"
+               " _acc = _gpurt_reduce(_acc, _sh[_y][_o + _shs[_y]]);\n")
+    out.append(_store(ops, layout, "        "))
+    out.append("    }\n")
+    return "".join(out)
+
+
 def outputs_per_block(layout: ReduceLayout) -> int:
     """Outputs one block of the walk computes."""
     if layout.walk == "row":
         return BLOCK // layout.group
+    if layout.realign:
+        return (layout.width - 1) * layout.vec
     return layout.width * layout.vec * layout.spread
 
 
@@ -334,26 +411,33 @@ def _fold_warps(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
 def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
     """Consecutive outputs (the column walk): consecutive threads read consecutive
     partials; with fewer outputs than threads, ``groups`` of threads share the splits and
-    meet in shared memory."""
+    meet in shared memory (then each thread has one output or none: one pass)."""
     idx = layout.index
     groups = max(1, BLOCK // per)
     span = BLOCK // groups
-    out = [f"    __shared__ _type_reduce _shf[{groups}][{span}];\n" if groups > 1 else "",
-           f"    const int _fg = threadIdx.x / {span};\n",
-           f"    for (int _o = threadIdx.x % {span}; _o < {per}; _o += {span}) {{\n",
-           f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
-           "        _type_reduce _acc = _gpurt_identity();\n",
-           "        if (_m < _M) {\n            #pragma unroll 4\n"
-           f"            for (int _y = _fg; _y < (int)gridDim.y; _y += {groups})"
-           " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n"
-           "        }\n"]
-    if groups > 1:  # then per <= BLOCK: one pass of this loop, so one __syncthreads
-        out.append(f"        _shf[_fg][_o] = _acc;\n        __syncthreads();\n"
-                   "        if (_fg != 0 || _m >= _M) continue;\n"
-                   f"        #pragma unroll\n        for (int _g = 1; _g < {groups}; ++_g)"
-                   " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n")
-    else:
-        out.append("        if (_m >= _M) continue;\n")
+    partials = ("for (int _y = _fg; _y < (int)gridDim.y; _y += " + str(groups) + ")"
+                " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n")
+    if groups == 1:
+        out = [f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n",
+               f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+               "        if (_m >= _M) break;\n",
+               "        const int _fg = 0;\n",
+               "        _type_reduce _acc = _gpurt_identity();\n",
+               "        #pragma unroll 4\n        " + partials]
+        out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 8))
+        out.append("    }\n")
+        return "".join(out)
+    out = [f"    __shared__ _type_reduce _shf[{groups}][{span}];\n",
+           f"    const int _fg = threadIdx.x / {span}, _o = threadIdx.x % {span};\n",
+           f"    const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+           f"    const bool _mine = _o < {per} && _m < _M && _fg < {groups};\n",
+           "    _type_reduce _acc = _gpurt_identity();\n",
+           "    if (_mine) {\n        #pragma unroll 4\n        " + partials + "    }\n",
+           f"    if (_fg < {groups}) _shf[_fg][_o] = _acc;\n",
+           "    __syncthreads();\n",
+           "    if (_mine && _fg == 0) {\n",
+           f"        #pragma unroll\n        for (int _g = 1; _g < {groups}; ++_g)"
+           " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n"]
     out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 8))
     out.append("    }\n")
     return "".join(out)
@@ -386,7 +470,8 @@ def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
 
 def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:
     """The whole CUDA program of one reduction kernel (pass 1 when split)."""
-    walk = _row_walk if layout.walk == "row" else _column_walk
+    walk = _row_walk if layout.walk == "row" else \
+        _column_realign_walk if layout.realign else _column_walk
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
     return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"

@@ -41,6 +41,12 @@ COLUMN_VECTOR_BYTES = 4
 # Where no vector fits (rows not aligned to one), each thread of the column walk takes outputs
 # 32 apart until its loads cover this many bytes a row: more bytes in flight per thread.
 COLUMN_SPREAD_BYTES = 4
+# Bytes per aligned load of the column walk where rows are not aligned to a vector (one kept
+# and one reduced dimension): the loads take the aligned envelope of the block's columns and
+# shared memory sets the elements back in their columns (reduce_codegen._column_realign_walk).
+# 0: off (the walk above). COLUMN_REALIGN_ALL: also where the vectors above would align.
+COLUMN_REALIGN_BYTES = 16
+COLUMN_REALIGN_ALL = False
 # A split reduction's last block per output block folds the partials (one launch after a
 # memset of the counters), rather than a second "finish" kernel.
 FOLD = True
@@ -169,6 +175,50 @@ def _column_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     return vec
 
 
+def _column_loads(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
+                  in_red: Sequence[tuple[int, ...]], kept_dims: tuple[int, ...],
+                  width: int) -> tuple[int, int, bool]:
+    """(vec, spread, realign) of the column walk: realigned envelopes where rows are not
+    vector-aligned and the layout allows them, else vectors across the outputs where they
+    align, else ``spread`` outputs per thread."""
+    if COLUMN_REALIGN_ALL or not _rows_aligned(arrays, in_red):
+        wide = _realign_vec(arrays, in_kept, in_red, width)
+        if wide > 1:
+            return wide, 1, True
+    vec = _column_vec(arrays, in_kept, in_red, kept_dims)
+    if vec == 1 and arrays:
+        return 1, max(1, COLUMN_SPREAD_BYTES // max(a.itemsize for a in arrays)), False
+    return vec, 1, False
+
+
+def _rows_aligned(arrays: Sequence[Any], in_red: Sequence[tuple[int, ...]]) -> bool:
+    """Every input's address and reduced strides are whole COLUMN_REALIGN_BYTES vectors."""
+    size = COLUMN_REALIGN_BYTES or 16
+    return all(a.ptr % size == 0 and all(s * a.itemsize % size == 0 for s in red)
+               for a, red in zip(arrays, in_red))
+
+
+def _realign_vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
+                 in_red: Sequence[tuple[int, ...]], width: int) -> int:
+    """Elements per aligned load of the column walk's envelope (1: not possible): one kept
+    dimension of stride 1 and one reduced dimension, the same for every input (same
+    itemsize, strides and misalignment); the vector's period divides the row stride times
+    the rows of threads (so each thread's rows share their misalignment) and is at most the
+    row stride (so only the first and last rows' envelopes may leave the view)."""
+    if not arrays or not COLUMN_REALIGN_BYTES or len({a.itemsize for a in arrays}) != 1:
+        return 1
+    if len(in_kept[0]) != 1 or len(in_red[0]) != 1 or tuple(in_kept[0]) != (1,) or \
+            any(tuple(s) != (1,) for s in in_kept) or \
+            any(tuple(r) != tuple(in_red[0]) for r in in_red):
+        return 1
+    item, stride = arrays[0].itemsize, in_red[0][0]
+    vec = max(1, COLUMN_REALIGN_BYTES // item)
+    while vec > 1 and ((BLOCK // width) * stride % vec or abs(stride) < vec or
+                       len({a.ptr % (vec * item) for a in arrays}) != 1):
+        vec //= 2
+    return vec
+
+
 def _vec(arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
          in_red: Sequence[tuple[int, ...]]) -> int:
     """Elements per vector load of the row walk: contiguous, 16-byte aligned rows."""
@@ -220,16 +270,15 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     k = int(np.prod(red_dims, dtype=np.int64))
     in_kept_c, out_kept_c = kept_strides[:len(in_kept)], kept_strides[len(in_kept):]
     walk = _walk(in_kept_c, red_strides, kept_dims, k)
-    spread = 1
+    spread, realign = 1, False
+    width = reduce_codegen.COLUMN_WIDTH
     if walk == "row":
         vec = _vec(arrays, in_kept_c, red_strides)
     else:
-        vec = _column_vec(arrays, in_kept_c, red_strides, kept_dims)
-        if vec == 1 and arrays:
-            spread = max(1, COLUMN_SPREAD_BYTES // max(a.itemsize for a in arrays))
+        vec, spread, realign = _column_loads(arrays, in_kept_c, red_strides, kept_dims, width)
     group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
-    width = reduce_codegen.COLUMN_WIDTH
-    per_block = BLOCK // group if walk == "row" else width * vec * spread
+    per_block = BLOCK // group if walk == "row" else \
+        (width - 1) * vec if realign else width * vec * spread
     blocks = max(1, -(-m // per_block))
     splits, chunk = _split(blocks, k, vec, walk, group, width, device)
     spans = [sum((d - 1) * abs(s) for d, s in zip(kept_dims, ks)) +
@@ -237,7 +286,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread)
+                          FOLD and splits > 1, width, spread, realign)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
     kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
