@@ -258,16 +258,26 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     out.append("        }\n    }\n"
                f"    #pragma unroll\n    for (int _j = 0; _j < {p}; ++_j)\n"
                f"        #pragma unroll\n        for (int _e = 0; _e < {v}; ++_e)"
-               f" _sh[_ty][_j * {w * v} + _tx * {v} + _e] = _accv[_j * {v} + _e];\n"
-               "    __syncthreads();\n"
-               f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n"
-               f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n"
-               "        if (_m >= _M) break;\n"
-               "        _type_reduce _acc = _sh[0][_o];\n"
-               f"        #pragma unroll\n        for (int _y = 1; _y < {rows}; ++_y)"
-               " _acc = _gpurt_reduce(_acc, _sh[_y][_o]);\n")
-    out.append(_store(ops, layout, "        "))
-    out.append("    }\n")
+               f" _sh[_ty][_j * {w * v} + _tx * {v} + _e] = _accv[_j * {v} + _e];\n")
+    out.append(_combine_rows(ops, layout, f"({idx})blockIdx.x * {per}"))
+    return "".join(out)
+
+
+def _combine_rows(ops: Sequence[Operand], layout: ReduceLayout, first: str) -> str:
+    """The column walks' end: a thread per output of the block (the first at ``first``) sums
+    the ``BLOCK // width`` rows of partials in ``_sh`` (in the realigned walk, row ``y``'s
+    are ``_shs[y]`` further along) and stores the sum."""
+    idx, per, rows = layout.index, outputs_per_block(layout), BLOCK // layout.width
+    shift = (lambda y: f" + _shs[{y}]") if layout.realign else (lambda y: "")
+    out = ["    __syncthreads();\n",
+           f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n",
+           f"        const {idx} _m = {first} + _o;\n",
+           "        if (_m >= _M) break;\n",
+           f"        _type_reduce _acc = _sh[0][_o{shift(0)}];\n",
+           f"        #pragma unroll\n        for (int _y = 1; _y < {rows}; ++_y)"
+           f" _acc = _gpurt_reduce(_acc, _sh[_y][_o{shift('_y')}]);\n",
+           _store(ops, layout, "        "),
+           "    }\n"]
     return "".join(out)
 
 
@@ -328,16 +338,8 @@ def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     out.append("            }\n        }\n    }\n"
                f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
                f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
-               "    if (_tx == 0) _shs[_ty] = _s;\n"
-               "    __syncthreads();\n"
-               f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n"
-               f"        const {idx} _m = _c0 + _o;\n"
-               "        if (_m >= _M) break;\n"
-               "        _type_reduce _acc = _sh[0][_o + _shs[0]];\n"
-               f"        #pragma unroll\n        for (int _y = 1; _y < {rows}; ++_y)"
-               " _acc = _gpurt_reduce(_acc, _sh[_y][_o + _shs[_y]]);\n")
-    out.append(_store(ops, layout, "        "))
-    out.append("    }\n")
+               "    if (_tx == 0) _shs[_ty] = _s;\n")
+    out.append(_combine_rows(ops, layout, "_c0"))
     return "".join(out)
 
 
