@@ -485,6 +485,54 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
             assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
 
 
+def forward16_variants() -> list[plan.Variant]:
+    """16-bit forward CTA shapes for long rows (s7-softbf16): one CTA of 1024 threads per SM
+    (6 of 8 vectors in shared memory), two of 512 (12 of 16), and ticket chunks of the latter."""
+    found = []
+    for dtype in (F16, BF16):
+        code = plan.dtype_code(dtype)
+        for op in (plan.SOFTMAX, plan.LOG_SOFTMAX):
+            found += [plan.Variant("rows", code, op, 8, 8, 1024, 1024, 1, 1, 6, True),
+                      plan.Variant("rows", code, op, 8, 16, 512, 512, 1, 2, 12, True),
+                      plan.Variant("ticket", code, op, 8, 16, 512, 512, min_blocks=2,
+                                   smem_items=12, edges=True)]
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=lambda d: d.name)
+def test_16bit_forward_shapes_against_float64(dtype, op_name, gpu_state):
+    """Forced 16-bit forward variants at lengths where a thread holds none, some or all of
+    its vectors inside the row (the maximum of packed pairs and the exps skip the rest), at
+    offsets 0, 1 and 3 elements and at large magnitudes, with -inf, a row of -inf and a NaN
+    (its row is NaN, like the reference's); then the chooser's picks (None) at lengths from
+    lane groups to rows of 131071."""
+    op = OPS[op_name]
+    code = plan.dtype_code(dtype)
+    rng = np.random.default_rng([op, dtype.itemsize, 16])
+    variants = [v for v in forward16_variants() if (v.dtype, v.op) == (code, op)]
+    assert len(variants) == 3
+    for variant in [*variants, None]:
+        lengths = (1, 7, 4099, 32001, 50257, 65529, 65536)
+        if variant is None:
+            lengths = (7, 1000, 4099, 32001, 50257, 131071)
+        elif variant.kind == "ticket":
+            lengths = (50257, 65537, 200_003)
+        for cols in lengths:
+            for offset, scale in ((0, 1.0), (1, 1.0), (3, 1e3 if dtype == F16 else 1e4)):
+                a, _ = inputs(op, (4, cols), dtype, rng, scale)
+                a[0, cols // 3] = np.nan
+                ref, size = reference(op, a.astype(np.float64), None)
+                out = offset_view(np.full((4, cols), 12345, dtype), offset)  # poison
+                if variant is None:
+                    run_op(op, offset_view(a, offset), None, out=out)
+                else:
+                    run_variant(variant, [offset_view(a, offset)], out)
+                err = error(out.to_numpy(), ref, size)
+                assert err < TOLERANCE[dtype], (variant, cols, offset, scale, err)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op_name", list(OPS))
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
