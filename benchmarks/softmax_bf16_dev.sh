@@ -24,7 +24,7 @@ step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time an
     timeout -s INT -k 10 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
     echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$out/steps.txt"
 }
-step routes 75 python3 benchmarks/softmax_edges_dev.py --routes --set softbf16 --warm \
+step routes 85 python3 benchmarks/softmax_edges_dev.py --routes --set softbf16 --warm \
     --old "$old" --exp16 "$site/exp16.cu" --json "$out/routes.json"
 step tests 40 python3 -P -m pytest -p no:cacheprovider -q -ra tests/test_softmax.py -k \
     "16bit_forward or (ticket_rows and bfloat16 and softmax and not backward)"

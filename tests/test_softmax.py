@@ -124,7 +124,8 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
-    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 8, 1024, 1, 6>",)
+    # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16)
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
@@ -140,7 +141,13 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10, 1>",)
     assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD, tickets=False).names() == (
         "softmax_partial<0, 2, 4, 4, 512, 1>", "softmax_finish<0, 2, 4, 4, 512, 1>")
-    assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 8, 1024, 1024, 1, 6, 1>",)
+    # 16-bit forward rows of 16k-64k elements: two CTAs of 512 threads per SM (s7-softbf16)
+    assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 16, 512, 512, 2, 12, 1>",)
+    assert pick(32001, BF16).names() == ("softmax_rows<2, 0, 8, 8, 512, 512, 2, 0, 1>",)
+    assert pick(16384, F16).names() == ("softmax_rows<1, 0, 8, 4, 512, 512, 1, 0>",)
+    assert pick(32001, BF16, plan.SOFTMAX_BACKWARD).threads == 1024
+    assert pick(32001, BF16, clusters=False).names() == (
+        "softmax_rows<2, 0, 8, 4, 1024, 1024, 1, 0, 1>",)
     assert pick(131072, F32, clusters=False).kind == "split"
 
 
@@ -542,7 +549,8 @@ def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
     op = OPS[op_name]
     rng = np.random.default_rng([op, dtype.itemsize, 1_000_003])
     picks = [plan.choose_variant(1_000_003, dtype, op, rows=rows) for rows in (2, 4)]
-    assert picks[0].min_blocks == 2 and picks[1].min_blocks == 1
+    assert picks[0].threads == plan.SPLIT_THREADS and not picks[0].smem_items
+    assert picks[1] == plan.choose_variant(1_000_003, dtype, op)  # the wide chunks
     for rows in (2, 4):
         if gpurt.get_device_capability()[0] >= 9:
             assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
