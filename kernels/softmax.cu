@@ -350,9 +350,22 @@ struct Forward {
     // the maximum on packed pairs (exact); the sum pass widens again (there is no room to
     // keep exps), with exp2 flushing float32 subnormals (below every 16-bit normal, and at
     // most 1e-38 for bfloat16 outputs): two exps an element, no scaling around them.
+    // A thread whose vectors are all live runs the passes without the per-vector branches,
+    // which keep the compiler from loading the next shared-memory vector during the current
+    // one's exps (up to 8 vectors a thread: with 16, the loads in flight spill at 64
+    // registers).
     template <int ITEMS, int VEC, class H>
     static __device__ __forceinline__ float2 local16(const H& h, int live) {
+        if constexpr (ITEMS <= 8) {
+            if (live == ITEMS) return passes16<ITEMS, VEC, true>(h, ITEMS);
+        }
+        return passes16<ITEMS, VEC, false>(h, live);
+    }
+
+    template <int ITEMS, int VEC, bool ALL, class H>
+    static __device__ __forceinline__ float2 passes16(const H& h, int some) {
         typedef typename H::A A;
+        const int live = ALL ? ITEMS : some;
         float m = SM_NEG_INF;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
