@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # s7-softbf16's one device run (issue 17, 16-bit forward rows): softmax_edges_dev.py --routes
-# --set softbf16 (each variant before the change (--old), after it, and with bfloat16 exps of
-# pairs (--exp16), torch and the copy in the same process), the GPU tests of the 16-bit
-# forward shapes and of the chooser's 16-bit picks at long and odd lengths, and
-# compute-sanitizer memcheck, racecheck and synccheck over the forced 16-bit forward shapes.
+# --set softbf16 (each variant before the change (--old) and after it, torch and the copy in
+# the same process), the GPU tests of the 16-bit forward shapes and of the chooser's 16-bit
+# picks at long and odd lengths, and compute-sanitizer memcheck, racecheck and synccheck over
+# the forced 16-bit forward shapes. (The timed run also had an --exp16 source: commit 6b6daea.)
 # Every step has its own time limit, so one that hangs still leaves the others' logs.
 #
 #     bash benchmarks/softmax_bf16_dev.sh OUTDIR OLD_SOFTMAX_CU
@@ -15,7 +15,6 @@ cd "$tree"
 site=$(mktemp -d)
 python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$out/setup.log" 2>&1
 cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
-{ echo "#define SM_EXP_BF16X2 1"; cat kernels/softmax.cu; } > "$site/exp16.cu"
 export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache"
 nvidia-smi -L > "$out/device.txt" 2>&1
 step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time and rc after
@@ -25,7 +24,7 @@ step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time an
     echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$out/steps.txt"
 }
 step routes 85 python3 benchmarks/softmax_edges_dev.py --routes --set softbf16 --warm \
-    --old "$old" --exp16 "$site/exp16.cu" --json "$out/routes.json"
+    --old "$old" --json "$out/routes.json"
 step tests 40 python3 -P -m pytest -p no:cacheprovider -q -ra tests/test_softmax.py -k \
     "16bit_forward or (ticket_rows and bfloat16 and softmax and not backward)"
 sanitize() {

@@ -12,7 +12,7 @@ in one run (GB/s and % of copy, timed like bench_softmax.py):
     rows, each checked against torch in float64 and timed, with torch's own time for the
     case) [--set NAME] (another set of routes: SETS) [--warm] (first compile the set's
     variants and the GPU tests' ticket variants into the disk kernel cache, one process
-    per CPU) [--old PATH] [--exp16 PATH] (other sources of softmax.cu, for before/after)
+    per CPU) [--old PATH] (softmax.cu before a change, for before/after)
 """
 
 from __future__ import annotations
@@ -154,37 +154,34 @@ TICKET: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50257, BF16, "softmax"): [_ticket(2, 0, 8, 512, 2), _ticket(2, 0, 8, 256, 4)],
 }
 
-EXP16 = "exp16"  # a variant compiled from --exp16 (softmax.cu built with -DSM_EXP_BF16X2)
-
-
 def _rows16(dt: int, op: int, items: int, threads: int, blocks: int, smem: int) -> Any:
     return V("rows", dt, op, 8, items, threads, threads, 1, blocks, smem, True)
 
 
-def _before_after(v: Any, exp16: bool = False) -> list:
-    """``v`` from --old's source, then from the current one (and from --exp16's)."""
-    return [(OLD, v), v] + ([(EXP16, v)] if exp16 else [])
+def _before_after(v: Any) -> list:
+    """``v`` from --old's source, then from the current one."""
+    return [(OLD, v), v]
 
 
 # s7-softbf16: 16-bit forward rows (the chooser's pick first, then the same variant from the
 # source before the change, then forced ones): one CTA per SM of 1024 threads against two of
-# 512 (one computes while the other loads), 12 or 10 of 16 vectors in shared memory; the
-# bfloat16 exps of pairs (--exp16); rows of 32001 in CTAs of 512 or 256, two or four per SM
+# 512 (one computes while the other loads), 12 or 10 of 16 vectors in shared memory; rows
+# of 32001 in CTAs of 512 or 256, two or four per SM. (The run also timed the sum pass's exps
+# as ex2.bf16x2 of pairs, -DSM_EXP_BF16X2 in commit 6b6daea: slower, dropped.)
 _PICK50257 = _rows16(2, 0, 8, 1024, 1, 6)
 _PAIRED = _rows16(2, 0, 16, 512, 2, 12)
 SOFTBF16: dict[tuple[int, int, np.dtype, str], list] = {
-    (4096, 50257, BF16, "softmax"): [*_before_after(_PICK50257, True),
-                                     _PAIRED, (EXP16, _PAIRED), _rows16(2, 0, 16, 512, 2, 10)],
+    (4096, 50257, BF16, "softmax"): [*_before_after(_PICK50257), _PAIRED,
+                                     _rows16(2, 0, 16, 512, 2, 10)],
     (4096, 50257, F16, "softmax"): [*_before_after(_rows16(1, 0, 8, 1024, 1, 6)),
                                     _rows16(1, 0, 16, 512, 2, 12)],
     (4096, 50257, BF16, "log_softmax"): [*_before_after(_rows16(2, 1, 8, 1024, 1, 6)),
                                          _rows16(2, 1, 16, 512, 2, 12)],
-    (4096, 32001, BF16, "softmax"): [*_before_after(_rows16(2, 0, 4, 1024, 1, 0), True),
+    (4096, 32001, BF16, "softmax"): [*_before_after(_rows16(2, 0, 4, 1024, 1, 0)),
                                      _rows16(2, 0, 8, 512, 2, 0), _rows16(2, 0, 8, 512, 2, 4),
                                      _rows16(2, 0, 16, 256, 4, 12), _PAIRED],
-    (64, 1_000_003, BF16, "softmax"): [*_before_after(_ticket(2, 0, 8, 1024, 1, 6), True),
-                                       _ticket(2, 0, 16, 512, 2, 12),
-                                       (EXP16, _ticket(2, 0, 16, 512, 2, 12))],
+    (64, 1_000_003, BF16, "softmax"): [*_before_after(_ticket(2, 0, 8, 1024, 1, 6)),
+                                       _ticket(2, 0, 16, 512, 2, 12)],
     (1024, 131072, BF16, "softmax"): [
         *_before_after(V("cluster", 2, 0, 8, 8, 1024, 1024, 2, 1, 6)),
         V("cluster", 2, 0, 8, 16, 512, 512, 2, 2, 12)],
@@ -308,11 +305,10 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=len(CASES))
     parser.add_argument("--routes", action="store_true")
     parser.add_argument("--old", help="softmax.cu before a change, for the OLD routes")
-    parser.add_argument("--exp16", help="softmax.cu built with -DSM_EXP_BF16X2 (EXP16)")
     parser.add_argument("--set", default="issue17", choices=tuple(SETS))
     parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
-    sources = {k: v for k, v in ((OLD, args.old), (EXP16, args.exp16)) if v}
+    sources = {OLD: args.old} if args.old else {}
     if args.warm:
         print(f"compiled {warm(args.set, sources)} variants", flush=True)
     ways = args.ways.split(",")

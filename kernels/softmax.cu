@@ -268,27 +268,6 @@ __device__ __forceinline__ float max_vec(const R& raw, float m) {
     return m;
 }
 
-#if __CUDA_ARCH__ >= 900
-// (-DSM_EXP_BF16X2, measured against the float32 exps) sum of exp(x - ref) over a vector of
-// bfloat16 pairs: arguments in float32, rounded to bfloat16 pairs, one ex2.bf16x2 a pair.
-template <class R>
-__device__ __forceinline__ float sum_exp_bf16x2(const R& raw, float ref) {
-    Pairs<R> p;
-    p.raw = raw;
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < (int)(sizeof(R) / 4); ++w) {
-        const float lo = (__uint_as_float(p.word[w] << 16) - ref) * SM_LOG2E;
-        const float hi = (__uint_as_float(p.word[w] & 0xffff0000u) - ref) * SM_LOG2E;
-        unsigned int t, e;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(t) : "f"(hi), "f"(lo));
-        asm("ex2.approx.ftz.bf16x2 %0, %1;" : "=r"(e) : "r"(t));
-        s += __uint_as_float(e << 16) + __uint_as_float(e & 0xffff0000u);
-    }
-    return s;
-}
-#endif
-
 // How many of a thread's ITEMS vectors (vector i at column col0 + (i * GROUP + lane) * VEC)
 // lie inside a row of `cols` columns: a prefix of them (0 for a thread of no live row).
 template <int VEC, int ITEMS, int GROUP>
@@ -377,12 +356,6 @@ struct Forward {
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             if (i >= live) continue;
-#if defined(SM_EXP_BF16X2) && __CUDA_ARCH__ >= 900
-            if constexpr (H::DTYPE == 2 && sizeof(typename A::R) >= 4) {
-                s += sum_exp_bf16x2(h.raw(0, i), ref);
-                continue;
-            }
-#endif
             float c[VEC];
             A::unpack(h.raw(0, i), c);
 #pragma unroll
