@@ -12,7 +12,7 @@ in one run (GB/s and % of copy, timed like bench_softmax.py):
     rows, each checked against torch in float64 and timed, with torch's own time for the
     case) [--set NAME] (another set of routes: SETS) [--warm] (first compile the set's
     variants and the GPU tests' ticket variants into the disk kernel cache, one process
-    per CPU)
+    per CPU) [--old PATH] (softmax.cu before a change, for before/after)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from _common import Timer, copy_gbps, peer
-from bench_softmax import BF16, F32, OPS, gpurt_call, make_inputs, plan, torch_call
+from bench_softmax import BF16, F16, F32, OPS, gpurt_call, make_inputs, plan, torch_call
 
 import gpurt
 
@@ -153,7 +153,43 @@ TICKET: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50257, F32, "log_softmax_backward"): [_ticket(0, LB, 16, 512, 1, 4)],
     (4096, 50257, BF16, "softmax"): [_ticket(2, 0, 8, 512, 2), _ticket(2, 0, 8, 256, 4)],
 }
-SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET}
+
+def _rows16(dt: int, op: int, items: int, threads: int, blocks: int, smem: int) -> Any:
+    return V("rows", dt, op, 8, items, threads, threads, 1, blocks, smem, True)
+
+
+def _before_after(v: Any) -> list:
+    """``v`` from --old's source, then from the current one."""
+    return [(OLD, v), v]
+
+
+# s7-softbf16: 16-bit forward rows (the chooser's pick first, then the same variant from the
+# source before the change, then forced ones): one CTA per SM of 1024 threads against two of
+# 512 (one computes while the other loads), 12 or 10 of 16 vectors in shared memory; rows
+# of 32001 in CTAs of 512 or 256, two or four per SM. (The run also timed the sum pass's exps
+# as ex2.bf16x2 of pairs, -DSM_EXP_BF16X2 in commit 6b6daea: slower, dropped.)
+_PICK50257 = _rows16(2, 0, 8, 1024, 1, 6)
+_PAIRED = _rows16(2, 0, 16, 512, 2, 12)
+SOFTBF16: dict[tuple[int, int, np.dtype, str], list] = {
+    (4096, 50257, BF16, "softmax"): [*_before_after(_PICK50257), _PAIRED,
+                                     _rows16(2, 0, 16, 512, 2, 10)],
+    (4096, 50257, F16, "softmax"): [*_before_after(_rows16(1, 0, 8, 1024, 1, 6)),
+                                    _rows16(1, 0, 16, 512, 2, 12)],
+    (4096, 50257, BF16, "log_softmax"): [*_before_after(_rows16(2, 1, 8, 1024, 1, 6)),
+                                         _rows16(2, 1, 16, 512, 2, 12)],
+    (4096, 32001, BF16, "softmax"): [*_before_after(_rows16(2, 0, 4, 1024, 1, 0)),
+                                     _rows16(2, 0, 8, 512, 2, 0), _rows16(2, 0, 8, 512, 2, 4),
+                                     _rows16(2, 0, 16, 256, 4, 12), _PAIRED],
+    (64, 1_000_003, BF16, "softmax"): [*_before_after(_ticket(2, 0, 8, 1024, 1, 6)),
+                                       _ticket(2, 0, 16, 512, 2, 12)],
+    (1024, 131072, BF16, "softmax"): [
+        *_before_after(V("cluster", 2, 0, 8, 8, 1024, 1024, 2, 1, 6)),
+        V("cluster", 2, 0, 8, 16, 512, 512, 2, 2, 12)],
+    (16384, 4096, BF16, "softmax"): _before_after(plan.choose_variant(4096, BF16, plan.SOFTMAX)),
+    (4096, 50257, BF16, "softmax_backward"): [],
+}
+SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
+        "softbf16": SOFTBF16}
 
 
 
@@ -171,10 +207,10 @@ def source_of(sm: Any, path: str | None) -> Iterator[None]:
         sm._source, sm._kernels = saved
 
 
-def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
+def routes(timer: Timer, copy: float, torch: Any, sources: dict[str, str],
            routes_set: str = "issue17") -> list[dict]:
     """Each forced variant of ROUTES (the chooser's first): error against torch in float64
-    (poisoned output), % of copy."""
+    (poisoned output), % of copy. ``sources``: the source of (name, variant) entries."""
     sm = importlib.import_module("gpurt.kernels.softmax")
     found = []
     chosen = SETS[routes_set]
@@ -188,10 +224,10 @@ def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
         nbytes = (len(made) + 1) * rows * cols * dtype.itemsize
         torch_pct = 100 * nbytes / timer.ms(torch_call(op, made, torch)) / 1e6 / copy
         for entry in [plan.choose_variant(cols, dtype, op, rows=rows), *variants]:
-            path, v = (old, entry[1]) if isinstance(entry, tuple) else (None, entry)
-            label = ("old " if path else "") + v.names()[0]
-            if isinstance(entry, tuple) and old is None:
+            if isinstance(entry, tuple) and entry[0] not in sources:
                 continue
+            path, v = (sources[entry[0]], entry[1]) if isinstance(entry, tuple) else (None, entry)
+            label = (f"{entry[0]} " if path else "") + v.names()[0]
             try:
                 with source_of(sm, path):
                     call = sm.plan_variant(v, arrays, out, view, gpurt.current_device())
@@ -216,26 +252,32 @@ def routes(timer: Timer, copy: float, torch: Any, old: str | None = None,
     return found
 
 
-def _compile(variant: Any, arch: str) -> None:
-    importlib.import_module("gpurt.kernels.softmax").compile_variant(variant, arch)
+def _compile(variant: Any, arch: str, path: str | None = None) -> None:
+    sm = importlib.import_module("gpurt.kernels.softmax")
+    with source_of(sm, path):
+        sm.compile_variant(variant, arch)
 
 
-def warm(routes_set: str) -> int:
-    """Compile every variant of the set (and the chooser's picks) and tests/test_softmax.py's
-    ticket variants into the disk kernel cache, one process per CPU; returns how many."""
-    variants = []
+def warm(routes_set: str, sources: dict[str, str]) -> int:
+    """Compile every variant of the set (and the chooser's picks; (name, variant) entries
+    from ``sources``) and tests/test_softmax.py's ticket variants into the disk kernel cache,
+    one process per CPU; returns how many."""
+    variants: list = []
     for (rows, cols, dtype, name), chosen in SETS[routes_set].items():
         variants.append(plan.choose_variant(cols, dtype, OPS[name], rows=rows))
-        variants += [v for v in chosen if not isinstance(v, tuple)]
+        variants += [v if not isinstance(v, tuple) else (v[1], sources[v[0]])
+                     for v in chosen if not isinstance(v, tuple) or v[0] in sources]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     tests = importlib.import_module("test_softmax")
-    variants += tests.ticket_variants()
+    variants += (tests.forward16_variants() if routes_set == "softbf16"
+                 else tests.ticket_variants())
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     variants = list(dict.fromkeys(variants))
     context = multiprocessing.get_context("spawn")  # no CUDA context in the workers
     arch = gpurt.get_arch()
+    jobs = [v if isinstance(v, tuple) else (v, None) for v in variants]
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
-        list(pool.map(_compile, variants, [arch] * len(variants)))
+        list(pool.map(_compile, [j[0] for j in jobs], [arch] * len(jobs), [j[1] for j in jobs]))
     return len(variants)
 
 
@@ -266,15 +308,16 @@ def main() -> None:
     parser.add_argument("--set", default="issue17", choices=tuple(SETS))
     parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
+    sources = {OLD: args.old} if args.old else {}
     if args.warm:
-        print(f"compiled {warm(args.set)} variants", flush=True)
+        print(f"compiled {warm(args.set, sources)} variants", flush=True)
     ways = args.ways.split(",")
     torch = peer("torch")
     handle = int(torch.cuda.current_stream().cuda_stream)
     timer = Timer(handle, repeat=30)
     copy = copy_gbps(timer)
     if args.routes:
-        found = routes(timer, copy, torch, args.old, args.set)
+        found = routes(timer, copy, torch, sources, args.set)
         print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
         for r in found:
             print(f"{r['case']:>36} {r['variant']:>52} "

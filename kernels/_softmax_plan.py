@@ -59,8 +59,10 @@ class LongRows:
     most ``smem`` bytes per CTA; ``alone``: also for rows that one such CTA holds (else only
     for a cluster of them); ``clusters``: also for rows that need a cluster (else only alone);
     ``min_items``: only where a thread holds at least this many vectors (shorter rows keep
-    the shapes after it). Rows longer than PORTABLE_CLUSTER such CTAs hold take chunks of
-    the first shape of their operation that meet through a ticket (``ticket`` variants)."""
+    the shapes after it); ``fills``: (the first shape of an operation) also for rows that
+    need one CTA of MAX_THREADS in registers, in registers only. Rows longer than
+    PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their operation that
+    meet through a ticket (``ticket`` variants)."""
 
     threads: int
     blocks: int
@@ -70,6 +72,7 @@ class LongRows:
     alone: bool = True
     clusters: bool = True
     min_items: int = 1
+    fills: bool = False
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -94,6 +97,14 @@ _RUN4_ALONE = LongRows(1024, 1, 32, 16, 192 * 1024, clusters=False)
 # issue 17); shorter rows (8 vectors a thread) are unmeasured with it and keep run 4's shape;
 # bf16 rows of 1M in ticket chunks of it (s7-softlong, H100): 84.7% of copy, the split 57.1
 _WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16)
+# 16-bit forward: two CTAs of 512 threads per SM, so that one loads while the other reduces
+# (the exps of a 16-bit row are compute-bound phases), each holding 4 of 16 vectors in
+# registers and 12 in shared memory (96 KiB), or up to 8 in registers for rows of 16k-32k
+# elements (s7-softbf16, H100, % of copy against one CTA of 1024 threads: bf16 4096x50257
+# 95.8 / 87.8, fp16 96.5 / 88.4, bf16 log_softmax 97.8 / 95.0; bf16 4096x32001 in
+# registers 95.8 / 87.4; bf16 rows of 1M in ticket chunks 77.7 / 67.8). Not in clusters:
+# 2-CTA clusters of it read 83.3 at 131072 where run 4's shape reads 83.0
+_PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
@@ -103,8 +114,8 @@ LONG_ROWS = {
     (SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
     # issue 17 (H100, 50257): 100.0 with the wide backward shape, 86.0 with run 4's alone
     (LOG_SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
-    (SOFTMAX, 2): (_RUN4,),
-    (LOG_SOFTMAX, 2): (_RUN4,),
+    (SOFTMAX, 2): (_PAIRED16, _RUN4),
+    (LOG_SOFTMAX, 2): (_PAIRED16, _RUN4),
     (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
     (LOG_SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
 }
@@ -320,6 +331,10 @@ def choose_variant(
         group = min(32, _pow2_at_least(-(-nvec // items)))
         return fit("rows", group, GROUP_ROWS_THREADS)
     threads = _pow2_at_least(-(-nvec // items))
+    wide = clusters and vec * _STORAGE_BYTES[code] == 16
+    shapes = LONG_ROWS[op, _STORAGE_BYTES[code]] if wide else ()
+    if threads == MAX_THREADS and shapes and shapes[0].fills:
+        return fit("rows", shapes[0].threads, shapes[0].threads, blocks=shapes[0].blocks)
     if threads <= MAX_THREADS:
         return fit("rows", threads, threads)
     # Longer rows (sm_90, 16-byte vectors): the first of LONG_ROWS's shapes whose CTAs hold
@@ -327,8 +342,7 @@ def choose_variant(
     # addresses of the asynchronous copies take some of them) more in shared memory.
     # Otherwise CTAs of MAX_THREADS holding `most` vectors in registers, alone or in a
     # cluster; longer still, ticket chunks (sm_90, 16-byte vectors), else the split.
-    wide = clusters and vec * _STORAGE_BYTES[code] == 16
-    for shape in LONG_ROWS[op, _STORAGE_BYTES[code]] if wide else ():
+    for shape in shapes:
         held = max(1, shape.held // (inputs * vec))
         keep = max(1, shape.keep // (inputs * vec))
         room = shape.smem // (inputs * shape.threads * 16)

@@ -174,6 +174,7 @@ template <int DT, int NIN, int VEC, int ITEMS, int SMEM>
 struct Held {
     typedef Access<DT, VEC> A;
     typedef typename A::R R;
+    static const int DTYPE = DT;
     static const int REG = ITEMS - SMEM;
     static_assert(SMEM == 0 || (sizeof(R) == 16 && REG >= 0), "only 16-byte vectors go to smem");
 
@@ -183,16 +184,19 @@ struct Held {
     __device__ __forceinline__ R* shared_vec(int t, int i) const {
         return slot + (t * SMEM + i - REG) * blockDim.x;
     }
-    // Vector i of input t as VEC floats (from shared memory once its copy has landed).
-    __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
+    // Vector i of input t as loaded (from shared memory once its copy has landed).
+    __device__ __forceinline__ R raw(int t, int i) const {
         if constexpr (SMEM > 0) {
             if (i >= REG) {
                 copy_async_wait(NIN * (ITEMS - i) - 1 - t);  // groups committed after it
-                A::unpack(load_shared(shared_vec(t, i)), c);
-                return;
+                return load_shared(shared_vec(t, i));
             }
         }
-        A::unpack(reg[t][i], c);
+        return reg[t][i];
+    }
+    // Vector i of input t as VEC floats.
+    __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
+        A::unpack(raw(t, i), c);
     }
     // Replace vector i of input t (float32 inputs keep intermediate values in place).
     __device__ __forceinline__ void set_item(int t, int i, const float (&c)[VEC]) {
@@ -227,6 +231,53 @@ __device__ __forceinline__ float exp2_ftz(float x) {
     return y;
 }
 
+// The 32-bit words of a vector of 16-bit values (pairs).
+template <class R>
+union Pairs {
+    R raw;
+    unsigned int word[sizeof(R) / 4];
+};
+
+// max(m, the vector's 16-bit values (DT 1 or 2)), NaN skipped like fmaxf: max.f16x2 /
+// max.bf16x2 over pairs (one instruction for two values, no widening), exact.
+template <int DT, class R>
+__device__ __forceinline__ float max_vec(const R& raw, float m) {
+    typedef typename Elem<DT>::storage S;
+#if __CUDA_ARCH__ >= 800
+    if constexpr (sizeof(R) >= 4) {
+        Pairs<R> p;
+        p.raw = raw;
+        unsigned int pair = p.word[0];
+#pragma unroll
+        for (int w = 1; w < (int)(sizeof(R) / 4); ++w) {
+            if constexpr (DT == 2) asm("max.bf16x2 %0, %0, %1;" : "+r"(pair) : "r"(p.word[w]));
+            else asm("max.f16x2 %0, %0, %1;" : "+r"(pair) : "r"(p.word[w]));
+        }
+        const float lo = Elem<DT>::load((S)(pair & 0xffffu));
+        return fmaxf(m, fmaxf(lo, Elem<DT>::load((S)(pair >> 16))));
+    }
+#endif
+    const int n = sizeof(R) / sizeof(S);
+    union {
+        R raw;
+        S item[n];
+    } v;
+    v.raw = raw;
+#pragma unroll
+    for (int k = 0; k < n; ++k) m = fmaxf(m, Elem<DT>::load(v.item[k]));
+    return m;
+}
+
+// How many of a thread's ITEMS vectors (vector i at column col0 + (i * GROUP + lane) * VEC)
+// lie inside a row of `cols` columns: a prefix of them (0 for a thread of no live row).
+template <int VEC, int ITEMS, int GROUP>
+__device__ __forceinline__ int live_items(int col0, int cols, bool live) {
+    const int first = col0 + (int)(threadIdx.x % GROUP) * VEC;
+    if (!live || first >= cols) return 0;
+    const int n = (cols - first - 1) / (GROUP * VEC) + 1;
+    return n < ITEMS ? n : ITEMS;
+}
+
 // Forward: partial = (max m, sum exp(x - m)); outputs from x and the row's (max, sum).
 // A row of only -inf gives NaN like torch (-inf - -inf); NaN inputs give a NaN sum.
 template <int OP>
@@ -239,12 +290,16 @@ struct Forward {
     }
 
     // A max pass, then a sum pass. float32: its exp(x - m) replace x (softmax), so the
-    // outputs need one multiplication each. 16-bit inputs are widened again in the sum pass
-    // (there is no room to keep exps), with exp2 flushing float32 subnormals (below every
-    // 16-bit normal, and at most 1e-38 for bfloat16 outputs): two exps an element and a
-    // short instruction stream, where these rows are compute-bound.
+    // outputs need one multiplication each. 16-bit inputs: local16. `live`: how many of the
+    // thread's vectors lie inside the row (a prefix; 16-bit only, the rest hold -inf).
     template <int ITEMS, int VEC, class H>
-    static __device__ __forceinline__ float2 local(H& h) {
+    static __device__ __forceinline__ float2 local(H& h, int live) {
+        if constexpr (sizeof(typename H::A::S) == 2) return local16<ITEMS, VEC>(h, live);
+        else return local32<ITEMS, VEC>(h);
+    }
+
+    template <int ITEMS, int VEC, class H>
+    static __device__ __forceinline__ float2 local32(H& h) {
         float m = SM_NEG_INF;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
@@ -260,17 +315,51 @@ struct Forward {
         for (int i = 0; i < ITEMS; ++i) {
             float c[VEC];
             h.item(0, i, c);
-            if constexpr (sizeof(typename H::A::S) == 4) {
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) {
-                    c[k] = exp2f((c[k] - ref) * SM_LOG2E);
-                    s += c[k];
-                }
-                if (OP == 0) h.set_item(0, i, c);
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; ++k) s += exp2_ftz((c[k] - ref) * SM_LOG2E);
+            for (int k = 0; k < VEC; ++k) {
+                c[k] = exp2f((c[k] - ref) * SM_LOG2E);
+                s += c[k];
             }
+            if (OP == 0) h.set_item(0, i, c);
+        }
+        return make_float2(m, s);
+    }
+
+    // 16-bit inputs, where these rows are compute-bound: only the thread's `live` vectors;
+    // the maximum on packed pairs (exact); the sum pass widens again (there is no room to
+    // keep exps), with exp2 flushing float32 subnormals (below every 16-bit normal, and at
+    // most 1e-38 for bfloat16 outputs): two exps an element, no scaling around them.
+    // A thread whose vectors are all live runs the passes without the per-vector branches,
+    // which keep the compiler from loading the next shared-memory vector during the current
+    // one's exps (up to 8 vectors a thread: with 16, the loads in flight spill at 64
+    // registers).
+    template <int ITEMS, int VEC, class H>
+    static __device__ __forceinline__ float2 local16(const H& h, int live) {
+        if constexpr (ITEMS <= 8) {
+            if (live == ITEMS) return passes16<ITEMS, VEC, true>(h, ITEMS);
+        }
+        return passes16<ITEMS, VEC, false>(h, live);
+    }
+
+    template <int ITEMS, int VEC, bool ALL, class H>
+    static __device__ __forceinline__ float2 passes16(const H& h, int some) {
+        typedef typename H::A A;
+        const int live = ALL ? ITEMS : some;
+        float m = SM_NEG_INF;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            if (i < live) m = max_vec<H::DTYPE>(h.raw(0, i), m);
+        }
+        // Values only -inf (or NaN, which max skips): sum exp(x - 0), i.e. 0 or NaN.
+        const float ref = reference(m);
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            if (i >= live) continue;
+            float c[VEC];
+            A::unpack(h.raw(0, i), c);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) s += exp2_ftz((c[k] - ref) * SM_LOG2E);
         }
         return make_float2(m, s);
     }
@@ -320,7 +409,7 @@ struct Backward {
     }
 
     template <int ITEMS, int VEC, class H>
-    static __device__ __forceinline__ float2 local(H& h) {
+    static __device__ __forceinline__ float2 local(H& h, int) {
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
@@ -589,7 +678,7 @@ struct Edges {
     // The thread's partial: the body's `body`, with the edges' folded in.
     __device__ __forceinline__ float2 local(float2 body) {
         if constexpr (N == 0) return body;
-        own = Policy<OP>::template local<N, 1>(h);
+        own = Policy<OP>::template local<N, 1>(h, N);
         return Policy<OP>::combine(body, own);
     }
     __device__ __forceinline__ void store(S* out, float2 total) const {
@@ -638,7 +727,8 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     const RowSpan& span = edges.span;
     load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, 0, span.body, live);
     edges.load(in);
-    const float2 own = P::template local<ITEMS, VEC>(h);
+    const float2 own = P::template local<ITEMS, VEC>(
+        h, live_items<VEC, ITEMS, GROUP>(0, span.body, live));
     const float2 mine = edges.local(own);
     float2 total;
     if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(mine);
@@ -670,7 +760,8 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
         const RowSpan& span = edges.span;
         load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, span.body, true);
         edges.load(in);
-        const float2 own = P::template local<ITEMS, VEC>(h);
+        const float2 own = P::template local<ITEMS, VEC>(
+            h, live_items<VEC, ITEMS, THREADS>(col0, span.body, true));
         float2 total = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
         total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
         cluster_arrive();  // done reading peers; their shared memory must outlive this
@@ -708,7 +799,8 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     const RowSpan& span = edges.span;
     load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, span.body, true);
     edges.load(in);
-    const float2 own = P::template local<ITEMS, VEC>(h);
+    const float2 own = P::template local<ITEMS, VEC>(
+        h, live_items<VEC, ITEMS, THREADS>(col0, span.body, true));
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
     const float2 total = meet_row<OP>(mine, work, partials, row, chunk, chunks, &row_total);
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
@@ -733,7 +825,8 @@ softmax_partial(const SM_STORAGE* a, const SM_STORAGE* b, float2* partials, long
     load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, edges.span.body_base, col0, edges.span.body,
                                              true);
     edges.load(in);
-    const float2 own = edges.local(P::template local<ITEMS, VEC>(h));
+    const float2 own = edges.local(P::template local<ITEMS, VEC>(
+        h, live_items<VEC, ITEMS, THREADS>(col0, edges.span.body, true)));
     const float2 total = reduce_warps<OP, THREADS, THREADS>(own, warp_total);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
@@ -756,7 +849,8 @@ softmax_finish(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
     const RowSpan& span = edges.span;
     load_row<DT, OP, VEC, ITEMS, THREADS, 0>(h, in, span.body_base, col0, span.body, true);
     edges.load(in);
-    const float2 own = P::template local<ITEMS, VEC>(h);
+    const float2 own = P::template local<ITEMS, VEC>(
+        h, live_items<VEC, ITEMS, THREADS>(col0, span.body, true));
     edges.local(own);
     float2 total = P::identity();
     for (int c = threadIdx.x % 32; c < chunks; c += 32)

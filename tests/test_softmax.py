@@ -124,7 +124,8 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
-    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 8, 1024, 1, 6>",)
+    # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16)
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
@@ -140,7 +141,13 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10, 1>",)
     assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD, tickets=False).names() == (
         "softmax_partial<0, 2, 4, 4, 512, 1>", "softmax_finish<0, 2, 4, 4, 512, 1>")
-    assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 8, 1024, 1024, 1, 6, 1>",)
+    # 16-bit forward rows of 16k-64k elements: two CTAs of 512 threads per SM (s7-softbf16)
+    assert pick(50257, BF16).names() == ("softmax_rows<2, 0, 8, 16, 512, 512, 2, 12, 1>",)
+    assert pick(32001, BF16).names() == ("softmax_rows<2, 0, 8, 8, 512, 512, 2, 0, 1>",)
+    assert pick(16384, F16).names() == ("softmax_rows<1, 0, 8, 4, 512, 512, 1, 0>",)
+    assert pick(32001, BF16, plan.SOFTMAX_BACKWARD).threads == 1024
+    assert pick(32001, BF16, clusters=False).names() == (
+        "softmax_rows<2, 0, 8, 4, 1024, 1024, 1, 0, 1>",)
     assert pick(131072, F32, clusters=False).kind == "split"
 
 
@@ -485,6 +492,54 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
             assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
 
 
+def forward16_variants() -> list[plan.Variant]:
+    """16-bit forward CTA shapes for long rows (s7-softbf16): one CTA of 1024 threads per SM
+    (6 of 8 vectors in shared memory), two of 512 (12 of 16), and ticket chunks of the latter."""
+    found = []
+    for dtype in (F16, BF16):
+        code = plan.dtype_code(dtype)
+        for op in (plan.SOFTMAX, plan.LOG_SOFTMAX):
+            found += [plan.Variant("rows", code, op, 8, 8, 1024, 1024, 1, 1, 6, True),
+                      plan.Variant("rows", code, op, 8, 16, 512, 512, 1, 2, 12, True),
+                      plan.Variant("ticket", code, op, 8, 16, 512, 512, min_blocks=2,
+                                   smem_items=12, edges=True)]
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=lambda d: d.name)
+def test_16bit_forward_shapes_against_float64(dtype, op_name, gpu_state):
+    """Forced 16-bit forward variants at lengths where a thread holds none, some or all of
+    its vectors inside the row (the maximum of packed pairs and the exps skip the rest), at
+    offsets 0, 1 and 3 elements and at large magnitudes, with -inf, a row of -inf and a NaN
+    (its row is NaN, like the reference's); then the chooser's picks (None) at lengths from
+    lane groups to rows of 131071."""
+    op = OPS[op_name]
+    code = plan.dtype_code(dtype)
+    rng = np.random.default_rng([op, dtype.itemsize, 16])
+    variants = [v for v in forward16_variants() if (v.dtype, v.op) == (code, op)]
+    assert len(variants) == 3
+    for variant in [*variants, None]:
+        lengths = (1, 7, 4099, 32001, 50257, 65529, 65536)
+        if variant is None:
+            lengths = (7, 1000, 4099, 32001, 50257, 131071)
+        elif variant.kind == "ticket":
+            lengths = (50257, 65537, 200_003)
+        for cols in lengths:
+            for offset, scale in ((0, 1.0), (1, 1.0), (3, 1e3 if dtype == F16 else 1e4)):
+                a, _ = inputs(op, (4, cols), dtype, rng, scale)
+                a[0, cols // 3] = np.nan
+                ref, size = reference(op, a.astype(np.float64), None)
+                out = offset_view(np.full((4, cols), 12345, dtype), offset)  # poison
+                if variant is None:
+                    run_op(op, offset_view(a, offset), None, out=out)
+                else:
+                    run_variant(variant, [offset_view(a, offset)], out)
+                err = error(out.to_numpy(), ref, size)
+                assert err < TOLERANCE[dtype], (variant, cols, offset, scale, err)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op_name", list(OPS))
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
@@ -494,7 +549,8 @@ def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
     op = OPS[op_name]
     rng = np.random.default_rng([op, dtype.itemsize, 1_000_003])
     picks = [plan.choose_variant(1_000_003, dtype, op, rows=rows) for rows in (2, 4)]
-    assert picks[0].min_blocks == 2 and picks[1].min_blocks == 1
+    assert picks[0].threads == plan.SPLIT_THREADS and not picks[0].smem_items
+    assert picks[1] == plan.choose_variant(1_000_003, dtype, op)  # the wide chunks
     for rows in (2, 4):
         if gpurt.get_device_capability()[0] >= 9:
             assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
