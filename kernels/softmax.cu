@@ -697,6 +697,22 @@ struct Edges {
     }
 };
 
+// A group's share of a row: the body's columns from col0 (and, with `edges` live, the
+// row's edges) loaded into `h` and `edges`; returns the thread's partial with the edges folded
+// in, and the body's alone in `own` (store_row's).
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int EDGES>
+__device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
+                                             Edges<DT, OP, VEC, GROUP, EDGES>& edges,
+                                             const typename Elem<DT>::storage* const (&in)[2],
+                                             int col0, bool live, float2& own) {
+    const RowSpan& span = edges.span;
+    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, col0, span.body, live);
+    edges.load(in);
+    own = Policy<OP>::template local<ITEMS, VEC>(
+        h, live_items<VEC, ITEMS, GROUP>(col0, span.body, live));
+    return edges.local(own);
+}
+
 }  // namespace gpurt_softmax
 
 // ---- kernels ---------------------------------------------------------------------------------
@@ -714,7 +730,6 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     using namespace gpurt_softmax;
     static_assert(GROUP <= 32 || (GROUP % 32 == 0 && THREADS % GROUP == 0 && THREADS / GROUP <= 15),
                   "GROUP is a lane group, whole warps (at most 15 groups), or the whole CTA");
-    typedef Policy<OP> P;
     __shared__ float2 warp_total[THREADS / 32];
     const long long row = (long long)blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool live = row < rows;
@@ -725,11 +740,8 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
     Edges<DT, OP, VEC, GROUP, EDGES> edges(a, base, cols, live);
     const RowSpan& span = edges.span;
-    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, 0, span.body, live);
-    edges.load(in);
-    const float2 own = P::template local<ITEMS, VEC>(
-        h, live_items<VEC, ITEMS, GROUP>(0, span.body, live));
-    const float2 mine = edges.local(own);
+    float2 own;
+    const float2 mine = load_share<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, edges, in, 0, live, own);
     float2 total;
     if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(mine);
     else total = reduce_warps<OP, GROUP, THREADS>(mine, warp_total);
@@ -745,7 +757,6 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MINB)
 softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
                 int cols) {
     using namespace gpurt_softmax;
-    typedef Policy<OP> P;
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 cta_total;
     const int col0 = (int)cluster_rank() * (THREADS * ITEMS * VEC);
@@ -758,11 +769,10 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
         const long long base = row * (long long)cols;
         Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, col0 == 0);
         const RowSpan& span = edges.span;
-        load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, span.body, true);
-        edges.load(in);
-        const float2 own = P::template local<ITEMS, VEC>(
-            h, live_items<VEC, ITEMS, THREADS>(col0, span.body, true));
-        float2 total = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
+        float2 own;
+        float2 total = reduce_warps<OP, THREADS, THREADS>(
+            load_share<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, edges, in, col0, true, own),
+            warp_total);
         total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
         cluster_arrive();  // done reading peers; their shared memory must outlive this
         store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
@@ -779,7 +789,6 @@ __global__ void __launch_bounds__(THREADS, MINB)
 softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* work,
                long long rows, int cols, int chunks) {
     using namespace gpurt_softmax;
-    typedef Policy<OP> P;
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 row_total;
     __shared__ unsigned int ticket;
@@ -797,11 +806,10 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
     Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, chunk == 0);
     const RowSpan& span = edges.span;
-    load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, span.body, true);
-    edges.load(in);
-    const float2 own = P::template local<ITEMS, VEC>(
-        h, live_items<VEC, ITEMS, THREADS>(col0, span.body, true));
-    const float2 mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
+    float2 own;
+    const float2 mine = reduce_warps<OP, THREADS, THREADS>(
+        load_share<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, edges, in, col0, true, own),
+        warp_total);
     const float2 total = meet_row<OP>(mine, work, partials, row, chunk, chunks, &row_total);
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
                                                  span.body, true);
