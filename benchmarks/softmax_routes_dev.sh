@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device run of a set of softmax routes (issue 17): softmax_edges_dev.py --routes --set SET
+# (the set's variants, torch and the copy in the same process; with OLD_SOFTMAX_CU, each
+# variant also built from that source), the set's GPU tests, and compute-sanitizer memcheck,
+# racecheck and synccheck over them. Every step has its own time limit, so one that hangs
+# still leaves the others' logs. Sets: ticket (s7-softlong: rows of 1M, against the clusters
+# of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows).
+#
+#     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
+set -u
+set_name=${1:?SET}
+out=$(mkdir -p "${2:?OUTDIR}" && cd "$2" && pwd)
+old=()
+[ -z "${3-}" ] || old=(--old "$(cd "$(dirname "$3")" && pwd)/$(basename "$3")")
+case "$set_name" in
+    ticket)
+        tests="ticket or split or stands_in or clusters_of_16"
+        memcheck="ticket_chunks or (ticket_rows and float32)"
+        racecheck="ticket_chunks and (float32 or bfloat16)"
+        synccheck="ticket_chunks and bfloat16" ;;
+    softbf16)
+        tests="16bit_forward or (ticket_rows and bfloat16 and softmax and not backward)"
+        memcheck="16bit_forward and bfloat16"
+        racecheck="16bit_forward and bfloat16 and log"
+        synccheck="16bit_forward and float16 and log" ;;
+    *) echo "unknown set $set_name" >&2; exit 2 ;;
+esac
+tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$tree"
+site=$(mktemp -d)
+python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$out/setup.log" 2>&1
+cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
+export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache"
+nvidia-smi -L > "$out/device.txt" 2>&1
+step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time and rc after
+    local name=$1 limit=$2 t0=$SECONDS rc=0
+    shift 2
+    timeout -s INT -k 10 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+    echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$out/steps.txt"
+}
+step routes 90 python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
+    "${old[@]}" --json "$out/routes.json"
+step tests 50 python3 -P -m pytest -p no:cacheprovider -q -ra tests/test_softmax.py -k "$tests"
+sanitize() {
+    step "$1" "$2" compute-sanitizer --tool "$1" --report-api-errors no \
+        python3 -P -m pytest -p no:cacheprovider -q tests/test_softmax.py -k "$3"
+}
+sanitize memcheck 40 "$memcheck"
+sanitize racecheck 25 "$racecheck"
+sanitize synccheck 20 "$synccheck"
+tar -C "$out" -czf "$out/runs.tgz" --exclude runs.tgz --exclude routes.json \
+    --exclude steps.txt . 2>/dev/null
