@@ -13,6 +13,7 @@ oldest is dropped first); :func:`clear` drops them all (gpurt.kernels.clear_plan
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -26,6 +27,8 @@ __all__ = ["LOCK", "MAX_KEPT", "clear", "kept_bytes", "partials"]
 
 MAX_KEPT = 8
 LOCK = threading.RLock()
+# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
+os.register_at_fork(after_in_child=lambda: globals().update(LOCK=threading.RLock()))
 _kept: dict[tuple[int, int], Any] = {}  # (device, stream handle) -> float32 Array
 
 

@@ -63,7 +63,7 @@ def test_every_gpurt_name_exists(page: Path) -> None:
 
 
 def test_every_environment_variable_is_read_by_the_code() -> None:
-    code = "\n".join(p.read_text() for folder in ("gpurt", "kernels")
+    code = "\n".join(p.read_text() for folder in ("gpurt", "kernels", "benchmarks", "scripts")
                      for p in (ROOT / folder).rglob("*.py"))
     for page in PAGES:
         for var in set(ENV.findall(page.read_text())):

@@ -218,8 +218,13 @@ def _read(ptr: int, nbytes: int) -> np.ndarray:
 
 @pytest.fixture
 def fresh(gpu_state):
-    """Empty caches and reset statistics before and after a GPU test."""
+    """Empty caches and reset statistics before and after a GPU test (and drop the split-K
+    workspaces that earlier gemm tests of this process left, which hold allocated memory)."""
     gpurt.synchronize()
+    workspace = sys.modules.get("gpurt.kernels._gemm_workspace")
+    if workspace is not None:
+        workspace.clear()
+        gpurt.synchronize()
     gpurt.empty_cache()
     gpurt.reset_peak_memory_stats()
     gpurt.reset_accumulated_memory_stats()
