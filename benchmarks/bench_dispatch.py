@@ -138,6 +138,23 @@ def gemm_family_rows(torch: Any, sync: Callable[[], Any]) -> list[dict[str, Any]
     return rows
 
 
+def _planned_launch_alone(g: Any, g_out: Any, sync: Callable[[], Any]) -> float | None:
+    """us per call of the planned launch that ``softmax(g, out=g_out)`` dispatches to, called
+    directly with its addresses (None without gpurt's compiled dispatcher)."""
+    from gpurt._launch import planned
+
+    dispatcher = getattr(planned, "_dispatcher", None)
+    found = None if dispatcher is None else dispatcher.key(softmax_mod.SOFTMAX, -1, g, None,
+                                                           g_out)
+    entry = None if found is None else softmax_mod._direct.get(found[0])
+    if entry is None:
+        return None
+    launch, order = entry[0], entry[1]
+    addresses = [found[1][i] for i in order]
+    ours, _ = side_by_side(lambda: launch(None, *addresses), None, sync)
+    return ours
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -158,6 +175,10 @@ def main() -> None:
     ours, _ = side_by_side(lambda: softmax_mod.softmax(g, out=g_out), None, sync)
     rows.append(row("softmax(x, out=o) 64x256 fp32, gpurt Arrays", ours, theirs, "torch",
                     target=0.6))
+    floor = _planned_launch_alone(g, g_out, sync)
+    if floor is not None:
+        rows.append(row("softmax's planned launch alone (C packing and cuLaunchKernel, no "
+                        "dispatch: the floor of the row above)", floor, theirs, "torch"))
     ours, _ = side_by_side(lambda: softmax_mod.softmax(g), None, sync)  # output made in C
     rows.append(row("softmax(x) 64x256 fp32, gpurt Array in", ours, theirs, "torch"))
     ours, theirs = side_by_side(lambda: softmax_mod.softmax(t, out=t_out),
