@@ -25,7 +25,8 @@ class Config:
     (TMA + wgmma with the small side of C on wgmma's N, sm_90a; kernels/_gemm_decode.py). Tile
     ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
-    partial sums, then a reduce kernel; wgmma's last CTA of each tile sums them itself); ``group_m`` tile rows per group of the grid order;
+    partial sums, then a reduce kernel; wgmma's last CTA of each tile sums them itself);
+    ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
     ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
     output's rows are 16-byte aligned; plain stores otherwise)."""

@@ -234,9 +234,9 @@ class PlannedGemm:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``: a :class:`Call`
     of the mma or wgmma family through planned launches (Kernel.planned), checked and packed
     once. Per call it only takes split-K's partials (and wgmma's ticket counters) from the
-    stream's workspace (kernels/_gemm_workspace.py), and, for wgmma, looks up the tensor maps of pointers that
-    changed since the last call (the maps are by-value arguments that hold the pointers);
-    ``stream_handle`` None is the current stream of the call's device."""
+    stream's workspace (kernels/_gemm_workspace.py), and, for wgmma, looks up the tensor maps
+    of pointers that changed since the last call (the maps are by-value arguments that hold
+    the pointers); ``stream_handle`` None is the current stream of the call's device."""
 
     __slots__ = ("call", "main", "reduce", "maps")
 

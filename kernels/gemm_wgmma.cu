@@ -493,18 +493,19 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 } else {
                     if (!last_of_tile(counters + (item % tiles) * 2 + half, splits, half, t))
                         continue;
-                    // the last CTA of the half tile: sum the slices in order 0..splits-1
-#pragma unroll
-                    for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int rr = r + 8 * h, cc = c + 8 * j;
-                            if (rr < M && cc < N)
-                                sum_partial_pair(partial, (i64)M * N, splits, (i64)rr * N + cc,
-                                                 cc + 1 < N, d[4 * j + 2 * h],
-                                                 d[4 * j + 2 * h + 1]);
-                        }
+                    // the last CTA of the half tile: sum the slices in order 0..splits-1 and
+                    // store, pair by pair (a loop, not unrolled: BN = 256 would spill)
+#pragma unroll 1
+                    for (int q = 0; q < BN / 4; ++q) {
+                        const int rr = r + 8 * (q & 1), cc = c + 8 * (q >> 1);
+                        float v0 = 0.f, v1 = 0.f;
+                        if (rr < M && cc < N)
+                            sum_partial_pair(partial, (i64)M * N, splits, (i64)rr * N + cc,
+                                             cc + 1 < N, v0, v1);
+                        store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, rr, cc,
+                                       v0, v1, pair_ok != 0);
                     }
+                    continue;
                 }
             }
             if (use_tma_store) {

@@ -2,9 +2,9 @@
 (kernels/_gemm_launch.py's planned_call): on the fake driver of test_launch_fake_driver.py, on
 both launch paths, each repeated call must hand the driver exactly what Call.launch (the
 Python launch of the same plan) hands it for the same pointers and scalars, a split's
-partials and wgmma's ticket counters (from the stream's workspace) included; wgmma's tensor maps follow the pointers.
-Kernels compile through NVRTC for sm_90a; the tensor maps are faked (no driver to encode them
-here)."""
+partials and wgmma's ticket counters (from the stream's workspace) included; wgmma's tensor
+maps follow the pointers. Kernels compile through NVRTC for sm_90a; the tensor maps are
+faked (no driver to encode them here)."""
 
 from __future__ import annotations
 
