@@ -1,8 +1,8 @@
 """Where the host time of the bundled calls with torch tensors goes (issue 16, dev script):
 each torch accessor gpurt reads, gpurt.nvrtc.dispatch's key and call, gpurt.empty, asarray and
 record_stream, and the pieces of a split-K gemm call (its stream's workspace, the capture
-query, the two planned launches), timed one by one in tight loops (ns per call, median of 7
-loops of N calls).
+query, its one planned launch; the reduction is fused into the kernel), timed one by one in
+tight loops (ns per call, median of 7 loops of N calls).
 
     python benchmarks/hostpath_dev.py
 """
@@ -95,13 +95,18 @@ def main() -> None:
     ts = torch.cuda.Stream()
     rows.append(("t.record_stream(ts)", ns(lambda: t.record_stream(ts))))
     rows += split_k_rows(torch)
+    print_rows(rows)
+
+
+def print_rows(rows: list[tuple[str, float]]) -> None:
     for name, value in rows:
         print(f"{name:40s} {value:9.1f} ns")
 
 
 def split_k_rows(torch: Any) -> list[tuple[str, float]]:
     """The split-K gemm call of bench_dispatch (128x128x4096 bf16, gpurt Arrays, out=) next
-    to the same problem without a split, and its pieces."""
+    to the same problem without a split, its pieces, and torch's a @ b of the same tensors
+    (``python benchmarks/hostpath_dev.py split`` prints these rows alone)."""
     import dataclasses
 
     from gpurt._streams.handles import stream_is_capturing
@@ -109,8 +114,9 @@ def split_k_rows(torch: Any) -> list[tuple[str, float]]:
     gemm_mod = importlib.import_module("gpurt.kernels.gemm")
     tune = importlib.import_module("gpurt.kernels._gemm_tune")
     workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
-    a = gpurt.asarray(torch.randn(128, 4096, device="cuda", dtype=torch.bfloat16))
-    b = gpurt.asarray(torch.randn(4096, 128, device="cuda", dtype=torch.bfloat16))
+    ta = torch.randn(128, 4096, device="cuda", dtype=torch.bfloat16)
+    tb = torch.randn(4096, 128, device="cuda", dtype=torch.bfloat16)
+    a, b = gpurt.asarray(ta), gpurt.asarray(tb)
     out = gpurt.empty((128, 128), dtype=a.dtype)
     split = dataclasses.replace(tune._WGMMA[1], split_k=4)
     plain = tune._WGMMA[1]
@@ -119,22 +125,27 @@ def split_k_rows(torch: Any) -> list[tuple[str, float]]:
     planned_split = [v for v in gemm_mod._calls.values() if v[0].config == split][0][3]
     planned_plain = [v for v in gemm_mod._calls.values() if v[0].config == plain][0][3]
     handle = gpurt.current_stream().cuda_stream
-    count = 4 * 128 * 128
+    count, counters = 4 * 128 * 128, planned_split.call.counters
     ptrs = (a.ptr, b.ptr, out.ptr, 0, 1.0, 0.0)
-    part = workspace.partials(0, None, count)
     return [
         ("stream_is_capturing(0, handle)", ns(lambda: stream_is_capturing(0, handle))),
-        ("workspace.partials(0, None, n)", ns(lambda: workspace.partials(0, None, count))),
-        ("planned reduce launch (idle)", ns_idle(lambda: planned_split.reduce(
-            None, part.ptr, out.ptr, 0, 1.0, 0.0))),
-        ("PlannedGemm split4 (two launches, idle)", ns_idle(lambda: planned_split(None, *ptrs))),
+        ("workspace.take(0, None, n, counters)", ns(
+            lambda: workspace.take(0, None, count, counters))),
+        ("PlannedGemm split4 (one launch, idle)", ns_idle(lambda: planned_split(None, *ptrs))),
         ("PlannedGemm no split (idle)", ns_idle(lambda: planned_plain(None, *ptrs))),
         ("gemm(a, b, out, config=split4) (idle)", ns_idle(
             lambda: gemm_mod.gemm(a, b, out=out, config=split))),
         ("gemm(a, b, out, config=plain) (idle)", ns_idle(
             lambda: gemm_mod.gemm(a, b, out=out, config=plain))),
+        ("torch a @ b (idle)", ns_idle(lambda: ta @ tb)),
     ]
 
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:] == ["split"]:
+        import torch
+
+        print_rows(split_k_rows(torch))
+    else:
+        main()

@@ -25,7 +25,8 @@ class Config:
     (TMA + wgmma with the small side of C on wgmma's N, sm_90a; kernels/_gemm_decode.py). Tile
     ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
-    partial sums, then a reduce kernel); ``group_m`` tile rows per group of the grid order;
+    partial sums, then a reduce kernel; wgmma's last CTA of each tile sums them itself);
+    ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
     ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
     output's rows are 16-byte aligned; plain stores otherwise)."""
@@ -125,9 +126,10 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
-        if self.kernel == "wgmma":
+        if self.kernel == "wgmma":  # split-K: the kernel that sums its slices itself
             epi = str(self.tma_store).lower()
-            return (f"gemm_wgmma<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
+            name = "gemm_wgmma_splitk" if self.split_k > 1 else "gemm_wgmma"
+            return (f"{name}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
                     f"{epi}>")
         return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
                 f"{self.stages}, {ak}, {bk_}, {v}>")

@@ -91,14 +91,14 @@ def reduce_name(dt: int) -> str:
 
 
 def kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
-    """The main kernel and, for the split-K capable families, the reduce kernel: one program,
-    so a config compiles once whatever its split."""
+    """The main kernel and, for mma and simt, split-K's reduce kernel: one program, so a
+    config compiles once whatever its split (wgmma's split-K kernel sums its slices itself)."""
     if config.kernel == "skinny":
         return (skinny.kernel_name(config, problem),)
     if config.kernel == "decode":
         return (decode.kernel_name(config, problem),)
     main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
-    if config.kernel == "wgmma" and problem.dt == DT_TF32:
+    if config.kernel == "wgmma":
         return (main,)
     return (main, reduce_name(problem.dt))
 
@@ -187,7 +187,8 @@ class Call:
     smem: int
     grid: Any  # int (wgmma) or (tiles, 1, split)
     clusters: int  # wgmma with clusters: how many
-    reduce_blocks: int  # split-K: the reduce kernel's grid
+    reduce_blocks: int  # mma and simt split-K: the reduce kernel's grid
+    counters: int  # wgmma split-K: its ticket counters (one per half tile), else 0
 
     def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
                beta: float, stream: Any) -> None:
@@ -202,21 +203,26 @@ class Call:
             kernels[0].launch(launch, *args, stream=stream)
             return
         if config.split_k == 1:
-            self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, 0, alpha, beta, stream)
+            self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, 0, 0, alpha, beta, stream)
             return
         with workspace.LOCK:
             handle = None if stream is None else gpurt.as_stream_handle(stream, self.index)
-            partial = workspace.partials(self.index, handle, config.split_k * self.m * self.n)
-            self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, partial.ptr, alpha, beta, stream)
-            kernels[1](self.reduce_blocks, 256,
-                       _reduce_arguments(self, partial.ptr, out_ptr, cin_ptr, alpha, beta),
-                       stream=stream)
+            room = workspace.take(self.index, handle, config.split_k * self.m * self.n,
+                                  self.counters)
+            self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, room.partials, room.counters,
+                              alpha, beta, stream)
+            if len(kernels) > 1:  # mma and simt: the second pass
+                kernels[1](self.reduce_blocks, 256,
+                           _reduce_arguments(self, room.partials, out_ptr, cin_ptr, alpha,
+                                             beta),
+                           stream=stream)
 
     def _launch_main(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
-                     partial_ptr: int, alpha: float, beta: float, stream: Any) -> None:
+                     partial_ptr: int, counters_ptr: int, alpha: float, beta: float,
+                     stream: Any) -> None:
         config = self.config
-        args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, alpha,
-                                  beta)
+        args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr,
+                                  counters_ptr, alpha, beta)
         if config.kernel == "wgmma" and config.cluster_m > 1:
             self.kernels[0].launch(_main_config(self), *args, stream=stream)
         else:  # the plain launch, without building a LaunchConfig
@@ -227,10 +233,10 @@ class Call:
 class PlannedGemm:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``: a :class:`Call`
     of the mma or wgmma family through planned launches (Kernel.planned), checked and packed
-    once. Per call it only takes split-K's partials from the stream's workspace
-    (kernels/_gemm_workspace.py) and, for wgmma, looks up the tensor maps of pointers that
-    changed since the last call (the maps are by-value arguments that hold the pointers);
-    ``stream_handle`` None is the current stream of the call's device."""
+    once. Per call it only takes split-K's partials (and wgmma's ticket counters) from the
+    stream's workspace (kernels/_gemm_workspace.py), and, for wgmma, looks up the tensor maps
+    of pointers that changed since the last call (the maps are by-value arguments that hold
+    the pointers); ``stream_handle`` None is the current stream of the call's device."""
 
     __slots__ = ("call", "main", "reduce", "maps")
 
@@ -242,16 +248,20 @@ class PlannedGemm:
     def __call__(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
                  alpha: float, beta: float) -> None:
         call = self.call
-        if self.reduce is None:
+        if call.config.split_k == 1:
             # the kernel's partials pointer (unused without a split), where it takes one
             extra = (0,) if call.config.kernel != "wgmma" or call.dt != DT_F32 else ()
             self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, extra)
             return
         with workspace.LOCK:
-            partial = workspace.partials(call.index, handle,
-                                         call.config.split_k * call.m * call.n)
-            self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, (partial.ptr,))
-            self.reduce(handle, partial.ptr, out_ptr, cin_ptr, alpha, beta)
+            room = workspace.take(call.index, handle, call.config.split_k * call.m * call.n,
+                                  call.counters)
+            if self.reduce is None:  # wgmma: one launch, its last CTAs sum the slices
+                self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta,
+                           (room.partials, room.counters))
+                return
+            self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, (room.partials,))
+            self.reduce(handle, room.partials, out_ptr, cin_ptr, alpha, beta)
 
     def _main(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
               alpha: float, beta: float, extra: tuple[int, ...]) -> None:
@@ -315,18 +325,22 @@ def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes
 
 
 def _main_arguments(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
-                    partial_ptr: int, alpha: float,
+                    partial_ptr: int, counters_ptr: int, alpha: float,
                     beta: float) -> tuple[tuple[Any, ...], tuple[int, ...]]:
     """(arguments of the main kernel of an mma or wgmma call, positions of what varies per
     call among them: A, B (their tensor maps for wgmma), [wgmma: C's map], out, cin, alpha,
-    beta, then the partials pointer where the kernel takes one)."""
+    beta, then the partials pointer where the kernel takes one, then wgmma split-K's
+    counters pointer)."""
     config = call.config
     if config.kernel == "wgmma":
         args: tuple[Any, ...] = (
             *_wgmma_maps(call, a_ptr, b_ptr, out_ptr), out_ptr, cin_ptr, call.m, call.n,
             call.k, call.ldc, call.ldcin, alpha, beta, config.group_m, call.pair_ok,
             int(call.store_ok))
-        if call.dt != DT_F32:  # the 16-bit kernel splits K
+        if call.dt != DT_F32 and config.split_k > 1:  # gemm_wgmma_splitk
+            return (args + (partial_ptr, config.split_k, counters_ptr),
+                    (0, 1, 2, 3, 4, 10, 11, 15, 17))
+        if call.dt != DT_F32:  # the 16-bit kernel's partials pointer, unused
             return args + (partial_ptr, config.split_k), (0, 1, 2, 3, 4, 10, 11, 15)
         return args, (0, 1, 2, 3, 4, 10, 11)
     args = (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, call.m, call.n, call.k, call.lda,
@@ -360,10 +374,10 @@ def planned_call(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int)
                                                  cin_ptr, 1.0, 0.0)
         return PlannedDecode(call, kernels[0].planned(config, *args, varying=varying,
                                                       device=index))
-    args, varying = _main_arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 0, 1.0, 0.0)
+    args, varying = _main_arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 0, 0, 1.0, 0.0)
     main = kernels[0].planned(_main_config(call), *args, varying=varying, device=index)
     reduce = None
-    if call.config.split_k > 1:
+    if call.config.split_k > 1 and len(kernels) > 1:
         reduce = kernels[1].planned(gpurt.LaunchConfig(call.reduce_blocks, 256),
                                     *_reduce_arguments(call, 0, out_ptr, cin_ptr, 1.0, 0.0),
                                     varying=(0, 1, 2, 8, 9), device=index)
@@ -395,9 +409,10 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
             clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))
             grid = cm * clusters
     reduce_blocks = max(1, min(-(-plan.m * plan.n // 256), problem.sm_count * 8))
+    counters = 2 * tiles if config.kernel == "wgmma" and config.split_k > 1 else 0
     return Call(config, kernels, m, n, plan.k, a.ld, b.ld, plan.ldc, plan.ldcin, a.kmajor,
                 b.kmajor, plan.dt, plan.index, swap, pair_ok, store_ok, smem, grid, clusters,
-                reduce_blocks)
+                reduce_blocks, counters)
 
 
 _cluster_limits: dict[tuple[str, int, int, int], int] = {}

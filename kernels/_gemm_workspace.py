@@ -1,18 +1,24 @@
-"""Split-K's fp32 partial sums, kept per (device, stream) between calls.
+"""Split-K's fp32 partial sums and ticket counters, kept per (device, stream) between calls.
 
 cuBLAS keeps a workspace per stream (torch holds one per handle and stream, in its memory
 statistics); gpurt does the same for split-K, so that a repeated split-K call allocates and
-frees nothing. The workspace is an ordinary gpurt Array (it shows in gpurt.memory_stats)
-and only grows. Work on one stream runs in order, so calls on a stream may share its
+frees nothing. A workspace is one ordinary gpurt Array (it shows in gpurt.memory_stats)
+that only grows: first the ticket counters of the fused split-K kernel (gemm_wgmma_splitk:
+the CTA that takes a tile's last ticket sums its slices), zeroed once when the workspace is
+allocated and left zero by every kernel, then the partial sums, which no call expects
+zeroed. The two regions never overlap, so a call of another shape never finds partials where
+its counters lie. Work on one stream runs in order, so calls on a stream may share its
 workspace; :data:`LOCK` keeps two threads on one stream from interleaving their launches
-between the kernel that writes the partials and the one that reads them. A stream that is
-capturing a CUDA graph gets fresh partials for each call instead (memory of the graph's own
-pool, released with the graph). At most :data:`MAX_KEPT` streams keep a workspace (the
-oldest is dropped first); :func:`clear` drops them all (gpurt.kernels.clear_plans does).
+between the kernel that writes the partials and the one that reads them (mma and simt
+still reduce in a second kernel). A stream that is capturing a CUDA graph gets fresh
+partials and fresh zeroed counters for each call instead (memory of the graph's own pool,
+released with the graph). At most :data:`MAX_KEPT` streams keep a workspace (the oldest is
+dropped first); :func:`clear` drops them all (gpurt.kernels.clear_plans does).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from typing import Any
@@ -23,31 +29,55 @@ import gpurt
 from gpurt._streams.handles import stream_is_capturing
 from gpurt.streams import current_stream_handle
 
-__all__ = ["LOCK", "MAX_KEPT", "clear", "kept_bytes", "partials"]
+__all__ = ["LOCK", "MAX_KEPT", "Workspace", "clear", "kept_bytes", "take"]
 
 MAX_KEPT = 8
 LOCK = threading.RLock()
 # a forked child gets a fresh lock (a parent thread may have held this one at the fork)
 os.register_at_fork(after_in_child=lambda: globals().update(LOCK=threading.RLock()))
-_kept: dict[tuple[int, int], Any] = {}  # (device, stream handle) -> float32 Array
 
 
-def partials(index: int, handle: int | None, count: int) -> Any:
-    """At least ``count`` float32 partial sums on device ``index``'s stream ``handle`` (None:
-    this thread's current stream there): the stream's workspace, or, while the stream
-    captures a graph, a new array that the caller keeps until its launches are queued. Call
-    with :data:`LOCK` held until the kernels that use the partials are queued."""
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """``counters`` (uint32, zero) and ``partials`` (float32): device pointers to at least
+    :attr:`counter_room` and :attr:`partial_room` elements; ``arrays`` own the memory (keep
+    them until the launches that use it are queued)."""
+
+    arrays: tuple[Any, ...]
+    counters: int
+    partials: int
+    counter_room: int
+    partial_room: int
+
+
+_kept: dict[tuple[int, int], Workspace] = {}  # (device, stream handle) -> its workspace
+
+
+def take(index: int, handle: int | None, partials: int, counters: int = 0) -> Workspace:
+    """Room for ``partials`` float32 sums and ``counters`` zeroed uint32 counters on device
+    ``index``'s stream ``handle`` (None: this thread's current stream there): the stream's
+    workspace, or, while the stream captures a graph, new arrays. Call with :data:`LOCK` held
+    until the kernels that use it are queued."""
     if handle is None:
         handle = current_stream_handle(index)
     if stream_is_capturing(index, handle):
-        return gpurt.empty(count, dtype=np.float32, device=index,
-                           stream=gpurt.as_stream(handle, index))
+        stream = gpurt.as_stream(handle, index)
+        made = gpurt.empty(max(partials, 1), dtype=np.float32, device=index, stream=stream)
+        if counters == 0:
+            return Workspace((made,), 0, made.ptr, 0, made.shape[0])
+        zeroed = gpurt.zeros(counters, dtype=np.uint32, device=index, stream=stream)
+        return Workspace((made, zeroed), zeroed.ptr, made.ptr, counters, made.shape[0])
     key = (index, handle)
     found = _kept.get(key)
-    if found is not None and found.shape[0] >= count:
+    if found is not None and found.partial_room >= partials and found.counter_room >= counters:
         return found
-    grown = gpurt.empty(count, dtype=np.float32, device=index,
+    if found is not None:  # grow both regions to at least what either call needed
+        partials, counters = max(partials, found.partial_room), max(counters, found.counter_room)
+    room = -(-counters // 4) * 4  # the partials start 16-byte aligned
+    # zeroed once: the counters must start at zero, and the kernels leave them so
+    array = gpurt.zeros(room + max(partials, 1), dtype=np.float32, device=index,
                         stream=gpurt.as_stream(handle, index))
+    grown = Workspace((array,), array.ptr, array.ptr + 4 * room, room, array.shape[0] - room)
     _kept.pop(key, None)  # the old one is freed in stream order: later work may reuse it
     while len(_kept) >= MAX_KEPT:
         _kept.pop(next(iter(_kept)))
@@ -58,7 +88,7 @@ def partials(index: int, handle: int | None, count: int) -> Any:
 def kept_bytes() -> int:
     """Bytes the kept workspaces hold."""
     with LOCK:
-        return sum(array.nbytes for array in _kept.values())
+        return sum(array.nbytes for kept in _kept.values() for array in kept.arrays)
 
 
 def clear() -> None:

@@ -64,8 +64,8 @@ template <> __device__ __forceinline__ u16 from_f32<DT_BF16>(float v) {
 }
 
 // The epilogue arguments every kernel takes. `partial` != nullptr means split-K: the kernel
-// writes raw fp32 sums for its K slice to partial[blockIdx.z][M][N] and gemm_splitk_reduce
-// applies alpha/beta afterwards.
+// writes raw fp32 sums for its K slice to partial[slice][M][N]; for mma and simt,
+// gemm_splitk_reduce applies alpha/beta afterwards (the wgmma kernel sums them itself).
 struct Epilogue {
     float alpha;
     float beta;
@@ -113,6 +113,28 @@ __device__ __forceinline__ void store_pair(typename Elem<DT>::T* __restrict__ C,
         dst[0] = from_f32<DT>(v0);
         if (c + 1 < N) dst[1] = from_f32<DT>(v1);
     }
+}
+
+// Split-K: (v0, v1) = the sums over slices 0..splits-1 (in that order) of elements `at` and
+// `at` + 1 (`two`: the second is in the row) of partial[slice][total], read past L1 (other
+// CTAs wrote them). The pair is one 8-byte load where its index in the slice buffer is even.
+__device__ __forceinline__ void sum_partial_pair(const float* __restrict__ partial, i64 total,
+                                                 int splits, i64 at, bool two, float& v0,
+                                                 float& v1) {
+    float s0 = 0.f, s1 = 0.f;
+    for (int s = 0; s < splits; ++s) {
+        const float* p = partial + (i64)s * total + at;
+        if (two && (((i64)s * total + at) & 1) == 0) {
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
+            s0 += v.x;
+            s1 += v.y;
+        } else {
+            s0 += __ldcg(p);
+            if (two) s1 += __ldcg(p + 1);
+        }
+    }
+    v0 = s0;
+    v1 = s1;
 }
 
 // Split-K, second pass: C = alpha * sum_s partial[s] + beta * Cin (one thread per element).

@@ -25,8 +25,10 @@
 //
 // Split-K (splits > 1, for grids of few tiles such as decode shapes): the work items are
 // (tile, K slice) pairs, slice-major, so the CTAs running at once share their A slice in L2;
-// each writes its raw fp32 sums to partial[slice][M][N] and gemm_splitk_reduce applies
-// alpha/beta after the kernel.
+// each consumer warpgroup writes its raw fp32 sums to partial[slice][M][N], then takes a ticket
+// on its half tile's counter (last_of_tile); the one that takes the last ticket sums the
+// half tile's slices in slice order (the same bits every run), resets the counter and stores
+// C with alpha/beta/Cin like an unsplit tile: one launch, no second pass.
 #include "gemm_common.cu"
 
 namespace wg {
@@ -301,15 +303,42 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
     }
 }
 
+// Split-K's ticket, taken by the 128 threads of consumer warpgroup `half` after each wrote its
+// part of a slice: true (in all of them) when this is the last of the `splits` slices of the
+// half tile to arrive. Then the counter is reset to 0 for the next launch, and the other
+// slices, written by other CTAs before their tickets (__threadfence), are visible to loads
+// that bypass L1 (__ldcg: sum_partial_pair).
+__device__ __forceinline__ bool last_of_tile(unsigned* counter, int splits, int half, int t) {
+    __threadfence();  // this thread's slice stores, before the ticket
+    named_sync(1 + half, 128);
+    u32 last = 0;
+    if (t == 0) {
+        last = atomicAdd(counter, 1u) == (unsigned)splits - 1;
+        if (last) {
+            *counter = 0;  // every slice has arrived: nothing else touches it in this launch
+            __threadfence();
+        }
+    }
+    u32 any;
+    asm volatile(
+        "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\n"
+        "selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(any)
+        : "r"(last), "r"(1 + half)
+        : "memory");
+    return any != 0;
+}
+
 }  // namespace wg
 
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
-__global__ void __launch_bounds__(wg::THREADS, 1)
-gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
-           const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
-           const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
-           float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
-           int splits) {
+// The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
+// tickets on `counters` after writing their slices (see the file comment).
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT>
+__device__ __forceinline__ void gemm_wgmma_body(
+    const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
+    u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
+    float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
+    float* __restrict__ partial, int splits, unsigned* __restrict__ counters) {
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
@@ -459,7 +488,25 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
                         }
                     }
                 }
-                continue;
+                if constexpr (!SPLIT) {
+                    continue;
+                } else {
+                    if (!last_of_tile(counters + (item % tiles) * 2 + half, splits, half, t))
+                        continue;
+                    // the last CTA of the half tile: sum the slices in order 0..splits-1 and
+                    // store, pair by pair (a loop, not unrolled: BN = 256 would spill)
+#pragma unroll 1
+                    for (int q = 0; q < BN / 4; ++q) {
+                        const int rr = r + 8 * (q & 1), cc = c + 8 * (q >> 1);
+                        float v0 = 0.f, v1 = 0.f;
+                        if (rr < M && cc < N)
+                            sum_partial_pair(partial, (i64)M * N, splits, (i64)rr * N + cc,
+                                             cc + 1 < N, v0, v1);
+                        store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, rr, cc,
+                                       v0, v1, pair_ok != 0);
+                    }
+                    continue;
+                }
             }
             if (use_tma_store) {
                 store_half_tma<DT, BN>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
@@ -480,4 +527,32 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
     if (CM > 1) {
         cluster_sync();  // no CTA leaves while its peer may still write into it or arrive on it
     }
+}
+
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
+__global__ void __launch_bounds__(wg::THREADS, 1)
+gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
+           const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
+           const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
+           float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
+           int splits) {
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false>(
+        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
+        tma_store_ok, partial, splits, nullptr);
+}
+
+// Split-K in one launch: `partial` holds splits x M x N fp32 slices, `counters` one zeroed
+// ticket counter per half tile (2 x tiles; the kernel leaves them zero).
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
+__global__ void __launch_bounds__(wg::THREADS, 1)
+gemm_wgmma_splitk(const __grid_constant__ wg::TmaDesc tma_a,
+                  const __grid_constant__ wg::TmaDesc tma_b,
+                  const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
+                  const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
+                  float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
+                  float* __restrict__ partial, int splits, unsigned* __restrict__ counters) {
+    static_assert(CM == 1, "split-K runs without clusters");
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, true>(
+        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
+        tma_store_ok, partial, splits, counters);
 }

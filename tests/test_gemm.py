@@ -21,6 +21,7 @@ import gpurt
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+workspace_mod = importlib.import_module("gpurt.kernels._gemm_workspace")
 gemm = gemm_mod.gemm
 Config, Problem = tune.Config, tune.Problem
 
@@ -243,7 +244,9 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
     names = gemm_launch.kernel_names(dataclasses.replace(tune._WGMMA[1], split_k=4),
                                      problem(128, 4096, 4096))
-    assert names[1] == gemm_launch.reduce_name(tune.DT_BF16)
+    assert names == ("gemm_wgmma_splitk<2, 128, 6, true, false, 1, false>",)  # one launch
+    assert gemm_launch.kernel_names(tune._WGMMA[1], problem(128, 4096, 4096))[0].startswith(
+        "gemm_wgmma<")
 
 
 def test_wave_fill_tiles():
@@ -498,8 +501,9 @@ def _variants(family):
     elif family == "mma":
         items = [(c, tune.DT_BF16) for c in tune._MMA] + [(tune._MMA[0], tune.DT_F16)]
         items += [(c, tune.DT_TF32) for c in tune._TF32]
-    else:
+    else:  # with the fused split-K kernel of the configs that split
         items = [(c, dt) for c in tune._WGMMA for dt in (tune.DT_BF16, tune.DT_F16)]
+        items += [(dataclasses.replace(c, split_k=3), tune.DT_BF16) for c in tune._WGMMA[:2]]
     names = set()
     for config, dt in items:
         names.add(config.name_expression(dt, True, False, True))
@@ -655,6 +659,8 @@ def _forced_configs():
     pairs += [(c, gpurt.bfloat16) for c in tune._WGMMA[2:]]
     pairs += [(dataclasses.replace(tune._MMA[3], split_k=3), gpurt.bfloat16),
               (dataclasses.replace(tune._SIMT[3], split_k=4), np.float32)]
+    pairs += [(dataclasses.replace(tune._WGMMA[1], split_k=3), gpurt.bfloat16),
+              (dataclasses.replace(tune._WGMMA[0], split_k=2), np.float16)]
     return pairs
 
 
@@ -696,6 +702,49 @@ def test_wgmma_all_layouts_and_persistence(gpu_state):
     gemm(device(a), device(b), out=wide[:, :264], config=tune._WGMMA[4])
     assert rel_err(wide.numpy()[:, :264], reference(a, b)) < 1e-2
     assert np.isnan(np.asarray(wide.numpy()[:, 264], dtype=np.float32)).all()
+
+
+def _wgmma_split_case(rng, config, dtype, m, n, k, trans_a, trans_b):
+    """One fused split-K call with alpha, beta and Cin against float64, twice: the same bits
+    both times (the last CTA of a tile sums the slices in slice order)."""
+    a = rand(rng, (k, m) if trans_a else (m, k), dtype)
+    b = rand(rng, (n, k) if trans_b else (k, n), dtype)
+    c = rand(rng, (m, n), dtype)
+    want = reference(a, b, trans_a, trans_b, alpha=0.75, beta=-1.25, c=c)
+    got = []
+    for _ in range(2):
+        out = poisoned((m, n), dtype)
+        gemm(device(a), device(b), out=out, trans_a=trans_a, trans_b=trans_b, alpha=0.75,
+             beta=-1.25, c=device(c), config=config)
+        got.append(out.numpy())
+    label = (config.label(), np.dtype(dtype).name, m, n, k, trans_a, trans_b)
+    assert rel_err(got[0], want) < TOL[np.dtype(dtype)], label
+    assert got[0].tobytes() == got[1].tobytes(), label
+
+
+@pytest.mark.gpu
+def test_wgmma_split_k_fused(gpu_state):
+    """gemm_wgmma_splitk (one launch: each tile's last CTA sums the slices): every layout,
+    both 16-bit types, edge tiles, empty K slices (7 slices of 4 K tiles), alpha/beta/Cin,
+    repeatable bits, and the ticket counters left at zero for the next call."""
+    if gpurt.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    rng = np.random.default_rng(29)
+    m, n = 2 * 128 + 40, 2 * 128 + 8
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        for dtype in (gpurt.bfloat16, np.float16):
+            config = dataclasses.replace(tune._WGMMA[1], split_k=3)
+            _wgmma_split_case(rng, config, dtype, m, n, 1000 - 1000 % 8, trans_a, trans_b)
+    for config, k in [(dataclasses.replace(tune._WGMMA[1], split_k=7), 3 * 64 + 8),
+                      (dataclasses.replace(tune._WGMMA[0], split_k=2), 520),
+                      (dataclasses.replace(tune._WGMMA[1], split_k=16), 4096)]:
+        _wgmma_split_case(rng, config, gpurt.bfloat16, 136, 264, k, False, False)
+    _wgmma_split_case(rng, dataclasses.replace(tune._WGMMA[1], split_k=4), gpurt.bfloat16,
+                      1, 8, 512, False, False)  # one element row, a mostly empty tile
+    gpurt.synchronize()
+    for kept in workspace_mod._kept.values():
+        counters = kept.arrays[0].numpy()[:kept.counter_room].view(np.uint32)
+        assert kept.counter_room > 0 and not counters.any()
 
 
 @pytest.mark.gpu

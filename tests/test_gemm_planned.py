@@ -2,9 +2,9 @@
 (kernels/_gemm_launch.py's planned_call): on the fake driver of test_launch_fake_driver.py, on
 both launch paths, each repeated call must hand the driver exactly what Call.launch (the
 Python launch of the same plan) hands it for the same pointers and scalars, a split's
-partials (from the stream's workspace) included; wgmma's tensor maps follow the pointers.
-Kernels compile through NVRTC for sm_90a; the tensor maps are faked (no driver to encode them
-here)."""
+partials and wgmma's ticket counters (from the stream's workspace) included; wgmma's tensor
+maps follow the pointers. Kernels compile through NVRTC for sm_90a; the tensor maps are
+faked (no driver to encode them here)."""
 
 from __future__ import annotations
 
@@ -100,13 +100,15 @@ def test_planned_gemm_launches_what_call_launch_does(driver: FakeDriver, config:
                                 POINTERS[0][2])
     _layouts(driver, call.kernels)
     partials: list[int] = []
+    counters = 2 * config.tiles(M, N) if config.kernel == "wgmma" and config.split_k > 1 else 0
 
-    def taken(index: int, handle: Any, count: int) -> Any:  # the stream's split-K workspace
-        assert (index, count) == (0, config.split_k * M * N)
+    def taken(index: int, handle: Any, count: int, tickets: int) -> Any:  # the stream's own
+        assert (index, count, tickets) == (0, config.split_k * M * N, counters)
         partials.append(0x9000000 + 0x100000 * (len(partials) % len(POINTERS)))
-        return fake_array((1,), ptr=partials[-1])
+        return workspace_mod.Workspace((fake_array((1,), ptr=partials[-1]),),
+                                       partials[-1] + 0x80000, partials[-1], tickets, count)
 
-    monkeypatch.setattr(workspace_mod, "partials", taken)
+    monkeypatch.setattr(workspace_mod, "take", taken)
     fallbacks: list[Any] = []
     python_launch = gplanned.python_launch
 
@@ -123,7 +125,9 @@ def test_planned_gemm_launches_what_call_launch_does(driver: FakeDriver, config:
     for a, b, out, cin in POINTERS:
         call.launch(a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5, None)
     assert got == driver.launches
-    assert len(got) == len(POINTERS) * (2 if config.split_k > 1 else 1)
+    # a split is two launches for mma (the reduce kernel), one for wgmma (it sums itself)
+    assert len(got) == len(POINTERS) * (2 if config.split_k > 1 and config.kernel == "mma"
+                                        else 1)
     assert got[0][-1] != got[-1][-1]  # the pointers (and maps) did change
     assert bool(fallbacks) == _launchpath.pure_python  # the compiled path took every call
 

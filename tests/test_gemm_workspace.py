@@ -1,6 +1,7 @@
 """Split-K's partial sums come from a workspace kept per (device, stream)
 (kernels/_gemm_workspace.py): reused while big enough, grown otherwise, fresh per call on a
-capturing stream, at most MAX_KEPT streams, dropped by clear_plans. On the GPU: split-K
+capturing stream, at most MAX_KEPT streams, dropped by clear_plans; the fused wgmma split-K's
+ticket counters lie in front of the partials, zeroed once. On the GPU: split-K
 results stay right call after call, on two streams, and in a replayed graph."""
 
 from __future__ import annotations
@@ -21,23 +22,31 @@ tune = importlib.import_module("gpurt.kernels._gemm_tune")
 
 
 class _Made:
-    def __init__(self, count: int, handle: int) -> None:
-        self.shape, self.handle, self.nbytes = (count,), handle, 4 * count
+    def __init__(self, count: int, dtype: Any, handle: int, zeroed: bool) -> None:
+        self.shape, self.handle, self.zeroed = (count,), handle, zeroed
+        self.nbytes, self.ptr = 4 * count, 0x10000 * (1 + len(_made))
+        _made.append(self)
+
+
+_made: list[_Made] = []
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The workspace module on fakes: ``made`` lists the arrays it allocated, ``capturing``
     the stream handles that capture."""
-    state: dict[str, Any] = {"made": [], "capturing": set()}
+    state: dict[str, Any] = {"made": _made, "capturing": set()}
+    _made.clear()
 
-    def empty(count: int, dtype: Any, device: int, stream: Any) -> _Made:
-        assert dtype is np.float32 and device == 0
-        state["made"].append(_Made(count, stream))
-        return state["made"][-1]
+    def allocator(zeroed: bool) -> Any:
+        def make(count: int, dtype: Any, device: int, stream: Any) -> _Made:
+            assert dtype in (np.float32, np.uint32) and device == 0
+            return _Made(count, dtype, stream, zeroed)
+        return make
 
     monkeypatch.setattr(workspace, "_kept", {})
-    monkeypatch.setattr(workspace.gpurt, "empty", empty)
+    monkeypatch.setattr(workspace.gpurt, "empty", allocator(False))
+    monkeypatch.setattr(workspace.gpurt, "zeros", allocator(True))
     monkeypatch.setattr(workspace.gpurt, "as_stream", lambda handle, index: handle)
     monkeypatch.setattr(workspace, "current_stream_handle", lambda index: 7)
     monkeypatch.setattr(workspace, "stream_is_capturing",
@@ -46,33 +55,53 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_a_stream_keeps_its_workspace_and_grows_it(fake: dict[str, Any]) -> None:
-    first = workspace.partials(0, None, 100)  # None: the current stream (7)
-    assert first.handle == 7 and workspace.partials(0, 7, 100) is first
-    assert workspace.partials(0, 7, 60) is first  # smaller: the same one
-    grown = workspace.partials(0, 7, 300)
-    assert grown is not first and grown.shape == (300,)
-    assert workspace.partials(0, None, 100) is grown
-    other = workspace.partials(0, 9, 100)  # another stream: its own
-    assert other is not grown and other.handle == 9
-    assert len(fake["made"]) == 3
+    first = workspace.take(0, None, 100)  # None: the current stream (7)
+    assert first.arrays[0].handle == 7 and workspace.take(0, 7, 100) is first
+    assert workspace.take(0, 7, 60) is first  # smaller: the same one
+    grown = workspace.take(0, 7, 300)
+    assert grown is not first and grown.partial_room == 300
+    assert workspace.take(0, None, 100) is grown
+    other = workspace.take(0, 9, 100)  # another stream: its own
+    assert other is not grown and other.arrays[0].handle == 9
+    assert len(fake["made"]) == 3 and all(made.zeroed for made in fake["made"])
     assert workspace.kept_bytes() == 4 * (300 + 100)
 
 
+def test_counters_lie_in_front_of_the_partials_zeroed_and_apart(fake: dict[str, Any]) -> None:
+    """The counters (zeroed once when the workspace is made, left zero by the kernels) never
+    overlap partials: a call of another shape never finds a partial sum where its counters
+    lie. A workspace grows both regions to what either call needed."""
+    one = workspace.take(0, 7, 100, 6)
+    array = one.arrays[0]
+    assert array.zeroed and one.counters == array.ptr and one.counter_room == 8  # 16-byte
+    assert one.partials == array.ptr + 4 * 8 and one.partial_room == 100
+    assert workspace.take(0, 7, 50, 8) is one
+    more = workspace.take(0, 7, 50, 9)  # more counters: a new zeroed workspace
+    assert more is not one and more.arrays[0].zeroed
+    assert (more.counter_room, more.partial_room) == (12, 100)
+    assert more.partials - more.counters == 4 * 12 and more.partials % 16 == 0
+    assert workspace.take(0, 7, 100, 12) is more
+
+
 def test_a_capturing_stream_gets_fresh_partials_and_keeps_none(fake: dict[str, Any]) -> None:
-    kept = workspace.partials(0, 5, 100)
+    kept = workspace.take(0, 5, 100)
     fake["capturing"].add(5)
-    one, two = workspace.partials(0, 5, 100), workspace.partials(0, 5, 100)
+    one, two = workspace.take(0, 5, 100), workspace.take(0, 5, 100, 4)
     assert len({id(kept), id(one), id(two)}) == 3
+    assert len(one.arrays) == 1 and one.counter_room == 0
+    partials, counters = two.arrays  # fresh zeroed counters of the graph's own
+    assert counters.zeroed and two.counters == counters.ptr and two.counter_room == 4
+    assert two.partials == partials.ptr and two.partial_room == 100
     fake["capturing"].clear()
-    assert workspace.partials(0, 5, 100) is kept
+    assert workspace.take(0, 5, 100) is kept
 
 
 def test_at_most_max_kept_streams_and_clear(fake: dict[str, Any],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    arrays = [workspace.partials(0, handle, 10) for handle in range(1, workspace.MAX_KEPT + 2)]
+    arrays = [workspace.take(0, handle, 10) for handle in range(1, workspace.MAX_KEPT + 2)]
     assert workspace.kept_bytes() == 40 * workspace.MAX_KEPT
-    assert workspace.partials(0, 1, 10) is not arrays[0]  # the oldest was dropped
-    assert workspace.partials(0, workspace.MAX_KEPT + 1, 10) is arrays[-1]
+    assert workspace.take(0, 1, 10) is not arrays[0]  # the oldest was dropped
+    assert workspace.take(0, workspace.MAX_KEPT + 1, 10) is arrays[-1]
     gemm_mod.clear_plans()
     assert workspace.kept_bytes() == 0
 
@@ -83,7 +112,7 @@ def test_at_most_max_kept_streams_and_clear(fake: dict[str, Any],
 def _split_configs() -> list[Any]:
     configs = [dataclasses.replace(tune._MMA[3], split_k=3)]
     if gpurt.is_available() and gpurt.get_device_capability() == (9, 0):
-        configs.append(dataclasses.replace(tune._WGMMA[1], split_k=4))
+        configs.append(dataclasses.replace(tune._WGMMA[1], split_k=4))  # fused, one launch
     return configs
 
 
