@@ -43,8 +43,10 @@ SHAPES = {"quick": [(33, 129, 67), (5, 7, 0)],
           "full": [(33, 129, 67), (1, 1, 1), (5, 7, 0), (130, 257, 65), (17, 300, 1000),
                    (127, 64, 200)]}
 # shapes whose operands' rows (K long, padded by 8) are 16-byte aligned
-TMA_SHAPES = {"quick": [(17, 264, 200)], "race": [(17, 264, 200)],
-              "full": [(17, 264, 200), (100, 8, 1000)]}
+# (256, 256, 4096): few tiles and a long K, which the heuristic splits over K (wgmma split-K,
+# whose tiles' last CTAs sum the slices in the same launch)
+TMA_SHAPES = {"quick": [(17, 264, 200)], "race": [(17, 264, 200), (256, 256, 4096)],
+              "full": [(17, 264, 200), (100, 8, 1000), (256, 256, 4096)]}
 LENGTHS = {"quick": [7, 1000, 4099],
            "race": [7, 4099, 50257, 65536, 70001, 131072, 600001],
            "full": [1, 7, 33, 1000, 4099, 32001, 50257, 65536, 70001, 131072, 600001, 1000003]}
