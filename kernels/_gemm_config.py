@@ -25,7 +25,7 @@ class Config:
     (TMA + wgmma with the small side of C on wgmma's N, sm_90a; kernels/_gemm_decode.py). Tile
     ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
-    partial sums, then a reduce kernel; wgmma's last CTA of each tile sums them itself);
+    partial sums; the last CTA of each tile sums them, in the same launch);
     ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
     ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
@@ -111,10 +111,11 @@ class Config:
     def name_expression(self, dt: int, a_kmajor: bool, b_kmajor: bool, vec: bool) -> str:
         """The template instantiation for gpurt.compile(name_expressions=...)."""
         ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
+        split = "_splitk" if self.split_k > 1 else ""  # the kernel that sums its slices
         if self.kernel == "simt":
             tn = (self.wn or 64) // 8
-            return (f"gemm_simt<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, {ak}, "
-                    f"{bk_}, {v}>")
+            return (f"gemm_simt{split}<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, "
+                    f"{ak}, {bk_}, {v}>")
         if self.kernel == "skinny":
             return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
         if self.kernel == "decode":  # a_kmajor, b_kmajor: X's and Y's layouts
@@ -126,12 +127,11 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
-        if self.kernel == "wgmma":  # split-K: the kernel that sums its slices itself
+        if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
-            name = "gemm_wgmma_splitk" if self.split_k > 1 else "gemm_wgmma"
-            return (f"{name}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, {self.cluster_m}, "
-                    f"{epi}>")
-        return (f"gemm_mma<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
+            return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
+                    f"{self.cluster_m}, {epi}>")
+        return (f"gemm_mma{split}<{dt}, {self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, "
                 f"{self.stages}, {ak}, {bk_}, {v}>")
 
     def tiles(self, m: int, n: int) -> int:

@@ -30,8 +30,8 @@ from . import _gemm_workspace as workspace
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
 
 __all__ = ["Call", "PlannedGemm", "PlannedDecode", "make_call", "planned_call", "precompile",
-           "programs", "program", "compile_program", "compile_programs", "kernel_names",
-           "reduce_name", "arch_for", "source_of", "text", "source_digest", "tensor_map",
+           "programs", "program", "compile_program", "compile_programs", "kernel_names", "headers",
+           "arch_for", "source_of", "text", "source_digest", "tensor_map",
            "encode_map"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -64,6 +64,16 @@ _kernels_lock = threading.Lock()
 os.register_at_fork(after_in_child=lambda: globals().update(_kernels_lock=threading.Lock()))
 
 
+def headers(source: str) -> dict[str, str]:
+    """The files GEMM source ``source`` includes, for gpurt.compile's ``headers=``."""
+    found = {"gemm_common.cu": text("gemm_common.cu")}
+    if source in (_TF32_SOURCE, "gemm_decode.cu"):  # they reuse the 16-bit one's helpers
+        found["gemm_wgmma.cu"] = text("gemm_wgmma.cu")
+    if source in ("gemm_mma.cu", "gemm_simt.cu"):  # once per kernel (gemm_mma.cu says why)
+        found["./" + source] = text(source)
+    return found
+
+
 def compile_kernels(source: str, names: tuple[str, ...], arch: str) -> tuple[Any, ...]:
     """The kernels ``names`` of ``source`` compiled for ``arch`` (one NVRTC program), with
     any extra NVRTC options from ``GPURT_GEMM_NVRTC_OPTIONS`` (e.g. -lineinfo, -D...)."""
@@ -71,11 +81,8 @@ def compile_kernels(source: str, names: tuple[str, ...], arch: str) -> tuple[Any
     key = (source, arch, names, options)
     found = _kernels.get(key)
     if found is None:
-        headers = {"gemm_common.cu": text("gemm_common.cu")}
-        if source in (_TF32_SOURCE, "gemm_decode.cu"):  # they reuse the 16-bit one's helpers
-            headers["gemm_wgmma.cu"] = text("gemm_wgmma.cu")
         module = gpurt.compile(text(source), options, name_expressions=names, arch=arch,
-                               headers=headers, program_name=source)
+                               headers=headers(source), program_name=source)
         with _kernels_lock:
             found = _kernels.setdefault(key, tuple(module[n] for n in names))
     return found
@@ -86,21 +93,14 @@ def source_of(config: Config, dt: int) -> str:
     return _TF32_SOURCE if config.kernel == "wgmma" and dt == DT_TF32 else config.source
 
 
-def reduce_name(dt: int) -> str:
-    return f"gemm_splitk_reduce<{DT_F32 if dt == DT_TF32 else dt}>"
-
-
 def kernel_names(config: Config, problem: Problem) -> tuple[str, ...]:
-    """The main kernel and, for mma and simt, split-K's reduce kernel: one program, so a
-    config compiles once whatever its split (wgmma's split-K kernel sums its slices itself)."""
+    """The kernel of ``config`` for ``problem`` (one: a split-K kernel sums its own slices)."""
     if config.kernel == "skinny":
         return (skinny.kernel_name(config, problem),)
     if config.kernel == "decode":
         return (decode.kernel_name(config, problem),)
-    main = config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor, problem.vec)
-    if config.kernel == "wgmma":
-        return (main,)
-    return (main, reduce_name(problem.dt))
+    return (config.name_expression(problem.dt, problem.a_kmajor, problem.b_kmajor,
+                                   problem.vec),)
 
 
 def arch_for(config: Config, capability: tuple[int, int]) -> str:
@@ -187,8 +187,7 @@ class Call:
     smem: int
     grid: Any  # int (wgmma) or (tiles, 1, split)
     clusters: int  # wgmma with clusters: how many
-    reduce_blocks: int  # mma and simt split-K: the reduce kernel's grid
-    counters: int  # wgmma split-K: its ticket counters (one per half tile), else 0
+    counters: int  # split-K: ticket counters (one per tile, wgmma one per half tile), else 0
 
     def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
                beta: float, stream: Any) -> None:
@@ -211,11 +210,6 @@ class Call:
                                   self.counters)
             self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, room.partials, room.counters,
                               alpha, beta, stream)
-            if len(kernels) > 1:  # mma and simt: the second pass
-                kernels[1](self.reduce_blocks, 256,
-                           _reduce_arguments(self, room.partials, out_ptr, cin_ptr, alpha,
-                                             beta),
-                           stream=stream)
 
     def _launch_main(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
                      partial_ptr: int, counters_ptr: int, alpha: float, beta: float,
@@ -238,10 +232,10 @@ class PlannedGemm:
     of pointers that changed since the last call (the maps are by-value arguments that hold
     the pointers); ``stream_handle`` None is the current stream of the call's device."""
 
-    __slots__ = ("call", "main", "reduce", "maps")
+    __slots__ = ("call", "main", "maps")
 
-    def __init__(self, call: Call, main: Any, reduce: Any) -> None:
-        self.call, self.main, self.reduce = call, main, reduce
+    def __init__(self, call: Call, main: Any) -> None:
+        self.call, self.main = call, main
         # (a_ptr, b_ptr, out_ptr, (map_a, map_b, map_c)) of the last wgmma call
         self.maps: tuple[int, int, int, tuple[bytes, ...]] | None = None
 
@@ -253,15 +247,11 @@ class PlannedGemm:
             extra = (0,) if call.config.kernel != "wgmma" or call.dt != DT_F32 else ()
             self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, extra)
             return
-        with workspace.LOCK:
+        with workspace.LOCK:  # one launch: the last CTA of each tile sums the slices
             room = workspace.take(call.index, handle, call.config.split_k * call.m * call.n,
                                   call.counters)
-            if self.reduce is None:  # wgmma: one launch, its last CTAs sum the slices
-                self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta,
-                           (room.partials, room.counters))
-                return
-            self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, (room.partials,))
-            self.reduce(handle, room.partials, out_ptr, cin_ptr, alpha, beta)
+            self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta,
+                       (room.partials, room.counters))
 
     def _main(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
               alpha: float, beta: float, extra: tuple[int, ...]) -> None:
@@ -329,7 +319,7 @@ def _main_arguments(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: i
                     beta: float) -> tuple[tuple[Any, ...], tuple[int, ...]]:
     """(arguments of the main kernel of an mma or wgmma call, positions of what varies per
     call among them: A, B (their tensor maps for wgmma), [wgmma: C's map], out, cin, alpha,
-    beta, then the partials pointer where the kernel takes one, then wgmma split-K's
+    beta, then the partials pointer where the kernel takes one, then split-K's
     counters pointer)."""
     config = call.config
     if config.kernel == "wgmma":
@@ -345,6 +335,8 @@ def _main_arguments(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: i
         return args, (0, 1, 2, 3, 4, 10, 11)
     args = (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, call.m, call.n, call.k, call.lda,
             call.ldb, call.ldc, call.ldcin, alpha, beta, config.group_m, call.pair_ok)
+    if config.split_k > 1:  # gemm_mma_splitk, gemm_simt_splitk
+        return args + (counters_ptr,), (0, 1, 2, 3, 12, 13, 4, 16)
     return args, (0, 1, 2, 3, 12, 13, 4)
 
 
@@ -353,12 +345,6 @@ def _main_config(call: Call) -> gpurt.LaunchConfig:
     cluster = (config.cluster_m, 1, 1) if config.kernel == "wgmma" and config.cluster_m > 1 \
         else None
     return gpurt.LaunchConfig(call.grid, config.threads, call.smem, cluster=cluster)
-
-
-def _reduce_arguments(call: Call, partial_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
-                      beta: float) -> tuple[Any, ...]:
-    return (partial_ptr, out_ptr, cin_ptr, call.m, call.n, call.ldc, call.ldcin,
-            call.config.split_k, alpha, beta)
 
 
 def planned_call(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int) -> Any:
@@ -376,12 +362,7 @@ def planned_call(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int)
                                                       device=index))
     args, varying = _main_arguments(call, a_ptr, b_ptr, out_ptr, cin_ptr, 0, 0, 1.0, 0.0)
     main = kernels[0].planned(_main_config(call), *args, varying=varying, device=index)
-    reduce = None
-    if call.config.split_k > 1 and len(kernels) > 1:
-        reduce = kernels[1].planned(gpurt.LaunchConfig(call.reduce_blocks, 256),
-                                    *_reduce_arguments(call, 0, out_ptr, cin_ptr, 1.0, 0.0),
-                                    varying=(0, 1, 2, 8, 9), device=index)
-    return PlannedGemm(call, main, reduce)
+    return PlannedGemm(call, main)
 
 
 def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call:
@@ -408,11 +389,12 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
             pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
             clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))
             grid = cm * clusters
-    reduce_blocks = max(1, min(-(-plan.m * plan.n // 256), problem.sm_count * 8))
-    counters = 2 * tiles if config.kernel == "wgmma" and config.split_k > 1 else 0
+    counters = 0
+    if config.split_k > 1:  # one per tile; wgmma: one per consumer's half tile
+        counters = 2 * tiles if config.kernel == "wgmma" else tiles
     return Call(config, kernels, m, n, plan.k, a.ld, b.ld, plan.ldc, plan.ldcin, a.kmajor,
                 b.kmajor, plan.dt, plan.index, swap, pair_ok, store_ok, smem, grid, clusters,
-                reduce_blocks, counters)
+                counters)
 
 
 _cluster_limits: dict[tuple[str, int, int, int], int] = {}

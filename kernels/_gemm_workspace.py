@@ -3,17 +3,17 @@
 cuBLAS keeps a workspace per stream (torch holds one per handle and stream, in its memory
 statistics); gpurt does the same for split-K, so that a repeated split-K call allocates and
 frees nothing. A workspace is one ordinary gpurt Array (it shows in gpurt.memory_stats)
-that only grows: first the ticket counters of the fused split-K kernel (gemm_wgmma_splitk:
-the CTA that takes a tile's last ticket sums its slices), zeroed once when the workspace is
+that only grows: first the ticket counters of the split-K kernels (gemm_*_splitk: the CTA
+that takes a tile's last ticket sums its slices), zeroed once when the workspace is
 allocated and left zero by every kernel, then the partial sums, which no call expects
 zeroed. The two regions never overlap, so a call of another shape never finds partials where
 its counters lie. Work on one stream runs in order, so calls on a stream may share its
-workspace; :data:`LOCK` keeps two threads on one stream from interleaving their launches
-between the kernel that writes the partials and the one that reads them (mma and simt
-still reduce in a second kernel). A stream that is capturing a CUDA graph gets fresh
-partials and fresh zeroed counters for each call instead (memory of the graph's own pool,
-released with the graph). At most :data:`MAX_KEPT` streams keep a workspace (the oldest is
-dropped first); :func:`clear` drops them all (gpurt.kernels.clear_plans does).
+workspace (each split-K call is one launch); :data:`LOCK` keeps the table of workspaces
+consistent between threads and holds a workspace until the launch that uses it is queued.
+A stream that is capturing a CUDA graph gets fresh partials and fresh zeroed counters for
+each call instead (memory of the graph's own pool, released with the graph). At most
+:data:`MAX_KEPT` streams keep a workspace (the oldest is dropped first); :func:`clear` drops
+them all (gpurt.kernels.clear_plans does).
 """
 
 from __future__ import annotations

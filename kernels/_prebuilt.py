@@ -129,7 +129,7 @@ def _compile(request: Request) -> tuple[Request, str, bytes, dict[str, str]] | s
             headers: dict[str, str] = {}
         else:
             source = gemm_launch.text(program)
-            headers = {"gemm_common.cu": gemm_launch.text("gemm_common.cu")}
+            headers = gemm_launch.headers(program)
         key, entry = gpurt.nvrtc.prebuild(source, (), names, headers, arch=arch,
                                           program_name=program)
     except Exception as exc:  # a variant NVRTC cannot build for this arch: reported, skipped

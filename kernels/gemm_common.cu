@@ -64,8 +64,8 @@ template <> __device__ __forceinline__ u16 from_f32<DT_BF16>(float v) {
 }
 
 // The epilogue arguments every kernel takes. `partial` != nullptr means split-K: the kernel
-// writes raw fp32 sums for its K slice to partial[slice][M][N]; for mma and simt,
-// gemm_splitk_reduce applies alpha/beta afterwards (the wgmma kernel sums them itself).
+// writes raw fp32 sums for its K slice to partial[slice][M][N], and the last CTA of each tile
+// sums the slices and applies alpha/beta (splitk_finish; the wgmma kernel's own).
 struct Epilogue {
     float alpha;
     float beta;
@@ -137,21 +137,37 @@ __device__ __forceinline__ void sum_partial_pair(const float* __restrict__ parti
     v1 = s1;
 }
 
-// Split-K, second pass: C = alpha * sum_s partial[s] + beta * Cin (one thread per element).
-template <int DT>
-__global__ void gemm_splitk_reduce(const float* __restrict__ partial,
-                                   typename Elem<DT>::T* __restrict__ C,
-                                   const typename Elem<DT>::T* __restrict__ Cin, int M, int N,
-                                   i64 ldc, i64 ldcin, int splits, float alpha, float beta) {
-    i64 total = (i64)M * N;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (i64)gridDim.x * blockDim.x) {
-        float sum = 0.f;
-        for (int s = 0; s < splits; ++s) sum += partial[(i64)s * total + i];
-        int r = (int)(i / N), c = (int)(i % N);
-        float v = alpha * sum;
-        if (beta != 0.f) v += beta * to_f32<DT>(Cin[(i64)r * ldcin + c]);
-        C[(i64)r * ldc + c] = from_f32<DT>(v);
+// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma, simt; slice
+// blockIdx.z of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN
+// tile at (m0, n0), it takes a ticket on the tile's counter (after a fence, so its slice is
+// visible first); the CTA that takes the last one resets the counter to 0, sums the tile's
+// slices in slice order (sum_partial_pair: the same bits every run) and stores C with alpha,
+// beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
+template <int DT, int BM, int BN>
+__device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__ C,
+                                              const typename Elem<DT>::T* __restrict__ Cin,
+                                              const float* __restrict__ partial,
+                                              unsigned* __restrict__ counters, int M, int N,
+                                              i64 ldc, i64 ldcin, float alpha, float beta,
+                                              int m0, int n0, bool pair_ok) {
+    __threadfence();  // this thread's slice stores, before the ticket
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counters + blockIdx.x, 1u) == gridDim.z - 1;
+        if (last) {
+            counters[blockIdx.x] = 0;  // every slice has arrived: nothing else touches it
+            __threadfence();
+        }
+    }
+    if (!__syncthreads_or(last)) return;
+    const i64 total = (i64)M * N;
+    for (int e = threadIdx.x; e < BM * BN / 2; e += blockDim.x) {
+        const int r = m0 + e / (BN / 2), c = n0 + 2 * (e % (BN / 2));
+        if (r >= M || c >= N) continue;
+        float v0, v1;
+        sum_partial_pair(partial, total, gridDim.z, (i64)r * N + c, c + 1 < N, v0, v1);
+        store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c, v0, v1, pair_ok);
     }
 }
 

@@ -10,6 +10,7 @@
 // the copies and the fragment reads free of bank conflicts. VEC=false (a row pitch or base
 // not a multiple of 16 bytes) loads element by element instead of cp.async.
 // Layouts, epilogue and split-K conventions: gemm_common.cu.
+#if !defined(GEMM_MMA_SPLIT)  // the first pass: the helpers (see below)
 #include "gemm_common.cu"
 
 namespace mma {
@@ -111,12 +112,33 @@ __device__ __forceinline__ u32 to_tf32(float v) {
 
 }  // namespace mma
 
+// Two kernels from the one text below: gemm_mma_splitk (this file included again, as
+// "./gemm_mma.cu": NVRTC mishandles an include of the program's own name, with GEMM_MMA_SPLIT
+// 1), then gemm_mma (GEMM_MMA_SPLIT 0). The split kernel's last CTA of each tile sums the K
+// slices and stores C (splitk_finish in gemm_common.cu; `counters`: one zeroed ticket counter
+// per tile, left zero). Not a __device__ body that both kernels call: inlining one changes the
+// tuned gemm_mma's code (its PTX), which this way stays as it was.
+#define GEMM_MMA_SPLIT 1
+#include "./gemm_mma.cu"
+#undef GEMM_MMA_SPLIT
+#define GEMM_MMA_SPLIT 0
+#endif  // !defined(GEMM_MMA_SPLIT)
+
 template <int DT, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-gemm_mma(const typename Elem<DT>::T* __restrict__ A, const typename Elem<DT>::T* __restrict__ B,
-         typename Elem<DT>::T* __restrict__ C, const typename Elem<DT>::T* __restrict__ Cin,
-         float* __restrict__ partial, int M, int N, int K, i64 lda, i64 ldb, i64 ldc, i64 ldcin,
-         float alpha, float beta, int group_m, int pair_ok) {
+#if GEMM_MMA_SPLIT
+gemm_mma_splitk(
+#else
+gemm_mma(
+#endif
+    const typename Elem<DT>::T* __restrict__ A, const typename Elem<DT>::T* __restrict__ B,
+    typename Elem<DT>::T* __restrict__ C, const typename Elem<DT>::T* __restrict__ Cin,
+    float* __restrict__ partial, int M, int N, int K, i64 lda, i64 ldb, i64 ldc, i64 ldcin,
+    float alpha, float beta, int group_m, int pair_ok
+#if GEMM_MMA_SPLIT
+    , unsigned* __restrict__ counters
+#endif
+    ) {
     using namespace mma;
     typedef typename Elem<DT>::T E;
     constexpr bool TF32 = DT == DT_TF32;
@@ -254,4 +276,8 @@ gemm_mma(const typename Elem<DT>::T* __restrict__ A, const typename Elem<DT>::T*
                            acc[i][j][3], pair_ok != 0);
         }
     }
+#if GEMM_MMA_SPLIT
+    splitk_finish<DT, BM, BN>(C, Cin, partial, counters, M, N, ldc, ldcin, alpha, beta, m0, n0,
+                              pair_ok != 0);
+#endif
 }

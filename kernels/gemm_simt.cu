@@ -11,6 +11,7 @@
 // SM; TN = 16 takes ~233 (1 CTA of 8 warps or 2 of 4 per SM). Measured (notes_gemm.md, v4):
 // 128 x 256 x 16 with TN = 16 runs at 0.96-0.97 of cuBLAS's SGEMM on an H200.
 // Layouts, epilogue, split-K: gemm_common.cu.
+#if !defined(GEMM_SIMT_SPLIT)  // the first pass: the helpers (see below)
 #include "gemm_common.cu"
 
 namespace simt {
@@ -153,12 +154,32 @@ using TileCopy = typename pick<KMAJ, KMajorCopy<MN, BK, THREADS>,
 
 }  // namespace simt
 
+// Two kernels from the one text below: gemm_simt_splitk (this file included again, as
+// "./gemm_simt.cu": NVRTC mishandles an include of the program's own name, with
+// GEMM_SIMT_SPLIT 1), then gemm_simt (GEMM_SIMT_SPLIT 0). The split kernel's last CTA of each
+// tile sums the K slices and stores C (splitk_finish in gemm_common.cu; `counters`: one zeroed
+// ticket counter per tile, left zero). Not a __device__ body that both kernels call: inlining
+// one changes the tuned gemm_simt's code (its PTX), which this way stays as it was.
+#define GEMM_SIMT_SPLIT 1
+#include "./gemm_simt.cu"
+#undef GEMM_SIMT_SPLIT
+#define GEMM_SIMT_SPLIT 0
+#endif  // !defined(GEMM_SIMT_SPLIT)
+
 template <int BM, int BN, int BK, int TN, int STAGES, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / 32) * (BN / (8 * TN)) * 32, TN == 8 ? 2 : 1)
-gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-          const float* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K,
-          i64 lda, i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta, int group_m,
-          int pair_ok) {
+#if GEMM_SIMT_SPLIT
+gemm_simt_splitk(
+#else
+gemm_simt(
+#endif
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    const float* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K, i64 lda,
+    i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta, int group_m, int pair_ok
+#if GEMM_SIMT_SPLIT
+    , unsigned* __restrict__ counters
+#endif
+    ) {
     using namespace simt;
     static_assert(TN == 8 || TN == 16, "a thread computes 8 x 8 or 8 x 16 outputs");
     static_assert(STAGES >= 2, "the ring needs two stages at least");
@@ -251,4 +272,8 @@ gemm_simt(const float* __restrict__ A, const float* __restrict__ B, float* __res
                                acc[i][j + 1], pair_ok != 0);
         }
     }
+#if GEMM_SIMT_SPLIT
+    splitk_finish<DT_F32, BM, BN>(C, Cin, partial, counters, M, N, ldc, ldcin, alpha, beta, m0,
+                                  n0, pair_ok != 0);
+#endif
 }

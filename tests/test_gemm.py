@@ -512,8 +512,10 @@ def _variants(family):
         names.add(first[0].name_expression(first[1], a_k, b_k, True))
         if family != "wgmma":
             names.add(first[0].name_expression(first[1], a_k, b_k, False))
-    if family != "wgmma":
-        names.add(gemm_launch.reduce_name(items[0][1]))
+    if family != "wgmma":  # the split-K kernels (their last CTA of a tile sums the slices)
+        for config, dt in (items[0], items[-1]):
+            names.add(dataclasses.replace(config, split_k=3).name_expression(dt, True, False,
+                                                                             True))
     return sorted(names)
 
 
@@ -526,7 +528,7 @@ def test_variants_compile_without_spills(family, arch, tmp_path, monkeypatch):
     names = _variants(family)
     module = gpurt.compile(gemm_launch.text(f"gemm_{family}.cu"), options=["--ptxas-options=-v"],
                            name_expressions=names, arch=arch, program_name=f"gemm_{family}.cu",
-                           headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
+                           headers=gemm_launch.headers(f"gemm_{family}.cu"))
     log = module.log
     assert set(module.lowered_names) == set(names)
     assert "warning" not in log.lower(), log  # serialized wgmma (C7510) or setmaxnreg ignored
@@ -704,7 +706,7 @@ def test_wgmma_all_layouts_and_persistence(gpu_state):
     assert np.isnan(np.asarray(wide.numpy()[:, 264], dtype=np.float32)).all()
 
 
-def _wgmma_split_case(rng, config, dtype, m, n, k, trans_a, trans_b):
+def _split_case(rng, config, dtype, m, n, k, trans_a, trans_b, **kw):
     """One fused split-K call with alpha, beta and Cin against float64, twice: the same bits
     both times (the last CTA of a tile sums the slices in slice order)."""
     a = rand(rng, (k, m) if trans_a else (m, k), dtype)
@@ -715,10 +717,10 @@ def _wgmma_split_case(rng, config, dtype, m, n, k, trans_a, trans_b):
     for _ in range(2):
         out = poisoned((m, n), dtype)
         gemm(device(a), device(b), out=out, trans_a=trans_a, trans_b=trans_b, alpha=0.75,
-             beta=-1.25, c=device(c), config=config)
+             beta=-1.25, c=device(c), config=config, **kw)
         got.append(out.numpy())
     label = (config.label(), np.dtype(dtype).name, m, n, k, trans_a, trans_b)
-    assert rel_err(got[0], want) < TOL[np.dtype(dtype)], label
+    assert rel_err(got[0], want) < (5e-3 if kw.get("allow_tf32") else TOL[np.dtype(dtype)]), label
     assert got[0].tobytes() == got[1].tobytes(), label
 
 
@@ -734,17 +736,47 @@ def test_wgmma_split_k_fused(gpu_state):
     for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
         for dtype in (gpurt.bfloat16, np.float16):
             config = dataclasses.replace(tune._WGMMA[1], split_k=3)
-            _wgmma_split_case(rng, config, dtype, m, n, 1000 - 1000 % 8, trans_a, trans_b)
+            _split_case(rng, config, dtype, m, n, 1000 - 1000 % 8, trans_a, trans_b)
     for config, k in [(dataclasses.replace(tune._WGMMA[1], split_k=7), 3 * 64 + 8),
                       (dataclasses.replace(tune._WGMMA[0], split_k=2), 520),
                       (dataclasses.replace(tune._WGMMA[1], split_k=16), 4096)]:
-        _wgmma_split_case(rng, config, gpurt.bfloat16, 136, 264, k, False, False)
-    _wgmma_split_case(rng, dataclasses.replace(tune._WGMMA[1], split_k=4), gpurt.bfloat16,
+        _split_case(rng, config, gpurt.bfloat16, 136, 264, k, False, False)
+    _split_case(rng, dataclasses.replace(tune._WGMMA[1], split_k=4), gpurt.bfloat16,
                       1, 8, 512, False, False)  # one element row, a mostly empty tile
+    _assert_counters_zero()
+
+
+def _assert_counters_zero():
+    """The kept workspaces' ticket counters are back at zero (for the next call)."""
     gpurt.synchronize()
     for kept in workspace_mod._kept.values():
         counters = kept.arrays[0].numpy()[:kept.counter_room].view(np.uint32)
         assert kept.counter_room > 0 and not counters.any()
+
+
+@pytest.mark.gpu
+def test_mma_simt_split_k_fused(gpu_state):
+    """gemm_mma_splitk and gemm_simt_splitk (one launch: each tile's last CTA sums the
+    slices): every layout, bf16/fp16/fp32/TF32, edge tiles, empty K slices (7 slices of 1-2
+    K tiles), rows not 16-byte aligned (VEC=false), alpha/beta/Cin, repeatable bits, and the
+    ticket counters left at zero."""
+    rng = np.random.default_rng(31)
+    mma, simt = tune._MMA[3], tune._SIMT[3]  # 64 x 64 and 64 x 128 tiles
+    m, n = 2 * 64 + 40, 2 * 128 + 8
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        _split_case(rng, dataclasses.replace(mma, split_k=3), gpurt.bfloat16, m, n, 1000,
+                    trans_a, trans_b)
+        _split_case(rng, dataclasses.replace(simt, split_k=4), np.float32, m, n, 1000, trans_a,
+                    trans_b)
+    _split_case(rng, dataclasses.replace(mma, split_k=3), np.float16, m, n, 1000, False, False)
+    _split_case(rng, dataclasses.replace(tune._TF32[1], split_k=3), np.float32, m, n, 1000,
+                False, True, allow_tf32=True)
+    _split_case(rng, dataclasses.replace(mma, split_k=7), gpurt.bfloat16, 136, 264, 3 * 32 + 8,
+                False, False)
+    _split_case(rng, dataclasses.replace(simt, split_k=5), np.float32, 131, 77, 203, False,
+                False)  # odd rows: element loads
+    _split_case(rng, dataclasses.replace(mma, split_k=4), np.float16, 1, 8, 512, False, False)
+    _assert_counters_zero()
 
 
 @pytest.mark.gpu

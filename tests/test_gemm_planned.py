@@ -100,7 +100,8 @@ def test_planned_gemm_launches_what_call_launch_does(driver: FakeDriver, config:
                                 POINTERS[0][2])
     _layouts(driver, call.kernels)
     partials: list[int] = []
-    counters = 2 * config.tiles(M, N) if config.kernel == "wgmma" and config.split_k > 1 else 0
+    counters = 0 if config.split_k == 1 else config.tiles(M, N) * (2 if config.kernel == "wgmma"
+                                                                   else 1)
 
     def taken(index: int, handle: Any, count: int, tickets: int) -> Any:  # the stream's own
         assert (index, count, tickets) == (0, config.split_k * M * N, counters)
@@ -125,9 +126,7 @@ def test_planned_gemm_launches_what_call_launch_does(driver: FakeDriver, config:
     for a, b, out, cin in POINTERS:
         call.launch(a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5, None)
     assert got == driver.launches
-    # a split is two launches for mma (the reduce kernel), one for wgmma (it sums itself)
-    assert len(got) == len(POINTERS) * (2 if config.split_k > 1 and config.kernel == "mma"
-                                        else 1)
+    assert len(got) == len(POINTERS)  # one launch each: a split kernel sums its own slices
     assert got[0][-1] != got[-1][-1]  # the pointers (and maps) did change
     assert bool(fallbacks) == _launchpath.pure_python  # the compiled path took every call
 
