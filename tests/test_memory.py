@@ -7,6 +7,7 @@ itself is tested in depth on the CPU in tests/test_allocator.py."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import subprocess
@@ -219,7 +220,9 @@ def _read(ptr: int, nbytes: int) -> np.ndarray:
 @pytest.fixture
 def fresh(gpu_state):
     """Empty caches and reset statistics before and after a GPU test (and drop the split-K
-    workspaces that earlier gemm tests of this process left, which hold allocated memory)."""
+    workspaces that earlier gemm tests of this process left, which hold allocated memory, and
+    the arrays that only a reference cycle of an earlier test still holds)."""
+    gc.collect()
     gpurt.synchronize()
     workspace = sys.modules.get("gpurt.kernels._gemm_workspace")
     if workspace is not None:
