@@ -5,27 +5,29 @@
 # sanitize`) in the background while the sweep's programs compile on the CPUs; then, alone on
 # the GPU, the occupancy table, the variant sweep (decode_sweep_dev.py) and bench_gemm_decode.py
 # (heuristics: GPURT_GEMM_AUTOTUNE=0). Packs everything but the two JSONs into OUTDIR/runs.tgz.
-# Usage: bash benchmarks/decode_sweep_dev.sh OUTDIR   (limit: $TOTAL, 230 s)
+# Usage: bash benchmarks/decode_sweep_dev.sh OUTDIR   (limit: $TOTAL, 232 s)
 set -u
 out=${1:?OUTDIR}
-total=${TOTAL:-230}
+total=${TOTAL:-232}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0
 logs="$out/logs"; mkdir -p "$logs"
 pack() { tar czf "$out/runs.tgz" -C "$out" logs smi.txt setup.log 2>/dev/null; }
 step correctness-and-precompile
-timeout 75 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm_decode.py tests/test_gemm.py \
-    -k "decode or split" > "$logs/pytest.log" 2>&1 &
-pytest_pid=$!
+timeout 90 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm_decode.py > "$logs/pytest-decode.log" 2>&1 &
+timeout 90 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm.py -k "decode or split" \
+    > "$logs/pytest-gemm.log" 2>&1 &
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in memcheck racecheck; do
-    (timeout 75 $san --tool $tool python3 -P benchmarks/decode_dev.py sanitize > "$logs/san-$tool.log" 2>&1
+    (timeout 90 $san --tool $tool python3 -P benchmarks/decode_dev.py sanitize > "$logs/san-$tool.log" 2>&1
      echo "$tool rc=$? $(grep -c PASS "$logs/san-$tool.log") passed: $(tail -n 1 "$logs/san-$tool.log")" > "$logs/san-$tool.txt") &
 done
 timeout 70 python3 -P benchmarks/decode_sweep_dev.py precompile > "$logs/precompile.log" 2>&1
 echo "precompile rc=$? $(tail -n 1 "$logs/precompile.log")"
 wait
-echo "pytest: $(tail -n 1 "$logs/pytest.log")"; grep -E "^(FAILED|ERROR)" "$logs/pytest.log" | head -n 10
+for f in "$logs"/pytest-*.log; do
+    echo "$(basename "$f"): $(tail -n 1 "$f")"; grep -E "^(FAILED|ERROR)" "$f" | head -n 10
+done
 cat "$logs"/san-*.txt
 pack
 step occupancy
