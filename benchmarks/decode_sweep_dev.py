@@ -1,8 +1,9 @@
 """Session 8's decode sweep (issue 17, M = 1..128 at 4096-wide weights): every tiling the
 decode and 16-bit wgmma kernels already have that could beat today's choice, timed
 kernel-only (bench_gemm_decode's graph replay over rotating weights) next to cuBLAS in the
-same process, with how many CTAs / clusters of each fit at once, and the decode kernel's
-tensor-map prefetch on and off (``GPURT_GEMM_NVRTC_OPTIONS=-DGPURT_DECODE_NO_PREFETCH``).
+same process, with how many CTAs / clusters of each fit at once. (The session-8 run also
+timed a tensor-map prefetch in the decode kernel on and off; it changed nothing measurable
+and was removed: notes_gemm.md.)
 
     python benchmarks/decode_sweep_dev.py precompile | occupancy | sweep [--json PATH]
 """
@@ -30,7 +31,6 @@ tune = importlib.import_module("gpurt.kernels._gemm_tune")
 decode = importlib.import_module("gpurt.kernels._gemm_decode")
 launch = importlib.import_module("gpurt.kernels._gemm_launch")
 Config = tune.Config
-NO_PREFETCH = "-DGPURT_DECODE_NO_PREFETCH"
 
 # (M, N, K, weights N x K as x @ W.T): the brief's shapes first, then where a new rule for
 # 4096-row weights would also apply (K = 11008), and one shape it must leave alone
@@ -78,8 +78,8 @@ def variants(p: Any) -> list[Any]:
 
 
 def precompile() -> None:
-    """Every program of the sweep, the bench (heuristic choices) and the checks, with and
-    without the prefetch, compiled in parallel into the disk cache."""
+    """Every program of the sweep and of the bench (heuristic choices), compiled in parallel
+    into the disk cache."""
     jobs = set()
     for m, n, k, nk in SHAPES:
         for config in variants(problem(m, n, k, nk)):
@@ -90,12 +90,7 @@ def precompile() -> None:
             jobs.add(launch.program(tune.heuristic(p), p))
             fp16 = dataclasses.replace(p, dt=tune.DT_F16)
             jobs.add(launch.program(tune.heuristic(fp16), fp16))
-    count = launch.compile_programs(sorted(jobs))
-    heur = sorted({launch.program(tune.heuristic(problem(*s)), problem(*s)) for s in SHAPES
-                   if tune.heuristic(problem(*s)).kernel == "decode"})
-    os.environ["GPURT_GEMM_NVRTC_OPTIONS"] = NO_PREFETCH
-    count += launch.compile_programs(heur)
-    print(f"precompiled {count} programs", flush=True)
+    print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
 
 def occupancy() -> None:
@@ -138,14 +133,6 @@ def sweep(json_path: str | None) -> None:
                 row[config.label()] = graph_us(bp, config, stream)
             except Exception as exc:  # noqa: BLE001 - report and go on
                 print(f"{row['shape']} {config.label()}: {exc!r}", flush=True)
-        # the heuristic's decode kernel without the tensor-map prefetch, then with it again
-        if configs[0].kernel == "decode":
-            for label, options in (("noprefetch", NO_PREFETCH), ("prefetch_again", "")):
-                os.environ["GPURT_GEMM_NVRTC_OPTIONS"] = options
-                gm.clear_plans()
-                row[label] = graph_us(bp, configs[0], stream)
-            os.environ.pop("GPURT_GEMM_NVRTC_OPTIONS")
-            gm.clear_plans()
         row["rel_err"] = check(bp, configs, stream)
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -181,8 +168,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
         best = " ".join(f"{key} {ours[key]:.2f} x{row['cublas'] / ours[key]:.3f};"
                         for key in ranked)
         print(f"{row['shape']:>15} {row['w']} copy {row['copy']:.2f} cuBLAS {row['cublas']:.2f} "
-              f"heur {heur:.2f} x{row['cublas'] / heur:.3f} | {best} "
-              f"noprefetch {row.get('noprefetch', 0):.2f} err {row['rel_err']}")
+              f"heur {heur:.2f} x{row['cublas'] / heur:.3f} | {best} err {row['rel_err']}")
 
 
 if __name__ == "__main__":

@@ -31,12 +31,6 @@ __device__ __forceinline__ float load_partial(u32 addr, int rank) {
     return v;
 }
 
-// Fetch a tensor map into the TMA unit's cache ahead of its first copy, so the first loads
-// of the ring do not wait for it (a decode GEMM is over in ~15 us; this is on its critical path).
-__device__ __forceinline__ void prefetch_map(const wg::TmaDesc* map) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
-}
-
 // Element (p, q) of C: alpha * sum (+ beta * Cin's element).
 template <int DT>
 __device__ __forceinline__ void store_c(u16* C, const u16* Cin, i64 p, i64 q, i64 c_p, i64 c_q,
@@ -84,10 +78,6 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
-#ifndef GPURT_DECODE_NO_PREFETCH  // dev switch for the session-8 A/B run; removed after it
-        dc::prefetch_map(&tma_x);
-        dc::prefetch_map(&tma_y);
-#endif
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);
             mbar_init(empty_bar + 8 * s, CONSUMERS * 4);
