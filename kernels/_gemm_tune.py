@@ -52,10 +52,18 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 # Base candidates per kernel, before split-K is applied.
 # simt: [0] large problems (0.96-0.97 of cuBLAS at 2048-8192 on an H200), [1] mid-sized grids
-# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread.
+# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
+# and [5]: 64- and 32-row tiles for M <= 64 (decode shapes: no rows computed in vain).
 _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
          Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
-         Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 64, 8, stages=4))
+         Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 256, 16, 32, 128, stages=3),
+         Config("simt", 32, 256, 16, 32, 128, stages=3), Config("simt", 64, 64, 8, stages=4))
+# The multiply-add rate of an SM full of each simt tile's CTAs, relative to cuBLAS's SGEMM
+# (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones; the 64- and 32-row tiles at
+# M = 64 / 32 of the decode shapes, session 8). Unlisted tiles: 0.8.
+_SIMT_RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
+              (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
+              (64, 64, 8, 0): 0.78}
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -194,9 +202,71 @@ def _wave_split(problem: Problem, config: Config) -> int:
 def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
     out = []
     for config in base:
-        split = _split_for(problem, config) if config.kernel != "wgmma" else 1
+        if config.kernel == "simt":
+            split = _simt_split(problem, config)
+        else:
+            split = _split_for(problem, config) if config.kernel != "wgmma" else 1
         out.append(dataclasses.replace(config, split_k=split))
     return out
+
+
+# ---- the simt kernel's tiles and K splits: a wave model ------------------------------------------
+# An SM holds 8 warps of 8 x 16-output threads (~233 registers) or 16 of 8 x 8 ones (128).
+# A K split costs each CTA its partial tile's store, and the tile's last CTA one read of each
+# other slice (kernels/gemm_simt.cu, splitk_end): about half a 16-deep K tile's time per slice.
+_SIMT_SPLIT_COST = 0.5  # K tiles (of 16) per slice read by the last CTA
+_SIMT_SLICE_MIN = 8     # K tiles a slice takes at least
+
+
+def _simt_resident(problem: Problem, config: Config) -> int:
+    """CTAs of simt ``config`` an SM runs at once (registers, then shared memory)."""
+    warps = 8 if config.wn == 128 else 16
+    by_regs = max(1, warps // (config.threads // 32))
+    ring = config.shared_mem(True, False, 4) + 1024  # + the 1 KiB the driver keeps per CTA
+    return max(1, min(by_regs, (problem.max_shared + 1024) // ring))
+
+
+def _simt_cost(problem: Problem, config: Config, split: int) -> float:
+    """Modelled time of simt ``config`` with ``split`` K slices on ``problem``, in units of a
+    16-deep K tile of a 128 x 256 CTA alone on an SM: waves of the (tile, slice) grid over the
+    SMs' CTA slots, times a CTA's K tiles (plus one for the pipeline's fill) at its share of
+    the SM's rate, plus the split's cost."""
+    resident = _simt_resident(problem, config)
+    k_tiles = -(-problem.k // config.bk)
+    per = -(-k_tiles // split)
+    waves = -(-config.tiles(problem.m, problem.n) * split // (problem.sm_count * resident))
+    rate = _SIMT_RATE.get((config.bm, config.bn, config.bk, config.wn), 0.8)
+    area = config.bm * config.bn / (128 * 256)
+    cta = area * ((per + 1) * config.bk / 16 + _SIMT_SPLIT_COST * (split - 1))
+    return waves * cta * resident / rate
+
+
+def _simt_split(problem: Problem, config: Config) -> int:
+    """The K split (1 = none) that the wave model finds fastest for simt ``config``: slices
+    of at least 8 K tiles, every slice non-empty (split_range gives each ceil(tiles / split)),
+    at most 32; the smaller split on a tie."""
+    k_tiles = -(-problem.k // config.bk)
+    best, best_cost = 1, _simt_cost(problem, config, 1)
+    for split in range(2, min(32, k_tiles // _SIMT_SLICE_MIN) + 1):
+        if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
+            continue
+        cost = _simt_cost(problem, config, split)
+        if cost < best_cost * 0.99:
+            best, best_cost = split, cost
+    return best
+
+
+def _simt_heuristic(problem: Problem) -> Config:
+    """The simt config (with its split) of the lowest modelled time; ties keep the earlier."""
+    best, best_cost = _SIMT[-1], float("inf")
+    for base in _SIMT:
+        if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
+            continue
+        split = _simt_split(problem, base)
+        cost = _simt_cost(problem, base, split)
+        if cost < best_cost * 0.99:
+            best, best_cost = dataclasses.replace(base, split_k=split), cost
+    return best
 
 
 def candidates(problem: Problem) -> list[Config]:
@@ -242,7 +312,8 @@ def all_configs(problem: Problem) -> list[Config]:
         elif config.kernel in ("wgmma", "skinny"):
             splits = {1}
         else:
-            splits = {1, max(2, _split_for(problem, config))}
+            split = _simt_split if config.kernel == "simt" else _split_for
+            splits = {1, max(2, split(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)
             if variant not in found and eligible(problem, variant):
@@ -262,13 +333,7 @@ def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
     if problem.dt == DT_F32:
-        if _SIMT[0].tiles(m, n) * 2 >= problem.sm_count:  # 1 CTA per SM: half a wave at least
-            base = _SIMT[0]
-        else:
-            base = _SIMT[1] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[-1]
-        if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
-            base = _SIMT[-1]
-        return dataclasses.replace(base, split_k=_split_for(problem, base))
+        return _simt_heuristic(problem)
     if problem.dt == DT_TF32:
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
         wide = _fill_best(problem, [wide, _WGMMA_TF32[1], _WGMMA_TF32[4]],

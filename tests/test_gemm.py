@@ -780,6 +780,24 @@ def test_mma_simt_split_k_fused(gpu_state):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("base", [tune._SIMT[0], tune._SIMT[2], tune._SIMT[4], tune._SIMT[5]],
+                         ids=lambda c: c.label().replace(" ", "_"))
+def test_simt_split_end(gpu_state, base):
+    """gemm_simt_splitk's end (each thread sums the outputs it holds over the K slices, its
+    own from registers; float4 where N % 4 == 0): 8 x 16 and 8 x 8 thread tiles, edge tiles
+    in M and N, rows 16-byte aligned and not, uneven slices and a partial K tile, M-major A
+    and K-major B, alpha/beta/Cin, the same bits twice, ticket counters left at zero."""
+    rng = np.random.default_rng(37)
+    m = base.bm + 37
+    for n, k, split, trans_a, trans_b in [(base.bn + 68, 1000, 3, False, False),
+                                          (base.bn + 67, 517, 5, True, True),
+                                          (2 * base.bn + 4, 1027, 7, False, True)]:
+        _split_case(rng, dataclasses.replace(base, split_k=split), np.float32, m, n, k, trans_a,
+                    trans_b)
+    _assert_counters_zero()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_alpha_beta_c(gpu_state, no_tuning, dtype):
     rng = np.random.default_rng(5)
