@@ -128,13 +128,13 @@ def time_group(group: str, json_path: str | None, rows: list[dict[str, Any]]) ->
         shape = f"{m}x{n}x{k}" + (" nk" if nk else "")
         with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
             cublas = bench.torch_graph_us(torch, data, REPEAT)
-            cublas_call = bench.host_us(torch, lambda i: torch.matmul(
-                data.a[i], data.b[i], out=data.out), data.sets, REPEAT)
+            cublas_call = bench.host_us(torch, lambda i, d=data: torch.matmul(
+                d.a[i], d.b[i], out=d.out), data.sets, REPEAT)
         chosen = tune.heuristic(p)
         auto_us = bench.gpurt_graph_us(gpurt, gm.gemm, data, None, REPEAT, torch)
         with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
-            auto_call = bench.host_us(torch, lambda i: gm.gemm(
-                data.ga[i], data.gb[i], out=data.gout, stream=stream), data.sets, REPEAT)
+            auto_call = bench.host_us(torch, lambda i, d=data: gm.gemm(
+                d.ga[i], d.gb[i], out=d.gout, stream=stream), data.sets, REPEAT)
         row = {"shape": shape, "config": "auto " + chosen.label(), "us": round(auto_us, 2),
                "cublas_us": round(cublas, 2), "ratio": round(cublas / auto_us, 3),
                "call_us": round(auto_call, 2), "cublas_call_us": round(cublas_call, 2),

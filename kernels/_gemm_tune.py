@@ -312,8 +312,8 @@ def all_configs(problem: Problem) -> list[Config]:
         elif config.kernel in ("wgmma", "skinny"):
             splits = {1}
         else:
-            split = _simt_split if config.kernel == "simt" else _split_for
-            splits = {1, max(2, split(problem, config))}
+            rule = _simt_split if config.kernel == "simt" else _split_for
+            splits = {1, max(2, rule(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)
             if variant not in found and eligible(problem, variant):
