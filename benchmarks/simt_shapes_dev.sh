@@ -14,19 +14,19 @@ total=${TOTAL:-230}
 export GPURT_GEMM_AUTOTUNE=0
 dev="python3 -P benchmarks/simt_shapes_dev.py"
 step precompile
-timeout 75 $dev precompile >> "$out/setup.log" 2>&1; echo "precompile rc=$?"
+timeout 60 $dev precompile >> "$out/setup.log" 2>&1; echo "precompile rc=$?"
 tail -n 2 "$out/setup.log"
 step skinny
-timeout 55 $dev time --group skinny --json "$out/skinny.json" > "$out/skinny.log" 2>&1
+timeout 50 $dev time --group skinny --json "$out/skinny.json" > "$out/skinny.log" 2>&1
 echo "skinny rc=$?"
 step pytest
-timeout 50 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm.py \
+timeout 45 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm.py \
     -k "(simt or float32) and not compile" > "$out/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$out/pytest.log"
 step sanitizers
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in memcheck racecheck; do
-    timeout 35 $san --tool $tool $dev sanitize > "$out/san-$tool.log" 2>&1
+    timeout $([ $tool = memcheck ] && echo 25 || echo 30) $san --tool $tool $dev sanitize > "$out/san-$tool.log" 2>&1
     echo "$tool rc=$? $(grep -c PASS "$out/san-$tool.log") passed: $(tail -n 1 "$out/san-$tool.log")" >> "$out/san.txt"
 done
 cat "$out/san.txt"
