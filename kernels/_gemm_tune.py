@@ -59,11 +59,19 @@ _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
          Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 256, 16, 32, 128, stages=3),
          Config("simt", 32, 256, 16, 32, 128, stages=3), Config("simt", 64, 64, 8, stages=4))
 # The multiply-add rate of an SM full of each simt tile's CTAs, relative to cuBLAS's SGEMM
-# (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones; the 64- and 32-row tiles at
-# M = 64 / 32 of the decode shapes, session 8). Unlisted tiles: 0.8.
+# (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones, session 8's decode shapes for
+# the 64- and 32-row tiles), and its factor when B is K-major (4-byte transposing copies, which
+# narrow tiles of few threads issue badly: H100, 128 / 32 x 11008 x 4096, session 8).
+# Unlisted tiles: 0.8, 0.6 and 0.92.
 _SIMT_RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
               (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
               (64, 64, 8, 0): 0.78}
+_SIMT_RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
+                       (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
+                       (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6}
+# ... and when rows are not 16-byte aligned (4-byte copies; 4099^3: the 8 x 8 thread tile of
+# 256 threads lost least).
+_SIMT_RATE_UNALIGNED = {(128, 128, 16, 0): 1.0}
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -211,11 +219,17 @@ def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
 
 
 # ---- the simt kernel's tiles and K splits: a wave model ------------------------------------------
-# An SM holds 8 warps of 8 x 16-output threads (~233 registers) or 16 of 8 x 8 ones (128).
-# A K split costs each CTA its partial tile's store, and the tile's last CTA one read of each
-# other slice (kernels/gemm_simt.cu, splitk_end): about half a 16-deep K tile's time per slice.
-_SIMT_SPLIT_COST = 0.5  # K tiles (of 16) per slice read by the last CTA
-_SIMT_SLICE_MIN = 8     # K tiles a slice takes at least
+# Fitted to session 8's H100 sweep (notes_gemm.md: 14 shapes, ~400 tile/split variants). Unit:
+# one 16-deep K tile of a 128 x 256 CTA (~2.9 us on an H100). An SM holds 8 warps of 8 x 16-
+# output threads (~233 registers) or 16 of 8 x 8 ones (128); with fewer than 8 warps running it
+# loses 15% of its rate. A K split costs each CTA half a unit (x its tile's area: its partial
+# sums' store), and the grid's end 3 units plus a quarter per slice (the tiles' last CTAs reading
+# the slices, kernels/gemm_simt.cu's splitk_end). Grids of two waves or more are not split: their
+# partial sums outgrow L2 and cost more than the last wave's idle SMs (4099^3).
+_SIMT_SPLIT_CTA = 0.5
+_SIMT_SPLIT_END = 3.0
+_SIMT_SPLIT_SLICE = 0.25
+_SIMT_SLICE_MIN = 8  # K tiles a slice takes at least
 
 
 def _simt_resident(problem: Problem, config: Config) -> int:
@@ -227,26 +241,37 @@ def _simt_resident(problem: Problem, config: Config) -> int:
 
 
 def _simt_cost(problem: Problem, config: Config, split: int) -> float:
-    """Modelled time of simt ``config`` with ``split`` K slices on ``problem``, in units of a
-    16-deep K tile of a 128 x 256 CTA alone on an SM: waves of the (tile, slice) grid over the
-    SMs' CTA slots, times a CTA's K tiles (plus one for the pipeline's fill) at its share of
-    the SM's rate, plus the split's cost."""
+    """Modelled time of simt ``config`` with ``split`` K slices on ``problem`` (units above):
+    the busiest SM's CTAs, one after another ``resident`` at a time, each its K tiles plus one
+    (the pipeline's fill) at the SM's rate for the tile and layout, plus the split's costs."""
     resident = _simt_resident(problem, config)
+    warps = config.threads // 32
     k_tiles = -(-problem.k // config.bk)
-    per = -(-k_tiles // split)
-    waves = -(-config.tiles(problem.m, problem.n) * split // (problem.sm_count * resident))
-    rate = _SIMT_RATE.get((config.bm, config.bn, config.bk, config.wn), 0.8)
+    per = -(-k_tiles // split)  # K tiles per slice
+    on_sm = -(-config.tiles(problem.m, problem.n) * split // problem.sm_count)
+    tile = (config.bm, config.bn, config.bk, config.wn)
+    rate = _SIMT_RATE.get(tile, 0.8)
+    if problem.b_kmajor:
+        rate *= _SIMT_RATE_B_KMAJOR.get(tile, 0.6)
+    if not problem.vec:
+        rate *= _SIMT_RATE_UNALIGNED.get(tile, 0.92)
+    running = min(on_sm, resident) * warps
+    rate *= 1.0 if running >= 8 else 0.85 if running >= 4 else 0.64
     area = config.bm * config.bn / (128 * 256)
-    cta = area * ((per + 1) * config.bk / 16 + _SIMT_SPLIT_COST * (split - 1))
-    return waves * cta * resident / rate
+    cta = area * ((per + 1) * config.bk / 16 + (_SIMT_SPLIT_CTA if split > 1 else 0.0))
+    end = _SIMT_SPLIT_END + _SIMT_SPLIT_SLICE * split * area if split > 1 else 0.0
+    return on_sm * cta / rate + end
 
 
 def _simt_split(problem: Problem, config: Config) -> int:
-    """The K split (1 = none) that the wave model finds fastest for simt ``config``: slices
-    of at least 8 K tiles, every slice non-empty (split_range gives each ceil(tiles / split)),
-    at most 32; the smaller split on a tie."""
+    """The K split (1 = none) that the wave model finds fastest for simt ``config``: for grids
+    under two waves of CTAs, slices of at least 8 K tiles, every slice non-empty (split_range
+    gives each ceil(tiles / split)), at most 32; the smaller split on a tie."""
     k_tiles = -(-problem.k // config.bk)
     best, best_cost = 1, _simt_cost(problem, config, 1)
+    slots = problem.sm_count * _simt_resident(problem, config)
+    if config.tiles(problem.m, problem.n) >= 2 * slots:
+        return 1
     for split in range(2, min(32, k_tiles // _SIMT_SLICE_MIN) + 1):
         if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
             continue
