@@ -29,33 +29,25 @@ import gpurt
 from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# Session 7b (s7-colalign): the realigning column walk (COLUMN_REALIGN_BYTES: aligned loads
-# of the envelope of misaligned rows; 0 = the walk before it, with session 7's spread 4);
-# "all": also for rows the plain vectors align with; "odd": time only the odd-width shapes.
-# H100 (notes_bandwidth.md, session 7b): realign 16 with least 32 shipped (odd widths +4-7
-# points but 4099x8191 fp32 -3); "all" loses on aligned rows; the grid's fill of whole waves
-# looks like what decides (the "waves": 1 variant is untimed: for the next run).
-# Session 7: COLUMN_SPREAD_BYTES (outputs 32 apart per thread where no vector aligns: the
-# odd-width rows) and the unroll with it; session 6's variants (the knobs below) and their
-# H100 numbers are in notes_bandwidth.md.
-# Session 6 (issue 20, column sums): column-walk knobs (COLUMN_WIDTH: threads across
-# outputs per block; COLUMN_VECTOR_BYTES: bytes per load across outputs, 4 = one float32;
-# COLUMN_UNROLL; COLUMN_SPLIT_WAVES; COLUMN_SPLIT_LEAST: reduced elements per thread of a
-# split, at least) and "reuse": the split's counters kept zeroed between calls (the fold sets
-# them back to 0) instead of a memset per call. Sessions 4-5 compared row/column unrolls,
-# waves and the fold against a finish kernel (notes_bandwidth.md).
+# Session 8 (s8-colodd, issue 20): "fit" (COLUMN_SPLIT_FIT: a column split's grid rounded to
+# the nearest whole number of waves of the compiled kernel's resident blocks, e.g. 4099x8191
+# float32's 67x17 = 1.08 waves of 8 per SM on 132 SMs -> 67x15) and "tag" (FOLD_TAG: the
+# fold's counters tagged with the call instead of zeroed by a memset before each launch; row
+# splits too). Variant 0 is main's code (both off); "odd": only the odd-width shapes; "rows":
+# also the row sums. Earlier sessions' variants and their numbers: notes_bandwidth.md.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
-         "realign": 0, "all": False}
+         "realign": 16, "all": False, "fit": False, "tag": False}
+_NEW = {**_BASE, "fit": True, "tag": True}
 REDUCE_VARIANTS = [
-    _BASE,  # the walk before realigning (session 7)
-    {**_BASE, "realign": 16, "waves": 1, "odd": True},  # next: the realigned grid in one wave
-    {**_BASE, "realign": 16, "odd": True},
-    {**_BASE, "realign": 16, "least": 16, "odd": True},  # ~2 waves on 4099x8191 (not ~1.1)
-    {**_BASE, "realign": 16, "least": 8, "odd": True},  # bfloat16 too at ~2 waves
-    {**_BASE, "realign": 16, "least": 16, "width": 64, "odd": True},
-    {**_BASE, "realign": 8, "least": 16, "odd": True},
-    {**_BASE, "realign": 16, "least": 16, "all": True},
-    {**_BASE, "realign": 16, "all": True},
+    {**_BASE, "rows": True},  # main
+    {**_BASE, "fit": True, "odd": True},  # the fit alone
+    {**_NEW, "rows": True},  # the fit and the tag (the defaults of this branch)
+    {**_NEW, "least": 16, "odd": True},  # longer grids (about 2 waves, or one whole wave)
+    {**_NEW, "least": 16, "waves": 1},  # one wave everywhere
+    {**_NEW, "least": 8, "odd": True},
+    {**_NEW, "unroll": 8, "odd": True},
+    {**_NEW, "unroll": 2, "odd": True},
+    {**_NEW, "odd": True},  # the defaults again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -64,16 +56,19 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "least": (reduction, "COLUMN_SPLIT_LEAST"),
           "spread": (reduction, "COLUMN_SPREAD_BYTES"),
           "realign": (reduction, "COLUMN_REALIGN_BYTES"),
-          "all": (reduction, "COLUMN_REALIGN_ALL")}
-# (rows, cols, axis, dtype name): the row cases run under the first variant and the "reuse"
-# ones only (their code does not change with the column knobs)
+          "all": (reduction, "COLUMN_REALIGN_ALL"),
+          "fit": (reduction, "COLUMN_SPLIT_FIT"),
+          "tag": (reduction, "FOLD_TAG")}
+# (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
                  (1024, 65536, 0, "float32"), (65536, 1024, 0, "float32"),
-                 (4099, 8191, 0, "float32"), (8192, 8192, 0, "bfloat16"),
-                 (1024, 65536, 0, "bfloat16"), (4099, 8191, 0, "bfloat16"),
-                 (2047, 10007, 0, "float32"), (2047, 10007, 0, "bfloat16"),
-                 (4099, 8191, 0, "float16")]
+                 (8192, 8192, 0, "bfloat16"), (1024, 65536, 0, "bfloat16"),
+                 (4099, 8191, 0, "float32"), (4099, 8191, 0, "bfloat16"),
+                 (4099, 8191, 0, "float16"), (2047, 10007, 0, "float32"),
+                 (2047, 10007, 0, "bfloat16"), (65536, 1023, 0, "float32"),
+                 (65536, 1023, 0, "bfloat16"), (1023, 65537, 0, "float32"),
+                 (1023, 65537, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -171,7 +166,7 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
         try:
             with gpurt.stream(gpurt.ExternalStream(timer.handle)):
                 for shape in REDUCE_SHAPES:
-                    if shape[2] != 0 and index and not reuse:
+                    if shape[2] != 0 and not (variant.get("rows") or reuse):
                         continue
                     if variant.get("odd") and shape[1] % 8 == 0:
                         continue

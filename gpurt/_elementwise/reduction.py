@@ -7,6 +7,8 @@ launches."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,9 +49,24 @@ COLUMN_SPREAD_BYTES = 4
 # 0: off (the walk above). COLUMN_REALIGN_ALL: also where the vectors above would align.
 COLUMN_REALIGN_BYTES = 16
 COLUMN_REALIGN_ALL = False
-# A split reduction's last block per output block folds the partials (one launch after a
-# memset of the counters), rather than a second "finish" kernel.
+# Round a split column reduction's grid down to whole waves of the compiled kernel's resident
+# blocks (occupancy) where it would run over a whole number of waves: a last wave that is
+# mostly empty leaves the device idle while its few blocks finish.
+COLUMN_SPLIT_FIT = True
+# A split reduction's last block per output block folds the partials (one launch), rather
+# than a second "finish" kernel.
 FOLD = True
+# The fold's counters carry a 48-bit tag of the call (FOLD_TAG): a counter whose tag is not
+# the call's counts as 0, so the counters need no memset before the launch (one stream
+# operation less; the last block still sets its counter to 0, for graph replays).
+FOLD_TAG = True
+_TAG_BITS = 48
+_tags = itertools.count(secrets.randbits(_TAG_BITS))
+
+
+def _next_tag() -> int:
+    """A call's counter tag: never 0 (what the last block leaves), unique for 2**48 calls."""
+    return next(_tags) % ((1 << _TAG_BITS) - 1) + 1
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -77,6 +94,7 @@ class ReductionPlan:
     size: int
     device: int
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
+    tag: bool = False  # the fold's counters are tagged (no memset)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
@@ -96,10 +114,14 @@ class ReductionPlan:
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
-            counts = gpurt.zeros(self.grid[0], np.uint32, index)
-            launches = self.launches or self._plan_launches(head, pointers, partial,
-                                                            counts.ptr)
-            launches[0](None, *head, partial, counts.ptr, *pointers)
+            if self.tag:
+                counts = gpurt.empty(self.grid[0], np.uint64, index)
+                ticket: tuple[int, ...] = (counts.ptr, _next_tag())
+            else:
+                counts = gpurt.zeros(self.grid[0], np.uint32, index)
+                ticket = (counts.ptr,)
+            launches = self.launches or self._plan_launches(head, pointers, partial, ticket)
+            launches[0](None, *head, partial, *ticket, *pointers)
             del partials, counts
             return outputs
         launches = self.launches or self._plan_launches(head, pointers, partial)
@@ -110,15 +132,15 @@ class ReductionPlan:
         return outputs
 
     def _plan_launches(self, head: list[Any], pointers: list[int], partial: int,
-                       counts: int = 0) -> tuple[Any, ...]:
+                       ticket: tuple[int, ...] = ()) -> tuple[Any, ...]:
         """The planned launches of this reduction (the call's pointers and scalars vary):
-        one kernel (a folding split's takes its partials and counters too), or a split's
-        kernel and finish kernel sharing the partials."""
+        one kernel (a folding split's takes its partials and counters, and their tag, too),
+        or a split's kernel and finish kernel sharing the partials."""
         config = LaunchConfig(self.grid, BLOCK)
         if self.fold:
-            args = (*head, partial, counts, *pointers, *self.middle, *self.out_strides)
-            self.launches = (planned(self.kernel, config, args,
-                                     range(len(head) + 2 + len(pointers)), self.device),)
+            args = (*head, partial, *ticket, *pointers, *self.middle, *self.out_strides)
+            varying = range(len(head) + 1 + len(ticket) + len(pointers))
+            self.launches = (planned(self.kernel, config, args, varying, self.device),)
             return self.launches
         if self.partial is None:
             args = (*head, *pointers, *self.middle, *self.out_strides)
@@ -286,11 +308,26 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign)
+                          FOLD and splits > 1, width, spread, realign,
+                          FOLD and FOLD_TAG and splits > 1)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
-    kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
-                           program_name=f"{text.name}.cu")[text.name]
+
+    def build(layout: ReduceLayout) -> Any:
+        return gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
+                             program_name=f"{text.name}.cu")[text.name]
+
+    kernel = build(layout)
+    if walk == "column" and splits > 1 and COLUMN_SPLIT_FIT:
+        resident = gpurt.get_device_properties(device).multi_processor_count * \
+            _blocks_per_sm(kernel, device)
+        fitted = _fit_waves(blocks, splits, resident)
+        if fitted != splits:
+            chunk = -(-k // fitted)
+            splits = -(-k // chunk)
+            if splits == 1:
+                layout = dataclasses.replace(layout, split=False, fold=False, tag=False)
+                kernel = build(layout)
     finish = None
     if splits > 1 and not layout.fold:
         finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
@@ -302,12 +339,30 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
-        tuple(type(v) is gpurt.Array for v in values))
+        tuple(type(v) is gpurt.Array for v in values), layout.fold and layout.tag)
 
 
 def _finish_blocks(m: int) -> int:
     """Blocks of the finish kernel: a warp per output (reduce_codegen.finish_source)."""
     return max(1, min(-(-m // (BLOCK // 32)), 1 << 20))
+
+
+def _blocks_per_sm(kernel: Any, device: int) -> int:
+    """Blocks of ``kernel`` resident on one SM of ``device`` at once (the occupancy API)."""
+    if device == gpurt.current_device():
+        return kernel.max_active_blocks_per_multiprocessor(BLOCK)
+    with gpurt.device(device):
+        return kernel.max_active_blocks_per_multiprocessor(BLOCK)
+
+
+def _fit_waves(blocks: int, splits: int, resident: int) -> int:
+    """Splits of a grid of ``blocks`` x ``splits`` rounded to the nearest whole number of
+    waves of ``resident`` blocks (never more splits): 1.08 waves become one. A grid within
+    one wave runs at once and stays."""
+    if blocks * splits <= resident:
+        return splits
+    waves = round(blocks * splits / resident)
+    return max(1, min(splits, waves * resident // blocks))
 
 
 def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
