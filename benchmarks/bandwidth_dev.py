@@ -47,6 +47,8 @@ REDUCE_VARIANTS = [
     {**_NEW, "least": 8, "odd": True},
     {**_NEW, "unroll": 8, "odd": True},
     {**_NEW, "unroll": 2, "odd": True},
+    {**_NEW, "least": 16, "unroll": 8, "odd": True},
+    {**_BASE, "fit": True, "reuse": True, "odd": True},  # counters kept zeroed: the tag's cost
     {**_NEW, "odd": True},  # the defaults again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),

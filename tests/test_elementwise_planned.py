@@ -97,22 +97,26 @@ def test_jiterator_calls_repeat_one_plan(driver: FakeDriver) -> None:
     assert driver.launches[0][-1] != driver.launches[1][-1]
 
 
-@pytest.mark.parametrize("fold", [True, False])
+@pytest.mark.parametrize("fold, tag", [(True, True), (True, False), (False, False)])
 @pytest.mark.parametrize("shape, axis", [((32, 1000), -1), ((4, 1 << 20), 1)])
 def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: tuple, axis: int,
-                                                    fold: bool,
+                                                    fold: bool, tag: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reduction, "FOLD", fold)  # a split's last block or a finish kernel
+    monkeypatch.setattr(reduction, "FOLD_TAG", tag)  # tagged counters, or zeroed ones
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "ew_sum")
     x, y = fake_array(shape), fake_array((shape[0],), ptr=1 << 28)
     plan = r._plan([x], [y], axis, False)
     partials = (0x7000000, 0x7100000)  # a split's partials, new ones per call
-    counters = (0x7200000, 0x7300000)  # and a folding split's zeroed counters
-    made, zeroed = iter(partials), iter(counters)
+    counters = (0x7200000, 0x7300000)  # and a folding split's counters (tagged or zeroed)
+    tags = (0x123456789AB, 0x123456789AC)  # a tag per call
+    made = iter((partials[0], counters[0], partials[1], counters[1]) if tag else partials)
+    zeroed, tagged = iter(counters), iter(tags)
     monkeypatch.setattr(gpurt._elementwise.api, "empty",
                         lambda *a, **k: fake_array((1,), ptr=next(made)))
     monkeypatch.setattr(gpurt._elementwise.api, "zeros",
                         lambda *a, **k: fake_array((1,), ptr=next(zeroed)))
+    monkeypatch.setattr(reduction, "_next_tag", lambda: next(tagged))
     for kernel in (plan.kernel, plan.finish):
         if kernel is not None:
             _sizes(driver, kernel)
@@ -125,10 +129,11 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
         assert got == [_replay(driver, plan.kernel, plan.grid, BLOCK, args)] * 2
         return
     expected = []
-    for partial, counter in zip(partials, counters):
+    for partial, counter, call_tag in zip(partials, counters, tags):
         if fold:
+            ticket = (counter, call_tag) if tag else (counter,)
             expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
-                                    (x.ptr, partial, counter, y.ptr, *plan.middle,
+                                    (x.ptr, partial, *ticket, y.ptr, *plan.middle,
                                      *plan.out_strides)))
             continue
         expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
@@ -136,5 +141,5 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
         expected.append(_replay(driver, plan.finish, plan.finish_grid, BLOCK,
                                 (partial, *plan.finish_head, y.ptr, *plan.finish_dims,
                                  *plan.out_strides)))
-    assert plan.fold == fold and (plan.finish is None) == fold
+    assert plan.fold == fold and (plan.finish is None) == fold and plan.tag == (fold and tag)
     assert got == expected and got[0] != got[-1]

@@ -139,8 +139,9 @@ class ReductionPlan:
         config = LaunchConfig(self.grid, BLOCK)
         if self.fold:
             args = (*head, partial, *ticket, *pointers, *self.middle, *self.out_strides)
-            varying = range(len(head) + 1 + len(ticket) + len(pointers))
-            self.launches = (planned(self.kernel, config, args, varying, self.device),)
+            self.launches = (planned(self.kernel, config, args,
+                                     range(len(head) + 1 + len(ticket) + len(pointers)),
+                                     self.device),)
             return self.launches
         if self.partial is None:
             args = (*head, *pointers, *self.middle, *self.out_strides)
