@@ -29,27 +29,21 @@ import gpurt
 from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# Session 8 (s8-colodd, issue 20): "fit" (COLUMN_SPLIT_FIT: a column split's grid rounded to
-# the nearest whole number of waves of the compiled kernel's resident blocks, e.g. 4099x8191
-# float32's 67x17 = 1.08 waves of 8 per SM on 132 SMs -> 67x15) and "tag" (FOLD_TAG: the
-# fold's counters tagged with the call instead of zeroed by a memset before each launch; row
-# splits too). Variant 0 is main's code (both off); "odd": only the odd-width shapes; "rows":
-# also the row sums. Earlier sessions' variants and their numbers: notes_bandwidth.md.
+# Session 8 (s8-colodd, issue 20; H100 numbers in notes_bandwidth.md): "fit"
+# (COLUMN_SPLIT_FIT: a column split's grid rounded to the nearest whole number of waves of the
+# compiled kernel's resident blocks) and "keep" (KEEP_COUNTERS: the fold's counters kept per
+# plan and stream, no memset per call; timed in session 8 as "reuse", the counters kept by
+# this harness) shipped; a fold whose counters were tagged per call (an atomicCAS ticket,
+# no memset) lost everywhere and was removed. Variants for the next run: main before session 8
+# (fit and keep off), the defaults, and one wave of split blocks (its session 8 timing was
+# confounded with the tagged fold); "odd": only the odd-width shapes; "rows": also the rows.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
-         "realign": 16, "all": False, "fit": False, "tag": False}
-_NEW = {**_BASE, "fit": True, "tag": True}
+         "realign": 16, "all": False, "fit": True, "keep": True}
 REDUCE_VARIANTS = [
-    {**_BASE, "rows": True},  # main
-    {**_BASE, "fit": True, "odd": True},  # the fit alone
-    {**_NEW, "rows": True},  # the fit and the tag (the defaults of this branch)
-    {**_NEW, "least": 16, "odd": True},  # longer grids (about 2 waves, or one whole wave)
-    {**_NEW, "least": 16, "waves": 1},  # one wave everywhere
-    {**_NEW, "least": 8, "odd": True},
-    {**_NEW, "unroll": 8, "odd": True},
-    {**_NEW, "unroll": 2, "odd": True},
-    {**_NEW, "least": 16, "unroll": 8, "odd": True},
-    {**_BASE, "fit": True, "reuse": True, "odd": True},  # counters kept zeroed: the tag's cost
-    {**_NEW, "odd": True},  # the defaults again: the run's noise
+    {**_BASE, "fit": False, "keep": False, "rows": True},
+    {**_BASE, "rows": True},  # the defaults
+    {**_BASE, "waves": 1},
+    {**_BASE, "odd": True},  # the defaults again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -60,7 +54,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "realign": (reduction, "COLUMN_REALIGN_BYTES"),
           "all": (reduction, "COLUMN_REALIGN_ALL"),
           "fit": (reduction, "COLUMN_SPLIT_FIT"),
-          "tag": (reduction, "FOLD_TAG")}
+          "keep": (reduction, "KEEP_COUNTERS")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -128,19 +122,6 @@ def random_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     return rows
 
 
-class _ReusedCounts:
-    """api.zeros for the "reuse" variants: one zeroed counter array per size, kept (the
-    fold leaves it zeroed), so the call has no memset (a measurement, not thread-safe)."""
-
-    def __init__(self, zeros: Any) -> None:
-        self.zeros, self.kept = zeros, {}
-
-    def __call__(self, n: int, dtype: Any, device: Any = None) -> Any:
-        if (n, str(dtype)) not in self.kept:
-            self.kept[n, str(dtype)] = self.zeros(n, dtype, device)
-        return self.kept[n, str(dtype)]
-
-
 def _reduce_case(torch: Any, rows: int, cols: int, axis: int, dtype: str) -> tuple:
     tdt = getattr(torch, dtype)
     x = torch.randn(rows, cols, device="cuda", dtype=tdt)
@@ -151,32 +132,22 @@ def _reduce_case(torch: Any, rows: int, cols: int, axis: int, dtype: str) -> tup
 def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     """Each REDUCE_VARIANTS setting over REDUCE_SHAPES, checked against float64; torch once
     per shape."""
-    from gpurt._elementwise import api
-
     rows = []
     saved = {name: getattr(*where) for name, where in _KNOBS.items()}
     torch_gbps = {}
     for index, variant in enumerate(REDUCE_VARIANTS):
         for name, (module, attr) in _KNOBS.items():
             setattr(module, attr, variant[name])
-        reuse = variant.get("reuse", False)
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
-        zeros = api.zeros
-        if reuse:
-            api.zeros = _ReusedCounts(zeros)
-        try:
-            with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-                for shape in REDUCE_SHAPES:
-                    if shape[2] != 0 and not (variant.get("rows") or reuse):
-                        continue
-                    if variant.get("odd") and shape[1] % 8 == 0:
-                        continue
-                    rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps,
-                                            variant))
-                    print(json.dumps(rows[-1]), flush=True)
-        finally:
-            api.zeros = zeros
+        with gpurt.stream(gpurt.ExternalStream(timer.handle)):
+            for shape in REDUCE_SHAPES:
+                if shape[2] != 0 and not variant.get("rows"):
+                    continue
+                if variant.get("odd") and shape[1] % 8 == 0:
+                    continue
+                rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps, variant))
+                print(json.dumps(rows[-1]), flush=True)
     for name, (module, attr) in _KNOBS.items():
         setattr(module, attr, saved[name])
     return rows

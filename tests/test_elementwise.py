@@ -4,7 +4,6 @@ launched), then results against numpy float64 on a GPU."""
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import ml_dtypes
@@ -13,7 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import api, codegen, reduce_codegen, reduction
+from gpurt._elementwise import codegen, reduce_codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -217,26 +216,12 @@ def test_column_splits_fit_the_kernels_occupancy(monkeypatch) -> None:
 
     assert plan((4099, 8191), 8).grid == (67, 15, 1)   # 67 x 17 would be 1.08 waves
     assert plan((4099, 8191), 6).grid == (67, 11, 1)   # 6 per SM: 792 resident
-    unsplit = plan((1024, 32000), 1)                   # 1000 x 2 over 132: fifteen waves
+    unsplit = plan((512, 12800), 1)                    # 400 x 2 over 132: six waves
     assert unsplit.splits == 1 and not unsplit.fold and unsplit.partial is None
-    assert unsplit.middle[2] == 1024                   # one chunk: all of K
+    assert unsplit.middle[2] == 512                    # one chunk: all of K
+    assert plan((1024, 16928), 8).splits == 1          # 529 blocks: over half a wave
     monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", False)
     assert plan((4099, 8191), 8).grid == (67, 17, 1)
-
-
-@pytest.mark.usefixtures("sm90")
-def test_fold_counters_are_tagged_not_zeroed(monkeypatch) -> None:
-    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_tag")
-    assert r._plan([fake_array((8192, 8192))], [None], 0, False).tag
-    assert r._plan([fake_array((2, 1 << 22))], [None], 1, False).tag  # a split row too
-    assert not r._plan([fake_array((64, 64))], [None], 0, False).tag  # no split, no counters
-    monkeypatch.setattr(reduction, "FOLD_TAG", False)
-    plain = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_notag")
-    cols = plain._plan([fake_array((8192, 8192))], [None], 0, False)
-    assert cols.fold and not cols.tag
-    monkeypatch.setattr(reduction, "_tags", itertools.count((1 << 48) - 3))
-    tags = [reduction._next_tag() for _ in range(5)]
-    assert tags == [(1 << 48) - 2, (1 << 48) - 1, 1, 2, 3]  # never 0, 48 bits
 
 
 @pytest.mark.usefixtures("sm90")
@@ -405,35 +390,28 @@ def test_sum_row_column_split_and_empty(gpu_state, monkeypatch, shape, axis, fol
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape, axis", [((4099, 1001), 0), ((4096, 1000), 0),
-                                         ((3, 300001), -1), ((20000, 7), 0)])
-def test_split_sums_whatever_the_counters_held(gpu_state, monkeypatch, shape, axis) -> None:
-    """The fold's tagged counters start as the allocator leaves them: random words, zeros,
-    other calls' tags with any count; every call is still right."""
+def test_split_sums_keep_their_counters_per_stream(gpu_state) -> None:
+    """Split column sums back to back on two streams, nothing waiting between the calls:
+    every fold leaves its stream's kept counters zeroed, and no two streams share them."""
     rng = np.random.default_rng()
-    tag = 0x5EED_0000_0001
-    words = rng.integers(0, 2**63, 4096, dtype=np.uint64) * np.uint64(2)
-    words[::3] = 0
-    words[1::3] = np.uint64(((tag + 1) << 16) | 0xFFFF)
-    words[2::5] = np.uint64(((tag - 1) << 16) | 3)
-    empty = api.empty
-
-    def dirty(shape_, dtype=np.float32, device=None, stream=None):
-        out = empty(shape_, dtype, device)
-        if np.dtype(dtype) == np.uint64:
-            out.copy_(words[:out.size].copy())
-        return out
-
-    monkeypatch.setattr(api, "empty", dirty)
-    monkeypatch.setattr(reduction, "_next_tag", lambda: tag)
-    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_dirty")
-    for _ in range(2):  # the second call finds the counters as the first left them
-        x = rng.standard_normal(shape).astype(np.float32)
-        want = x.astype(np.float64).sum(axis=axis)
-        got = r(gpurt.asarray(x), poisoned(want.shape, np.float32), axis=axis)
-        plan = list(r._plans.values())[-1]
-        assert plan.splits > 1 and plan.tag
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-3)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_kept")
+    xs = [rng.standard_normal((4099, 1001)).astype(np.float32) for _ in range(3)]
+    arrays = [gpurt.asarray(x) for x in xs]
+    streams = [gpurt.Stream(), gpurt.Stream()]
+    for s in streams:
+        s.wait_stream(gpurt.current_stream())  # the inputs' copies
+    outs = []
+    for i in range(8):
+        with gpurt.stream(streams[i % 2]):
+            outs.append(r(arrays[i % 3], poisoned((1001,), np.float32), axis=0))
+    for s in streams:
+        gpurt.current_stream().wait_stream(s)
+    gpurt.synchronize()
+    for i, out in enumerate(outs):
+        np.testing.assert_allclose(out.numpy(), xs[i % 3].astype(np.float64).sum(0),
+                                   rtol=1e-4, atol=1e-3)
+    plan = list(r._plans.values())[-1]
+    assert plan.splits > 1 and plan.fold and len(plan.kept) == 2
 
 
 @pytest.mark.gpu
@@ -573,10 +551,10 @@ def test_elementwise_and_reduction_in_graph_capture(gpu_state) -> None:
     odd = x[:, 1:4998]  # rows a vector cannot align with: the realigning column walk
     tall = gpurt.asarray(rng.standard_normal((4099, 301)).astype(np.float32))
     wide = gpurt.asarray(rng.standard_normal((2, 1 << 20)).astype(np.float32))
-    # plans made outside the capture; the tall and wide sums are split (tagged counters,
-    # which each replay must find as the last one left them)
+    # plans made outside the capture; the tall and wide sums are split (counters zeroed
+    # and partials folded in each replay)
     k(x, y), r(x, axis=0), r(x, axis=-1), r(odd, axis=0), r(tall, axis=0), r(wide, axis=-1)
-    assert all(p.splits > 1 and p.tag for p in list(r._plans.values())[-2:])
+    assert all(p.splits > 1 and p.fold for p in list(r._plans.values())[-2:])
     g = gpurt.CUDAGraph()
     with gpurt.graph(g):
         z = k(x, y)

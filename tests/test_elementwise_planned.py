@@ -97,26 +97,24 @@ def test_jiterator_calls_repeat_one_plan(driver: FakeDriver) -> None:
     assert driver.launches[0][-1] != driver.launches[1][-1]
 
 
-@pytest.mark.parametrize("fold, tag", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("fold, keep", [(True, True), (True, False), (False, False)])
 @pytest.mark.parametrize("shape, axis", [((32, 1000), -1), ((4, 1 << 20), 1)])
 def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: tuple, axis: int,
-                                                    fold: bool, tag: bool,
+                                                    fold: bool, keep: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reduction, "FOLD", fold)  # a split's last block or a finish kernel
-    monkeypatch.setattr(reduction, "FOLD_TAG", tag)  # tagged counters, or zeroed ones
+    monkeypatch.setattr(reduction, "KEEP_COUNTERS", keep)  # the stream's counters, or new ones
+    monkeypatch.setattr(reduction, "_capturing", lambda index, handle: False)
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "ew_sum")
     x, y = fake_array(shape), fake_array((shape[0],), ptr=1 << 28)
     plan = r._plan([x], [y], axis, False)
     partials = (0x7000000, 0x7100000)  # a split's partials, new ones per call
-    counters = (0x7200000, 0x7300000)  # and a folding split's counters (tagged or zeroed)
-    tags = (0x123456789AB, 0x123456789AC)  # a tag per call
-    made = iter((partials[0], counters[0], partials[1], counters[1]) if tag else partials)
-    zeroed, tagged = iter(counters), iter(tags)
+    counters = (0x7200000, 0x7300000)  # and a folding split's zeroed counters (kept: one)
+    made, zeroed = iter(partials), iter(counters)
     monkeypatch.setattr(gpurt._elementwise.api, "empty",
                         lambda *a, **k: fake_array((1,), ptr=next(made)))
     monkeypatch.setattr(gpurt._elementwise.api, "zeros",
                         lambda *a, **k: fake_array((1,), ptr=next(zeroed)))
-    monkeypatch.setattr(reduction, "_next_tag", lambda: next(tagged))
     for kernel in (plan.kernel, plan.finish):
         if kernel is not None:
             _sizes(driver, kernel)
@@ -129,11 +127,10 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
         assert got == [_replay(driver, plan.kernel, plan.grid, BLOCK, args)] * 2
         return
     expected = []
-    for partial, counter, call_tag in zip(partials, counters, tags):
+    for partial, counter in zip(partials, counters[:1] * 2 if keep else counters):
         if fold:
-            ticket = (counter, call_tag) if tag else (counter,)
             expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
-                                    (x.ptr, partial, *ticket, y.ptr, *plan.middle,
+                                    (x.ptr, partial, counter, y.ptr, *plan.middle,
                                      *plan.out_strides)))
             continue
         expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
@@ -141,5 +138,32 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
         expected.append(_replay(driver, plan.finish, plan.finish_grid, BLOCK,
                                 (partial, *plan.finish_head, y.ptr, *plan.finish_dims,
                                  *plan.out_strides)))
-    assert plan.fold == fold and (plan.finish is None) == fold and plan.tag == (fold and tag)
+    assert plan.fold == fold and (plan.finish is None) == fold
     assert got == expected and got[0] != got[-1]
+
+
+def test_fold_counters_are_kept_per_stream_but_not_in_captures(monkeypatch) -> None:
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "ew_kept")
+    plan = r._plan([fake_array((8192, 8192))], [None], 0, False)
+    assert plan.fold and reduction.KEEP_COUNTERS
+    made = iter(range(1 << 20, 1 << 30, 1 << 20))
+    monkeypatch.setattr(gpurt._elementwise.api, "zeros",
+                        lambda *a, **k: fake_array((1,), ptr=next(made)))
+    stream, capturing = [7], [False]
+    monkeypatch.setattr(gpurt._elementwise.api, "current_stream_handle",
+                        lambda index: stream[0])
+    monkeypatch.setattr(reduction, "_capturing", lambda index, handle: capturing[0])
+    first = plan._counters(0)
+    assert plan._counters(0) is first  # the stream's own, zeroed once
+    stream[0] = 9
+    other = plan._counters(0)
+    assert other is not first and plan._counters(0) is other  # another stream's
+    capturing[0] = True
+    assert plan._counters(0) not in (first, other)  # a graph's own, zeroed in the graph
+    capturing[0] = False
+    stream[0] = 2  # CU_STREAM_PER_THREAD: a stream per thread behind one handle
+    assert plan._counters(0).ptr != plan._counters(0).ptr
+    stream[0] = 7
+    assert plan._counters(0) is first
+    monkeypatch.setattr(reduction, "KEEP_COUNTERS", False)
+    assert plan._counters(0) is not first

@@ -88,8 +88,7 @@ class ReduceLayout:
     partials (else a finish kernel does); ``width``: threads across outputs in a block of
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
-    sets the elements back in their columns at the end (see _column_realign_walk); ``tag``:
-    the fold's counters are 64-bit words tagged with the call (see _fold), not zeroed ones."""
+    sets the elements back in their columns at the end (see _column_realign_walk)."""
 
     walk: str
     group: int
@@ -102,7 +101,6 @@ class ReduceLayout:
     width: int = COLUMN_WIDTH
     spread: int = 1
     realign: bool = False
-    tag: bool = False
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -115,9 +113,7 @@ def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
             params.append(f"{op.compute} {op.name}")
     if layout.split:
         params.append("_type_reduce* _partial")
-    if layout.fold and layout.tag:
-        params += ["unsigned long long* _count", "unsigned long long _tag"]
-    elif layout.fold:
+    if layout.fold:
         params.append("unsigned int* _count")
     if layout.fold or not layout.split:
         params += [f"{op.storage}* _p_{op.name}" for op in ops if op.kind == "out"]
@@ -356,36 +352,16 @@ def outputs_per_block(layout: ReduceLayout) -> int:
     return layout.width * layout.vec * layout.spread
 
 
-# The fold's ticket where counters are tagged: a word is (tag << 16) | blocks counted, and a
-# word with another tag (memory as the allocator left it, or 0) counts as none.
-_TAGGED_TICKET = """\
-    if (threadIdx.x == 0) {
-        unsigned long long* const _c = _count + blockIdx.x;
-        unsigned long long _seen = 0ull, _n, _was;
-        for (;;) {
-            _n = (_seen >> 16 == _tag ? (_seen & 0xffffull) : 0ull) + 1ull;
-            _was = atomicCAS(_c, _seen, (_tag << 16) | _n);
-            if (_was == _seen) break;
-            _seen = _was;
-        }
-        _gpurt_last = _n == gridDim.y;
-    }
-"""
-
-
 def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     """After a split block's partials: the last block of blockIdx.x's column of the grid
     (its ticket from _count, which it sets back to 0) folds every split's partials of its
     outputs and runs post_map."""
-    ticket = _TAGGED_TICKET if layout.tag else (
-        "    if (threadIdx.x == 0) _gpurt_last = "
-        "atomicAdd(_count + blockIdx.x, 1u) == gridDim.y - 1;\n")
-    zero = "0ull" if layout.tag else "0u"
     out = ["    __shared__ int _gpurt_last;\n",
            "    __threadfence();\n    __syncthreads();\n",
-           ticket,
+           "    if (threadIdx.x == 0) _gpurt_last = "
+           "atomicAdd(_count + blockIdx.x, 1u) == gridDim.y - 1;\n",
            "    __syncthreads();\n    if (!_gpurt_last) return;\n",
-           f"    if (threadIdx.x == 0) _count[blockIdx.x] = {zero};\n    __threadfence();\n"]
+           "    if (threadIdx.x == 0) _count[blockIdx.x] = 0u;\n    __threadfence();\n"]
     per = outputs_per_block(layout)
     if layout.walk == "column":
         out.append(_fold_columns(ops, layout, per))

@@ -7,12 +7,11 @@ launches."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from cuda.bindings import driver as cu
 
 from . import api as gpurt
 from . import reduce_codegen
@@ -49,24 +48,21 @@ COLUMN_SPREAD_BYTES = 4
 # 0: off (the walk above). COLUMN_REALIGN_ALL: also where the vectors above would align.
 COLUMN_REALIGN_BYTES = 16
 COLUMN_REALIGN_ALL = False
-# Round a split column reduction's grid down to whole waves of the compiled kernel's resident
-# blocks (occupancy) where it would run over a whole number of waves: a last wave that is
-# mostly empty leaves the device idle while its few blocks finish.
+# Round a split column reduction's grid to the nearest whole number of waves of the compiled
+# kernel's resident blocks (occupancy; never more splits): a last wave that is nearly empty
+# leaves the device idle while its few blocks finish (H100: 4099x8191 float32 80.6 -> 85.4%
+# of copy, 67x17 blocks = 1.08 waves -> 67x15; notes_bandwidth.md, session 8).
 COLUMN_SPLIT_FIT = True
 # A split reduction's last block per output block folds the partials (one launch), rather
 # than a second "finish" kernel.
 FOLD = True
-# The fold's counters carry a 48-bit tag of the call (FOLD_TAG): a counter whose tag is not
-# the call's counts as 0, so the counters need no memset before the launch (one stream
-# operation less; the last block still sets its counter to 0, for graph replays).
-FOLD_TAG = True
-_TAG_BITS = 48
-_tags = itertools.count(secrets.randbits(_TAG_BITS))
-
-
-def _next_tag() -> int:
-    """A call's counter tag: never 0 (what the last block leaves), unique for 2**48 calls."""
-    return next(_tags) % ((1 << _TAG_BITS) - 1) + 1
+# The fold's counters are kept per plan and stream (every fold sets its counter back to 0 and
+# one stream's launches run in order), instead of zeroed by a memset before each launch; fresh
+# zeroed ones while the stream captures a graph. H100: +1-3 points of copy on every odd-width
+# column sum (notes_bandwidth.md, session 8, "reuse").
+KEEP_COUNTERS = True
+_PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: one handle, a different stream in each thread
+_NOT_CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -94,8 +90,8 @@ class ReductionPlan:
     size: int
     device: int
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
-    tag: bool = False  # the fold's counters are tagged (no memset)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
+    kept: dict[int, Any] = dataclasses.field(default_factory=dict)  # stream -> fold counters
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
         """Allocate the missing outputs, launch (on the plan's device, its current stream),
@@ -114,14 +110,10 @@ class ReductionPlan:
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
-            if self.tag:
-                counts = gpurt.empty(self.grid[0], np.uint64, index)
-                ticket: tuple[int, ...] = (counts.ptr, _next_tag())
-            else:
-                counts = gpurt.zeros(self.grid[0], np.uint32, index)
-                ticket = (counts.ptr,)
-            launches = self.launches or self._plan_launches(head, pointers, partial, ticket)
-            launches[0](None, *head, partial, *ticket, *pointers)
+            counts = self._counters(index)
+            launches = self.launches or self._plan_launches(head, pointers, partial,
+                                                            counts.ptr)
+            launches[0](None, *head, partial, counts.ptr, *pointers)
             del partials, counts
             return outputs
         launches = self.launches or self._plan_launches(head, pointers, partial)
@@ -131,17 +123,29 @@ class ReductionPlan:
         del partials
         return outputs
 
+    def _counters(self, index: int) -> Any:
+        """Zeroed counters for the fold of a launch on this thread's current stream on device
+        ``index``: the stream's kept ones (see KEEP_COUNTERS), or new ones zeroed on the stream
+        where they cannot be kept (the per-thread default stream, a capturing stream: a graph's
+        replays may run beside the stream's later launches)."""
+        handle = gpurt.current_stream_handle(index)
+        if not KEEP_COUNTERS or handle == _PER_THREAD_STREAM or _capturing(index, handle):
+            return gpurt.zeros(self.grid[0], np.uint32, index)
+        counts = self.kept.get(handle)
+        if counts is None:  # zeroed on this stream, before the launch that first uses them
+            counts = self.kept.setdefault(handle, gpurt.zeros(self.grid[0], np.uint32, index))
+        return counts
+
     def _plan_launches(self, head: list[Any], pointers: list[int], partial: int,
-                       ticket: tuple[int, ...] = ()) -> tuple[Any, ...]:
+                       counts: int = 0) -> tuple[Any, ...]:
         """The planned launches of this reduction (the call's pointers and scalars vary):
-        one kernel (a folding split's takes its partials and counters, and their tag, too),
-        or a split's kernel and finish kernel sharing the partials."""
+        one kernel (a folding split's takes its partials and counters too), or a split's
+        kernel and finish kernel sharing the partials."""
         config = LaunchConfig(self.grid, BLOCK)
         if self.fold:
-            args = (*head, partial, *ticket, *pointers, *self.middle, *self.out_strides)
+            args = (*head, partial, counts, *pointers, *self.middle, *self.out_strides)
             self.launches = (planned(self.kernel, config, args,
-                                     range(len(head) + 1 + len(ticket) + len(pointers)),
-                                     self.device),)
+                                     range(len(head) + 2 + len(pointers)), self.device),)
             return self.launches
         if self.partial is None:
             args = (*head, *pointers, *self.middle, *self.out_strides)
@@ -159,6 +163,14 @@ class ReductionPlan:
                          varying, self.device)
         self.launches = (first, finish)
         return self.launches
+
+
+def _capturing(index: int, handle: int) -> bool:
+    """Whether stream ``handle`` of device ``index`` captures a graph (or cannot say: the
+    legacy stream while another captures; the launch then fails as it would anyway)."""
+    gpurt.bind_context(index)
+    status, state = cu.cuStreamIsCapturing(handle)
+    return status != cu.CUresult.CUDA_SUCCESS or state != _NOT_CAPTURING
 
 
 def _out_kept_strides(out: Any, out_shape: tuple[int, ...], dtype: np.dtype,
@@ -309,8 +321,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign,
-                          FOLD and FOLD_TAG and splits > 1)
+                          FOLD and splits > 1, width, spread, realign)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -327,7 +338,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
             chunk = -(-k // fitted)
             splits = -(-k // chunk)
             if splits == 1:
-                layout = dataclasses.replace(layout, split=False, fold=False, tag=False)
+                layout = dataclasses.replace(layout, split=False, fold=False)
                 kernel = build(layout)
     finish = None
     if splits > 1 and not layout.fold:
@@ -340,7 +351,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
-        tuple(type(v) is gpurt.Array for v in values), layout.fold and layout.tag)
+        tuple(type(v) is gpurt.Array for v in values))
 
 
 def _finish_blocks(m: int) -> int:
@@ -370,12 +381,16 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block (the row walk's
-    vectors run along K, the column walk's across the outputs)."""
+    vectors run along K, the column walk's across the outputs). Grids of more than half a
+    wave are not split: the split's partials, memset and fold cost more than the unfilled
+    wave (H100: 1023x65537 float32, 529 blocks, 96.0% of copy unsplit, 91.7% as 529x3;
+    1024x65536 bfloat16 93.6% unsplit, 85.2% as 1024x2)."""
     waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
-    target = gpurt.get_device_properties(device).multi_processor_count * 8 * waves
+    wave = gpurt.get_device_properties(device).multi_processor_count * 8
+    target = wave * waves
     least = group * vec * 8 if walk == "row" else (BLOCK // width) * COLUMN_SPLIT_LEAST
     splits = 1
-    if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs
+    if 2 * blocks <= wave and k > least:  # whole waves: a partial last wave idles SMs
         splits = min(target // blocks, -(-k // least), 65535)
     step = vec if walk == "row" else 1
     chunk = -(-k // splits) if k else 1
