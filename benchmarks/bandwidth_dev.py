@@ -26,14 +26,14 @@ import bench_random
 from _common import Timer, copy_gbps, peer
 
 import gpurt
-from gpurt._elementwise import codegen, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
 # Session 8 (s8-colodd, issue 20; H100 numbers in notes_bandwidth.md): "fit"
 # (COLUMN_SPLIT_FIT: a column split's grid rounded to the nearest whole number of waves of the
-# compiled kernel's resident blocks) and "keep" (KEEP_COUNTERS: the fold's counters kept per
-# plan and stream, no memset per call; timed in session 8 as "reuse", the counters kept by
-# this harness) shipped; a fold whose counters were tagged per call (an atomicCAS ticket,
+# compiled kernel's resident blocks) and "keep" (counters.KEEP: the fold's counters kept per
+# stream, no memset per call; timed in session 8 as "reuse", the counters kept by this
+# harness) shipped; a fold whose counters were tagged per call (an atomicCAS ticket,
 # no memset) lost everywhere and was removed. Variants for the next run: main before session 8
 # (fit and keep off), the defaults, and one wave of split blocks (its session 8 timing was
 # confounded with the tagged fold); "odd": only the odd-width shapes; "rows": also the rows.
@@ -54,7 +54,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "realign": (reduction, "COLUMN_REALIGN_BYTES"),
           "all": (reduction, "COLUMN_REALIGN_ALL"),
           "fit": (reduction, "COLUMN_SPLIT_FIT"),
-          "keep": (reduction, "KEEP_COUNTERS")}
+          "keep": (counters, "KEEP")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),

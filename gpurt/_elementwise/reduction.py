@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from cuda.bindings import driver as cu
 
 from . import api as gpurt
-from . import reduce_codegen
+from . import counters, reduce_codegen
 from .api import LaunchConfig
 from .codegen import Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
@@ -53,16 +52,9 @@ COLUMN_REALIGN_ALL = False
 # leaves the device idle while its few blocks finish (H100: 4099x8191 float32 80.6 -> 85.4%
 # of copy, 67x17 blocks = 1.08 waves -> 67x15; notes_bandwidth.md, session 8).
 COLUMN_SPLIT_FIT = True
-# A split reduction's last block per output block folds the partials (one launch), rather
-# than a second "finish" kernel.
+# A split reduction's last block per output block folds the partials (one launch, its
+# counters kept zeroed per stream: counters.py), rather than a second "finish" kernel.
 FOLD = True
-# The fold's counters are kept per plan and stream (every fold sets its counter back to 0 and
-# one stream's launches run in order), instead of zeroed by a memset before each launch; fresh
-# zeroed ones while the stream captures a graph. H100: +1-3 points of copy on every odd-width
-# column sum (notes_bandwidth.md, session 8, "reuse").
-KEEP_COUNTERS = True
-_PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: one handle, a different stream in each thread
-_NOT_CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -91,7 +83,6 @@ class ReductionPlan:
     device: int
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
-    kept: dict[int, Any] = dataclasses.field(default_factory=dict)  # stream -> fold counters
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
         """Allocate the missing outputs, launch (on the plan's device, its current stream),
@@ -110,7 +101,7 @@ class ReductionPlan:
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
-            counts = self._counters(index)
+            counts = counters.take(index, self.grid[0])
             launches = self.launches or self._plan_launches(head, pointers, partial,
                                                             counts.ptr)
             launches[0](None, *head, partial, counts.ptr, *pointers)
@@ -122,19 +113,6 @@ class ReductionPlan:
         launches[1](None, partial, *scalars, *pointers)
         del partials
         return outputs
-
-    def _counters(self, index: int) -> Any:
-        """Zeroed counters for the fold of a launch on this thread's current stream on device
-        ``index``: the stream's kept ones (see KEEP_COUNTERS), or new ones zeroed on the stream
-        where they cannot be kept (the per-thread default stream, a capturing stream: a graph's
-        replays may run beside the stream's later launches)."""
-        handle = gpurt.current_stream_handle(index)
-        if not KEEP_COUNTERS or handle == _PER_THREAD_STREAM or _capturing(index, handle):
-            return gpurt.zeros(self.grid[0], np.uint32, index)
-        counts = self.kept.get(handle)
-        if counts is None:  # zeroed on this stream, before the launch that first uses them
-            counts = self.kept.setdefault(handle, gpurt.zeros(self.grid[0], np.uint32, index))
-        return counts
 
     def _plan_launches(self, head: list[Any], pointers: list[int], partial: int,
                        counts: int = 0) -> tuple[Any, ...]:
@@ -163,14 +141,6 @@ class ReductionPlan:
                          varying, self.device)
         self.launches = (first, finish)
         return self.launches
-
-
-def _capturing(index: int, handle: int) -> bool:
-    """Whether stream ``handle`` of device ``index`` captures a graph (or cannot say: the
-    legacy stream while another captures; the launch then fails as it would anyway)."""
-    gpurt.bind_context(index)
-    status, state = cu.cuStreamIsCapturing(handle)
-    return status != cu.CUresult.CUDA_SUCCESS or state != _NOT_CAPTURING
 
 
 def _out_kept_strides(out: Any, out_shape: tuple[int, ...], dtype: np.dtype,
