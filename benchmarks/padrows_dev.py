@@ -9,7 +9,7 @@ path (gemm's choice against torch); the cost model's estimates; the error agains
 ``sanitize``: a few packed calls for compute-sanitizer (every layout, offset views, beta,
 split-K and decode kernels behind the copies, TF32, the automatic route).
 
-    python benchmarks/padrows_dev.py time [--json PATH] [--quick] | sanitize
+    python benchmarks/padrows_dev.py time [--json PATH] [--quick] | sanitize | precompile
 """
 
 from __future__ import annotations
@@ -35,14 +35,11 @@ gm = importlib.import_module("gpurt.kernels.gemm")
 pack = importlib.import_module("gpurt.kernels._gemm_pack")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 
-SHAPES = {
-    "bf16": [(4099, 4099, 4099), (4099, 4096, 4096), (4096, 4099, 4096), (4096, 4096, 4099),
-             (2053, 3001, 1999), (1, 4099, 4099), (16, 4099, 4099), (128, 4099, 4099),
-             (512, 4099, 4099), (1031, 1029, 1027)],
-    "fp16": [(4099, 4099, 4099), (2053, 3001, 1999)],
-    "tf32": [(4099, 4099, 4099), (4096, 4099, 4096), (2053, 3001, 1999), (16, 4099, 4099),
-             (128, 4099, 4099)],
-}
+CASES = [("bf16", (4099, 4099, 4099)), ("fp16", (4099, 4099, 4099)), ("tf32", (4099, 4099, 4099)),
+         ("bf16", (4096, 4099, 4096)), ("bf16", (4096, 4096, 4099)), ("bf16", (2053, 3001, 1999)),
+         ("bf16", (128, 4099, 4099)), ("bf16", (16, 4099, 4099)), ("bf16", (1, 4099, 4099)),
+         ("tf32", (2053, 3001, 1999)), ("tf32", (4096, 4099, 4096)), ("tf32", (128, 4099, 4099)),
+         ("fp16", (2053, 3001, 1999)), ("bf16", (512, 4099, 4099)), ("bf16", (4099, 4096, 4096))]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
 
 
@@ -103,8 +100,8 @@ def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int, quick: bool) -
             try:
                 call = _planned(p, tf32, stream)
                 row[f"{mode}_config"] = gm._label(call)
-                if mode == "on" and row["on_config"] == row.get("auto_config"):
-                    row["on_us"] = row["auto_us"]
+                if mode != "auto" and row[f"{mode}_config"] == row.get("auto_config"):
+                    row[f"{mode}_us"] = row.get("auto_us")  # the same route: not again
                     continue
                 row[f"{mode}_us"] = round(bench.gpurt_graph_us(gpurt, gemm, p, None, 10,
                                                                torch), 2)
@@ -124,7 +121,7 @@ def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int, quick: bool) -
                 print(f"{row['shape']} {name} {mode}: {exc!r}", flush=True)
     _route("auto")
     for mode in ("auto", "off", "on"):
-        if f"{mode}_us" in row:
+        if row.get(f"{mode}_us"):
             row[f"{mode}_x"] = round(row["cublas_us"] / row[f"{mode}_us"], 3)
     row["flops_auto_T"] = round(2 * m * n * k / row.get("auto_us", 1e30) / 1e6, 1)
     return row
@@ -136,22 +133,28 @@ def run_timing(json_path: str | None, quick: bool, only: str | None) -> None:
     rows = [{"device": torch.cuda.get_device_name(0),
              "copy_GBps": round(bench.copy_bandwidth(torch) / 1e9, 1)}]
     print(json.dumps(rows[0]), flush=True)
-    for name, shapes in SHAPES.items():
+    print(f"{rows[0]['device']}: kernel-only us (x = cuBLAS / gpurt), copy {rows[0]['copy_GBps']}"
+          " GB/s", flush=True)
+    for name, (m, n, k) in CASES:
         if only and name not in only.split(","):
             continue
-        for m, n, k in shapes:
-            rows.append(_row(name, m, n, k, stream, l2, quick))
-            print(json.dumps(rows[-1]), flush=True)
-            if json_path:
-                Path(json_path).write_text(json.dumps(rows, indent=1))
-    print(f"\n{rows[0]['device']}: kernel-only us (x = cuBLAS / gpurt)")
-    for row in rows[1:]:
-        print(f"{row['shape']:>16} {row['dtype']:>5} cuBLAS {row['cublas_us']:>8} | auto "
-              f"{row.get('auto_us', '-'):>8} ({row.get('auto_x', '-')}) {row.get('auto_config')}"
-              f" | off {row.get('off_us', '-')} ({row.get('off_x', '-')}) | on "
-              f"{row.get('on_us', '-')} ({row.get('on_x', '-')}) | copy {row.get('copy_us', '-')}"
-              f" memcpy {row.get('memcpy_us', '-')} | call {row.get('auto_call_us', '-')} vs "
-              f"{row.get('cublas_call_us', '-')} | err {row.get('rel_err', '-')}")
+        rows.append(_row(name, m, n, k, stream, l2, quick))
+        print(json.dumps(rows[-1]), flush=True)
+        print(_summary(rows[-1]), flush=True)
+        if json_path:
+            Path(json_path).write_text(json.dumps(rows, indent=1))
+
+
+def _summary(row: dict[str, Any]) -> str:
+    """One line of a row: kernel-only us (x = cuBLAS / gpurt) per route, copy, host calls."""
+    def route(mode: str) -> str:
+        return f"{row.get(mode + '_us', '-')} ({row.get(mode + '_x', '-')})"
+
+    return (f"{row['shape']:>15} {row['dtype']:>4} cuBLAS {row['cublas_us']} | auto "
+            f"{route('auto')} {row.get('auto_config')} | off {route('off')} | on {route('on')}"
+            f" | copy {row.get('copy_us', '-')} memcpy {row.get('memcpy_us', '-')} model "
+            f"{row.get('copy_model_us', '-')} | call {row.get('auto_call_us', '-')} vs "
+            f"{row.get('cublas_call_us', '-')} | err {row.get('rel_err', '-')}")
 
 
 # ---- sanitizer cases ---------------------------------------------------------------------------
@@ -199,15 +202,25 @@ def run_sanitize() -> None:
     print("sanitize cases done", flush=True)
 
 
+def run_precompile() -> None:
+    """The wgmma, TF32 wgmma and copy kernels into the disk cache, over 16 processes."""
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    todo = [p for p in launch.programs("sm_90a")
+            if p[0] in ("gemm_wgmma.cu", "gemm_wgmma_tf32.cu", pack.SOURCE)]
+    print(f"precompiled {launch.compile_programs(todo, 16)} programs", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("time", "sanitize"))
+    parser.add_argument("mode", choices=("time", "sanitize", "precompile"))
     parser.add_argument("--json", default=None)
     parser.add_argument("--quick", action="store_true", help="no copy-alone timings")
     parser.add_argument("--only", default=None, help="comma list of bf16, fp16, tf32")
     args = parser.parse_args()
     if args.mode == "time":
         run_timing(args.json, args.quick, args.only)
+    elif args.mode == "precompile":
+        run_precompile()
     else:
         run_sanitize()
 
