@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gemm_decode as bench  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from cuda.bindings import driver as cu  # noqa: E402
 
 import gpurt  # noqa: E402
 
@@ -66,8 +67,9 @@ def _planned(p: Any, tf32: bool, stream: Any) -> Any:
     return found
 
 
-def _copy_us(call: Any, p: Any, stream: Any) -> tuple[float, float]:
-    """(the copy launch alone, kernel-only us; a device-to-device copy of the same bytes)."""
+def _copy_us(call: Any, p: Any, stream: Any) -> tuple[float, float, float]:
+    """(the copy launch alone, kernel-only us; a device-to-device copy of the same bytes; the
+    same copies by cuMemcpy2DAsync)."""
     itemsize = p.a[0].element_size()
     room = gpurt.empty(call.scratch // 4 + 32, dtype=np.float32, stream=stream)
     start = -(-room.ptr // 128) * 128
@@ -75,16 +77,30 @@ def _copy_us(call: Any, p: Any, stream: Any) -> tuple[float, float]:
     moved = sum(c.width * c.rows * itemsize for c in call.copies)
     src = torch.empty(moved, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    graph = gpurt.CUDAGraph()
+    graph, graph2d = gpurt.CUDAGraph(), gpurt.CUDAGraph()
     with gpurt.graph(graph, stream=stream):
         for _ in range(bench.CALLS):
             call.kernel(call.grid, 256, args, stream=stream)
+    with gpurt.graph(graph2d, stream=stream):  # the driver's 2-D copies, as s7-splitrow did
+        for _ in range(bench.CALLS):
+            for copy, src_ptr in zip(call.copies, (args[0], args[6])):
+                params = cu.CUDA_MEMCPY2D()
+                params.srcMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+                params.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+                params.srcDevice, params.dstDevice = src_ptr, start + copy.offset
+                params.srcPitch, params.dstPitch = copy.src_ld * itemsize, copy.pitch * itemsize
+                params.WidthInBytes, params.Height = copy.width * itemsize, copy.rows
+                gpurt.check(cu.cuMemcpy2DAsync(params, cu.CUstream(stream.cuda_stream)),
+                            "cuMemcpy2DAsync")
     with gpurt.stream(stream), torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         graph.replay()
         ours = bench._events_ms(torch, graph.replay, 10) * 1e3 / bench.CALLS
+        graph2d.replay()
+        two_d = bench._events_ms(torch, graph2d.replay, 10) * 1e3 / bench.CALLS
         memcpy = bench._events_ms(torch, lambda: dst.copy_(src), 10) * 1e3
     graph.reset()
-    return round(ours, 2), round(memcpy, 2)
+    graph2d.reset()
+    return round(ours, 2), round(memcpy, 2), round(two_d, 2)
 
 
 def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int, quick: bool) -> dict[str, Any]:
@@ -105,7 +121,10 @@ def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int, quick: bool) -
                     continue
                 row[f"{mode}_us"] = round(bench.gpurt_graph_us(gpurt, gemm, p, None, 10,
                                                                torch), 2)
-                if mode == "auto":
+                if mode == "auto":  # set 0 into a poisoned output, against float64
+                    p.out.fill_(float("nan"))
+                    gm.gemm(p.ga[0], p.gb[0], out=p.gout, stream=stream, allow_tf32=tf32)
+                    stream.synchronize()
                     row["rel_err"] = float(f"{p.rel_error(torch):.3g}")
                     row["auto_call_us"] = round(bench.host_us(
                         torch, lambda i: gm.gemm(p.ga[i], p.gb[i], out=p.gout, stream=stream,
@@ -114,7 +133,8 @@ def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int, quick: bool) -
                         torch, lambda i: torch.matmul(p.a[i], p.b[i], out=p.out), p.sets,
                         15), 2)
                 if isinstance(call, pack.PackedCall) and "copy_us" not in row and not quick:
-                    row["copy_us"], row["memcpy_us"] = _copy_us(call, p, stream)
+                    row["copy_us"], row["memcpy_us"], row["memcpy2d_us"] = _copy_us(call, p,
+                                                                                     stream)
                     row["copy_model_us"] = round(pack.copy_us(call.copies,
                                                               p.a[0].element_size()), 1)
             except Exception as exc:  # noqa: BLE001 - report and go on
@@ -152,7 +172,8 @@ def _summary(row: dict[str, Any]) -> str:
 
     return (f"{row['shape']:>15} {row['dtype']:>4} cuBLAS {row['cublas_us']} | auto "
             f"{route('auto')} {row.get('auto_config')} | off {route('off')} | on {route('on')}"
-            f" | copy {row.get('copy_us', '-')} memcpy {row.get('memcpy_us', '-')} model "
+            f" | copy {row.get('copy_us', '-')} memcpy {row.get('memcpy_us', '-')} 2d "
+            f"{row.get('memcpy2d_us', '-')} model "
             f"{row.get('copy_model_us', '-')} | call {row.get('auto_call_us', '-')} vs "
             f"{row.get('cublas_call_us', '-')} | err {row.get('rel_err', '-')}")
 
