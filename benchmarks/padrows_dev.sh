@@ -3,7 +3,8 @@
 # gpurt importable (_device_site.sh), precompiles the TMA kernels over 16 processes, runs the
 # GEMM tests that cover the route, the kernel-only route table (`padrows_dev.py time`), then
 # memcheck and racecheck on `padrows_dev.py sanitize` with the time left. Heuristics only
-# (GPURT_GEMM_AUTOTUNE=0): the tuner would compile every candidate. Logs go to OUTDIR; OUTDIR/runs.tgz packs them.
+# (GPURT_GEMM_AUTOTUNE=0): the tuner would compile every candidate. Logs go to OUTDIR;
+# runs.tgz (in $PACK_TO, default OUTDIR) packs them.
 # Usage: bash benchmarks/padrows_dev.sh OUTDIR   (limit: $TOTAL, 235 s)
 set -u
 out=${1:?OUTDIR}
