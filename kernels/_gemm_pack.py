@@ -84,43 +84,56 @@ def scratch_bytes(copies: tuple[PackCopy, ...], itemsize: int) -> int:
 
 # ---- the cost model ------------------------------------------------------------------------
 
-# Multiply-add rates (FLOP/s, 2 per multiply-add) of a whole H100/H200 (132 SMs), measured:
-# 16-bit wgmma at 4096^3 728 TFLOP/s, the mma.sync path on unaligned rows 114 at 4099^3 (an
-# H100); TF32 wgmma 0.98-1.0 of cuBLAS TF32 (~370), TF32 mma on unaligned rows 70 at 4099^3
-# (an H200). notes_gemm.md. Narrower tiles and partial waves are charged by the wave fill.
+# Rates of a whole H100/H200 (132 SMs), measured (notes_gemm.md, session 8 on an H100): 16-bit
+# wgmma 728 TFLOP/s at 4096^3, the mma.sync path on rows TMA cannot read 114 at 4099^3 (TF32:
+# wgmma ~0.98 of cuBLAS TF32, mma 70); on small grids the mma path runs far below that
+# (128 x 4099^2 bf16: 130 CTAs of 64 x 64 at 17 TFLOP/s), charged here as the fraction of 4
+# CTAs per SM its grid fills; wgmma grids are charged for their last wave's idle SMs. The
+# skinny kernel streams the big operand once, on split rows at ~0.7 TB/s (46.7 us for a
+# 4099^2 bf16 weight at M = 1, 51.1 at M = 16), near copy speed on 16-byte rows.
 _WGMMA_FLOPS = {False: 700e12, True: 350e12}  # by TF32
 _MMA_FLOPS = {False: 115e12, True: 70e12}
+_MMA_CTAS_PER_SM = 4
 _SM_REF = 132
 _MEMORY_BW = 3.0e12  # bytes/s read + written, copy bandwidth (H100 ~3.0, H200 ~4.0)
-_COPY_BW = 2.5e12  # gemm_pack's bytes read + written per second, assumed below copy speed
+_SKINNY_SPLIT_BW = 0.7e12  # the skinny kernel's bytes/s on rows that are not 16-byte multiples
+# gemm_pack's bytes read + written per second: 2.46-2.55 TB/s measured (an H100, as fast as
+# a device-to-device copy of the same bytes; cuMemcpy2DAsync took twice as long)
+_COPY_BW = 2.5e12
 _LAUNCH_US = 3.0  # the copy launch's own cost: a launch and a tail wave
-_MARGIN = 0.85  # the packed route must save 15% by the model before it is taken
+_MARGIN = 0.9  # the packed route must save 10% by the model before it is taken
+_MIN_SAVING_US = 2.0  # and at least this much
 
 
 def _fill(config: Config, problem: Problem) -> float:
-    """The wave fill of a persistent wgmma grid: tiles over the slots of whole waves."""
+    """The share of the device a grid keeps busy: a persistent wgmma grid's tiles over the
+    slots of its whole waves; an mma grid's CTAs over 4 per SM (at most 1)."""
+    items = config.tiles(problem.m, problem.n) * config.split_k
+    if config.kernel == "mma":
+        return min(1.0, items / (_MMA_CTAS_PER_SM * problem.sm_count))
     if config.kernel != "wgmma":
         return 1.0
-    items = config.tiles(problem.m, problem.n) * config.split_k
     waves = -(-items // problem.sm_count)
     return items / (waves * problem.sm_count)
 
 
 def estimate_us(config: Config, problem: Problem) -> float | None:
     """A rough kernel time (us) of ``config`` on ``problem``: FLOPs over the family's rate
-    (charged for the wave fill), or the bytes each operand moves once over the memory
-    bandwidth, whichever is longer. None for the families the model leaves alone (simt,
-    skinny: memory-bound shapes where a copy only adds bytes)."""
+    (charged for the grid's fill), or the bytes each operand moves once over the memory
+    bandwidth, whichever is longer; the skinny kernel by its bytes alone. None for simt (exact
+    fp32: no TMA kernel to copy for)."""
     tf32 = problem.dt == DT_TF32
+    itemsize = 4 if problem.dt in (DT_F32, DT_TF32) else 2
+    moved = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * itemsize
+    if config.kernel == "skinny":
+        return moved / (_MEMORY_BW if problem.vec else _SKINNY_SPLIT_BW) * 1e6
     if config.kernel in ("wgmma", "decode"):
-        rate = _WGMMA_FLOPS[tf32] * _fill(config, problem)
+        rate = _WGMMA_FLOPS[tf32]
     elif config.kernel == "mma":
         rate = _MMA_FLOPS[tf32]
     else:
         return None
-    rate *= problem.sm_count / _SM_REF
-    itemsize = 4 if problem.dt in (DT_F32, DT_TF32) else 2
-    moved = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * itemsize
+    rate *= _fill(config, problem) * problem.sm_count / _SM_REF
     return max(2.0 * problem.macs / rate, moved / _MEMORY_BW) * 1e6
 
 
@@ -141,7 +154,8 @@ def pays(today: Config, problem: Problem, packed: Config, packed_problem: Proble
     if before is None or after is None:
         return False
     itemsize = 4 if problem.dt in (DT_F32, DT_TF32) else 2
-    return copy_us(copies, itemsize) + after < _MARGIN * before
+    packed_us = copy_us(copies, itemsize) + after
+    return packed_us < _MARGIN * before and packed_us + _MIN_SAVING_US < before
 
 
 # ---- launching -----------------------------------------------------------------------------
