@@ -174,6 +174,7 @@ class PackedCall:
     scratch: int  # bytes
     m: int
     n: int
+    swap: bool = False  # m and n are C's own (Call.swap: the inner call's may be turned)
 
     @property
     def index(self) -> int:

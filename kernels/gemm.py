@@ -394,9 +394,10 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         return result if given is None else given
     call, swapped, extents, planned = found
     index = call.index
-    if out is None:
-        out = gpurt.empty((call.n, call.m) if swapped else (call.m, call.n), dtype=a.dtype,
-                          device=index, stream=stream)
+    if out is None:  # C is (m x n) unless the kernel turned the product around (TF32 wgmma)
+        m, n = (call.n, call.m) if call.swap else (call.m, call.n)
+        out = gpurt.empty((n, m) if swapped else (m, n), dtype=a.dtype, device=index,
+                          stream=stream)
     elif _overlap_at(out.ptr, extents[2], a.ptr, extents[0]) or \
             _overlap_at(out.ptr, extents[2], b.ptr, extents[1]):
         raise ValueError("out overlaps a or b; gemm cannot write over its inputs")

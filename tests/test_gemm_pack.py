@@ -330,3 +330,17 @@ def test_copies_on_two_streams_in_memory_stats_and_in_a_graph(gpu_state, no_tuni
     del graph
     gemm_mod.clear_plans()
     assert workspace.kept_bytes() == 0
+
+
+@pytest.mark.gpu
+def test_tf32_without_out_keeps_cs_shape(gpu_state, no_tuning):
+    """The second call of a signature makes its output from the plan: (M x N) also where the
+    TF32 wgmma kernel computes C^T = B^T A^T (an N-major B), on copies or not."""
+    _hopper()
+    rng = np.random.default_rng(67)
+    for m, n, k in ((300, 400, 500), (1031, 1029, 1027)):  # aligned rows; rows to copy
+        a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+        for _ in range(2):
+            out = gemm_mod.gemm(device(a), device(b), allow_tf32=True)
+            assert out.shape == (m, n)
+            assert rel_err(out.numpy(), reference(a, b)) < 5e-3
