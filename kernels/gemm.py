@@ -600,11 +600,20 @@ def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,
 def gemm_eligible_configs(a: Any, b: Any, out: Any = None, trans_a: bool = False,
                           trans_b: bool = False, *, allow_tf32: bool = False) -> list[Config]:
     """Every config that ``gemm(a, b, out=out, ...)`` can be forced to run with (``config=``),
-    in every kernel family, split-K included; any of them gives the same result."""
+    in every kernel family, split-K included; any of them gives the same result. Where rows
+    TMA cannot read would be copied (kernels/_gemm_pack.py), one TMA config on the copies too
+    (the property tests and the sanitizer sweep run the copies through it)."""
     a_arr = _as_array(a, "a")
     plan, _, _ = _plan(a_arr, b, out, 0.0, None, trans_a, trans_b,
                        gpurt.as_stream(None, a_arr.device.index))
-    return tune.all_configs(_problem(plan, allow_tf32))
+    problem = _problem(plan, allow_tf32)
+    found = tune.all_configs(problem)
+    route = _pack_route(plan, problem, allow_tf32)
+    if route is not None:
+        copied = tune.heuristic(route[1])
+        if copied.kernel == "wgmma" and copied not in found and tune.eligible(route[1], copied):
+            found.append(copied)
+    return found
 
 
 def gemm_tuning_results() -> dict[str, dict[str, Any]]:

@@ -267,6 +267,9 @@ def test_gemm_takes_the_packed_route_where_it_pays(gpu_state, no_tuning):
     a = device(rand(rng, (1031, 1027), gpurt.bfloat16))
     b = device(rand(rng, (1027, 1029), gpurt.bfloat16))
     assert gemm_mod.gemm_config(a, b).kernel == "wgmma"
+    copied = [c for c in gemm_mod.gemm_eligible_configs(a, b) if c.kernel == "wgmma"]
+    assert len(copied) == 1  # the one TMA config offered on copies (property tests, sweep)
+    _check(rng, 131, 129, 127, gpurt.bfloat16, True, False, copied[0], offset=1, beta=0.5)
     gemm_mod.clear_plans()
     _check(rng, 127, 257, 61, gpurt.bfloat16, False, False)
     (call,) = _plans()
