@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 import gpurt
 
 from . import _gemm_workspace as workspace
@@ -29,7 +31,8 @@ from ._gemm_types import DT_F32, DT_TF32
 
 __all__ = ["PackCopy", "PackedCall", "PlannedPacked", "copies_for", "estimate_us", "pays",
            "make_packed", "planned_packed", "copy_arguments", "copy_kernel", "copy_grid",
-           "scratch_bytes", "tma_ready", "copy_us", "PLACEHOLDER", "SOURCE"]
+           "scratch_bytes", "tma_ready", "packed_plan", "copied_plan", "copy_us", "PLACEHOLDER",
+           "SOURCE"]
 
 SOURCE = "gemm_pack.cu"
 _THREADS = 256
@@ -76,6 +79,34 @@ def copies_for(operands: list[tuple[int, int, bool, int, int]],
         found.append(PackCopy(which, offset, width, count, ld, pitch))
         offset += -(-pitch * itemsize * count // 128) * 128
     return tuple(found)
+
+
+def packed_plan(plan: Any, copies: tuple[PackCopy, ...]) -> Any:
+    """kernels/gemm.py's ``plan`` with each copied operand replaced by its copy: no array, a
+    placeholder pointer (128-byte aligned, the copy's offset past :data:`PLACEHOLDER`), the
+    copy's pitch."""
+    ops = [plan.a, plan.b]
+    for copy in copies:
+        ops[copy.which] = dataclasses.replace(ops[copy.which], array=None,
+                                              ptr=PLACEHOLDER + copy.offset, ld=copy.pitch)
+    return dataclasses.replace(plan, a=ops[0], b=ops[1])
+
+
+def copied_plan(plan: Any, packed: Any, copies: tuple[PackCopy, ...], stream: Any) -> Any:
+    """``packed`` (:func:`packed_plan`) on real copies of ``plan``'s operands, made now on
+    ``stream`` into new memory, for the tuner to time configs on."""
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    room = gpurt.empty(scratch_bytes(copies, itemsize) // 4 + 32, dtype=np.float32,
+                       device=plan.index, stream=stream)
+    start = -(-room.ptr // 128) * 128
+    args, a_ptr, b_ptr = copy_arguments(copies, plan.a.ptr, plan.b.ptr, start)
+    sms = gpurt.get_device_properties(plan.index).multi_processor_count
+    copy_kernel(plan.dt, plan.index)(copy_grid(copies, sms), _THREADS, args, stream=stream)
+    a = dataclasses.replace(packed.a, array=room, ptr=a_ptr) if packed.a.array is None \
+        else packed.a
+    b = dataclasses.replace(packed.b, array=room, ptr=b_ptr) if packed.b.array is None \
+        else packed.b
+    return dataclasses.replace(packed, a=a, b=b)
 
 
 def scratch_bytes(copies: tuple[PackCopy, ...], itemsize: int) -> int:

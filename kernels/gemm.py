@@ -514,7 +514,7 @@ def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
         if config is None and pack.pays(tune.heuristic(problem), problem,
                                         tune.heuristic(packed_problem), packed_problem, copies):
             config = _choose(packed, packed_problem, stream,
-                             lambda: _copied_plan(plan, packed, copies, stream))
+                             lambda: pack.copied_plan(plan, packed, copies, stream))
             return _packed_call(plan, packed, packed_problem, config, copies)
         if config is not None and not tune.eligible(problem, config) and \
                 tune.eligible(packed_problem, config):  # a forced TMA config
@@ -543,31 +543,9 @@ def _pack_route(plan: _Plan, problem: Problem,
     copies = pack.copies_for(operands, itemsize)
     if not copies:
         return None
-    ops = [plan.a, plan.b]
-    for copy in copies:
-        ops[copy.which] = _Operand(None, pack.PLACEHOLDER + copy.offset, copy.pitch,
-                                   ops[copy.which].kmajor)
-    packed = dataclasses.replace(plan, a=ops[0], b=ops[1])
+    packed = pack.packed_plan(plan, copies)
     packed_problem = _problem(packed, allow_tf32)
     return (packed, packed_problem, copies) if packed_problem.tma else None
-
-
-def _copied_plan(plan: _Plan, packed: _Plan, copies: tuple[pack.PackCopy, ...],
-                 stream: Any) -> _Plan:
-    """``packed`` on real copies of ``plan``'s operands (new memory, copied on ``stream``),
-    for the tuner to time configs on."""
-    itemsize = 4 if plan.dt == DT_F32 else 2
-    size = pack.scratch_bytes(copies, itemsize)
-    scratch = gpurt.empty(size // 4 + 32, dtype=np.float32, device=plan.index, stream=stream)
-    start = -(-scratch.ptr // 128) * 128
-    args, a_ptr, b_ptr = pack.copy_arguments(copies, plan.a.ptr, plan.b.ptr, start)
-    sms = gpurt.get_device_properties(plan.index).multi_processor_count
-    pack.copy_kernel(plan.dt, plan.index)(pack.copy_grid(copies, sms), 256, args, stream=stream)
-    a = dataclasses.replace(packed.a, array=scratch, ptr=a_ptr) if packed.a.array is None \
-        else packed.a
-    b = dataclasses.replace(packed.b, array=scratch, ptr=b_ptr) if packed.b.array is None \
-        else packed.b
-    return dataclasses.replace(packed, a=a, b=b)
 
 
 def _packed_call(plan: _Plan, packed: _Plan, packed_problem: Problem, config: Config,

@@ -59,6 +59,21 @@ def test_copies_only_what_tma_cannot_read():
     assert fp32.pitch == 4128 and fp32.pitch * 4 % 128 == 0
 
 
+def test_the_packed_plan_reads_the_copies():
+    """Each copied operand becomes its copy (no array, a 128-byte aligned placeholder at its
+    offset, the copy's pitch, the same layout); the other stays as it was."""
+    a = gemm_mod._Operand("a", 0x1002, 4099, True)
+    b = gemm_mod._Operand("b", 0x2000, 4096, False)
+    plan = gemm_mod._Plan(a, b, 4099, 4096, 4099, "out", 4096, None, 0, BF16, 0)
+    copies = pack.copies_for([(a.ptr, a.ld, a.kmajor, 4099, 4099),
+                              (b.ptr, b.ld, b.kmajor, 4096, 4099)], 2)
+    packed = pack.packed_plan(plan, copies)
+    assert packed.b is b and plan.a is a  # the plan itself is left alone
+    assert (packed.a.array, packed.a.ptr, packed.a.ld, packed.a.kmajor) == \
+        (None, pack.PLACEHOLDER, 4160, True)
+    assert packed.a.ptr % 128 == 0 and (packed.m, packed.n, packed.k) == (4099, 4096, 4099)
+
+
 def _problems(m: int, n: int, k: int, dt: int = BF16) -> tuple[Any, Any]:
     """(the problem on unaligned rows, the same on packed ones), an H100."""
     split = Problem(m, n, k, dt, True, False, False, False, (9, 0), 132, pitch128=False)
