@@ -10,9 +10,11 @@ a stream captures a graph, shown in gpurt.memory_stats), and the normal TMA kern
 the copies. C needs no copy: the wgmma epilogue's plain stores take any pitch, and so do its
 reads of Cin (beta != 0).
 
-:func:`pays` is the cost model that picks the route: copy bytes over the copy bandwidth
-against the FLOP time the faster kernel saves, so small and decode shapes keep the path
-they had. ``GPURT_GEMM_DISABLE=pack`` turns the route off.
+:func:`pays` is the cost model that picks the route: the copies' bytes over the copy
+bandwidth against the time the TMA kernel saves, so small problems keep the path they had
+(the copy launch would cost more), and so do shapes with no TMA kernel to gain (TF32 at
+M <= 16); decode shapes take the copies, whose skinny kernel reads split rows at a quarter
+of copy speed. ``GPURT_GEMM_DISABLE=pack`` turns the route off.
 """
 
 from __future__ import annotations
