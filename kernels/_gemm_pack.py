@@ -207,7 +207,7 @@ class PackedCall:
     scratch: int  # bytes
     m: int
     n: int
-    swap: bool = False  # m and n are C's own (Call.swap: the inner call's may be turned)
+    swap: bool = False  # always: m and n are C's own (an inner Call's may be turned around)
 
     @property
     def index(self) -> int:
