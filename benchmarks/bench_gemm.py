@@ -41,6 +41,9 @@ OTHER = [(8192, 8192, 512), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 10
          (4099, 4096, 4096), (4096, 4099, 4096), (4096, 4096, 4099), (2053, 3001, 1999),
          (1, 4099, 4099), (16, 4099, 4099), (128, 4099, 4099)]
 FP32_LIMIT = 4096  # fp32 rows above this size take seconds each on the SIMT cores
+# fp32 rows beyond the limit: issue 17's decode projections and irregular sizes
+FP32_EXTRA = [(64, 4096, 4096), (32, 11008, 4096), (128, 14336, 4096), (3000, 5000, 2000),
+              (4099, 4099, 4099)]
 SPIN = r"""
 extern "C" __global__ void spin(long long cycles) {
     long long start = clock64();
@@ -127,9 +130,12 @@ def main() -> None:
             tdtype = dtypes[name]
             tf32 = name == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            for m, n, k in parse_shapes(args.shapes):
-                if tdtype == torch.float32 and max(m, n, k) > FP32_LIMIT and not args.shapes:
-                    continue
+            shapes = parse_shapes(args.shapes)
+            if tdtype == torch.float32 and not args.shapes:  # fp32 and tf32
+                shapes = [s for s in shapes if max(s) <= FP32_LIMIT]
+                if name == "fp32":
+                    shapes += [s for s in FP32_EXTRA if s not in shapes]
+            for m, n, k in shapes:
                 a = torch.randn(m, k, device="cuda", dtype=tdtype)
                 b = torch.randn(k, n, device="cuda", dtype=tdtype)
                 out = torch.empty(m, n, device="cuda", dtype=tdtype)

@@ -18,7 +18,14 @@ import gpurt
 from gpurt.kernels import tunable
 from gpurt.kernels.gemm import gemm
 
-SHAPES = (1024, 2048, 4096, 8192)
+# (M, N, K): the squares, then the decode and projection shapes of issue 17 and its irregular
+# sizes (a result covers every shape in its power-of-two bucket), squares first so that a short
+# budget still tunes them.
+SQUARES = tuple((n, n, n) for n in (1024, 2048, 4096, 8192))
+INFERENCE = tuple((m, n, k) for m in (1, 16, 64, 128)
+                  for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)))
+IRREGULAR = ((1000, 1000, 1000), (3000, 5000, 2000), (8192, 8192, 512))
+SHAPES = SQUARES + INFERENCE + IRREGULAR
 DTYPES = (ml_dtypes.bfloat16, np.float16)
 
 
@@ -29,16 +36,16 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     rng = np.random.default_rng(0)
-    for dtype in DTYPES:
-        for n in SHAPES:
+    for m, n, k in SHAPES:
+        for dtype in DTYPES:
             if time.monotonic() - started > args.budget:
                 break
-            a = gpurt.asarray(rng.standard_normal((n, n)).astype(dtype))
-            b = gpurt.asarray(rng.standard_normal((n, n)).astype(dtype))
+            a = gpurt.asarray(rng.standard_normal((m, k)).astype(dtype))
+            b = gpurt.asarray(rng.standard_normal((k, n)).astype(dtype))
             t0 = time.monotonic()
             gemm(a, b)
             gpurt.synchronize()
-            print(f"{np.dtype(dtype).name} {n}^3 tuned in {time.monotonic() - t0:.2f} s",
+            print(f"{np.dtype(dtype).name} {m}x{n}x{k} tuned in {time.monotonic() - t0:.2f} s",
                   flush=True)
     tunable.write_file(args.output)
     print(f"wrote {args.output}: {len(tunable.get_results())} results")

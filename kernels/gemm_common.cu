@@ -137,19 +137,11 @@ __device__ __forceinline__ void sum_partial_pair(const float* __restrict__ parti
     v1 = s1;
 }
 
-// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma, simt; slice
-// blockIdx.z of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN
-// tile at (m0, n0), it takes a ticket on the tile's counter (after a fence, so its slice is
-// visible first); the CTA that takes the last one resets the counter to 0, sums the tile's
-// slices in slice order (sum_partial_pair: the same bits every run) and stores C with alpha,
-// beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
-template <int DT, int BM, int BN>
-__device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__ C,
-                                              const typename Elem<DT>::T* __restrict__ Cin,
-                                              const float* __restrict__ partial,
-                                              unsigned* __restrict__ counters, int M, int N,
-                                              i64 ldc, i64 ldcin, float alpha, float beta,
-                                              int m0, int n0, bool pair_ok) {
+// Split-K's ticket: after the CTA stored its K slice (blockIdx.z of gridDim.z) of tile
+// blockIdx.x, it takes a ticket on the tile's counter (after a fence, so its slice is visible
+// first). True in every thread of the CTA that takes the last one, which resets the counter to
+// 0. Every thread of the CTA must call it.
+__device__ __forceinline__ bool splitk_is_last(unsigned* __restrict__ counters) {
     __threadfence();  // this thread's slice stores, before the ticket
     __syncthreads();
     int last = 0;
@@ -160,7 +152,22 @@ __device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__
             __threadfence();
         }
     }
-    if (!__syncthreads_or(last)) return;
+    return __syncthreads_or(last);
+}
+
+// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma, simt; slice
+// blockIdx.z of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN
+// tile at (m0, n0), it takes a ticket (splitk_is_last); the CTA that takes the last one sums
+// the tile's slices in slice order (sum_partial_pair: the same bits every run) and stores C
+// with alpha, beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
+template <int DT, int BM, int BN>
+__device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__ C,
+                                              const typename Elem<DT>::T* __restrict__ Cin,
+                                              const float* __restrict__ partial,
+                                              unsigned* __restrict__ counters, int M, int N,
+                                              i64 ldc, i64 ldcin, float alpha, float beta,
+                                              int m0, int n0, bool pair_ok) {
+    if (!splitk_is_last(counters)) return;
     const i64 total = (i64)M * N;
     for (int e = threadIdx.x; e < BM * BN / 2; e += blockDim.x) {
         const int r = m0 + e / (BN / 2), c = n0 + 2 * (e % (BN / 2));
