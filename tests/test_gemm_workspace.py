@@ -106,6 +106,32 @@ def test_at_most_max_kept_streams_and_clear(fake: dict[str, Any],
     assert workspace.kept_bytes() == 0
 
 
+def test_packed_scratch_is_aligned_kept_and_grown_alone(fake: dict[str, Any]) -> None:
+    """The copies' scratch is a second array from a 128-byte boundary: kept per stream,
+    grown without touching the (zeroed) split-K array and the other way round, fresh while
+    the stream captures."""
+    one = workspace.take(0, 7, 100, 4, scratch=1000)
+    main, scratch = one.arrays
+    assert main.zeroed and not scratch.zeroed
+    assert one.scratch % 128 == 0 and one.scratch_room >= 1000
+    assert one.scratch + one.scratch_room <= scratch.ptr + 4 * scratch.shape[0]
+    assert workspace.take(0, 7, 50, 0, scratch=900) is one
+    assert workspace.take(0, 7, 100, 4) is one  # no scratch asked: the same one
+    bigger = workspace.take(0, 7, 10, 0, scratch=5000)
+    assert bigger.arrays[0] is main and bigger.arrays[1] is not scratch
+    assert (bigger.partials, bigger.partial_room, bigger.counter_room) == \
+        (one.partials, one.partial_room, one.counter_room)
+    more = workspace.take(0, 7, 400, 4)
+    assert more.arrays[1] is bigger.arrays[1] and more.scratch == bigger.scratch
+    assert more.arrays[0] is not main and more.partial_room == 400
+    assert workspace.kept_bytes() == sum(array.nbytes for array in more.arrays)
+    fake["capturing"].add(7)
+    fresh = workspace.take(0, 7, 0, 0, scratch=300)
+    assert fresh.arrays[-1] not in more.arrays and fresh.scratch % 128 == 0
+    fake["capturing"].clear()
+    assert workspace.take(0, 7, 0, 0, scratch=300) is more
+
+
 # ---- on the GPU ----------------------------------------------------------------------------------
 
 
