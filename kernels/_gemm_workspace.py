@@ -13,31 +13,31 @@ zeroed, so that growing one region never zeroes or copies the other. Work on one
 in order, so calls on a stream may share its workspace (each split-K or packed call is one
 launch after another on it); :data:`LOCK` keeps the table of workspaces
 consistent between threads and holds a workspace until the launch that uses it is queued.
-A stream that is capturing a CUDA graph gets fresh partials and fresh zeroed counters for
-each call instead (memory of the graph's own pool, released with the graph). At most
-:data:`MAX_KEPT` streams keep a workspace (the oldest is dropped first); :func:`clear` drops
-them all (gpurt.kernels.clear_plans does).
+A stream that is capturing a CUDA graph, and the per-thread default stream, get fresh
+partials and fresh zeroed counters for each call instead (a capture's come from the graph's
+own pool and are released with the graph). At most :data:`MAX_KEPT` streams keep a workspace
+(the least recently used is dropped first: gpurt/_streams/kept.py); :func:`clear` drops them
+all (gpurt.kernels.clear_plans does).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
 import gpurt
-from gpurt._streams.handles import stream_is_capturing
+from gpurt._core.fork import renew_after_fork
+from gpurt._streams.kept import KeptPerStream
 from gpurt.streams import current_stream_handle
 
 __all__ = ["LOCK", "MAX_KEPT", "Workspace", "clear", "kept_bytes", "take"]
 
 MAX_KEPT = 8
 LOCK = threading.RLock()
-# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
-os.register_at_fork(after_in_child=lambda: globals().update(LOCK=threading.RLock()))
+renew_after_fork(globals(), LOCK=threading.RLock)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Workspace:
     scratch_room: int = 0
 
 
-_kept: dict[tuple[int, int], Workspace] = {}  # (device, stream handle) -> its workspace
+_kept: KeptPerStream[Workspace] = KeptPerStream(MAX_KEPT)
 
 
 def take(index: int, handle: int | None, partials: int, counters: int = 0,
@@ -67,7 +67,8 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
     arrays. Call with :data:`LOCK` held until the kernels that use it are queued."""
     if handle is None:
         handle = current_stream_handle(index)
-    if stream_is_capturing(index, handle):
+    key = _kept.key(index, handle)
+    if key is None:
         stream = gpurt.as_stream(handle, index)
         made = gpurt.empty(max(partials, 1), dtype=np.float32, device=index, stream=stream)
         arrays: tuple[Any, ...] = (made,)
@@ -77,7 +78,6 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
             arrays, counter_ptr = (made, zeroed), zeroed.ptr
         space = Workspace(arrays, counter_ptr, made.ptr, counters, made.shape[0])
         return _with_scratch(space, index, stream, scratch) if scratch else space
-    key = (index, handle)
     found = _kept.get(key)
     if found is not None and found.partial_room >= partials and found.counter_room >= counters \
             and found.scratch_room >= scratch:
@@ -103,10 +103,7 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
                                         scratch=found.scratch, scratch_room=found.scratch_room)
         else:
             grown = _with_scratch(grown, index, stream, scratch)
-    _kept.pop(key, None)  # the old one is freed in stream order: later work may reuse it
-    while len(_kept) >= MAX_KEPT:
-        _kept.pop(next(iter(_kept)))
-    _kept[key] = grown
+    _kept.put(key, grown)  # the old one is freed in stream order: later work may reuse it
     return grown
 
 

@@ -18,6 +18,8 @@ from gpurt._elementwise import codegen, counters, reduction
 from gpurt._elementwise.reduce_codegen import BLOCK
 from gpurt._launch import planned as gplanned
 from gpurt._launch.args import build_plan
+from gpurt._streams import kept as kept_mod
+from gpurt._streams.kept import KeptPerStream
 from test_launch_fake_driver import FakeDriver, fake  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("sm90")
@@ -104,8 +106,8 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reduction, "FOLD", fold)  # a split's last block or a finish kernel
     monkeypatch.setattr(counters, "KEEP", keep)  # the stream's kept counters, or new ones
-    monkeypatch.setattr(counters, "_kept", {})
-    monkeypatch.setattr(counters, "stream_is_capturing", lambda index, handle: False)
+    monkeypatch.setattr(counters, "_kept", KeptPerStream(counters.MAX_KEPT))
+    monkeypatch.setattr(kept_mod, "stream_is_capturing", lambda index, handle: False)
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "ew_sum")
     x, y = fake_array(shape), fake_array((shape[0],), ptr=1 << 28)
     plan = r._plan([x], [y], axis, False)
@@ -150,8 +152,8 @@ def test_fold_counters_are_kept_per_stream_but_not_in_captures(monkeypatch) -> N
     stream, capturing = [7], [False]
     monkeypatch.setattr(gpurt._elementwise.api, "current_stream_handle",
                         lambda index: stream[0])
-    monkeypatch.setattr(counters, "stream_is_capturing", lambda index, handle: capturing[0])
-    monkeypatch.setattr(counters, "_kept", {})
+    monkeypatch.setattr(kept_mod, "stream_is_capturing", lambda index, handle: capturing[0])
+    monkeypatch.setattr(counters, "_kept", KeptPerStream(counters.MAX_KEPT))
     assert counters.KEEP
     first = counters.take(0, 67)
     assert counters.take(0, 67) is first and counters.take(0, 5) is first  # zeroed once
@@ -171,7 +173,8 @@ def test_fold_counters_are_kept_per_stream_but_not_in_captures(monkeypatch) -> N
     for handle in range(10, 10 + counters.MAX_KEPT):  # the oldest streams are dropped
         stream[0] = handle
         counters.take(0, 1)
-    assert len(counters._kept) == counters.MAX_KEPT and (0, 9) not in counters._kept
+    kept = counters._kept.keys()
+    assert len(kept) == counters.MAX_KEPT and (0, 9) not in kept
     monkeypatch.setattr(counters, "KEEP", False)
     assert counters.take(0, 1) is not counters.take(0, 1)
     counters.clear()

@@ -21,35 +21,31 @@ from typing import Any
 import numpy as np
 
 from .._core.fork import renew_after_fork
-from .._streams.handles import stream_is_capturing
+from .._streams.kept import KeptPerStream
 from . import api as gpurt
 
 __all__ = ["KEEP", "MAX_KEPT", "clear", "kept_bytes", "take"]
 
 KEEP = True  # False: new counters zeroed by a memset before every launch
 MAX_KEPT = 8
-_PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD
 _lock = threading.Lock()
 renew_after_fork(globals(), _lock=threading.Lock)
-_kept: dict[tuple[int, int], Any] = {}  # (device, stream handle) -> its counters (an Array)
+_kept: KeptPerStream[Any] = KeptPerStream(MAX_KEPT)  # each stream's counters (an Array)
 
 
 def take(index: int, count: int) -> Any:
     """At least ``count`` zeroed uint32 counters (a gpurt Array) for a launch on this
     thread's current stream of device ``index``; hold the array until the launch is queued
     (a dropped one is freed in its stream's order)."""
-    handle = gpurt.current_stream_handle(index)
-    if not KEEP or handle == _PER_THREAD_STREAM or stream_is_capturing(index, handle):
+    key = _kept.key(index, gpurt.current_stream_handle(index)) if KEEP else None
+    if key is None:
         return gpurt.zeros(count, np.uint32, index)
-    key = (index, handle)
     with _lock:
-        found = _kept.pop(key, None)  # put back last: the most recently used
+        found = _kept.get(key)
         if found is None or found.shape[0] < count:
             room = max(count, found.shape[0] * 2 if found is not None else 0)
             found = gpurt.zeros(room, np.uint32, index)  # on the stream, before the launch
-        while len(_kept) >= MAX_KEPT:
-            _kept.pop(next(iter(_kept)))
-        _kept[key] = found
+            _kept.put(key, found)
         return found
 
 
