@@ -111,10 +111,16 @@ def test_programs_cover_every_config_layout_and_alignment():
 
 
 @pytest.mark.gpu
-def test_forced_config_that_cannot_run_raises_and_leaves_gpurt_usable(gpu_state):
+def test_forced_config_that_cannot_run_raises_and_leaves_gpurt_usable(gpu_state, monkeypatch):
     rng = np.random.default_rng(5)
     a = stored(rng, 33, 67, gpurt.bfloat16, False, 1, 0)  # one element in: no TMA
     b = stored(rng, 67, 129, gpurt.bfloat16, False, 0, 0)
+    # a TMA config runs on 128-byte-pitched copies of such rows (kernels/_gemm_pack.py) ...
+    got = np.asarray(gemm_mod.gemm(a.view, b.view, config=tune._WGMMA[0]).to_numpy(), np.float64)
+    want = a.logical().astype(np.float64) @ b.logical().astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "pack")  # ... and without them cannot run
+    gemm_mod.clear_plans()
     with pytest.raises(ValueError, match="16-byte aligned"):
         gemm_mod.gemm(a.view, b.view, config=tune._WGMMA[0])
     with pytest.raises(ValueError, match="float32"):
