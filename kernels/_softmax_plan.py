@@ -153,7 +153,9 @@ class Variant:
     the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors);
     ``edges``: rows may start at any element and have any length (the elements before a
     row's first ``vec``-aligned one and after its last whole vector are single-element edge
-    slots), else each row is whole aligned vectors.
+    slots), else each row is whole aligned vectors; ``one_pass`` (16-bit forward, not the
+    split): each thread's maximum and sum in one pass over its vectors as they land (the
+    exps overlap the loads), else a max pass then a sum pass.
     """
 
     kind: str
@@ -167,6 +169,7 @@ class Variant:
     min_blocks: int = 1
     smem_items: int = 0
     edges: bool = False
+    one_pass: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -195,6 +198,9 @@ class Variant:
             raise ValueError(f"smem_items={self.smem_items} does not fit this variant")
         if self.edges and self.vec == 1:
             raise ValueError("edges need vectors (vec > 1)")
+        if self.one_pass and (self.dtype == 0 or self.op >= SOFTMAX_BACKWARD
+                              or self.kind == "split"):
+            raise ValueError("one_pass is for the 16-bit forward kernels (not the split)")
 
     @property
     def inputs(self) -> int:
@@ -225,7 +231,9 @@ class Variant:
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
         common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
-        edges = ", 1" if self.edges else ""  # EDGES defaults to 0
+        # EDGES and ONE_PASS default to 0
+        edges = ", 1" if self.edges else ", 0" if self.one_pass else ""
+        edges += ", 1" if self.one_pass else ""
         if self.kind == "rows":
             return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
