@@ -200,12 +200,13 @@ def _pick(rows: int, cols: int, dtype: np.dtype, op: int) -> Any:
     return plan.choose_variant(cols, dtype, op, rows=rows)
 
 
-# s8-softlong16: 16-bit rows of 200k-1M elements. The ticket chunks now share a row's body
-# equally (before: full chunks and a short last one; OLD is the source before), and the
-# 16-bit forward reduction may run in one pass (_one) so that its exps overlap the loads,
-# where the chunks of a wave start together and leave the SM's memory idle while they
-# reduce. Chunks of 256 or 1024 threads, ticket chunks in place of the clusters for rows
-# of 131072-500009; float32 rows of 1M for the balanced chunks alone.
+# s8-softlong16: 16-bit rows of 200k-1M elements. Timed (notes v13) with the source of commit
+# fef7074, whose ticket chunks shared a row's body equally (OLD: main's full chunks and a
+# short last one, kept since: the equal ones read 2-8 points slower), and the 16-bit forward
+# reduction in one pass (_one) so that its exps overlap the loads, where the chunks of a
+# wave start together and leave the SM's memory idle while they reduce. Chunks of 256 or
+# 1024 threads, ticket chunks in place of the clusters for rows of 131072-500009; float32
+# rows of 1M for the equal chunks alone.
 _P16 = _ticket(2, 0, 16, 512, 2, 12)
 _W16B = _ticket(2, B, 16, 512, 1, 12)
 SOFTLONG16: dict[tuple[int, int, np.dtype, str], list] = {

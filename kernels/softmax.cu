@@ -737,19 +737,20 @@ struct Edges {
     }
 };
 
-// A group's share of a row: the body's columns from col0 up to `end` (and, with `edges`
-// live, the row's edges) loaded into `h` and `edges`; returns the thread's partial with the
-// edges folded in, and the body's alone in `own` (store_row's). ONE: the 16-bit forward
-// reduction in one pass (Forward::one_pass16).
+// A group's share of a row: the body's columns from col0 (and, with `edges` live, the
+// row's edges) loaded into `h` and `edges`; returns the thread's partial with the edges folded
+// in, and the body's alone in `own` (store_row's). ONE: the 16-bit forward reduction in one
+// pass (Forward::one_pass16).
 template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int ONE, int EDGES>
 __device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                              Edges<DT, OP, VEC, GROUP, EDGES>& edges,
                                              const typename Elem<DT>::storage* const (&in)[2],
-                                             int col0, int end, bool live, float2& own) {
-    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, edges.span.body_base, col0, end, live);
+                                             int col0, bool live, float2& own) {
+    const RowSpan& span = edges.span;
+    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, col0, span.body, live);
     edges.load(in);
     own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(
-        h, live_items<VEC, ITEMS, GROUP>(col0, end, live));
+        h, live_items<VEC, ITEMS, GROUP>(col0, span.body, live));
     return edges.local(own);
 }
 
@@ -781,8 +782,8 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     Edges<DT, OP, VEC, GROUP, EDGES> edges(a, base, cols, live);
     const RowSpan& span = edges.span;
     float2 own;
-    const float2 mine = load_share<DT, OP, VEC, ITEMS, GROUP, SMEM, ONE_PASS>(
-        h, edges, in, 0, span.body, live, own);
+    const float2 mine = load_share<DT, OP, VEC, ITEMS, GROUP, SMEM, ONE_PASS>(h, edges, in, 0,
+                                                                            live, own);
     float2 total;
     if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(mine);
     else total = reduce_warps<OP, GROUP, THREADS>(mine, warp_total);
@@ -812,8 +813,8 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
         const RowSpan& span = edges.span;
         float2 own;
         float2 total = reduce_warps<OP, THREADS, THREADS>(
-            load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, span.body,
-                                                                    true, own),
+            load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true,
+                                                                    own),
             warp_total);
         total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
         cluster_arrive();  // done reading peers; their shared memory must outlive this
@@ -826,9 +827,8 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
 #endif
 
 // Rows longer than a cluster holds, in one launch: see meet_row. `work`: the workspace.
-// The row's body is cut into `chunks` shares of equal length (whole vectors, at most a CTA's
-// THREADS * ITEMS * VEC), not into full chunks and a short last one: the row's chunks wait
-// for its slowest, so a full one would set the pace while the short one idles.
+// (Chunks of equal length instead of full ones and a short last one read 2-8 points slower
+// on an H100 in s8-softlong16, not explained: benchmarks/notes_softmax.md, v13.)
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES = 0,
           int ONE_PASS = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
@@ -843,6 +843,7 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     const long long row = ticket / (unsigned int)chunks;
     if (row >= rows) return;  // only with a workspace not zeroed: never write out of bounds
     const int chunk = (int)(ticket % (unsigned int)chunks);
+    const int col0 = chunk * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
     float2* partials = reinterpret_cast<float2*>(work + (rows + 2) / 2 * 2);
     const SM_STORAGE* in[2] = {a, b};
@@ -851,17 +852,13 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
     Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, chunk == 0);
     const RowSpan& span = edges.span;
-    const int share = ((cols + chunks - 1) / chunks + VEC - 1) / VEC * VEC;  // covers the body
-    const int col0 = min(chunk * share, span.body);  // a last share may be empty
-    const int end = min(col0 + share, span.body);
     float2 own;
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(
-        load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, end, true,
-                                                                own),
+        load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true, own),
         warp_total);
     const float2 total = meet_row<OP>(mine, work, partials, row, chunk, chunks, &row_total);
-    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0, end,
-                                                 true);
+    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
+                                                 span.body, true);
     edges.store(out, total);
 }
 

@@ -88,7 +88,13 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                     most = max(1, held // (inputs * v.vec))
                     ctas = plan.PORTABLE_CLUSTER if clusters else 1
                     room = plan.MAX_THREADS * most * v.vec * ctas
-                    assert cols > room, (cols, v)
+                    first = plan.LONG_ROWS[op, dtype.itemsize][0]
+                    if v.kind == "ticket" and first.tickets_past:  # past one CTA of it
+                        assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
+                        assert v.one_pass == first.one_pass
+                        assert v.chunks(cols) >= 2, (cols, v)
+                    else:
+                        assert cols > room, (cols, v)
                     assert v.chunks(cols) * v.columns >= cols
                 else:
                     assert v.capacity >= cols, (cols, v)
@@ -117,7 +123,14 @@ def test_chooser_picks_the_measured_routes():
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
-    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
+    # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
+    # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
+    assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    assert pick(131072, BF16, tickets=False).names() == (
+        "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
+    assert pick(200_003, F16, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<1, 2, 8, 16, 512, 1, 12, 1>",)
+    assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
     # SM); the split without clusters or (_plan) where a row's chunks do not fit the device
@@ -125,8 +138,8 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
-    # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16)
-    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12>",)
+    # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
