@@ -60,6 +60,10 @@ CASES = [
     (4096, 50257, BF16, "softmax_backward", 85),
     (4096, 50257, F32, "log_softmax_backward", 85),
     (64, 1_000_003, F32, "softmax_backward", 85),
+    # 16-bit rows past one CTA: ticket chunks, forward in one pass (s8-softlong16)
+    (300, 200_003, BF16, "softmax", 85),
+    (64, 1_000_003, BF16, "softmax", 85),
+    (64, 1_000_003, BF16, "softmax_backward", 85),
 ]
 OPS = {"softmax": plan.SOFTMAX, "log_softmax": plan.LOG_SOFTMAX,
        "softmax_backward": plan.SOFTMAX_BACKWARD,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import importlib
 import json
 import multiprocessing
@@ -188,8 +189,65 @@ SOFTBF16: dict[tuple[int, int, np.dtype, str], list] = {
     (16384, 4096, BF16, "softmax"): _before_after(plan.choose_variant(4096, BF16, plan.SOFTMAX)),
     (4096, 50257, BF16, "softmax_backward"): [],
 }
+
+
+def _one(v: Any) -> Any:
+    """``v`` with the 16-bit forward reduction in one pass."""
+    return dataclasses.replace(v, one_pass=True)
+
+
+def _pick(rows: int, cols: int, dtype: np.dtype, op: int) -> Any:
+    return plan.choose_variant(cols, dtype, op, rows=rows)
+
+
+# s8-softlong16: 16-bit rows of 200k-1M elements. Timed (notes v13) with the source of commit
+# fef7074, whose ticket chunks shared a row's body equally (OLD: main's full chunks and a
+# short last one, kept since: the equal ones read 2-8 points slower), and the 16-bit forward
+# reduction in one pass (_one) so that its exps overlap the loads, where the chunks of a
+# wave start together and leave the SM's memory idle while they reduce. Chunks of 256 or
+# 1024 threads, ticket chunks in place of the clusters for rows of 131072-500009; float32
+# rows of 1M for the equal chunks alone.
+_P16 = _ticket(2, 0, 16, 512, 2, 12)
+_W16B = _ticket(2, B, 16, 512, 1, 12)
+SOFTLONG16: dict[tuple[int, int, np.dtype, str], list] = {
+    (64, 1_000_003, BF16, "softmax"): [
+        (OLD, _P16), _one(_P16), _one(_ticket(2, 0, 16, 512, 2, 10)),
+        _one(_ticket(2, 0, 16, 256, 4, 12)), _ticket(2, 0, 16, 256, 4, 12),
+        _one(_ticket(2, 0, 8, 1024, 1, 6))],
+    (64, 1_000_003, F16, "softmax"): [(OLD, _ticket(1, 0, 16, 512, 2, 12)),
+                                      _one(_ticket(1, 0, 16, 512, 2, 12))],
+    (64, 1_000_003, BF16, "log_softmax"): [(OLD, _ticket(2, 1, 16, 512, 2, 12)),
+                                           _one(_ticket(2, 1, 16, 512, 2, 12))],
+    (64, 1_000_000, BF16, "softmax"): [(OLD, _ticket(2, 0, 16, 512, 2, 12, False)),
+                                       _one(_ticket(2, 0, 16, 512, 2, 12, False))],
+    (7, 1_000_003, BF16, "softmax"): [(OLD, _P16), _one(_P16)],
+    (1, 1_000_003, BF16, "softmax"): [(OLD, _pick(1, 1_000_003, BF16, 0)),
+                                      _one(_pick(1, 1_000_003, BF16, 0)), _one(_P16)],
+    (300, 200_003, BF16, "softmax"): [_one(_pick(300, 200_003, BF16, 0)), _P16, _one(_P16)],
+    (64, 200_003, BF16, "softmax"): [_one(_pick(64, 200_003, BF16, 0)), _one(_P16)],
+    (64, 500_009, BF16, "softmax"): [_one(_pick(64, 500_009, BF16, 0)), _P16, _one(_P16)],
+    (7, 500_009, BF16, "softmax"): [_one(_pick(7, 500_009, BF16, 0)), _one(_P16)],
+    (64, 500_009, F16, "softmax"): [_one(_pick(64, 500_009, F16, 0)),
+                                    _one(_ticket(1, 0, 16, 512, 2, 12))],
+    (1024, 131072, BF16, "softmax"): [_one(_pick(1024, 131072, BF16, 0)),
+                                      _one(_ticket(2, 0, 16, 512, 2, 12, False))],
+    (4096, 50257, BF16, "softmax"): [_one(_pick(4096, 50257, BF16, 0))],
+    (4096, 50257, F16, "softmax"): [_one(_pick(4096, 50257, F16, 0))],
+    (4096, 50257, BF16, "log_softmax"): [_one(_pick(4096, 50257, BF16, 1))],
+    (4096, 32001, BF16, "softmax"): [_one(_pick(4096, 32001, BF16, 0))],
+    (16384, 4096, BF16, "softmax"): [_one(_pick(16384, 4096, BF16, 0))],
+    (64, 1_000_003, BF16, "softmax_backward"): [(OLD, _W16B), _ticket(2, B, 16, 256, 2, 12)],
+    (64, 1_000_003, F16, "softmax_backward"): [(OLD, _ticket(1, B, 16, 512, 1, 12))],
+    (64, 1_000_003, BF16, "log_softmax_backward"): [(OLD, _ticket(2, LB, 16, 512, 1, 12))],
+    (300, 200_003, BF16, "softmax_backward"): [
+        _W16B, V("cluster", 2, B, 8, 16, 512, 512, 4, 1, 12, True)],
+    (64, 500_009, BF16, "softmax_backward"): [(OLD, _W16B)],
+    (64, 1_000_003, F32, "softmax"): [(OLD, _pick(64, 1_000_003, F32, 0))],
+    (64, 1_000_000, F32, "softmax"): [(OLD, _pick(64, 1_000_000, F32, 0))],
+    (64, 1_000_003, F32, "softmax_backward"): [(OLD, _pick(64, 1_000_003, F32, B))],
+}
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
-        "softbf16": SOFTBF16}
+        "softbf16": SOFTBF16, "softlong16": SOFTLONG16}
 
 
 
@@ -269,8 +327,10 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for v in chosen if not isinstance(v, tuple) or v[0] in sources]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     tests = importlib.import_module("test_softmax")
-    variants += (tests.forward16_variants() if routes_set == "softbf16"
-                 else tests.ticket_variants())
+    if routes_set in ("softbf16", "softlong16"):
+        variants += tests.forward16_variants()
+    if routes_set != "softbf16":
+        variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     variants = list(dict.fromkeys(variants))
     context = multiprocessing.get_context("spawn")  # no CUDA context in the workers

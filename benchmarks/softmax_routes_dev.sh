@@ -4,7 +4,9 @@
 # variant also built from that source), the set's GPU tests, and compute-sanitizer memcheck,
 # racecheck and synccheck over them. Every step has its own time limit, so one that hangs
 # still leaves the others' logs. Sets: ticket (s7-softlong: rows of 1M, against the clusters
-# of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows).
+# of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
+# (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
+# 16-bit reduction).
 #
 #     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -12,6 +14,7 @@ set_name=${1:?SET}
 out=$(mkdir -p "${2:?OUTDIR}" && cd "$2" && pwd)
 old=()
 [ -z "${3-}" ] || old=(--old "$(cd "$(dirname "$3")" && pwd)/$(basename "$3")")
+limits=(90 50 40 25 20)  # seconds: routes, tests, memcheck, racecheck, synccheck
 case "$set_name" in
     ticket)
         tests="ticket or split or stands_in or clusters_of_16"
@@ -23,6 +26,12 @@ case "$set_name" in
         memcheck="16bit_forward and bfloat16"
         racecheck="16bit_forward and bfloat16 and log"
         synccheck="16bit_forward and float16 and log" ;;
+    softlong16)
+        tests="16bit_forward or ticket_chunks or ticket_rows"
+        memcheck="(16bit_forward and bfloat16 and not log) or (ticket_chunks and float16 and not log and not backward)"
+        racecheck="16bit_forward and float16 and not log"
+        synccheck="ticket_chunks and bfloat16 and not log and not backward"
+        limits=(80 45 40 25 15) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,15 +47,15 @@ step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time an
     timeout -s INT -k 10 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
     echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$out/steps.txt"
 }
-step routes 90 python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
+step routes "${limits[0]}" python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
     "${old[@]}" --json "$out/routes.json"
-step tests 50 python3 -P -m pytest -p no:cacheprovider -q -ra tests/test_softmax.py -k "$tests"
+step tests "${limits[1]}" python3 -P -m pytest -p no:cacheprovider -q -ra tests/test_softmax.py -k "$tests"
 sanitize() {
     step "$1" "$2" compute-sanitizer --tool "$1" --report-api-errors no \
         python3 -P -m pytest -p no:cacheprovider -q tests/test_softmax.py -k "$3"
 }
-sanitize memcheck 40 "$memcheck"
-sanitize racecheck 25 "$racecheck"
-sanitize synccheck 20 "$synccheck"
+sanitize memcheck "${limits[2]}" "$memcheck"
+sanitize racecheck "${limits[3]}" "$racecheck"
+sanitize synccheck "${limits[4]}" "$synccheck"
 tar -C "$out" -czf "$out/runs.tgz" --exclude runs.tgz --exclude routes.json \
     --exclude steps.txt . 2>/dev/null

@@ -60,9 +60,11 @@ class LongRows:
     for a cluster of them); ``clusters``: also for rows that need a cluster (else only alone);
     ``min_items``: only where a thread holds at least this many vectors (shorter rows keep
     the shapes after it); ``fills``: (the first shape of an operation) also for rows that
-    need one CTA of MAX_THREADS in registers, in registers only. Rows longer than
-    PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their operation that
-    meet through a ticket (``ticket`` variants)."""
+    need one CTA of MAX_THREADS in registers, in registers only; ``tickets_past``: rows
+    longer than one such CTA holds take ticket chunks of it (not a cluster, nor the shapes
+    after it); ``one_pass``: its ticket chunks reduce in one pass (16-bit forward). Rows
+    longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
+    operation that meet through a ticket (``ticket`` variants)."""
 
     threads: int
     blocks: int
@@ -73,6 +75,8 @@ class LongRows:
     clusters: bool = True
     min_items: int = 1
     fills: bool = False
+    tickets_past: bool = False
+    one_pass: bool = False
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -95,16 +99,26 @@ _RUN4_ALONE = LongRows(1024, 1, 32, 16, 192 * 1024, clusters=False)
 # 16 vectors per input in registers: bf16 4096x50257 90.3% of copy on the H200, where run 4's
 # shape (a 2-CTA cluster, 3 of 4 in shared memory) read 59.2 (benchmarks/bandwidth_dev.py,
 # issue 17); shorter rows (8 vectors a thread) are unmeasured with it and keep run 4's shape;
-# bf16 rows of 1M in ticket chunks of it (s7-softlong, H100): 84.7% of copy, the split 57.1
-_WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16)
+# bf16 rows of 1M in ticket chunks of it (s7-softlong, H100): 84.7% of copy, the split 57.1.
+# Longer rows than it holds take its ticket chunks (s8-softlong16, H100, bf16 300x200003: 84.3
+# with chunks of equal length, 88.1 / 84.4 at 1M for the chunks kept here; run 4's shape in
+# clusters of 8, the pick before, 59.3; clusters of 4 of this shape 80.8)
+_WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16,
+                            tickets_past=True)
 # 16-bit forward: two CTAs of 512 threads per SM, so that one loads while the other reduces
 # (the exps of a 16-bit row are compute-bound phases), each holding 4 of 16 vectors in
 # registers and 12 in shared memory (96 KiB), or up to 8 in registers for rows of 16k-32k
 # elements (s7-softbf16, H100, % of copy against one CTA of 1024 threads: bf16 4096x50257
 # 95.8 / 87.8, fp16 96.5 / 88.4, bf16 log_softmax 97.8 / 95.0; bf16 4096x32001 in
 # registers 95.8 / 87.4; bf16 rows of 1M in ticket chunks 77.7 / 67.8). Not in clusters:
-# 2-CTA clusters of it read 83.3 at 131072 where run 4's shape reads 83.0
-_PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True)
+# 2-CTA clusters of it read 83.3 at 131072 where run 4's shape reads 83.0. Longer rows take
+# its ticket chunks, reducing in one pass (s8-softlong16, H100, % of copy, ticket chunks in
+# one pass against run 4's shape in clusters, the pick before: bf16 1024x131072 90.9 / 86.1,
+# 300x200003 78.8 / 43.2, 64x200003 60.3 / 33.0, 64x500009 67.6 / 37.2, fp16 68.3 / 37.2;
+# one pass against two in the same chunks: +0.7 to +3.1 in all 7 pairs; measured with
+# chunks of equal length, which read 2-8 points below the full ones kept at 1M)
+_PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tickets_past=True,
+                     one_pass=True)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
@@ -153,7 +167,9 @@ class Variant:
     the last ``smem_items`` of the ``items`` vectors live in shared memory (16-byte vectors);
     ``edges``: rows may start at any element and have any length (the elements before a
     row's first ``vec``-aligned one and after its last whole vector are single-element edge
-    slots), else each row is whole aligned vectors.
+    slots), else each row is whole aligned vectors; ``one_pass`` (16-bit forward, not the
+    split): each thread's maximum and sum in one pass over its vectors as they land (the
+    exps overlap the loads), else a max pass then a sum pass.
     """
 
     kind: str
@@ -167,6 +183,7 @@ class Variant:
     min_blocks: int = 1
     smem_items: int = 0
     edges: bool = False
+    one_pass: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -195,6 +212,9 @@ class Variant:
             raise ValueError(f"smem_items={self.smem_items} does not fit this variant")
         if self.edges and self.vec == 1:
             raise ValueError("edges need vectors (vec > 1)")
+        if self.one_pass and (self.dtype == 0 or self.op >= SOFTMAX_BACKWARD
+                              or self.kind == "split"):
+            raise ValueError("one_pass is for the 16-bit forward kernels (not the split)")
 
     @property
     def inputs(self) -> int:
@@ -225,7 +245,9 @@ class Variant:
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
         common = f"{self.dtype}, {self.op}, {self.vec}, {self.items}"
-        edges = ", 1" if self.edges else ""  # EDGES defaults to 0
+        # EDGES and ONE_PASS default to 0
+        edges = ", 1" if self.edges else ", 0" if self.one_pass else ""
+        edges += ", 1" if self.one_pass else ""
         if self.kind == "rows":
             return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
@@ -302,7 +324,8 @@ def choose_variant(
     (before sm_90); ``rows`` (None: many): with few, ticket chunks are smaller
     (TICKET_FEW_CTAS); ``tickets=False`` where the device cannot hold a row's chunks at once.
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
-    a cluster of up to PORTABLE_CLUSTER such CTAs; longer still (sm_90), chunks of the first
+    a cluster of up to PORTABLE_CLUSTER such CTAs (16-bit rows: ticket chunks as soon as one
+    CTA is not enough, ``tickets_past``); longer still (sm_90), chunks of the first
     LONG_ROWS shape that meet through a global workspace (``ticket``); else the two-launch
     split.
     """
@@ -324,6 +347,14 @@ def choose_variant(
         items = _pow2_at_least(-(-nvec // (group * cluster)))
         return Variant(kind, code, op, vec, items, group, threads, cluster, blocks,
                        edges=edges)
+
+    def ticket_chunks(shape: LongRows) -> Variant:
+        """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
+        ticket = _ticket(shape, code, op, vec, edges)
+        if rows is None or rows * ticket.chunks(cols) >= TICKET_FEW_CTAS:
+            return ticket
+        return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
+                       min_blocks=2, edges=edges)
 
     items = next((n for limit, n in ITEMS_BY_VECTORS if nvec <= limit), LARGE_ITEMS)
     items = min(items, most)
@@ -348,6 +379,8 @@ def choose_variant(
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
+        if ctas > 1 and shape.tickets_past and tickets:
+            return ticket_chunks(shape)
         if ctas > PORTABLE_CLUSTER or (
                 ctas == 1 and not shape.alone) or (
                 ctas > 1 and not shape.clusters):
@@ -365,17 +398,14 @@ def choose_variant(
     if clusters and ctas <= PORTABLE_CLUSTER:
         return fit("cluster", MAX_THREADS, MAX_THREADS, ctas)
     if wide and tickets:
-        ticket = _ticket(LONG_ROWS[op, _STORAGE_BYTES[code]][0], code, op, vec, edges)
-        if rows is None or rows * ticket.chunks(cols) >= TICKET_FEW_CTAS:
-            return ticket
-        return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
-                       min_blocks=2, edges=edges)
+        return ticket_chunks(LONG_ROWS[op, _STORAGE_BYTES[code]][0])
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
 
 
 def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool) -> Variant:
     """Chunks of ``shape``'s CTAs, as many vectors a thread as its registers and shared
-    memory hold (a power of two), for rows longer than its clusters hold."""
+    memory hold (a power of two), for rows longer than its clusters (or, ``tickets_past``,
+    one of its CTAs) hold; in one pass where the shape says so."""
     inputs = 2 if op >= SOFTMAX_BACKWARD else 1
     held = max(1, shape.held // (inputs * vec))
     keep = max(1, shape.keep // (inputs * vec))
@@ -383,7 +413,7 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool) -> Varia
     items = 1 << ((keep + room).bit_length() - 1)
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
-                   edges=edges)
+                   edges=edges, one_pass=shape.one_pass)
 
 
 def dtype_code(dtype: Any) -> int:

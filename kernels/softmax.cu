@@ -290,11 +290,12 @@ struct Forward {
     }
 
     // A max pass, then a sum pass. float32: its exp(x - m) replace x (softmax), so the
-    // outputs need one multiplication each. 16-bit inputs: local16. `live`: how many of the
-    // thread's vectors lie inside the row (a prefix; 16-bit only, the rest hold -inf).
-    template <int ITEMS, int VEC, class H>
+    // outputs need one multiplication each. 16-bit inputs: local16 (ONE: in one pass).
+    // `live`: how many of the thread's vectors lie inside the row (a prefix; 16-bit only,
+    // the rest hold -inf).
+    template <int ITEMS, int VEC, bool ONE = false, class H>
     static __device__ __forceinline__ float2 local(H& h, int live) {
-        if constexpr (sizeof(typename H::A::S) == 2) return local16<ITEMS, VEC>(h, live);
+        if constexpr (sizeof(typename H::A::S) == 2) return local16<ITEMS, VEC, ONE>(h, live);
         else return local32<ITEMS, VEC>(h);
     }
 
@@ -333,12 +334,16 @@ struct Forward {
     // which keep the compiler from loading the next shared-memory vector during the current
     // one's exps (up to 8 vectors a thread: with 16, the loads in flight spill at 64
     // registers).
-    template <int ITEMS, int VEC, class H>
+    template <int ITEMS, int VEC, bool ONE, class H>
     static __device__ __forceinline__ float2 local16(const H& h, int live) {
         if constexpr (ITEMS <= 8) {
-            if (live == ITEMS) return passes16<ITEMS, VEC, true>(h, ITEMS);
+            if (live == ITEMS) {
+                if constexpr (ONE) return one_pass16<ITEMS, VEC, true>(h, ITEMS);
+                else return passes16<ITEMS, VEC, true>(h, ITEMS);
+            }
         }
-        return passes16<ITEMS, VEC, false>(h, live);
+        if constexpr (ONE) return one_pass16<ITEMS, VEC, false>(h, live);
+        else return passes16<ITEMS, VEC, false>(h, live);
     }
 
     template <int ITEMS, int VEC, bool ALL, class H>
@@ -362,6 +367,41 @@ struct Forward {
             for (int k = 0; k < VEC; ++k) s += exp2_ftz((c[k] - ref) * SM_LOG2E);
         }
         return make_float2(m, s);
+    }
+
+    // The max and the sum in one pass, each vector as it lands (ONE_PASS): the sum pass's
+    // exps overlap the loads still in flight instead of following the last of them, which
+    // counts where CTAs start together and have nothing else to do meanwhile (ticket
+    // chunks). The exps are taken against a reference `ref` that may trail the running
+    // maximum by up to LAZY (so exp(x - ref) <= e^LAZY: no overflow), moved up, with the
+    // sum rescaled, only when a vector's maximum passes it by more: one exp per vector at
+    // most, mostly none. The partial is then rescaled to the thread's maximum (exact, as
+    // the two-pass form's). -FLT_MAX as the first reference makes -inf values (and
+    // padding) add exp(-inf) = 0 and any finite maximum move it.
+    template <int ITEMS, int VEC, bool ALL, class H>
+    static __device__ __forceinline__ float2 one_pass16(const H& h, int some) {
+        typedef typename H::A A;
+        const float LAZY = 8.0f;
+        const int live = ALL ? ITEMS : some;
+        float m = SM_NEG_INF, ref = -3.402823466e38f, s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            if (i >= live) continue;
+            const typename A::R raw = h.raw(0, i);
+            const float top = max_vec<H::DTYPE>(raw, SM_NEG_INF);
+            m = fmaxf(m, top);
+            if (top > ref + LAZY) {  // also +inf: then s is 0 * ... + NaN, as torch's row
+                s *= exp2_ftz((ref - top) * SM_LOG2E);
+                ref = top;
+            }
+            float c[VEC];
+            A::unpack(raw, c);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) s += exp2_ftz((c[k] - ref) * SM_LOG2E);
+        }
+        // No maximum (only -inf, or NaN): s is 0 or NaN, as passes16 gives.
+        if (m == SM_NEG_INF) return make_float2(m, s);
+        return make_float2(m, s * exp2_ftz((ref - m) * SM_LOG2E));
     }
 
     static __device__ __forceinline__ float reference(float m) {
@@ -408,7 +448,7 @@ struct Backward {
         return make_float2(a.x + b.x, 0.0f);
     }
 
-    template <int ITEMS, int VEC, class H>
+    template <int ITEMS, int VEC, bool ONE = false, class H>
     static __device__ __forceinline__ float2 local(H& h, int) {
         float s = 0.0f;
 #pragma unroll
@@ -699,8 +739,9 @@ struct Edges {
 
 // A group's share of a row: the body's columns from col0 (and, with `edges` live, the
 // row's edges) loaded into `h` and `edges`; returns the thread's partial with the edges folded
-// in, and the body's alone in `own` (store_row's).
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int EDGES>
+// in, and the body's alone in `own` (store_row's). ONE: the 16-bit forward reduction in one
+// pass (Forward::one_pass16).
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int ONE, int EDGES>
 __device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                              Edges<DT, OP, VEC, GROUP, EDGES>& edges,
                                              const typename Elem<DT>::storage* const (&in)[2],
@@ -708,7 +749,7 @@ __device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEM
     const RowSpan& span = edges.span;
     load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, col0, span.body, live);
     edges.load(in);
-    own = Policy<OP>::template local<ITEMS, VEC>(
+    own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(
         h, live_items<VEC, ITEMS, GROUP>(col0, span.body, live));
     return edges.local(own);
 }
@@ -724,7 +765,7 @@ __device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEM
 #define SM_HELD(SMEM) gpurt_softmax::Held<DT, gpurt_softmax::Policy<OP>::NIN, VEC, ITEMS, SMEM>
 
 template <int DT, int OP, int VEC, int ITEMS, int GROUP, int THREADS, int MINB, int SMEM,
-          int EDGES = 0>
+          int EDGES = 0, int ONE_PASS = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows, int cols) {
     using namespace gpurt_softmax;
@@ -741,7 +782,8 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
     Edges<DT, OP, VEC, GROUP, EDGES> edges(a, base, cols, live);
     const RowSpan& span = edges.span;
     float2 own;
-    const float2 mine = load_share<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, edges, in, 0, live, own);
+    const float2 mine = load_share<DT, OP, VEC, ITEMS, GROUP, SMEM, ONE_PASS>(h, edges, in, 0,
+                                                                            live, own);
     float2 total;
     if constexpr (GROUP <= 32) total = reduce_lanes<OP, GROUP>(mine);
     else total = reduce_warps<OP, GROUP, THREADS>(mine, warp_total);
@@ -752,7 +794,7 @@ softmax_rows(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long lon
 
 #if __CUDA_ARCH__ >= 900  // thread-block clusters
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int CLUSTER, int MINB, int SMEM,
-          int EDGES = 0>
+          int EDGES = 0, int ONE_PASS = 0>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MINB)
 softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long long rows,
                 int cols) {
@@ -771,7 +813,8 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
         const RowSpan& span = edges.span;
         float2 own;
         float2 total = reduce_warps<OP, THREADS, THREADS>(
-            load_share<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, edges, in, col0, true, own),
+            load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true,
+                                                                    own),
             warp_total);
         total = reduce_cluster<OP, CLUSTER>(total, &cta_total);
         cluster_arrive();  // done reading peers; their shared memory must outlive this
@@ -784,7 +827,10 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
 #endif
 
 // Rows longer than a cluster holds, in one launch: see meet_row. `work`: the workspace.
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES = 0>
+// (Chunks of equal length instead of full ones and a short last one read 2-8 points slower
+// on an H100 in s8-softlong16, not explained: benchmarks/notes_softmax.md, v13.)
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES = 0,
+          int ONE_PASS = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* work,
                long long rows, int cols, int chunks) {
@@ -808,7 +854,7 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     const RowSpan& span = edges.span;
     float2 own;
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(
-        load_share<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, edges, in, col0, true, own),
+        load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true, own),
         warp_total);
     const float2 total = meet_row<OP>(mine, work, partials, row, chunk, chunks, &row_total);
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,

@@ -89,9 +89,10 @@ def _cases(tier: str) -> Iterator[tuple[str, Any]]:
                 for offsets in [(0, 0, 0), (1, 1, 1), (1, 3, 1)]:
                     rows = 1 if cols >= LONG else 3
                     yield "softmax", SoftmaxCase(op, dtype, rows, cols, offsets, given_out=True)
-    if tier != "quick":  # enough rows for the float32 forward ticket's wide chunks
+    if tier != "quick":  # enough rows for the forward tickets' wide chunks (16-bit: one pass)
         for op in OPS[:2]:
             yield "softmax", SoftmaxCase(op, "float32", 32, 600_001, (1, 1, 1), given_out=True)
+            yield "softmax", SoftmaxCase(op, "bfloat16", 32, 200_003, (1, 1, 1), given_out=True)
     fills = "full" if tier == "full" else "quick"
     yield from (("fill", case) for case in fill_cases(fills))
     yield from (("reduce", case) for case in reduce_cases(fills))

@@ -10,6 +10,7 @@ far below the rounding of those terms. NaN and infinity positions must match exa
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import ml_dtypes
@@ -87,7 +88,13 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                     most = max(1, held // (inputs * v.vec))
                     ctas = plan.PORTABLE_CLUSTER if clusters else 1
                     room = plan.MAX_THREADS * most * v.vec * ctas
-                    assert cols > room, (cols, v)
+                    first = plan.LONG_ROWS[op, dtype.itemsize][0]
+                    if v.kind == "ticket" and first.tickets_past:  # past one CTA of it
+                        assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
+                        assert v.one_pass == first.one_pass
+                        assert v.chunks(cols) >= 2, (cols, v)
+                    else:
+                        assert cols > room, (cols, v)
                     assert v.chunks(cols) * v.columns >= cols
                 else:
                     assert v.capacity >= cols, (cols, v)
@@ -116,7 +123,14 @@ def test_chooser_picks_the_measured_routes():
         "softmax_cluster<0, 1, 4, 32, 512, 2, 1, 10>",)
     assert pick(65536, F32, plan.LOG_SOFTMAX).names() == (
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
-    assert pick(131072, BF16).names() == ("softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
+    # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
+    # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
+    assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    assert pick(131072, BF16, tickets=False).names() == (
+        "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
+    assert pick(200_003, F16, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<1, 2, 8, 16, 512, 1, 12, 1>",)
+    assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
     # SM); the split without clusters or (_plan) where a row's chunks do not fit the device
@@ -124,8 +138,8 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
-    # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16)
-    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12>",)
+    # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
@@ -167,7 +181,9 @@ def test_variant_checks_its_fields():
                    dict(group=256), dict(vec=8), dict(dtype=5), dict(op=4),
                    dict(kind="cluster"), dict(kind="split", group=64),
                    dict(min_blocks=32), dict(smem_items=4), dict(vec=2, smem_items=1),
-                   dict(kind="split", min_blocks=2)):
+                   dict(kind="split", min_blocks=2), dict(one_pass=True),
+                   dict(dtype=2, vec=8, op=2, one_pass=True),
+                   dict(dtype=1, vec=8, kind="split", group=128, one_pass=True)):
         with pytest.raises(ValueError):
             plan.Variant(**{**good, **change})
     with pytest.raises(ValueError):
@@ -193,6 +209,12 @@ def test_variant_names_grid_and_chunks():
     assert ticket.names() == ("softmax_ticket<0, 1, 4, 32, 512, 1, 10, 1>",)
     assert ticket.chunks(1_000_003) == 16 and ticket.grid(3, 1_000_003) == 48
     assert ticket.shared_mem == 10 * 512 * 16
+    # the 16-bit forward reduction in one pass: ONE_PASS after EDGES, which is then spelled
+    one = plan.Variant("ticket", 2, 0, 8, 16, 512, 512, min_blocks=2, smem_items=12,
+                       one_pass=True)
+    assert one.names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    assert dataclasses.replace(rows, one_pass=True).names() == (
+        "softmax_rows<2, 1, 8, 2, 16, 128, 1, 0, 0, 1>",)
     # counters for 3 rows and the ticket rounded up to 4 words, then 48 float2 partials
     assert ticket.workspace_words(3, 1_000_003) == 4 + 96
     for bad in (dict(cluster=2), dict(group=256), dict(vec=1, smem_items=2)):
@@ -448,15 +470,18 @@ def test_odd_lengths_at_offsets(dtype, op_name, cols, compiled, gpu_state):
 def ticket_variants() -> list[plan.Variant]:
     """The chooser's ticket variants for rows of 1M, and small forced ones (short rows in
     many chunks: chunk boundaries, the edges in a row's first chunk, shared-memory vectors,
-    several CTAs per multiprocessor)."""
+    several CTAs per multiprocessor; 16-bit forward also in one pass)."""
     found = []
     for dtype in DTYPES:
         code, vec = plan.dtype_code(dtype), 16 // dtype.itemsize
         for op in OPS.values():
             found.append(plan.choose_variant(1_000_003, dtype, op))
-            found.append(plan.Variant("ticket", code, op, vec, 2, 128, 128, edges=True))
-            found.append(plan.Variant("ticket", code, op, vec, 4, 128, 128, min_blocks=4,
-                                      smem_items=2, edges=True))
+            small = [plan.Variant("ticket", code, op, vec, 2, 128, 128, edges=True),
+                     plan.Variant("ticket", code, op, vec, 4, 128, 128, min_blocks=4,
+                                  smem_items=2, edges=True)]
+            if code and op < plan.SOFTMAX_BACKWARD:
+                small += [dataclasses.replace(v, one_pass=True) for v in small]
+            found += small
     return found
 
 
@@ -478,10 +503,10 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
     rng = np.random.default_rng([op, dtype.itemsize, 1717])
     code = plan.dtype_code(dtype)
     small = [v for v in ticket_variants() if (v.dtype, v.op) == (code, op) and v.threads == 128]
-    assert len(small) == 2
+    assert len(small) == (4 if code and op < plan.SOFTMAX_BACKWARD else 2)
     cases = [(37, cols, offset) for cols in (1, 7, 1000, 1024, 4099, 11009) for offset in (0, 1, 3)]
     for rows, cols, offset in cases + [(1000, 4099, 1)]:
-        for variant in small if rows < 1000 else small[:1]:
+        for variant in small if rows < 1000 else [v for v in small if not v.smem_items]:
             a, b = inputs(op, (rows, cols), dtype, rng, 1.0)
             ref, size = reference(op, a.astype(np.float64),
                                   None if b is None else b.astype(np.float64))
@@ -494,15 +519,19 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
 
 def forward16_variants() -> list[plan.Variant]:
     """16-bit forward CTA shapes for long rows (s7-softbf16): one CTA of 1024 threads per SM
-    (6 of 8 vectors in shared memory), two of 512 (12 of 16), and ticket chunks of the latter."""
+    (6 of 8 vectors in shared memory), two of 512 (12 of 16), and ticket chunks of the latter;
+    each also with the reduction in one pass (s8-softlong16), and lane groups in one pass."""
     found = []
     for dtype in (F16, BF16):
         code = plan.dtype_code(dtype)
         for op in (plan.SOFTMAX, plan.LOG_SOFTMAX):
-            found += [plan.Variant("rows", code, op, 8, 8, 1024, 1024, 1, 1, 6, True),
+            shapes = [plan.Variant("rows", code, op, 8, 8, 1024, 1024, 1, 1, 6, True),
                       plan.Variant("rows", code, op, 8, 16, 512, 512, 1, 2, 12, True),
                       plan.Variant("ticket", code, op, 8, 16, 512, 512, min_blocks=2,
                                    smem_items=12, edges=True)]
+            found += shapes + [dataclasses.replace(v, one_pass=True) for v in shapes]
+            found.append(plan.Variant("rows", code, op, 8, 4, 32, 128, edges=True,
+                                      one_pass=True))
     return found
 
 
@@ -512,26 +541,31 @@ def forward16_variants() -> list[plan.Variant]:
 def test_16bit_forward_shapes_against_float64(dtype, op_name, gpu_state):
     """Forced 16-bit forward variants at lengths where a thread holds none, some or all of
     its vectors inside the row (the maximum of packed pairs and the exps skip the rest), at
-    offsets 0, 1 and 3 elements and at large magnitudes, with -inf, a row of -inf and a NaN
-    (its row is NaN, like the reference's); then the chooser's picks (None) at lengths from
+    offsets 0, 1 and 3 elements and at large magnitudes, with -inf, a row of -inf, a NaN and
+    a +inf (their rows are NaN, like the reference's) and a rising ramp (one pass: the
+    reference moves up at every vector); then the chooser's picks (None) at lengths from
     lane groups to rows of 131071."""
     op = OPS[op_name]
     code = plan.dtype_code(dtype)
     rng = np.random.default_rng([op, dtype.itemsize, 16])
     variants = [v for v in forward16_variants() if (v.dtype, v.op) == (code, op)]
-    assert len(variants) == 3
+    assert len(variants) == 7
     for variant in [*variants, None]:
-        lengths = (1, 7, 4099, 32001, 50257, 65529, 65536)
+        lengths: tuple[int, ...] = (1, 7, 4099, 32001, 50257, 65529, 65536)
         if variant is None:
             lengths = (7, 1000, 4099, 32001, 50257, 131071)
         elif variant.kind == "ticket":
             lengths = (50257, 65537, 200_003)
+        elif variant.group < variant.threads:
+            lengths = (1, 7, 100, 1000, 1024)
         for cols in lengths:
             for offset, scale in ((0, 1.0), (1, 1.0), (3, 1e3 if dtype == F16 else 1e4)):
-                a, _ = inputs(op, (4, cols), dtype, rng, scale)
+                a, _ = inputs(op, (5, cols), dtype, rng, scale)
                 a[0, cols // 3] = np.nan
+                a[3, cols // 2] = np.inf
+                a[4] = np.linspace(-60.0, 60.0, cols).astype(dtype)
                 ref, size = reference(op, a.astype(np.float64), None)
-                out = offset_view(np.full((4, cols), 12345, dtype), offset)  # poison
+                out = offset_view(np.full((5, cols), 12345, dtype), offset)  # poison
                 if variant is None:
                     run_op(op, offset_view(a, offset), None, out=out)
                 else:
