@@ -172,18 +172,31 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     if constexpr (SPLIT == 1) return;
     cluster_sync();  // every rank's partial tile is written and visible cluster-wide
     // Rank r finishes rows [r BM / SPLIT, (r + 1) BM / SPLIT), row fastest (C's contiguous
-    // side when it is wide), summing the ranks in order.
-    constexpr int ROWS = BM / SPLIT;
+    // side when it is wide), summing the ranks in order. A thread's elements u = threadIdx.x
+    // + i THREADS come CHUNK at a time, all their loads issued before the first sum, so the
+    // distributed-shared-memory round trips overlap instead of forming one chain per thread.
+    constexpr int ROWS = BM / SPLIT, CHUNK = 16 / SPLIT;
     const int p0 = tp * BM + rank * ROWS, q0 = tq * BN;
     const int rows = min(ROWS, P - p0), cols = min(BN, Q - q0);
-    for (int u = threadIdx.x; u < ROWS * cols; u += THREADS) {
-        const int pr = u % ROWS, q = u / ROWS;
-        if (pr >= rows) continue;
-        const u32 at = base + 4 * (q * PITCH + rank * ROWS + pr);
-        float sum = 0.f;
+    for (int u0 = threadIdx.x; u0 < ROWS * cols; u0 += CHUNK * THREADS) {
+        float got[CHUNK][SPLIT];
 #pragma unroll
-        for (int from = 0; from < SPLIT; ++from) sum += dc::load_partial(at, from);
-        dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
+        for (int i = 0; i < CHUNK; ++i) {
+            const int u = u0 + i * THREADS, pr = u % ROWS, q = u / ROWS;
+            if (u >= ROWS * cols || pr >= rows) continue;
+            const u32 at = base + 4 * (q * PITCH + rank * ROWS + pr);
+#pragma unroll
+            for (int from = 0; from < SPLIT; ++from) got[i][from] = dc::load_partial(at, from);
+        }
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            const int u = u0 + i * THREADS, pr = u % ROWS, q = u / ROWS;
+            if (u >= ROWS * cols || pr >= rows) continue;
+            float sum = 0.f;
+#pragma unroll
+            for (int from = 0; from < SPLIT; ++from) sum += got[i][from];
+            dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
+        }
     }
     cluster_sync();  // no CTA leaves while others may read its partial tile
 }
