@@ -23,20 +23,21 @@ xdist() { python3 -c 'import xdist' 2>/dev/null && echo "-n $1"; }
 py="python3 -P"
 
 step correctness-and-precompile
-timeout 120 $py -m pytest -p no:cacheprovider -q $(xdist 6) tests/test_gemm.py \
+timeout $(( 125 - (SECONDS - t0) )) $py -m pytest -p no:cacheprovider -q $(xdist 6) tests/test_gemm.py \
     -k "split or every_config" > "$logs/pytest-gemm.log" 2>&1 &
-timeout 120 $py -m pytest -p no:cacheprovider -q $(xdist 3) tests/test_gemm_decode.py \
+timeout $(( 125 - (SECONDS - t0) )) $py -m pytest -p no:cacheprovider -q $(xdist 3) tests/test_gemm_decode.py \
     tests/test_gemm_workspace.py tests/test_gemm_planned.py > "$logs/pytest-rest.log" 2>&1 &
+timeout 60 $py benchmarks/splitk_dev.py precompile > "$logs/precompile-new.log" 2>&1
+echo "precompile new: $(tail -n 1 "$logs/precompile-new.log")"
+as_old timeout 60 $py benchmarks/splitk_dev.py precompile > "$logs/precompile-old.log" 2>&1 &
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in memcheck racecheck; do
-    (timeout 120 $san --tool $tool $py benchmarks/splitk_dev.py sanitize > "$logs/san-$tool.log" 2>&1
+    (timeout $(( 125 - (SECONDS - t0) )) $san --tool $tool $py benchmarks/splitk_dev.py sanitize \
+        > "$logs/san-$tool.log" 2>&1
      echo "$tool rc=$? $(grep -c PASS "$logs/san-$tool.log") passed: $(tail -n 1 "$logs/san-$tool.log")" > "$logs/san-$tool.txt") &
 done
-timeout 100 $py benchmarks/splitk_dev.py precompile > "$logs/precompile-new.log" 2>&1 &
-as_old timeout 100 $py benchmarks/splitk_dev.py precompile > "$logs/precompile-old.log" 2>&1
-echo "precompile old: $(tail -n 1 "$logs/precompile-old.log")"
 wait
-echo "precompile new: $(tail -n 1 "$logs/precompile-new.log")"
+echo "precompile old: $(tail -n 1 "$logs/precompile-old.log")"
 for f in "$logs"/pytest-*.log; do
     echo "$(basename "$f"): $(tail -n 1 "$f")"; grep -E "^(FAILED|ERROR)" "$f" | head -n 10
 done
