@@ -183,8 +183,10 @@ __device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__
         }
     }
     if (!__syncthreads_or(last)) return;
-    // 4 pairs per thread at a time, consecutive threads on consecutive pairs (coalesced)
-    constexpr int NP = 4, PAIRS = BM * BN / 2;
+    // Consecutive threads on consecutive pairs (coalesced), one pair per thread at a time with
+    // 4 of its slices in flight: more pairs would raise the kernels' register counts and cut
+    // their main loops' CTAs per SM (the TF32 64 x 64 mma kernel needs 64 registers).
+    constexpr int NP = 1, PAIRS = BM * BN / 2;
     for (int e0 = threadIdx.x; e0 < PAIRS; e0 += NP * blockDim.x) {
         int r[NP], c[NP], count[NP];
         i64 at[NP];
