@@ -26,36 +26,24 @@ import bench_random
 from _common import Timer, copy_gbps, peer
 
 import gpurt
-from gpurt._elementwise import codegen, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# Session 7b (s7-colalign): the realigning column walk (COLUMN_REALIGN_BYTES: aligned loads
-# of the envelope of misaligned rows; 0 = the walk before it, with session 7's spread 4);
-# "all": also for rows the plain vectors align with; "odd": time only the odd-width shapes.
-# H100 (notes_bandwidth.md, session 7b): realign 16 with least 32 shipped (odd widths +4-7
-# points but 4099x8191 fp32 -3); "all" loses on aligned rows; the grid's fill of whole waves
-# looks like what decides (the "waves": 1 variant is untimed: for the next run).
-# Session 7: COLUMN_SPREAD_BYTES (outputs 32 apart per thread where no vector aligns: the
-# odd-width rows) and the unroll with it; session 6's variants (the knobs below) and their
-# H100 numbers are in notes_bandwidth.md.
-# Session 6 (issue 20, column sums): column-walk knobs (COLUMN_WIDTH: threads across
-# outputs per block; COLUMN_VECTOR_BYTES: bytes per load across outputs, 4 = one float32;
-# COLUMN_UNROLL; COLUMN_SPLIT_WAVES; COLUMN_SPLIT_LEAST: reduced elements per thread of a
-# split, at least) and "reuse": the split's counters kept zeroed between calls (the fold sets
-# them back to 0) instead of a memset per call. Sessions 4-5 compared row/column unrolls,
-# waves and the fold against a finish kernel (notes_bandwidth.md).
+# Session 8 (s8-colodd, issue 20; H100 numbers in notes_bandwidth.md): "fit"
+# (COLUMN_SPLIT_FIT: a column split's grid rounded to the nearest whole number of waves of the
+# compiled kernel's resident blocks) and "keep" (counters.KEEP: the fold's counters kept per
+# stream, no memset per call; timed in session 8 as "reuse", the counters kept by this
+# harness) shipped; a fold whose counters were tagged per call (an atomicCAS ticket,
+# no memset) lost everywhere and was removed. Variants for the next run: main before session 8
+# (fit and keep off), the defaults, and one wave of split blocks (its session 8 timing was
+# confounded with the tagged fold); "odd": only the odd-width shapes; "rows": also the rows.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
-         "realign": 0, "all": False}
+         "realign": 16, "all": False, "fit": True, "keep": True}
 REDUCE_VARIANTS = [
-    _BASE,  # the walk before realigning (session 7)
-    {**_BASE, "realign": 16, "waves": 1, "odd": True},  # next: the realigned grid in one wave
-    {**_BASE, "realign": 16, "odd": True},
-    {**_BASE, "realign": 16, "least": 16, "odd": True},  # ~2 waves on 4099x8191 (not ~1.1)
-    {**_BASE, "realign": 16, "least": 8, "odd": True},  # bfloat16 too at ~2 waves
-    {**_BASE, "realign": 16, "least": 16, "width": 64, "odd": True},
-    {**_BASE, "realign": 8, "least": 16, "odd": True},
-    {**_BASE, "realign": 16, "least": 16, "all": True},
-    {**_BASE, "realign": 16, "all": True},
+    {**_BASE, "fit": False, "keep": False, "rows": True},
+    {**_BASE, "rows": True},  # the defaults
+    {**_BASE, "waves": 1},
+    {**_BASE, "odd": True},  # the defaults again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -64,16 +52,19 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "least": (reduction, "COLUMN_SPLIT_LEAST"),
           "spread": (reduction, "COLUMN_SPREAD_BYTES"),
           "realign": (reduction, "COLUMN_REALIGN_BYTES"),
-          "all": (reduction, "COLUMN_REALIGN_ALL")}
-# (rows, cols, axis, dtype name): the row cases run under the first variant and the "reuse"
-# ones only (their code does not change with the column knobs)
+          "all": (reduction, "COLUMN_REALIGN_ALL"),
+          "fit": (reduction, "COLUMN_SPLIT_FIT"),
+          "keep": (counters, "KEEP")}
+# (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
                  (1024, 65536, 0, "float32"), (65536, 1024, 0, "float32"),
-                 (4099, 8191, 0, "float32"), (8192, 8192, 0, "bfloat16"),
-                 (1024, 65536, 0, "bfloat16"), (4099, 8191, 0, "bfloat16"),
-                 (2047, 10007, 0, "float32"), (2047, 10007, 0, "bfloat16"),
-                 (4099, 8191, 0, "float16")]
+                 (8192, 8192, 0, "bfloat16"), (1024, 65536, 0, "bfloat16"),
+                 (4099, 8191, 0, "float32"), (4099, 8191, 0, "bfloat16"),
+                 (4099, 8191, 0, "float16"), (2047, 10007, 0, "float32"),
+                 (2047, 10007, 0, "bfloat16"), (65536, 1023, 0, "float32"),
+                 (65536, 1023, 0, "bfloat16"), (1023, 65537, 0, "float32"),
+                 (1023, 65537, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -131,19 +122,6 @@ def random_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     return rows
 
 
-class _ReusedCounts:
-    """api.zeros for the "reuse" variants: one zeroed counter array per size, kept (the
-    fold leaves it zeroed), so the call has no memset (a measurement, not thread-safe)."""
-
-    def __init__(self, zeros: Any) -> None:
-        self.zeros, self.kept = zeros, {}
-
-    def __call__(self, n: int, dtype: Any, device: Any = None) -> Any:
-        if (n, str(dtype)) not in self.kept:
-            self.kept[n, str(dtype)] = self.zeros(n, dtype, device)
-        return self.kept[n, str(dtype)]
-
-
 def _reduce_case(torch: Any, rows: int, cols: int, axis: int, dtype: str) -> tuple:
     tdt = getattr(torch, dtype)
     x = torch.randn(rows, cols, device="cuda", dtype=tdt)
@@ -154,32 +132,22 @@ def _reduce_case(torch: Any, rows: int, cols: int, axis: int, dtype: str) -> tup
 def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     """Each REDUCE_VARIANTS setting over REDUCE_SHAPES, checked against float64; torch once
     per shape."""
-    from gpurt._elementwise import api
-
     rows = []
     saved = {name: getattr(*where) for name, where in _KNOBS.items()}
     torch_gbps = {}
     for index, variant in enumerate(REDUCE_VARIANTS):
         for name, (module, attr) in _KNOBS.items():
             setattr(module, attr, variant[name])
-        reuse = variant.get("reuse", False)
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
-        zeros = api.zeros
-        if reuse:
-            api.zeros = _ReusedCounts(zeros)
-        try:
-            with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-                for shape in REDUCE_SHAPES:
-                    if shape[2] != 0 and index and not reuse:
-                        continue
-                    if variant.get("odd") and shape[1] % 8 == 0:
-                        continue
-                    rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps,
-                                            variant))
-                    print(json.dumps(rows[-1]), flush=True)
-        finally:
-            api.zeros = zeros
+        with gpurt.stream(gpurt.ExternalStream(timer.handle)):
+            for shape in REDUCE_SHAPES:
+                if shape[2] != 0 and not variant.get("rows"):
+                    continue
+                if variant.get("odd") and shape[1] % 8 == 0:
+                    continue
+                rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps, variant))
+                print(json.dumps(rows[-1]), flush=True)
     for name, (module, attr) in _KNOBS.items():
         setattr(module, attr, saved[name])
     return rows

@@ -35,6 +35,7 @@ for where in (gpurt, api):
     where.get_arch = lambda device=None: "sm_90"
     where.current_device = lambda: 0
     where.get_device_properties = lambda device=None: Props()
+reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile
 api.compile = lambda src, *a, **k: (captured.append(src), orig(src, *a, **k))[1]
@@ -77,12 +78,13 @@ struct _gpurt_index { long long n; long long size() const { return n; } };
 """
 
 def emulate(shape, axis, dtype, keepdims=False, index=None, width=32, vector=16, unroll=4,
-            waves=2, least=32, fold=True, rng=None, realign=16):
+            waves=2, least=32, fold=True, rng=None, realign=16, fit=True):
     rng = rng or np.random.default_rng(1)
     reduce_codegen.COLUMN_WIDTH, reduction.COLUMN_VECTOR_BYTES = width, vector
     reduce_codegen.COLUMN_UNROLL, reduction.COLUMN_SPLIT_WAVES = unroll, waves
     reduction.COLUMN_SPLIT_LEAST, reduction.FOLD = least, fold
     reduction.COLUMN_REALIGN_BYTES = realign
+    reduction.COLUMN_SPLIT_FIT = fit
     base = rng.standard_normal(shape).astype(dtype)
     view = base[index] if index is not None else base
     item = base.dtype.itemsize

@@ -33,12 +33,14 @@ BATCH = 100
 REPEAT = 21
 BIG = 1 << 26  # elements of the large elementwise arrays
 # (rows, cols, axis, dtype) of the bandwidth reductions: rows, columns (aligned, tall, wide,
-# odd), the single long row
+# odd widths: square-ish, tall, wide), the single long row
 REDUCTIONS = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
               (8192, 8192, 0, "float32"), (1024, 65536, 0, "float32"),
               (65536, 1024, 0, "float32"), (4099, 8191, 0, "float32"),
               (8192, 8192, 0, "bfloat16"), (1024, 65536, 0, "bfloat16"),
-              (4099, 8191, 0, "bfloat16"), (1, BIG, -1, "float32")]
+              (4099, 8191, 0, "bfloat16"), (4099, 8191, 0, "float16"),
+              (2047, 10007, 0, "float32"), (65536, 1023, 0, "float32"),
+              (1023, 65537, 0, "bfloat16"), (1, BIG, -1, "float32")]
 
 AXPY = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "bench_axpy")
 SCALE = gpurt.ElementwiseKernel("T x", "T z", "z = x * 2", "bench_scale")

@@ -422,7 +422,8 @@ _PRECOMPILE_SHAPES = ((4096, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096
 
 def programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
     """(source, name expressions, arch) of every GEMM program gemm may compile for ``arch``:
-    each config of each family, in each operand layout, with and without vector loads."""
+    each config of each family, in each operand layout, with and without vector loads, and
+    on sm_90+ the packed route's copy kernels."""
     major = int(arch[3:].rstrip("a")) // 10
     minor = int(arch[3:].rstrip("a")) % 10
     found: dict[tuple[str, tuple[str, ...], str], None] = {}
@@ -433,6 +434,9 @@ def programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:
                     problem = Problem(m, n, 4096, dt, a_k, b_k, vec, vec, (major, minor), 132)
                     for config in tune.all_configs(problem):
                         found[program(config, problem)] = None
+    if major >= 9:  # the packed route's copies (kernels/_gemm_pack.py), 16-bit and fp32
+        for element in ("unsigned short", "unsigned int"):
+            found[("gemm_pack.cu", (f"gemm_pack<{element}>",), f"sm_{major}{minor}")] = None
     return list(found)
 
 

@@ -52,10 +52,26 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 # Base candidates per kernel, before split-K is applied.
 # simt: [0] large problems (0.96-0.97 of cuBLAS at 2048-8192 on an H200), [1] mid-sized grids
-# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread.
+# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
+# and [5]: 64- and 32-row tiles for M <= 64 (decode shapes: no rows computed in vain).
 _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
          Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
-         Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 64, 8, stages=4))
+         Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 256, 16, 32, 128, stages=3),
+         Config("simt", 32, 256, 16, 32, 128, stages=3), Config("simt", 64, 64, 8, stages=4))
+# The multiply-add rate of an SM full of each simt tile's CTAs, relative to cuBLAS's SGEMM
+# (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones, session 8's decode shapes for
+# the 64- and 32-row tiles), and its factor when B is K-major (4-byte transposing copies, which
+# narrow tiles of few threads issue badly: H100, 128 / 32 x 11008 x 4096, session 8).
+# Unlisted tiles: 0.8, 0.6 and 0.92.
+_SIMT_RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
+              (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
+              (64, 64, 8, 0): 0.78}
+_SIMT_RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
+                       (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
+                       (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6}
+# ... and when rows are not 16-byte aligned (4-byte copies; 4099^3: the 8 x 8 thread tile of
+# 256 threads lost least).
+_SIMT_RATE_UNALIGNED = {(128, 128, 16, 0): 1.0}
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -92,8 +108,8 @@ _WGMMA_TF32 = (
 
 def disabled_kernels() -> frozenset[str]:
     """Kernel families and features turned off with ``GPURT_GEMM_DISABLE`` (comma list of
-    simt, mma, wgmma, cluster, tma_store), for debugging and for comparing paths; gemm then
-    uses the others."""
+    simt, mma, wgmma, cluster, tma_store, and pack: kernels/_gemm_pack.py's copies), for
+    debugging and for comparing paths; gemm then uses the others."""
     text = os.environ.get("GPURT_GEMM_DISABLE", "")
     return frozenset(part.strip() for part in text.split(",") if part.strip())
 
@@ -194,9 +210,88 @@ def _wave_split(problem: Problem, config: Config) -> int:
 def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
     out = []
     for config in base:
-        split = _split_for(problem, config) if config.kernel != "wgmma" else 1
+        if config.kernel == "simt":
+            split = _simt_split(problem, config)
+        else:
+            split = _split_for(problem, config) if config.kernel != "wgmma" else 1
         out.append(dataclasses.replace(config, split_k=split))
     return out
+
+
+# ---- the simt kernel's tiles and K splits: a wave model ------------------------------------------
+# Fitted to session 8's H100 sweep (notes_gemm.md: 14 shapes, ~400 tile/split variants). Unit:
+# one 16-deep K tile of a 128 x 256 CTA (~2.9 us on an H100). An SM holds 8 warps of 8 x 16-
+# output threads (~233 registers) or 16 of 8 x 8 ones (128); with fewer than 8 warps running it
+# loses 15% of its rate. A K split costs each CTA half a unit (x its tile's area: its partial
+# sums' store), and the grid's end 3 units plus a quarter per slice (the tiles' last CTAs reading
+# the slices, kernels/gemm_simt.cu's splitk_end). Grids of two waves or more are not split: their
+# partial sums outgrow L2 and cost more than the last wave's idle SMs (4099^3).
+_SIMT_SPLIT_CTA = 0.5
+_SIMT_SPLIT_END = 3.0
+_SIMT_SPLIT_SLICE = 0.25
+_SIMT_SLICE_MIN = 8  # K tiles a slice takes at least
+
+
+def _simt_resident(problem: Problem, config: Config) -> int:
+    """CTAs of simt ``config`` an SM runs at once (registers, then shared memory)."""
+    warps = 8 if config.wn == 128 else 16
+    by_regs = max(1, warps // (config.threads // 32))
+    ring = config.shared_mem(True, False, 4) + 1024  # + the 1 KiB the driver keeps per CTA
+    return max(1, min(by_regs, (problem.max_shared + 1024) // ring))
+
+
+def _simt_cost(problem: Problem, config: Config, split: int) -> float:
+    """Modelled time of simt ``config`` with ``split`` K slices on ``problem`` (units above):
+    the busiest SM's CTAs, one after another ``resident`` at a time, each its K tiles plus one
+    (the pipeline's fill) at the SM's rate for the tile and layout, plus the split's costs."""
+    resident = _simt_resident(problem, config)
+    warps = config.threads // 32
+    k_tiles = -(-problem.k // config.bk)
+    per = -(-k_tiles // split)  # K tiles per slice
+    on_sm = -(-config.tiles(problem.m, problem.n) * split // problem.sm_count)
+    tile = (config.bm, config.bn, config.bk, config.wn)
+    rate = _SIMT_RATE.get(tile, 0.8)
+    if problem.b_kmajor:
+        rate *= _SIMT_RATE_B_KMAJOR.get(tile, 0.6)
+    if not problem.vec:
+        rate *= _SIMT_RATE_UNALIGNED.get(tile, 0.92)
+    running = min(on_sm, resident) * warps
+    rate *= 1.0 if running >= 8 else 0.85 if running >= 4 else 0.64
+    area = config.bm * config.bn / (128 * 256)
+    cta = area * ((per + 1) * config.bk / 16 + (_SIMT_SPLIT_CTA if split > 1 else 0.0))
+    end = _SIMT_SPLIT_END + _SIMT_SPLIT_SLICE * split * area if split > 1 else 0.0
+    return on_sm * cta / rate + end
+
+
+def _simt_split(problem: Problem, config: Config) -> int:
+    """The K split (1 = none) that the wave model finds fastest for simt ``config``: for grids
+    under two waves of CTAs, slices of at least 8 K tiles, every slice non-empty (split_range
+    gives each ceil(tiles / split)), at most 32; the smaller split on a tie."""
+    k_tiles = -(-problem.k // config.bk)
+    best, best_cost = 1, _simt_cost(problem, config, 1)
+    slots = problem.sm_count * _simt_resident(problem, config)
+    if config.tiles(problem.m, problem.n) >= 2 * slots:
+        return 1
+    for split in range(2, min(32, k_tiles // _SIMT_SLICE_MIN) + 1):
+        if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
+            continue
+        cost = _simt_cost(problem, config, split)
+        if cost < best_cost * 0.99:
+            best, best_cost = split, cost
+    return best
+
+
+def _simt_heuristic(problem: Problem) -> Config:
+    """The simt config (with its split) of the lowest modelled time; ties keep the earlier."""
+    best, best_cost = _SIMT[-1], float("inf")
+    for base in _SIMT:
+        if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
+            continue
+        split = _simt_split(problem, base)
+        cost = _simt_cost(problem, base, split)
+        if cost < best_cost * 0.99:
+            best, best_cost = dataclasses.replace(base, split_k=split), cost
+    return best
 
 
 def candidates(problem: Problem) -> list[Config]:
@@ -242,7 +337,8 @@ def all_configs(problem: Problem) -> list[Config]:
         elif config.kernel in ("wgmma", "skinny"):
             splits = {1}
         else:
-            splits = {1, max(2, _split_for(problem, config))}
+            rule = _simt_split if config.kernel == "simt" else _split_for
+            splits = {1, max(2, rule(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)
             if variant not in found and eligible(problem, variant):
@@ -262,13 +358,7 @@ def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
     if problem.dt == DT_F32:
-        if _SIMT[0].tiles(m, n) * 2 >= problem.sm_count:  # 1 CTA per SM: half a wave at least
-            base = _SIMT[0]
-        else:
-            base = _SIMT[1] if m * n >= 128 * 128 * problem.sm_count // 2 else _SIMT[-1]
-        if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
-            base = _SIMT[-1]
-        return dataclasses.replace(base, split_k=_split_for(problem, base))
+        return _simt_heuristic(problem)
     if problem.dt == DT_TF32:
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
         wide = _fill_best(problem, [wide, _WGMMA_TF32[1], _WGMMA_TF32[4]],

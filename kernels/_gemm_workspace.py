@@ -1,4 +1,5 @@
-"""Split-K's fp32 partial sums and ticket counters, kept per (device, stream) between calls.
+"""Split-K's fp32 partial sums and ticket counters, and the packed route's copies of operands
+whose rows TMA cannot read (kernels/_gemm_pack.py), kept per (device, stream) between calls.
 
 cuBLAS keeps a workspace per stream (torch holds one per handle and stream, in its memory
 statistics); gpurt does the same for split-K, so that a repeated split-K call allocates and
@@ -7,82 +8,112 @@ that only grows: first the ticket counters of the split-K kernels (gemm_*_splitk
 that takes a tile's last ticket sums its slices), zeroed once when the workspace is
 allocated and left zero by every kernel, then the partial sums, which no call expects
 zeroed. The two regions never overlap, so a call of another shape never finds partials where
-its counters lie. Work on one stream runs in order, so calls on a stream may share its
-workspace (each split-K call is one launch); :data:`LOCK` keeps the table of workspaces
+its counters lie. The packed copies (``scratch``) lie in a second Array of their own, not
+zeroed, so that growing one region never zeroes or copies the other. Work on one stream runs
+in order, so calls on a stream may share its workspace (each split-K or packed call is one
+launch after another on it); :data:`LOCK` keeps the table of workspaces
 consistent between threads and holds a workspace until the launch that uses it is queued.
-A stream that is capturing a CUDA graph gets fresh partials and fresh zeroed counters for
-each call instead (memory of the graph's own pool, released with the graph). At most
-:data:`MAX_KEPT` streams keep a workspace (the oldest is dropped first); :func:`clear` drops
-them all (gpurt.kernels.clear_plans does).
+A stream that is capturing a CUDA graph, and the per-thread default stream, get fresh
+partials and fresh zeroed counters for each call instead (a capture's come from the graph's
+own pool and are released with the graph). At most :data:`MAX_KEPT` streams keep a workspace
+(the least recently used is dropped first: gpurt/_streams/kept.py); :func:`clear` drops them
+all (gpurt.kernels.clear_plans does).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
 import gpurt
-from gpurt._streams.handles import stream_is_capturing
+from gpurt._core.fork import renew_after_fork
+from gpurt._streams.kept import KeptPerStream
 from gpurt.streams import current_stream_handle
 
 __all__ = ["LOCK", "MAX_KEPT", "Workspace", "clear", "kept_bytes", "take"]
 
 MAX_KEPT = 8
 LOCK = threading.RLock()
-# a forked child gets a fresh lock (a parent thread may have held this one at the fork)
-os.register_at_fork(after_in_child=lambda: globals().update(LOCK=threading.RLock()))
+renew_after_fork(globals(), LOCK=threading.RLock)
 
 
 @dataclasses.dataclass(frozen=True)
 class Workspace:
     """``counters`` (uint32, zero) and ``partials`` (float32): device pointers to at least
-    :attr:`counter_room` and :attr:`partial_room` elements; ``arrays`` own the memory (keep
-    them until the launches that use it are queued)."""
+    :attr:`counter_room` and :attr:`partial_room` elements; ``scratch``: a 128-byte aligned
+    pointer to :attr:`scratch_room` bytes (0 when none was asked for); ``arrays`` own the
+    memory (keep them until the launches that use it are queued)."""
 
     arrays: tuple[Any, ...]
     counters: int
     partials: int
     counter_room: int
     partial_room: int
+    scratch: int = 0
+    scratch_room: int = 0
 
 
-_kept: dict[tuple[int, int], Workspace] = {}  # (device, stream handle) -> its workspace
+_kept: KeptPerStream[Workspace] = KeptPerStream(MAX_KEPT)
 
 
-def take(index: int, handle: int | None, partials: int, counters: int = 0) -> Workspace:
-    """Room for ``partials`` float32 sums and ``counters`` zeroed uint32 counters on device
-    ``index``'s stream ``handle`` (None: this thread's current stream there): the stream's
-    workspace, or, while the stream captures a graph, new arrays. Call with :data:`LOCK` held
-    until the kernels that use it are queued."""
+def take(index: int, handle: int | None, partials: int, counters: int = 0,
+         scratch: int = 0) -> Workspace:
+    """Room for ``partials`` float32 sums, ``counters`` zeroed uint32 counters and ``scratch``
+    bytes (128-byte aligned) on device ``index``'s stream ``handle`` (None: this thread's
+    current stream there): the stream's workspace, or, while the stream captures a graph, new
+    arrays. Call with :data:`LOCK` held until the kernels that use it are queued."""
     if handle is None:
         handle = current_stream_handle(index)
-    if stream_is_capturing(index, handle):
+    key = _kept.key(index, handle)
+    if key is None:
         stream = gpurt.as_stream(handle, index)
         made = gpurt.empty(max(partials, 1), dtype=np.float32, device=index, stream=stream)
-        if counters == 0:
-            return Workspace((made,), 0, made.ptr, 0, made.shape[0])
-        zeroed = gpurt.zeros(counters, dtype=np.uint32, device=index, stream=stream)
-        return Workspace((made, zeroed), zeroed.ptr, made.ptr, counters, made.shape[0])
-    key = (index, handle)
+        arrays: tuple[Any, ...] = (made,)
+        counter_ptr = 0
+        if counters:
+            zeroed = gpurt.zeros(counters, dtype=np.uint32, device=index, stream=stream)
+            arrays, counter_ptr = (made, zeroed), zeroed.ptr
+        space = Workspace(arrays, counter_ptr, made.ptr, counters, made.shape[0])
+        return _with_scratch(space, index, stream, scratch) if scratch else space
     found = _kept.get(key)
-    if found is not None and found.partial_room >= partials and found.counter_room >= counters:
+    if found is not None and found.partial_room >= partials and found.counter_room >= counters \
+            and found.scratch_room >= scratch:
         return found
-    if found is not None:  # grow both regions to at least what either call needed
-        partials, counters = max(partials, found.partial_room), max(counters, found.counter_room)
-    room = -(-counters // 4) * 4  # the partials start 16-byte aligned
-    # zeroed once: the counters must start at zero, and the kernels leave them so
-    array = gpurt.zeros(room + max(partials, 1), dtype=np.float32, device=index,
-                        stream=gpurt.as_stream(handle, index))
-    grown = Workspace((array,), array.ptr, array.ptr + 4 * room, room, array.shape[0] - room)
-    _kept.pop(key, None)  # the old one is freed in stream order: later work may reuse it
-    while len(_kept) >= MAX_KEPT:
-        _kept.pop(next(iter(_kept)))
-    _kept[key] = grown
+    stream = gpurt.as_stream(handle, index)
+    if found is not None and found.partial_room >= partials and found.counter_room >= counters:
+        grown = Workspace(found.arrays[:1], found.counters, found.partials, found.counter_room,
+                          found.partial_room)
+    else:
+        if found is not None:  # grow both regions to at least what either call needed
+            partials = max(partials, found.partial_room)
+            counters = max(counters, found.counter_room)
+        room = -(-counters // 4) * 4  # the partials start 16-byte aligned
+        # zeroed once: the counters must start at zero, and the kernels leave them so
+        array = gpurt.zeros(room + max(partials, 1), dtype=np.float32, device=index,
+                            stream=stream)
+        grown = Workspace((array,), array.ptr, array.ptr + 4 * room, room,
+                          array.shape[0] - room)
+    scratch = max(scratch, 0 if found is None else found.scratch_room)
+    if scratch:
+        if found is not None and found.scratch_room >= scratch:  # keep the copies' array
+            grown = dataclasses.replace(grown, arrays=grown.arrays + found.arrays[1:],
+                                        scratch=found.scratch, scratch_room=found.scratch_room)
+        else:
+            grown = _with_scratch(grown, index, stream, scratch)
+    _kept.put(key, grown)  # the old one is freed in stream order: later work may reuse it
     return grown
+
+
+def _with_scratch(space: Workspace, index: int, stream: Any, scratch: int) -> Workspace:
+    """``space`` with a new (not zeroed) array of ``scratch`` bytes from a 128-byte boundary."""
+    words = -(-scratch // 4) + 32  # 128 bytes of slack to align the start
+    made = gpurt.empty(words, dtype=np.float32, device=index, stream=stream)
+    start = -(-made.ptr // 128) * 128
+    return dataclasses.replace(space, arrays=space.arrays + (made,), scratch=start,
+                               scratch_room=made.ptr + 4 * words - start)
 
 
 def kept_bytes() -> int:

@@ -11,7 +11,9 @@ Accumulation is always fp32. Five kernel families (CUDA sources kernels/gemm_*.c
 ``wgmma``  fp16/bf16 and TF32 on Hopper (sm_90a): TMA loads, wgmma, warp specialisation
            with setmaxnreg, an mbarrier ring, a persistent grid in grouped order, an epilogue
            through shared memory and TMA stores (optionally 2-CTA clusters sharing B by
-           multicast); needs 16-byte aligned rows (TMA's rule), otherwise ``mma`` runs.
+           multicast); needs 16-byte aligned rows (TMA's rule): big problems whose rows are
+           not copy those operands into 128-byte rows first (kernels/_gemm_pack.py), the
+           others run on ``mma``.
            TF32 needs one operand K-major (kernels/gemm_wgmma_tf32.cu says why).
 ``skinny`` fp16/bf16 decode shapes (one side of C a few dozen at most): the big operand
            streamed once into mma.sync fragments, K split over a thread-block cluster
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -40,6 +43,7 @@ import gpurt.nvrtc
 from gpurt import amp, sanitizer
 
 from . import _autocast, tunable
+from . import _gemm_pack as pack
 from . import _gemm_tune as tune
 from . import _gemm_workspace as workspace
 from ._gemm_launch import (
@@ -314,7 +318,11 @@ def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: A
         tuning_stream.synchronize()
 
 
-def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
+def _choose(plan: _Plan, problem: Problem, stream: Any,
+            timing_plan: Callable[[], _Plan] | None = None) -> Config:
+    """The config for ``problem``: remembered, timed, or the heuristic's. ``timing_plan``
+    makes the plan to time with where ``plan``'s operands are placeholders (the packed route's
+    copies)."""
     if not tunable.is_enabled() or problem.macs < tune.TUNE_MIN_MACS:
         return tune.heuristic(problem)
     tuner = _tuner()
@@ -325,6 +333,8 @@ def _choose(plan: _Plan, problem: Problem, stream: Any) -> Config:
         return known
     if not tunable.tuning_is_enabled() or _capturing(stream, plan.index):
         return tune.heuristic(problem)
+    if timing_plan is not None:
+        plan = timing_plan()
     gpurt.synchronize(plan.index)  # the inputs may come from any stream
     with gpurt.device(plan.index):
         tuning_stream = gpurt.Stream()
@@ -384,9 +394,10 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         return result if given is None else given
     call, swapped, extents, planned = found
     index = call.index
-    if out is None:
-        out = gpurt.empty((call.n, call.m) if swapped else (call.m, call.n), dtype=a.dtype,
-                          device=index, stream=stream)
+    if out is None:  # C is (m x n) unless the kernel turned the product around (TF32 wgmma)
+        m, n = (call.n, call.m) if call.swap else (call.m, call.n)
+        out = gpurt.empty((n, m) if swapped else (m, n), dtype=a.dtype, device=index,
+                          stream=stream)
     elif _overlap_at(out.ptr, extents[2], a.ptr, extents[0]) or \
             _overlap_at(out.ptr, extents[2], b.ptr, extents[1]):
         raise ValueError("out overlaps a or b; gemm cannot write over its inputs")
@@ -414,7 +425,7 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
 # with a forced config): (Call, swapped, extents of a, b, out and c relative to their
 # pointers, the planned launch or None). Plans hold no arrays, only the choices made for a
 # signature.
-_calls: dict[Any, tuple[Call, bool, tuple[Any, ...], Any]] = {}
+_calls: dict[Any, tuple[Call | pack.PackedCall, bool, tuple[Any, ...], Any]] = {}
 _plan_key = gpurt.nvrtc.plan_key
 _MAX_CALLS = 4096
 
@@ -484,15 +495,30 @@ def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
     return returned
 
 
-def _planned(call: Call, plan: _Plan) -> Any:
+def _planned(call: Call | pack.PackedCall, plan: _Plan) -> Any:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``, the launch of
-    ``call`` checked and packed once (kernels/_gemm_launch.py's planned_call)."""
+    ``call`` checked and packed once (kernels/_gemm_launch.py's planned_call; the packed
+    route's copy launch too)."""
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
+    if isinstance(call, pack.PackedCall):
+        return pack.planned_packed(call, plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr)
     return planned_call(call, plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr)
 
 
-def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any) -> Call:
+def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
+               stream: Any) -> Call | pack.PackedCall:
     problem = _problem(plan, allow_tf32)
+    route = _pack_route(plan, problem, allow_tf32)
+    if route is not None:  # rows TMA cannot read: copy them first where that pays
+        packed, packed_problem, copies = route
+        if config is None and pack.pays(tune.heuristic(problem), problem,
+                                        tune.heuristic(packed_problem), packed_problem, copies):
+            config = _choose(packed, packed_problem, stream,
+                             lambda: pack.copied_plan(plan, packed, copies, stream))
+            return _packed_call(plan, packed, packed_problem, config, copies)
+        if config is not None and not tune.eligible(problem, config) and \
+                tune.eligible(packed_problem, config):  # a forced TMA config
+            return _packed_call(plan, packed, packed_problem, config, copies)
     if config is None:
         config = _choose(plan, problem, stream)
     reason = tune.why_not(problem, config)
@@ -502,22 +528,70 @@ def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None, stream: Any
     return make_call(plan, problem, config, plan.out.ptr)
 
 
+def _pack_route(plan: _Plan, problem: Problem,
+                allow_tf32: bool) -> tuple[_Plan, Problem, tuple[pack.PackCopy, ...]] | None:
+    """(the plan on copies of the operands TMA cannot read, with placeholder pointers; its
+    problem; the copies), or None where no copy would let a TMA kernel run: the operands are
+    TMA-ready already, K is 0, the type or the GPU has no TMA kernel, or
+    GPURT_GEMM_DISABLE names ``pack``."""
+    if (problem.tma or plan.k == 0 or problem.capability != (9, 0)
+            or problem.dt not in (DT_F16, DT_BF16, DT_TF32) or "pack" in tune.disabled_kernels()):
+        return None
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    operands = [(op.ptr, op.ld, op.kmajor, rows, plan.k)
+                for op, rows in ((plan.a, plan.m), (plan.b, plan.n))]
+    copies = pack.copies_for(operands, itemsize)
+    if not copies:
+        return None
+    packed = pack.packed_plan(plan, copies)
+    packed_problem = _problem(packed, allow_tf32)
+    return (packed, packed_problem, copies) if packed_problem.tma else None
+
+
+def _packed_call(plan: _Plan, packed: _Plan, packed_problem: Problem, config: Config,
+                 copies: tuple[pack.PackCopy, ...]) -> pack.PackedCall:
+    inner = make_call(packed, packed_problem, config, plan.out.ptr)
+    return pack.make_packed(inner, copies, plan.m, plan.n, packed_problem.sm_count)
+
+
+def _label(call: Call | pack.PackedCall) -> str:
+    """The kernel a planned call runs, with the packed route's copies."""
+    return call.label() if isinstance(call, pack.PackedCall) else call.config.label()
+
+
 def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,
                 allow_tf32: bool = False) -> Config:
-    """The config :func:`gemm` would use for these operands without tuning (heuristics)."""
+    """The config :func:`gemm` would use for these operands without tuning (heuristics; on
+    the packed route, the config that runs on the copies)."""
     a, _, op_a, op_b, m, n, k, dt = _operands(a, b, trans_a, trans_b)
     plan = _Plan(op_a, op_b, m, n, k, None, n, None, 0, dt, a.device.index)
-    return tune.heuristic(_problem(plan, allow_tf32))
+    problem = _problem(plan, allow_tf32)
+    today = tune.heuristic(problem)
+    route = _pack_route(plan, problem, allow_tf32)
+    if route is not None:
+        packed_config = tune.heuristic(route[1])
+        if pack.pays(today, problem, packed_config, route[1], route[2]):
+            return packed_config
+    return today
 
 
 def gemm_eligible_configs(a: Any, b: Any, out: Any = None, trans_a: bool = False,
                           trans_b: bool = False, *, allow_tf32: bool = False) -> list[Config]:
     """Every config that ``gemm(a, b, out=out, ...)`` can be forced to run with (``config=``),
-    in every kernel family, split-K included; any of them gives the same result."""
+    in every kernel family, split-K included; any of them gives the same result. Where rows
+    TMA cannot read would be copied (kernels/_gemm_pack.py), one TMA config on the copies too
+    (the property tests and the sanitizer sweep run the copies through it)."""
     a_arr = _as_array(a, "a")
     plan, _, _ = _plan(a_arr, b, out, 0.0, None, trans_a, trans_b,
                        gpurt.as_stream(None, a_arr.device.index))
-    return tune.all_configs(_problem(plan, allow_tf32))
+    problem = _problem(plan, allow_tf32)
+    found = tune.all_configs(problem)
+    route = _pack_route(plan, problem, allow_tf32)
+    if route is not None:
+        copied = tune.heuristic(route[1])
+        if copied.kernel == "wgmma" and copied not in found and tune.eligible(route[1], copied):
+            found.append(copied)
+    return found
 
 
 def gemm_tuning_results() -> dict[str, dict[str, Any]]:

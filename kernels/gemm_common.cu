@@ -159,19 +159,11 @@ __device__ __forceinline__ void sum_partial_pairs(const float* __restrict__ part
     }
 }
 
-// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma, simt; slice
-// blockIdx.z of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN
-// tile at (m0, n0), it takes a ticket on the tile's counter (after a fence, so its slice is
-// visible first); the CTA that takes the last one resets the counter to 0, sums the tile's
-// slices in slice order (sum_partial_pairs: the same bits every run) and stores C with alpha,
-// beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
-template <int DT, int BM, int BN>
-__device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__ C,
-                                              const typename Elem<DT>::T* __restrict__ Cin,
-                                              const float* __restrict__ partial,
-                                              unsigned* __restrict__ counters, int M, int N,
-                                              i64 ldc, i64 ldcin, float alpha, float beta,
-                                              int m0, int n0, bool pair_ok) {
+// Split-K's ticket: after the CTA stored its K slice (blockIdx.z of gridDim.z) of tile
+// blockIdx.x, it takes a ticket on the tile's counter (after a fence, so its slice is visible
+// first). True in every thread of the CTA that takes the last one, which resets the counter to
+// 0. Every thread of the CTA must call it.
+__device__ __forceinline__ bool splitk_is_last(unsigned* __restrict__ counters) {
     __threadfence();  // this thread's slice stores, before the ticket
     __syncthreads();
     int last = 0;
@@ -182,7 +174,22 @@ __device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__
             __threadfence();
         }
     }
-    if (!__syncthreads_or(last)) return;
+    return __syncthreads_or(last);
+}
+
+// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma; slice blockIdx.z
+// of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN tile at (m0,
+// n0), it takes a ticket (splitk_is_last); the CTA that takes the last one sums the tile's
+// slices in slice order (sum_partial_pairs: the same bits every run) and stores C with alpha,
+// beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
+template <int DT, int BM, int BN>
+__device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__ C,
+                                              const typename Elem<DT>::T* __restrict__ Cin,
+                                              const float* __restrict__ partial,
+                                              unsigned* __restrict__ counters, int M, int N,
+                                              i64 ldc, i64 ldcin, float alpha, float beta,
+                                              int m0, int n0, bool pair_ok) {
+    if (!splitk_is_last(counters)) return;
     // Consecutive threads on consecutive pairs (coalesced), one pair per thread at a time with
     // 4 of its slices in flight: more pairs would raise the kernels' register counts and cut
     // their main loops' CTAs per SM (the TF32 64 x 64 mma kernel needs 64 registers).

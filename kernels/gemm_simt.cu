@@ -152,6 +152,114 @@ template <int MN, int BK, int THREADS, bool KMAJ, bool VEC>
 using TileCopy = typename pick<KMAJ, KMajorCopy<MN, BK, THREADS>,
                                MNMajorCopy<MN, BK, THREADS, VEC>>::type;
 
+// Loads the 4 columns c..c+3 of row r of one split-K slice past L1 (other CTAs wrote them):
+// one 16-byte load (VEC: N % 4 == 0, so every chunk of every slice is aligned), else four.
+// Chunks past the matrix read its last columns (the caller never stores those sums).
+template <bool VEC>
+__device__ __forceinline__ float4 load_slice4(const float* __restrict__ slice, int r, int c,
+                                              int N) {
+    const float* row = slice + (i64)r * N;
+    if (VEC) return __ldcg(reinterpret_cast<const float4*>(row + min(c, N - 4)));
+    return make_float4(__ldcg(row + min(c, N - 1)), __ldcg(row + min(c + 1, N - 1)),
+                       __ldcg(row + min(c + 2, N - 1)), __ldcg(row + min(c + 3, N - 1)));
+}
+
+// The sums over K slices 0..gridDim.z - 1, in that order, of ROWS x TN outputs (rows `rows`,
+// columns c0 + 32 q + 0..3): each slice's loads of them issued together, so their latencies
+// overlap.
+template <int ROWS, int TN, bool VEC>
+__device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i64 total,
+                                           const int (&rows)[ROWS], int c0, int N,
+                                           float4 (&sum)[ROWS][TN / 4]) {
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q) sum[i][q] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 2
+    for (int s = 0; s < (int)gridDim.z; ++s) {
+        float4 v[ROWS][TN / 4];
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+            for (int q = 0; q < TN / 4; ++q)
+                v[i][q] = load_slice4<VEC>(partial + s * total, rows[i], c0 + 32 * q, N);
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+            for (int q = 0; q < TN / 4; ++q) {
+                sum[i][q].x += v[i][q].x;
+                sum[i][q].y += v[i][q].y;
+                sum[i][q].z += v[i][q].z;
+                sum[i][q].w += v[i][q].w;
+            }
+    }
+}
+
+// Split-K's end (gemm_simt_splitk): each thread stores the raw sums it holds (acc[i][j]: row
+// r0 + i % 4 + 16 (i / 4), column c0 + j % 4 + 32 (j / 4)) to its K slice's partial[slice]
+// (float4 where N % 4 == 0), takes the tile's ticket, and in the tile's last CTA sums the same
+// outputs over the slices and stores C with alpha, beta and Cin. The sums are splitk_finish's
+// (slice order, from 0: the same bits), but where its loop loaded one pair of one slice at a
+// time, each thread here loads ROWS rows x TN columns (the outputs it held) of two slices at
+// once, 16 bytes wide (ROWS = 1 for 8 x 8 thread tiles: they keep to 128 registers).
+template <int TN>
+__device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __restrict__ C,
+                                           const float* __restrict__ Cin,
+                                           float* __restrict__ partial,
+                                           unsigned* __restrict__ counters, int M, int N,
+                                           i64 ldc, i64 ldcin, float alpha, float beta, int r0,
+                                           int c0, bool pair_ok) {
+    constexpr int ROWS = TN == 16 ? 2 : 1;
+    const i64 total = (i64)M * N;
+    const bool vec = N % 4 == 0;
+    float* mine = partial + blockIdx.z * total;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = r0 + i % 4 + (i / 4) * 16;
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q) {
+            const int c = c0 + 32 * q;
+            if (r >= M || c >= N) continue;
+            float* p = mine + (i64)r * N + c;
+            if (vec) {
+                *reinterpret_cast<float4*>(p) =
+                    make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2],
+                                acc[i][4 * q + 3]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (c + e < N) p[e] = acc[i][4 * q + e];
+            }
+        }
+    }
+    if (!splitk_is_last(counters)) return;
+#pragma unroll
+    for (int i0 = 0; i0 < 8; i0 += ROWS) {
+        int rows[ROWS];  // rows past the matrix read its last row (never stored)
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i)
+            rows[i] = min(r0 + (i0 + i) % 4 + ((i0 + i) / 4) * 16, M - 1);
+        float4 sum[ROWS][TN / 4];
+        if (vec) {
+            sum_slices<ROWS, TN, true>(partial, total, rows, c0, N, sum);
+        } else {
+            sum_slices<ROWS, TN, false>(partial, total, rows, c0, N, sum);
+        }
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            const int r = r0 + (i0 + i) % 4 + ((i0 + i) / 4) * 16;
+#pragma unroll
+            for (int q = 0; q < TN / 4; ++q) {
+                const int c = c0 + 32 * q;
+                store_pair<DT_F32>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c,
+                                   sum[i][q].x, sum[i][q].y, pair_ok);
+                store_pair<DT_F32>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c + 2,
+                                   sum[i][q].z, sum[i][q].w, pair_ok);
+            }
+        }
+    }
+}
+
 }  // namespace simt
 
 // Two kernels from the one text below: gemm_simt_splitk (this file included again, as
@@ -262,6 +370,10 @@ gemm_simt(
         }
     }
 
+#if GEMM_SIMT_SPLIT
+    splitk_end<TN>(acc, C, Cin, partial, counters, M, N, ldc, ldcin, alpha, beta, m0 + am,
+                   n0 + bn, pair_ok != 0);
+#else
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const int r = m0 + am + (i % 4) + (i / 4) * 16;
@@ -272,8 +384,5 @@ gemm_simt(
                                acc[i][j + 1], pair_ok != 0);
         }
     }
-#if GEMM_SIMT_SPLIT
-    splitk_finish<DT_F32, BM, BN>(C, Cin, partial, counters, M, N, ldc, ldcin, alpha, beta, m0,
-                                  n0, pair_ok != 0);
 #endif
 }

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gpurt
-from gpurt._elementwise import api
+from gpurt._elementwise import api, reduction
 
 
 def fake_array(shape: tuple[int, ...], dtype: Any = np.float32, ptr: int = 1 << 20,
@@ -42,3 +42,5 @@ def sm90(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(where, "get_arch", lambda device=None: "sm_90")
         monkeypatch.setattr(where, "current_device", lambda: 0)
         monkeypatch.setattr(where, "get_device_properties", lambda device=None: Props())
+    # the occupancy of a compiled kernel needs a device: 8 blocks of 256 threads per SM
+    monkeypatch.setattr(reduction, "_blocks_per_sm", lambda kernel, device: 8)

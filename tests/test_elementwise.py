@@ -12,7 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import codegen, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -196,6 +196,34 @@ def test_column_walk_realigns_rows_vectors_cannot_align_with(monkeypatch) -> Non
 
 
 
+def test_split_grids_round_to_whole_waves() -> None:
+    fit = reduction._fit_waves  # (column blocks, splits, resident blocks) -> splits
+    assert fit(67, 17, 1056) == 15   # 1.08 waves of 8 x 132 -> one wave
+    assert fit(256, 8, 1056) == 8    # 1.94 waves: two, as asked
+    assert fit(34, 17, 1056) == 17   # within one wave: every block runs at once
+    assert fit(529, 3, 1056) == 3    # 1.5 -> 2 waves: never more splits than asked
+    assert fit(600, 2, 1056) == 1    # 1.14 waves -> one: no split
+
+
+@pytest.mark.usefixtures("sm90")
+def test_column_splits_fit_the_kernels_occupancy(monkeypatch) -> None:
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", True)
+
+    def plan(shape, per_sm, dtype=np.float32):
+        monkeypatch.setattr(reduction, "_blocks_per_sm", lambda kernel, device: per_sm)
+        r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_fit")
+        return r._plan([fake_array(shape, dtype)], [None], 0, False)
+
+    assert plan((4099, 8191), 8).grid == (67, 15, 1)   # 67 x 17 would be 1.08 waves
+    assert plan((4099, 8191), 6).grid == (67, 11, 1)   # 6 per SM: 792 resident
+    unsplit = plan((512, 12800), 1)                    # 400 x 2 over 132: six waves
+    assert unsplit.splits == 1 and not unsplit.fold and unsplit.partial is None
+    assert unsplit.middle[2] == 512                    # one chunk: all of K
+    assert plan((1024, 16928), 8).splits == 1          # 529 blocks: over half a wave
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", False)
+    assert plan((4099, 8191), 8).grid == (67, 17, 1)
+
+
 @pytest.mark.usefixtures("sm90")
 def test_reduction_rejects_what_it_cannot_do() -> None:
     with pytest.raises(ValueError, match="identity=None"):
@@ -362,6 +390,33 @@ def test_sum_row_column_split_and_empty(gpu_state, monkeypatch, shape, axis, fol
 
 
 @pytest.mark.gpu
+def test_split_sums_keep_their_counters_per_stream(gpu_state) -> None:
+    """Split column sums back to back on two streams, nothing waiting between the calls:
+    every fold leaves its stream's kept counters zeroed, and no two streams share them."""
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_kept")
+    xs = [rng.standard_normal((4099, 1001)).astype(np.float32) for _ in range(3)]
+    arrays = [gpurt.asarray(x) for x in xs]
+    streams = [gpurt.Stream(), gpurt.Stream()]
+    for s in streams:
+        s.wait_stream(gpurt.current_stream())  # the inputs' copies
+    outs = []
+    for i in range(8):
+        with gpurt.stream(streams[i % 2]):
+            outs.append(r(arrays[i % 3], poisoned((1001,), np.float32), axis=0))
+    for s in streams:
+        gpurt.current_stream().wait_stream(s)
+    gpurt.synchronize()
+    for i, out in enumerate(outs):
+        np.testing.assert_allclose(out.numpy(), xs[i % 3].astype(np.float64).sum(0),
+                                   rtol=1e-4, atol=1e-3)
+    plan = list(r._plans.values())[-1]
+    handles = {gpurt.streams.as_stream_handle(s) for s in streams}
+    assert plan.splits > 1 and plan.fold
+    assert {h for _, h in counters._kept.keys()} >= handles  # each stream its own
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("width, vector", [(32, 16), (64, 8), (256, 4), (256, 16)])
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
 def test_column_sums_under_each_walk_shape(gpu_state, monkeypatch, width, vector,
@@ -496,13 +551,20 @@ def test_elementwise_and_reduction_in_graph_capture(gpu_state) -> None:
     x = gpurt.asarray(rng.standard_normal((64, 5000)).astype(np.float32))
     y = gpurt.asarray(rng.standard_normal((64, 5000)).astype(np.float32))
     odd = x[:, 1:4998]  # rows a vector cannot align with: the realigning column walk
-    k(x, y), r(x, axis=0), r(x, axis=-1), r(odd, axis=0)  # plans made outside the capture
+    tall = gpurt.asarray(rng.standard_normal((4099, 301)).astype(np.float32))
+    wide = gpurt.asarray(rng.standard_normal((2, 1 << 20)).astype(np.float32))
+    # plans made outside the capture; the tall and wide sums are split (counters zeroed
+    # and partials folded in each replay)
+    k(x, y), r(x, axis=0), r(x, axis=-1), r(odd, axis=0), r(tall, axis=0), r(wide, axis=-1)
+    assert all(p.splits > 1 and p.fold for p in list(r._plans.values())[-2:])
     g = gpurt.CUDAGraph()
     with gpurt.graph(g):
         z = k(x, y)
         col = r(z, axis=0)
         row = r(z, axis=-1)
         col_odd = r(odd, axis=0)
+        col_tall = r(tall, axis=0)
+        row_wide = r(wide, axis=-1)
     for _ in range(2):
         xs = rng.standard_normal((64, 5000)).astype(np.float32)
         ys = rng.standard_normal((64, 5000)).astype(np.float32)
@@ -516,3 +578,13 @@ def test_elementwise_and_reduction_in_graph_capture(gpu_state) -> None:
         np.testing.assert_allclose(row.numpy(), zs.sum(1), rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(col_odd.numpy(), xs[:, 1:4998].astype(np.float64).sum(0),
                                    rtol=1e-4, atol=1e-3)
+        ts = rng.standard_normal((4099, 301)).astype(np.float32)
+        ws = rng.standard_normal((2, 1 << 20)).astype(np.float32)
+        tall.copy_(ts)
+        wide.copy_(ws)
+        g.replay()
+        gpurt.synchronize()
+        np.testing.assert_allclose(col_tall.numpy(), ts.astype(np.float64).sum(0),
+                                   rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(row_wide.numpy(), ws.astype(np.float64).sum(1),
+                                   rtol=1e-4, atol=1e-2)

@@ -14,10 +14,12 @@ import pytest
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401
 from _fakes import fake_gpus_fixture  # noqa: F401
-from gpurt._elementwise import codegen, reduction
+from gpurt._elementwise import codegen, counters, reduction
 from gpurt._elementwise.reduce_codegen import BLOCK
 from gpurt._launch import planned as gplanned
 from gpurt._launch.args import build_plan
+from gpurt._streams import kept as kept_mod
+from gpurt._streams.kept import KeptPerStream
 from test_launch_fake_driver import FakeDriver, fake  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("sm90")
@@ -97,22 +99,25 @@ def test_jiterator_calls_repeat_one_plan(driver: FakeDriver) -> None:
     assert driver.launches[0][-1] != driver.launches[1][-1]
 
 
-@pytest.mark.parametrize("fold", [True, False])
+@pytest.mark.parametrize("fold, keep", [(True, True), (True, False), (False, False)])
 @pytest.mark.parametrize("shape, axis", [((32, 1000), -1), ((4, 1 << 20), 1)])
 def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: tuple, axis: int,
-                                                    fold: bool,
+                                                    fold: bool, keep: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reduction, "FOLD", fold)  # a split's last block or a finish kernel
+    monkeypatch.setattr(counters, "KEEP", keep)  # the stream's kept counters, or new ones
+    monkeypatch.setattr(counters, "_kept", KeptPerStream(counters.MAX_KEPT))
+    monkeypatch.setattr(kept_mod, "stream_is_capturing", lambda index, handle: False)
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "ew_sum")
     x, y = fake_array(shape), fake_array((shape[0],), ptr=1 << 28)
     plan = r._plan([x], [y], axis, False)
     partials = (0x7000000, 0x7100000)  # a split's partials, new ones per call
-    counters = (0x7200000, 0x7300000)  # and a folding split's zeroed counters
-    made, zeroed = iter(partials), iter(counters)
+    tickets = (0x7200000, 0x7300000)  # and a folding split's zeroed counters (kept: one)
+    made, zeroed = iter(partials), iter(tickets)
     monkeypatch.setattr(gpurt._elementwise.api, "empty",
                         lambda *a, **k: fake_array((1,), ptr=next(made)))
     monkeypatch.setattr(gpurt._elementwise.api, "zeros",
-                        lambda *a, **k: fake_array((1,), ptr=next(zeroed)))
+                        lambda n, *a, **k: fake_array((n,), np.uint32, ptr=next(zeroed)))
     for kernel in (plan.kernel, plan.finish):
         if kernel is not None:
             _sizes(driver, kernel)
@@ -125,7 +130,7 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
         assert got == [_replay(driver, plan.kernel, plan.grid, BLOCK, args)] * 2
         return
     expected = []
-    for partial, counter in zip(partials, counters):
+    for partial, counter in zip(partials, tickets[:1] * 2 if keep else tickets):
         if fold:
             expected.append(_replay(driver, plan.kernel, plan.grid, BLOCK,
                                     (x.ptr, partial, counter, y.ptr, *plan.middle,
@@ -138,3 +143,39 @@ def test_reductions_launch_what_a_plain_launch_does(driver: FakeDriver, shape: t
                                  *plan.out_strides)))
     assert plan.fold == fold and (plan.finish is None) == fold
     assert got == expected and got[0] != got[-1]
+
+
+def test_fold_counters_are_kept_per_stream_but_not_in_captures(monkeypatch) -> None:
+    made = iter(range(1 << 20, 1 << 30, 1 << 20))
+    monkeypatch.setattr(gpurt._elementwise.api, "zeros",
+                        lambda n, *a, **k: fake_array((n,), np.uint32, ptr=next(made)))
+    stream, capturing = [7], [False]
+    monkeypatch.setattr(gpurt._elementwise.api, "current_stream_handle",
+                        lambda index: stream[0])
+    monkeypatch.setattr(kept_mod, "stream_is_capturing", lambda index, handle: capturing[0])
+    monkeypatch.setattr(counters, "_kept", KeptPerStream(counters.MAX_KEPT))
+    assert counters.KEEP
+    first = counters.take(0, 67)
+    assert counters.take(0, 67) is first and counters.take(0, 5) is first  # zeroed once
+    stream[0] = 9
+    other = counters.take(0, 67)
+    assert other is not first and counters.take(0, 67) is other  # another stream's
+    capturing[0] = True
+    assert counters.take(0, 67) not in (first, other)  # a graph's own, zeroed in the graph
+    capturing[0] = False
+    stream[0] = 2  # CU_STREAM_PER_THREAD: a stream per thread behind one handle
+    assert counters.take(0, 67).ptr != counters.take(0, 67).ptr
+    stream[0] = 7
+    assert counters.take(0, 67) is first
+    grown = counters.take(0, 100)  # more than the stream keeps: a new, larger array
+    assert grown is not first and grown.shape[0] >= 134 and counters.take(0, 67) is grown
+    assert counters.kept_bytes() == grown.nbytes + other.nbytes
+    for handle in range(10, 10 + counters.MAX_KEPT):  # the oldest streams are dropped
+        stream[0] = handle
+        counters.take(0, 1)
+    kept = counters._kept.keys()
+    assert len(kept) == counters.MAX_KEPT and (0, 9) not in kept
+    monkeypatch.setattr(counters, "KEEP", False)
+    assert counters.take(0, 1) is not counters.take(0, 1)
+    counters.clear()
+    assert counters.kept_bytes() == 0

@@ -192,8 +192,6 @@ def test_heuristic_fallbacks():
     assert tune.heuristic(problem(cap=(8, 0))).kernel == "mma"
     fp32 = tune.heuristic(problem(dt=tune.DT_F32))
     assert fp32.kernel == "simt" and (fp32.bm, fp32.bn, fp32.wn) == (128, 256, 128)
-    mid = tune.heuristic(problem(1024, 1536, 1024, dt=tune.DT_F32))  # 48 wide tiles, 96 narrow
-    assert (mid.bm, mid.bn, mid.split_k) == (128, 128, 1)
     turing = dataclasses.replace(problem(dt=tune.DT_F32, cap=(7, 5)), max_shared=64 * 1024)
     assert tune.heuristic(turing).bm == 64 and tune.eligible(turing, tune.heuristic(turing))
     assert tune.heuristic(problem(64, 64, 64, dt=tune.DT_F32)).bm == 64
@@ -292,6 +290,30 @@ def test_wave_fill_tiles():
     # the tile fits shared memory with its TMA-store staging
     assert narrow16.shared_mem(True, False) <= 227 * 1024
     assert narrow32.shared_mem(True, False, 4) <= 227 * 1024
+
+
+def test_simt_wave_model():
+    """The simt choices session 8's H100 sweep measured fastest (notes_gemm.md)."""
+    def pick(m, n, k, **kw):
+        found = tune.heuristic(problem(m, n, k, dt=tune.DT_F32, **kw))
+        return found.bm, found.bn, found.wn, found.split_k
+
+    assert pick(128, 4096, 4096) == (128, 256, 128, 8)  # 16 tiles x 8 slices: one wave
+    assert pick(128, 14336, 4096) == (128, 256, 128, 7)
+    assert pick(32, 11008, 4096) == (32, 256, 128, 12)  # no rows computed in vain
+    assert pick(1000, 1000, 1000) == (64, 128, 0, 1)
+    assert pick(4099, 4099, 4099, vec=False, tma=False) == (128, 128, 0, 1)
+    assert pick(4096, 4096, 4096) == (128, 256, 128, 1)
+    assert pick(3000, 5000, 2000)[3] == 1  # 3.6 waves: its partial sums would outgrow L2
+    for dims in ((1, 4096, 4096), (64, 4096, 4096), (8, 64, 65536), (300, 700, 5000)):
+        p = problem(*dims, dt=tune.DT_F32)
+        for config in tune._SIMT:
+            split = tune._simt_split(p, config)
+            k_tiles = -(-p.k // config.bk)
+            assert split == 1 or k_tiles // split >= 8
+            assert -(-k_tiles // -(-k_tiles // split)) == split  # no empty slice
+    # K-major B: not the 32-row tile, whose 64 threads copy transposed B badly
+    assert pick(32, 11008, 4096, b_k=True)[0] == 64
 
 
 def test_split_for():
@@ -798,6 +820,24 @@ def test_split_k_slice_counts(gpu_state, splits):
     for config, dtype, m, n, k, kw in cases:
         _split_case(rng, config, dtype, m, n, k, False, False, **kw)
     _assert_counters_zero()
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("base", [tune._SIMT[0], tune._SIMT[2], tune._SIMT[4], tune._SIMT[5]],
+                         ids=lambda c: c.label().replace(" ", "_"))
+def test_simt_split_end(gpu_state, base):
+    """gemm_simt_splitk's end (each thread sums the outputs it holds over the K slices, its
+    own from registers; float4 where N % 4 == 0): 8 x 16 and 8 x 8 thread tiles, edge tiles
+    in M and N, rows 16-byte aligned and not, uneven slices and a partial K tile, M-major A
+    and K-major B, alpha/beta/Cin, the same bits twice, ticket counters left at zero."""
+    rng = np.random.default_rng(37)
+    m = base.bm + 37
+    for n, k, split, trans_a, trans_b in [(base.bn + 68, 1000, 3, False, False),
+                                          (base.bn + 67, 517, 5, True, True),
+                                          (2 * base.bn + 4, 1027, 7, False, True)]:
+        _split_case(rng, dataclasses.replace(base, split_k=split), np.float32, m, n, k, trans_a,
+                    trans_b)
+    _assert_counters_zero()
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

@@ -1,8 +1,9 @@
 """Split-K's partial sums come from a workspace kept per (device, stream)
 (kernels/_gemm_workspace.py): reused while big enough, grown otherwise, fresh per call on a
-capturing stream, at most MAX_KEPT streams, dropped by clear_plans; the fused wgmma split-K's
-ticket counters lie in front of the partials, zeroed once. On the GPU: split-K
-results stay right call after call, on two streams, and in a replayed graph."""
+capturing stream or the per-thread default stream, at most MAX_KEPT streams, dropped by
+clear_plans; the fused wgmma split-K's ticket counters lie in front of the partials, zeroed
+once. On the GPU: split-K results stay right call after call, on two streams, and in a
+replayed graph."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 import gpurt
+from gpurt._streams import kept as kept_mod
+from gpurt._streams.kept import PER_THREAD_STREAM, KeptPerStream
 from test_gemm import device, poisoned, rand, reference, rel_err
 
 workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
@@ -44,12 +47,12 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             return _Made(count, dtype, stream, zeroed)
         return make
 
-    monkeypatch.setattr(workspace, "_kept", {})
+    monkeypatch.setattr(workspace, "_kept", KeptPerStream(workspace.MAX_KEPT))
     monkeypatch.setattr(workspace.gpurt, "empty", allocator(False))
     monkeypatch.setattr(workspace.gpurt, "zeros", allocator(True))
     monkeypatch.setattr(workspace.gpurt, "as_stream", lambda handle, index: handle)
     monkeypatch.setattr(workspace, "current_stream_handle", lambda index: 7)
-    monkeypatch.setattr(workspace, "stream_is_capturing",
+    monkeypatch.setattr(kept_mod, "stream_is_capturing",
                         lambda index, handle: handle in state["capturing"])
     return state
 
@@ -98,12 +101,46 @@ def test_a_capturing_stream_gets_fresh_partials_and_keeps_none(fake: dict[str, A
 
 def test_at_most_max_kept_streams_and_clear(fake: dict[str, Any],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    arrays = [workspace.take(0, handle, 10) for handle in range(1, workspace.MAX_KEPT + 2)]
+    handles = range(10, 10 + workspace.MAX_KEPT + 1)
+    arrays = [workspace.take(0, handle, 10) for handle in handles]
     assert workspace.kept_bytes() == 40 * workspace.MAX_KEPT
-    assert workspace.take(0, 1, 10) is not arrays[0]  # the oldest was dropped
-    assert workspace.take(0, workspace.MAX_KEPT + 1, 10) is arrays[-1]
+    assert workspace.take(0, 10, 10) is not arrays[0]  # the least recently used was dropped
+    assert workspace.take(0, handles[-1], 10) is arrays[-1]
     gemm_mod.clear_plans()
     assert workspace.kept_bytes() == 0
+
+
+def test_the_per_thread_default_stream_keeps_none(fake: dict[str, Any]) -> None:
+    """CU_STREAM_PER_THREAD is one handle but a different stream in each thread: two threads
+    sharing a workspace through it would race, so each call gets its own memory."""
+    one, two = workspace.take(0, PER_THREAD_STREAM, 10, 4), workspace.take(0, PER_THREAD_STREAM, 10)
+    assert one is not two and one.arrays[1].zeroed and workspace.kept_bytes() == 0
+
+
+def test_packed_scratch_is_aligned_kept_and_grown_alone(fake: dict[str, Any]) -> None:
+    """The copies' scratch is a second array from a 128-byte boundary: kept per stream,
+    grown without touching the (zeroed) split-K array and the other way round, fresh while
+    the stream captures."""
+    one = workspace.take(0, 7, 100, 4, scratch=1000)
+    main, scratch = one.arrays
+    assert main.zeroed and not scratch.zeroed
+    assert one.scratch % 128 == 0 and one.scratch_room >= 1000
+    assert one.scratch + one.scratch_room <= scratch.ptr + 4 * scratch.shape[0]
+    assert workspace.take(0, 7, 50, 0, scratch=900) is one
+    assert workspace.take(0, 7, 100, 4) is one  # no scratch asked: the same one
+    bigger = workspace.take(0, 7, 10, 0, scratch=5000)
+    assert bigger.arrays[0] is main and bigger.arrays[1] is not scratch
+    assert (bigger.partials, bigger.partial_room, bigger.counter_room) == \
+        (one.partials, one.partial_room, one.counter_room)
+    more = workspace.take(0, 7, 400, 4)
+    assert more.arrays[1] is bigger.arrays[1] and more.scratch == bigger.scratch
+    assert more.arrays[0] is not main and more.partial_room == 400
+    assert workspace.kept_bytes() == sum(array.nbytes for array in more.arrays)
+    fake["capturing"].add(7)
+    fresh = workspace.take(0, 7, 0, 0, scratch=300)
+    assert fresh.arrays[-1] not in more.arrays and fresh.scratch % 128 == 0
+    fake["capturing"].clear()
+    assert workspace.take(0, 7, 0, 0, scratch=300) is more
 
 
 # ---- on the GPU ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from cuda.bindings import driver as cu
 import gpurt
 from _fakes import fake_driver_fixture, fake_gpus_fixture  # noqa: F401
 from gpurt import memory as mem
+from gpurt._elementwise import counters as fold_counters
 from gpurt._memory import config as _allocconf
 from gpurt._memory import summary as _memsummary
 from gpurt.device import bind_context
@@ -220,14 +221,16 @@ def _read(ptr: int, nbytes: int) -> np.ndarray:
 @pytest.fixture
 def fresh(gpu_state):
     """Empty caches and reset statistics before and after a GPU test (and drop the split-K
-    workspaces that earlier gemm tests of this process left, which hold allocated memory, and
-    the arrays that only a reference cycle of an earlier test still holds)."""
+    workspaces and reduction counters that earlier tests of this process left, which hold
+    allocated memory, and the arrays that only a reference cycle of an earlier test still
+    holds)."""
     gc.collect()
     gpurt.synchronize()
     workspace = sys.modules.get("gpurt.kernels._gemm_workspace")
     if workspace is not None:
         workspace.clear()
-        gpurt.synchronize()
+    fold_counters.clear()  # the split reductions' counters kept per stream
+    gpurt.synchronize()
     gpurt.empty_cache()
     gpurt.reset_peak_memory_stats()
     gpurt.reset_accumulated_memory_stats()

@@ -8,7 +8,8 @@ from __future__ import annotations
 from ..array import Array, asarray, bfloat16, empty, full, zeros
 from ..device import current_device, device, get_arch, get_device_properties
 from ..nvrtc import LaunchConfig, add_dispatch, compile, dispatch, plan_key
+from ..streams import current_stream_handle
 
 __all__ = ["Array", "LaunchConfig", "add_dispatch", "asarray", "bfloat16", "compile",
-           "current_device", "device", "dispatch", "empty", "full", "get_arch",
-           "get_device_properties", "plan_key", "zeros"]
+           "current_device", "current_stream_handle", "device", "dispatch", "empty", "full",
+           "get_arch", "get_device_properties", "plan_key", "zeros"]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import api as gpurt
-from . import reduce_codegen
+from . import counters, reduce_codegen
 from .api import LaunchConfig
 from .codegen import Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
@@ -47,8 +47,13 @@ COLUMN_SPREAD_BYTES = 4
 # 0: off (the walk above). COLUMN_REALIGN_ALL: also where the vectors above would align.
 COLUMN_REALIGN_BYTES = 16
 COLUMN_REALIGN_ALL = False
-# A split reduction's last block per output block folds the partials (one launch after a
-# memset of the counters), rather than a second "finish" kernel.
+# Round a split column reduction's grid to the nearest whole number of waves of the compiled
+# kernel's resident blocks (occupancy; never more splits): a last wave that is nearly empty
+# leaves the device idle while its few blocks finish (H100: 4099x8191 float32 80.6 -> 85.4%
+# of copy, 67x17 blocks = 1.08 waves -> 67x15; notes_bandwidth.md, session 8).
+COLUMN_SPLIT_FIT = True
+# A split reduction's last block per output block folds the partials (one launch, its
+# counters kept zeroed per stream: counters.py), rather than a second "finish" kernel.
 FOLD = True
 
 
@@ -96,7 +101,7 @@ class ReductionPlan:
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
-            counts = gpurt.zeros(self.grid[0], np.uint32, index)
+            counts = counters.take(index, self.grid[0])
             launches = self.launches or self._plan_launches(head, pointers, partial,
                                                             counts.ptr)
             launches[0](None, *head, partial, counts.ptr, *pointers)
@@ -289,8 +294,22 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
                           FOLD and splits > 1, width, spread, realign)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
-    kernel = gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
-                           program_name=f"{text.name}.cu")[text.name]
+
+    def build(layout: ReduceLayout) -> Any:
+        return gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
+                             program_name=f"{text.name}.cu")[text.name]
+
+    kernel = build(layout)
+    if walk == "column" and splits > 1 and COLUMN_SPLIT_FIT:
+        resident = gpurt.get_device_properties(device).multi_processor_count * \
+            _blocks_per_sm(kernel, device)
+        fitted = _fit_waves(blocks, splits, resident)
+        if fitted != splits:
+            chunk = -(-k // fitted)
+            splits = -(-k // chunk)
+            if splits == 1:
+                layout = dataclasses.replace(layout, split=False, fold=False)
+                kernel = build(layout)
     finish = None
     if splits > 1 and not layout.fold:
         finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
@@ -310,16 +329,38 @@ def _finish_blocks(m: int) -> int:
     return max(1, min(-(-m // (BLOCK // 32)), 1 << 20))
 
 
+def _blocks_per_sm(kernel: Any, device: int) -> int:
+    """Blocks of ``kernel`` resident on one SM of ``device`` at once (the occupancy API)."""
+    if device == gpurt.current_device():
+        return kernel.max_active_blocks_per_multiprocessor(BLOCK)
+    with gpurt.device(device):
+        return kernel.max_active_blocks_per_multiprocessor(BLOCK)
+
+
+def _fit_waves(blocks: int, splits: int, resident: int) -> int:
+    """Splits of a grid of ``blocks`` x ``splits`` rounded to the nearest whole number of
+    waves of ``resident`` blocks (never more splits): 1.08 waves become one. A grid within
+    one wave runs at once and stays."""
+    if blocks * splits <= resident:
+        return splits
+    waves = round(blocks * splits / resident)
+    return max(1, min(splits, waves * resident // blocks))
+
+
 def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block (the row walk's
-    vectors run along K, the column walk's across the outputs)."""
+    vectors run along K, the column walk's across the outputs). Grids of more than half a
+    wave are not split: the split's partials, memset and fold cost more than the unfilled
+    wave (H100: 1023x65537 float32, 529 blocks, 96.0% of copy unsplit, 91.7% as 529x3;
+    1024x65536 bfloat16 93.6% unsplit, 85.2% as 1024x2)."""
     waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
-    target = gpurt.get_device_properties(device).multi_processor_count * 8 * waves
+    wave = gpurt.get_device_properties(device).multi_processor_count * 8
+    target = wave * waves
     least = group * vec * 8 if walk == "row" else (BLOCK // width) * COLUMN_SPLIT_LEAST
     splits = 1
-    if 2 * blocks <= target and k > least:  # whole waves: a partial last wave idles SMs
+    if 2 * blocks <= wave and k > least:  # whole waves: a partial last wave idles SMs
         splits = min(target // blocks, -(-k // least), 65535)
     step = vec if walk == "row" else 1
     chunk = -(-k // splits) if k else 1

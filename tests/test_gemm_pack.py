@@ -1,0 +1,364 @@
+"""The packed route (kernels/_gemm_pack.py): operands whose rows TMA cannot read are copied
+into 128-byte rows of the stream's workspace, then a TMA kernel runs on the copies. CPU: the
+copies' geometry, the cost model's choice, the workspace's scratch. GPU: results against
+float64 on poisoned outputs in every layout, offset views, beta, split-K and decode kernels
+behind the copies, the planned path, two streams and graph capture."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gpurt
+import test_gemm_planned as planned_tests
+from test_gemm import device, no_tuning, poisoned, rand, reference, rel_err  # noqa: F401
+from test_gemm_planned import driver  # noqa: F401  (the fake driver)
+from test_launch_fake_driver import fake  # noqa: F401  (the fake driver's)
+
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+pack = importlib.import_module("gpurt.kernels._gemm_pack")
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
+Problem = tune.Problem
+BF16, TF32 = tune.DT_BF16, tune.DT_TF32
+
+
+@pytest.fixture(autouse=True)
+def _plain_environment(monkeypatch):
+    monkeypatch.delenv("GPURT_GEMM_DISABLE", raising=False)
+
+
+# ---- CPU ---------------------------------------------------------------------------------------
+
+
+def test_copies_only_what_tma_cannot_read():
+    """4099-wide 16-bit rows (8198 bytes) are copied into 8320-byte rows, one copy after the
+    other from 128-byte boundaries; aligned operands stay; an unaligned base is copied too;
+    a base that is not a whole element from 0 cannot be copied element-wise."""
+    a = (0x1000, 4099, True, 4099, 4099)  # (ptr, ld, kmajor, rows, k): row-major 4099 x 4099
+    b = (0x9000000, 4099, False, 4099, 4099)
+    first, second = pack.copies_for([a, b], 2)
+    assert (first.which, first.offset, first.width, first.rows, first.src_ld, first.pitch) == \
+        (0, 0, 4099, 4099, 4099, 4160)
+    assert second.which == 1 and second.offset == 4160 * 2 * 4099 and second.offset % 128 == 0
+    assert pack.scratch_bytes((first, second), 2) == second.offset + 4160 * 2 * 4099
+    aligned = (0x1000, 4096, True, 4099, 4096)
+    assert pack.copies_for([aligned, (0x2000, 4096, False, 4096, 4096)], 2) == ()
+    (only,) = pack.copies_for([aligned, (0x2000, 4099, False, 4096, 4096)], 2)
+    assert (only.which, only.offset, only.width, only.rows) == (1, 0, 4096, 4096)
+    (m_major,) = pack.copies_for([(0x1000, 300, False, 300, 70), (0x80, 64, True, 9, 64)], 2)
+    assert (m_major.width, m_major.rows, m_major.pitch) == (300, 70, 320)
+    (offset,) = pack.copies_for([(0x1002, 4096, True, 10, 4095), (0x80, 64, True, 9, 64)], 2)
+    assert offset.which == 0 and offset.src_ld == 4096 and offset.pitch == 4096
+    assert pack.copies_for([(0x1001, 4099, True, 10, 10), (0x80, 64, True, 9, 64)], 2) == ()
+    (fp32,) = pack.copies_for([(0x1004, 4099, True, 10, 4099), (0x80, 64, True, 9, 64)], 4)
+    assert fp32.pitch == 4128 and fp32.pitch * 4 % 128 == 0
+
+
+def test_the_packed_plan_reads_the_copies():
+    """Each copied operand becomes its copy (no array, a 128-byte aligned placeholder at its
+    offset, the copy's pitch, the same layout); the other stays as it was."""
+    a = gemm_mod._Operand("a", 0x1002, 4099, True)
+    b = gemm_mod._Operand("b", 0x2000, 4096, False)
+    plan = gemm_mod._Plan(a, b, 4099, 4096, 4099, "out", 4096, None, 0, BF16, 0)
+    copies = pack.copies_for([(a.ptr, a.ld, a.kmajor, 4099, 4099),
+                              (b.ptr, b.ld, b.kmajor, 4096, 4099)], 2)
+    packed = pack.packed_plan(plan, copies)
+    assert packed.b is b and plan.a is a  # the plan itself is left alone
+    assert (packed.a.array, packed.a.ptr, packed.a.ld, packed.a.kmajor) == \
+        (None, pack.PLACEHOLDER, 4160, True)
+    assert packed.a.ptr % 128 == 0 and (packed.m, packed.n, packed.k) == (4099, 4096, 4099)
+
+
+def _problems(m: int, n: int, k: int, dt: int = BF16) -> tuple[Any, Any]:
+    """(the problem on unaligned rows, the same on packed ones), an H100."""
+    split = Problem(m, n, k, dt, True, False, False, False, (9, 0), 132, pitch128=False)
+    return split, dataclasses.replace(split, vec=True, tma=True, pitch128=True)
+
+
+def _pays(m: int, n: int, k: int, dt: int = BF16) -> bool:
+    split, packed = _problems(m, n, k, dt)
+    itemsize = 4 if dt == TF32 else 2
+    copies = pack.copies_for([(itemsize, k, True, m, k), (itemsize, n, False, n, k)], itemsize)
+    return pack.pays(tune.heuristic(split), split, tune.heuristic(packed), packed, copies)
+
+
+@pytest.mark.parametrize("dims,dt,expected", [
+    ((4099, 4099, 4099), BF16, True), ((4099, 4099, 4099), TF32, True),
+    ((4096, 4099, 4096), BF16, True), ((4096, 4096, 4099), BF16, True),
+    ((2053, 3001, 1999), BF16, True), ((2053, 3001, 1999), TF32, True),
+    ((1031, 1029, 1027), BF16, True), ((512, 4099, 4099), BF16, True),
+    # decode shapes: an H100 ran the copies + decode/wgmma kernels 1.16x (M = 1), 1.21x (16),
+    # 5.5x (128; TF32 4x) faster than the skinny / mma kernels on the split rows
+    ((1, 4099, 4099), BF16, True), ((16, 4099, 4099), BF16, True),
+    ((128, 4099, 4099), BF16, True), ((128, 4099, 4099), TF32, True),
+    ((1, 4099, 4099), TF32, False), ((16, 4099, 4099), TF32, False),  # no TMA kernel for them
+    ((127, 257, 61), BF16, False), ((127, 257, 61), TF32, False),  # the copy launch costs more
+    ((130, 150, 77), BF16, False), ((300, 8, 700), BF16, False), ((8, 1000, 3000), BF16, False),
+    ((16, 256, 8192), BF16, False),
+])
+def test_the_cost_model_packs_big_problems_only(dims, dt, expected):
+    assert _pays(*dims, dt) is expected
+
+
+def test_the_model_charges_each_family():
+    """Skinny streams the big operand (at 0.7 TB/s on split rows, near copy speed on 16-byte
+    rows); an mma grid of few CTAs runs below the device's rate; no copies or no TMA kernel
+    behind them: no packed route."""
+    split, packed = _problems(16, 4099, 4099)
+    skinny = tune.heuristic(split)
+    assert skinny.kernel == "skinny"
+    on_split = pack.estimate_us(skinny, split)
+    assert 40 < on_split < 60  # 46.7-51.1 us measured on an H100
+    assert pack.estimate_us(skinny, dataclasses.replace(split, vec=True)) < on_split / 3
+    few, many = _problems(128, 4099, 4099)[0], _problems(4099, 4099, 4099)[0]
+    mma_few, mma_many = tune.heuristic(few), tune.heuristic(many)
+    rate = [2 * p.macs / pack.estimate_us(c, p) for c, p in ((mma_few, few), (mma_many, many))]
+    assert rate[0] < rate[1] / 3  # 17 against 114 TFLOP/s measured
+    copies = pack.copies_for([(2, 4099, True, 16, 4099), (2, 4099, False, 4099, 4099)], 2)
+    assert pack.pays(skinny, split, tune.heuristic(packed), packed, copies)
+    assert not pack.pays(skinny, split, mma_many, packed, copies)  # no TMA kernel behind
+    assert not pack.pays(skinny, split, tune.heuristic(packed), packed, ())
+    assert pack.estimate_us(tune.heuristic(dataclasses.replace(split, dt=tune.DT_F32)),
+                            split) is None  # exact fp32: simt, no TMA kernel to copy for
+
+
+def test_the_copy_kernel_is_among_the_prebuilt_programs():
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    found = [p for p in launch.programs("sm_90a") if p[0] == pack.SOURCE]
+    assert found == [(pack.SOURCE, ("gemm_pack<unsigned short>",), "sm_90"),
+                     (pack.SOURCE, ("gemm_pack<unsigned int>",), "sm_90")]
+    assert not any(p[0] == pack.SOURCE for p in launch.programs("sm_80"))
+
+
+@pytest.mark.parametrize("config", [planned_tests.CONFIGS[2], planned_tests.CONFIGS[3]],
+                         ids=["wgmma", "wgmma-split2"])
+def test_planned_packed_launches_what_packed_call_launch_does(
+        driver: Any, config: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """On the fake driver: each planned packed call hands the driver the copy launch (both
+    operands, the stream's scratch as their target) and then the GEMM kernel on the copies,
+    exactly as PackedCall.launch does; split-K's partials come from the same workspace."""
+    m, n, k = planned_tests.M, planned_tests.N, planned_tests.K
+    copies = pack.copies_for([(0x1000002, k + 1, True, m, k), (0x2000002, n + 3, False, n, k)],
+                             2)
+    assert [(c.width, c.pitch) for c in copies] == [(k, k), (n, n)]
+    packed = planned_tests._Plan(planned_tests._Op(k, True), planned_tests._Op(n, False))
+    problem = Problem(m, n, k, tune.DT_F16, True, False, True, True, (9, 0), 132)
+    inner = planned_tests.launch_mod.make_call(packed, problem, config, 0x3000000)
+    kernel = planned_tests.launch_mod.compile_kernels(pack.SOURCE, ("gemm_pack<unsigned short>",),
+                                                      "sm_90")[0]
+    call = pack.PackedCall(inner, copies, kernel, pack.copy_grid(copies, 132),
+                           pack.scratch_bytes(copies, 2), m, n)
+    planned_tests._layouts(driver, inner.kernels + (kernel,))
+    rooms: list[int] = []
+    counters = inner.counters if config.split_k > 1 else 0
+
+    def taken(index: int, handle: Any, partials: int, tickets: int, scratch: int) -> Any:
+        assert (index, scratch) == (0, call.scratch)
+        assert (partials, tickets) == ((config.split_k * m * n, counters) if counters
+                                       else (0, 0))
+        rooms.append(0x9000000 + 0x1000000 * (len(rooms) % 3))
+        return workspace.Workspace((), rooms[-1] + 0x800000, rooms[-1], tickets, partials,
+                                   rooms[-1] + 0x400000, scratch)
+
+    monkeypatch.setattr(workspace, "take", taken)
+    pointers = [(0x1000002 + 0x100000 * i, 0x2000002 + 0x100000 * i, 0x3000000 + 0x100 * i,
+                 0x3000000 if i == 1 else 0) for i in range(3)]
+    planned = pack.planned_packed(call, *pointers[0])
+    for a, b, out, cin in pointers:
+        planned(None, a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5)
+    got = list(driver.launches)
+    driver.launches.clear()
+    rooms.clear()
+    for a, b, out, cin in pointers:
+        call.launch(a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5, None)
+    assert got == driver.launches and len(got) == 2 * len(pointers)
+    assert "A" in call.label() and call.label().endswith("packAB")
+
+
+# ---- GPU -----------------------------------------------------------------------------------------
+
+TOL = {"bfloat16": 1e-2, "float16": 5e-3, "float32": 5e-3}
+
+
+def _hopper() -> None:
+    if gpurt.get_device_capability() != (9, 0):
+        pytest.skip("the packed route runs TMA kernels: sm_90 only")
+
+
+def _operand(rng, rows: int, cols: int, dtype: Any, offset: int) -> tuple[Any, Any]:
+    """(host values, a device view of them ``offset`` elements into rows one longer)."""
+    host = rand(rng, (rows, cols), dtype)
+    if not offset:
+        return host, device(host)
+    wide = np.zeros((rows, cols + offset), dtype=host.dtype)
+    wide[:, offset:] = host
+    return host, device(wide)[:, offset:]
+
+
+def _check(rng, m, n, k, dtype, trans_a, trans_b, config=None, offset=0, beta=0.0, tf32=False):
+    a, da = _operand(rng, k if trans_a else m, m if trans_a else k, dtype, offset)
+    b, db = _operand(rng, n if trans_b else k, k if trans_b else n, dtype, offset)
+    c = rand(rng, (m, n), dtype)
+    for _ in range(2):  # the first call plans, the second runs the planned launches
+        out = device(c) if beta else poisoned((m, n), dtype)
+        gemm_mod.gemm(da, db, out=out, beta=beta, trans_a=trans_a, trans_b=trans_b,
+                      config=config, allow_tf32=tf32)
+        want = reference(a, b, trans_a, trans_b, beta=beta, c=c)
+        err = rel_err(out.numpy(), want)
+        assert err < TOL[np.dtype(dtype).name], (m, n, k, trans_a, trans_b, config, err)
+
+
+def _plans() -> list[Any]:
+    """The calls gemm has planned (Call or PackedCall)."""
+    return [entry[0] for entry in gemm_mod._calls.values()]
+
+
+LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
+def test_forced_tma_configs_run_on_copies(gpu_state, no_tuning, dtype):
+    """A TMA config forced on rows TMA cannot read runs on copies: every layout, odd edges,
+    a K tail, views one element into their rows (unaligned bases), beta with C in, the TMA
+    and plain-store epilogues (C's rows are unaligned too: plain stores)."""
+    _hopper()
+    rng = np.random.default_rng(41)
+    for config in (tune._WGMMA[5], tune._WGMMA[0]):
+        for trans_a, trans_b in LAYOUTS:
+            _check(rng, 133, 261, 203, dtype, trans_a, trans_b, config)
+            _check(rng, 130, 99, 77, dtype, trans_a, trans_b, config, offset=1, beta=0.5)
+    labels = {gemm_mod._label(call) for call in _plans()}
+    assert any(label.endswith("packAB") for label in labels), labels
+
+
+@pytest.mark.gpu
+def test_tf32_configs_run_on_copies(gpu_state, no_tuning):
+    """TF32's wgmma (one operand K-major; B N-major turns the product around) on copies."""
+    _hopper()
+    rng = np.random.default_rng(43)
+    for config in (tune._WGMMA_TF32[0], tune._WGMMA_TF32[3]):
+        for trans_a, trans_b in LAYOUTS:
+            if trans_a and not trans_b:  # neither operand K-major: no TF32 wgmma
+                continue
+            _check(rng, 133, 261, 203, np.float32, trans_a, trans_b, config, tf32=True)
+            _check(rng, 70, 300, 99, np.float32, trans_a, trans_b, config, offset=1,
+                   beta=-1.0, tf32=True)
+
+
+@pytest.mark.gpu
+def test_split_k_and_decode_behind_the_copies(gpu_state, no_tuning):
+    """The split-K wgmma kernel (its partials and counters from the same workspace as the
+    copies) and the decode kernel run on copies too."""
+    _hopper()
+    rng = np.random.default_rng(47)
+    split = dataclasses.replace(tune._WGMMA[1], split_k=3)
+    for trans_a, trans_b in LAYOUTS:
+        _check(rng, 136, 264, 1027, gpurt.bfloat16, trans_a, trans_b, split)
+    aligned = gemm_mod.gemm_eligible_configs(gpurt.empty((64, 1024), dtype=gpurt.bfloat16),
+                                             gpurt.empty((1024, 2048), dtype=gpurt.bfloat16))
+    decode = next(c for c in aligned if c.kernel == "decode")
+    _check(rng, 64, 2051, 1027, gpurt.bfloat16, False, False, decode)
+    _check(rng, 64, 2051, 1027, gpurt.bfloat16, False, True, decode, beta=1.0)
+
+
+@pytest.mark.gpu
+def test_gemm_takes_the_packed_route_where_it_pays(gpu_state, no_tuning):
+    """1031 x 1029 x 1027 bf16 (rows of 2054 and 2058 bytes: not 16-byte multiples) runs on
+    copies by itself, in every layout; gemm_config says which kernel; 127 x 257 x 61 keeps
+    the mma path; GPURT_GEMM_DISABLE=pack turns the route off."""
+    _hopper()
+    rng = np.random.default_rng(53)
+    for trans_a, trans_b in LAYOUTS:
+        gemm_mod.clear_plans()
+        _check(rng, 1031, 1029, 1027, gpurt.bfloat16, trans_a, trans_b)
+        (call,) = _plans()
+        assert isinstance(call, pack.PackedCall) and call.config.kernel == "wgmma"
+    a = device(rand(rng, (1031, 1027), gpurt.bfloat16))
+    b = device(rand(rng, (1027, 1029), gpurt.bfloat16))
+    assert gemm_mod.gemm_config(a, b).kernel == "wgmma"
+    copied = [c for c in gemm_mod.gemm_eligible_configs(a, b) if c.kernel == "wgmma"]
+    assert len(copied) == 1  # the one TMA config offered on copies (property tests, sweep)
+    _check(rng, 131, 129, 127, gpurt.bfloat16, True, False, copied[0], offset=1, beta=0.5)
+    gemm_mod.clear_plans()
+    _check(rng, 127, 257, 61, gpurt.bfloat16, False, False)
+    (call,) = _plans()
+    assert not isinstance(call, pack.PackedCall)
+
+
+@pytest.mark.gpu
+def test_the_switch_turns_the_route_off(gpu_state, no_tuning, monkeypatch):
+    _hopper()
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "pack")
+    gemm_mod.clear_plans()
+    rng = np.random.default_rng(59)
+    _check(rng, 1031, 1029, 1027, gpurt.bfloat16, False, False)
+    (call,) = _plans()
+    assert not isinstance(call, pack.PackedCall) and call.config.kernel == "mma"
+    gemm_mod.clear_plans()
+
+
+@pytest.mark.gpu
+def test_copies_on_two_streams_in_memory_stats_and_in_a_graph(gpu_state, no_tuning):
+    """Each stream keeps its own scratch (in memory_stats, reused call after call, dropped by
+    clear_plans); a capturing stream copies into the graph's own memory per call, so each
+    replay reads the inputs as they are then."""
+    _hopper()
+    rng = np.random.default_rng(61)
+    m, n, k = 1031, 1029, 1027
+    gemm_mod.clear_plans()
+    streams = [gpurt.Stream(), gpurt.Stream()]
+    pairs = [(rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16))
+             for _ in streams]
+    operands = [(device(a), device(b)) for a, b in pairs]
+    gpurt.synchronize()
+    before = gpurt.memory_allocated()
+    kept = []
+    for _ in range(2):
+        outs = [poisoned((m, n), gpurt.bfloat16) for _ in streams]
+        gpurt.synchronize()
+        for (da, db), out, stream in zip(operands, outs, streams):
+            gemm_mod.gemm(da, db, out=out, stream=stream)
+        gpurt.synchronize()
+        for (a, b), out in zip(pairs, outs):
+            assert rel_err(out.numpy(), reference(a, b)) < 1e-2
+        kept.append(workspace.kept_bytes())
+    scratch = (m + k) * 1088 * 2  # A's m rows and B's k rows, 1088-element pitches
+    assert kept[0] == kept[1] >= 2 * scratch  # the second round reused each stream's scratch
+    assert gpurt.memory_allocated() - before >= kept[1]  # in memory_stats
+    da, db = operands[0]
+    out = poisoned((m, n), gpurt.bfloat16)
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph, stream=streams[0]):
+        gemm_mod.gemm(da, db, out=out, stream=streams[0])
+    for _ in range(2):
+        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+        da.copy_(device(a))
+        db.copy_(device(b))
+        out.copy_(poisoned((m, n), gpurt.bfloat16))
+        gpurt.synchronize()
+        graph.replay()
+        gpurt.synchronize()
+        assert rel_err(out.numpy(), reference(a, b)) < 1e-2
+    del graph
+    gemm_mod.clear_plans()
+    assert workspace.kept_bytes() == 0
+
+
+@pytest.mark.gpu
+def test_tf32_without_out_keeps_cs_shape(gpu_state, no_tuning):
+    """The second call of a signature makes its output from the plan: (M x N) also where the
+    TF32 wgmma kernel computes C^T = B^T A^T (an N-major B), on copies or not."""
+    _hopper()
+    rng = np.random.default_rng(67)
+    for m, n, k in ((300, 400, 500), (1031, 1029, 1027)):  # aligned rows; rows to copy
+        a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
+        for _ in range(2):
+            out = gemm_mod.gemm(device(a), device(b), allow_tf32=True)
+            assert out.shape == (m, n)
+            assert rel_err(out.numpy(), reference(a, b)) < 5e-3
