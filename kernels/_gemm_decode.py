@@ -42,7 +42,7 @@ def validate(config: Config) -> None:
 
 
 def threads(config: Config) -> int:
-    return 256 if config.bm == 64 else 384  # a producer warpgroup and 1 or 2 consumers
+    return 160 if config.bm == 64 else 288  # 1 or 2 consumer warpgroups and a producer warp
 
 
 def shared_mem(config: Config) -> int:

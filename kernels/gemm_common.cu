@@ -115,26 +115,48 @@ __device__ __forceinline__ void store_pair(typename Elem<DT>::T* __restrict__ C,
     }
 }
 
-// Split-K: (v0, v1) = the sums over slices 0..splits-1 (in that order) of elements `at` and
-// `at` + 1 (`two`: the second is in the row) of partial[slice][total], read past L1 (other
-// CTAs wrote them). The pair is one 8-byte load where its index in the slice buffer is even.
-__device__ __forceinline__ void sum_partial_pair(const float* __restrict__ partial, i64 total,
-                                                 int splits, i64 at, bool two, float& v0,
-                                                 float& v1) {
-    float s0 = 0.f, s1 = 0.f;
-    for (int s = 0; s < splits; ++s) {
-        const float* p = partial + (i64)s * total + at;
-        if (two && (((i64)s * total + at) & 1) == 0) {
-            const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
-            s0 += v.x;
-            s1 += v.y;
-        } else {
-            s0 += __ldcg(p);
-            if (two) s1 += __ldcg(p + 1);
+// Split-K: v0[p], v1[p] = the sums over slices 0..splits-1 (in that order) of elements at[p]
+// and at[p] + 1 of partial[slice][total], for NP pairs at once; count[p] is how many of the two
+// are in C (0: none, 1: the first, 2: both). Read past L1 (other CTAs wrote them). The loads of
+// SB slices of all NP pairs issue before the first of their adds, so a thread waits for one L2
+// round trip per SB slices of NP pairs, not one per slice of each pair; the adds keep slice
+// order, so the bits are those of a plain loop. A pair is one 8-byte load where it is 8-byte
+// aligned in every slice (at[p] and total even), else two 4-byte loads.
+template <int NP, int SB>
+__device__ __forceinline__ void sum_partial_pairs(const float* __restrict__ partial, i64 total,
+                                                  int splits, const i64 (&at)[NP],
+                                                  const int (&count)[NP], float (&v0)[NP],
+                                                  float (&v1)[NP]) {
+#pragma unroll
+    for (int p = 0; p < NP; ++p) v0[p] = v1[p] = 0.f;
+    for (int first = 0; first < splits; first += SB) {
+        float2 got[NP][SB];
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+#pragma unroll
+            for (int b = 0; b < SB; ++b) {
+                got[p][b] = make_float2(0.f, 0.f);
+                if (first + b >= splits || count[p] == 0) continue;
+                const float* q = partial + (i64)(first + b) * total + at[p];
+                if (count[p] == 2 && ((at[p] | total) & 1) == 0) {
+                    got[p][b] = __ldcg(reinterpret_cast<const float2*>(q));
+                } else {
+                    got[p][b].x = __ldcg(q);
+                    if (count[p] == 2) got[p][b].y = __ldcg(q + 1);
+                }
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+#pragma unroll
+            for (int b = 0; b < SB; ++b) {
+                if (first + b < splits) {
+                    v0[p] += got[p][b].x;
+                    v1[p] += got[p][b].y;
+                }
+            }
         }
     }
-    v0 = s0;
-    v1 = s1;
 }
 
 // Split-K's ticket: after the CTA stored its K slice (blockIdx.z of gridDim.z) of tile
@@ -155,11 +177,11 @@ __device__ __forceinline__ bool splitk_is_last(unsigned* __restrict__ counters) 
     return __syncthreads_or(last);
 }
 
-// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma, simt; slice
-// blockIdx.z of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN
-// tile at (m0, n0), it takes a ticket (splitk_is_last); the CTA that takes the last one sums
-// the tile's slices in slice order (sum_partial_pair: the same bits every run) and stores C
-// with alpha, beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
+// Split-K in one launch for the kernels of one CTA per (tile, K slice) (mma; slice blockIdx.z
+// of gridDim.z, tile blockIdx.x): after the CTA stored its slice of the BM x BN tile at (m0,
+// n0), it takes a ticket (splitk_is_last); the CTA that takes the last one sums the tile's
+// slices in slice order (sum_partial_pairs: the same bits every run) and stores C with alpha,
+// beta and Cin. Every thread of the CTA must call it. No CTA waits on another.
 template <int DT, int BM, int BN>
 __device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__ C,
                                               const typename Elem<DT>::T* __restrict__ Cin,
@@ -168,13 +190,29 @@ __device__ __forceinline__ void splitk_finish(typename Elem<DT>::T* __restrict__
                                               i64 ldc, i64 ldcin, float alpha, float beta,
                                               int m0, int n0, bool pair_ok) {
     if (!splitk_is_last(counters)) return;
-    const i64 total = (i64)M * N;
-    for (int e = threadIdx.x; e < BM * BN / 2; e += blockDim.x) {
-        const int r = m0 + e / (BN / 2), c = n0 + 2 * (e % (BN / 2));
-        if (r >= M || c >= N) continue;
-        float v0, v1;
-        sum_partial_pair(partial, total, gridDim.z, (i64)r * N + c, c + 1 < N, v0, v1);
-        store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c, v0, v1, pair_ok);
+    // Consecutive threads on consecutive pairs (coalesced), one pair per thread at a time with
+    // 4 of its slices in flight: more pairs would raise the kernels' register counts and cut
+    // their main loops' CTAs per SM (the TF32 64 x 64 mma kernel needs 64 registers).
+    constexpr int NP = 1, PAIRS = BM * BN / 2;
+    for (int e0 = threadIdx.x; e0 < PAIRS; e0 += NP * blockDim.x) {
+        int r[NP], c[NP], count[NP];
+        i64 at[NP];
+        float v0[NP], v1[NP];
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+            const int e = e0 + p * blockDim.x;
+            r[p] = m0 + e / (BN / 2);
+            c[p] = n0 + 2 * (e % (BN / 2));
+            at[p] = (i64)r[p] * N + c[p];
+            count[p] = e >= PAIRS || r[p] >= M || c[p] >= N ? 0 : (c[p] + 1 < N ? 2 : 1);
+        }
+        sum_partial_pairs<NP, 4>(partial, (i64)M * N, gridDim.z, at, count, v0, v1);
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+            if (count[p] != 0)
+                store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r[p], c[p], v0[p],
+                               v1[p], pair_ok);
+        }
     }
 }
 

@@ -5,10 +5,11 @@
 // wgmma's 64-row side and Y (the activations) on its N side (m64nBNk16, BN = 16..128), so a
 // batch of 16 costs a 16-wide MMA instead of a 128-row tile that is 7/8 padding. The host
 // picks X and Y out of op(a) and op(b)^T and C's strides: C = D^T (X = op(b)^T) when C is
-// wide, C = D when it is tall. A CTA of 2 or 3 warpgroups: one thread of warpgroup 0 issues
-// TMA copies into a STAGES-deep ring (the pipeline that keeps enough bytes of X in flight to
-// saturate memory), each other warpgroup multiplies 64 (BM = 64, 128) or 128 (BM = 256) rows
-// of X by the BN columns of Y; the taller tiles read Y from L2 fewer times.
+// wide, C = D when it is tall. A CTA of 1 or 2 consumer warpgroups and a producer warp: one
+// thread of the producer warp issues TMA copies into a STAGES-deep ring (the pipeline that
+// keeps enough bytes of X in flight to saturate memory), each consumer warpgroup multiplies
+// 64 (BM = 64, 128) or 128 (BM = 256) rows of X by the BN columns of Y; the taller tiles read
+// Y from L2 fewer times.
 // Layouts, swizzle, descriptors and the ring's barriers are those of gemm_wgmma.cu.
 //
 // Without split-K (SPLIT == 1) the consumers write C straight from their accumulators.
@@ -46,9 +47,11 @@ __device__ __forceinline__ void store_c(u16* C, const u16* Cin, i64 p, i64 q, i6
 // Grid: x = (tile of P * q_tiles + tile of Q) * SPLIT + cluster rank; clusters of SPLIT along
 // x. X_K / Y_K: X / Y K-major (else P- / Q-major: 64-wide boxes, BN a multiple of 64). Element
 // (p, q) of C is at C + p * c_p + q * c_q (Cin likewise). Dynamic shared memory: see
-// kernels/_gemm_decode.py (shared_mem).
+// kernels/_gemm_decode.py (shared_mem). Threads: the consumer warpgroups first (wgmma wants
+// each on a multiple of 4 warps), then one producer warp: 160 or 288 threads, so two CTAs of
+// 128-row tiles fit an SM's registers where their shared memory allows it.
 template <int DT, int BM, int BN, int STAGES, bool X_K, bool Y_K, int SPLIT>
-__global__ void __launch_bounds__(BM == 64 ? 256 : 384, 1)
+__global__ void __launch_bounds__(BM == 64 ? 160 : 288, 1)
 gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ wg::TmaDesc tma_y,
             u16* C, const u16* Cin, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
             i64 cin_q, float alpha, float beta) {
@@ -59,7 +62,7 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     // MT 64-row blocks of X per consumer warpgroup: block b of the tile at b * CHUNK_BYTES
     // in both layouts (K-major: 64 rows of 128 bytes; P-major: one [64 k][64 p] box)
     constexpr int CONSUMERS = BM == 64 ? 1 : 2, MT = BM / 64 / CONSUMERS;
-    constexpr int THREADS = 128 * (1 + CONSUMERS);
+    constexpr int THREADS = 128 * CONSUMERS + 32;
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     constexpr int PITCH = BM + 4;  // floats per column of the partial tile: conflict-free
     constexpr u32 RING = STAGES * (A_BYTES + B_BYTES), PART = BN * PITCH * 4;
@@ -86,8 +89,8 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     }
     __syncthreads();
 
-    if (warpgroup == 0) {
-        if (threadIdx.x == 0) {
+    if (warpgroup == CONSUMERS) {  // the producer warp
+        if (threadIdx.x == 128 * CONSUMERS) {
             for (int kt = k_begin, it = 0; kt < k_end; ++kt, ++it) {
                 const int s = it % STAGES;
                 mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -100,7 +103,7 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             }
         }
     } else {
-        const int half = warpgroup - 1;  // row blocks [MT half, MT half + MT) of the tile
+        const int half = warpgroup;  // row blocks [MT half, MT half + MT) of the tile
         const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
         float d[MT][BN / 2];
 #pragma unroll
@@ -172,18 +175,31 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     if constexpr (SPLIT == 1) return;
     cluster_sync();  // every rank's partial tile is written and visible cluster-wide
     // Rank r finishes rows [r BM / SPLIT, (r + 1) BM / SPLIT), row fastest (C's contiguous
-    // side when it is wide), summing the ranks in order.
-    constexpr int ROWS = BM / SPLIT;
+    // side when it is wide), summing the ranks in order. A thread's elements u = threadIdx.x
+    // + i THREADS come CHUNK at a time, all their loads issued before the first sum, so the
+    // distributed-shared-memory round trips overlap instead of forming one chain per thread.
+    constexpr int ROWS = BM / SPLIT, CHUNK = 16 / SPLIT;
     const int p0 = tp * BM + rank * ROWS, q0 = tq * BN;
     const int rows = min(ROWS, P - p0), cols = min(BN, Q - q0);
-    for (int u = threadIdx.x; u < ROWS * cols; u += THREADS) {
-        const int pr = u % ROWS, q = u / ROWS;
-        if (pr >= rows) continue;
-        const u32 at = base + 4 * (q * PITCH + rank * ROWS + pr);
-        float sum = 0.f;
+    for (int u0 = threadIdx.x; u0 < ROWS * cols; u0 += CHUNK * THREADS) {
+        float got[CHUNK][SPLIT];
 #pragma unroll
-        for (int from = 0; from < SPLIT; ++from) sum += dc::load_partial(at, from);
-        dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
+        for (int i = 0; i < CHUNK; ++i) {
+            const int u = u0 + i * THREADS, pr = u % ROWS, q = u / ROWS;
+            if (u >= ROWS * cols || pr >= rows) continue;
+            const u32 at = base + 4 * (q * PITCH + rank * ROWS + pr);
+#pragma unroll
+            for (int from = 0; from < SPLIT; ++from) got[i][from] = dc::load_partial(at, from);
+        }
+#pragma unroll
+        for (int i = 0; i < CHUNK; ++i) {
+            const int u = u0 + i * THREADS, pr = u % ROWS, q = u / ROWS;
+            if (u >= ROWS * cols || pr >= rows) continue;
+            float sum = 0.f;
+#pragma unroll
+            for (int from = 0; from < SPLIT; ++from) sum += got[i][from];
+            dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
+        }
     }
     cluster_sync();  // no CTA leaves while others may read its partial tile
 }

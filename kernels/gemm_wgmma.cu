@@ -307,7 +307,7 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
 // part of a slice: true (in all of them) when this is the last of the `splits` slices of the
 // half tile to arrive. Then the counter is reset to 0 for the next launch, and the other
 // slices, written by other CTAs before their tickets (__threadfence), are visible to loads
-// that bypass L1 (__ldcg: sum_partial_pair).
+// that bypass L1 (__ldcg: sum_partial_pairs).
 __device__ __forceinline__ bool last_of_tile(unsigned* counter, int splits, int half, int t) {
     __threadfence();  // this thread's slice stores, before the ticket
     named_sync(1 + half, 128);
@@ -494,16 +494,26 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     if (!last_of_tile(counters + (item % tiles) * 2 + half, splits, half, t))
                         continue;
                     // the last CTA of the half tile: sum the slices in order 0..splits-1 and
-                    // store, pair by pair (a loop, not unrolled: BN = 256 would spill)
+                    // store, 8 of the thread's pairs at a time (a loop, not unrolled: BN = 256
+                    // would spill)
+                    constexpr int NP = 8;
 #pragma unroll 1
-                    for (int q = 0; q < BN / 4; ++q) {
-                        const int rr = r + 8 * (q & 1), cc = c + 8 * (q >> 1);
-                        float v0 = 0.f, v1 = 0.f;
-                        if (rr < M && cc < N)
-                            sum_partial_pair(partial, (i64)M * N, splits, (i64)rr * N + cc,
-                                             cc + 1 < N, v0, v1);
-                        store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, rr, cc,
-                                       v0, v1, pair_ok != 0);
+                    for (int q0 = 0; q0 < BN / 4; q0 += NP) {
+                        int rr[NP], cc[NP], count[NP];
+                        i64 at[NP];
+                        float v0[NP], v1[NP];
+#pragma unroll
+                        for (int p = 0; p < NP; ++p) {
+                            rr[p] = r + 8 * ((q0 + p) & 1);
+                            cc[p] = c + 8 * ((q0 + p) >> 1);
+                            at[p] = (i64)rr[p] * N + cc[p];
+                            count[p] = rr[p] >= M || cc[p] >= N ? 0 : (cc[p] + 1 < N ? 2 : 1);
+                        }
+                        sum_partial_pairs<NP, 4>(partial, (i64)M * N, splits, at, count, v0, v1);
+#pragma unroll
+                        for (int p = 0; p < NP; ++p)
+                            store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, rr[p],
+                                           cc[p], v0[p], v1[p], pair_ok != 0);
                     }
                     continue;
                 }

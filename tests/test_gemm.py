@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -800,6 +801,25 @@ def test_mma_simt_split_k_fused(gpu_state):
     _split_case(rng, dataclasses.replace(mma, split_k=4), np.float16, 1, 8, 512, False, False)
     _assert_counters_zero()
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [2, 7, 16, 17])
+def test_split_k_slice_counts(gpu_state, splits):
+    """The fused split-K sum loads 4 slices of several pairs before their adds: slice counts
+    below, at a multiple of and past that batch, on every kernel that splits (wgmma 128 and 256
+    wide, mma 16-bit and TF32, simt; an odd M x N: 4-byte loads) against float64, the same
+    bits twice, the ticket counters back at zero."""
+    rng = np.random.default_rng(37 + splits)
+    split = functools.partial(dataclasses.replace, split_k=splits)
+    cases = [(split(tune._MMA[3]), gpurt.bfloat16, 168, 264, 2056, {}),
+             (split(tune._SIMT[3]), np.float32, 131, 77, 1003, {}),
+             (split(tune._TF32[1]), np.float32, 168, 264, 2056, {"allow_tf32": True})]
+    if gpurt.get_device_capability() == (9, 0):
+        cases += [(split(c), np.float16, 200, 264, 2056, {}) for c in tune._WGMMA[:2]]
+    for config, dtype, m, n, k, kw in cases:
+        _split_case(rng, config, dtype, m, n, k, False, False, **kw)
+    _assert_counters_zero()
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("base", [tune._SIMT[0], tune._SIMT[2], tune._SIMT[4], tune._SIMT[5]],

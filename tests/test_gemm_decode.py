@@ -63,7 +63,7 @@ def test_config_validation(fields):
 
 def test_config_geometry():
     config = dc(128, 16, 8, 4)
-    assert config.threads == 384 and dc(64, 16).threads == 256 and dc(256, 16).threads == 384
+    assert config.threads == 288 and dc(64, 16).threads == 160 and dc(256, 16).threads == 288
     assert config.shared_mem(True, False) == 8 * 144 * 128 + 16 * 8 + 1024
     # a partial tile larger than a shallow ring takes its place
     assert dc(128, 128, 2).shared_mem(True, True) == 128 * 132 * 4 + 32 + 1024
