@@ -62,7 +62,10 @@ class LongRows:
     the shapes after it); ``fills``: (the first shape of an operation) also for rows that
     need one CTA of MAX_THREADS in registers, in registers only; ``tickets_past``: rows
     longer than one such CTA holds take ticket chunks of it (not a cluster, nor the shapes
-    after it); ``one_pass``: its ticket chunks reduce in one pass (16-bit forward). Rows
+    after it); ``one_pass``: its ticket chunks reduce in one pass (16-bit forward);
+    ``persist``: its ticket chunks in a persistent grid (Variant.persist), ``persist_items``
+    vectors a thread of which ``persist_smem`` in shared memory (two stages of them),
+    ``persist_blocks`` CTAs per multiprocessor (0: ``blocks``). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -77,6 +80,10 @@ class LongRows:
     fills: bool = False
     tickets_past: bool = False
     one_pass: bool = False
+    persist: int = 0
+    persist_items: int = 0
+    persist_smem: int = 0
+    persist_blocks: int = 0
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -169,7 +176,10 @@ class Variant:
     row's first ``vec``-aligned one and after its last whole vector are single-element edge
     slots), else each row is whole aligned vectors; ``one_pass`` (16-bit forward, not the
     split): each thread's maximum and sum in one pass over its vectors as they land (the
-    exps overlap the loads), else a max pass then a sum pass.
+    exps overlap the loads), else a max pass then a sum pass; ``persist`` (``ticket``): a
+    grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
+    chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
+    shared memory): 1 issues them after the current chunk's reduction, 2 before it.
     """
 
     kind: str
@@ -184,6 +194,7 @@ class Variant:
     smem_items: int = 0
     edges: bool = False
     one_pass: bool = False
+    persist: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -215,6 +226,10 @@ class Variant:
         if self.one_pass and (self.dtype == 0 or self.op >= SOFTMAX_BACKWARD
                               or self.kind == "split"):
             raise ValueError("one_pass is for the 16-bit forward kernels (not the split)")
+        if self.persist not in (0, 1, 2) or (self.persist and (self.kind != "ticket"
+                                                                or self.threads < 64)):
+            raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
+                             "at least 64 threads")
 
     @property
     def inputs(self) -> int:
@@ -240,7 +255,8 @@ class Variant:
     @property
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA in bytes (the shared-memory items)."""
-        return self.inputs * self.smem_items * self.threads * 16
+        stages = 2 if self.persist else 1
+        return stages * self.inputs * self.smem_items * self.threads * 16
 
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
@@ -254,6 +270,10 @@ class Variant:
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
+        if self.persist:
+            return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
+                    f"{int(self.persist == 2)}>",)
         if self.kind == "ticket":
             return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
@@ -270,7 +290,8 @@ class Variant:
         return (rows + 2) // 2 * 2 + 2 * rows * self.chunks(cols)
 
     def grid(self, rows: int, cols: int) -> int:
-        """CTAs in the launch (each of the two launches for ``split``)."""
+        """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
+        most this many, as many as fit at once)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
@@ -411,6 +432,11 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool) -> Varia
     keep = max(1, shape.keep // (inputs * vec))
     room = shape.smem // (inputs * shape.threads * 16)
     items = 1 << ((keep + room).bit_length() - 1)
+    if shape.persist:
+        return Variant("ticket", code, op, vec, shape.persist_items, shape.threads,
+                       shape.threads, min_blocks=shape.persist_blocks or shape.blocks,
+                       smem_items=shape.persist_smem,
+                       edges=edges, one_pass=shape.one_pass, persist=shape.persist)
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
                    edges=edges, one_pass=shape.one_pass)
