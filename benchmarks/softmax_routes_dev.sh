@@ -37,8 +37,8 @@ case "$set_name" in
         tests="persist or ticket_rows or (16bit_forward and bfloat16 and not log)"
         memcheck="persist_chunks and ((bfloat16 and not log and not backward) or (float32 and backward and not log))"
         racecheck="persist_chunks and bfloat16 and not log and not backward"
-        synccheck="persist_chunks and float16 and log and not backward"
-        limits=(95 50 30 25 15) ;;
+        synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
+        limits=(110 45 30 20 15) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
