@@ -76,7 +76,10 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 assert v.min_blocks == 1 or shapes
                 if v.smem_items:
                     assert in_registers <= max(s.keep for s in shapes)
-                    assert v.shared_mem <= max(s.smem for s in shapes)
+                    # persistent chunks: two stages, each within the shape's budget
+                    stages = 2 if v.persist else 1
+                    assert v.shared_mem // stages <= max(s.smem for s in shapes)
+                    assert v.shared_mem <= 227 * 1024  # sm_90's most for one CTA
                 else:
                     assert in_registers <= max([plan.HELD, inputs * v.vec]
                                                + [s.held for s in shapes])
@@ -93,6 +96,10 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                         assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
                         assert v.one_pass == first.one_pass
                         assert v.chunks(cols) >= 2, (cols, v)
+                        assert v.persist == (first.persist if not first.persist_ctas else 0)
+                    elif v.persist:  # in place of a cluster of persist_ctas CTAs
+                        assert first.persist_ctas and v.chunks(cols) >= 2, (cols, v)
+                        assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
                     else:
                         assert cols > room, (cols, v)
                     assert v.chunks(cols) * v.columns >= cols
@@ -128,8 +135,21 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
+    # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
+    # grid (s8-softpersist); log_softmax backward the ticket chunks as before
     assert pick(200_003, F16, plan.SOFTMAX_BACKWARD).names() == (
-        "softmax_ticket<1, 2, 8, 16, 512, 1, 12, 1>",)
+        "softmax_persist<1, 2, 8, 8, 512, 1, 6, 1, 0, 0>",)
+    assert pick(200_003, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<1, 3, 8, 16, 512, 1, 12, 1>",)
+    assert pick(200_003, BF16, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
+    # fp32 softmax rows the wide shape holds in clusters of 4: its persistent chunks
+    # (s8-softpersist), but for few rows (TICKET_FEW_CTAS) and log_softmax
+    assert pick(200_003, F32).names() == ("softmax_persist<0, 0, 4, 16, 512, 1, 12, 1, 0, 0>",)
+    assert pick(262144, F32).chunks(262144) == 8  # chunks of 32768
+    assert pick(200_003, F32, rows=7).names() == ("softmax_cluster<0, 0, 4, 32, 512, 4, 1, 10, 1>",)
+    assert pick(200_003, F32, plan.LOG_SOFTMAX).kind == "cluster"
+    assert pick(200_003, F32, tickets=False).kind == "cluster"
+    assert pick(262145, F32).kind == "cluster"
     assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
@@ -142,6 +162,7 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
+    assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<1, 3, 8, 16, 512, 1, 12>",)
     assert pick(1_048_577, F32).chunks(1_048_577) == 17
@@ -534,6 +555,7 @@ PERSIST_LONG = {
     (F16, plan.SOFTMAX): [(16, 256, 2, 12, 2), (16, 512, 1, 12, 2)],
     (BF16, plan.LOG_SOFTMAX): [(16, 256, 2, 12, 2), (16, 512, 1, 12, 2)],
     (BF16, plan.SOFTMAX_BACKWARD): [(8, 512, 1, 6, 1), (8, 512, 1, 6, 2), (8, 256, 2, 6, 2)],
+    (F16, plan.SOFTMAX_BACKWARD): [(8, 512, 1, 6, 1)],  # the chooser's (not run in s8)
     (F32, plan.SOFTMAX): [(16, 512, 1, 12, 1), (16, 512, 1, 12, 2), (16, 256, 2, 12, 2)],
     (F32, plan.SOFTMAX_BACKWARD): [(8, 512, 1, 6, 2), (8, 256, 2, 6, 2)],
 }
