@@ -20,6 +20,9 @@
 //                    until the row's other chunks have published theirs, then writes. Two
 //                    passes of bytes, any number of SMs per row; needs as many co-resident
 //                    CTAs as a row has chunks (the plan checks).
+//   softmax_persist  the same chunks and ticket in a grid of as many CTAs as fit at once, each
+//                    walking chunks with two stages: the next chunk's loads are in flight
+//                    while the current one waits for its row and writes (Stage).
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's

@@ -14,7 +14,8 @@ a row through distributed shared memory on sm_90, the longest of those also keep
 the row in shared memory, and for rows longer than a cluster holds -- 524k float32
 elements forward, 262k backward; 16-bit rows past one CTA, 64k elements -- chunks of one CTA
 each that take a row's chunks in order from a ticket in a zeroed workspace and wait for each
-other's partials, reading their inputs once; before sm_90, or where a row's chunks cannot
+other's partials, reading their inputs once, for some rows in a persistent grid that loads
+the next chunk while the current one waits and writes; before sm_90, or where a row's chunks cannot
 all be resident, a two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
