@@ -135,24 +135,35 @@ def test_the_copy_kernel_is_among_the_prebuilt_programs():
     assert not any(p[0] == pack.SOURCE for p in launch.programs("sm_80"))
 
 
-@pytest.mark.parametrize("config", [planned_tests.CONFIGS[2], planned_tests.CONFIGS[3]],
-                         ids=["wgmma", "wgmma-split2"])
+@pytest.mark.parametrize("config,copy_ab,copy_c", [
+    (planned_tests.CONFIGS[2], True, False), (planned_tests.CONFIGS[3], True, False),
+    (planned_tests.CONFIGS[2], True, True), (planned_tests.CONFIGS[3], False, True)],
+    ids=["wgmma", "wgmma-split2", "wgmma-AB-C", "wgmma-split2-C"])
 def test_planned_packed_launches_what_packed_call_launch_does(
-        driver: Any, config: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        driver: Any, config: Any, copy_ab: bool, copy_c: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     """On the fake driver: each planned packed call hands the driver the copy launch (both
-    operands, the stream's scratch as their target) and then the GEMM kernel on the copies,
-    exactly as PackedCall.launch does; split-K's partials come from the same workspace."""
+    operands, the stream's scratch as their target), the GEMM kernel on the copies (into
+    the scratch's C where C is copied back) and C's copy back, exactly as PackedCall.launch
+    does; split-K's partials come from the same workspace."""
     m, n, k = planned_tests.M, planned_tests.N, planned_tests.K
     copies = pack.copies_for([(0x1000002, k + 1, True, m, k), (0x2000002, n + 3, False, n, k)],
-                             2)
-    assert [(c.width, c.pitch) for c in copies] == [(k, k), (n, n)]
+                             2) if copy_ab else ()
+    assert [(c.width, c.pitch) for c in copies] == ([(k, k), (n, n)] if copy_ab else [])
+    c_copy = pack.c_copy_for(0x3000002, n + 1, m, n, 2, pack.scratch_bytes(copies, 2)) \
+        if copy_c else None
     packed = planned_tests._Plan(planned_tests._Op(k, True), planned_tests._Op(n, False))
+    if c_copy is not None:
+        assert (c_copy.width, c_copy.rows, c_copy.src_ld, c_copy.pitch) == (n, m, n + 1, n)
+        packed.ldc = c_copy.pitch
     problem = Problem(m, n, k, tune.DT_F16, True, False, True, True, (9, 0), 132)
     inner = planned_tests.launch_mod.make_call(packed, problem, config, 0x3000000)
     kernel = planned_tests.launch_mod.compile_kernels(pack.SOURCE, ("gemm_pack<unsigned short>",),
                                                       "sm_90")[0]
+    everything = copies + ((c_copy,) if c_copy else ())
     call = pack.PackedCall(inner, copies, kernel, pack.copy_grid(copies, 132),
-                           pack.scratch_bytes(copies, 2), m, n)
+                           pack.scratch_bytes(everything, 2), m, n, c_copy=c_copy,
+                           c_grid=pack.copy_grid(everything[-1:], 132))
     planned_tests._layouts(driver, inner.kernels + (kernel,))
     rooms: list[int] = []
     counters = inner.counters if config.split_k > 1 else 0
@@ -166,8 +177,8 @@ def test_planned_packed_launches_what_packed_call_launch_does(
                                    rooms[-1] + 0x400000, scratch)
 
     monkeypatch.setattr(workspace, "take", taken)
-    pointers = [(0x1000002 + 0x100000 * i, 0x2000002 + 0x100000 * i, 0x3000000 + 0x100 * i,
-                 0x3000000 if i == 1 else 0) for i in range(3)]
+    pointers = [(0x1000002 + 0x100000 * i, 0x2000002 + 0x100000 * i, 0x3000002 + 0x100 * i,
+                 0x3000002 if i == 1 else 0) for i in range(3)]
     planned = pack.planned_packed(call, *pointers[0])
     for a, b, out, cin in pointers:
         planned(None, a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5)
@@ -176,8 +187,30 @@ def test_planned_packed_launches_what_packed_call_launch_does(
     rooms.clear()
     for a, b, out, cin in pointers:
         call.launch(a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5, None)
-    assert got == driver.launches and len(got) == 2 * len(pointers)
-    assert "A" in call.label() and call.label().endswith("packAB")
+    per_call = int(copy_ab) + 1 + int(copy_c)
+    assert got == driver.launches and len(got) == per_call * len(pointers)
+    assert call.label().endswith("pack" + ("AB" if copy_ab else "") + ("C" if copy_c else ""))
+
+
+def test_c_is_copied_where_its_stores_would_cost_more():
+    """C's rows that TMA cannot write (4099 bf16 = 8198 bytes) go to 128-byte rows after the
+    operands' copies and are copied back, where the wgmma kernel's element-wise stores into
+    them would cost more than the copy (~140 us of 4096x4099x4096's 320 on an H100); small
+    C, aligned C and kernels other than wgmma keep writing C directly."""
+    wgmma = tune._WGMMA[0]
+    c_copy = pack.c_copy_for(0x3000000, 4099, 4096, 4099, 2, 1000)
+    assert (c_copy.which, c_copy.offset, c_copy.width, c_copy.rows, c_copy.src_ld,
+            c_copy.pitch) == (2, 1024, 4099, 4096, 4099, 4160)
+    assert pack.c_pays(wgmma, c_copy, 0x3000000, 2)
+    assert pack.copy_us((c_copy,), 2) < 35  # ~27 us of copy for ~140 saved
+    assert pack.c_copy_for(0x3000000, 4096, 4096, 4099, 2, 0) is None  # TMA-ready rows
+    assert pack.c_copy_for(0x3000001, 4096, 4096, 4099, 2, 0) is None  # not whole elements
+    assert not pack.c_pays(tune._MMA[0], c_copy, 0x3000000, 2)
+    assert not pack.c_pays(wgmma, None, 0x3000000, 2)
+    small = pack.c_copy_for(0x3000000, 261, 133, 261, 2, 0)
+    assert not pack.c_pays(wgmma, small, 0x3000000, 2)
+    middle = pack.c_copy_for(0x3000000, 1029, 1031, 1029, 2, 0)
+    assert pack.c_pays(wgmma, middle, 0x3000000, 2)
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
