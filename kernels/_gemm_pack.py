@@ -29,12 +29,13 @@ import gpurt
 from . import _gemm_workspace as workspace
 from ._gemm_config import Config, Problem
 from ._gemm_launch import Call, compile_kernels, planned_call
+from ._gemm_tune import disabled_kernels
 from ._gemm_types import DT_F32, DT_TF32
 
 __all__ = ["PackCopy", "PackedCall", "PlannedPacked", "copies_for", "estimate_us", "pays",
            "make_packed", "planned_packed", "copy_arguments", "copy_kernel", "copy_grid",
            "scratch_bytes", "tma_ready", "packed_plan", "copied_plan", "copy_us", "PLACEHOLDER",
-           "SOURCE", "c_copy_for", "c_pays", "copy_back_arguments"]
+           "SOURCE", "c_copy_for", "c_pays", "c_copy_if_pays", "copy_back_arguments"]
 
 SOURCE = "gemm_pack.cu"
 _THREADS = 256
@@ -222,6 +223,19 @@ def c_pays(config: Config, c_copy: PackCopy | None, out_ptr: int, itemsize: int)
     penalty = c_copy.rows * c_copy.width / _UNALIGNED_C_RATE[pair_ok] * 1e6
     cost = copy_us((c_copy,), itemsize)
     return cost < _MARGIN * penalty and cost + _MIN_SAVING_US < penalty
+
+
+def c_copy_if_pays(plan: Any, problem: Problem, config: Config,
+                   copies: tuple[PackCopy, ...]) -> PackCopy | None:
+    """C's copy-back for kernels/gemm.py's ``plan`` (behind ``copies``) where ``config``
+    writing C's rows directly would cost more (:func:`c_pays`), else None. Off with
+    ``GPURT_GEMM_DISABLE=pack``, and off GPUs without the TMA kernels."""
+    if problem.capability != (9, 0) or "pack" in disabled_kernels():
+        return None
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    c_copy = c_copy_for(plan.out.ptr, plan.ldc, plan.m, plan.n, itemsize,
+                        scratch_bytes(copies, itemsize))
+    return c_copy if c_pays(config, c_copy, plan.out.ptr, itemsize) else None
 
 
 # ---- launching -----------------------------------------------------------------------------

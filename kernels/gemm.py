@@ -548,23 +548,11 @@ def _pack_route(plan: _Plan, problem: Problem,
     return (packed, packed_problem, copies) if packed_problem.tma else None
 
 
-def _c_copy(plan: _Plan, problem: Problem, config: Config,
-            copies: tuple[pack.PackCopy, ...]) -> pack.PackCopy | None:
-    """C's copy-back (kernels/_gemm_pack.py) where ``config`` writing C's rows directly would
-    cost more than writing 128-byte rows in the scratch and copying them, else None."""
-    if problem.capability != (9, 0) or "pack" in tune.disabled_kernels():
-        return None
-    itemsize = 4 if plan.dt == DT_F32 else 2
-    c_copy = pack.c_copy_for(plan.out.ptr, plan.ldc, plan.m, plan.n, itemsize,
-                             pack.scratch_bytes(copies, itemsize))
-    return c_copy if pack.c_pays(config, c_copy, plan.out.ptr, itemsize) else None
-
-
 def _packed_call(plan: _Plan, packed: _Plan, packed_problem: Problem, config: Config,
                  copies: tuple[pack.PackCopy, ...]) -> Call | pack.PackedCall:
     """``config`` on ``packed`` (``plan`` with ``copies`` of its operands) and, where it pays,
     on a copy of C; the plain call of ``plan`` where nothing is copied."""
-    c_copy = _c_copy(plan, packed_problem, config, copies)
+    c_copy = pack.c_copy_if_pays(plan, packed_problem, config, copies)
     out_ptr = plan.out.ptr
     if c_copy is not None:
         packed = dataclasses.replace(packed, ldc=c_copy.pitch)

@@ -395,3 +395,120 @@ def test_tf32_without_out_keeps_cs_shape(gpu_state, no_tuning):
             out = gemm_mod.gemm(device(a), device(b), allow_tf32=True)
             assert out.shape == (m, n)
             assert rel_err(out.numpy(), reference(a, b)) < 5e-3
+
+
+# ---- C copied back (C's rows that TMA cannot write) ----------------------------------------------
+
+
+def _check_c(rng, m, n, k, dtype, trans_a=False, trans_b=False, *, beta=0.0, out_offset=0,
+             out_t=False, in_place=True, config=None, tf32=False):
+    """gemm into an output whose rows TMA cannot write: ``out_offset`` elements into rows
+    one element longer (the columns around it must keep their values), or column-major
+    (``out_t``); beta with c = out (``in_place``) or a separate c. Returns the planned call."""
+    a, b = rand(rng, (k, m) if trans_a else (m, k), dtype), rand(rng, (n, k) if trans_b else
+                                                                 (k, n), dtype)
+    c = rand(rng, (m, n), dtype)
+    shape = (n, m) if out_t else (m, n)
+    wide_host = rand(rng, (shape[0], shape[1] + 1 + out_offset), dtype)
+    for _ in range(2):  # the first call plans, the second runs the planned launches
+        wide = device(wide_host)
+        if not beta:  # poison what gemm writes
+            view = wide[:, out_offset:out_offset + shape[1]]
+            view.copy_(poisoned(shape, dtype))
+        out = wide[:, out_offset:out_offset + shape[1]]
+        out = out.T if out_t else out
+        if beta:
+            out.copy_(device(c))
+        given_c = None if in_place else device(c)
+        gemm_mod.gemm(device(a), device(b), out=out, beta=beta, c=given_c, trans_a=trans_a,
+                      trans_b=trans_b, config=config, allow_tf32=tf32)
+        want = reference(a, b, trans_a, trans_b, beta=beta, c=c)
+        got = out.numpy()
+        err = rel_err(got, want)
+        assert err < TOL[np.dtype(dtype).name], (m, n, k, trans_a, trans_b, beta, err)
+        rest = wide.numpy().astype(np.float64)
+        keep = np.ones(rest.shape, dtype=bool)
+        keep[:, out_offset:out_offset + shape[1]] = False
+        np.testing.assert_array_equal(rest[keep], wide_host.astype(np.float64)[keep])
+    (call,) = _plans()
+    gemm_mod.clear_plans()
+    return call
+
+
+def _copies_c(call: Any) -> bool:
+    return isinstance(call, pack.PackedCall) and call.c_copy is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
+def test_c_is_copied_back_in_every_layout(gpu_state, no_tuning, dtype):
+    """1031 x 1029 x 1027 (A, B and C on rows TMA cannot use): the kernel writes C into the
+    scratch and the copy kernel moves it into C, in every layout, with beta (c = out, and a
+    separate c), into a view one element into its rows, and into a column-major C; the
+    columns around the view keep their values."""
+    _hopper()
+    rng = np.random.default_rng(71)
+    for trans_a, trans_b in LAYOUTS:
+        call = _check_c(rng, 1031, 1029, 1027, dtype, trans_a, trans_b)
+        assert _copies_c(call) and call.label().endswith("packABC"), call.label()
+    assert _copies_c(_check_c(rng, 1031, 1029, 1027, dtype, beta=0.5, out_offset=1))
+    assert _copies_c(_check_c(rng, 1031, 1029, 1027, dtype, beta=-1.0, in_place=False))
+    assert _copies_c(_check_c(rng, 1029, 1031, 1027, dtype, out_t=True, beta=0.25))
+
+
+@pytest.mark.gpu
+def test_c_alone_is_copied_back_behind_aligned_operands(gpu_state, no_tuning):
+    """A and B on aligned rows (no operand copy), C 1029 wide: only C goes through the
+    scratch (forced configs with and without the TMA-store epilogue too); 133 x 261 keeps
+    writing C directly (the copy would cost more)."""
+    _hopper()
+    rng = np.random.default_rng(73)
+    bf16 = gpurt.bfloat16
+    call = _check_c(rng, 1031, 1029, 1024, bf16, trans_b=True)
+    assert _copies_c(call) and call.copies == () and call.label().endswith("packC")
+    for config in (tune._WGMMA[0], tune._WGMMA[5]):
+        forced = _check_c(rng, 1031, 1029, 1024, bf16, trans_b=True, config=config, beta=0.5)
+        assert _copies_c(forced) and forced.config == config
+    assert not _copies_c(_check_c(rng, 133, 261, 1024, bf16, trans_b=True))
+
+
+@pytest.mark.gpu
+def test_tf32_c_is_copied_back(gpu_state, no_tuning):
+    """TF32's wgmma, also where it computes C^T = B^T A^T (an N-major B), into the scratch's
+    C and back; beta with c = out."""
+    _hopper()
+    rng = np.random.default_rng(79)
+    for trans_a, trans_b in ((False, False), (False, True), (True, True)):
+        call = _check_c(rng, 1031, 1029, 1027, np.float32, trans_a, trans_b, tf32=True,
+                        beta=0.5 if trans_b else 0.0)
+        assert _copies_c(call), call
+
+
+@pytest.mark.gpu
+def test_c_copied_back_in_a_graph(gpu_state, no_tuning):
+    """Captured, the copies, the kernel and C's copy back replay with the inputs and C's
+    values of each replay (beta = 1: C accumulates), from the graph's own scratch."""
+    _hopper()
+    rng = np.random.default_rng(83)
+    m, n, k = 1031, 1029, 1027
+    bf16 = gpurt.bfloat16
+    da, db = device(rand(rng, (m, k), bf16)), device(rand(rng, (k, n), bf16))
+    out = gpurt.empty((m, n), dtype=bf16)
+    stream = gpurt.Stream()
+    gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream)  # plans outside the capture
+    stream.synchronize()
+    assert _copies_c(_plans()[0])
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph, stream=stream):
+        gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream)
+    for _ in range(2):
+        a, b, c = rand(rng, (m, k), bf16), rand(rng, (k, n), bf16), rand(rng, (m, n), bf16)
+        da.copy_(device(a))
+        db.copy_(device(b))
+        out.copy_(device(c))
+        gpurt.synchronize()
+        graph.replay()
+        gpurt.synchronize()
+        assert rel_err(out.numpy(), reference(a, b, beta=1.0, c=c)) < 1e-2
+    del graph
+    gemm_mod.clear_plans()
