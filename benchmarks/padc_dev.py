@@ -189,12 +189,12 @@ def run_timing(kind: str, json_path: str | None, budget: float) -> None:
 
 def _c_case(rng: Any, m: int, n: int, k: int, dtype: Any, trans_b: bool = False,
             beta: float = 0.0, offset: int = 0, tf32: bool = False, config: Any = None) -> None:
-    """gemm into a view ``offset`` elements into rows one longer (C's rows unaligned)."""
+    """gemm into a view ``offset`` elements into rows two longer (C's rows unaligned)."""
     a = rng.standard_normal((m, k)).astype(np.float32).astype(dtype)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32).astype(dtype)
     c = rng.standard_normal((m, n)).astype(np.float32).astype(dtype)
     for _ in range(2):
-        wide = gpurt.full((m, n + 1 + offset), np.nan, dtype=dtype)
+        wide = gpurt.full((m, n + 2 + offset), np.nan, dtype=dtype)
         out = wide[:, offset:offset + n]
         if beta:
             out.copy_(gpurt.asarray(c))

@@ -403,13 +403,14 @@ def test_tf32_without_out_keeps_cs_shape(gpu_state, no_tuning):
 def _check_c(rng, m, n, k, dtype, trans_a=False, trans_b=False, *, beta=0.0, out_offset=0,
              out_t=False, in_place=True, config=None, tf32=False):
     """gemm into an output whose rows TMA cannot write: ``out_offset`` elements into rows
-    one element longer (the columns around it must keep their values), or column-major
+    two elements longer (an odd pitch for odd N; the columns around it must keep their
+    values), or column-major
     (``out_t``); beta with c = out (``in_place``) or a separate c. Returns the planned call."""
     a, b = rand(rng, (k, m) if trans_a else (m, k), dtype), rand(rng, (n, k) if trans_b else
                                                                  (k, n), dtype)
     c = rand(rng, (m, n), dtype)
     shape = (n, m) if out_t else (m, n)
-    wide_host = rand(rng, (shape[0], shape[1] + 1 + out_offset), dtype)
+    wide_host = rand(rng, (shape[0], shape[1] + 2 + out_offset), dtype)
     for _ in range(2):  # the first call plans, the second runs the planned launches
         wide = device(wide_host)
         if not beta:  # poison what gemm writes
