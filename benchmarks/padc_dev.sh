@@ -12,7 +12,7 @@ total=${TOTAL:-232}
 export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
 pack() { tar czf "$out/runs.tgz" -C "$out" --exclude runs.tgz . 2>/dev/null; }
 step precompile
-timeout ${PRE_LIMIT:-50} python3 -P benchmarks/padc_dev.py precompile > "$out/precompile.log" 2>&1
+timeout ${PRE_LIMIT:-60} python3 -P benchmarks/padc_dev.py precompile > "$out/precompile.log" 2>&1
 echo "precompile rc=$?"; tail -n 2 "$out/precompile.log"
 step pytest
 timeout ${TEST_LIMIT:-50} python3 -P -m pytest -p no:cacheprovider -q \
@@ -21,7 +21,7 @@ timeout ${TEST_LIMIT:-50} python3 -P -m pytest -p no:cacheprovider -q \
     > "$out/pytest.log" 2>&1
 echo "pytest rc=$?"; grep -E "passed|failed|FAILED|Error" "$out/pytest.log" | tail -n 15; pack
 step time
-timeout ${TIME_LIMIT:-32} python3 -P benchmarks/padc_dev.py time --json "$out/time.json" > "$out/time.log" 2>&1
+timeout ${TIME_LIMIT:-38} python3 -P benchmarks/padc_dev.py time --json "$out/time.json" > "$out/time.log" 2>&1
 echo "time rc=$?"; pack
 step small
 limit=$(( $(left) - 42 )); [ $limit -gt 45 ] && limit=45; [ $limit -gt 10 ] || limit=10
