@@ -10,7 +10,7 @@ out=${1:?OUTDIR}
 total=${TOTAL:-232}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
-pack() { tar czf "$out/runs.tgz" -C "$out" --exclude runs.tgz . 2>/dev/null; }
+pack() { tar czf "${PACK_TO:-$out}/runs.tgz" -C "$out" --exclude runs.tgz . 2>/dev/null; }
 step precompile
 timeout ${PRE_LIMIT:-60} python3 -P benchmarks/padc_dev.py precompile > "$out/precompile.log" 2>&1
 echo "precompile rc=$?"; tail -n 2 "$out/precompile.log"
