@@ -147,6 +147,9 @@ _MMA_CTAS_PER_SM = 4
 _SM_REF = 132
 _MEMORY_BW = 3.0e12  # bytes/s read + written, copy bandwidth (H100 ~3.0, H200 ~4.0)
 _SKINNY_SPLIT_BW = 0.7e12  # the skinny kernel's bytes/s on rows that are not 16-byte multiples
+# the mma kernels' on such rows, before their math: split-K 64 x 64 took 37.4, 42.6 and 65.7 us
+# for M = 1, 16 and 64 x 4099 x 4099 bf16 (an H100, session 8 padc; TF32 M = 1: 60.5)
+_MMA_SPLIT_BW = 0.9e12
 # gemm_pack's bytes read + written per second: 2.46-2.55 TB/s measured (an H100, as fast as
 # a device-to-device copy of the same bytes; cuMemcpy2DAsync took twice as long)
 _COPY_BW = 2.5e12
@@ -154,10 +157,10 @@ _LAUNCH_US = 3.0  # the copy launch's own cost: a launch and a tail wave
 _MARGIN = 0.9  # the packed route must save 10% by the model before it is taken
 _MIN_SAVING_US = 2.0  # and at least this much
 # C elements per second the wgmma epilogue's plain stores cost on top of the kernel on rows
-# that are not 16-byte multiples, by whether it may store pairs: element by element ~140 us
-# for 4096 x 4099 bf16 (320 us kernel against 179 with aligned C) and ~49 us for 2053 x 3001
-# (an H100, notes_gemm.md); paired stores on such rows: not measured yet, a guess.
-_UNALIGNED_C_RATE = {False: 1.25e11, True: 5e11}
+# that are not 16-byte multiples, by whether it may store pairs (an H100, session 8 padc: the
+# time C's copy-back saved plus the copy's own, over C's elements: 1.6-2.9e11 element by
+# element at 1031^2 to 4099^2, bf16 and TF32; 3.5e11 in pairs at 4096 x 4098 bf16)
+_UNALIGNED_C_RATE = {False: 2.0e11, True: 3.5e11}
 
 
 def _fill(config: Config, problem: Problem) -> float:
@@ -189,6 +192,8 @@ def estimate_us(config: Config, problem: Problem) -> float | None:
     else:
         return None
     rate *= _fill(config, problem) * problem.sm_count / _SM_REF
+    if config.kernel == "mma" and not problem.vec:  # narrow loads: streaming, then the math
+        return (moved / _MMA_SPLIT_BW + 2.0 * problem.macs / rate) * 1e6
     return max(2.0 * problem.macs / rate, moved / _MEMORY_BW) * 1e6
 
 
