@@ -214,6 +214,9 @@ def _c_case(rng: Any, m: int, n: int, k: int, dtype: Any, trans_b: bool = False,
 
 def run_sanitize() -> None:
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
+    # C copied back wherever the wgmma kernel runs (the model skips it at 1031 x 1029 since
+    # the run that recalibrated it: under 2 us saved)
+    pack.c_pays = lambda config, c_copy, *args: c_copy is not None and config.kernel == "wgmma"
     rng = np.random.default_rng(11)
     bf16 = gpurt.bfloat16
     _c_case(rng, 1031, 1029, 1027, bf16)
@@ -223,6 +226,7 @@ def run_sanitize() -> None:
     _c_case(rng, 1031, 1029, 1027, np.float32, tf32=True, beta=0.5)  # TF32 turned around
     _c_case(rng, 1031, 1029, 1027, np.float32, trans_b=True, tf32=True)
     print("C cases done", flush=True)
+    pack.c_pays = _REAL_C_PAYS
     base.run_sanitize()
 
 
