@@ -7,14 +7,19 @@ runs wgmma at 728 (an H100, benchmarks/notes_gemm.md). Here the offending operan
 copied (one launch of kernels/gemm_pack.cu for both) into rows of a 128-byte-multiple pitch
 in the stream's workspace (kernels/_gemm_workspace.py: kept per stream, fresh memory while
 a stream captures a graph, shown in gpurt.memory_stats), and the normal TMA kernel runs on
-the copies. C needs no copy: the wgmma epilogue's plain stores take any pitch, and so do its
-reads of Cin (beta != 0).
+the copies. C's rows need no copy to be written (the wgmma epilogue's plain stores take any
+pitch, and so do its reads of Cin, beta != 0), but on rows that are not 16-byte multiples
+it stores element by element: where :func:`c_pays` says so the wgmma kernel writes a
+128-byte-pitched C in the scratch (TMA stores) instead and a second launch of the same copy
+kernel moves it into the user's C (Cin is read from the user's C directly, so beta needs
+nothing more): 4096x4099x4096 bf16 ran 294 us that way against 349 (an H100).
 
 :func:`pays` is the cost model that picks the route: the copies' bytes over the copy
 bandwidth against the time the TMA kernel saves, so small problems keep the path they had
 (the copy launch would cost more), and so do shapes with no TMA kernel to gain (TF32 at
-M <= 16); decode shapes take the copies, whose skinny kernel reads split rows at a quarter
-of copy speed. ``GPURT_GEMM_DISABLE=pack`` turns the route off.
+M <= 16) and decode shapes up to M = 16 with the big operand to copy (split-K mma reads its
+rows as they are faster than copying them); from M = 64 the copies pay.
+``GPURT_GEMM_DISABLE=pack`` turns the route off (C's copy-back too).
 """
 
 from __future__ import annotations
