@@ -7,14 +7,19 @@ runs wgmma at 728 (an H100, benchmarks/notes_gemm.md). Here the offending operan
 copied (one launch of kernels/gemm_pack.cu for both) into rows of a 128-byte-multiple pitch
 in the stream's workspace (kernels/_gemm_workspace.py: kept per stream, fresh memory while
 a stream captures a graph, shown in gpurt.memory_stats), and the normal TMA kernel runs on
-the copies. C needs no copy: the wgmma epilogue's plain stores take any pitch, and so do its
-reads of Cin (beta != 0).
+the copies. C's rows need no copy to be written (the wgmma epilogue's plain stores take any
+pitch, and so do its reads of Cin, beta != 0), but on rows that are not 16-byte multiples
+it stores element by element: where :func:`c_pays` says so the wgmma kernel writes a
+128-byte-pitched C in the scratch (TMA stores) instead and a second launch of the same copy
+kernel moves it into the user's C (Cin is read from the user's C directly, so beta needs
+nothing more): 4096x4099x4096 bf16 ran 294 us that way against 349 (an H100).
 
 :func:`pays` is the cost model that picks the route: the copies' bytes over the copy
 bandwidth against the time the TMA kernel saves, so small problems keep the path they had
 (the copy launch would cost more), and so do shapes with no TMA kernel to gain (TF32 at
-M <= 16); decode shapes take the copies, whose skinny kernel reads split rows at a quarter
-of copy speed. ``GPURT_GEMM_DISABLE=pack`` turns the route off.
+M <= 16) and decode shapes up to M = 16 with the big operand to copy (split-K mma reads its
+rows as they are faster than copying them); from M = 64 the copies pay.
+``GPURT_GEMM_DISABLE=pack`` turns the route off (C's copy-back too).
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ import gpurt
 from . import _gemm_workspace as workspace
 from ._gemm_config import Config, Problem
 from ._gemm_launch import Call, compile_kernels, planned_call
+from ._gemm_tune import disabled_kernels
 from ._gemm_types import DT_F32, DT_TF32
 
 __all__ = ["PackCopy", "PackedCall", "PlannedPacked", "copies_for", "estimate_us", "pays",
            "make_packed", "planned_packed", "copy_arguments", "copy_kernel", "copy_grid",
            "scratch_bytes", "tma_ready", "packed_plan", "copied_plan", "copy_us", "PLACEHOLDER",
-           "SOURCE"]
+           "SOURCE", "c_copy_for", "c_pays", "c_copy_if_pays", "copy_back_arguments"]
 
 SOURCE = "gemm_pack.cu"
 _THREADS = 256
@@ -47,7 +53,8 @@ PLACEHOLDER = 1 << 20
 class PackCopy:
     """One operand's copy: ``rows`` rows of ``width`` elements, ``src_ld`` elements apart in
     the operand, go to byte ``offset`` of the scratch, ``pitch`` elements apart (a 128-byte
-    multiple). ``which`` is 0 for A, 1 for B (the kernel's operands)."""
+    multiple). ``which`` is 0 for A, 1 for B (the kernel's operands), 2 for C, which goes the
+    other way: from the scratch into the user's C (``src_ld`` is then C's pitch)."""
 
     which: int
     offset: int
@@ -83,6 +90,16 @@ def copies_for(operands: list[tuple[int, int, bool, int, int]],
     return tuple(found)
 
 
+def c_copy_for(out_ptr: int, ldc: int, m: int, n: int, itemsize: int,
+               offset: int) -> PackCopy | None:
+    """C's copy-back where its rows are not TMA-ready (else None): the m x n C computed into
+    the scratch from byte ``offset`` (rounded up to 128), rows of a 128-byte-multiple pitch."""
+    if tma_ready(out_ptr, ldc, itemsize) or out_ptr % itemsize:
+        return None
+    pitch = -(-n * itemsize // 128) * 128 // itemsize
+    return PackCopy(2, -(-offset // 128) * 128, n, m, ldc, pitch)
+
+
 def packed_plan(plan: Any, copies: tuple[PackCopy, ...]) -> Any:
     """kernels/gemm.py's ``plan`` with each copied operand replaced by its copy: no array, a
     placeholder pointer (128-byte aligned, the copy's offset past :data:`PLACEHOLDER`), the
@@ -115,6 +132,11 @@ def scratch_bytes(copies: tuple[PackCopy, ...], itemsize: int) -> int:
     return max((c.offset + c.pitch * itemsize * c.rows for c in copies), default=0)
 
 
+def _pair_ok(ptr: int, ld: int, itemsize: int) -> bool:
+    """Whether the epilogue may store C in pairs (kernels/_gemm_launch.py's ``pair_ok``)."""
+    return ptr % (2 * itemsize) == 0 and ld % 2 == 0
+
+
 # ---- the cost model ------------------------------------------------------------------------
 
 # Rates of a whole H100/H200 (132 SMs), measured (notes_gemm.md, session 8 on an H100): 16-bit
@@ -130,12 +152,20 @@ _MMA_CTAS_PER_SM = 4
 _SM_REF = 132
 _MEMORY_BW = 3.0e12  # bytes/s read + written, copy bandwidth (H100 ~3.0, H200 ~4.0)
 _SKINNY_SPLIT_BW = 0.7e12  # the skinny kernel's bytes/s on rows that are not 16-byte multiples
+# the mma kernels' on such rows, before their math: split-K 64 x 64 took 37.4, 42.6 and 65.7 us
+# for M = 1, 16 and 64 x 4099 x 4099 bf16 (an H100, session 8 padc; TF32 M = 1: 60.5)
+_MMA_SPLIT_BW = 0.9e12
 # gemm_pack's bytes read + written per second: 2.46-2.55 TB/s measured (an H100, as fast as
 # a device-to-device copy of the same bytes; cuMemcpy2DAsync took twice as long)
 _COPY_BW = 2.5e12
 _LAUNCH_US = 3.0  # the copy launch's own cost: a launch and a tail wave
 _MARGIN = 0.9  # the packed route must save 10% by the model before it is taken
 _MIN_SAVING_US = 2.0  # and at least this much
+# C elements per second the wgmma epilogue's plain stores cost on top of the kernel on rows
+# that are not 16-byte multiples, by whether it may store pairs (an H100, session 8 padc: the
+# time C's copy-back saved plus the copy's own, over C's elements: 1.6-2.9e11 element by
+# element at 1031^2 to 4099^2, bf16 and TF32; 3.5e11 in pairs at 4096 x 4098 bf16)
+_UNALIGNED_C_RATE = {False: 2.0e11, True: 3.5e11}
 
 
 def _fill(config: Config, problem: Problem) -> float:
@@ -167,6 +197,8 @@ def estimate_us(config: Config, problem: Problem) -> float | None:
     else:
         return None
     rate *= _fill(config, problem) * problem.sm_count / _SM_REF
+    if config.kernel == "mma" and not problem.vec:  # narrow loads: streaming, then the math
+        return (moved / _MMA_SPLIT_BW + 2.0 * problem.macs / rate) * 1e6
     return max(2.0 * problem.macs / rate, moved / _MEMORY_BW) * 1e6
 
 
@@ -191,14 +223,41 @@ def pays(today: Config, problem: Problem, packed: Config, packed_problem: Proble
     return packed_us < _MARGIN * before and packed_us + _MIN_SAVING_US < before
 
 
+def c_pays(config: Config, c_copy: PackCopy | None, out_ptr: int, itemsize: int) -> bool:
+    """Whether ``config`` writing C into the scratch and copying it back (``c_copy``, of C at
+    ``out_ptr``) should beat its epilogue storing into C's unaligned rows directly; only for
+    the wgmma kernels, whose epilogue is made for aligned rows (TMA or paired stores)."""
+    if c_copy is None or config.kernel != "wgmma":
+        return False
+    pair_ok = _pair_ok(out_ptr, c_copy.src_ld, itemsize)
+    penalty = c_copy.rows * c_copy.width / _UNALIGNED_C_RATE[pair_ok] * 1e6
+    cost = copy_us((c_copy,), itemsize)
+    return cost < _MARGIN * penalty and cost + _MIN_SAVING_US < penalty
+
+
+def c_copy_if_pays(plan: Any, problem: Problem, config: Config,
+                   copies: tuple[PackCopy, ...]) -> PackCopy | None:
+    """C's copy-back for kernels/gemm.py's ``plan`` (behind ``copies``) where ``config``
+    writing C's rows directly would cost more (:func:`c_pays`), else None. Off with
+    ``GPURT_GEMM_DISABLE=pack``, and off GPUs without the TMA kernels."""
+    if problem.capability != (9, 0) or "pack" in disabled_kernels():
+        return None
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    c_copy = c_copy_for(plan.out.ptr, plan.ldc, plan.m, plan.n, itemsize,
+                        scratch_bytes(copies, itemsize))
+    return c_copy if c_pays(config, c_copy, plan.out.ptr, itemsize) else None
+
+
 # ---- launching -----------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class PackedCall:
     """A :class:`Call` (``inner``, planned on the copies' pitches) behind the copies of
-    ``copies`` (kernels/gemm_pack.cu's ``kernel``, ``grid``). ``m``, ``n``: C's shape as the
-    plan had it (the inner call may be turned around: TF32's C^T = B^T A^T)."""
+    ``copies`` (kernels/gemm_pack.cu's ``kernel``, ``grid``; none where only C is copied)
+    and, with ``c_copy``, writing C into the scratch, copied back by a second launch of the
+    kernel (``c_grid``). ``m``, ``n``: C's shape as the plan had it (the inner call may be
+    turned around: TF32's C^T = B^T A^T)."""
 
     inner: Call
     copies: tuple[PackCopy, ...]
@@ -208,6 +267,8 @@ class PackedCall:
     m: int
     n: int
     swap: bool = False  # always: m and n are C's own (an inner Call's may be turned around)
+    c_copy: PackCopy | None = None
+    c_grid: tuple[int, int, int] = (1, 1, 1)
 
     @property
     def index(self) -> int:
@@ -218,7 +279,8 @@ class PackedCall:
         return self.inner.config
 
     def label(self) -> str:
-        return self.inner.config.label() + " pack" + "".join("AB"[c.which] for c in self.copies)
+        copied = "".join("AB"[c.which] for c in self.copies) + ("C" if self.c_copy else "")
+        return self.inner.config.label() + " pack" + copied
 
     def _room(self, handle: int | None) -> workspace.Workspace:
         inner = self.inner
@@ -232,32 +294,41 @@ class PackedCall:
         """(the copy kernel's arguments, A's and B's pointers for the GEMM kernel)."""
         return copy_arguments(self.copies, a_ptr, b_ptr, scratch)
 
+    def c_target(self, out_ptr: int, scratch: int) -> int:
+        """Where the GEMM kernel writes C: the scratch's C, or ``out_ptr``."""
+        return out_ptr if self.c_copy is None else scratch + self.c_copy.offset
+
     def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
                beta: float, stream: Any) -> None:
-        """The copies, then the GEMM on them, on ``stream`` (None: current)."""
+        """The copies, the GEMM on them, C's copy back, on ``stream`` (None: current)."""
         inner = self.inner
         with workspace.LOCK:
             handle = None if stream is None else gpurt.as_stream_handle(stream, inner.index)
             room = self._room(handle)
             args, a_ptr, b_ptr = self.arguments(a_ptr, b_ptr, room.scratch)
-            self.kernel(self.grid, _THREADS, args, stream=stream)
+            if self.copies:
+                self.kernel(self.grid, _THREADS, args, stream=stream)
+            target = self.c_target(out_ptr, room.scratch)
             if inner.config.kernel in ("skinny", "decode") or inner.config.split_k == 1:
-                inner.launch(a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
+                inner.launch(a_ptr, b_ptr, target, cin_ptr, alpha, beta, stream)
             else:
-                inner._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, room.partials,
+                inner._launch_main(a_ptr, b_ptr, target, cin_ptr, room.partials,
                                    room.counters, alpha, beta, stream)
+            if self.c_copy is not None:
+                self.kernel(self.c_grid, _THREADS, copy_back_arguments(self.c_copy, target,
+                                                                        out_ptr), stream=stream)
 
 
 class PlannedPacked:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)`` of a
-    :class:`PackedCall`: the copy launch and the inner call's planned launch, both checked
+    :class:`PackedCall`: the copy launches and the inner call's planned launch, each checked
     and packed once; per call it takes the scratch (and split-K's room) from the stream's
     workspace."""
 
-    __slots__ = ("call", "pack", "inner")
+    __slots__ = ("call", "pack", "inner", "back")
 
-    def __init__(self, call: PackedCall, pack: Any, inner: Any) -> None:
-        self.call, self.pack, self.inner = call, pack, inner
+    def __init__(self, call: PackedCall, pack: Any, inner: Any, back: Any) -> None:
+        self.call, self.pack, self.inner, self.back = call, pack, inner, back
 
     def __call__(self, handle: Any, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int,
                  alpha: float, beta: float) -> None:
@@ -265,13 +336,17 @@ class PlannedPacked:
         with workspace.LOCK:
             room = call._room(handle)
             args, a_ptr, b_ptr = call.arguments(a_ptr, b_ptr, room.scratch)
-            self.pack(handle, args[0], args[2], args[6], args[8])
+            if self.pack is not None:
+                self.pack(handle, args[0], args[2], args[6], args[8])
+            target = call.c_target(out_ptr, room.scratch)
             config = call.inner.config
             if config.kernel in ("skinny", "decode") or config.split_k == 1:
-                self.inner(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)
+                self.inner(handle, a_ptr, b_ptr, target, cin_ptr, alpha, beta)
             else:  # the room taken above holds the partials and counters too
-                self.inner._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta,
+                self.inner._main(handle, a_ptr, b_ptr, target, cin_ptr, alpha, beta,
                                  (room.partials, room.counters))
+            if self.back is not None:
+                self.back(handle, target, out_ptr)
 
 
 def copy_arguments(copies: tuple[PackCopy, ...], a_ptr: int, b_ptr: int,
@@ -284,9 +359,14 @@ def copy_arguments(copies: tuple[PackCopy, ...], a_ptr: int, b_ptr: int,
         src, dst = pointers[copy.which], scratch + copy.offset
         args += [src, copy.src_ld, dst, copy.pitch, copy.width, copy.rows]
         pointers[copy.which] = dst
-    if len(copies) == 1:
-        args += [0, 0, 0, 0, 0, 0]
+    args += [0, 0, 0, 0, 0, 0] * (2 - len(copies))
     return tuple(args), pointers[0], pointers[1]
+
+
+def copy_back_arguments(c_copy: PackCopy, src: int, out_ptr: int) -> tuple[Any, ...]:
+    """gemm_pack's arguments copying C from the scratch (at ``src``) into C at ``out_ptr``."""
+    return (src, c_copy.pitch, out_ptr, c_copy.src_ld, c_copy.width, c_copy.rows,
+            0, 0, 0, 0, 0, 0)
 
 
 def copy_kernel(dt: int, index: int) -> Any:
@@ -298,16 +378,19 @@ def copy_kernel(dt: int, index: int) -> Any:
 
 def copy_grid(copies: tuple[PackCopy, ...], sm_count: int) -> tuple[int, int, int]:
     """A block per 8 rows (a warp per row), at most 8 blocks per SM; y: the operand."""
-    rows = max(c.rows for c in copies)
-    return (max(1, min(-(-rows // _ROWS_PER_BLOCK), 8 * sm_count)), len(copies), 1)
+    rows = max((c.rows for c in copies), default=0)
+    return (max(1, min(-(-rows // _ROWS_PER_BLOCK), 8 * sm_count)), max(len(copies), 1), 1)
 
 
-def make_packed(inner: Call, copies: tuple[PackCopy, ...], m: int, n: int,
-                sm_count: int) -> PackedCall:
-    """The :class:`PackedCall` running ``inner`` behind ``copies``."""
+def make_packed(inner: Call, copies: tuple[PackCopy, ...], c_copy: PackCopy | None, m: int,
+                n: int, sm_count: int) -> PackedCall:
+    """The :class:`PackedCall` running ``inner`` behind ``copies`` (and C's ``c_copy``)."""
     itemsize = 4 if inner.dt in (DT_F32, DT_TF32) else 2
+    everything = copies + ((c_copy,) if c_copy is not None else ())
+    c_grid = copy_grid((c_copy,), sm_count) if c_copy is not None else (1, 1, 1)
     return PackedCall(inner, copies, copy_kernel(inner.dt, inner.index),
-                      copy_grid(copies, sm_count), scratch_bytes(copies, itemsize), m, n)
+                      copy_grid(copies, sm_count), scratch_bytes(everything, itemsize), m, n,
+                      c_copy=c_copy, c_grid=c_grid)
 
 
 def planned_packed(call: PackedCall, a_ptr: int, b_ptr: int, out_ptr: int,
@@ -315,7 +398,14 @@ def planned_packed(call: PackedCall, a_ptr: int, b_ptr: int, out_ptr: int,
     """The planned launches of ``call`` (planned on the call's device; the copies' targets
     and the pointers the GEMM kernel reads vary per call, placeholders here)."""
     args, a_in, b_in = call.arguments(a_ptr, b_ptr, PLACEHOLDER)
-    launch = gpurt.LaunchConfig(call.grid, _THREADS)
-    pack = call.kernel.planned(launch, *args, varying=(0, 2, 6, 8), device=call.index)
-    inner = planned_call(call.inner, a_in, b_in, out_ptr, cin_ptr)
-    return PlannedPacked(call, pack, inner)
+    pack = back = None
+    if call.copies:
+        launch = gpurt.LaunchConfig(call.grid, _THREADS)
+        pack = call.kernel.planned(launch, *args, varying=(0, 2, 6, 8), device=call.index)
+    target = call.c_target(out_ptr, PLACEHOLDER)
+    if call.c_copy is not None:
+        back = call.kernel.planned(gpurt.LaunchConfig(call.c_grid, _THREADS),
+                                   *copy_back_arguments(call.c_copy, target, out_ptr),
+                                   varying=(0, 2), device=call.index)
+    inner = planned_call(call.inner, a_in, b_in, target, cin_ptr)
+    return PlannedPacked(call, pack, inner, back)

@@ -374,7 +374,10 @@ def heuristic(problem: Problem) -> Config:
     if decode is not None and eligible(problem, _decode_config(decode)):
         return _decode_config(decode)
     tiles = _skinny.heuristic(problem)
-    if tiles is not None and eligible(problem, _skinny_config(tiles)):
+    # on rows that are not 16-byte multiples both stream the big operand with narrow loads,
+    # and split-K mma does it faster: 37-43 us against 42-51 for M = 1..16 x 4099 x 4099 bf16
+    # (an H100, notes_gemm.md, session 8 padc)
+    if tiles is not None and problem.vec and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):

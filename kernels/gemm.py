@@ -525,7 +525,7 @@ def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
     if reason is not None:
         raise ValueError(f"config {config.label()} cannot run this {plan.m}x{plan.n}x{plan.k} "
                          f"problem: {reason}")
-    return make_call(plan, problem, config, plan.out.ptr)
+    return _packed_call(plan, plan, problem, config, ())
 
 
 def _pack_route(plan: _Plan, problem: Problem,
@@ -549,9 +549,18 @@ def _pack_route(plan: _Plan, problem: Problem,
 
 
 def _packed_call(plan: _Plan, packed: _Plan, packed_problem: Problem, config: Config,
-                 copies: tuple[pack.PackCopy, ...]) -> pack.PackedCall:
-    inner = make_call(packed, packed_problem, config, plan.out.ptr)
-    return pack.make_packed(inner, copies, plan.m, plan.n, packed_problem.sm_count)
+                 copies: tuple[pack.PackCopy, ...]) -> Call | pack.PackedCall:
+    """``config`` on ``packed`` (``plan`` with ``copies`` of its operands) and, where it pays,
+    on a copy of C; the plain call of ``plan`` where nothing is copied."""
+    c_copy = pack.c_copy_if_pays(plan, packed_problem, config, copies)
+    out_ptr = plan.out.ptr
+    if c_copy is not None:
+        packed = dataclasses.replace(packed, ldc=c_copy.pitch)
+        out_ptr = pack.PLACEHOLDER + c_copy.offset
+    inner = make_call(packed, packed_problem, config, out_ptr)
+    if not copies and c_copy is None:
+        return inner
+    return pack.make_packed(inner, copies, c_copy, plan.m, plan.n, packed_problem.sm_count)
 
 
 def _label(call: Call | pack.PackedCall) -> str:

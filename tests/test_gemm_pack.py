@@ -92,10 +92,14 @@ def _pays(m: int, n: int, k: int, dt: int = BF16) -> bool:
     ((4096, 4099, 4096), BF16, True), ((4096, 4096, 4099), BF16, True),
     ((2053, 3001, 1999), BF16, True), ((2053, 3001, 1999), TF32, True),
     ((1031, 1029, 1027), BF16, True), ((512, 4099, 4099), BF16, True),
-    # decode shapes: an H100 ran the copies + decode/wgmma kernels 1.16x (M = 1), 1.21x (16),
-    # 5.5x (128; TF32 4x) faster than the skinny / mma kernels on the split rows
-    ((1, 4099, 4099), BF16, True), ((16, 4099, 4099), BF16, True),
-    ((128, 4099, 4099), BF16, True), ((128, 4099, 4099), TF32, True),
+    # decode shapes (an H100, session 8 padc): split-K mma on the rows as they are beats the
+    # copies + decode up to M = 16 (37.4 against 40.3 us at M = 1, 42.6 against 43.9 at 16);
+    # from M = 64 the copies win (43.8 against 65.7; 128: 46.0 against 131; TF32 64: 87.4
+    # against 92.9, 128: 89.1 against 233)
+    ((1, 4099, 4099), BF16, False), ((8, 4099, 4099), BF16, False),
+    ((16, 4099, 4099), BF16, False), ((64, 4099, 4099), BF16, True),
+    ((128, 4099, 4099), BF16, True), ((64, 4099, 4099), TF32, True),
+    ((128, 4099, 4099), TF32, True),
     ((1, 4099, 4099), TF32, False), ((16, 4099, 4099), TF32, False),  # no TMA kernel for them
     ((127, 257, 61), BF16, False), ((127, 257, 61), TF32, False),  # the copy launch costs more
     ((130, 150, 77), BF16, False), ((300, 8, 700), BF16, False), ((8, 1000, 3000), BF16, False),
@@ -107,24 +111,43 @@ def test_the_cost_model_packs_big_problems_only(dims, dt, expected):
 
 def test_the_model_charges_each_family():
     """Skinny streams the big operand (at 0.7 TB/s on split rows, near copy speed on 16-byte
-    rows); an mma grid of few CTAs runs below the device's rate; no copies or no TMA kernel
-    behind them: no packed route."""
+    rows), split-K mma at 0.9 TB/s there before its math, and so is the heuristic's choice
+    on split rows; an mma grid of few CTAs runs below the device's rate; no copies or no TMA
+    kernel behind them: no packed route."""
     split, packed = _problems(16, 4099, 4099)
-    skinny = tune.heuristic(split)
-    assert skinny.kernel == "skinny"
+    skinny = tune._skinny_config(tune._skinny.heuristic(split))
     on_split = pack.estimate_us(skinny, split)
     assert 40 < on_split < 60  # 46.7-51.1 us measured on an H100
     assert pack.estimate_us(skinny, dataclasses.replace(split, vec=True)) < on_split / 3
+    mma = tune.heuristic(split)
+    assert mma.kernel == "mma" and mma.split_k > 1
+    assert 38 < pack.estimate_us(mma, split) < 46  # 42.6 us measured
+    assert tune.heuristic(dataclasses.replace(split, vec=True, tma=False)).kernel == "skinny"
     few, many = _problems(128, 4099, 4099)[0], _problems(4099, 4099, 4099)[0]
     mma_few, mma_many = tune.heuristic(few), tune.heuristic(many)
     rate = [2 * p.macs / pack.estimate_us(c, p) for c, p in ((mma_few, few), (mma_many, many))]
     assert rate[0] < rate[1] / 3  # 17 against 114 TFLOP/s measured
     copies = pack.copies_for([(2, 4099, True, 16, 4099), (2, 4099, False, 4099, 4099)], 2)
     assert pack.pays(skinny, split, tune.heuristic(packed), packed, copies)
+    assert not pack.pays(mma, split, tune.heuristic(packed), packed, copies)
     assert not pack.pays(skinny, split, mma_many, packed, copies)  # no TMA kernel behind
     assert not pack.pays(skinny, split, tune.heuristic(packed), packed, ())
     assert pack.estimate_us(tune.heuristic(dataclasses.replace(split, dt=tune.DT_F32)),
                             split) is None  # exact fp32: simt, no TMA kernel to copy for
+
+
+def test_a_small_a_alone_is_copied():
+    """M x 4096 x 4099 bf16 (A's rows split, the weight's aligned): copying A costs a few
+    us and decode then runs at full speed (22 us against 41-44 for split-K mma at M = 2..16,
+    an H100), so the route is taken."""
+    for m in (2, 16, 128):
+        split = Problem(m, 4096, 4099, BF16, True, False, False, False, (9, 0), 132,
+                        pitch128=False)
+        packed = dataclasses.replace(split, vec=True, tma=True)
+        copies = pack.copies_for([(2, 4099, True, m, 4099), (0x1000, 4096, False, 4096, 4099)],
+                                 2)
+        assert [c.which for c in copies] == [0]
+        assert pack.pays(tune.heuristic(split), split, tune.heuristic(packed), packed, copies)
 
 
 def test_the_copy_kernel_is_among_the_prebuilt_programs():
@@ -135,24 +158,35 @@ def test_the_copy_kernel_is_among_the_prebuilt_programs():
     assert not any(p[0] == pack.SOURCE for p in launch.programs("sm_80"))
 
 
-@pytest.mark.parametrize("config", [planned_tests.CONFIGS[2], planned_tests.CONFIGS[3]],
-                         ids=["wgmma", "wgmma-split2"])
+@pytest.mark.parametrize("config,copy_ab,copy_c", [
+    (planned_tests.CONFIGS[2], True, False), (planned_tests.CONFIGS[3], True, False),
+    (planned_tests.CONFIGS[2], True, True), (planned_tests.CONFIGS[3], False, True)],
+    ids=["wgmma", "wgmma-split2", "wgmma-AB-C", "wgmma-split2-C"])
 def test_planned_packed_launches_what_packed_call_launch_does(
-        driver: Any, config: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        driver: Any, config: Any, copy_ab: bool, copy_c: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     """On the fake driver: each planned packed call hands the driver the copy launch (both
-    operands, the stream's scratch as their target) and then the GEMM kernel on the copies,
-    exactly as PackedCall.launch does; split-K's partials come from the same workspace."""
+    operands, the stream's scratch as their target), the GEMM kernel on the copies (into
+    the scratch's C where C is copied back) and C's copy back, exactly as PackedCall.launch
+    does; split-K's partials come from the same workspace."""
     m, n, k = planned_tests.M, planned_tests.N, planned_tests.K
     copies = pack.copies_for([(0x1000002, k + 1, True, m, k), (0x2000002, n + 3, False, n, k)],
-                             2)
-    assert [(c.width, c.pitch) for c in copies] == [(k, k), (n, n)]
+                             2) if copy_ab else ()
+    assert [(c.width, c.pitch) for c in copies] == ([(k, k), (n, n)] if copy_ab else [])
+    c_copy = pack.c_copy_for(0x3000002, n + 1, m, n, 2, pack.scratch_bytes(copies, 2)) \
+        if copy_c else None
     packed = planned_tests._Plan(planned_tests._Op(k, True), planned_tests._Op(n, False))
+    if c_copy is not None:
+        assert (c_copy.width, c_copy.rows, c_copy.src_ld, c_copy.pitch) == (n, m, n + 1, n)
+        packed.ldc = c_copy.pitch
     problem = Problem(m, n, k, tune.DT_F16, True, False, True, True, (9, 0), 132)
     inner = planned_tests.launch_mod.make_call(packed, problem, config, 0x3000000)
     kernel = planned_tests.launch_mod.compile_kernels(pack.SOURCE, ("gemm_pack<unsigned short>",),
                                                       "sm_90")[0]
+    everything = copies + ((c_copy,) if c_copy else ())
     call = pack.PackedCall(inner, copies, kernel, pack.copy_grid(copies, 132),
-                           pack.scratch_bytes(copies, 2), m, n)
+                           pack.scratch_bytes(everything, 2), m, n, c_copy=c_copy,
+                           c_grid=pack.copy_grid(everything[-1:], 132))
     planned_tests._layouts(driver, inner.kernels + (kernel,))
     rooms: list[int] = []
     counters = inner.counters if config.split_k > 1 else 0
@@ -166,8 +200,8 @@ def test_planned_packed_launches_what_packed_call_launch_does(
                                    rooms[-1] + 0x400000, scratch)
 
     monkeypatch.setattr(workspace, "take", taken)
-    pointers = [(0x1000002 + 0x100000 * i, 0x2000002 + 0x100000 * i, 0x3000000 + 0x100 * i,
-                 0x3000000 if i == 1 else 0) for i in range(3)]
+    pointers = [(0x1000002 + 0x100000 * i, 0x2000002 + 0x100000 * i, 0x3000002 + 0x100 * i,
+                 0x3000002 if i == 1 else 0) for i in range(3)]
     planned = pack.planned_packed(call, *pointers[0])
     for a, b, out, cin in pointers:
         planned(None, a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5)
@@ -176,8 +210,36 @@ def test_planned_packed_launches_what_packed_call_launch_does(
     rooms.clear()
     for a, b, out, cin in pointers:
         call.launch(a, b, out, cin, 1.5, 0.0 if cin == 0 else -0.5, None)
-    assert got == driver.launches and len(got) == 2 * len(pointers)
-    assert "A" in call.label() and call.label().endswith("packAB")
+    per_call = int(copy_ab) + 1 + int(copy_c)
+    assert got == driver.launches and len(got) == per_call * len(pointers)
+    assert call.label().endswith("pack" + ("AB" if copy_ab else "") + ("C" if copy_c else ""))
+
+
+def test_c_is_copied_where_its_stores_would_cost_more():
+    """C's rows that TMA cannot write (4099 bf16 = 8198 bytes) go to 128-byte rows after the
+    operands' copies and are copied back, where the wgmma kernel's element-wise stores into
+    them would cost more than the copy (an H100 saved 29-74 us at 4099^2 C, 19 at
+    2053 x 3001, 1.7 at 1031 x 1029: under the 2 us the model asks for); small C, aligned C
+    and kernels other than wgmma keep writing C directly."""
+    wgmma = tune._WGMMA[0]
+    c_copy = pack.c_copy_for(0x3000000, 4099, 4096, 4099, 2, 1000)
+    assert (c_copy.which, c_copy.offset, c_copy.width, c_copy.rows, c_copy.src_ld,
+            c_copy.pitch) == (2, 1024, 4099, 4096, 4099, 4160)
+    assert pack.c_pays(wgmma, c_copy, 0x3000000, 2)
+    assert pack.copy_us((c_copy,), 2) < 35  # ~27 us of copy for ~140 saved
+    assert pack.c_copy_for(0x3000000, 4096, 4096, 4099, 2, 0) is None  # TMA-ready rows
+    assert pack.c_copy_for(0x3000001, 4096, 4096, 4099, 2, 0) is None  # not whole elements
+    assert not pack.c_pays(tune._MMA[0], c_copy, 0x3000000, 2)
+    assert not pack.c_pays(wgmma, None, 0x3000000, 2)
+    small = pack.c_copy_for(0x3000000, 261, 133, 261, 2, 0)
+    assert not pack.c_pays(wgmma, small, 0x3000000, 2)
+    middle = pack.c_copy_for(0x3000000, 1029, 1031, 1029, 2, 0)
+    assert not pack.c_pays(wgmma, middle, 0x3000000, 2)
+    assert pack.c_pays(wgmma, pack.c_copy_for(0x3000000, 3001, 2053, 3001, 2, 0), 0x3000000, 2)
+    paired = pack.c_copy_for(0x3000000, 4098, 4096, 4098, 2, 0)  # 8196-byte rows
+    assert pack.c_pays(wgmma, paired, 0x3000000, 2)  # saved 17.5 us on an H100
+    tf32 = pack.c_copy_for(0x3000000, 4099, 4096, 4099, 4, 0)
+    assert pack.c_pays(tune._WGMMA_TF32[0], tf32, 0x3000000, 4)  # saved 7.2 us
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
@@ -354,3 +416,135 @@ def test_tf32_without_out_keeps_cs_shape(gpu_state, no_tuning):
             out = gemm_mod.gemm(device(a), device(b), allow_tf32=True)
             assert out.shape == (m, n)
             assert rel_err(out.numpy(), reference(a, b)) < 5e-3
+
+
+# ---- C copied back (C's rows that TMA cannot write) ----------------------------------------------
+
+
+def _check_c(rng, m, n, k, dtype, trans_a=False, trans_b=False, *, beta=0.0, out_offset=0,
+             out_t=False, in_place=True, config=None, tf32=False):
+    """gemm into an output whose rows TMA cannot write: ``out_offset`` elements into rows
+    two elements longer (an odd pitch for odd N; the columns around it must keep their
+    values), or column-major
+    (``out_t``); beta with c = out (``in_place``) or a separate c. Returns the planned call."""
+    a, b = rand(rng, (k, m) if trans_a else (m, k), dtype), rand(rng, (n, k) if trans_b else
+                                                                 (k, n), dtype)
+    c = rand(rng, (m, n), dtype)
+    shape = (n, m) if out_t else (m, n)
+    wide_host = rand(rng, (shape[0], shape[1] + 2 + out_offset), dtype)
+    for _ in range(2):  # the first call plans, the second runs the planned launches
+        wide = device(wide_host)
+        if not beta:  # poison what gemm writes
+            view = wide[:, out_offset:out_offset + shape[1]]
+            view.copy_(poisoned(shape, dtype))
+        out = wide[:, out_offset:out_offset + shape[1]]
+        out = out.T if out_t else out
+        if beta:
+            out.copy_(device(c))
+        given_c = None if in_place else device(c)
+        gemm_mod.gemm(device(a), device(b), out=out, beta=beta, c=given_c, trans_a=trans_a,
+                      trans_b=trans_b, config=config, allow_tf32=tf32)
+        want = reference(a, b, trans_a, trans_b, beta=beta, c=c)
+        got = out.numpy()
+        err = rel_err(got, want)
+        assert err < TOL[np.dtype(dtype).name], (m, n, k, trans_a, trans_b, beta, err)
+        rest = wide.numpy().astype(np.float64)
+        keep = np.ones(rest.shape, dtype=bool)
+        keep[:, out_offset:out_offset + shape[1]] = False
+        np.testing.assert_array_equal(rest[keep], wide_host.astype(np.float64)[keep])
+    (call,) = _plans()
+    gemm_mod.clear_plans()
+    return call
+
+
+def _copies_c(call: Any) -> bool:
+    return isinstance(call, pack.PackedCall) and call.c_copy is not None
+
+
+def _always_copy_c(monkeypatch) -> None:
+    """C copied back wherever it can be (the model's choice is pinned by the CPU tests; at
+    1031 x 1029 it saves 1.7 us, under the model's 2 us minimum)."""
+    monkeypatch.setattr(pack, "c_pays", lambda config, c_copy, *args: c_copy is not None
+                        and config.kernel == "wgmma")
+    gemm_mod.clear_plans()
+
+
+@pytest.fixture
+def copy_c(monkeypatch):
+    _always_copy_c(monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
+def test_c_is_copied_back_in_every_layout(gpu_state, no_tuning, copy_c, dtype):
+    """1031 x 1029 x 1027 (A, B and C on rows TMA cannot use): the kernel writes C into the
+    scratch and the copy kernel moves it into C, in every layout, with beta (c = out, and a
+    separate c), into a view one element into its rows, and into a column-major C; the
+    columns around the view keep their values."""
+    _hopper()
+    rng = np.random.default_rng(71)
+    for trans_a, trans_b in LAYOUTS:
+        call = _check_c(rng, 1031, 1029, 1027, dtype, trans_a, trans_b)
+        assert _copies_c(call) and call.label().endswith("packABC"), call.label()
+    assert _copies_c(_check_c(rng, 1031, 1029, 1027, dtype, beta=0.5, out_offset=1))
+    assert _copies_c(_check_c(rng, 1031, 1029, 1027, dtype, beta=-1.0, in_place=False))
+    assert _copies_c(_check_c(rng, 1029, 1031, 1027, dtype, out_t=True, beta=0.25))
+
+
+@pytest.mark.gpu
+def test_c_alone_is_copied_back_behind_aligned_operands(gpu_state, no_tuning, monkeypatch):
+    """A and B on aligned rows (no operand copy), C 1029 wide: only C goes through the
+    scratch (forced configs with and without the TMA-store epilogue too); 133 x 261 keeps
+    writing C directly (the copy would cost more)."""
+    _hopper()
+    rng = np.random.default_rng(73)
+    bf16 = gpurt.bfloat16
+    assert not _copies_c(_check_c(rng, 133, 261, 1024, bf16, trans_b=True))
+    _always_copy_c(monkeypatch)
+    call = _check_c(rng, 1031, 1029, 1024, bf16, trans_b=True)
+    assert _copies_c(call) and call.copies == () and call.label().endswith("packC")
+    for config in (tune._WGMMA[0], tune._WGMMA[5]):
+        forced = _check_c(rng, 1031, 1029, 1024, bf16, trans_b=True, config=config, beta=0.5)
+        assert _copies_c(forced) and forced.config == config
+
+
+@pytest.mark.gpu
+def test_tf32_c_is_copied_back(gpu_state, no_tuning, copy_c):
+    """TF32's wgmma, also where it computes C^T = B^T A^T (an N-major B), into the scratch's
+    C and back; beta with c = out."""
+    _hopper()
+    rng = np.random.default_rng(79)
+    for trans_a, trans_b in ((False, False), (False, True), (True, True)):
+        call = _check_c(rng, 1031, 1029, 1027, np.float32, trans_a, trans_b, tf32=True,
+                        beta=0.5 if trans_b else 0.0)
+        assert _copies_c(call), call
+
+
+@pytest.mark.gpu
+def test_c_copied_back_in_a_graph(gpu_state, no_tuning, copy_c):
+    """Captured, the copies, the kernel and C's copy back replay with the inputs and C's
+    values of each replay (beta = 1: C accumulates), from the graph's own scratch."""
+    _hopper()
+    rng = np.random.default_rng(83)
+    m, n, k = 1031, 1029, 1027
+    bf16 = gpurt.bfloat16
+    da, db = device(rand(rng, (m, k), bf16)), device(rand(rng, (k, n), bf16))
+    out = gpurt.empty((m, n), dtype=bf16)
+    stream = gpurt.Stream()
+    gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream)  # plans outside the capture
+    stream.synchronize()
+    assert _copies_c(_plans()[0])
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph, stream=stream):
+        gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream)
+    for _ in range(2):
+        a, b, c = rand(rng, (m, k), bf16), rand(rng, (k, n), bf16), rand(rng, (m, n), bf16)
+        da.copy_(device(a))
+        db.copy_(device(b))
+        out.copy_(device(c))
+        gpurt.synchronize()
+        graph.replay()
+        gpurt.synchronize()
+        assert rel_err(out.numpy(), reference(a, b, beta=1.0, c=c)) < 1e-2
+    del graph
+    gemm_mod.clear_plans()
