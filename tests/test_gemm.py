@@ -807,8 +807,8 @@ def test_mma_simt_split_k_fused(gpu_state):
 @pytest.mark.parametrize("splits", [2, 7, 16, 17])
 def test_split_k_slice_counts(gpu_state, splits):
     """The fused split-K sum loads 4 slices of several pairs before their adds: slice counts
-    below, at a multiple of and past that batch, on every kernel that splits (wgmma 128 and 256
-    wide, mma 16-bit and TF32, simt; an odd M x N: 4-byte loads) against float64, the same
+    below, at a multiple of and past that batch, on every kernel that splits (wgmma 64, 128
+    and 256 wide, mma 16-bit and TF32, simt; an odd M x N: 4-byte loads) against float64, the same
     bits twice, the ticket counters back at zero."""
     rng = np.random.default_rng(37 + splits)
     split = functools.partial(dataclasses.replace, split_k=splits)
@@ -816,7 +816,8 @@ def test_split_k_slice_counts(gpu_state, splits):
              (split(tune._SIMT[3]), np.float32, 131, 77, 1003, {}),
              (split(tune._TF32[1]), np.float32, 168, 264, 2056, {"allow_tf32": True})]
     if gpurt.get_device_capability() == (9, 0):
-        cases += [(split(c), np.float16, 200, 264, 2056, {}) for c in tune._WGMMA[:2]]
+        cases += [(split(c), np.float16, 200, 264, 2056, {})
+                  for c in (*tune._WGMMA[:2], tune._WGMMA[7])]  # 128 x 256, 128, 64 wide
     for config, dtype, m, n, k, kw in cases:
         _split_case(rng, config, dtype, m, n, k, False, False, **kw)
     _assert_counters_zero()
