@@ -79,6 +79,18 @@ def _graph(gpurt: Any, torch: Any, p: Any, call: Any, stream: Any) -> tuple[floa
     return ms * 1e3 / bench.CALLS, census
 
 
+def _eager(torch: Any, call: Any, sets: int) -> float:
+    """us per call of bench's CALLS eager calls in a row (the stream's kept workspace), device
+    events around them, median of REPEAT: kernel-bound where the host path is shorter."""
+    import bench_gemm_decode as bench
+
+    def calls() -> None:
+        for i in range(bench.CALLS):
+            call(i % sets)
+    calls()
+    return bench._events_ms(torch, calls, REPEAT) * 1e3 / bench.CALLS
+
+
 def _setup(m: int, n: int, k: int) -> tuple[Any, ...]:
     import bench_gemm_decode as bench
     import torch
@@ -147,6 +159,8 @@ def probe(json_path: str) -> None:
                 us, census = _graph(gpurt, torch, p, _gemm_call(gm, p, stream, config), stream)
                 add(f"wgmma 128x128 split{s} workspace {mode}", us, census)
             workspace._take_capturing = new_take
+            add(f"wgmma 128x128 split{s} eager, {bench.CALLS} calls back to back",
+                _eager(torch, _gemm_call(gm, p, stream, config), p.sets))
             us, census = _graph(gpurt, torch, p, _no_ending_call(gpurt, gm, p, stream, config),
                                 stream)
             add(f"wgmma 128x128 split{s} ending disabled (gemm_wgmma, slices only)", us, census)
