@@ -119,7 +119,9 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
         if found is not None:  # grow both regions to at least what either call needed
             partials = max(partials, found.partial_room)
             counters = max(counters, found.counter_room)
-        room = -(-counters // 4) * 4  # the partials start 16-byte aligned
+        # the partials start 128-byte aligned: at 16 bytes past a 32-byte L2 sector, each
+        # warp's 8-byte loads and stores of a slice row touched twice the sectors (ncu, H100)
+        room = -(-counters // 32) * 32
         # zeroed once: the counters must start at zero, and the kernels leave them so
         array = gpurt.zeros(room + max(partials, 1), dtype=np.float32, device=index,
                             stream=stream)

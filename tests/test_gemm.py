@@ -224,7 +224,8 @@ def test_candidates_are_eligible_and_unique():
 
 
 def test_wgmma_split_for_few_tiles(monkeypatch):
-    """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves."""
+    """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves; on
+    128 x 64 tiles in 4 slices where those fit."""
     assert tune._wave_split(problem(), tune._WGMMA[1]) == 1  # 1024 tiles
     assert tune._wave_split(problem(128, 4096, 4096), tune._WGMMA[1]) == 4  # 32 tiles: 128
     assert tune._wave_split(problem(64, 11008, 4096), tune._WGMMA[1]) == 3  # 86: 258 of 264
@@ -240,6 +241,15 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[7]  # 128 x 64, unsplit
     found = tune.candidates(problem(128, 4096, 4096))
     assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
+    # s8-splitk2: 128 x 64 tiles in 4 slices where those items fit the SMs, 16+ K tiles deep
+    narrow = dataclasses.replace(tune._WGMMA[7], split_k=4)
+    for shape in [(128, 128, 4096), (256, 256, 8192), (512, 512, 8192), (64, 64, 4096)]:
+        assert tune.heuristic(problem(*shape)) == narrow and narrow in tune.candidates(
+            problem(*shape))
+    assert tune._narrow_split(problem(128, 128, 2048)) == 1  # slices of 8 K tiles
+    assert tune._narrow_split(problem(1024, 512, 8192)) == 1  # 64 tiles: 4 slices won't fit
+    assert tune._narrow_split(problem(128, 128, 4096, pitch128=False)) == 1
+    assert tune.heuristic(problem(128, 128, 4096, pitch128=False)).bn == 128
     assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
     names = gemm_launch.kernel_names(dataclasses.replace(tune._WGMMA[1], split_k=4),
                                      problem(128, 4096, 4096))

@@ -82,14 +82,14 @@ def test_counters_lie_in_front_of_the_partials_zeroed_and_apart(fake: dict[str, 
     lie. A workspace grows both regions to what either call needed."""
     one = workspace.take(0, 7, 100, 6)
     array = one.arrays[0]
-    assert array.zeroed and one.counters == array.ptr and one.counter_room == 8  # 16-byte
-    assert one.partials == array.ptr + 4 * 8 and one.partial_room == 100
-    assert workspace.take(0, 7, 50, 8) is one
-    more = workspace.take(0, 7, 50, 9)  # more counters: a new zeroed workspace
+    assert array.zeroed and one.counters == array.ptr and one.counter_room == 32  # 128-byte
+    assert one.partials == array.ptr + 4 * 32 and one.partial_room == 100
+    assert workspace.take(0, 7, 50, 32) is one
+    more = workspace.take(0, 7, 50, 33)  # more counters: a new zeroed workspace
     assert more is not one and more.arrays[0].zeroed
-    assert (more.counter_room, more.partial_room) == (12, 100)
-    assert more.partials - more.counters == 4 * 12 and more.partials % 16 == 0
-    assert workspace.take(0, 7, 100, 12) is more
+    assert (more.counter_room, more.partial_room) == (64, 100)
+    assert more.partials - more.counters == 4 * 64 and more.partials % 128 == 0
+    assert workspace.take(0, 7, 100, 64) is more
 
 
 def test_a_capturing_stream_shares_one_workspace_per_capture(
