@@ -348,8 +348,8 @@ def all_configs(problem: Problem) -> list[Config]:
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny, *decode):
-        if config.kernel == "wgmma" and config in _WGMMA[:2]:  # split-K stores without TMA
-            splits = {1, max(2, _wave_split(problem, config))}
+        if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
+            splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
             splits = {config.split_k}  # its candidates carry their split
         elif config.kernel in ("wgmma", "skinny"):
