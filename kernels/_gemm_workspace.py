@@ -18,12 +18,13 @@ the graph's private pool, released with it), kept for the rest of that capture: 
 capture's calls on that stream run in order in every replay too, so they share it as calls
 on a stream do, and only the first of them (or one that needs more room) adds a memset node
 that zeroes its counters. (A zeroed workspace per captured call put a memset node in front
-of every split-K kernel node; see benchmarks/notes_gemm.md, s8-splitk2.) The per-thread
-default stream, one handle that is a different stream in each thread, gets fresh partials
-and fresh zeroed counters for each call. At most :data:`MAX_KEPT` streams keep a workspace,
-and as many captures (the least recently used is dropped first: gpurt/_streams/kept.py);
-a capture's is dropped once no gpurt capture is underway, or when its stream captures
-again; :func:`clear` drops them all (gpurt.kernels.clear_plans does).
+of every split-K kernel node, ~1.9 us each on an H100: benchmarks/notes_gemm.md,
+s8-splitk2.) The per-thread default stream, one handle that is a different stream in each
+thread, gets fresh partials and fresh zeroed counters for each call. At most
+:data:`MAX_KEPT` streams keep a workspace (the least recently used is dropped first:
+gpurt/_streams/kept.py), and as many captures (the oldest first); a capture's is dropped
+once no gpurt capture is underway, or when its stream captures again; :func:`clear` drops
+them all (gpurt.kernels.clear_plans does).
 """
 
 from __future__ import annotations
@@ -64,33 +65,9 @@ class Workspace:
     scratch_room: int = 0
 
 
-class _CaptureTable:
-    """The workspaces of captures underway, by (device, stream handle, capture id): at most
-    ``max_kept``, the least recently made dropped first, one per stream."""
-
-    def __init__(self, max_kept: int) -> None:
-        self.max_kept = max_kept
-        self._table: dict[tuple[int, int, int], Workspace] = {}
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-    def get(self, key: tuple[int, int, int]) -> Workspace | None:
-        return self._table.get(key)
-
-    def put(self, key: tuple[int, int, int], value: Workspace) -> None:
-        for old in [k for k in self._table if k[:2] == key[:2]]:
-            del self._table[old]
-        while len(self._table) >= self.max_kept:
-            del self._table[next(iter(self._table))]
-        self._table[key] = value
-
-    def clear(self) -> None:
-        self._table.clear()
-
-
 _kept: KeptPerStream[Workspace] = KeptPerStream(MAX_KEPT)
-_captured = _CaptureTable(MAX_KEPT)
+# the workspaces of captures underway, by (device, stream handle, capture id), oldest first
+_captured: dict[tuple[int, int, int], Workspace] = {}
 
 
 def take(index: int, handle: int | None, partials: int, counters: int = 0,
@@ -168,7 +145,11 @@ def _take_capturing(index: int, handle: int, partials: int, counters: int,
         counters = max(counters, found.counter_room)
         scratch = max(scratch, found.scratch_room)
     made = _fresh(index, handle, partials, counters, scratch)
-    _captured.put((index, handle, ident), made)  # an older capture of this stream is over
+    for old in [key for key in _captured if key[:2] == (index, handle)]:
+        del _captured[old]  # this one grown, or an older capture of the stream (it is over)
+    while len(_captured) >= MAX_KEPT:
+        del _captured[next(iter(_captured))]
+    _captured[(index, handle, ident)] = made
     return made
 
 
