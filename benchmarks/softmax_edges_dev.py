@@ -246,8 +246,61 @@ SOFTLONG16: dict[tuple[int, int, np.dtype, str], list] = {
     (64, 1_000_000, F32, "softmax"): [(OLD, _pick(64, 1_000_000, F32, 0))],
     (64, 1_000_003, F32, "softmax_backward"): [(OLD, _pick(64, 1_000_003, F32, B))],
 }
+
+
+def _persist(dt: int, op: int, items: int, threads: int, blocks: int, smem: int,
+             persist: int = 2, edges: bool = True) -> Any:
+    """Ticket chunks in a persistent grid (softmax_persist; 16-bit forward in one pass)."""
+    return V("ticket", dt, op, 16 // plan._STORAGE_BYTES[dt], items, threads, threads,
+             min_blocks=blocks, smem_items=smem, edges=edges,
+             one_pass=dt != 0 and op < B, persist=persist)
+
+
+def _small(dt: int, op: int, items: int, threads: int, blocks: int) -> Any:
+    """Small ticket chunks (registers only) for few rows."""
+    return V("ticket", dt, op, 16 // plan._STORAGE_BYTES[dt], items, threads, threads,
+             min_blocks=blocks, edges=True, one_pass=dt != 0 and op < B)
+
+
+# s8-softpersist: ticket chunks in a persistent grid, two stages a CTA (the next chunk's loads
+# issued after (1) or before (2) the current chunk's reduction, in flight during its wait and
+# writes), against the chooser's pick (first); smaller chunks for few rows. The same shapes
+# are tested in tests/test_softmax.py (PERSIST_LONG).
+_PA, _PB = _persist(2, 0, 16, 256, 2, 12), _persist(2, 0, 16, 512, 1, 12)
+_PC = _persist(2, 0, 8, 512, 2, 6)
+_FEW16 = [_small(2, 0, 4, 256, 4), _small(2, 0, 4, 128, 8)]
+_PBW = [_persist(2, B, 8, 512, 1, 6, 1), _persist(2, B, 8, 512, 1, 6), _persist(2, B, 8, 256, 2, 6)]
+_PF = [_persist(0, 0, 16, 512, 1, 12, 1), _persist(0, 0, 16, 512, 1, 12),
+       _persist(0, 0, 16, 256, 2, 12)]
+_PFB = [_persist(0, B, 8, 512, 1, 6), _persist(0, B, 8, 256, 2, 6)]
+SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
+    (64, 1_000_003, BF16, "softmax"): [_persist(2, 0, 16, 256, 2, 12, 1), _PA,
+                                       _persist(2, 0, 16, 512, 1, 12, 1), _PB, _PC],
+    (300, 200_003, BF16, "softmax"): [_PA, _PB, _PC],
+    (64, 500_009, BF16, "softmax"): [_PA, _PB, _PC],
+    (64, 200_003, BF16, "softmax"): [_PA, _PB, _PC],
+    (7, 500_009, BF16, "softmax"): [_PA, _PC, *_FEW16],
+    (7, 1_000_003, BF16, "softmax"): [_PA, _PC, *_FEW16],
+    (1, 1_000_003, BF16, "softmax"): [_PA, *_FEW16],
+    (64, 1_000_000, BF16, "softmax"): [_persist(2, 0, 16, 256, 2, 12, edges=False)],
+    (64, 1_000_003, F16, "softmax"): [_persist(1, 0, 16, 256, 2, 12),
+                                      _persist(1, 0, 16, 512, 1, 12)],
+    (64, 1_000_003, BF16, "log_softmax"): [_persist(2, 1, 16, 256, 2, 12),
+                                           _persist(2, 1, 16, 512, 1, 12)],
+    (64, 1_000_003, BF16, "softmax_backward"): _PBW,
+    (300, 200_003, BF16, "softmax_backward"): _PBW,
+    (64, 500_009, BF16, "softmax_backward"): _PBW,
+    (7, 500_009, BF16, "softmax_backward"): [_PBW[2], _small(2, B, 2, 256, 4)],
+    (64, 1_000_003, F32, "softmax"): _PF,
+    (300, 200_003, F32, "softmax"): _PF,
+    (7, 1_000_003, F32, "softmax"): [_PF[2], _small(0, 0, 4, 256, 4)],
+    (64, 1_000_003, F32, "softmax_backward"): _PFB,
+    (300, 200_003, F32, "softmax_backward"): _PFB,
+    (4096, 50257, BF16, "softmax"): [],
+    (4096, 50257, F32, "softmax"): [],
+}
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
-        "softbf16": SOFTBF16, "softlong16": SOFTLONG16}
+        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST}
 
 
 
@@ -327,9 +380,15 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for v in chosen if not isinstance(v, tuple) or v[0] in sources]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     tests = importlib.import_module("test_softmax")
-    if routes_set in ("softbf16", "softlong16"):
+    if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
-    if routes_set != "softbf16":
+    if routes_set == "softpersist":  # and the picks its tests run (set_tests in the .sh)
+        variants += tests.persist_variants() + tests.persist_variants(long=True)
+        variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
+                     for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
+        variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
+                     for cols in (7, 1000, 4099, 32001, 50257, 131071)]
+    elif routes_set != "softbf16":
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     variants = list(dict.fromkeys(variants))

@@ -6,7 +6,8 @@
 # still leaves the others' logs. Sets: ticket (s7-softlong: rows of 1M, against the clusters
 # of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
 # (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
-# 16-bit reduction).
+# 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
+# stages a CTA, and small chunks for few rows).
 #
 #     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -32,6 +33,12 @@ case "$set_name" in
         racecheck="16bit_forward and float16 and not log"
         synccheck="ticket_chunks and bfloat16 and not log and not backward"
         limits=(80 45 40 25 15) ;;
+    softpersist)
+        tests="persist or ticket_rows or (16bit_forward and bfloat16 and not log)"
+        memcheck="persist_chunks and ((bfloat16 and not log and not backward) or (float32 and backward and not log))"
+        racecheck="persist_chunks and bfloat16 and not log and not backward"
+        synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
+        limits=(110 45 30 20 15) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

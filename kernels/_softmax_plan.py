@@ -62,7 +62,11 @@ class LongRows:
     the shapes after it); ``fills``: (the first shape of an operation) also for rows that
     need one CTA of MAX_THREADS in registers, in registers only; ``tickets_past``: rows
     longer than one such CTA holds take ticket chunks of it (not a cluster, nor the shapes
-    after it); ``one_pass``: its ticket chunks reduce in one pass (16-bit forward). Rows
+    after it); ``one_pass``: its ticket chunks reduce in one pass (16-bit forward);
+    ``persist``: its ticket chunks in a persistent grid (the Variant.persist mode),
+    ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
+    stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
+    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks. Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -77,6 +81,10 @@ class LongRows:
     fills: bool = False
     tickets_past: bool = False
     one_pass: bool = False
+    persist: int = 0
+    persist_items: int = 0
+    persist_smem: int = 0
+    persist_ctas: tuple[int, ...] = ()
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -84,6 +92,13 @@ class LongRows:
 # chunks of this shape: 84.2% of copy, where non-portable clusters of 16 of it read 68.5 and
 # the split 64.2 (log_softmax 87.5 / 68.2 / 64.2; aligned 64x1000000 85.3 / 74.8)
 _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
+# fp32 softmax rows that the wide shape holds in clusters of 4 (131073-262144 elements): its
+# CTAs in a persistent grid, two stages of 16 vectors a thread with 12 in shared memory
+# (s8-softpersist, H100, 300x200003: 85.1% of copy where the clusters of 4 read 79.4; at
+# 64x1000003 the same chunks read 83.6 against 85.2 for the wide ticket chunks kept there;
+# clusters of 2 and 8 unmeasured with it, kept)
+_WIDE_PERSIST4 = dataclasses.replace(_WIDE, persist=1, persist_items=16, persist_smem=12,
+                                     persist_ctas=(4,))
 # 131072: 98.7 (92.2); rows of 1M in ticket chunks (s7-softlong, H100, 64x1000003): 92.3%
 # of copy where the split reads 60.5 (log_softmax backward 95.2 / 74.7)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)
@@ -105,6 +120,14 @@ _RUN4_ALONE = LongRows(1024, 1, 32, 16, 192 * 1024, clusters=False)
 # clusters of 8, the pick before, 59.3; clusters of 4 of this shape 80.8)
 _WIDE16_BACKWARD = LongRows(512, 1, 64, 64, 192 * 1024, clusters=False, min_items=16,
                             tickets_past=True)
+# 16-bit softmax backward: those ticket chunks in a persistent grid, two stages of 8 vectors
+# of each input with 6 in shared memory, the next chunk's loads issued after the current
+# one's reduction (s8-softpersist, H100, bf16, % of copy against the ticket chunks above:
+# 64x1000003 89.6 / 87.5, 300x200003 89.6 / 86.8, 64x500009 83.9 / 81.7; the loads issued
+# before the reduction read 39-60, chunks of 256 threads two per SM 39-58). log_softmax
+# backward and fp16 unmeasured with it (fp16: the same code as bf16; log: kept)
+_WIDE16_BACKWARD_PERSIST = dataclasses.replace(_WIDE16_BACKWARD, persist=1, persist_items=8,
+                                               persist_smem=6)
 # 16-bit forward: two CTAs of 512 threads per SM, so that one loads while the other reduces
 # (the exps of a 16-bit row are compute-bound phases), each holding 4 of 16 vectors in
 # registers and 12 in shared memory (96 KiB), or up to 8 in registers for rows of 16k-32k
@@ -121,7 +144,7 @@ _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tick
                      one_pass=True)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
-    (SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
+    (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE),
     # 131072: 88.1 (run 4: 82.2). Issue 17 (H100, rows of 50257): the paired shape 91.1,
     # run 4's alone 96.8, the registers-only 2-CTA clusters of 1024 threads 59.9
     (LOG_SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
@@ -130,7 +153,7 @@ LONG_ROWS = {
     (LOG_SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
     (SOFTMAX, 2): (_PAIRED16, _RUN4),
     (LOG_SOFTMAX, 2): (_PAIRED16, _RUN4),
-    (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
+    (SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD_PERSIST, _RUN4),
     (LOG_SOFTMAX_BACKWARD, 2): (_WIDE16_BACKWARD, _RUN4),
 }
 # Clusters of up to PORTABLE_CLUSTER CTAs run on any sm_90 device; MAX_CLUSTER is a
@@ -169,7 +192,10 @@ class Variant:
     row's first ``vec``-aligned one and after its last whole vector are single-element edge
     slots), else each row is whole aligned vectors; ``one_pass`` (16-bit forward, not the
     split): each thread's maximum and sum in one pass over its vectors as they land (the
-    exps overlap the loads), else a max pass then a sum pass.
+    exps overlap the loads), else a max pass then a sum pass; ``persist`` (``ticket``): a
+    grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
+    chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
+    shared memory): 1 issues them after the current chunk's reduction, 2 before it.
     """
 
     kind: str
@@ -184,6 +210,7 @@ class Variant:
     smem_items: int = 0
     edges: bool = False
     one_pass: bool = False
+    persist: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -215,6 +242,10 @@ class Variant:
         if self.one_pass and (self.dtype == 0 or self.op >= SOFTMAX_BACKWARD
                               or self.kind == "split"):
             raise ValueError("one_pass is for the 16-bit forward kernels (not the split)")
+        if self.persist not in (0, 1, 2) or (self.persist and (self.kind != "ticket"
+                                                                or self.threads < 64)):
+            raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
+                             "at least 64 threads")
 
     @property
     def inputs(self) -> int:
@@ -240,7 +271,8 @@ class Variant:
     @property
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA in bytes (the shared-memory items)."""
-        return self.inputs * self.smem_items * self.threads * 16
+        stages = 2 if self.persist else 1
+        return stages * self.inputs * self.smem_items * self.threads * 16
 
     def names(self) -> tuple[str, ...]:
         """The kernels' template instantiations (NVRTC name expressions)."""
@@ -254,6 +286,10 @@ class Variant:
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
+        if self.persist:
+            return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
+                    f"{int(self.persist == 2)}>",)
         if self.kind == "ticket":
             return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
@@ -270,7 +306,8 @@ class Variant:
         return (rows + 2) // 2 * 2 + 2 * rows * self.chunks(cols)
 
     def grid(self, rows: int, cols: int) -> int:
-        """CTAs in the launch (each of the two launches for ``split``)."""
+        """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
+        most this many, as many as fit at once)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
@@ -348,10 +385,13 @@ def choose_variant(
         return Variant(kind, code, op, vec, items, group, threads, cluster, blocks,
                        edges=edges)
 
+    def many(variant: Variant) -> bool:
+        return rows is None or rows * variant.chunks(cols) >= TICKET_FEW_CTAS
+
     def ticket_chunks(shape: LongRows) -> Variant:
         """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
-        ticket = _ticket(shape, code, op, vec, edges)
-        if rows is None or rows * ticket.chunks(cols) >= TICKET_FEW_CTAS:
+        ticket = _ticket(shape, code, op, vec, edges, persist=not shape.persist_ctas)
+        if many(ticket):
             return ticket
         return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
                        min_blocks=2, edges=edges)
@@ -381,6 +421,10 @@ def choose_variant(
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
         if ctas > 1 and shape.tickets_past and tickets:
             return ticket_chunks(shape)
+        if ctas in shape.persist_ctas and tickets:
+            persist = _ticket(shape, code, op, vec, edges, persist=True)
+            if many(persist):
+                return persist
         if ctas > PORTABLE_CLUSTER or (
                 ctas == 1 and not shape.alone) or (
                 ctas > 1 and not shape.clusters):
@@ -402,15 +446,21 @@ def choose_variant(
     return Variant("split", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS, edges=edges)
 
 
-def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool) -> Variant:
+def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
+            persist: bool = True) -> Variant:
     """Chunks of ``shape``'s CTAs, as many vectors a thread as its registers and shared
     memory hold (a power of two), for rows longer than its clusters (or, ``tickets_past``,
-    one of its CTAs) hold; in one pass where the shape says so."""
+    one of its CTAs) hold; in one pass where the shape says so; ``persist``: in the shape's
+    persistent grid where it has one."""
     inputs = 2 if op >= SOFTMAX_BACKWARD else 1
     held = max(1, shape.held // (inputs * vec))
     keep = max(1, shape.keep // (inputs * vec))
     room = shape.smem // (inputs * shape.threads * 16)
     items = 1 << ((keep + room).bit_length() - 1)
+    if shape.persist and persist:
+        return Variant("ticket", code, op, vec, shape.persist_items, shape.threads,
+                       shape.threads, min_blocks=shape.blocks, smem_items=shape.persist_smem,
+                       edges=edges, one_pass=shape.one_pass, persist=shape.persist)
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
                    edges=edges, one_pass=shape.one_pass)

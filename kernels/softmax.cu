@@ -20,6 +20,9 @@
 //                    until the row's other chunks have published theirs, then writes. Two
 //                    passes of bytes, any number of SMs per row; needs as many co-resident
 //                    CTAs as a row has chunks (the plan checks).
+//   softmax_persist  the same chunks and ticket in a grid of as many CTAs as fit at once, each
+//                    walking chunks with two stages: the next chunk's loads are in flight
+//                    while the current one waits for its row and writes (Stage).
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
@@ -754,6 +757,152 @@ __device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEM
     return edges.local(own);
 }
 
+
+// ---- persistent chunks (softmax_persist) -------------------------------------------------------
+// A grid of as many CTAs as fit at once, each taking chunks from the ticket in turn with two
+// stages (two sets of registers and two halves of its shared memory): after it publishes a
+// chunk's partial it takes the next ticket and issues that chunk's loads, then waits for the
+// row and writes, so the next chunk's loads are in flight during the wait and the writes.
+// A stage whose chunk is of the row being waited for is reduced and published before the
+// wait (else the row would wait for it). Deadlock-free under tickets_fit's condition, as
+// softmax_ticket: a CTA that waits has published every chunk it holds of that row.
+
+// A stage's vectors read (and, float32 softmax, rewritten) after all of them landed, while
+// the other stage's copies are in flight: no cp.async wait, which would wait for those too.
+template <int DT, int NIN, int VEC, int ITEMS, int SMEM>
+struct Landed {
+    typedef Held<DT, NIN, VEC, ITEMS, SMEM> H;
+    typedef typename H::A A;
+    typedef typename H::R R;
+    static const int DTYPE = DT;
+    H& h;
+
+    __device__ __forceinline__ R raw(int t, int i) const {
+        if constexpr (SMEM > 0) {
+            if (i >= H::REG) return load_shared(h.shared_vec(t, i));
+        }
+        return h.reg[t][i];
+    }
+    __device__ __forceinline__ void item(int t, int i, float (&c)[VEC]) const {
+        A::unpack(raw(t, i), c);
+    }
+    __device__ __forceinline__ void set_item(int t, int i, const float (&c)[VEC]) {
+        h.set_item(t, i, c);
+    }
+};
+
+// Wait until at most N of this thread's copy groups are in flight (any N).
+template <int N>
+__device__ __forceinline__ void copy_async_wait_n() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int SMEM, int EDGES, int ONE>
+struct Stage {
+    typedef typename Elem<DT>::storage S;
+    static const int GROUPS = Policy<OP>::NIN * SMEM;  // copy groups a chunk commits
+    Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM> h;
+    Edges<DT, OP, VEC, THREADS, EDGES> edges;
+    long long row;
+    int chunk;
+    int col0;
+    float2 own;   // the body's partial (store's)
+    float2 mine;  // the CTA's partial of the chunk
+    bool reduced;
+
+    __device__ __forceinline__ explicit Stage(const S* a) : edges(a, 0, 1, false) {}
+
+    // Take chunk `ticket` and issue its loads.
+    __device__ __forceinline__ void start(const S* const (&in)[2], unsigned int ticket,
+                                          int cols, int chunks) {
+        row = ticket / (unsigned int)chunks;
+        chunk = (int)(ticket % (unsigned int)chunks);
+        col0 = chunk * (THREADS * ITEMS * VEC);
+        edges = Edges<DT, OP, VEC, THREADS, EDGES>(in[0], row * (long long)cols, cols, chunk == 0);
+        load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, edges.span.body_base, col0,
+                                                    edges.span.body, true);
+        edges.load(in);
+        reduced = false;
+    }
+    // Reduce the chunk and publish its partial. LANDED: its copies have landed (else they
+    // are the last committed, waited for one by one).
+    template <bool LANDED = false>
+    __device__ __forceinline__ void reduce(float2* warp_total, unsigned int* work,
+                                           float2* partials, int chunks) {
+        const int live = live_items<VEC, ITEMS, THREADS>(col0, edges.span.body, true);
+        if constexpr (LANDED) {
+            Landed<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM> landed{h};
+            own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(landed, live);
+        } else {
+            own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(h, live);
+        }
+        mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
+        if (threadIdx.x == 0) {
+            partials[row * chunks + chunk] = mine;
+            add_release(work + 1 + row, 1u);  // orders the partial's store before the count
+        }
+        reduced = true;
+    }
+    // Wait for the row's partials (warp 0), then write the chunk's outputs.
+    __device__ __forceinline__ void finish(S* out, unsigned int* work, const float2* partials,
+                                           int chunks, float2* shared) {
+        if (threadIdx.x < 32) {
+            const unsigned int* arrived = work + 1 + row;
+            while (load_acquire(arrived) < (unsigned int)chunks) __nanosleep(64);
+            float2 total = Policy<OP>::identity();
+            for (int c = threadIdx.x; c < chunks; c += 32)
+                total = Policy<OP>::combine(total, load_relaxed(partials + row * chunks + c));
+            total = reduce_lanes<OP, 32>(total);
+            if (threadIdx.x == 0) *shared = total;
+        }
+        __syncthreads();
+        const float2 total = *shared;
+        Landed<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM> landed{h};
+        const int body = edges.span.body;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int col = col0 + (i * THREADS + (int)threadIdx.x) * VEC;
+            if (col < body) {
+                float y[VEC];
+                Policy<OP>::finish(landed, own, total, i, y);
+                Access<DT, VEC>::store(out + edges.span.body_base + col, y);
+            }
+        }
+        edges.store(out, total);
+    }
+};
+
+// One chunk of softmax_persist: `cur` (loaded; reduced or not), and the next ticket's loads
+// into `next`, issued after cur's reduction, or (EARLY) before it (cur's copies, issued a
+// chunk earlier, then waited for all at once); false when there is no next chunk.
+template <int EARLY, class St>
+__device__ __forceinline__ bool persist_step(St& cur, St& next,
+                                             const typename St::S* const (&in)[2],
+                                             typename St::S* out, unsigned int* work,
+                                             float2* partials, long long total_chunks, int cols,
+                                             int chunks, float2* warp_total, float2* row_total,
+                                             unsigned int* ticket) {
+    if (!EARLY && !cur.reduced) cur.reduce(warp_total, work, partials, chunks);
+    if (threadIdx.x == 0) *ticket = atomicAdd(work, 1u);
+    __syncthreads();
+    const unsigned int u = *ticket;
+    const bool more = u < total_chunks;
+    if (more) next.start(in, u, cols, chunks);
+    if (EARLY && !cur.reduced) {
+        if (more) copy_async_wait_n<St::GROUPS>();  // all but next's
+        else copy_async_wait_n<0>();
+        cur.template reduce<true>(warp_total, work, partials, chunks);
+    }
+    if (more && next.row == cur.row) {
+        if (EARLY) __syncthreads();  // cur's reduction has read warp_total (else: the ticket's)
+        next.reduce(warp_total, work, partials, chunks);
+    }
+    cur.finish(out, work, partials, chunks, row_total);
+    return more;
+}
+
 }  // namespace gpurt_softmax
 
 // ---- kernels ---------------------------------------------------------------------------------
@@ -860,6 +1009,43 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
                                                  span.body, true);
     edges.store(out, total);
+}
+
+// Rows longer than a cluster holds, in a persistent grid (as many CTAs as fit at once) that
+// overlaps each chunk's wait and writes with the next chunk's loads: see Stage. Dynamic
+// shared memory: two stages of NIN * SMEM * THREADS * 16 bytes.
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES,
+          int ONE_PASS, int EARLY>
+__global__ void __launch_bounds__(THREADS, MINB)
+softmax_persist(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* work,
+                long long rows, int cols, int chunks) {
+    using namespace gpurt_softmax;
+    typedef Stage<DT, OP, VEC, ITEMS, THREADS, SMEM, EDGES, ONE_PASS> St;
+    __shared__ float2 warp_total[THREADS / 32];
+    __shared__ float2 row_total;
+    __shared__ unsigned int ticket;
+    const long long total_chunks = rows * chunks;
+    float2* partials = reinterpret_cast<float2*>(work + (rows + 2) / 2 * 2);
+    const SM_STORAGE* in[2] = {a, b};
+    extern __shared__ uint4 shared_items[];
+    typedef typename SM_HELD(SMEM)::R R;
+    St first(a), second(a);
+    first.h.slot = reinterpret_cast<R*>(shared_items) + threadIdx.x;
+    second.h.slot = first.h.slot + Policy<OP>::NIN * SMEM * THREADS;
+    if (threadIdx.x == 0) ticket = atomicAdd(work, 1u);
+    __syncthreads();
+    const unsigned int t = ticket;
+    __syncthreads();  // read by all before thread 0 takes the next
+    if (t >= total_chunks) return;
+    first.start(in, t, cols, chunks);
+    for (;;) {
+        if (!persist_step<EARLY>(first, second, in, out, work, partials, total_chunks, cols,
+                                 chunks, warp_total, &row_total, &ticket))
+            break;
+        if (!persist_step<EARLY>(second, first, in, out, work, partials, total_chunks, cols,
+                                 chunks, warp_total, &row_total, &ticket))
+            break;
+    }
 }
 
 // Rows longer than a cluster holds: pass 1 writes one float2 partial per (row, chunk).

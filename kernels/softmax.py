@@ -14,7 +14,8 @@ a row through distributed shared memory on sm_90, the longest of those also keep
 the row in shared memory, and for rows longer than a cluster holds -- 524k float32
 elements forward, 262k backward; 16-bit rows past one CTA, 64k elements -- chunks of one CTA
 each that take a row's chunks in order from a ticket in a zeroed workspace and wait for each
-other's partials, reading their inputs once; before sm_90, or where a row's chunks cannot
+other's partials, reading their inputs once, for some rows in a persistent grid that loads
+the next chunk while the current one waits and writes; before sm_90, or where a row's chunks cannot
 all be resident, a two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
@@ -306,9 +307,14 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
 def tickets_fit(variant: Variant, chunks: int, index: int) -> bool:
     """Whether device ``index`` (the current device) holds ``chunks`` CTAs of the ticket
     ``variant`` at once: a row's chunks wait for each other, so fewer would never finish."""
+    return resident_ctas(variant, index) >= chunks
+
+
+def resident_ctas(variant: Variant, index: int) -> int:
+    """How many CTAs of ``variant`` device ``index`` holds at once (occupancy calculator)."""
     kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
     per_sm = kernel.max_active_blocks_per_multiprocessor(variant.threads, variant.shared_mem)
-    return per_sm * gpurt.get_device_properties(index).multi_processor_count >= chunks
+    return per_sm * gpurt.get_device_properties(index).multi_processor_count
 
 
 def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsView,
@@ -325,6 +331,8 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
     a, b = inputs[0].ptr, inputs[-1].ptr
     if variant.kind == "ticket":
         chunks = variant.chunks(view.cols)
+        if variant.persist:  # as many CTAs as fit at once, each walking chunks
+            grid = max(1, min(grid, resident_ctas(variant, index)))
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
         one = kernels[0].planned(config, a, b, out.ptr, 0, view.rows, view.cols, chunks,
                                  varying=(0, 1, 2, 3), device=index)

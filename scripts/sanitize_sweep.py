@@ -93,6 +93,11 @@ def _cases(tier: str) -> Iterator[tuple[str, Any]]:
         for op in OPS[:2]:
             yield "softmax", SoftmaxCase(op, "float32", 32, 600_001, (1, 1, 1), given_out=True)
             yield "softmax", SoftmaxCase(op, "bfloat16", 32, 200_003, (1, 1, 1), given_out=True)
+        # the persistent ticket chunks (s8-softpersist): 16-bit softmax backward, float32
+        # softmax rows of 131073-262144 elements
+        yield "softmax", SoftmaxCase("softmax_backward", "bfloat16", 32, 200_003, (1, 1, 1),
+                                     given_out=True)
+        yield "softmax", SoftmaxCase("softmax", "float32", 16, 200_003, (1, 1, 1), given_out=True)
     fills = "full" if tier == "full" else "quick"
     yield from (("fill", case) for case in fill_cases(fills))
     yield from (("reduce", case) for case in reduce_cases(fills))

@@ -654,6 +654,20 @@ def reference(a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, c=None):
     return want
 
 
+def check_replays(graph, da, db, out, rng, label=""):
+    """Replay ``graph`` (a captured gemm(da, db, out=out), bf16) twice on fresh inputs."""
+    (m, k), n = da.shape, db.shape[1]
+    for _ in range(2):
+        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+        da.copy_(device(a))
+        db.copy_(device(b))
+        out.copy_(poisoned((m, n), gpurt.bfloat16))
+        gpurt.synchronize()
+        graph.replay()
+        gpurt.synchronize()
+        assert rel_err(out.numpy(), reference(a, b)) < 1e-2, label
+
+
 def run_case(rng, m, n, k, dtype, trans_a=False, trans_b=False, config=None, **kw):
     a = rand(rng, (k, m) if trans_a else (m, k), dtype)
     b = rand(rng, (n, k) if trans_b else (k, n), dtype)

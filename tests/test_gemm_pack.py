@@ -15,7 +15,7 @@ import pytest
 
 import gpurt
 import test_gemm_planned as planned_tests
-from test_gemm import device, no_tuning, poisoned, rand, reference, rel_err  # noqa: F401
+from test_gemm import check_replays, device, no_tuning, poisoned, rand, reference, rel_err  # noqa: F401
 from test_gemm_planned import driver  # noqa: F401  (the fake driver)
 from test_launch_fake_driver import fake  # noqa: F401  (the fake driver's)
 
@@ -336,15 +336,7 @@ def test_copies_on_two_streams_in_memory_stats_and_in_a_graph(gpu_state, no_tuni
     graph = gpurt.CUDAGraph()
     with gpurt.graph(graph, stream=streams[0]):
         gemm_mod.gemm(da, db, out=out, stream=streams[0])
-    for _ in range(2):
-        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
-        da.copy_(device(a))
-        db.copy_(device(b))
-        out.copy_(poisoned((m, n), gpurt.bfloat16))
-        gpurt.synchronize()
-        graph.replay()
-        gpurt.synchronize()
-        assert rel_err(out.numpy(), reference(a, b)) < 1e-2
+    check_replays(graph, da, db, out, rng)
     del graph
     gemm_mod.clear_plans()
     assert workspace.kept_bytes() == 0

@@ -17,7 +17,7 @@ import pytest
 import gpurt
 from gpurt._streams import kept as kept_mod
 from gpurt._streams.kept import PER_THREAD_STREAM, KeptPerStream
-from test_gemm import device, poisoned, rand, reference, rel_err
+from test_gemm import check_replays, device, poisoned, rand, reference, rel_err
 
 workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
@@ -197,14 +197,7 @@ def test_split_k_is_right_call_after_call_on_two_streams_and_in_a_graph(gpu_stat
         graph = gpurt.CUDAGraph()
         with gpurt.graph(graph):
             gemm_mod.gemm(da, db, out=out, config=config)
-        for _ in range(2):
-            a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
-            da.copy_(device(a))
-            db.copy_(device(b))
-            out.copy_(poisoned((m, n), gpurt.bfloat16))
-            graph.replay()
-            gpurt.synchronize()
-            assert rel_err(out.numpy(), reference(a, b)) < 1e-2, config.label()
+        check_replays(graph, da, db, out, rng, config.label())
         del graph
         gemm_mod.clear_plans()
         assert workspace.kept_bytes() == 0

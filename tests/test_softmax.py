@@ -76,7 +76,10 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 assert v.min_blocks == 1 or shapes
                 if v.smem_items:
                     assert in_registers <= max(s.keep for s in shapes)
-                    assert v.shared_mem <= max(s.smem for s in shapes)
+                    # persistent chunks: two stages, each within the shape's budget
+                    stages = 2 if v.persist else 1
+                    assert v.shared_mem // stages <= max(s.smem for s in shapes)
+                    assert v.shared_mem <= 227 * 1024  # sm_90's most for one CTA
                 else:
                     assert in_registers <= max([plan.HELD, inputs * v.vec]
                                                + [s.held for s in shapes])
@@ -93,6 +96,10 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                         assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
                         assert v.one_pass == first.one_pass
                         assert v.chunks(cols) >= 2, (cols, v)
+                        assert v.persist == (first.persist if not first.persist_ctas else 0)
+                    elif v.persist:  # in place of a cluster of persist_ctas CTAs
+                        assert first.persist_ctas and v.chunks(cols) >= 2, (cols, v)
+                        assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
                     else:
                         assert cols > room, (cols, v)
                     assert v.chunks(cols) * v.columns >= cols
@@ -128,8 +135,21 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
+    # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
+    # grid (s8-softpersist); log_softmax backward the ticket chunks as before
     assert pick(200_003, F16, plan.SOFTMAX_BACKWARD).names() == (
-        "softmax_ticket<1, 2, 8, 16, 512, 1, 12, 1>",)
+        "softmax_persist<1, 2, 8, 8, 512, 1, 6, 1, 0, 0>",)
+    assert pick(200_003, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<1, 3, 8, 16, 512, 1, 12, 1>",)
+    assert pick(200_003, BF16, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
+    # fp32 softmax rows the wide shape holds in clusters of 4: its persistent chunks
+    # (s8-softpersist), but for few rows (TICKET_FEW_CTAS) and log_softmax
+    assert pick(200_003, F32).names() == ("softmax_persist<0, 0, 4, 16, 512, 1, 12, 1, 0, 0>",)
+    assert pick(262144, F32).chunks(262144) == 8  # chunks of 32768
+    assert pick(200_003, F32, rows=7).names() == ("softmax_cluster<0, 0, 4, 32, 512, 4, 1, 10, 1>",)
+    assert pick(200_003, F32, plan.LOG_SOFTMAX).kind == "cluster"
+    assert pick(200_003, F32, tickets=False).kind == "cluster"
+    assert pick(262145, F32).kind == "cluster"
     assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
@@ -142,6 +162,7 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
+    assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<1, 3, 8, 16, 512, 1, 12>",)
     assert pick(1_048_577, F32).chunks(1_048_577) == 17
@@ -217,10 +238,19 @@ def test_variant_names_grid_and_chunks():
         "softmax_rows<2, 1, 8, 2, 16, 128, 1, 0, 0, 1>",)
     # counters for 3 rows and the ticket rounded up to 4 words, then 48 float2 partials
     assert ticket.workspace_words(3, 1_000_003) == 4 + 96
-    for bad in (dict(cluster=2), dict(group=256), dict(vec=1, smem_items=2)):
+    # ticket chunks in a persistent grid: every template parameter spelled, two stages
+    persist = dataclasses.replace(one, persist=2, edges=True)
+    assert persist.names() == ("softmax_persist<2, 0, 8, 16, 512, 2, 12, 1, 1, 1>",)
+    assert dataclasses.replace(ticket, persist=1).names() == (
+        "softmax_persist<0, 1, 4, 32, 512, 1, 10, 1, 0, 0>",)
+    assert persist.shared_mem == 2 * 12 * 512 * 16 and persist.grid(3, 1_000_003) == 48
+    for bad in (dict(cluster=2), dict(group=256), dict(vec=1, smem_items=2), dict(persist=3),
+                dict(persist=1, group=32, threads=32)):
         with pytest.raises(ValueError):
             plan.Variant(**{**dict(kind="ticket", dtype=0, op=0, vec=4, items=4, group=512,
                                    threads=512), **bad})
+    with pytest.raises(ValueError, match="persist"):
+        plan.Variant("rows", 0, 0, 4, 4, 512, 512, persist=1)
 
 
 def test_row_access_takes_16_byte_vectors_with_edges_where_addresses_agree():
@@ -517,10 +547,91 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
             assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
 
 
+# The long-row persistent shapes timed by benchmarks/softmax_edges_dev.py --set softpersist:
+# (dtype, op) -> (items, threads, CTAs per SM, shared-memory items, persist)
+PERSIST_LONG = {
+    (BF16, plan.SOFTMAX): [(16, 256, 2, 12, 1), (16, 256, 2, 12, 2), (16, 512, 1, 12, 1),
+                           (16, 512, 1, 12, 2), (8, 512, 2, 6, 2)],
+    (F16, plan.SOFTMAX): [(16, 256, 2, 12, 2), (16, 512, 1, 12, 2)],
+    (BF16, plan.LOG_SOFTMAX): [(16, 256, 2, 12, 2), (16, 512, 1, 12, 2)],
+    (BF16, plan.SOFTMAX_BACKWARD): [(8, 512, 1, 6, 1), (8, 512, 1, 6, 2), (8, 256, 2, 6, 2)],
+    (F16, plan.SOFTMAX_BACKWARD): [(8, 512, 1, 6, 1)],  # the chooser's (not run in s8)
+    (F32, plan.SOFTMAX): [(16, 512, 1, 12, 1), (16, 512, 1, 12, 2), (16, 256, 2, 12, 2)],
+    (F32, plan.SOFTMAX_BACKWARD): [(8, 512, 1, 6, 2), (8, 256, 2, 6, 2)],
+}
+
+
+def persist_variants(long: bool = False) -> list[plan.Variant]:
+    """Ticket chunks in a persistent grid (softmax_persist), 16-bit forward in one pass:
+    small ones (128 threads: registers only, next chunk's loads before the reduction; with
+    shared memory, after it and before it) for every dtype and op, or (``long``) those of
+    PERSIST_LONG."""
+    found = []
+    for dtype in DTYPES:
+        code, vec = plan.dtype_code(dtype), 16 // dtype.itemsize
+        for op in OPS.values():
+            one = code != 0 and op < plan.SOFTMAX_BACKWARD
+            shapes = PERSIST_LONG.get((dtype, op), []) if long else [
+                (2, 128, 1, 0, 2), (4, 128, 4, 2, 1), (4, 128, 4, 2, 2)]
+            found += [plan.Variant("ticket", code, op, vec, items, threads, threads,
+                                   min_blocks=blocks, smem_items=smem, edges=True,
+                                   one_pass=one, persist=persist)
+                      for items, threads, blocks, smem, persist in shapes]
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_persist_chunks_against_float64(dtype, op_name, gpu_state, monkeypatch):
+    """Small persistent ticket variants as test_ticket_chunks_against_float64 checks the
+    ticket's, each in its own grid (as many CTAs as fit) and in the smallest one that cannot
+    deadlock (as many CTAs as a row has chunks: each CTA walks many chunks, and its next
+    chunk is often of the row it waits for)."""
+    op = OPS[op_name]
+    rng = np.random.default_rng([op, dtype.itemsize, 1919])
+    code = plan.dtype_code(dtype)
+    small = [v for v in persist_variants() if (v.dtype, v.op) == (code, op)]
+    assert len(small) == 3
+    assert all(v.names()[0].startswith("softmax_persist<") for v in small)
+    cases = [(37, cols, offset) for cols in (1, 7, 1000, 4099, 11009) for offset in (0, 1, 3)]
+    fits = sm.resident_ctas
+    for rows, cols, offset in cases + [(1000, 4099, 1)]:
+        for variant in small:
+            for least in (False, True):
+                chunks = variant.chunks(cols)
+                monkeypatch.setattr(sm, "resident_ctas",
+                                    (lambda v, i, n=chunks: n) if least else fits)
+                a, b = inputs(op, (rows, cols), dtype, rng, 1.0)
+                ref, size = reference(op, a.astype(np.float64),
+                                      None if b is None else b.astype(np.float64))
+                out = offset_view(np.full((rows, cols), 12345, dtype), offset)  # poison
+                arrays = [offset_view(t, offset) for t in (a, b) if t is not None]
+                run_variant(variant, arrays, out)
+                err = error(out.to_numpy(), ref, size)
+                assert err < TOLERANCE[dtype], (variant, rows, cols, offset, least, err)
+
+
+@pytest.mark.gpu
+def test_persist_long_rows_against_float64(gpu_state, monkeypatch):
+    """The long-row persistent shapes at 3 rows of 200003 (their own grid) and 2 rows of
+    1000003 (the smallest grid), offsets 0 and 3, poisoned outputs."""
+    rng = np.random.default_rng(200_003)
+    dtypes = {plan.dtype_code(d): d for d in DTYPES}
+    for variant in persist_variants(long=True):
+        dtype = dtypes[variant.dtype]
+        check_long_rows(variant.op, (3, 200_003), dtype, rng, variant)
+        chunks = variant.chunks(1_000_003)
+        monkeypatch.setattr(sm, "resident_ctas", lambda v, i, n=chunks: n)
+        check_long_rows(variant.op, (2, 1_000_003), dtype, rng, variant)
+        monkeypatch.undo()
+
+
 def forward16_variants() -> list[plan.Variant]:
     """16-bit forward CTA shapes for long rows (s7-softbf16): one CTA of 1024 threads per SM
     (6 of 8 vectors in shared memory), two of 512 (12 of 16), and ticket chunks of the latter;
-    each also with the reduction in one pass (s8-softlong16), and lane groups in one pass."""
+    each also with the reduction in one pass (s8-softlong16), lane groups in one pass, and
+    persistent ticket chunks of 256 threads in one pass (s8-softpersist)."""
     found = []
     for dtype in (F16, BF16):
         code = plan.dtype_code(dtype)
@@ -530,6 +641,8 @@ def forward16_variants() -> list[plan.Variant]:
                       plan.Variant("ticket", code, op, 8, 16, 512, 512, min_blocks=2,
                                    smem_items=12, edges=True)]
             found += shapes + [dataclasses.replace(v, one_pass=True) for v in shapes]
+            found.append(plan.Variant("ticket", code, op, 8, 16, 256, 256, min_blocks=2,
+                                      smem_items=12, edges=True, one_pass=True, persist=2))
             found.append(plan.Variant("rows", code, op, 8, 4, 32, 128, edges=True,
                                       one_pass=True))
     return found
@@ -549,7 +662,7 @@ def test_16bit_forward_shapes_against_float64(dtype, op_name, gpu_state):
     code = plan.dtype_code(dtype)
     rng = np.random.default_rng([op, dtype.itemsize, 16])
     variants = [v for v in forward16_variants() if (v.dtype, v.op) == (code, op)]
-    assert len(variants) == 7
+    assert len(variants) == 8
     for variant in [*variants, None]:
         lengths: tuple[int, ...] = (1, 7, 4099, 32001, 50257, 65529, 65536)
         if variant is None:
