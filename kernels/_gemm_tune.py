@@ -312,9 +312,27 @@ def candidates(problem: Problem) -> list[Config]:
     return [first] + [c for c in found if c != first]
 
 
+def _narrow_split(problem: Problem) -> int:
+    """4 (slices of K for 128 x 64 wgmma tiles) where every (tile, slice) item gets an SM of
+    its own, each slice is at least 16 K tiles deep and rows lie at 128-byte pitches; else 1.
+    A split-K tile's ending (its last CTA sums the slices) grows with the tile and the slice
+    count: on an H100, 128 x 64 split 4 ran 128x128x4096 in 12.3 us, 256x256x8192 in 16.3 and
+    512x512x8192 in 18.4, against 18.5 / 23.5 / 31.2 for 128 x 128 split 4 / 4 / 2, and 2 or
+    8+ slices of 128 x 64 were slower at each (notes_gemm.md, s8-splitk2). Fewer slices on
+    more tiles were not timed."""
+    if not problem.pitch128:  # 128 x 64 tiles lose most there (_TILE_RATE_PITCH16)
+        return 1
+    tiles = _WGMMA[7].tiles(problem.m, problem.n)
+    k_tiles = -(-problem.k // _WGMMA[7].bk)
+    fits = tiles * 4 <= problem.sm_count and k_tiles >= 4 * 16
+    return 4 if fits and eligible(problem, _WGMMA[7]) else 1
+
+
 def _wgmma_splits(problem: Problem) -> list[Config]:
     """Split-K variants of the 16-bit wgmma tiles for grids of few tiles (decode shapes)."""
     found = []
+    if _narrow_split(problem) > 1:
+        found.append(dataclasses.replace(_WGMMA[7], split_k=_narrow_split(problem)))
     for base in (_WGMMA[1], _WGMMA[0]):
         split = _wave_split(problem, base)
         if split > 1:
@@ -330,8 +348,8 @@ def all_configs(problem: Problem) -> list[Config]:
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny, *decode):
-        if config.kernel == "wgmma" and config in _WGMMA[:2]:  # split-K stores without TMA
-            splits = {1, max(2, _wave_split(problem, config))}
+        if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
+            splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
             splits = {config.split_k}  # its candidates carry their split
         elif config.kernel in ("wgmma", "skinny"):
@@ -388,9 +406,15 @@ def heuristic(problem: Problem) -> Config:
             return filled
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
         # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
-        # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40)
+        # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40); a split
+        # on 128 x 64 tiles where they allow one (H100: 1.5-1.7x faster than 128 x 128)
         split = _wave_split(problem, _WGMMA[1])
-        return dataclasses.replace(_WGMMA[1], split_k=split) if split > 1 else filled
+        if split == 1:
+            return filled
+        narrow = _narrow_split(problem)
+        if narrow > 1:
+            return dataclasses.replace(_WGMMA[7], split_k=narrow)
+        return dataclasses.replace(_WGMMA[1], split_k=split)
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
 

@@ -13,11 +13,18 @@ zeroed, so that growing one region never zeroes or copies the other. Work on one
 in order, so calls on a stream may share its workspace (each split-K or packed call is one
 launch after another on it); :data:`LOCK` keeps the table of workspaces
 consistent between threads and holds a workspace until the launch that uses it is queued.
-A stream that is capturing a CUDA graph, and the per-thread default stream, get fresh
-partials and fresh zeroed counters for each call instead (a capture's come from the graph's
-own pool and are released with the graph). At most :data:`MAX_KEPT` streams keep a workspace
-(the least recently used is dropped first: gpurt/_streams/kept.py); :func:`clear` drops them
-all (gpurt.kernels.clear_plans does).
+A stream that is capturing a CUDA graph gets a workspace of the graph's own instead (from
+the graph's private pool, released with it), kept for the rest of that capture: the
+capture's calls on that stream run in order in every replay too, so they share it as calls
+on a stream do, and only the first of them (or one that needs more room) adds a memset node
+that zeroes its counters. (A zeroed workspace per captured call put a memset node in front
+of every split-K kernel node, ~1.9 us each on an H100: benchmarks/notes_gemm.md,
+s8-splitk2.) The per-thread default stream, one handle that is a different stream in each
+thread, gets fresh partials and fresh zeroed counters for each call. At most
+:data:`MAX_KEPT` streams keep a workspace (the least recently used is dropped first:
+gpurt/_streams/kept.py), and as many captures (the oldest first); a capture's is dropped
+once no gpurt capture is underway, or when its stream captures again; :func:`clear` drops
+them all (gpurt.kernels.clear_plans does).
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ from typing import Any
 import numpy as np
 
 import gpurt
+from gpurt._core.captures import CAPTURES
 from gpurt._core.fork import renew_after_fork
-from gpurt._streams.kept import KeptPerStream
+from gpurt._streams.handles import capture_id
+from gpurt._streams.kept import PER_THREAD_STREAM, KeptPerStream
 from gpurt.streams import current_stream_handle
 
 __all__ = ["LOCK", "MAX_KEPT", "Workspace", "clear", "kept_bytes", "take"]
@@ -57,27 +66,24 @@ class Workspace:
 
 
 _kept: KeptPerStream[Workspace] = KeptPerStream(MAX_KEPT)
+# the workspaces of captures underway, by (device, stream handle, capture id), oldest first
+_captured: dict[tuple[int, int, int], Workspace] = {}
 
 
 def take(index: int, handle: int | None, partials: int, counters: int = 0,
          scratch: int = 0) -> Workspace:
     """Room for ``partials`` float32 sums, ``counters`` zeroed uint32 counters and ``scratch``
     bytes (128-byte aligned) on device ``index``'s stream ``handle`` (None: this thread's
-    current stream there): the stream's workspace, or, while the stream captures a graph, new
-    arrays. Call with :data:`LOCK` held until the kernels that use it are queued."""
+    current stream there): the stream's workspace, or, while the stream captures a graph, the
+    capture's (from the graph's pool). Call with :data:`LOCK` held until the kernels that use
+    it are queued."""
     if handle is None:
         handle = current_stream_handle(index)
+    if _captured and not CAPTURES.count:  # every capture they served has ended
+        _captured.clear()
     key = _kept.key(index, handle)
     if key is None:
-        stream = gpurt.as_stream(handle, index)
-        made = gpurt.empty(max(partials, 1), dtype=np.float32, device=index, stream=stream)
-        arrays: tuple[Any, ...] = (made,)
-        counter_ptr = 0
-        if counters:
-            zeroed = gpurt.zeros(counters, dtype=np.uint32, device=index, stream=stream)
-            arrays, counter_ptr = (made, zeroed), zeroed.ptr
-        space = Workspace(arrays, counter_ptr, made.ptr, counters, made.shape[0])
-        return _with_scratch(space, index, stream, scratch) if scratch else space
+        return _take_capturing(index, handle, partials, counters, scratch)
     found = _kept.get(key)
     if found is not None and found.partial_room >= partials and found.counter_room >= counters \
             and found.scratch_room >= scratch:
@@ -90,7 +96,9 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
         if found is not None:  # grow both regions to at least what either call needed
             partials = max(partials, found.partial_room)
             counters = max(counters, found.counter_room)
-        room = -(-counters // 4) * 4  # the partials start 16-byte aligned
+        # the partials start 128-byte aligned: at 16 bytes past a 32-byte L2 sector, each
+        # warp's 8-byte loads and stores of a slice row touched twice the sectors (ncu, H100)
+        room = -(-counters // 32) * 32
         # zeroed once: the counters must start at zero, and the kernels leave them so
         array = gpurt.zeros(room + max(partials, 1), dtype=np.float32, device=index,
                             stream=stream)
@@ -105,6 +113,44 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
             grown = _with_scratch(grown, index, stream, scratch)
     _kept.put(key, grown)  # the old one is freed in stream order: later work may reuse it
     return grown
+
+
+def _fresh(index: int, handle: int, partials: int, counters: int, scratch: int) -> Workspace:
+    """New partials, zeroed counters and scratch on stream ``handle``, for one call or, while
+    it captures, for the capture."""
+    stream = gpurt.as_stream(handle, index)
+    made = gpurt.empty(max(partials, 1), dtype=np.float32, device=index, stream=stream)
+    arrays: tuple[Any, ...] = (made,)
+    counter_ptr = 0
+    if counters:
+        zeroed = gpurt.zeros(counters, dtype=np.uint32, device=index, stream=stream)
+        arrays, counter_ptr = (made, zeroed), zeroed.ptr
+    space = Workspace(arrays, counter_ptr, made.ptr, counters, made.shape[0])
+    return _with_scratch(space, index, stream, scratch) if scratch else space
+
+
+def _take_capturing(index: int, handle: int, partials: int, counters: int,
+                    scratch: int) -> Workspace:
+    """:func:`take` for a stream without a kept workspace: the one of its capture while it
+    captures (grown to what either call needed), else new memory for this call alone."""
+    ident = None if handle == PER_THREAD_STREAM else capture_id(index, handle)
+    if ident is None:
+        return _fresh(index, handle, partials, counters, scratch)
+    found = _captured.get((index, handle, ident))
+    if found is not None and found.partial_room >= partials and found.counter_room >= counters \
+            and found.scratch_room >= scratch:
+        return found
+    if found is not None:
+        partials = max(partials, found.partial_room)
+        counters = max(counters, found.counter_room)
+        scratch = max(scratch, found.scratch_room)
+    made = _fresh(index, handle, partials, counters, scratch)
+    for old in [key for key in _captured if key[:2] == (index, handle)]:
+        del _captured[old]  # this one grown, or an older capture of the stream (it is over)
+    while len(_captured) >= MAX_KEPT:
+        del _captured[next(iter(_captured))]
+    _captured[(index, handle, ident)] = made
+    return made
 
 
 def _with_scratch(space: Workspace, index: int, stream: Any, scratch: int) -> Workspace:
@@ -126,3 +172,4 @@ def clear() -> None:
     """Drop every kept workspace (each is freed in its stream's order)."""
     with LOCK:
         _kept.clear()
+        _captured.clear()

@@ -224,7 +224,8 @@ def test_candidates_are_eligible_and_unique():
 
 
 def test_wgmma_split_for_few_tiles(monkeypatch):
-    """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves."""
+    """Decode shapes: the 16-bit wgmma tiles split K until their items fill the waves; on
+    128 x 64 tiles in 4 slices where those fit."""
     assert tune._wave_split(problem(), tune._WGMMA[1]) == 1  # 1024 tiles
     assert tune._wave_split(problem(128, 4096, 4096), tune._WGMMA[1]) == 4  # 32 tiles: 128
     assert tune._wave_split(problem(64, 11008, 4096), tune._WGMMA[1]) == 3  # 86: 258 of 264
@@ -240,6 +241,15 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[7]  # 128 x 64, unsplit
     found = tune.candidates(problem(128, 4096, 4096))
     assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
+    # s8-splitk2: 128 x 64 tiles in 4 slices where those items fit the SMs, 16+ K tiles deep
+    narrow = dataclasses.replace(tune._WGMMA[7], split_k=4)
+    for shape in [(128, 128, 4096), (256, 256, 8192), (512, 512, 8192), (64, 64, 4096)]:
+        assert tune.heuristic(problem(*shape)) == narrow and narrow in tune.candidates(
+            problem(*shape))
+    assert tune._narrow_split(problem(128, 128, 2048)) == 1  # slices of 8 K tiles
+    assert tune._narrow_split(problem(1024, 512, 8192)) == 1  # 64 tiles: 4 slices won't fit
+    assert tune._narrow_split(problem(128, 128, 4096, pitch128=False)) == 1
+    assert tune.heuristic(problem(128, 128, 4096, pitch128=False)).bn == 128
     assert all(tune.eligible(problem(128, 4096, 4096), c) for c in found)
     names = gemm_launch.kernel_names(dataclasses.replace(tune._WGMMA[1], split_k=4),
                                      problem(128, 4096, 4096))
@@ -821,8 +831,8 @@ def test_mma_simt_split_k_fused(gpu_state):
 @pytest.mark.parametrize("splits", [2, 7, 16, 17])
 def test_split_k_slice_counts(gpu_state, splits):
     """The fused split-K sum loads 4 slices of several pairs before their adds: slice counts
-    below, at a multiple of and past that batch, on every kernel that splits (wgmma 128 and 256
-    wide, mma 16-bit and TF32, simt; an odd M x N: 4-byte loads) against float64, the same
+    below, at a multiple of and past that batch, on every kernel that splits (wgmma 64, 128
+    and 256 wide, mma 16-bit and TF32, simt; an odd M x N: 4-byte loads) against float64, the same
     bits twice, the ticket counters back at zero."""
     rng = np.random.default_rng(37 + splits)
     split = functools.partial(dataclasses.replace, split_k=splits)
@@ -830,7 +840,8 @@ def test_split_k_slice_counts(gpu_state, splits):
              (split(tune._SIMT[3]), np.float32, 131, 77, 1003, {}),
              (split(tune._TF32[1]), np.float32, 168, 264, 2056, {"allow_tf32": True})]
     if gpurt.get_device_capability() == (9, 0):
-        cases += [(split(c), np.float16, 200, 264, 2056, {}) for c in tune._WGMMA[:2]]
+        cases += [(split(c), np.float16, 200, 264, 2056, {})
+                  for c in (*tune._WGMMA[:2], tune._WGMMA[7])]  # 128 x 256, 128, 64 wide
     for config, dtype, m, n, k, kw in cases:
         _split_case(rng, config, dtype, m, n, k, False, False, **kw)
     _assert_counters_zero()

@@ -54,6 +54,12 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(workspace, "current_stream_handle", lambda index: 7)
     monkeypatch.setattr(kept_mod, "stream_is_capturing",
                         lambda index, handle: handle in state["capturing"])
+    # a capture id per stream and capture: ``captures`` counts the captures begun
+    state["captures"] = 1
+    monkeypatch.setattr(workspace, "capture_id", lambda index, handle: 100 * state["captures"]
+                        + handle if handle in state["capturing"] else None)
+    monkeypatch.setattr(workspace, "_captured", {})
+    monkeypatch.setattr(workspace.CAPTURES, "count", 0)
     return state
 
 
@@ -76,27 +82,43 @@ def test_counters_lie_in_front_of_the_partials_zeroed_and_apart(fake: dict[str, 
     lie. A workspace grows both regions to what either call needed."""
     one = workspace.take(0, 7, 100, 6)
     array = one.arrays[0]
-    assert array.zeroed and one.counters == array.ptr and one.counter_room == 8  # 16-byte
-    assert one.partials == array.ptr + 4 * 8 and one.partial_room == 100
-    assert workspace.take(0, 7, 50, 8) is one
-    more = workspace.take(0, 7, 50, 9)  # more counters: a new zeroed workspace
+    assert array.zeroed and one.counters == array.ptr and one.counter_room == 32  # 128-byte
+    assert one.partials == array.ptr + 4 * 32 and one.partial_room == 100
+    assert workspace.take(0, 7, 50, 32) is one
+    more = workspace.take(0, 7, 50, 33)  # more counters: a new zeroed workspace
     assert more is not one and more.arrays[0].zeroed
-    assert (more.counter_room, more.partial_room) == (12, 100)
-    assert more.partials - more.counters == 4 * 12 and more.partials % 16 == 0
-    assert workspace.take(0, 7, 100, 12) is more
+    assert (more.counter_room, more.partial_room) == (64, 100)
+    assert more.partials - more.counters == 4 * 64 and more.partials % 128 == 0
+    assert workspace.take(0, 7, 100, 64) is more
 
 
-def test_a_capturing_stream_gets_fresh_partials_and_keeps_none(fake: dict[str, Any]) -> None:
+def test_a_capturing_stream_shares_one_workspace_per_capture(
+        fake: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a stream captures, its calls share a workspace of the capture's own (graph
+    memory, not the stream's), grown as calls need; its counters are zeroed when it is made
+    (one memset node per capture and stream, not one per call). Another stream of the same
+    capture, and a later capture of the stream, get their own; once no capture is underway
+    they are dropped and the stream's kept workspace is back."""
     kept = workspace.take(0, 5, 100)
-    fake["capturing"].add(5)
-    one, two = workspace.take(0, 5, 100), workspace.take(0, 5, 100, 4)
-    assert len({id(kept), id(one), id(two)}) == 3
-    assert len(one.arrays) == 1 and one.counter_room == 0
-    partials, counters = two.arrays  # fresh zeroed counters of the graph's own
-    assert counters.zeroed and two.counters == counters.ptr and two.counter_room == 4
-    assert two.partials == partials.ptr and two.partial_room == 100
+    fake["capturing"].update((5, 6))
+    monkeypatch.setattr(workspace.CAPTURES, "count", 1)
+    one = workspace.take(0, 5, 100, 4)
+    assert one is not kept and workspace.take(0, 5, 60, 2) is one
+    partials, counters = one.arrays  # the capture's own, its counters zeroed
+    assert counters.zeroed and not partials.zeroed and one.counters == counters.ptr
+    assert (one.counter_room, one.partial_room) == (4, 100)
+    other = workspace.take(0, 6, 100, 4)  # another stream of the capture
+    assert other is not one and workspace.take(0, 5, 100, 4) is one
+    grown = workspace.take(0, 5, 300, 2)  # more room: a new one, both regions grown
+    assert (grown.counter_room, grown.partial_room) == (4, 300) and grown.arrays[1].zeroed
+    assert workspace.take(0, 5, 100, 4) is grown
+    fake["captures"] += 1  # the stream captures again: a new graph, its own workspace
+    again = workspace.take(0, 5, 100, 4)
+    assert again is not grown and workspace.take(0, 5, 100, 4) is again
+    assert len(fake["made"]) == 1 + 2 * 4 and workspace.kept_bytes() == 4 * 100
     fake["capturing"].clear()
-    assert workspace.take(0, 5, 100) is kept
+    monkeypatch.setattr(workspace.CAPTURES, "count", 0)
+    assert workspace.take(0, 5, 100) is kept and len(workspace._captured) == 0
 
 
 def test_at_most_max_kept_streams_and_clear(fake: dict[str, Any],
@@ -179,3 +201,51 @@ def test_split_k_is_right_call_after_call_on_two_streams_and_in_a_graph(gpu_stat
         del graph
         gemm_mod.clear_plans()
         assert workspace.kept_bytes() == 0
+
+
+def _node_types(graph: Any) -> list[str]:
+    from cuda.bindings import driver as cu
+
+    from gpurt._graphs.nodes import ordered_nodes
+
+    return [cu.cuGraphNodeGetType(node)[1].name.removeprefix("CU_GRAPH_NODE_TYPE_")
+            for node in ordered_nodes(graph._live().graph)]
+
+
+@pytest.mark.gpu
+def test_a_captured_graph_of_split_k_calls_zeroes_its_counters_once(gpu_state) -> None:
+    """Three split-K calls captured on one stream share the capture's workspace: one memset
+    node (the counters), then the three kernels; every replay right on fresh inputs, and
+    after the capture the stream's own workspace is used again."""
+    rng = np.random.default_rng(23)
+    m, n, k = 136, 264, 4096
+    for config in _split_configs():
+        gemm_mod.clear_plans()
+        pairs = [(rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16))
+                 for _ in range(3)]
+        inputs = [(device(a), device(b)) for a, b in pairs]
+        outs = [poisoned((m, n), gpurt.bfloat16) for _ in inputs]
+        for (da, db), out in zip(inputs, outs):  # planned before the capture
+            gemm_mod.gemm(da, db, out=out, config=config)
+        kept = workspace.kept_bytes()
+        graph = gpurt.CUDAGraph()
+        with gpurt.graph(graph):
+            for (da, db), out in zip(inputs, outs):
+                gemm_mod.gemm(da, db, out=out, config=config)
+        assert _node_types(graph) == ["MEMSET"] + ["KERNEL"] * 3, config.label()
+        for _ in range(2):
+            pairs = [(rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16))
+                     for _ in range(3)]
+            for (a, b), (da, db), out in zip(pairs, inputs, outs):
+                da.copy_(device(a))
+                db.copy_(device(b))
+                out.copy_(poisoned((m, n), gpurt.bfloat16))
+            graph.replay()
+            gpurt.synchronize()
+            for (a, b), out in zip(pairs, outs):
+                assert rel_err(out.numpy(), reference(a, b)) < 1e-2, config.label()
+        da, db = inputs[0]
+        gemm_mod.gemm(da, db, out=outs[0], config=config)  # eager again: the kept one
+        assert workspace.kept_bytes() == kept and len(workspace._captured) == 0
+        del graph
+        gemm_mod.clear_plans()

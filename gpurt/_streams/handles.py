@@ -38,6 +38,7 @@ __all__: list[str] = []
 
 _NOT_CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _NOT_READY = int(cu.CUresult.CUDA_ERROR_NOT_READY)
+_IMPLICIT = int(cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
 
 
 # ---- driver calls on a device ----------------------------------------------------------
@@ -88,6 +89,18 @@ def stream_is_capturing(index: int, handle: Any) -> bool:
             return True
         raise
     return status != _NOT_CAPTURING
+
+
+def capture_id(index: int, handle: Any) -> int | None:
+    """The id of the CUDA graph capture that stream ``handle`` of device ``index`` takes part
+    in (unique in the process), or None when it captures nothing, or is the legacy stream
+    while another stream captures (wraps cuStreamGetCaptureInfo)."""
+    bind_context(index)
+    result = cu.cuStreamGetCaptureInfo(handle)
+    if int(result[0]) == _IMPLICIT:
+        return None
+    status, found = check(result, "cuStreamGetCaptureInfo")[:2]
+    return None if status == _NOT_CAPTURING else int(found)
 
 
 # ---- owned handles and their deferred release ------------------------------------------
