@@ -55,6 +55,10 @@ COLUMN_SPLIT_FIT = True
 # A split reduction's last block per output block folds the partials (one launch, its
 # counters kept zeroed per stream: counters.py), rather than a second "finish" kernel.
 FOLD = True
+# The column fold in two levels where a column of the grid has more than this many splits:
+# the last block of each group of this many splits folds the group, then the last of the
+# groups folds their rows (reduce_codegen._fold); 0: one level (one block reads every split).
+COLUMN_FOLD_TREE = 16
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -82,6 +86,7 @@ class ReductionPlan:
     size: int
     device: int
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
+    counts: int = 0  # the fold's counters (reduce_codegen._fold)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
@@ -101,7 +106,7 @@ class ReductionPlan:
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
-            counts = counters.take(index, self.grid[0])
+            counts = counters.take(index, self.counts)
             launches = self.launches or self._plan_launches(head, pointers, partial,
                                                             counts.ptr)
             launches[0](None, *head, partial, counts.ptr, *pointers)
@@ -290,8 +295,9 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
+    tree = COLUMN_FOLD_TREE if walk == "column" and splits > COLUMN_FOLD_TREE else 0
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign)
+                          FOLD and splits > 1, width, spread, realign, tree)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -321,7 +327,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
-        tuple(type(v) is gpurt.Array for v in values))
+        tuple(type(v) is gpurt.Array for v in values),
+        blocks * (1 + (-(-splits // tree) if tree else 0)))
 
 
 def _finish_blocks(m: int) -> int:
