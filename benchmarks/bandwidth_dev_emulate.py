@@ -7,7 +7,8 @@ them), checked against float64 numpy. SAN="-fsanitize=address" (with
 ASAN_OPTIONS=detect_leaks=0) checks the addresses, SAN="-fsanitize=thread" races on the
 shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not covered).
 
-    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [SAN=...] python benchmarks/bandwidth_dev_emulate.py
+    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [SAN=...] \
+        python benchmarks/bandwidth_dev_emulate.py
 
 TREE=G BATCH=B: the column fold in two levels of G splits, B partials in flight a thread
 (reduction.COLUMN_FOLD_TREE, reduce_codegen.FOLD_BATCH; default: the shipped values).
@@ -60,7 +61,7 @@ using std::min;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __align__(n) alignas(n)
 #define __shared__ static

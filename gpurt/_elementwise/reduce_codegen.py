@@ -376,26 +376,29 @@ def _ticket(counter: str, arrivals: str, flag: str) -> str:
 def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     """After a split block's partials: the last block of blockIdx.x's column of the grid
     (its ticket from _count[blockIdx.x]) folds every split's partials of its outputs and runs
-    post_map. With a ``tree`` of G and more than G splits, the splits' groups of G fold first:
-    the last block of group g (its ticket from _count[gridDim.x + blockIdx.x * groups + g])
-    folds the group's partials into the group's first row, then the last of the groups folds
-    those rows (G apart)."""
+    post_map. With a ``tree`` of G and more than G splits, the splits' groups (as few as hold
+    at most G splits each, of equal sizes Z but the last) fold first: the last block of
+    group g (its ticket from _count[gridDim.x + blockIdx.x * groups + g]) folds the group's
+    partials into the group's first row, then the last of the groups folds those rows (Z
+    apart)."""
     out = ["    __shared__ int _gpurt_last;\n"]
     per = outputs_per_block(layout)
     if layout.walk == "column" and layout.tree:
         g = layout.tree
-        out += [f"    const int _ng = ((int)gridDim.y + {g - 1}) / {g};\n",
+        out += [f"    const int _gm = ((int)gridDim.y + {g - 1}) / {g};  // groups at most\n",
+                "    const int _gz = ((int)gridDim.y + _gm - 1) / _gm;  // splits a group\n",
+                "    const int _ng = ((int)gridDim.y + _gz - 1) / _gz;  // groups\n",
                 "    if (_ng > 1) {\n",
-                f"    const int _g0 = (int)blockIdx.y / {g} * {g};\n",
+                "    const int _g0 = (int)blockIdx.y / _gz * _gz;\n",
                 "    __shared__ int _gpurt_group_last;\n",
-                _ticket(f"_count + gridDim.x + blockIdx.x * _ng + blockIdx.y / {g}",
-                        f"min({g}, (int)gridDim.y - _g0)", "_gpurt_group_last"),
+                _ticket("_count + gridDim.x + blockIdx.x * _ng + blockIdx.y / _gz",
+                        "min(_gz, (int)gridDim.y - _g0)", "_gpurt_group_last"),
                 _fold_columns(ops, layout, per,
-                              ("_g0", "1", f"min({g}, (int)gridDim.y - _g0)"), final=False),
+                              ("_g0", "1", "min(_gz, (int)gridDim.y - _g0)"), final=False),
                 "    }\n",
                 _ticket("_count + blockIdx.x", "(_ng > 1 ? _ng : (int)gridDim.y)",
                         "_gpurt_last"),
-                _fold_columns(ops, layout, per, ("0", f"(_ng > 1 ? {g} : 1)",
+                _fold_columns(ops, layout, per, ("0", "(_ng > 1 ? _gz : 1)",
                                                  "(_ng > 1 ? _ng : (int)gridDim.y)"),
                               final=True)]
         return "".join(out)

@@ -328,7 +328,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values),
-        blocks * (1 + (-(-splits // tree) if tree else 0)))
+        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
 
 
 def _finish_blocks(m: int) -> int:
