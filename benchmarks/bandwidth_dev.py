@@ -34,8 +34,9 @@ from gpurt._random import kernels as rkernels
 # thread of the fold (reduce_codegen.FOLD_BATCH; 4 = the fold before, an unroll of 4);
 # "tree": splits per group of the two-level fold (reduction.COLUMN_FOLD_TREE; 0 = one
 # level); "cap": __launch_bounds__' blocks per SM of folding column kernels
-# (reduce_codegen.COLUMN_MIN_BLOCKS; 8 = 32 registers; 0 = none). "odd": only the odd-width
-# shapes; "rows": also the rows.
+# (reduce_codegen.COLUMN_MIN_BLOCKS; 8 = 32 registers; 0 = none); width 16 with realign 32:
+# realigned 32-byte loads (16 rows of threads make the vector's period divide the rows an odd
+# row stride apart). "odd": only the odd-width shapes; "rows": also the rows.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
          "cap": 8}
@@ -46,6 +47,8 @@ REDUCE_VARIANTS = [
     {**_BASE, "tree": 8},
     {**_BASE, "tree": 32},
     {**_BASE, "batch": 16, "cap": 0},
+    {**_BASE, "cap": 0},
+    {**_BASE, "width": 16, "realign": 32, "odd": True},  # 16 rows of threads: 32-byte loads
     {**_BASE, "least": 16},
     {**_BASE, "waves": 1},
     {**_BASE, "odd": True},  # the defaults again: the run's noise
