@@ -36,14 +36,18 @@ from gpurt._random import kernels as rkernels
 # level); "cap": __launch_bounds__' blocks per SM of folding column kernels
 # (reduce_codegen.COLUMN_MIN_BLOCKS; 8 = 32 registers; 0 = none); width 16 with realign 32:
 # realigned 32-byte loads (16 rows of threads make the vector's period divide the rows an odd
-# row stride apart). "odd": only the odd-width shapes; "rows": also the rows.
+# row stride apart). "from": reduction.COLUMN_FOLD_TREE_FROM (0: the tree wherever splits >
+# tree, as in s8-colfold's H100 run; its rows, variants included, are in
+# results/bandwidth-dev-s8-colfold-nvidia-h100.json). "odd": only the odd-width shapes; "rows":
+# also the rows. The list is that run's plus the defaults shipped after it (not timed whole).
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
-         "cap": 8}
+         "from": 0, "cap": 8}
 REDUCE_VARIANTS = [
     {**_BASE, "batch": 4, "tree": 0, "cap": 0, "rows": True},  # main before s8-colfold
     {**_BASE, "tree": 0},
-    {**_BASE, "rows": True},  # the defaults
+    {**_BASE, "rows": True},  # the run's defaults
+    {**_BASE, "waves": 1, "from": 32, "rows": True},  # shipped after the run
     {**_BASE, "tree": 8},
     {**_BASE, "tree": 32},
     {**_BASE, "batch": 16, "cap": 0},
@@ -65,6 +69,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "keep": (counters, "KEEP"),
           "batch": (reduce_codegen, "FOLD_BATCH"),
           "tree": (reduction, "COLUMN_FOLD_TREE"),
+          "from": (reduction, "COLUMN_FOLD_TREE_FROM"),
           "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),

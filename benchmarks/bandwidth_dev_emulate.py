@@ -7,11 +7,12 @@ them), checked against float64 numpy. SAN="-fsanitize=address" (with
 ASAN_OPTIONS=detect_leaks=0) checks the addresses, SAN="-fsanitize=thread" races on the
 shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not covered).
 
-    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [SAN=...] \
+    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [SAN=...] \
         python benchmarks/bandwidth_dev_emulate.py
 
-TREE=G BATCH=B: the column fold in two levels of G splits, B partials in flight a thread
-(reduction.COLUMN_FOLD_TREE, reduce_codegen.FOLD_BATCH; default: the shipped values).
+TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
+would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
+COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values).
 """
 
 import itertools
@@ -41,6 +42,7 @@ for where in (gpurt, api):
     where.get_device_properties = lambda device=None: Props()
 TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
 BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
+FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile
@@ -86,7 +88,7 @@ struct _gpurt_index { long long n; long long size() const { return n; } };
 """
 
 def emulate(shape, axis, dtype, keepdims=False, index=None, width=32, vector=16, unroll=4,
-            waves=2, least=32, fold=True, rng=None, realign=16, fit=True, tree=None,
+            waves=1, least=32, fold=True, rng=None, realign=16, fit=True, tree=None,
             batch=None):
     rng = rng or np.random.default_rng(1)
     reduce_codegen.COLUMN_WIDTH, reduction.COLUMN_VECTOR_BYTES = width, vector
@@ -95,6 +97,7 @@ def emulate(shape, axis, dtype, keepdims=False, index=None, width=32, vector=16,
     reduction.COLUMN_REALIGN_BYTES = realign
     reduction.COLUMN_SPLIT_FIT = fit
     reduction.COLUMN_FOLD_TREE = TREE if tree is None else tree
+    reduction.COLUMN_FOLD_TREE_FROM = FROM
     reduce_codegen.FOLD_BATCH = BATCH if batch is None else batch
     base = rng.standard_normal(shape).astype(dtype)
     view = base[index] if index is not None else base

@@ -147,9 +147,11 @@ def test_reduction_plans_walks_and_splits(monkeypatch) -> None:
 
 @pytest.mark.usefixtures("sm90")
 def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
-    """A column split of more splits than COLUMN_FOLD_TREE folds in two levels: a counter
-    per column block of the grid and one per group of splits; fewer splits, one level."""
+    """A column split whose one-level fold would give a thread more than
+    COLUMN_FOLD_TREE_FROM partial rows folds in two levels: a counter per column block of the
+    grid and one per group of splits; fewer rows a thread, one level."""
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 16)
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 32)
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_tree")
     tall = r._plan([fake_array((65536, 1023))], [None], 0, False)
     assert tall.splits > 16 and tall.fold
@@ -157,6 +159,8 @@ def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
     assert "_gpurt_group_last" in tall.kernel.module.source
     square = r._plan([fake_array((2047, 10007))], [None], 0, False)
     assert 1 < square.splits <= 16 and square.counts == square.grid[0]
+    aligned = r._plan([fake_array((65536, 1024))], [None], 0, False)  # 8 threads an output
+    assert aligned.splits > 16 and aligned.counts == aligned.grid[0]
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 0)
     flat = r._plan([fake_array((65536, 1023))], [None], 0, False)
     assert flat.splits == tall.splits and flat.counts == flat.grid[0]
@@ -226,6 +230,7 @@ def test_split_grids_round_to_whole_waves() -> None:
 @pytest.mark.usefixtures("sm90")
 def test_column_splits_fit_the_kernels_occupancy(monkeypatch) -> None:
     monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", True)
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_WAVES", 2)  # splits aimed at two waves
 
     def plan(shape, per_sm, dtype=np.float32):
         monkeypatch.setattr(reduction, "_blocks_per_sm", lambda kernel, device: per_sm)
@@ -443,6 +448,7 @@ def test_tall_column_reductions_fold_in_a_tree(gpu_state, monkeypatch, tree, bat
     folded in two levels of ``tree`` splits or one, ``batch`` partials in flight, twice
     each (the kept counters), against float64 (exact for integers); outputs poisoned first."""
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", tree)
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 0)  # wherever splits > tree
     monkeypatch.setattr(reduce_codegen, "FOLD_BATCH", batch)
     rng = np.random.default_rng()
     ints = np.dtype(dtype).kind == "i"

@@ -34,6 +34,7 @@ __all__ = [
     "ReduceLayout",
     "ReduceText",
     "finish_source",
+    "fold_groups",
     "reduce_source",
 ]
 
@@ -363,6 +364,11 @@ def outputs_per_block(layout: ReduceLayout) -> int:
     return layout.width * layout.vec * layout.spread
 
 
+def fold_groups(per: int) -> int:
+    """Threads sharing each output's partial rows in the column fold of ``per`` outputs."""
+    return max(1, BLOCK // per)
+
+
 def _ticket(counter: str, arrivals: str, flag: str) -> str:
     """Every block: fence its partials, take a ticket from ``counter``; only the last of
     ``arrivals`` blocks goes on (it sets the counter back to 0 and fences before reading)."""
@@ -460,7 +466,7 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     it)."""
     idx, batch = layout.index, FOLD_BATCH
     first, stride, count = rows
-    groups = max(1, BLOCK // per)
+    groups = fold_groups(per)
     span = BLOCK // groups
     row = f"(long long)({first} + _i * {stride}) * _M + _m"
     fold = ["        _type_reduce _acc = _gpurt_identity();\n",
