@@ -8,9 +8,9 @@ session 8). A stream keeps one uint32 array that only grows, shared by every red
 launch uses its first ``ReductionPlan.counts``: one per column block of the grid, more for a
 tree fold), like the split-K workspaces of kernels/_gemm_workspace.py. A stream that is
 capturing a CUDA graph gets new zeroed counters for each call (the graph's replays may run
-beside the stream's later launches), and so does the per-thread default stream (one handle, a different stream in each thread). At most
-:data:`MAX_KEPT` streams keep counters (the oldest is dropped first); :func:`clear` drops them
-all.
+beside the stream's later launches), and so does the per-thread default stream (one handle,
+a different stream in each thread). At most :data:`MAX_KEPT` streams keep counters (the
+oldest is dropped first); :func:`clear` drops them all.
 """
 
 from __future__ import annotations
