@@ -34,7 +34,8 @@ _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
 SPLIT_WAVES = 1  # a split row reduction aims at this many waves of 8 blocks per SM
 # and a split column reduction at this many (H100: 8192^2 bfloat16 87.2 -> 91.3% of copy as
-# 128x8 blocks, not 128x16; no shape worse; notes_bandwidth.md, s8-colfold)
+# 128x8 blocks, not 128x16; no other shape moved past the run's noise; notes_bandwidth.md,
+# s8-colfold)
 COLUMN_SPLIT_WAVES = 1
 COLUMN_SPLIT_LEAST = 32  # reduced elements per thread of a column split, at least
 # Bytes per load of the column walk where the arrays allow (consecutive outputs per thread):
@@ -303,7 +304,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     rows = -(-splits // reduce_codegen.fold_groups(per_block))  # a fold thread's, one level
-    tree = COLUMN_FOLD_TREE if walk == "column" and splits > COLUMN_FOLD_TREE and \
+    tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
         rows > COLUMN_FOLD_TREE_FROM else 0
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
                           FOLD and splits > 1, width, spread, realign, tree)
