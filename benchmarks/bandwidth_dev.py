@@ -29,19 +29,31 @@ import gpurt
 from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# Session 8 (s8-colodd, issue 20; H100 numbers in notes_bandwidth.md): "fit"
-# (COLUMN_SPLIT_FIT: a column split's grid rounded to the nearest whole number of waves of the
-# compiled kernel's resident blocks) and "keep" (counters.KEEP: the fold's counters kept per
-# stream, no memset per call; timed in session 8 as "reuse", the counters kept by this
-# harness) shipped; a fold whose counters were tagged per call (an atomicCAS ticket,
-# no memset) lost everywhere and was removed. Variants for the next run: main before session 8
-# (fit and keep off), the defaults, and one wave of split blocks (its session 8 timing was
-# confounded with the tagged fold); "odd": only the odd-width shapes; "rows": also the rows.
+# Session 8 (s8-colodd, issue 20): "fit" (COLUMN_SPLIT_FIT) and "keep" (counters.KEEP)
+# shipped. Session 8 (s8-colfold): the column fold's tail. "batch": partials in flight per
+# thread of the fold (reduce_codegen.FOLD_BATCH; 4 = the fold before, an unroll of 4);
+# "tree": splits per group of the two-level fold (reduction.COLUMN_FOLD_TREE; 0 = one
+# level); "cap": __launch_bounds__' blocks per SM of folding column kernels
+# (reduce_codegen.COLUMN_MIN_BLOCKS; 8 = 32 registers; 0 = none); width 16 with realign 32:
+# realigned 32-byte loads (16 rows of threads make the vector's period divide the rows an odd
+# row stride apart). "from": reduction.COLUMN_FOLD_TREE_FROM (0: the tree wherever splits >
+# tree, as in s8-colfold's H100 run; its rows, variants included, are in
+# results/bandwidth-dev-s8-colfold-nvidia-h100.json). "odd": only the odd-width shapes; "rows":
+# also the rows. The list is that run's plus the defaults shipped after it (not timed whole).
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
-         "realign": 16, "all": False, "fit": True, "keep": True}
+         "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
+         "from": 0, "cap": 8}
 REDUCE_VARIANTS = [
-    {**_BASE, "fit": False, "keep": False, "rows": True},
-    {**_BASE, "rows": True},  # the defaults
+    {**_BASE, "batch": 4, "tree": 0, "cap": 0, "rows": True},  # main before s8-colfold
+    {**_BASE, "tree": 0},
+    {**_BASE, "rows": True},  # the run's defaults
+    {**_BASE, "waves": 1, "from": 32, "rows": True},  # shipped after the run
+    {**_BASE, "tree": 8},
+    {**_BASE, "tree": 32},
+    {**_BASE, "batch": 16, "cap": 0},
+    {**_BASE, "cap": 0},
+    {**_BASE, "width": 16, "realign": 32, "odd": True},  # 16 rows of threads: 32-byte loads
+    {**_BASE, "least": 16},
     {**_BASE, "waves": 1},
     {**_BASE, "odd": True},  # the defaults again: the run's noise
 ]
@@ -54,7 +66,11 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "realign": (reduction, "COLUMN_REALIGN_BYTES"),
           "all": (reduction, "COLUMN_REALIGN_ALL"),
           "fit": (reduction, "COLUMN_SPLIT_FIT"),
-          "keep": (counters, "KEEP")}
+          "keep": (counters, "KEEP"),
+          "batch": (reduce_codegen, "FOLD_BATCH"),
+          "tree": (reduction, "COLUMN_FOLD_TREE"),
+          "from": (reduction, "COLUMN_FOLD_TREE_FROM"),
+          "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),

@@ -7,7 +7,12 @@ them), checked against float64 numpy. SAN="-fsanitize=address" (with
 ASAN_OPTIONS=detect_leaks=0) checks the addresses, SAN="-fsanitize=thread" races on the
 shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not covered).
 
-    SMS=8 [QUICK=1] [SAN=...] python benchmarks/bandwidth_dev_emulate.py
+    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [SAN=...] \
+        python benchmarks/bandwidth_dev_emulate.py
+
+TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
+would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
+COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values).
 """
 
 import itertools
@@ -35,6 +40,9 @@ for where in (gpurt, api):
     where.get_arch = lambda device=None: "sm_90"
     where.current_device = lambda: 0
     where.get_device_properties = lambda device=None: Props()
+TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
+BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
+FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile
@@ -50,10 +58,12 @@ SHIM = r"""
 #include <cstdint>
 #include <cstring>
 #include <cmath>
+#include <algorithm>
+using std::min;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __align__(n) alignas(n)
 #define __shared__ static
@@ -78,13 +88,17 @@ struct _gpurt_index { long long n; long long size() const { return n; } };
 """
 
 def emulate(shape, axis, dtype, keepdims=False, index=None, width=32, vector=16, unroll=4,
-            waves=2, least=32, fold=True, rng=None, realign=16, fit=True):
+            waves=1, least=32, fold=True, rng=None, realign=16, fit=True, tree=None,
+            batch=None):
     rng = rng or np.random.default_rng(1)
     reduce_codegen.COLUMN_WIDTH, reduction.COLUMN_VECTOR_BYTES = width, vector
     reduce_codegen.COLUMN_UNROLL, reduction.COLUMN_SPLIT_WAVES = unroll, waves
     reduction.COLUMN_SPLIT_LEAST, reduction.FOLD = least, fold
     reduction.COLUMN_REALIGN_BYTES = realign
     reduction.COLUMN_SPLIT_FIT = fit
+    reduction.COLUMN_FOLD_TREE = TREE if tree is None else tree
+    reduction.COLUMN_FOLD_TREE_FROM = FROM
+    reduce_codegen.FOLD_BATCH = BATCH if batch is None else batch
     base = rng.standard_normal(shape).astype(dtype)
     view = base[index] if index is not None else base
     item = base.dtype.itemsize
@@ -124,7 +138,7 @@ int main() {{
     long long np_ = (long long){plan.splits} * {plan.size};
     float* partial = (float*)malloc(np_ * 4);
     for (long long i = 0; i < np_; ++i) partial[i] = NAN;
-    unsigned* counts = (unsigned*)calloc({plan.grid[0]}, 4);
+    unsigned* counts = (unsigned*)calloc({plan.counts}, 4);
     (void)partial; (void)counts;
     gridDim = dim3{{{plan.grid[0]}, {plan.grid[1]}, 1}}; blockDim = dim3{{256, 1, 1}};
     for (int rep = 0; rep < 2; ++rep)
@@ -140,7 +154,7 @@ int main() {{
                 }});
             for (auto& th : ts) th.join();
         }}
-    for (unsigned i = 0; i < gridDim.x; ++i)
+    for (unsigned i = 0; i < {plan.counts}; ++i)
         if (counts[i]) {{ printf("counter %u = %u\\n", i, counts[i]); return 3; }}
     f = fopen("out.bin", "wb"); fwrite(out, 4, {nout}, f); fclose(f);
     return 0;
@@ -164,7 +178,8 @@ int main() {{
     per = -(-plan.size // plan.grid[0])
     print(f"{'ok ' if ok else 'BAD'} {shape} {index} axis={axis} kd={keepdims} "
           f"{np.dtype(dtype).name} w={width} v={vector} u={unroll} grid={plan.grid} "
-          f"splits={plan.splits} per={per} r={realign} err={err:.2e}", flush=True)
+          f"splits={plan.splits} per={per} r={realign} tree={reduction.COLUMN_FOLD_TREE} "
+          f"batch={reduce_codegen.FOLD_BATCH} err={err:.2e}", flush=True)
     return ok
 
 if __name__ == "__main__":

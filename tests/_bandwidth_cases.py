@@ -139,10 +139,12 @@ def fill_cases(tier: str) -> list[FillCase]:
 
 
 def reduce_cases(tier: str) -> list[ReduceCase]:
-    """Row, column and whole sums: the row walk (vector and scalar), the column walk, splits."""
-    shapes = [(3, 4099), (1, 70_001), (4099, 3), (130, 257), (300, 256)] if tier == "quick" \
-        else [(3, 4099), (1, 70_001), (4099, 3), (130, 257), (300, 256), (1, 1_000_003),
-              (2048, 300), (33, 20_000), (5000, 1024)]
+    """Row, column and whole sums: the row walk (vector and scalar), the column walk, splits
+    (20000 x 37: 79 splits, the column fold's tree of groups)."""
+    shapes = [(3, 4099), (1, 70_001), (4099, 3), (130, 257), (300, 256), (20_000, 37)] \
+        if tier == "quick" else \
+        [(3, 4099), (1, 70_001), (4099, 3), (130, 257), (300, 256), (20_000, 37),
+         (1, 1_000_003), (2048, 300), (33, 20_000), (5000, 1024)]
     cases = []
     for dtype in ("float32", "bfloat16"):
         for rows, cols in shapes:

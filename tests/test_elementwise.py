@@ -146,6 +146,28 @@ def test_reduction_plans_walks_and_splits(monkeypatch) -> None:
 
 
 @pytest.mark.usefixtures("sm90")
+def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
+    """A column split whose one-level fold would give a thread more than
+    COLUMN_FOLD_TREE_FROM partial rows folds in two levels: a counter per column block of the
+    grid and one per group of splits; fewer rows a thread, one level."""
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 16)
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 32)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_tree")
+    tall = r._plan([fake_array((65536, 1023))], [None], 0, False)
+    assert tall.splits > 16 and tall.fold
+    assert tall.counts == tall.grid[0] * (1 + -(-tall.splits // 16))
+    assert "_gpurt_group_last" in tall.kernel.module.source
+    square = r._plan([fake_array((2047, 10007))], [None], 0, False)
+    assert 1 < square.splits <= 16 and square.counts == square.grid[0]
+    aligned = r._plan([fake_array((65536, 1024))], [None], 0, False)  # 8 threads an output
+    assert aligned.splits > 16 and aligned.counts == aligned.grid[0]
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 0)
+    flat = r._plan([fake_array((65536, 1023))], [None], 0, False)
+    assert flat.splits == tall.splits and flat.counts == flat.grid[0]
+    assert "_gpurt_group_last" not in flat.kernel.module.source
+
+
+@pytest.mark.usefixtures("sm90")
 def test_column_walk_vectors_only_where_aligned(monkeypatch) -> None:
     monkeypatch.setattr(reduction, "COLUMN_VECTOR_BYTES", 16)
     monkeypatch.setattr(reduce_codegen, "COLUMN_WIDTH", 32)
@@ -208,6 +230,7 @@ def test_split_grids_round_to_whole_waves() -> None:
 @pytest.mark.usefixtures("sm90")
 def test_column_splits_fit_the_kernels_occupancy(monkeypatch) -> None:
     monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", True)
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_WAVES", 2)  # splits aimed at two waves
 
     def plan(shape, per_sm, dtype=np.float32):
         monkeypatch.setattr(reduction, "_blocks_per_sm", lambda kernel, device: per_sm)
@@ -414,6 +437,45 @@ def test_split_sums_keep_their_counters_per_stream(gpu_state) -> None:
     handles = {gpurt.streams.as_stream_handle(s) for s in streams}
     assert plan.splits > 1 and plan.fold
     assert {h for _, h in counters._kept.keys()} >= handles  # each stream its own
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tree, batch", [(2, 1), (3, 8), (16, 8)])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.int32], ids=lambda d: np.dtype(d).name)
+def test_tall_column_reductions_fold_in_a_tree(gpu_state, monkeypatch, tree, batch,
+                                               dtype) -> None:
+    """Tall column sums and maxima (32-63 splits; aligned rows, an offset view, an odd width)
+    folded in two levels of ``tree`` splits or one, ``batch`` partials in flight, twice
+    each (the kept counters), against float64 (exact for integers); outputs poisoned first."""
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", tree)
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 0)  # wherever splits > tree
+    monkeypatch.setattr(reduce_codegen, "FOLD_BATCH", batch)
+    rng = np.random.default_rng()
+    ints = np.dtype(dtype).kind == "i"
+    acc = "int32" if ints else "float32"
+    name = f"{np.dtype(dtype).name}_{tree}_{batch}"
+    total = gpurt.ReductionKernel("T x", f"{acc} y", "x", "a + b", "y = a", "0",
+                                  f"sum_tree_{name}", reduce_type=acc)
+    most = gpurt.ReductionKernel("T x", f"{acc} y", "x", "max(a, b)", "y = a",
+                                 "-2147483647" if ints else "-3.0e38", f"max_tree_{name}",
+                                 reduce_type=acc)
+    base = (rng.integers(-1000, 1000, (16001, 1032)) if ints else
+            rng.standard_normal((16001, 1032))).astype(dtype)
+    dev, ref = gpurt.asarray(base), base.astype(np.float64)
+    for index in [(slice(None), slice(None)), (slice(1, None), slice(3, 1030)),
+                  (slice(None), slice(0, 1031))]:  # aligned, realigned, spread
+        for kernel, reduce in [(total, np.sum), (most, np.max)]:
+            want = reduce(ref[index], axis=0)
+            for _ in range(2):
+                out = poisoned(want.shape, acc)
+                kernel(dev[index], out, axis=0)
+                if ints:
+                    np.testing.assert_array_equal(out.numpy(), want.astype(np.int64))
+                else:
+                    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4,
+                                               atol=1e-5 * math.sqrt(ref.shape[0]) * 4)
+        plan = list(total._plans.values())[-1]
+        assert plan.splits > max(tree, 1) and plan.fold
 
 
 @pytest.mark.gpu

@@ -5,12 +5,12 @@ Every fold sets the counters it used back to 0, and one stream's launches run in
 the next launch on that stream finds them zeroed: no memset before each launch (H100: about
 1 us a call, 1-3 points of copy bandwidth on the split column sums; notes_bandwidth.md,
 session 8). A stream keeps one uint32 array that only grows, shared by every reduction (a
-launch uses its first ``gridDim.x`` counters), like the split-K workspaces of
-kernels/_gemm_workspace.py. A stream that is capturing a CUDA graph gets new zeroed counters
-for each call (the graph's replays may run beside the stream's later launches), and so does
-the per-thread default stream (one handle, a different stream in each thread). At most
-:data:`MAX_KEPT` streams keep counters (the oldest is dropped first); :func:`clear` drops them
-all.
+launch uses its first ``ReductionPlan.counts``: one per column block of the grid, more for a
+tree fold), like the split-K workspaces of kernels/_gemm_workspace.py. A stream that is
+capturing a CUDA graph gets new zeroed counters for each call (the graph's replays may run
+beside the stream's later launches), and so does the per-thread default stream (one handle,
+a different stream in each thread). At most :data:`MAX_KEPT` streams keep counters (the
+oldest is dropped first); :func:`clear` drops them all.
 """
 
 from __future__ import annotations

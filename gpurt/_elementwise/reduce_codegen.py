@@ -16,7 +16,9 @@ The problem is seen as M outputs times K reduced elements, each side with its ow
 Either may split K over ``gridDim.y``: each block then writes one partial value per
 (split, output), and either the last block of its column of the grid (``fold``: a counter per
 ``blockIdx.x``, zeroed before the launch) or a second, "finish", kernel folds the splits and
-runs post_map_expr.
+runs post_map_expr. The column walk's fold may be a tree (``tree`` splits a group: the last
+block of each group folds the group's partials into its first row, then the last of those
+folds the groups), so that tall sums' many partials are read by many blocks at once.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "ReduceLayout",
     "ReduceText",
     "finish_source",
+    "fold_groups",
     "reduce_source",
 ]
 
@@ -41,6 +44,13 @@ COLUMN_WIDTH = 32  # outputs per block of the column walk (BLOCK // COLUMN_WIDTH
 # (bytes in flight per SM are what a bandwidth-bound reduction needs).
 ROW_UNROLL = 4
 COLUMN_UNROLL = 4
+# The column fold's partials a thread loads before folding them (all in flight at once: the
+# fold runs after the walk, on the kernel's critical path, one L2 round trip per batch).
+FOLD_BATCH = 8
+# Blocks per SM a folding column walk's kernel is built for (__launch_bounds__' second
+# argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without it the
+# fold's batch takes 34-48 and the walk loses resident blocks; 0: no cap).
+COLUMN_MIN_BLOCKS = 8
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -88,7 +98,8 @@ class ReduceLayout:
     partials (else a finish kernel does); ``width``: threads across outputs in a block of
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
-    sets the elements back in their columns at the end (see _column_realign_walk)."""
+    sets the elements back in their columns at the end (see _column_realign_walk); ``tree``:
+    splits per group of a column fold in two levels (0: one level; see _fold)."""
 
     walk: str
     group: int
@@ -101,6 +112,7 @@ class ReduceLayout:
     width: int = COLUMN_WIDTH
     spread: int = 1
     realign: bool = False
+    tree: int = 0
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -352,19 +364,53 @@ def outputs_per_block(layout: ReduceLayout) -> int:
     return layout.width * layout.vec * layout.spread
 
 
+def fold_groups(per: int) -> int:
+    """Threads sharing each output's partial rows in the column fold of ``per`` outputs."""
+    return max(1, BLOCK // per)
+
+
+def _ticket(counter: str, arrivals: str, flag: str) -> str:
+    """Every block: fence its partials, take a ticket from ``counter``; only the last of
+    ``arrivals`` blocks goes on (it sets the counter back to 0 and fences before reading)."""
+    return ("    __threadfence();\n    __syncthreads();\n"
+            f"    if (threadIdx.x == 0)\n        {flag} = atomicAdd({counter}, 1u) == "
+            f"(unsigned)({arrivals} - 1);\n"
+            f"    __syncthreads();\n    if (!{flag}) return;\n"
+            f"    if (threadIdx.x == 0) *({counter}) = 0u;\n    __threadfence();\n")
+
+
 def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     """After a split block's partials: the last block of blockIdx.x's column of the grid
-    (its ticket from _count, which it sets back to 0) folds every split's partials of its
-    outputs and runs post_map."""
-    out = ["    __shared__ int _gpurt_last;\n",
-           "    __threadfence();\n    __syncthreads();\n",
-           "    if (threadIdx.x == 0) _gpurt_last = "
-           "atomicAdd(_count + blockIdx.x, 1u) == gridDim.y - 1;\n",
-           "    __syncthreads();\n    if (!_gpurt_last) return;\n",
-           "    if (threadIdx.x == 0) _count[blockIdx.x] = 0u;\n    __threadfence();\n"]
+    (its ticket from _count[blockIdx.x]) folds every split's partials of its outputs and runs
+    post_map. With a ``tree`` of G and more than G splits, the splits' groups (as few as hold
+    at most G splits each, of equal sizes Z but the last) fold first: the last block of
+    group g (its ticket from _count[gridDim.x + blockIdx.x * groups + g]) folds the group's
+    partials into the group's first row, then the last of the groups folds those rows (Z
+    apart)."""
+    out = ["    __shared__ int _gpurt_last;\n"]
     per = outputs_per_block(layout)
+    if layout.walk == "column" and layout.tree:
+        g = layout.tree
+        out += [f"    const int _gm = ((int)gridDim.y + {g - 1}) / {g};  // groups at most\n",
+                "    const int _gz = ((int)gridDim.y + _gm - 1) / _gm;  // splits a group\n",
+                "    const int _ng = ((int)gridDim.y + _gz - 1) / _gz;  // groups\n",
+                "    if (_ng > 1) {\n",
+                "    const int _g0 = (int)blockIdx.y / _gz * _gz;\n",
+                "    __shared__ int _gpurt_group_last;\n",
+                _ticket("_count + gridDim.x + blockIdx.x * _ng + blockIdx.y / _gz",
+                        "min(_gz, (int)gridDim.y - _g0)", "_gpurt_group_last"),
+                _fold_columns(ops, layout, per,
+                              ("_g0", "1", "min(_gz, (int)gridDim.y - _g0)"), final=False),
+                "    }\n",
+                _ticket("_count + blockIdx.x", "(_ng > 1 ? _ng : (int)gridDim.y)",
+                        "_gpurt_last"),
+                _fold_columns(ops, layout, per, ("0", "(_ng > 1 ? _gz : 1)",
+                                                 "(_ng > 1 ? _ng : (int)gridDim.y)"),
+                              final=True)]
+        return "".join(out)
+    out.append(_ticket("_count + blockIdx.x", "(int)gridDim.y", "_gpurt_last"))
     if layout.walk == "column":
-        out.append(_fold_columns(ops, layout, per))
+        out.append(_fold_columns(ops, layout, per, ("0", "1", "(int)gridDim.y"), final=True))
     elif per == 1:
         out.append(_fold_one(ops, layout))
     else:
@@ -410,37 +456,52 @@ def _fold_warps(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
     return "".join(out)
 
 
-def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
-    """Consecutive outputs (the column walk): consecutive threads read consecutive
-    partials; with fewer outputs than threads, ``groups`` of threads share the splits and
-    meet in shared memory (then each thread has one output or none: one pass)."""
-    idx = layout.index
-    groups = max(1, BLOCK // per)
+def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
+                  rows: tuple[str, str, str], final: bool) -> str:
+    """Fold partial rows ``first + i * stride`` (i < count; ``rows`` = the three C
+    expressions) of the block's consecutive outputs: consecutive threads read consecutive
+    partials, ``FOLD_BATCH`` rows per thread in flight at once; with fewer outputs than
+    threads, ``groups`` of threads share the rows and meet in shared memory. ``final``: store
+    through post_map, else into row ``first`` (a tree's first level; the next ticket fences
+    it)."""
+    idx, batch = layout.index, FOLD_BATCH
+    first, stride, count = rows
+    groups = fold_groups(per)
     span = BLOCK // groups
-    partials = ("for (int _y = _fg; _y < (int)gridDim.y; _y += " + str(groups) + ")"
-                " _acc = _gpurt_reduce(_acc, _gpurt_l2(_partial + (long long)_y * _M + _m));\n")
+    row = f"(long long)({first} + _i * {stride}) * _M + _m"
+    fold = ["        _type_reduce _acc = _gpurt_identity();\n",
+            f"        for (int _i0 = _fg; _i0 < _n; _i0 += {groups * batch}) {{\n",
+            f"            _type_reduce _b[{batch}];\n",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j) {{\n",
+            f"                const int _i = _i0 + _j * {groups};\n",
+            f"                _b[_j] = _i < _n ? _gpurt_l2(_partial + {row})"
+            " : _gpurt_identity();\n",
+            "            }\n",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)\n",
+            f"                if (_i0 + _j * {groups} < _n) _acc = _gpurt_reduce(_acc, _b[_j]);\n",
+            "        }\n"]
+    if final:
+        store = _store(ops, dataclasses.replace(layout, split=False), " " * 8)
+    else:
+        store = f"        _partial[(long long)({first}) * _M + _m] = _acc;\n"
+    out = ["    {\n", f"    const int _n = {count};\n"]
     if groups == 1:
-        out = [f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n",
-               f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
-               "        if (_m >= _M) break;\n",
-               "        const int _fg = 0;\n",
-               "        _type_reduce _acc = _gpurt_identity();\n",
-               "        #pragma unroll 4\n        " + partials]
-        out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 8))
-        out.append("    }\n")
-        return "".join(out)
-    out = [f"    __shared__ _type_reduce _shf[{groups}][{span}];\n",
-           f"    const int _fg = threadIdx.x / {span}, _o = threadIdx.x % {span};\n",
-           f"    const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
-           f"    const bool _mine = _o < {per} && _m < _M && _fg < {groups};\n",
-           "    _type_reduce _acc = _gpurt_identity();\n",
-           "    if (_mine) {\n        #pragma unroll 4\n        " + partials + "    }\n",
-           f"    if (_fg < {groups}) _shf[_fg][_o] = _acc;\n",
-           "    __syncthreads();\n",
-           "    if (_mine && _fg == 0) {\n",
-           f"        #pragma unroll\n        for (int _g = 1; _g < {groups}; ++_g)"
-           " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n"]
-    out.append(_store(ops, dataclasses.replace(layout, split=False), " " * 8))
+        out += [f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n",
+                f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+                "        if (_m >= _M) break;\n",
+                "        const int _fg = 0;\n", *fold, store, "    }\n"]
+    else:
+        out += [f"    __shared__ _type_reduce _shf[{groups}][{span}];\n",
+                f"    const int _fg = threadIdx.x / {span}, _o = threadIdx.x % {span};\n",
+                f"    const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
+                f"    const bool _mine = _o < {per} && _m < _M && _fg < {groups};\n",
+                "    if (_mine) {\n", *fold,
+                "        _shf[_fg][_o] = _acc;\n    }\n",
+                "    __syncthreads();\n",
+                "    if (_mine && _fg == 0) {\n",
+                "        _type_reduce _acc = _shf[0][_o];\n",
+                f"        #pragma unroll\n        for (int _g = 1; _g < {groups}; ++_g)"
+                " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n", store, "    }\n"]
     out.append("    }\n")
     return "".join(out)
 
@@ -476,8 +537,10 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
         _column_realign_walk if layout.realign else _column_walk
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
+    capped = layout.walk == "column" and layout.fold and COLUMN_MIN_BLOCKS
+    bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
     return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
-            f'extern "C" __global__ void __launch_bounds__({BLOCK}) {text.name}(\n'
+            f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'
             f"        {params}) {{\n{walk(ops, layout)}{fold}}}\n")
 
 

@@ -33,7 +33,10 @@ __all__ = ["ReductionPlan", "partial_dtype", "plan_reduction"]
 _INT_LIMIT = 2**31 - 1
 _ROW_WARP_MAX = 2048  # rows up to this length get a warp each, longer ones a block
 SPLIT_WAVES = 1  # a split row reduction aims at this many waves of 8 blocks per SM
-COLUMN_SPLIT_WAVES = 2  # and a split column reduction at this many (its 128-byte rows)
+# and a split column reduction at this many (H100: 8192^2 bfloat16 87.2 -> 91.3% of copy as
+# 128x8 blocks, not 128x16; no other shape moved past the run's noise; notes_bandwidth.md,
+# s8-colfold)
+COLUMN_SPLIT_WAVES = 1
 COLUMN_SPLIT_LEAST = 32  # reduced elements per thread of a column split, at least
 # Bytes per load of the column walk where the arrays allow (consecutive outputs per thread):
 # 4 keeps one float32 output per thread.
@@ -55,6 +58,15 @@ COLUMN_SPLIT_FIT = True
 # A split reduction's last block per output block folds the partials (one launch, its
 # counters kept zeroed per stream: counters.py), rather than a second "finish" kernel.
 FOLD = True
+# The column fold in two levels of groups of at most COLUMN_FOLD_TREE splits where a thread
+# of the one-level fold would read more than COLUMN_FOLD_TREE_FROM partial rows: the last
+# block of each group folds the group, then the last of the groups folds their rows
+# (reduce_codegen._fold); 0: one level (one block reads every split). H100: 65536x1023
+# float32 83.9 -> 87.4% of copy (117 rows a thread), bfloat16 73.7 -> 78.2 (211 rows); the
+# tree's second ticket costs more than it saves at 9-17 rows (4099x8191 bfloat16 76.7 ->
+# 69.6, 65536x1024 float32 94.0 -> 91.3; notes_bandwidth.md, s8-colfold).
+COLUMN_FOLD_TREE = 16
+COLUMN_FOLD_TREE_FROM = 32
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -82,6 +94,7 @@ class ReductionPlan:
     size: int
     device: int
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
+    counts: int = 0  # the fold's counters (reduce_codegen._fold)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
@@ -101,7 +114,7 @@ class ReductionPlan:
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
-            counts = counters.take(index, self.grid[0])
+            counts = counters.take(index, self.counts)
             launches = self.launches or self._plan_launches(head, pointers, partial,
                                                             counts.ptr)
             launches[0](None, *head, partial, counts.ptr, *pointers)
@@ -290,8 +303,11 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
+    rows = -(-splits // reduce_codegen.fold_groups(per_block))  # a fold thread's, one level
+    tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
+        rows > COLUMN_FOLD_TREE_FROM else 0
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign)
+                          FOLD and splits > 1, width, spread, realign, tree)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -321,7 +337,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
-        tuple(type(v) is gpurt.Array for v in values))
+        tuple(type(v) is gpurt.Array for v in values),
+        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
 
 
 def _finish_blocks(m: int) -> int:
