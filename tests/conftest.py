@@ -40,6 +40,25 @@ def gpu_state():
     gpurt.set_device(before)
 
 
+@pytest.fixture
+def no_kept_memory(gpu_state):
+    """Before a GPU test that counts the allocator's memory: drop what earlier tests of this
+    process left allocated (the split-K workspaces and the reductions' ticket counters kept
+    per stream, arrays only a reference cycle still holds), so every cached segment can go."""
+    import gc
+
+    gc.collect()
+    gpurt.synchronize()
+    workspace = sys.modules.get("gpurt.kernels._gemm_workspace")
+    if workspace is not None:
+        workspace.clear()
+    from gpurt._elementwise import counters
+
+    counters.clear()
+    gpurt.synchronize()
+    gpurt.empty_cache()
+
+
 @pytest.fixture(autouse=True)
 def _no_sanitizer_for_planted_races(request: pytest.FixtureRequest):
     """Tests marked ``races`` run with the stream sanitizer off when GPURT_SANITIZER (gpu-check

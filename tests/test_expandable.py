@@ -258,9 +258,10 @@ extern "C" __global__ void scale(float* x, float a, long long n) {
 
 
 @pytest.fixture
-def expandable(gpu_state):
+def expandable(no_kept_memory):
     """Expandable segments on (at run time, as torch's _set_allocator_settings), empty
-    caches before and after."""
+    caches before and after (and no memory kept by earlier tests: a kept reduction counter
+    left a small segment that served this test's small block instead of a new expandable one)."""
     import gpurt
     from gpurt import memory as mem
 

@@ -219,19 +219,9 @@ def _read(ptr: int, nbytes: int) -> np.ndarray:
 
 
 @pytest.fixture
-def fresh(gpu_state):
-    """Empty caches and reset statistics before and after a GPU test (and drop the split-K
-    workspaces and reduction counters that earlier tests of this process left, which hold
-    allocated memory, and the arrays that only a reference cycle of an earlier test still
-    holds)."""
-    gc.collect()
-    gpurt.synchronize()
-    workspace = sys.modules.get("gpurt.kernels._gemm_workspace")
-    if workspace is not None:
-        workspace.clear()
-    fold_counters.clear()  # the split reductions' counters kept per stream
-    gpurt.synchronize()
-    gpurt.empty_cache()
+def fresh(no_kept_memory):
+    """Empty caches and reset statistics before and after a GPU test (after dropping the
+    memory earlier tests of this process left allocated: conftest.no_kept_memory)."""
     gpurt.reset_peak_memory_stats()
     gpurt.reset_accumulated_memory_stats()
     yield
