@@ -64,10 +64,15 @@ class Workspace:
     scratch: int = 0
     scratch_room: int = 0
 
+    def holds(self, partials: int, counters: int, scratch: int = 0) -> bool:
+        """Whether this workspace has room for what a call asks."""
+        return self.partial_room >= partials and self.counter_room >= counters \
+            and self.scratch_room >= scratch
+
 
 _kept: KeptPerStream[Workspace] = KeptPerStream(MAX_KEPT)
-# the workspaces of captures underway, by (device, stream handle, capture id), oldest first
-_captured: dict[tuple[int, int, int], Workspace] = {}
+# the workspaces of captures underway, per (device, stream handle): (capture id, workspace)
+_captured: KeptPerStream[tuple[int, Workspace]] = KeptPerStream(MAX_KEPT)
 
 
 def take(index: int, handle: int | None, partials: int, counters: int = 0,
@@ -85,11 +90,10 @@ def take(index: int, handle: int | None, partials: int, counters: int = 0,
     if key is None:
         return _take_capturing(index, handle, partials, counters, scratch)
     found = _kept.get(key)
-    if found is not None and found.partial_room >= partials and found.counter_room >= counters \
-            and found.scratch_room >= scratch:
+    if found is not None and found.holds(partials, counters, scratch):
         return found
     stream = gpurt.as_stream(handle, index)
-    if found is not None and found.partial_room >= partials and found.counter_room >= counters:
+    if found is not None and found.holds(partials, counters):
         grown = Workspace(found.arrays[:1], found.counters, found.partials, found.counter_room,
                           found.partial_room)
     else:
@@ -136,20 +140,17 @@ def _take_capturing(index: int, handle: int, partials: int, counters: int,
     ident = None if handle == PER_THREAD_STREAM else capture_id(index, handle)
     if ident is None:
         return _fresh(index, handle, partials, counters, scratch)
-    found = _captured.get((index, handle, ident))
-    if found is not None and found.partial_room >= partials and found.counter_room >= counters \
-            and found.scratch_room >= scratch:
-        return found
-    if found is not None:
-        partials = max(partials, found.partial_room)
-        counters = max(counters, found.counter_room)
-        scratch = max(scratch, found.scratch_room)
+    found = _captured.get((index, handle))
+    if found is not None and found[0] == ident:  # this capture's
+        space = found[1]
+        if space.holds(partials, counters, scratch):
+            return space
+        partials = max(partials, space.partial_room)
+        counters = max(counters, space.counter_room)
+        scratch = max(scratch, space.scratch_room)
     made = _fresh(index, handle, partials, counters, scratch)
-    for old in [key for key in _captured if key[:2] == (index, handle)]:
-        del _captured[old]  # this one grown, or an older capture of the stream (it is over)
-    while len(_captured) >= MAX_KEPT:
-        del _captured[next(iter(_captured))]
-    _captured[(index, handle, ident)] = made
+    # replaces a smaller one of this capture, or one of an earlier capture (it is over)
+    _captured.put((index, handle), (ident, made))
     return made
 
 

@@ -58,7 +58,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state["captures"] = 1
     monkeypatch.setattr(workspace, "capture_id", lambda index, handle: 100 * state["captures"]
                         + handle if handle in state["capturing"] else None)
-    monkeypatch.setattr(workspace, "_captured", {})
+    monkeypatch.setattr(workspace, "_captured", KeptPerStream(workspace.MAX_KEPT))
     monkeypatch.setattr(workspace.CAPTURES, "count", 0)
     return state
 

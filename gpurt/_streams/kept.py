@@ -51,6 +51,9 @@ class KeptPerStream(Generic[T]):
             self._kept.pop(next(iter(self._kept)))
         self._kept[key] = value
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     def keys(self) -> list[tuple[int, int]]:
         """The keys of the kept values, least recently used first."""
         return list(self._kept)
