@@ -331,8 +331,9 @@ def _narrow_split(problem: Problem) -> int:
 def _wgmma_splits(problem: Problem) -> list[Config]:
     """Split-K variants of the 16-bit wgmma tiles for grids of few tiles (decode shapes)."""
     found = []
-    if _narrow_split(problem) > 1:
-        found.append(dataclasses.replace(_WGMMA[7], split_k=_narrow_split(problem)))
+    narrow = _narrow_split(problem)
+    if narrow > 1:
+        found.append(dataclasses.replace(_WGMMA[7], split_k=narrow))
     for base in (_WGMMA[1], _WGMMA[0]):
         split = _wave_split(problem, base)
         if split > 1:

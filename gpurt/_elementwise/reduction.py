@@ -348,8 +348,6 @@ def _finish_blocks(m: int) -> int:
 
 def _blocks_per_sm(kernel: Any, device: int) -> int:
     """Blocks of ``kernel`` resident on one SM of ``device`` at once (the occupancy API)."""
-    if device == gpurt.current_device():
-        return kernel.max_active_blocks_per_multiprocessor(BLOCK)
     with gpurt.device(device):
         return kernel.max_active_blocks_per_multiprocessor(BLOCK)
 
