@@ -122,7 +122,7 @@ def why_not(problem: Problem, config: Config) -> str | None:
     """Why ``config`` cannot run ``problem`` on its device (the requirement it misses), or
     None when it can."""
     disabled = disabled_kernels()
-    if disabled and (config.kernel in disabled or (config.cluster_m > 1 and "cluster" in disabled)
+    if disabled and (config.kernel in disabled or (config.cluster > 1 and "cluster" in disabled)
                      or (config.tma_store and "tma_store" in disabled)):
         return f"it is turned off by GPURT_GEMM_DISABLE={','.join(sorted(disabled))}"
     major, minor = problem.capability

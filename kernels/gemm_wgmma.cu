@@ -133,12 +133,14 @@ __device__ __forceinline__ u32 cluster_rank() {
     return rank;
 }
 
-// Arrive on the barrier at the same offset as ``bar`` in cluster CTA ``rank``.
+// Arrive on the barrier at the same offset as ``bar`` in cluster CTA ``rank``. Release at CTA
+// scope (the default), as CUTLASS does: `.release.cluster` put MEMBAR.ALL.GPU in front of
+// every arrive (SASS), a wait on every stage of every consumer warp: the likely cause of the
+// cluster configs' 1.2-2.9x slowdown on an H100 (notes_gemm.md; not yet re-measured).
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
-                 : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
 // Every thread of every CTA in the cluster (barrier.cluster with release/acquire).
@@ -329,11 +331,22 @@ __device__ __forceinline__ bool last_of_tile(unsigned* counter, int splits, int 
     return any != 0;
 }
 
+// Ping-pong consumers (gemm_wgmma_x with PP): defined in kernels/gemm_wgmma_x.cu.
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, class Release, class TileOf>
+__device__ __forceinline__ void consume_pingpong(
+    u32 a_ring, u32 b_ring, u32 full_bar, Release release, const TmaDesc& tma_c,
+    u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
+    float alpha, float beta, int pair_ok, bool use_tma_store, u32 out_buffer, int half,
+    int first, int step, int items, u32 a_lbo, u32 a_sbo, u32 b_lbo, u32 b_sbo,
+    TileOf tile_of);
+
 }  // namespace wg
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
-// tickets on `counters` after writing their slices (see the file comment).
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT>
+// tickets on `counters` after writing their slices (see the file comment). CN = 2 and PP:
+// gemm_wgmma_x's variants (see there).
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
+          int CN = 1, bool PP = false>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -342,6 +355,13 @@ __device__ __forceinline__ void gemm_wgmma_body(
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
+    static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
+    static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
+                  "consumer, unsplit");
+    constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
+    // consumer warps reading one stage, in each CTA that one producer's copies land in (its
+    // tile row's CN CTAs share A, its tile column's CM share B)
+    constexpr int STAGE_READERS = (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -358,20 +378,22 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // column: each loads its own A and half of the shared B tile, multicast into both.
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int rows = (tiles_m + CM - 1) / CM;  // tile rows of clusters
-    const int tiles = rows * tiles_n, k_tiles = (K + BK - 1) / BK;
+    const int cols = CN == 1 ? tiles_n : (tiles_n + CN - 1) / CN;  // tile columns of clusters
+    const int tiles = rows * cols, k_tiles = (K + BK - 1) / BK;
     const int items = tiles * splits, per_split = (k_tiles + splits - 1) / splits;
-    const int rank = CM == 1 ? 0 : (int)cluster_rank();
-    const int first = blockIdx.x / CM, step = gridDim.x / CM;
+    const int rank = CS == 1 ? 0 : (int)cluster_rank();
+    const int rm = CN == 1 ? rank : rank % CM, rn = CN == 1 ? 0 : rank / CM;
+    const int first = blockIdx.x / CS, step = gridDim.x / CS;
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);
-            mbar_init(empty_bar + 8 * s, CONSUMER_WARPS * CM);
+            mbar_init(empty_bar + 8 * s, STAGE_READERS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    if (CM > 1) {
+    if (CS > 1) {
         cluster_sync();  // the peer's barriers exist before anything reaches them
     } else {
         __syncthreads();
@@ -383,8 +405,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
             int it = 0;
             for (int item = first; item < items; item += step) {
                 int tp, tn;
-                grouped_tile(item % tiles, rows, tiles_n, max(group_m / CM, 1), tp, tn);
-                const int tm = tp * CM + rank;
+                grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tp, tn);
+                const int tm = tp * CM + rm;
+                if constexpr (CN > 1) tn = tn * CN + rn;
                 const int k_begin = item / tiles * per_split;
                 const int k_end = min(k_tiles, k_begin + per_split);
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
@@ -394,19 +417,32 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     mbar_expect_tx(full, A_BYTES + B_BYTES);
                     const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
                     const int k0 = kt * BK;
-                    tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
+                    if constexpr (CN == 1) {
+                        tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
+                    } else {  // rows [64 rn, 64 rn + 64) of the A tile, into its tile row
+                        const auto a_mask = (unsigned short)((1 << rm) | (1 << (rm + CM)));
+                        const int part = rn * 64;
+                        if (A_K)
+                            tma_load_multicast(a_dst + part * 128, &tma_a, k0, tm * BM + part,
+                                               full, a_mask);
+                        else
+                            tma_load_multicast(a_dst + rn * CHUNK_BYTES, &tma_a, tm * BM + part,
+                                               k0, full, a_mask);
+                    }
+                    // with CM = 2: B's half, into the CTAs of its tile column
+                    const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
                     if (CM == 1) {
                         tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
-                    } else if (B_K) {  // rows [rank BN/2, (rank + 1) BN/2) of the B tile
-                        const int part = rank * (BN / 2);
+                    } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
+                        const int part = rm * (BN / 2);
                         tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
-                                           0x3);
-                    } else {  // 64-wide chunks [rank BN/128, (rank + 1) BN/128)
+                                           b_mask);
+                    } else {  // 64-wide chunks [rm BN/128, (rm + 1) BN/128)
 #pragma unroll
                         for (int j = 0; j < BN / 128; ++j) {
-                            const int chunk = rank * (BN / 128) + j;
+                            const int chunk = rm * (BN / 128) + j;
                             tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
-                                               tn * BN + chunk * 64, k0, full, 0x3);
+                                               tn * BN + chunk * 64, k0, full, b_mask);
                         }
                     }
                 }
@@ -431,14 +467,32 @@ __device__ __forceinline__ void gemm_wgmma_body(
         auto release = [&](int s) {
             if (lane == 0) {
                 mbar_arrive(empty_bar + 8 * s);
-                if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+                if constexpr (CN == 1) {
+                    if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+                } else {  // the peer sharing A, and with CM = 2 the one sharing B
+                    mbar_arrive_remote(empty_bar + 8 * s, rm + CM * (rn ^ 1));
+                    if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, (rm ^ 1) + CM * rn);
+                }
             }
         };
+        if constexpr (PP) {
+            consume_pingpong<DT, BN, STAGES, A_K, B_K>(
+                a_ring, b_ring, full_bar, release, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha,
+                beta, pair_ok, use_tma_store, out_stage + half * STAGE_OUT_BYTES, half,
+                first, step, items, A_LBO, A_SBO, B_LBO, B_SBO,
+                [&](int item, int& tm, int& tn) {
+                    grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tm, tn);
+                    tm = tm * CM + rm;
+                    tn = tn * CN + rn;
+                });
+        }
         int it = 0;
-        for (int item = first; item < items; item += step) {
+        // (with PP the ping-pong consumers above took every item: this loop runs none)
+        for (int item = PP ? items : first; item < items; item += step) {
             int tp, tn;
-            grouped_tile(item % tiles, rows, tiles_n, max(group_m / CM, 1), tp, tn);
-            const int tm = tp * CM + rank;
+            grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tp, tn);
+            const int tm = tp * CM + rm;
+            if constexpr (CN > 1) tn = tn * CN + rn;
             const int split = item / tiles, k_begin = split * per_split;
             const int k_end = min(k_tiles, k_begin + per_split);
             float d[BN / 2];
@@ -534,7 +588,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
         }
         if (use_tma_store && t == 0) bulk_wait_all();  // the stores are done before the CTA ends
     }
-    if (CM > 1) {
+    if (CS > 1) {
         cluster_sync();  // no CTA leaves while its peer may still write into it or arrive on it
     }
 }
