@@ -42,15 +42,29 @@ def _v(config: Config, **fields: Any) -> Config:
 
 
 VARIANTS = {
-    "wide": WIDE, "mid": MID, "narrow": NARROW, "wide c2": W[6],
+    "wide": WIDE, "mid": MID, "narrow": NARROW, "wide c2": W[6], "mid c2": _v(MID, cluster_m=2),
     "wide c1x2": _v(WIDE, cluster_n=2), "wide c2x2": _v(WIDE, cluster_m=2, cluster_n=2),
     "mid c1x2": _v(MID, cluster_n=2), "mid c2x2": _v(MID, cluster_m=2, cluster_n=2),
-    "mid pp": _v(MID, pingpong=True), "narrow pp": _v(NARROW, pingpong=True),
-    "mid pp c1x2": _v(MID, pingpong=True, cluster_n=2), "narrow c1x2": _v(NARROW, cluster_n=2),
+    "narrow c1x2": _v(NARROW, cluster_n=2), "mid pp": _v(MID, pingpong=True),
+    "narrow pp": _v(NARROW, pingpong=True), "mid pp c2": _v(MID, pingpong=True, cluster_m=2),
+    "wide ps": _v(WIDE, pipe_store=True), "mid ps": _v(MID, pipe_store=True),
+    "wide c2 ps": _v(W[6], pipe_store=True),
 }
-SHAPES = ((8192, 8192, 512), (3000, 5000, 2000), (1000, 1000, 1000), (4096, 4096, 4096),
-          (8192, 8192, 8192), (4096, 4096, 1024), (1024, 1024, 1024), (2000, 3000, 1000))
-BIG = {"wide", "mid", "wide c1x2", "wide c2x2", "mid pp"}  # at 4096^3 and 8192^3
+# Per shape, the variants timed beside "auto" (session 9: every cluster config after the
+# remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
+# big squares).
+SHAPES = {
+    (8192, 8192, 512): ("wide", "wide ps", "mid", "wide c2", "wide c2 ps", "mid c2",
+                        "wide c1x2", "mid pp", "mid pp c2"),
+    (3000, 5000, 2000): ("wide", "wide ps", "mid", "wide c2", "mid c2", "wide c1x2",
+                         "wide c2x2", "mid c1x2", "mid pp"),
+    (1000, 1000, 1000): ("mid", "mid ps", "narrow", "mid c2", "mid c1x2", "mid c2x2",
+                         "narrow c1x2", "mid pp", "narrow pp"),
+    (1024, 1024, 1024): ("mid", "narrow", "mid c2", "mid c1x2", "narrow c1x2", "narrow pp"),
+    (4096, 4096, 1024): ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp", "mid pp c2"),
+    (4096, 4096, 4096): ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp"),
+    (8192, 8192, 8192): ("wide ps", "wide c2", "mid pp"),
+}
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -91,8 +105,7 @@ def time_shape(m: int, n: int, k: int, stream: Any, l2: int, state: dict[str, An
     this mode finds it in state["pending"] and leaves it out (state["hung"]); one that raises
     is recorded and ends the process too (a sticky CUDA error spoils the context)."""
     shape = f"{m}x{n}x{k}"
-    big = m * n * k >= 4096**3
-    todo = [name for name in ("auto", *VARIANTS) if not big or name in BIG or name == "auto"]
+    todo = ["auto", *SHAPES[m, n, k]]
     row = state["rows"].setdefault(shape, {"shape": shape})
     left = [name for name in todo if name not in row and f"{shape} {name}" not in state["hung"]]
     if not left:
@@ -162,7 +175,7 @@ def summary(json_path: str) -> None:
 # ---- Nsight Compute: one call per variant --------------------------------------------------------
 
 NCU_SHAPES = ((3000, 5000, 2000), (8192, 8192, 512))
-NCU_VARIANTS = ("wide", "mid", "wide c2", "wide c1x2", "wide c2x2", "mid pp")
+NCU_VARIANTS = ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp")
 
 
 def ncu_calls() -> None:
@@ -186,7 +199,7 @@ def ncu_calls() -> None:
 
 # ---- correctness ---------------------------------------------------------------------------------
 
-NEW = [c for c in VARIANTS.values() if c.cluster_n > 1 or c.pingpong]  # tests' VARIANTS
+NEW = [c for c in VARIANTS.values() if c.cluster > 1 or c.pingpong or c.pipe_store]
 
 
 def check_cases() -> list[tuple[Any, ...]]:
@@ -213,6 +226,9 @@ def run_checks(cases: list[tuple[Any, ...]]) -> int:
 def sanitize() -> None:
     cases = [(200, 520, 136, c, False, False, 0.5) for c in NEW]
     cases += [(136, 264, 200, NEW[1], True, True), (72, 136, 200, NEW[3], False, True)]
+    # ping-pong with several tiles per CTA (more tiles than SMs), where the unordered ring hung
+    cases += [(1536, 1536, 136, VARIANTS[name], False, False) for name in ("mid pp", "mid pp c2")]
+    cases.append((1536, 768, 136, VARIANTS["narrow pp"], True, False))
     sys.exit(1 if run_checks(cases) else 0)
 
 
@@ -228,7 +244,7 @@ def precompile() -> None:
     for m, n, k in SHAPES:
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, False, True, True, (9, 0), 132,
                                pitch128=m % 64 == 0 and n % 64 == 0 and k % 64 == 0)
-        for config in [tune.heuristic(problem), *VARIANTS.values()]:
+        for config in [tune.heuristic(problem), *(VARIANTS[v] for v in SHAPES[m, n, k])]:
             jobs.add(launch.program(config, problem))
     print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 

@@ -32,7 +32,9 @@ class Config:
     output's rows are 16-byte aligned; plain stores otherwise);
     ``cluster_n`` = 2 pairs 16-bit wgmma CTAs along N in clusters (of cluster_m x cluster_n)
     that share (multicast) their A tiles; ``pingpong``: each wgmma consumer warpgroup takes
-    whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128)."""
+    whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128);
+    ``pipe_store``: the TMA-store epilogue writes 64 columns at a time into two staging boxes
+    in turn, each written while the other's store is read (bn >= 128, with tma_store)."""
 
     kernel: str
     bm: int
@@ -47,6 +49,7 @@ class Config:
     tma_store: bool = False
     cluster_n: int = 1
     pingpong: bool = False
+    pipe_store: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode"):
@@ -70,6 +73,10 @@ class Config:
                 or self.cluster_n not in (1, 2) or (self.pingpong and self.bn > 128)):
             raise ValueError(f"cluster_n=2 and pingpong are for the unsplit 16-bit wgmma kernel "
                              f"(pingpong with bn <= 128): {self}")
+        if self.pipe_store and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
+                                or not self.tma_store or self.pingpong or self.bn < 128):
+            raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
+                             f"(bn >= 128, without pingpong): {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
@@ -116,7 +123,7 @@ class Config:
     @property
     def source(self) -> str:
         """The CUDA file holding this kernel."""
-        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong):
+        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong or self.pipe_store):
             return "gemm_wgmma_x.cu"
         return f"gemm_{self.kernel}.cu"
 
@@ -139,10 +146,10 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
-        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong):
+        if self.source == "gemm_wgmma_x.cu":
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
-                    f"{str(self.tma_store).lower()}>")
+                    f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
@@ -171,6 +178,8 @@ class Config:
             text += " pp"
         if self.tma_store:
             text += " tmaC"
+        if self.pipe_store:
+            text += " ps"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:

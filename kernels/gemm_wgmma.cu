@@ -102,8 +102,9 @@ __device__ __forceinline__ void tma_store(const TmaDesc* map, u32 src, int inner
         : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int PENDING = 0>  // bulk groups that may still be reading
 __device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(PENDING) : "memory");
 }
 __device__ __forceinline__ void bulk_wait_all() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -261,22 +262,26 @@ __device__ __forceinline__ void wgmma_wait() {
 // u ^ (r % 8): conflict-free for this fragment layout), make the writes visible to the async
 // proxy, and let thread 0 of the warpgroup issue the two TMA stores without waiting for them.
 // r, c: this thread's first row and column in C; col0/row0: the half tile's origin.
-template <int DT, int BN>
+// PIPE (gemm_wgmma_x's pipe_store, BN >= 128): 64 columns per pass into the buffer's two boxes
+// in turn, waiting only for the store before last, so writing one box overlaps the TMA
+// reading the other (the plain form waits for every pass's store before the next pass).
+template <int DT, int BN, bool PIPE = false>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
                                                i64 ldcin, float alpha, float beta, int r, int c,
                                                u32 buffer, int half, int t, int col0, int row0) {
     const int row = r - row0;  // 0..63 (and row + 8)
-    constexpr int WIDTH = BN < 128 ? BN : 128;  // columns per pass
+    static_assert(!PIPE || BN >= 128, "an even number of 64-wide passes per half tile");
+    constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass
 #pragma unroll
     for (int pass = 0; pass < BN / WIDTH; ++pass) {
-        if (t == 0) bulk_wait_read();
+        if (t == 0) bulk_wait_read<PIPE ? 1 : 0>();
         named_sync(1 + half, 128);
 #pragma unroll
         for (int jj = 0; jj < WIDTH / 8; ++jj) {
             const int j = pass * (WIDTH / 8) + jj;
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
-            const u32 chunk = buffer + (cc / 64) * CHUNK_BYTES;
+            const u32 chunk = buffer + (PIPE ? pass % 2 : cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -299,7 +304,8 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         if (t == 0) {
 #pragma unroll
             for (int box = 0; box < WIDTH / 64; ++box)
-                tma_store(map, buffer + box * CHUNK_BYTES, col0 + pass * WIDTH + box * 64, row0);
+                tma_store(map, buffer + (PIPE ? pass % 2 : box) * CHUNK_BYTES,
+                          col0 + pass * WIDTH + box * 64, row0);
             bulk_commit();
         }
     }
@@ -343,10 +349,10 @@ __device__ __forceinline__ void consume_pingpong(
 }  // namespace wg
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
-// tickets on `counters` after writing their slices (see the file comment). CN = 2 and PP:
+// tickets on `counters` after writing their slices (see the file comment). CN = 2, PP and PS:
 // gemm_wgmma_x's variants (see there).
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
-          int CN = 1, bool PP = false>
+          int CN = 1, bool PP = false, bool PS = false>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -573,9 +579,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 }
             }
             if (use_tma_store) {
-                store_half_tma<DT, BN>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                                       out_stage + half * STAGE_OUT_BYTES, half, t,
-                                       tn * BN, tm * BM + half * 64);
+                store_half_tma<DT, BN, PS>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
+                                           out_stage + half * STAGE_OUT_BYTES, half, t,
+                                           tn * BN, tm * BM + half * 64);
                 continue;
             }
 #pragma unroll

@@ -1,6 +1,7 @@
 // gemm_wgmma_x: the 16-bit wgmma kernel's variants for issue 17's irregular and short-K shapes
-// (Config.cluster_n, Config.pingpong), on gemm_wgmma.cu's body: clusters along N that
-// multicast A, and ping-pong consumers (wg::consume_pingpong below). Kept apart so that
+// (Config.cluster_n, Config.pingpong, Config.pipe_store), on gemm_wgmma.cu's body: clusters
+// along N that multicast A, ping-pong consumers (wg::consume_pingpong below) and a pipelined
+// TMA-store epilogue. Kept apart so that
 // gemm_wgmma.cu's own kernels compile as before (their PTX is unchanged by the CN/PP switches).
 #include "gemm_wgmma.cu"
 
@@ -94,16 +95,17 @@ __device__ __forceinline__ void consume_pingpong(
 // along N in clusters (of CM x CN) that multicast their common A tile (each loads 64 of its
 // 128 rows), which halves A's L2 requests per CTA, the cost of rows that are not 128-byte
 // multiples; PP gives each consumer warpgroup whole tiles in turn (wg::consume_pingpong), so
-// one's epilogue overlaps the other's main loop. The arguments are gemm_wgmma's (partial and
-// splits unused).
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, int CN, bool PP, bool EPI_TMA>
+// one's epilogue overlaps the other's main loop; PS pipelines the TMA-store epilogue of each
+// half tile (wg::store_half_tma). The arguments are gemm_wgmma's (partial and splits unused).
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, int CN, bool PP, bool EPI_TMA,
+          bool PS = false>
 __global__ void __launch_bounds__(wg::THREADS, 1)
 gemm_wgmma_x(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
              const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
              const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
              float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
              int splits) {
-    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, CN, PP>(
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, CN, PP, PS>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);
 }

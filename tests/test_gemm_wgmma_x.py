@@ -32,6 +32,13 @@ VARIANTS = [
     dataclasses.replace(MID, pingpong=True),
     dataclasses.replace(MID, pingpong=True, cluster_n=2),
     dataclasses.replace(NARROW, pingpong=True),
+    dataclasses.replace(MID, cluster_m=2),  # gemm_wgmma's own clusters, on 128 x 128 tiles
+    dataclasses.replace(MID, pingpong=True, cluster_m=2),
+    dataclasses.replace(WIDE, cluster_m=2, group_m=8),  # tune._WGMMA[6]
+    dataclasses.replace(MID, cluster_m=2, cluster_n=2),
+    dataclasses.replace(NARROW, cluster_n=2),
+    dataclasses.replace(WIDE, pipe_store=True),
+    dataclasses.replace(MID, pipe_store=True),
 ]
 
 
