@@ -48,7 +48,7 @@ VARIANTS = {
     "narrow c1x2": _v(NARROW, cluster_n=2), "mid pp": _v(MID, pingpong=True),
     "narrow pp": _v(NARROW, pingpong=True), "mid pp c2": _v(MID, pingpong=True, cluster_m=2),
     "wide ps": _v(WIDE, pipe_store=True), "mid ps": _v(MID, pipe_store=True),
-    "wide c2 ps": _v(W[6], pipe_store=True),
+    "wide c2 ps": _v(W[6], pipe_store=True), "mid pp c1x2": _v(MID, pingpong=True, cluster_n=2),
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # One device call for issue 17's irregular and short-K wgmma shapes (run from the tree's root):
 # makes gpurt importable (_device_site.sh), compiles wgirr_dev.py's programs in parallel, then
-# (each step limited) the timings of every variant next to cuBLAS (JSON into OUTDIR/w), the
+# (each step limited) the timings of every variant next to cuBLAS (JSON into OUTDIR), the
 # variants' GPU tests (tests/test_gemm_wgmma_x.py), compute-sanitizer memcheck and racecheck
 # on `wgirr_dev.py sanitize`, and with the time left Nsight Compute's L2 counters over one call
-# per variant. Logs go into OUTDIR/w, packed into OUTDIR/runs.tgz after every step.
+# per variant. Logs are packed into OUTDIR/runs.tgz after every step.
 # Usage: bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
 set -u
 top=${1:?OUTDIR}
-out=$top/w
+work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
+out=$work/w
 total=${TOTAL:-285}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
-pack() { tar czf "$top/runs.tgz" -C "$top" w; }
+pack() { tar czf "$top/runs.tgz" -C "$work" w; cp "$out/wgirr_time.json" "$top/" 2>/dev/null; }
 cat "$out/smi.txt"
 step precompile
 timeout ${COMPILE_LIMIT:-70} python3 -P benchmarks/wgirr_dev.py precompile >> "$out/setup.log" 2>&1

@@ -82,6 +82,18 @@ def test_config_rejects(bad):
         Config(**fields)
 
 
+def test_pipe_store_config():
+    ps = dataclasses.replace(WIDE, pipe_store=True)
+    assert ps.source == "gemm_wgmma_x.cu" and ps.label().endswith("tmaC ps g16")
+    assert ps.name_expression(2, True, False, True) == \
+        "gemm_wgmma_x<2, 256, 4, true, false, 1, 1, false, true, true>"
+    assert Config.from_json(ps.to_json()) == ps
+    for bad in (dict(tma_store=False), dict(bn=64, stages=8), dict(bn=128, pingpong=True),
+                dict(split_k=2)):
+        with pytest.raises(ValueError, match="pipe_store"):
+            dataclasses.replace(ps, **bad)
+
+
 def test_variants_compile_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
     names = sorted({c.name_expression(tune.DT_BF16, a_k, b_k, True) for c in VARIANTS[:2]
