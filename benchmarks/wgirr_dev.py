@@ -65,6 +65,19 @@ SHAPES = {
     (4096, 4096, 4096): ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp"),
     (8192, 8192, 8192): ("wide ps", "wide c2", "mid pp"),
 }
+# Session 9's second call (`time --set split`): the cluster configs on split rows (pitches not
+# 128-byte multiples; "bT": B stored N x K), where the first call found 2 x 2 and 2 x 1
+# clusters ahead at 3000x5000x2000, for the chooser's thresholds; the epilogue variants again
+# at 8192x8192x512. Each variant twice (" r2"), cuBLAS before each round.
+_SPLIT = ("wide", "mid", "wide c2", "wide c2x2", "mid c2", "mid c2x2")
+SPLIT_ROWS = {
+    (3000, 5000, 2000, False): _SPLIT, (3000, 5000, 2000, True): _SPLIT,
+    (2000, 3000, 1000, False): _SPLIT, (2000, 2000, 2000, False): _SPLIT,
+    (1000, 5000, 2000, False): _SPLIT, (3000, 3000, 3000, False): _SPLIT,
+    (4000, 4000, 4000, False): _SPLIT, (2048, 11000, 4000, True): _SPLIT,
+    (1000, 1000, 1000, False): ("mid", "mid c2x2", "mid ps"),
+    (8192, 8192, 512, False): ("wide", "wide ps", "mid pp", "mid pp c2", "wide c2 ps"),
+}
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -98,19 +111,21 @@ def _measure(p: Any, config: Config | None, stream: Any, ref: Any, cublas: tuple
             "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
 
 
-def time_shape(m: int, n: int, k: int, stream: Any, l2: int, state: dict[str, Any],
-               save: Any) -> None:
+def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], rounds: int,
+               stream: Any, l2: int, state: dict[str, Any], save: Any) -> None:
     """Every variant of one shape into state["rows"][shape], saving after each; a variant
     that runs past WATCHDOG_S (a hung kernel) ends the process (exit 5), and the next run of
     this mode finds it in state["pending"] and leaves it out (state["hung"]); one that raises
-    is recorded and ends the process too (a sticky CUDA error spoils the context)."""
-    shape = f"{m}x{n}x{k}"
-    todo = ["auto", *SHAPES[m, n, k]]
+    is recorded and ends the process too (a sticky CUDA error spoils the context). Round r > 1
+    names its results "<variant> r<r>" and times cuBLAS again first ("cublas_us r<r>")."""
+    shape = f"{m}x{n}x{k}" + (" bT" if b_nk else "")
+    todo = [name + (f" r{r}" if r > 1 else "") for r in range(1, rounds + 1)
+            for name in ("auto", *names)]
     row = state["rows"].setdefault(shape, {"shape": shape})
     left = [name for name in todo if name not in row and f"{shape} {name}" not in state["hung"]]
     if not left:
         return
-    p = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, False, l2)
+    p = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, b_nk, l2)
     problem = grid_dev.problem_of(p.a[0], p.b[0], False)
     auto = tune.heuristic(problem).label()
     if "cublas_us" not in row:
@@ -118,13 +133,17 @@ def time_shape(m: int, n: int, k: int, stream: Any, l2: int, state: dict[str, An
                    cublas_single_us=cublas_single_us(p))
     ref = p.a[0].double() @ p.b[0].double()
     for name in left:
+        base, _, again = name.partition(" r")
+        if again and f"cublas_us r{again}" not in row:
+            row[f"cublas_us r{again}"] = grid_dev.cublas_us(p)
         state["pending"] = f"{shape} {name}"
         save()
         timer = threading.Timer(WATCHDOG_S, lambda: os._exit(5))
         timer.start()
         try:
-            row[name] = _measure(p, VARIANTS.get(name), stream, ref,
-                                 (row["cublas_us"], row["cublas_single_us"]), auto)
+            row[name] = _measure(p, VARIANTS.get(base), stream, ref,
+                                 (row[f"cublas_us r{again}" if again else "cublas_us"],
+                                  row["cublas_single_us"]), auto)
         except Exception as exc:  # noqa: BLE001 - a fresh process goes on (sticky errors)
             row[name] = {"error": repr(exc)}
             state["pending"] = None
@@ -138,7 +157,7 @@ def time_shape(m: int, n: int, k: int, stream: Any, l2: int, state: dict[str, An
     del p, ref
 
 
-def run_timing(json_path: str) -> None:
+def run_timing(json_path: str, split_rows: bool) -> None:
     """Resumable: the state lives in ``json_path`` (rows, the variant running, hung ones)."""
     path = Path(json_path)
     state = json.loads(path.read_text()) if path.exists() else {"rows": {}, "hung": [],
@@ -153,9 +172,10 @@ def run_timing(json_path: str) -> None:
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = gpurt.Stream()
+    shapes = SPLIT_ROWS if split_rows else {(*key, False): v for key, v in SHAPES.items()}
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
-        for m, n, k in SHAPES:
-            time_shape(m, n, k, stream, l2, state, save)
+        for (m, n, k, b_nk), names in shapes.items():
+            time_shape(m, n, k, b_nk, names, 2 if split_rows else 1, stream, l2, state, save)
     summary(json_path)
 
 
@@ -223,7 +243,15 @@ def run_checks(cases: list[tuple[Any, ...]]) -> int:
     return failures
 
 
-def sanitize() -> None:
+def sanitize(split_rows: bool) -> None:
+    """Small cases of every new variant (``split_rows``: the second call's, the chooser's
+    2 x 2 clusters with several tile blocks per cluster and the case the first left undone)."""
+    if split_rows:
+        c2x2 = VARIANTS["wide c2x2"]
+        cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
+                 (1000, 1100, 136, VARIANTS["mid c2x2"], False, True),
+                 (1536, 768, 136, VARIANTS["narrow pp"], True, False)]
+        sys.exit(1 if run_checks(cases) else 0)
     cases = [(200, 520, 136, c, False, False, 0.5) for c in NEW]
     cases += [(136, 264, 200, NEW[1], True, True), (72, 136, 200, NEW[3], False, True)]
     # ping-pong with several tiles per CTA (more tiles than SMs), where the unordered ring hung
@@ -241,10 +269,11 @@ def precompile() -> None:
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
                 for config in NEW:
                     jobs.add(launch.program(config, problem))
-    for m, n, k in SHAPES:
-        problem = tune.Problem(m, n, k, tune.DT_BF16, True, False, True, True, (9, 0), 132,
+    shapes = {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS
+    for (m, n, k, b_nk), names in shapes.items():
+        problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
                                pitch128=m % 64 == 0 and n % 64 == 0 and k % 64 == 0)
-        for config in [tune.heuristic(problem), *(VARIANTS[v] for v in SHAPES[m, n, k])]:
+        for config in [tune.heuristic(problem), *(VARIANTS[v] for v in names)]:
             jobs.add(launch.program(config, problem))
     print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
@@ -253,6 +282,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
+    parser.add_argument("--set", choices=("first", "split"), default="first",
+                        help="the shapes of session 9's first or second call")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":
@@ -260,8 +291,8 @@ if __name__ == "__main__":
     elif args.mode == "check":
         sys.exit(1 if run_checks(check_cases()) else 0)
     elif args.mode == "time":
-        run_timing(args.json)
+        run_timing(args.json, args.set == "split")
     elif args.mode == "ncu":
         ncu_calls()
     else:
-        sanitize()
+        sanitize(args.set == "split")

@@ -5,12 +5,14 @@
 # variants' GPU tests (tests/test_gemm_wgmma_x.py), compute-sanitizer memcheck and racecheck
 # on `wgirr_dev.py sanitize`, and with the time left Nsight Compute's L2 counters over one call
 # per variant. Logs are packed into OUTDIR/runs.tgz after every step.
-# Usage: bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
+# Usage: [SET=split] bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
+# SET=split: session 9's second call (wgirr_dev.py --set split: split-row shapes, no ncu).
 set -u
 top=${1:?OUTDIR}
 work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
 out=$work/w
 total=${TOTAL:-285}
+set_=${SET:-first}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
 pack() { tar czf "$top/runs.tgz" -C "$work" w; cp "$out/wgirr_time.json" "$top/" 2>/dev/null; }
@@ -21,7 +23,7 @@ echo "precompile rc=$?"; grep -E "precompiled|Error" "$out/setup.log" | head -5;
 step time
 reserve=${AFTER_TIME:-110}
 while [ $(left) -gt $((reserve + 15)) ]; do  # again after a hung variant (rc 5), without it
-    timeout $(( $(left) - reserve )) python3 -P benchmarks/wgirr_dev.py time \
+    timeout $(( $(left) - reserve )) python3 -P benchmarks/wgirr_dev.py time --set "$set_" \
         --json "$out/wgirr_time.json" >> "$out/time.log" 2>&1
     rc=$?; echo "time rc=$rc"; [ $rc -eq 5 ] || break
 done
@@ -38,7 +40,7 @@ step sanitizers
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
 for tool in memcheck racecheck; do
     log="$out/san-$tool.log"
-    timeout ${SAN_LIMIT:-18} $san --tool $tool python3 -P benchmarks/wgirr_dev.py sanitize > "$log" 2>&1
+    timeout ${SAN_LIMIT:-18} $san --tool $tool python3 -P benchmarks/wgirr_dev.py sanitize --set "$set_" > "$log" 2>&1
     echo "$tool rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed: $(tail -n 1 "$log")"
 done
 pack
@@ -47,7 +49,7 @@ metrics=gpu__time_duration.sum,lts__t_requests.sum,lts__t_requests_srcunit_tex.s
 metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
 metrics=$metrics,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
-[ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
+[ "$set_" = first ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
     --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu > "$out/ncu.csv" 2> "$out/ncu.err"
 echo "ncu rc=$? $(grep -c gemm_wgmma "$out/ncu.csv") kernel rows"; pack
 step done

@@ -92,6 +92,13 @@ _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
     Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True),
 )
+# 128 x 256 tiles in clusters of 2 x 2 CTAs (kernels/gemm_wgmma_x.cu): A multicast along the
+# tile row, B along the tile column, so each CTA loads half of either. Where rows are not
+# 128-byte multiples (each TMA box row spans two L2 lines, the L2's requests are the limit) this
+# and the 2-CTA clusters (_WGMMA[6]) cut the requests (H100, session 9, 3000x5000x2000 bf16:
+# 97 / 102 us against 126-133 for the plain tiles, cuBLAS 101; notes_gemm.md).
+_WGMMA_C2X2 = Config("wgmma", 128, 256, 64, stages=4, group_m=16, cluster_m=2, cluster_n=2,
+                     tma_store=True)
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
 # On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
@@ -295,15 +302,17 @@ def _simt_heuristic(problem: Problem) -> Config:
 
 
 def candidates(problem: Problem) -> list[Config]:
-    """Every config worth timing for ``problem``, best guess first. The 2-CTA cluster
-    variants are left out: correct, but slower than the others on every shape measured on an
-    H200 (benchmarks/notes_gemm.md); pass one as ``config=`` to use it."""
+    """Every config worth timing for ``problem``, best guess first. The cluster variants only
+    where rows split L2 lines (not ``pitch128``): elsewhere they lost on every shape measured
+    (benchmarks/notes_gemm.md); pass one as ``config=`` to use it."""
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        if not problem.pitch128:
+            pool += [_WGMMA[6], _WGMMA_C2X2]
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -348,7 +357,8 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny, *decode):
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, _WGMMA_C2X2, *_WGMMA_TF32, *skinny,
+                   *decode):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -404,7 +414,7 @@ def heuristic(problem: Problem) -> Config:
                             lambda config: config.tiles(m, n),
                             _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
         if wide.tiles(m, n) * 2 >= problem.sm_count:
-            return filled
+            return _split_row_cluster(problem, filled)
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
         # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
         # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40); a split
@@ -418,6 +428,20 @@ def heuristic(problem: Problem) -> Config:
         return dataclasses.replace(_WGMMA[1], split_k=split)
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+def _split_row_cluster(problem: Problem, filled: Config) -> Config:
+    """``filled``, or where it is the 128 x 256 tile on rows that are not 128-byte multiples,
+    the same tiles in clusters that multicast the operands (half the L2 requests per CTA): 2 x 2
+    from two waves of tiles on, 2 x 1 (B shared) from one wave (fewer clusters of 4 run at once:
+    30 on an H100's 132 SMs)."""
+    if problem.pitch128 or filled != _WGMMA[4]:
+        return filled
+    tiles = filled.tiles(problem.m, problem.n)
+    for config, least in ((_WGMMA_C2X2, 2 * problem.sm_count), (_WGMMA[6], problem.sm_count)):
+        if tiles >= least and eligible(problem, config):
+            return config
+    return filled
 
 
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read

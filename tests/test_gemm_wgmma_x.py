@@ -117,6 +117,27 @@ def test_disable_switch_covers_clusters_along_n(monkeypatch):
     assert tune.eligible(problem, VARIANTS[3])
 
 
+def test_split_rows_choose_clusters():
+    """The 16-bit heuristic's 128 x 256 tiles on rows that are not 128-byte multiples: 2 x 2
+    clusters from two waves of tiles, 2 x 1 from one; aligned rows and few tiles keep the
+    plain tiles; the tuner offers the clusters on split rows only."""
+    def problem(m, n, k, pitch128=False, b_k=False, sms=132):
+        return tune.Problem(m, n, k, tune.DT_BF16, True, b_k, True, True, (9, 0), sms,
+                            pitch128=pitch128)
+
+    c2x2, c2 = tune._WGMMA_C2X2, tune._WGMMA[6]
+    assert c2x2 == VARIANTS[1]
+    for dims in ((3000, 5000, 2000), (4000, 4000, 4000), (2048, 11000, 4000)):
+        for b_k in (False, True):
+            assert tune.heuristic(problem(*dims, b_k=b_k)) == c2x2, dims
+        assert tune.heuristic(problem(*dims, pitch128=True)) == tune._WGMMA[4]
+        assert {c2, c2x2} <= set(tune.candidates(problem(*dims)))
+        assert c2x2 not in tune.candidates(problem(*dims, pitch128=True))
+    assert tune.heuristic(problem(3000, 5000, 2000, sms=264)) == c2  # one wave of 264 SMs
+    assert tune.heuristic(problem(2000, 2000, 2000)) == tune._WGMMA[4]  # 128 tiles < 132 SMs
+    assert c2x2 in tune.all_configs(problem(4096, 4096, 4096, pitch128=True))  # forced, swept
+
+
 # ---- GPU -----------------------------------------------------------------------------------------
 
 
@@ -198,6 +219,24 @@ def test_variant_in_a_graph(gpu_state, config):
         gpurt.synchronize()
         assert rel_err(out.numpy(), reference(a, b)) < 1e-2, config.label()
     del graph
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
+def test_split_rows_run_on_clusters_by_default(gpu_state, monkeypatch, dtype):
+    """gemm's own choice (autotuner off) on split rows with two waves of wide tiles (3000 x
+    5000, K = 136: rows of 272 bytes), in every layout, with beta: the 2 x 2 clusters, right
+    against float64."""
+    _hopper()
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()  # plans remember the settings they were made under
+    rng = np.random.default_rng(53)
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        _case(rng, None, dtype, 3000, 5000, 136, trans_a, trans_b,
+              beta=0.5 if trans_a else 0.0)
+    chosen = {entry[0].config for entry in gemm_mod._calls.values()}
+    gemm_mod.clear_plans()
+    assert chosen == {tune._WGMMA_C2X2}, chosen
 
 
 # ---- the ping-pong consumers' synchronisation, modelled (CPU) ---------------------------------
