@@ -92,13 +92,19 @@ _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
     Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True),
 )
-# 128 x 256 tiles in clusters of 2 x 2 CTAs (kernels/gemm_wgmma_x.cu): A multicast along the
-# tile row, B along the tile column, so each CTA loads half of either. Where rows are not
-# 128-byte multiples (each TMA box row spans two L2 lines, the L2's requests are the limit) this
-# and the 2-CTA clusters (_WGMMA[6]) cut the requests (H100, session 9, 3000x5000x2000 bf16:
-# 97 / 102 us against 126-133 for the plain tiles, cuBLAS 101; notes_gemm.md).
+# Clusters for rows that are not 128-byte multiples, where each TMA box row spans two L2 lines
+# and the L2's requests are the limit: 2 x 2 CTAs (kernels/gemm_wgmma_x.cu) multicast A along
+# the tile row and B along the tile column, gemm_wgmma's 2 x 1 (_WGMMA[6]) B, so each CTA loads
+# half of what it shares. Their multiply-add rates there, in _TILE_RATE's units, fitted to an
+# H100's time per wave at 8 such shapes (1.03-1.4: the longer K, the less the rows cost), and
+# how many clusters run at once per 132 SMs (cuOccupancyMaxActiveClusters on an H100).
+# (notes_gemm.md, session 9: 3000x5000x2000 bf16 97 us against 126-134, cuBLAS 95-101.)
 _WGMMA_C2X2 = Config("wgmma", 128, 256, 64, stages=4, group_m=16, cluster_m=2, cluster_n=2,
                      tma_store=True)
+_WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2, cluster_n=2,
+                         tma_store=True)
+_CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25}
+_CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
 # On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
@@ -310,9 +316,10 @@ def candidates(problem: Problem) -> list[Config]:
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
     else:
-        pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        pool = [c for c in _WGMMA if c.cluster_m == 1] + list(_PIPE_STORE.values())
+        pool += _with_split(problem, _MMA)
         if not problem.pitch128:
-            pool += [_WGMMA[6], _WGMMA_C2X2]
+            pool += list(_CLUSTER_RATE_PITCH16)
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -357,8 +364,8 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, _WGMMA_C2X2, *_WGMMA_TF32, *skinny,
-                   *decode):
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
+                   *_WGMMA_TF32, *skinny, *decode):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -414,14 +421,14 @@ def heuristic(problem: Problem) -> Config:
                             lambda config: config.tiles(m, n),
                             _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
         if wide.tiles(m, n) * 2 >= problem.sm_count:
-            return _split_row_cluster(problem, filled)
+            return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
         # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
         # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40); a split
         # on 128 x 64 tiles where they allow one (H100: 1.5-1.7x faster than 128 x 128)
         split = _wave_split(problem, _WGMMA[1])
         if split == 1:
-            return filled
+            return _short_k_store(problem, filled)
         narrow = _narrow_split(problem)
         if narrow > 1:
             return dataclasses.replace(_WGMMA[7], split_k=narrow)
@@ -431,17 +438,41 @@ def heuristic(problem: Problem) -> Config:
 
 
 def _split_row_cluster(problem: Problem, filled: Config) -> Config:
-    """``filled``, or where it is the 128 x 256 tile on rows that are not 128-byte multiples,
-    the same tiles in clusters that multicast the operands (half the L2 requests per CTA): 2 x 2
-    from two waves of tiles on, 2 x 1 (B shared) from one wave (fewer clusters of 4 run at once:
-    30 on an H100's 132 SMs)."""
-    if problem.pitch128 or filled != _WGMMA[4]:
+    """``filled``, or on rows that are not 128-byte multiples the cluster config whose grid
+    should finish first by _fill_best's wave model, with the clusters' rates and blocks of
+    tiles (fewer clusters of 4 run at once: 2000^3's 32 blocks take two waves, where 64 pairs
+    take one; 4000^3's 128 blocks five, where 256 pairs take four)."""
+    if problem.pitch128:
         return filled
-    tiles = filled.tiles(problem.m, problem.n)
-    for config, least in ((_WGMMA_C2X2, 2 * problem.sm_count), (_WGMMA[6], problem.sm_count)):
-        if tiles >= least and eligible(problem, config):
-            return config
-    return filled
+    m, n = problem.m, problem.n
+    best = filled
+    best_cost = -(-filled.tiles(m, n) // problem.sm_count) * filled.bn / \
+        _TILE_RATE_PITCH16[filled.bn]
+    for config, rate in _CLUSTER_RATE_PITCH16.items():
+        if not eligible(problem, config):
+            continue
+        blocks = -(-m // (config.bm * config.cluster_m)) * -(-n // (config.bn * config.cluster_n))
+        at_once = max(1, problem.sm_count * _CLUSTERS_PER_132_SMS[config.cluster] // 132)
+        cost = -(-blocks // at_once) * config.bn / rate
+        if cost < best_cost:
+            best, best_cost = config, cost
+    return best
+
+
+# The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
+# short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
+# 8192x8192x512 ran in 123.5-124.6 us against 125.5-135.6, 1000^3 in 11.2-11.3 against 11.6-11.7;
+# elsewhere within the spread.
+_PIPE_STORE = {c: dataclasses.replace(c, pipe_store=True) for c in (_WGMMA[4], _WGMMA[5])}
+
+
+def _short_k_store(problem: Problem, config: Config) -> Config:
+    """``config`` with the pipelined epilogue where it is one of _PIPE_STORE's tiles and
+    K <= 1024."""
+    piped = _PIPE_STORE.get(config)
+    if problem.k <= 1024 and piped is not None and eligible(problem, piped):
+        return piped
+    return config
 
 
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read

@@ -118,24 +118,32 @@ def test_disable_switch_covers_clusters_along_n(monkeypatch):
 
 
 def test_split_rows_choose_clusters():
-    """The 16-bit heuristic's 128 x 256 tiles on rows that are not 128-byte multiples: 2 x 2
-    clusters from two waves of tiles, 2 x 1 from one; aligned rows and few tiles keep the
-    plain tiles; the tuner offers the clusters on split rows only."""
-    def problem(m, n, k, pitch128=False, b_k=False, sms=132):
-        return tune.Problem(m, n, k, tune.DT_BF16, True, b_k, True, True, (9, 0), sms,
+    """On rows that are not 128-byte multiples the 16-bit heuristic takes the cluster config
+    that the wave model with the clusters' rates puts first: the configs that won each shape
+    on an H100 (session 9); aligned rows keep the plain tiles; the tuner offers the clusters
+    on split rows only, and pipe_store on short K."""
+    def problem(m, n, k, pitch128=False, b_k=False):
+        return tune.Problem(m, n, k, tune.DT_BF16, True, b_k, True, True, (9, 0), 132,
                             pitch128=pitch128)
 
-    c2x2, c2 = tune._WGMMA_C2X2, tune._WGMMA[6]
-    assert c2x2 == VARIANTS[1]
-    for dims in ((3000, 5000, 2000), (4000, 4000, 4000), (2048, 11000, 4000)):
+    c2x2, c2, mid_c2x2 = tune._WGMMA_C2X2, tune._WGMMA[6], tune._WGMMA_MID_C2X2
+    assert (c2x2, mid_c2x2) == (VARIANTS[1], VARIANTS[9])
+    won = {(3000, 5000, 2000): c2x2, (2000, 3000, 1000): c2x2, (2048, 11000, 4000): c2x2,
+           (2000, 2000, 2000): c2, (4000, 4000, 4000): c2,  # 32 / 128 blocks of 4: 2 / 5 waves
+           (1000, 5000, 2000): mid_c2x2, (3000, 3000, 3000): mid_c2x2}
+    for dims, config in won.items():
         for b_k in (False, True):
-            assert tune.heuristic(problem(*dims, b_k=b_k)) == c2x2, dims
-        assert tune.heuristic(problem(*dims, pitch128=True)) == tune._WGMMA[4]
-        assert {c2, c2x2} <= set(tune.candidates(problem(*dims)))
+            assert tune.heuristic(problem(*dims, b_k=b_k)) == config, dims
+        assert tune.heuristic(problem(*dims, pitch128=True)).cluster == 1
+        assert {c2, c2x2, mid_c2x2} <= set(tune.candidates(problem(*dims)))
         assert c2x2 not in tune.candidates(problem(*dims, pitch128=True))
-    assert tune.heuristic(problem(3000, 5000, 2000, sms=264)) == c2  # one wave of 264 SMs
-    assert tune.heuristic(problem(2000, 2000, 2000)) == tune._WGMMA[4]  # 128 tiles < 132 SMs
-    assert c2x2 in tune.all_configs(problem(4096, 4096, 4096, pitch128=True))  # forced, swept
+    # 1000^3: 64 tiles, one wave either way: the plain tiles, with the short-K epilogue
+    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._PIPE_STORE[tune._WGMMA[5]]
+    assert tune.heuristic(problem(8192, 8192, 512, pitch128=True)) == \
+        tune._PIPE_STORE[tune._WGMMA[4]]
+    assert tune.heuristic(problem(8192, 8192, 8192, pitch128=True)) == tune._WGMMA[4]
+    every = tune.all_configs(problem(4096, 4096, 4096, pitch128=True))  # forced, swept
+    assert {c2x2, mid_c2x2, *tune._PIPE_STORE.values()} <= set(every)
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
