@@ -105,6 +105,11 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
                          tma_store=True)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
+# The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
+# short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
+# 8192x8192x512 ran in 123.5-124.6 us against 125.5-135.6, 1000^3 in 11.2-11.3 against 11.6-11.7;
+# elsewhere within the spread.
+_PIPE_STORE = {c: dataclasses.replace(c, pipe_store=True) for c in (_WGMMA[4], _WGMMA[5])}
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
 # On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
@@ -457,13 +462,6 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
         if cost < best_cost:
             best, best_cost = config, cost
     return best
-
-
-# The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
-# short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
-# 8192x8192x512 ran in 123.5-124.6 us against 125.5-135.6, 1000^3 in 11.2-11.3 against 11.6-11.7;
-# elsewhere within the spread.
-_PIPE_STORE = {c: dataclasses.replace(c, pipe_store=True) for c in (_WGMMA[4], _WGMMA[5])}
 
 
 def _short_k_store(problem: Problem, config: Config) -> Config:

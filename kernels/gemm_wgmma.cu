@@ -136,8 +136,9 @@ __device__ __forceinline__ u32 cluster_rank() {
 
 // Arrive on the barrier at the same offset as ``bar`` in cluster CTA ``rank``. Release at CTA
 // scope (the default), as CUTLASS does: `.release.cluster` put MEMBAR.ALL.GPU in front of
-// every arrive (SASS), a wait on every stage of every consumer warp: the likely cause of the
-// cluster configs' 1.2-2.9x slowdown on an H100 (notes_gemm.md; not yet re-measured).
+// every arrive (SASS), a wait on every stage of every consumer warp, which made every cluster
+// config 1.2-2.9x slower (H100, 3000x5000x2000: 2-CTA clusters 173 us with it, 102 without;
+// notes_gemm.md, session 9).
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
