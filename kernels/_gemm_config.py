@@ -29,7 +29,12 @@ class Config:
     ``group_m`` tile rows per group of the grid order;
     ``cluster_m`` = 2 pairs wgmma CTAs in clusters that share (multicast) their B tiles;
     ``tma_store``: the wgmma epilogue goes through shared memory and TMA stores (when the
-    output's rows are 16-byte aligned; plain stores otherwise)."""
+    output's rows are 16-byte aligned; plain stores otherwise);
+    ``cluster_n`` = 2 pairs 16-bit wgmma CTAs along N in clusters (of cluster_m x cluster_n)
+    that share (multicast) their A tiles; ``pingpong``: each wgmma consumer warpgroup takes
+    whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128);
+    ``pipe_store``: the TMA-store epilogue writes 64 columns at a time into two staging boxes
+    in turn, each written while the other's store is read (bn >= 128, with tma_store)."""
 
     kernel: str
     bm: int
@@ -42,6 +47,9 @@ class Config:
     group_m: int = 8
     cluster_m: int = 1
     tma_store: bool = False
+    cluster_n: int = 1
+    pingpong: bool = False
+    pipe_store: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode"):
@@ -60,6 +68,15 @@ class Config:
             raise ValueError(f"the wgmma kernel splits K for 16-bit types without clusters: {self}")
         if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and self.kernel != "wgmma"):
             raise ValueError(f"clusters of 2 CTAs are for the wgmma kernel only: {self}")
+        if (self.cluster_n != 1 or self.pingpong) and (
+                self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
+                or self.cluster_n not in (1, 2) or (self.pingpong and self.bn > 128)):
+            raise ValueError(f"cluster_n=2 and pingpong are for the unsplit 16-bit wgmma kernel "
+                             f"(pingpong with bn <= 128): {self}")
+        if self.pipe_store and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
+                                or not self.tma_store or self.pingpong or self.bn < 128):
+            raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
+                             f"(bn >= 128, without pingpong): {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
@@ -106,6 +123,8 @@ class Config:
     @property
     def source(self) -> str:
         """The CUDA file holding this kernel."""
+        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong or self.pipe_store):
+            return "gemm_wgmma_x.cu"
         return f"gemm_{self.kernel}.cu"
 
     def name_expression(self, dt: int, a_kmajor: bool, b_kmajor: bool, vec: bool) -> str:
@@ -127,6 +146,10 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
+        if self.source == "gemm_wgmma_x.cu":
+            return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
+                    f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
+                    f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
@@ -137,6 +160,11 @@ class Config:
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.bm) * -(-n // self.bn)
 
+    @property
+    def cluster(self) -> int:
+        """CTAs per cluster (1: no clusters)."""
+        return self.cluster_m * self.cluster_n
+
     def label(self) -> str:
         text = f"{self.kernel} {self.bm}x{self.bn}x{self.bk}"
         if self.kernel == "mma" or self.wn:
@@ -144,10 +172,14 @@ class Config:
         text += f" s{self.stages}"
         if self.split_k > 1:
             text += f" split{self.split_k}"
-        if self.cluster_m > 1:
-            text += f" c{self.cluster_m}"
+        if self.cluster_m > 1 or self.cluster_n > 1:
+            text += f" c{self.cluster_m}" + (f"x{self.cluster_n}" if self.cluster_n > 1 else "")
+        if self.pingpong:
+            text += " pp"
         if self.tma_store:
             text += " tmaC"
+        if self.pipe_store:
+            text += " ps"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:

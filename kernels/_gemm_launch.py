@@ -53,7 +53,7 @@ def source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
     for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
-                 _TF32_SOURCE, "gemm_skinny.cu", "gemm_decode.cu"):
+                 _TF32_SOURCE, "gemm_skinny.cu", "gemm_decode.cu", "gemm_wgmma_x.cu"):
         digest.update(text(name).encode())
     return digest.hexdigest()[:12]
 
@@ -67,7 +67,7 @@ os.register_at_fork(after_in_child=lambda: globals().update(_kernels_lock=thread
 def headers(source: str) -> dict[str, str]:
     """The files GEMM source ``source`` includes, for gpurt.compile's ``headers=``."""
     found = {"gemm_common.cu": text("gemm_common.cu")}
-    if source in (_TF32_SOURCE, "gemm_decode.cu"):  # they reuse the 16-bit one's helpers
+    if source in (_TF32_SOURCE, "gemm_decode.cu", "gemm_wgmma_x.cu"):  # the 16-bit one's parts
         found["gemm_wgmma.cu"] = text("gemm_wgmma.cu")
     if source in ("gemm_mma.cu", "gemm_simt.cu"):  # once per kernel (gemm_mma.cu says why)
         found["./" + source] = text(source)
@@ -217,7 +217,7 @@ class Call:
         config = self.config
         args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr,
                                   counters_ptr, alpha, beta)
-        if config.kernel == "wgmma" and config.cluster_m > 1:
+        if config.kernel == "wgmma" and config.cluster > 1:
             self.kernels[0].launch(_main_config(self), *args, stream=stream)
         else:  # the plain launch, without building a LaunchConfig
             self.kernels[0](self.grid, config.threads, args, shared_mem=self.smem,
@@ -305,7 +305,8 @@ def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes
     config = call.config
     if call.swap:
         a_ptr, b_ptr = b_ptr, a_ptr
-    map_a = tensor_map(a_ptr, call.a_kmajor, call.m, call.k, call.lda, call.dt, 128)
+    map_a = tensor_map(a_ptr, call.a_kmajor, call.m, call.k, call.lda, call.dt,
+                       128 // config.cluster_n)
     map_b = tensor_map(b_ptr, call.b_kmajor, call.n, call.k, call.ldb, call.dt,
                        config.bn // config.cluster_m)
     rows, cols = (call.n, call.m) if call.swap else (call.m, call.n)  # C in memory
@@ -342,7 +343,7 @@ def _main_arguments(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: i
 
 def _main_config(call: Call) -> gpurt.LaunchConfig:
     config = call.config
-    cluster = (config.cluster_m, 1, 1) if config.kernel == "wgmma" and config.cluster_m > 1 \
+    cluster = (config.cluster, 1, 1) if config.kernel == "wgmma" and config.cluster > 1 \
         else None
     return gpurt.LaunchConfig(call.grid, config.threads, call.smem, cluster=cluster)
 
@@ -383,12 +384,12 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     grid: int | tuple[int, int, int] = (tiles, 1, config.split_k)
     clusters = 0
     if config.kernel == "wgmma":
-        cm = config.cluster_m
         grid = min(tiles * config.split_k, problem.sm_count)
-        if cm > 1:
-            pairs = -(-plan.m // (128 * cm)) * -(-plan.n // config.bn)
+        if config.cluster > 1:
+            pairs = -(-plan.m // (128 * config.cluster_m)) * -(-plan.n // (config.bn
+                                                                           * config.cluster_n))
             clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))
-            grid = cm * clusters
+            grid = config.cluster * clusters
     counters = 0
     if config.split_k > 1:  # one per tile; wgmma: one per consumer's half tile
         counters = 2 * tiles if config.kernel == "wgmma" else tiles
@@ -404,11 +405,11 @@ def max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
     """How many clusters of ``config`` run at once on device ``index`` (wraps
     cuOccupancyMaxActiveClusters): a persistent grid larger than that would leave a few
     clusters for a second wave and double the time of their tiles."""
-    key = (kernel.symbol, smem, config.cluster_m, index)
+    key = (kernel.symbol, smem, config.cluster, index)
     found = _cluster_limits.get(key)
     if found is None:
-        launch = gpurt.LaunchConfig(config.cluster_m * 1024, config.threads, smem,
-                                    cluster=config.cluster_m)
+        launch = gpurt.LaunchConfig(config.cluster * 1024, config.threads, smem,
+                                    cluster=config.cluster)
         found = kernel.max_active_clusters(launch, device=index)
         _cluster_limits[key] = found = max(found, 1)
     return found

@@ -92,6 +92,24 @@ _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
     Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True),
 )
+# Clusters for rows that are not 128-byte multiples, where each TMA box row spans two L2 lines
+# and the L2's requests are the limit: 2 x 2 CTAs (kernels/gemm_wgmma_x.cu) multicast A along
+# the tile row and B along the tile column, gemm_wgmma's 2 x 1 (_WGMMA[6]) B, so each CTA loads
+# half of what it shares. Their multiply-add rates there, in _TILE_RATE's units, fitted to an
+# H100's time per wave at 8 such shapes (1.03-1.4: the longer K, the less the rows cost), and
+# how many clusters run at once per 132 SMs (cuOccupancyMaxActiveClusters on an H100).
+# (notes_gemm.md, session 9: 3000x5000x2000 bf16 97 us against 126-134, cuBLAS 95-101.)
+_WGMMA_C2X2 = Config("wgmma", 128, 256, 64, stages=4, group_m=16, cluster_m=2, cluster_n=2,
+                     tma_store=True)
+_WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2, cluster_n=2,
+                         tma_store=True)
+_CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25}
+_CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
+# The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
+# short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
+# 8192x8192x512 ran in 123.5-124.6 us against 125.5-135.6, 1000^3 in 11.2-11.3 against 11.6-11.7;
+# elsewhere within the spread.
+_PIPE_STORE = {c: dataclasses.replace(c, pipe_store=True) for c in (_WGMMA[4], _WGMMA[5])}
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
 # On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
@@ -122,7 +140,7 @@ def why_not(problem: Problem, config: Config) -> str | None:
     """Why ``config`` cannot run ``problem`` on its device (the requirement it misses), or
     None when it can."""
     disabled = disabled_kernels()
-    if disabled and (config.kernel in disabled or (config.cluster_m > 1 and "cluster" in disabled)
+    if disabled and (config.kernel in disabled or (config.cluster > 1 and "cluster" in disabled)
                      or (config.tma_store and "tma_store" in disabled)):
         return f"it is turned off by GPURT_GEMM_DISABLE={','.join(sorted(disabled))}"
     major, minor = problem.capability
@@ -295,15 +313,18 @@ def _simt_heuristic(problem: Problem) -> Config:
 
 
 def candidates(problem: Problem) -> list[Config]:
-    """Every config worth timing for ``problem``, best guess first. The 2-CTA cluster
-    variants are left out: correct, but slower than the others on every shape measured on an
-    H200 (benchmarks/notes_gemm.md); pass one as ``config=`` to use it."""
+    """Every config worth timing for ``problem``, best guess first. The cluster variants only
+    where rows split L2 lines (not ``pitch128``): elsewhere they lost on every shape measured
+    (benchmarks/notes_gemm.md); pass one as ``config=`` to use it."""
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
     else:
-        pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem, _MMA)
+        pool = [c for c in _WGMMA if c.cluster_m == 1] + list(_PIPE_STORE.values())
+        pool += _with_split(problem, _MMA)
+        if not problem.pitch128:
+            pool += list(_CLUSTER_RATE_PITCH16)
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -348,7 +369,8 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_WGMMA_TF32, *skinny, *decode):
+    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
+                   *_WGMMA_TF32, *skinny, *decode):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -404,20 +426,51 @@ def heuristic(problem: Problem) -> Config:
                             lambda config: config.tiles(m, n),
                             _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
         if wide.tiles(m, n) * 2 >= problem.sm_count:
-            return filled
+            return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
         # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
         # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40); a split
         # on 128 x 64 tiles where they allow one (H100: 1.5-1.7x faster than 128 x 128)
         split = _wave_split(problem, _WGMMA[1])
         if split == 1:
-            return filled
+            return _short_k_store(problem, filled)
         narrow = _narrow_split(problem)
         if narrow > 1:
             return dataclasses.replace(_WGMMA[7], split_k=narrow)
         return dataclasses.replace(_WGMMA[1], split_k=split)
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+def _split_row_cluster(problem: Problem, filled: Config) -> Config:
+    """``filled``, or on rows that are not 128-byte multiples the cluster config whose grid
+    should finish first by _fill_best's wave model, with the clusters' rates and blocks of
+    tiles (fewer clusters of 4 run at once: 2000^3's 32 blocks take two waves, where 64 pairs
+    take one; 4000^3's 128 blocks five, where 256 pairs take four)."""
+    if problem.pitch128:
+        return filled
+    m, n = problem.m, problem.n
+    best = filled
+    best_cost = -(-filled.tiles(m, n) // problem.sm_count) * filled.bn / \
+        _TILE_RATE_PITCH16[filled.bn]
+    for config, rate in _CLUSTER_RATE_PITCH16.items():
+        if not eligible(problem, config):
+            continue
+        blocks = -(-m // (config.bm * config.cluster_m)) * -(-n // (config.bn * config.cluster_n))
+        at_once = max(1, problem.sm_count * _CLUSTERS_PER_132_SMS[config.cluster] // 132)
+        cost = -(-blocks // at_once) * config.bn / rate
+        if cost < best_cost:
+            best, best_cost = config, cost
+    return best
+
+
+def _short_k_store(problem: Problem, config: Config) -> Config:
+    """``config`` with the pipelined epilogue where it is one of _PIPE_STORE's tiles and
+    K <= 1024."""
+    piped = _PIPE_STORE.get(config)
+    if problem.k <= 1024 and piped is not None and eligible(problem, piped):
+        return piped
+    return config
 
 
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read

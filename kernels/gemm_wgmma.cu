@@ -102,8 +102,9 @@ __device__ __forceinline__ void tma_store(const TmaDesc* map, u32 src, int inner
         : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int PENDING = 0>  // bulk groups that may still be reading
 __device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(PENDING) : "memory");
 }
 __device__ __forceinline__ void bulk_wait_all() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -133,12 +134,15 @@ __device__ __forceinline__ u32 cluster_rank() {
     return rank;
 }
 
-// Arrive on the barrier at the same offset as ``bar`` in cluster CTA ``rank``.
+// Arrive on the barrier at the same offset as ``bar`` in cluster CTA ``rank``. Release at CTA
+// scope (the default), as CUTLASS does: `.release.cluster` put MEMBAR.ALL.GPU in front of
+// every arrive (SASS), a wait on every stage of every consumer warp, which made every cluster
+// config 1.2-2.9x slower (H100, 3000x5000x2000: 2-CTA clusters 173 us with it, 102 without;
+// notes_gemm.md, session 9).
 __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
     u32 remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
-                 : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
 // Every thread of every CTA in the cluster (barrier.cluster with release/acquire).
@@ -259,22 +263,26 @@ __device__ __forceinline__ void wgmma_wait() {
 // u ^ (r % 8): conflict-free for this fragment layout), make the writes visible to the async
 // proxy, and let thread 0 of the warpgroup issue the two TMA stores without waiting for them.
 // r, c: this thread's first row and column in C; col0/row0: the half tile's origin.
-template <int DT, int BN>
+// PIPE (gemm_wgmma_x's pipe_store, BN >= 128): 64 columns per pass into the buffer's two boxes
+// in turn, waiting only for the store before last, so writing one box overlaps the TMA
+// reading the other (the plain form waits for every pass's store before the next pass).
+template <int DT, int BN, bool PIPE = false>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
                                                i64 ldcin, float alpha, float beta, int r, int c,
                                                u32 buffer, int half, int t, int col0, int row0) {
     const int row = r - row0;  // 0..63 (and row + 8)
-    constexpr int WIDTH = BN < 128 ? BN : 128;  // columns per pass
+    static_assert(!PIPE || BN >= 128, "an even number of 64-wide passes per half tile");
+    constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass
 #pragma unroll
     for (int pass = 0; pass < BN / WIDTH; ++pass) {
-        if (t == 0) bulk_wait_read();
+        if (t == 0) bulk_wait_read<PIPE ? 1 : 0>();
         named_sync(1 + half, 128);
 #pragma unroll
         for (int jj = 0; jj < WIDTH / 8; ++jj) {
             const int j = pass * (WIDTH / 8) + jj;
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
-            const u32 chunk = buffer + (cc / 64) * CHUNK_BYTES;
+            const u32 chunk = buffer + (PIPE ? pass % 2 : cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -297,7 +305,8 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         if (t == 0) {
 #pragma unroll
             for (int box = 0; box < WIDTH / 64; ++box)
-                tma_store(map, buffer + box * CHUNK_BYTES, col0 + pass * WIDTH + box * 64, row0);
+                tma_store(map, buffer + (PIPE ? pass % 2 : box) * CHUNK_BYTES,
+                          col0 + pass * WIDTH + box * 64, row0);
             bulk_commit();
         }
     }
@@ -329,11 +338,22 @@ __device__ __forceinline__ bool last_of_tile(unsigned* counter, int splits, int 
     return any != 0;
 }
 
+// Ping-pong consumers (gemm_wgmma_x with PP): defined in kernels/gemm_wgmma_x.cu.
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, class Release, class TileOf>
+__device__ __forceinline__ void consume_pingpong(
+    u32 a_ring, u32 b_ring, u32 full_bar, Release release, const TmaDesc& tma_c,
+    u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
+    float alpha, float beta, int pair_ok, bool use_tma_store, u32 out_buffer, int half,
+    int first, int step, int items, u32 a_lbo, u32 a_sbo, u32 b_lbo, u32 b_sbo,
+    TileOf tile_of);
+
 }  // namespace wg
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
-// tickets on `counters` after writing their slices (see the file comment).
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT>
+// tickets on `counters` after writing their slices (see the file comment). CN = 2, PP and PS:
+// gemm_wgmma_x's variants (see there).
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
+          int CN = 1, bool PP = false, bool PS = false>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -342,6 +362,13 @@ __device__ __forceinline__ void gemm_wgmma_body(
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
+    static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
+    static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
+                  "consumer, unsplit");
+    constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
+    // consumer warps reading one stage, in each CTA that one producer's copies land in (its
+    // tile row's CN CTAs share A, its tile column's CM share B)
+    constexpr int STAGE_READERS = (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -358,20 +385,22 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // column: each loads its own A and half of the shared B tile, multicast into both.
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const int rows = (tiles_m + CM - 1) / CM;  // tile rows of clusters
-    const int tiles = rows * tiles_n, k_tiles = (K + BK - 1) / BK;
+    const int cols = CN == 1 ? tiles_n : (tiles_n + CN - 1) / CN;  // tile columns of clusters
+    const int tiles = rows * cols, k_tiles = (K + BK - 1) / BK;
     const int items = tiles * splits, per_split = (k_tiles + splits - 1) / splits;
-    const int rank = CM == 1 ? 0 : (int)cluster_rank();
-    const int first = blockIdx.x / CM, step = gridDim.x / CM;
+    const int rank = CS == 1 ? 0 : (int)cluster_rank();
+    const int rm = CN == 1 ? rank : rank % CM, rn = CN == 1 ? 0 : rank / CM;
+    const int first = blockIdx.x / CS, step = gridDim.x / CS;
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);
-            mbar_init(empty_bar + 8 * s, CONSUMER_WARPS * CM);
+            mbar_init(empty_bar + 8 * s, STAGE_READERS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    if (CM > 1) {
+    if (CS > 1) {
         cluster_sync();  // the peer's barriers exist before anything reaches them
     } else {
         __syncthreads();
@@ -383,8 +412,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
             int it = 0;
             for (int item = first; item < items; item += step) {
                 int tp, tn;
-                grouped_tile(item % tiles, rows, tiles_n, max(group_m / CM, 1), tp, tn);
-                const int tm = tp * CM + rank;
+                grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tp, tn);
+                const int tm = tp * CM + rm;
+                if constexpr (CN > 1) tn = tn * CN + rn;
                 const int k_begin = item / tiles * per_split;
                 const int k_end = min(k_tiles, k_begin + per_split);
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
@@ -394,19 +424,32 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     mbar_expect_tx(full, A_BYTES + B_BYTES);
                     const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
                     const int k0 = kt * BK;
-                    tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
+                    if constexpr (CN == 1) {
+                        tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
+                    } else {  // rows [64 rn, 64 rn + 64) of the A tile, into its tile row
+                        const auto a_mask = (unsigned short)((1 << rm) | (1 << (rm + CM)));
+                        const int part = rn * 64;
+                        if (A_K)
+                            tma_load_multicast(a_dst + part * 128, &tma_a, k0, tm * BM + part,
+                                               full, a_mask);
+                        else
+                            tma_load_multicast(a_dst + rn * CHUNK_BYTES, &tma_a, tm * BM + part,
+                                               k0, full, a_mask);
+                    }
+                    // with CM = 2: B's half, into the CTAs of its tile column
+                    const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
                     if (CM == 1) {
                         tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
-                    } else if (B_K) {  // rows [rank BN/2, (rank + 1) BN/2) of the B tile
-                        const int part = rank * (BN / 2);
+                    } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
+                        const int part = rm * (BN / 2);
                         tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
-                                           0x3);
-                    } else {  // 64-wide chunks [rank BN/128, (rank + 1) BN/128)
+                                           b_mask);
+                    } else {  // 64-wide chunks [rm BN/128, (rm + 1) BN/128)
 #pragma unroll
                         for (int j = 0; j < BN / 128; ++j) {
-                            const int chunk = rank * (BN / 128) + j;
+                            const int chunk = rm * (BN / 128) + j;
                             tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
-                                               tn * BN + chunk * 64, k0, full, 0x3);
+                                               tn * BN + chunk * 64, k0, full, b_mask);
                         }
                     }
                 }
@@ -431,14 +474,32 @@ __device__ __forceinline__ void gemm_wgmma_body(
         auto release = [&](int s) {
             if (lane == 0) {
                 mbar_arrive(empty_bar + 8 * s);
-                if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+                if constexpr (CN == 1) {
+                    if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+                } else {  // the peer sharing A, and with CM = 2 the one sharing B
+                    mbar_arrive_remote(empty_bar + 8 * s, rm + CM * (rn ^ 1));
+                    if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, (rm ^ 1) + CM * rn);
+                }
             }
         };
+        if constexpr (PP) {
+            consume_pingpong<DT, BN, STAGES, A_K, B_K>(
+                a_ring, b_ring, full_bar, release, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha,
+                beta, pair_ok, use_tma_store, out_stage + half * STAGE_OUT_BYTES, half,
+                first, step, items, A_LBO, A_SBO, B_LBO, B_SBO,
+                [&](int item, int& tm, int& tn) {
+                    grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tm, tn);
+                    tm = tm * CM + rm;
+                    tn = tn * CN + rn;
+                });
+        }
         int it = 0;
-        for (int item = first; item < items; item += step) {
+        // (with PP the ping-pong consumers above took every item: this loop runs none)
+        for (int item = PP ? items : first; item < items; item += step) {
             int tp, tn;
-            grouped_tile(item % tiles, rows, tiles_n, max(group_m / CM, 1), tp, tn);
-            const int tm = tp * CM + rank;
+            grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tp, tn);
+            const int tm = tp * CM + rm;
+            if constexpr (CN > 1) tn = tn * CN + rn;
             const int split = item / tiles, k_begin = split * per_split;
             const int k_end = min(k_tiles, k_begin + per_split);
             float d[BN / 2];
@@ -519,9 +580,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 }
             }
             if (use_tma_store) {
-                store_half_tma<DT, BN>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                                       out_stage + half * STAGE_OUT_BYTES, half, t,
-                                       tn * BN, tm * BM + half * 64);
+                store_half_tma<DT, BN, PS>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
+                                           out_stage + half * STAGE_OUT_BYTES, half, t,
+                                           tn * BN, tm * BM + half * 64);
                 continue;
             }
 #pragma unroll
@@ -534,7 +595,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
         }
         if (use_tma_store && t == 0) bulk_wait_all();  // the stores are done before the CTA ends
     }
-    if (CM > 1) {
+    if (CS > 1) {
         cluster_sync();  // no CTA leaves while its peer may still write into it or arrive on it
     }
 }

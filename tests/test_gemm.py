@@ -276,8 +276,9 @@ def test_wave_fill_tiles():
     # one wave (H100 1.17x, H200 1.07x); TF32 keeps its choice (even there); wider grids keep
     # 128 x 256
     for dt in (tune.DT_BF16, tune.DT_F16):
-        assert tune.heuristic(problem(1000, 1000, 1000, dt=dt, pitch128=False)) == tune._WGMMA[5]
-        assert tune.heuristic(problem(1024, 1024, 1024, dt=dt, pitch128=False)) == tune._WGMMA[5]
+        for dims in ((1000, 1000, 1000), (1024, 1024, 1024)):  # (K <= 1024: pipe_store)
+            chosen = tune.heuristic(problem(*dims, dt=dt, pitch128=False))
+            assert chosen == tune._PIPE_STORE[tune._WGMMA[5]], dims
         for dims in ((2000, 2000, 2000), (3000, 5000, 2000), (1536, 1536, 1000)):
             assert tune.heuristic(problem(*dims, dt=dt, pitch128=False)).bn == 256, dims
     assert tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32, pitch128=False)) == narrow32

@@ -1,0 +1,298 @@
+"""Development harness for issue 17's irregular and short-K wgmma shapes (3000x5000x2000,
+1000^3, 1024^3, 8192x8192x512): times the kernel variants of gemm_wgmma_x (clusters along N
+that multicast A, 2 x 2 clusters, ping-pong consumers) next to the plain tiles and cuBLAS in
+the same process, kernel-only (20 calls in a CUDA graph, replayed, inputs rotating past the
+L2) and single call (host path included), bf16, row-major ``a @ b``; every timed result checked
+against float64 on a poisoned output. ``ncu`` runs one call per variant for Nsight Compute's
+L2 counters; ``check`` and ``sanitize`` run edge cases of the new variants.
+
+    python benchmarks/wgirr_dev.py precompile | check | time [--json PATH] | ncu | sanitize
+
+``time`` resumes from its JSON (a hung variant ends the process through a watchdog; the next
+``time`` leaves it out), so a device script can run it again until it exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_gemm_decode as bench  # noqa: E402
+import grid_dev  # noqa: E402
+import torch  # noqa: E402
+from decode_split_dev import check  # noqa: E402
+
+import gpurt  # noqa: E402
+
+gm, launch, tune = grid_dev.gm, grid_dev.launch, grid_dev.tune
+Config = tune.Config
+W = tune._WGMMA
+WIDE, MID, NARROW = W[4], W[5], W[7]  # 128 x 256 g16, 128 x 128, 128 x 64; all TMA stores
+
+
+def _v(config: Config, **fields: Any) -> Config:
+    return dataclasses.replace(config, **fields)
+
+
+VARIANTS = {
+    "wide": WIDE, "mid": MID, "narrow": NARROW, "wide c2": W[6], "mid c2": _v(MID, cluster_m=2),
+    "wide c1x2": _v(WIDE, cluster_n=2), "wide c2x2": _v(WIDE, cluster_m=2, cluster_n=2),
+    "mid c1x2": _v(MID, cluster_n=2), "mid c2x2": _v(MID, cluster_m=2, cluster_n=2),
+    "narrow c1x2": _v(NARROW, cluster_n=2), "mid pp": _v(MID, pingpong=True),
+    "narrow pp": _v(NARROW, pingpong=True), "mid pp c2": _v(MID, pingpong=True, cluster_m=2),
+    "wide ps": _v(WIDE, pipe_store=True), "mid ps": _v(MID, pipe_store=True),
+    "wide c2 ps": _v(W[6], pipe_store=True), "mid pp c1x2": _v(MID, pingpong=True, cluster_n=2),
+}
+# Per shape, the variants timed beside "auto" (session 9: every cluster config after the
+# remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
+# big squares).
+SHAPES = {
+    (8192, 8192, 512): ("wide", "wide ps", "mid", "wide c2", "wide c2 ps", "mid c2",
+                        "wide c1x2", "mid pp", "mid pp c2"),
+    (3000, 5000, 2000): ("wide", "wide ps", "mid", "wide c2", "mid c2", "wide c1x2",
+                         "wide c2x2", "mid c1x2", "mid pp"),
+    (1000, 1000, 1000): ("mid", "mid ps", "narrow", "mid c2", "mid c1x2", "mid c2x2",
+                         "narrow c1x2", "mid pp", "narrow pp"),
+    (1024, 1024, 1024): ("mid", "narrow", "mid c2", "mid c1x2", "narrow c1x2", "narrow pp"),
+    (4096, 4096, 1024): ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp", "mid pp c2"),
+    (4096, 4096, 4096): ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp"),
+    (8192, 8192, 8192): ("wide ps", "wide c2", "mid pp"),
+}
+# Session 9's second call (`time --set split`): the cluster configs on split rows (pitches not
+# 128-byte multiples; "bT": B stored N x K), where the first call found 2 x 2 and 2 x 1
+# clusters ahead at 3000x5000x2000, for the chooser's thresholds; the epilogue variants again
+# at 8192x8192x512. Each variant twice (" r2"), cuBLAS before each round.
+_SPLIT = ("wide", "mid", "wide c2", "wide c2x2", "mid c2", "mid c2x2")
+SPLIT_ROWS = {
+    (3000, 5000, 2000, False): _SPLIT, (3000, 5000, 2000, True): _SPLIT,
+    (2000, 3000, 1000, False): _SPLIT, (2000, 2000, 2000, False): _SPLIT,
+    (1000, 5000, 2000, False): _SPLIT, (3000, 3000, 3000, False): _SPLIT,
+    (4000, 4000, 4000, False): _SPLIT, (2048, 11000, 4000, True): _SPLIT,
+    (1000, 1000, 1000, False): ("mid", "mid c2x2", "mid ps"),
+    (8192, 8192, 512, False): ("wide", "wide ps", "mid pp", "mid pp c2", "wide c2 ps"),
+}
+
+
+# ---- timing --------------------------------------------------------------------------------------
+
+
+def single_us(p: Any, config: Config | None, stream: Any) -> float:
+    """One eager gemm call with its host path, events around it (bench_gemm_decode.host_us)."""
+    def call(i: int) -> None:
+        gm.gemm(p.ga[i], p.gb[i], out=p.gout, stream=stream, config=config)
+
+    with gpurt.stream(stream), torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+        return round(bench.host_us(torch, call, p.sets, 30), 2)
+
+
+def cublas_single_us(p: Any) -> float:
+    return round(bench.host_us(torch, lambda i: torch.matmul(p.a[i], p.b[i], out=p.out),
+                               p.sets, 30), 2)
+
+
+WATCHDOG_S = 15.0  # one variant's calls, timings included, take well under this
+
+
+def _measure(p: Any, config: Config | None, stream: Any, ref: Any, cublas: tuple[float, float],
+             fallback: str) -> dict[str, Any]:
+    err = grid_dev.error(p, config, False, stream, ref)
+    us = grid_dev.ours_us(p, config, False, stream)
+    single = single_us(p, config, stream)
+    grids = {c[0].config.label(): c[0].grid for c in gm._calls.values()}
+    return {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
+            "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
+            "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
+
+
+def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], rounds: int,
+               stream: Any, l2: int, state: dict[str, Any], save: Any) -> None:
+    """Every variant of one shape into state["rows"][shape], saving after each; a variant
+    that runs past WATCHDOG_S (a hung kernel) ends the process (exit 5), and the next run of
+    this mode finds it in state["pending"] and leaves it out (state["hung"]); one that raises
+    is recorded and ends the process too (a sticky CUDA error spoils the context). Round r > 1
+    names its results "<variant> r<r>" and times cuBLAS again first ("cublas_us r<r>")."""
+    shape = f"{m}x{n}x{k}" + (" bT" if b_nk else "")
+    todo = [name + (f" r{r}" if r > 1 else "") for r in range(1, rounds + 1)
+            for name in ("auto", *names)]
+    row = state["rows"].setdefault(shape, {"shape": shape})
+    left = [name for name in todo if name not in row and f"{shape} {name}" not in state["hung"]]
+    if not left:
+        return
+    p = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, b_nk, l2)
+    problem = grid_dev.problem_of(p.a[0], p.b[0], False)
+    auto = tune.heuristic(problem).label()
+    if "cublas_us" not in row:
+        row.update(auto_config=auto, pitch128=problem.pitch128, cublas_us=grid_dev.cublas_us(p),
+                   cublas_single_us=cublas_single_us(p))
+    ref = p.a[0].double() @ p.b[0].double()
+    for name in left:
+        base, _, again = name.partition(" r")
+        if again and f"cublas_us r{again}" not in row:
+            row[f"cublas_us r{again}"] = grid_dev.cublas_us(p)
+        state["pending"] = f"{shape} {name}"
+        save()
+        timer = threading.Timer(WATCHDOG_S, lambda: os._exit(5))
+        timer.start()
+        try:
+            row[name] = _measure(p, VARIANTS.get(base), stream, ref,
+                                 (row[f"cublas_us r{again}" if again else "cublas_us"],
+                                  row["cublas_single_us"]), auto)
+        except Exception as exc:  # noqa: BLE001 - a fresh process goes on (sticky errors)
+            row[name] = {"error": repr(exc)}
+            state["pending"] = None
+            save()
+            print(f"{shape} {name}: {exc!r}", flush=True)
+            os._exit(5)
+        timer.cancel()
+        print(f"{shape} {name}: {json.dumps(row[name])}", flush=True)
+    state["pending"] = None
+    save()
+    del p, ref
+
+
+def run_timing(json_path: str, split_rows: bool) -> None:
+    """Resumable: the state lives in ``json_path`` (rows, the variant running, hung ones)."""
+    path = Path(json_path)
+    state = json.loads(path.read_text()) if path.exists() else {"rows": {}, "hung": [],
+                                                                  "pending": None}
+    if state["pending"]:
+        print(f"HUNG (a previous run died in it): {state['pending']}", flush=True)
+        state["hung"].append(state["pending"])
+        state["pending"] = None
+
+    def save() -> None:
+        path.write_text(json.dumps(state, indent=1))
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream = gpurt.Stream()
+    shapes = SPLIT_ROWS if split_rows else {(*key, False): v for key, v in SHAPES.items()}
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+        for (m, n, k, b_nk), names in shapes.items():
+            time_shape(m, n, k, b_nk, names, 2 if split_rows else 1, stream, l2, state, save)
+    summary(json_path)
+
+
+def summary(json_path: str) -> None:
+    state = json.loads(Path(json_path).read_text())
+    print(f"\n{torch.cuda.get_device_name()}: kernel-only us (graph replay) / single call us;"
+          f" x = cuBLAS / gpurt; hung: {state['hung']}")
+    for row in state["rows"].values():
+        ours = {key: v for key, v in row.items() if isinstance(v, dict) and "us" in v}
+        cells = " | ".join(f"{key} {v['us']:.1f} x{v['x']:.3f} / {v['single_us']:.1f}"
+                           f"{'' if v['ok'] else ' BAD'}" for key, v in ours.items())
+        print(f"{row['shape']} cuBLAS {row.get('cublas_us', 0):.1f} / "
+              f"{row.get('cublas_single_us', 0):.1f} auto={row.get('auto_config')} | {cells}",
+              flush=True)
+
+
+# ---- Nsight Compute: one call per variant --------------------------------------------------------
+
+NCU_SHAPES = ((3000, 5000, 2000), (8192, 8192, 512))
+NCU_VARIANTS = ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp")
+
+
+def ncu_calls() -> None:
+    """Each (shape, variant) once, after a warm-up call outside the profiled range (ncu's
+    --profile-from-start off with cudaProfilerStart/Stop around the measured call)."""
+    for m, n, k in NCU_SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ga, gb, gout = gpurt.asarray(a), gpurt.asarray(b), gpurt.asarray(out)
+        for name in NCU_VARIANTS:
+            config = VARIANTS[name]
+            gm.gemm(ga, gb, out=gout, config=config)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            gm.gemm(ga, gb, out=gout, config=config)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            print(f"ncu {m}x{n}x{k} {name} = {config.label()}", flush=True)
+
+
+# ---- correctness ---------------------------------------------------------------------------------
+
+NEW = [c for c in VARIANTS.values() if c.cluster > 1 or c.pingpong or c.pipe_store]
+
+
+def check_cases() -> list[tuple[Any, ...]]:
+    cases: list[tuple[Any, ...]] = []
+    for config in NEW:
+        for a_t, b_t in ((False, False), (False, True), (True, True), (True, False)):
+            cases.append((3 * 128 - 8, 3 * config.bn + 8, 3 * 64 + 8, config, a_t, b_t))
+        cases.append((200, 264, 72, config, False, False, 0.5))
+        cases.append((136, 520, 4104, config, True, False, -1.0, torch.float16))
+        cases.append((4224, 1000, 520, config, False, False))  # several tiles per CTA
+    return cases
+
+
+def run_checks(cases: list[tuple[Any, ...]]) -> int:
+    failures = 0
+    for case in cases:
+        ok, what = check(*case)
+        failures += not ok
+        print(("PASS " if ok else "FAIL ") + what, flush=True)
+    print(f"checks: {len(cases) - failures} passed, {failures} failed", flush=True)
+    return failures
+
+
+def sanitize(split_rows: bool) -> None:
+    """Small cases of every new variant (``split_rows``: the second call's, the chooser's
+    2 x 2 clusters with several tile blocks per cluster and the case the first left undone)."""
+    if split_rows:
+        c2x2 = VARIANTS["wide c2x2"]
+        cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
+                 (1000, 1100, 136, VARIANTS["mid c2x2"], False, True),
+                 (1536, 768, 136, VARIANTS["narrow pp"], True, False)]
+        sys.exit(1 if run_checks(cases) else 0)
+    cases = [(200, 520, 136, c, False, False, 0.5) for c in NEW]
+    cases += [(136, 264, 200, NEW[1], True, True), (72, 136, 200, NEW[3], False, True)]
+    # ping-pong with several tiles per CTA (more tiles than SMs), where the unordered ring hung
+    cases += [(1536, 1536, 136, VARIANTS[name], False, False) for name in ("mid pp", "mid pp c2")]
+    cases.append((1536, 768, 136, VARIANTS["narrow pp"], True, False))
+    sys.exit(1 if run_checks(cases) else 0)
+
+
+def precompile() -> None:
+    """Every program the checks, timings and ncu calls use, compiled in parallel."""
+    jobs = set()
+    for dt in (tune.DT_BF16, tune.DT_F16):
+        for a_k in (True, False):
+            for b_k in (True, False):
+                problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
+                for config in NEW:
+                    jobs.add(launch.program(config, problem))
+    shapes = {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS
+    for (m, n, k, b_nk), names in shapes.items():
+        problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
+                               pitch128=m % 64 == 0 and n % 64 == 0 and k % 64 == 0)
+        for config in [tune.heuristic(problem), *(VARIANTS[v] for v in names)]:
+            jobs.add(launch.program(config, problem))
+    print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
+    parser.add_argument("--json", default="wgirr_time.json")
+    parser.add_argument("--set", choices=("first", "split"), default="first",
+                        help="the shapes of session 9's first or second call")
+    args = parser.parse_args()
+    os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
+    if args.mode == "precompile":
+        precompile()
+    elif args.mode == "check":
+        sys.exit(1 if run_checks(check_cases()) else 0)
+    elif args.mode == "time":
+        run_timing(args.json, args.set == "split")
+    elif args.mode == "ncu":
+        ncu_calls()
+    else:
+        sanitize(args.set == "split")

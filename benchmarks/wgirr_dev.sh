@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One device call for issue 17's irregular and short-K wgmma shapes (run from the tree's root):
+# makes gpurt importable (_device_site.sh), compiles wgirr_dev.py's programs in parallel, then
+# (each step limited) the timings of every variant next to cuBLAS (JSON into OUTDIR), the
+# variants' GPU tests (tests/test_gemm_wgmma_x.py), compute-sanitizer memcheck and racecheck
+# on `wgirr_dev.py sanitize`, and with the time left Nsight Compute's L2 counters over one call
+# per variant. Logs are packed into OUTDIR/runs.tgz after every step.
+# Usage: [SET=split] bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
+# SET=split: session 9's second call (wgirr_dev.py --set split: split-row shapes, no ncu).
+set -u
+top=${1:?OUTDIR}
+work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
+out=$work/w
+total=${TOTAL:-285}
+set_=${SET:-first}
+. "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
+export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
+pack() { tar czf "$top/runs.tgz" -C "$work" w; cp "$out/wgirr_time.json" "$top/" 2>/dev/null; }
+cat "$out/smi.txt"
+step precompile
+timeout ${COMPILE_LIMIT:-70} python3 -P benchmarks/wgirr_dev.py precompile >> "$out/setup.log" 2>&1
+echo "precompile rc=$?"; grep -E "precompiled|Error" "$out/setup.log" | head -5; pack
+step time
+reserve=${AFTER_TIME:-110}
+while [ $(left) -gt $((reserve + 15)) ]; do  # again after a hung variant (rc 5), without it
+    timeout $(( $(left) - reserve )) python3 -P benchmarks/wgirr_dev.py time --set "$set_" \
+        --json "$out/wgirr_time.json" >> "$out/time.log" 2>&1
+    rc=$?; echo "time rc=$rc"; [ $rc -eq 5 ] || break
+done
+grep -E "HUNG|Error" "$out/time.log" | head -5; sed -n '/kernel-only us/,$p' "$out/time.log"; pack
+step pytest
+if [ $(left) -gt 30 ]; then
+    timeout $(( $(left) - ${AFTER_PYTEST:-42} )) python3 -P -m pytest -p no:cacheprovider -q \
+        tests/test_gemm_wgmma_x.py -k "not compile" \
+        > "$out/pytest.log" 2>&1
+    echo "pytest rc=$?"; tail -n 2 "$out/pytest.log"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -10
+fi
+pack
+step sanitizers
+san="compute-sanitizer --report-api-errors no --error-exitcode 3"
+for tool in memcheck racecheck; do
+    log="$out/san-$tool.log"
+    timeout ${SAN_LIMIT:-18} $san --tool $tool python3 -P benchmarks/wgirr_dev.py sanitize --set "$set_" > "$log" 2>&1
+    echo "$tool rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed: $(tail -n 1 "$log")"
+done
+pack
+step ncu
+metrics=gpu__time_duration.sum,lts__t_requests.sum,lts__t_requests_srcunit_tex.sum
+metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
+metrics=$metrics,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed
+metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
+[ "$set_" = first ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
+    --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu > "$out/ncu.csv" 2> "$out/ncu.err"
+echo "ncu rc=$? $(grep -c gemm_wgmma "$out/ncu.csv") kernel rows"; pack
+step done
