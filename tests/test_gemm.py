@@ -802,6 +802,31 @@ def _assert_counters_zero():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("base", [tune._WGMMA[1], tune._WGMMA[7]], ids=["128x128", "128x64"])
+def test_wgmma_split_k_coalesced_sum(gpu_state, base):
+    """beta = 0 on a C that takes 4-element stores: the half tiles inside C take the coalesced
+    sum (sum_half_tile_quads), edge ones the pair loop; against float64, and bit for bit what
+    the pair loop alone gives (the same output in an array pitched n + 2: no 4-element
+    stores); ticket counters back at zero."""
+    if gpurt.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    rng = np.random.default_rng(41)
+    for m, n, k, split in [(200, 264, 2056, 4), (256, 128, 4096, 7), (64, 64, 1024, 16)]:
+        for dtype in (gpurt.bfloat16, np.float16):
+            a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+            config = dataclasses.replace(base, split_k=split)
+            out = poisoned((m, n), dtype)
+            gemm(device(a), device(b), out=out, alpha=0.75, config=config)
+            label = (config.label(), np.dtype(dtype).name, m, n, k)
+            assert rel_err(out.numpy(), reference(a, b, alpha=0.75)) < TOL[np.dtype(dtype)], label
+            wide = poisoned((m, n + 2), dtype)
+            gemm(device(a), device(b), out=wide[:, :n], alpha=0.75, config=config)
+            assert out.numpy().tobytes() == np.ascontiguousarray(wide.numpy()[:, :n]).tobytes(), \
+                label
+    _assert_counters_zero()
+
+
+@pytest.mark.gpu
 def test_mma_simt_split_k_fused(gpu_state):
     """gemm_mma_splitk and gemm_simt_splitk (one launch: each tile's last CTA sums the
     slices): every layout, bf16/fp16/fp32/TF32, edge tiles, empty K slices (7 slices of 1-2
