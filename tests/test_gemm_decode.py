@@ -183,6 +183,21 @@ def test_odd_shapes(gpu_state, dtype, bm, split):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bn", [16, 32, 64])
+def test_thin_tiles_split_8_on_square_shapes(gpu_state, bn):
+    """Tiles narrower than the small side with K split over clusters of 8 (the few-tile
+    square shapes of wgmma split-K, session 9): square and odd sizes, the four transposes
+    where the small operand may be M-major (64-wide boxes), alpha and beta."""
+    rng = np.random.default_rng()
+    for m, n, k in [(128, 128, 4096), (136, 200, 2056), (72, 72, 1000)]:
+        for a_t, b_t in ((False, False), (False, True), (True, False), (True, True)):
+            if a_t and bn % 64:
+                continue  # Y = op(a) M-major: 64-wide boxes
+            run(rng, m, n, k, np.float16 if b_t else gpurt.bfloat16, dc(64, bn, 4, 8),
+                a_t=a_t, b_t=b_t, beta=0.5 if a_t != b_t else 0.0, alpha=-1.5)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("a_t,b_t,out_t", [(a, b, o) for a in (False, True)
                                            for b in (False, True) for o in (False, True)])
 def test_layouts_tall_outputs_and_beta(gpu_state, a_t, b_t, out_t):
