@@ -245,7 +245,14 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     narrow = dataclasses.replace(tune._WGMMA[7], split_k=4)
     for shape in [(128, 128, 4096), (256, 256, 8192), (512, 512, 8192), (64, 64, 4096)]:
         assert tune.heuristic(problem(*shape)) == narrow and narrow in tune.candidates(
-            problem(*shape))
+            problem(*shape))  # decode disabled
+    # s9-splitk: thin decode tiles split over clusters of 8 where 8+ of them fit one wave
+    monkeypatch.delenv("GPURT_GEMM_DISABLE")
+    assert tune.heuristic(problem(512, 512, 8192)) == narrow  # 16 x 8 CTAs: two waves
+    assert tune.heuristic(problem(64, 64, 4096)) == narrow  # 2 decode tiles of 64 x 32
+    assert tune.heuristic(problem(128, 128, 4096)).label() == "decode 64x32x64 s6 split8 g8"
+    assert tune.heuristic(problem(256, 256, 8192)).label() == "decode 128x64x64 s8 split8 g8"
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     assert tune._narrow_split(problem(128, 128, 2048)) == 1  # slices of 8 K tiles
     assert tune._narrow_split(problem(1024, 512, 8192)) == 1  # 64 tiles: 4 slices won't fit
     assert tune._narrow_split(problem(128, 128, 4096, pitch128=False)) == 1

@@ -109,6 +109,27 @@ def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
     assert chosen.shared_mem(True, False) <= 227 * 1024
 
 
+def test_splits_fill_one_wave_of_clusters():
+    """K splits in 4 and 8 where those clusters still fit one wave (120 of 132 SMs) with 8+ K
+    tiles per CTA; thin tiles split 8 for few-tile square shapes (few_tiles)."""
+    assert (decode._split(problem(128, 1024, 8192), 64, 16)) == 4  # 64 CTAs; 128 would not fit
+    assert decode._split(problem(1, 1024, 8192), 64, 15) == 8  # 120 CTAs
+    assert decode._split(problem(1, 1024, 1024), 64, 15) == 2  # 16 K tiles: 8 per CTA
+    assert decode._split(problem(128, 4096, 4096), 64, 64) == 2  # 4096 rows: unchanged
+    assert decode._split(problem(128, 11008, 4096), 128, 86) == 1
+    assert tune.heuristic(problem(128, 1024, 8192)).label() == "decode 64x128x64 s6 split4 g8"
+    assert decode.few_tiles(problem(128, 128, 4096)) == decode.Tiles(64, 32, 6, 8)  # 64 CTAs
+    assert decode.few_tiles(problem(256, 256, 8192)) == decode.Tiles(128, 64, 8, 8)  # tie: 128
+    assert decode.few_tiles(problem(512, 512, 8192)) is None  # 128 CTAs at least
+    assert decode.few_tiles(problem(128, 128, 2048)) is None  # 32 K tiles: 4 per CTA
+    assert decode.few_tiles(problem(64, 64, 4096)) is None  # 2 tiles of 64 x 32
+    assert decode.few_tiles(problem(128, 128, 4096, dt=tune.DT_F32)) is None
+    # an M-major A (Y = op(a)) comes in 64-wide boxes: 64 x 64 tiles
+    assert decode.few_tiles(problem(128, 256, 4096, a_k=False)) == decode.Tiles(64, 64, 6, 8)
+    assert tune.eligible(problem(128, 256, 4096, a_k=False),
+                         tune.heuristic(problem(128, 256, 4096, a_k=False)))
+
+
 def test_heuristic_leaves_other_shapes_alone(monkeypatch):
     assert tune.heuristic(problem(129, 4096, 4096)).kernel == "wgmma"
     assert tune.heuristic(problem(16, 4096, 4096, tma=False)).kernel == "mma"  # split rows
