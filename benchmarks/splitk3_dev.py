@@ -4,15 +4,17 @@ loop, and the alternatives to wgmma split-K at its shapes (the decode kernel's c
 with thin tiles, mma 64 x 64 split 8/16), plus wgmma 128 x 64 split-K at the decode shapes.
 
     python benchmarks/splitk3_dev.py precompile | sanitize
-    python benchmarks/splitk3_dev.py time [--changed] --json PATH --bits PATH
+    python benchmarks/splitk3_dev.py time [--changed | --auto] --json PATH --bits PATH
     python benchmarks/splitk3_dev.py compare OLD.json NEW.json   (splitk_dev's)
 
 ``time`` reuses splitk_dev's timing (kernel-only: bench_gemm_decode's CUDA graph of 20 calls
 over rotating inputs, and a single call with the host path; cuBLAS in the same process; the
 output's bits on one seeded input); ``--changed`` times only the configs whose kernel the
 ending changes (wgmma split-K) and gemm's own choice, for the runs with main's kernels and
-with GEMM_WG_SUM_SLICES=1. ``sanitize``: splitk2_dev's sanitizer cases with beta = 0 added
-(the coalesced sum) and this sweep's decode tilings.
+with GEMM_WG_SUM_SLICES=1; ``--auto`` times gemm's choice after the sweep (thin decode tiles
+split 8, decode splits 4 and 8) against the configs it replaced, at the swept shapes and
+around the new rules' edges. ``sanitize``: splitk2_dev's sanitizer cases with beta = 0 added
+(the coalesced sum) and the decode tilings of the sweep and of the chooser.
 """
 
 from __future__ import annotations
@@ -81,6 +83,19 @@ def _cases(tune: Any, changed: bool) -> list[tuple[int, int, int, bool, list[Any
     return cases
 
 
+def _auto_cases(tune: Any) -> list[tuple[int, int, int, bool, list[Any]]]:
+    """gemm's choice (None) next to wgmma 128 x 64 split 4 or the decode split-2 tiling it
+    replaced."""
+    narrow = dataclasses.replace(tune._WGMMA[7], split_k=4)
+    cases = [(m, n, k, nk, [None, narrow]) for m, n, k, nk in
+             ((128, 128, 4096, False), (128, 128, 4096, True), (256, 256, 8192, False),
+              (384, 384, 8192, False), (192, 320, 4096, False), (128, 256, 4096, False),
+              (128, 512, 4096, False), (512, 512, 8192, False))]
+    for m, n, k, bn in ((1, 1024, 8192, 16), (128, 1024, 8192, 128), (32, 1024, 4096, 32)):
+        cases.append((m, n, k, False, [None, _dc(tune, 64, bn, 6, 2)]))
+    return cases
+
+
 def _problem(tune: Any, m: int, n: int, k: int, nk: bool) -> Any:
     return tune.Problem(m, n, k, tune.DT_BF16, True, nk, True, True, (9, 0), SMS)
 
@@ -95,6 +110,9 @@ def precompile(changed: bool) -> None:
             config = config or tune.heuristic(p)
             if tune.eligible(p, config):
                 jobs.add(launch.program(config, p))
+    for m, n, k, nk, configs in _auto_cases(tune) if not changed else []:
+        p = _problem(tune, m, n, k, nk)
+        jobs.update(launch.program(c or tune.heuristic(p), p) for c in configs)
     if not changed:
         for config, dtype, m, n, k, trans_b, _ in _sanitize_cases(tune):
             dt = tune.DT_F16 if dtype == "float16" else tune.DT_BF16
@@ -103,7 +121,7 @@ def precompile(changed: bool) -> None:
     print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
 
 
-def time_all(changed: bool, json_path: str, bits_path: str) -> None:
+def time_all(changed: bool, auto: bool, json_path: str, bits_path: str) -> None:
     import bench_gemm_decode as bench
     import torch
 
@@ -111,7 +129,7 @@ def time_all(changed: bool, json_path: str, bits_path: str) -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows: list[dict[str, Any]] = []
     bits: dict[str, str] = {}
-    for m, n, k, nk, configs in _cases(tune, changed):
+    for m, n, k, nk, configs in _auto_cases(tune) if auto else _cases(tune, changed):
         torch.manual_seed(m + n + k + nk)  # the same inputs in every run
         p = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, nk, l2)
         shape = f"{m}x{n}x{k} bf16 {'nk' if nk else 'kn'}"
@@ -140,7 +158,10 @@ def _sanitize_cases(tune: Any) -> list[tuple[Any, str, int, int, int, bool, floa
               (split(tune._WGMMA[1], split_k=2), "float16", 128, 256, 2048, True, 0.0),
               (_dc(tune, 64, 32, 4, 8), "bfloat16", 128, 128, 4096, False, 0.0),
               (_dc(tune, 64, 64, 4, 8), "bfloat16", 136, 120, 2056, False, -1.5),
-              (_dc(tune, 64, 16, 4, 8), "float16", 128, 128, 4096, True, 0.0)]
+              (_dc(tune, 64, 16, 4, 8), "float16", 128, 128, 4096, True, 0.0),
+              (_dc(tune, 64, 32, 6, 8), "bfloat16", 128, 128, 4096, False, 0.0),  # chosen
+              (_dc(tune, 128, 64, 8, 8), "float16", 256, 256, 4096, True, -1.5),
+              (_dc(tune, 64, 128, 6, 4), "bfloat16", 128, 1024, 2048, False, 0.0)]
     return cases
 
 
@@ -149,6 +170,7 @@ if __name__ == "__main__":
     parser.add_argument("mode", choices=("precompile", "sanitize", "time", "compare"))
     parser.add_argument("paths", nargs="*")
     parser.add_argument("--changed", action="store_true")
+    parser.add_argument("--auto", action="store_true")
     parser.add_argument("--json", default="splitk3.json")
     parser.add_argument("--bits", default="splitk3.bits.json")
     args = parser.parse_args()
@@ -158,6 +180,6 @@ if __name__ == "__main__":
     elif args.mode == "sanitize":
         splitk2_dev.sanitize(_sanitize_cases(splitk_dev._modules()[2]))
     elif args.mode == "time":
-        time_all(args.changed, args.json, args.bits)
+        time_all(args.changed, args.auto, args.json, args.bits)
     else:
         splitk_dev.compare(*args.paths)

@@ -254,6 +254,31 @@ def test_gemms_own_choice_and_out_views(gpu_state, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_gemms_own_choice_on_few_tile_shapes(gpu_state, monkeypatch):
+    """gemm's own choice where K splits over clusters of 8 (few_tiles) or 4 (_split): against
+    float64 in bf16 and fp16 (a K-major B, alpha, beta), then captured in a graph and
+    replayed on fresh inputs."""
+    from test_gemm import check_replays, poisoned
+
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m, n, k in [(128, 128, 4096), (256, 256, 8192), (128, 1024, 8192)]:
+        chosen = tune.heuristic(problem(m, n, k))
+        assert chosen.kernel == "decode" and chosen.split_k in (4, 8), chosen
+        run(rng, m, n, k, gpurt.bfloat16, None, beta=-1.0)
+        run(rng, m, n, k, np.float16, None, b_t=True, alpha=0.5)
+        da = gpurt.asarray(rand(rng, (m, k), gpurt.bfloat16))
+        db = gpurt.asarray(rand(rng, (k, n), gpurt.bfloat16))
+        out = poisoned((m, n), gpurt.bfloat16)
+        gemm(da, db, out=out)  # planned before the capture
+        graph = gpurt.CUDAGraph()
+        with gpurt.graph(graph):
+            gemm(da, db, out=out)
+        check_replays(graph, da, db, out, rng, chosen.label())
+        del graph
+
+
+@pytest.mark.gpu
 def test_planned_relaunches_and_deterministic(gpu_state):
     rng = np.random.default_rng()
     config = tiles(24, 4096, 2048, 128, 4)
