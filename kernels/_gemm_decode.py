@@ -165,24 +165,24 @@ def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
 
 def few_tiles(problem: Problem) -> Tiles | None:
     """For a 16-bit problem of few output tiles with both sides above the decode heuristic's
-    reach (128x128x4096, 256x256x8192: where gemm split K on 128 x 64 wgmma tiles): tiles
-    narrower than C's small side with K split over clusters of 8, the tiling of the most
-    CTAs (64 at least) that fits one wave of clusters with 8+ K tiles per CTA, 128-row tiles
-    on ties; None where none does. H100 (notes_gemm.md, s9-splitk): 128x128x4096 64 x 32
-    split 8 5.9 us against 9.4 for wgmma 128 x 64 split 4 and cuBLAS's 6.7; 256x256x8192
-    128 x 64 split 8 10.0 against 12.7 and 8.8; at 512x512x8192 (no such tiling) wgmma's
-    15.0 beat the best decode tiling's 17.6."""
+    reach (128x128x4096, 256x256x8192: where gemm split K on 128 x 64 wgmma tiles): tiles of
+    at most 128 x 64 with K split over clusters of 8, the tiling of the most CTAs (64 at
+    least) that fits one wave of clusters with 8+ K tiles per CTA, 128-row tiles on ties;
+    None where none does. H100 (notes_gemm.md, s9-splitk), against wgmma 128 x 64 split 4
+    and cuBLAS: 128x128x4096 64 x 32 tiles 5.9 us / 9.4 / 6.6; 256x256x8192 128 x 64 9.9 /
+    12.9 / 8.8; 192x320x4096 64 x 64 7.4 / 10.6 / 9.0; but 128 x 128 tiles at 384x384x8192
+    14.8 / 13.6 / 14.7, and at 512x512x8192 (128 CTAs of any tiling) the best decode one
+    17.6 against 15.0."""
     side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
     if problem.dt not in (DT_F16, DT_BF16) or -(-problem.k // 64) < 64 or not problem.pitch128:
         return None
     best: tuple[int, int, int] | None = None  # (blocks, bm, bn)
-    for bm in (128, 64):
-        for bn in (128, 64, 32):
-            blocks = _blocks(problem, bm, bn)
-            if bn > side.q or (bn < 64 and not side.y_kmajor) or blocks < 8:
-                continue
-            if blocks * 8 <= _cluster_wave(problem) and (best is None or blocks > best[0]):
-                best = (blocks, bm, bn)
+    for bm, bn in ((128, 64), (128, 32), (64, 128), (64, 64), (64, 32)):
+        blocks = _blocks(problem, bm, bn)
+        if bn > side.q or (bn < 64 and not side.y_kmajor) or blocks < 8:
+            continue
+        if blocks * 8 <= _cluster_wave(problem) and (best is None or blocks > best[0]):
+            best = (blocks, bm, bn)
     if best is None:
         return None
     blocks, bm, bn = best

@@ -121,6 +121,8 @@ def test_splits_fill_one_wave_of_clusters():
     assert decode.few_tiles(problem(128, 128, 4096)) == decode.Tiles(64, 32, 6, 8)  # 64 CTAs
     assert decode.few_tiles(problem(256, 256, 8192)) == decode.Tiles(128, 64, 8, 8)  # tie: 128
     assert decode.few_tiles(problem(512, 512, 8192)) is None  # 128 CTAs at least
+    assert decode.few_tiles(problem(384, 384, 8192)) is None  # no 128 x 128 tiles
+    assert decode.few_tiles(problem(192, 320, 4096)) == decode.Tiles(64, 64, 6, 8)  # 120 CTAs
     assert decode.few_tiles(problem(128, 128, 2048)) is None  # 32 K tiles: 4 per CTA
     assert decode.few_tiles(problem(64, 64, 4096)) is None  # 2 tiles of 64 x 32
     assert decode.few_tiles(problem(128, 128, 4096, dt=tune.DT_F32)) is None
