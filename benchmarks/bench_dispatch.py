@@ -105,7 +105,7 @@ def row(what: str, ours: float, theirs: float | None, peer_name: str, unit: str 
 # path is all that counts; each row names the config its plan chose. GPURT_GEMM_DISABLE steers
 # the choice to the family wanted (read when a plan is made, hence clear_plans around it).
 _FAMILIES = (("wgmma", (128, 128, 128), "bfloat16", ""),
-             ("wgmma split-K", (128, 128, 4096), "bfloat16", ""),
+             ("wgmma split-K", (128, 128, 4096), "bfloat16", "decode"),  # else decode split 8
              ("mma", (128, 128, 128), "bfloat16", "wgmma"),
              ("simt", (128, 128, 128), "float32", ""))
 

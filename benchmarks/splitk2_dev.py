@@ -253,47 +253,49 @@ def _sanitize_cases(tune: Any) -> list[tuple[Any, str, int, int, int, bool]]:
             (split(tune._WGMMA[7], split_k=16), "bfloat16", 128, 128, 4096, False)]
 
 
-def sanitize() -> None:
-    """Each wgmma split-K case against float64 with alpha/beta/Cin (memcheck, racecheck), then
-    the cases captured in one graph on one stream (one workspace for the capture) and replayed
-    twice."""
+def sanitize(cases: list[tuple[Any, str, int, int, int, bool, float]] | None = None) -> None:
+    """Each split-K case (default: _sanitize_cases with beta -1.5; a case's last item is beta)
+    against float64 with alpha and Cin (memcheck, racecheck), then the cases captured in one
+    graph on one stream (one workspace for the capture) and replayed twice."""
     import numpy as np
 
     gpurt, gm, tune, _ = splitk_dev._modules()
     rng = np.random.default_rng(8)
     failed, checks = 0, 0
     graph_calls = []
-    for config, dtype, m, n, k, trans_b in _sanitize_cases(tune):
+    if cases is None:
+        cases = [(*case, -1.5) for case in _sanitize_cases(tune)]
+    for config, dtype, m, n, k, trans_b, beta in cases:
         dt = gpurt.bfloat16 if dtype == "bfloat16" else np.float16
         a = rng.standard_normal((m, k)).astype(dt)
         b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dt)
         c = rng.standard_normal((m, n)).astype(dt)
         b64 = b.astype(np.float64).T if trans_b else b.astype(np.float64)
-        want = 0.5 * (a.astype(np.float64) @ b64) - 1.5 * c.astype(np.float64)
+        want = 0.5 * (a.astype(np.float64) @ b64) + beta * c.astype(np.float64)
         da, db, dc = gpurt.asarray(a), gpurt.asarray(b), gpurt.asarray(c)
         out = gpurt.asarray(np.full((m, n), np.nan, dt))
         try:
-            gm.gemm(da, db, out=out, alpha=0.5, beta=-1.5, c=dc, config=config,
+            gm.gemm(da, db, out=out, alpha=0.5, beta=beta, c=dc, config=config,
                     trans_b=trans_b)
             err = _err(out.to_numpy(), want)
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"ERROR {config.label()}: {exc!r}", flush=True)
             err = float("inf")
-        graph_calls.append((config, da, db, dc, out, want, trans_b))
+        graph_calls.append((config, da, db, dc, out, want, trans_b, beta))
         ok = err < 5e-3
         failed, checks = failed + (not ok), checks + 1
         print(f"{'PASS' if ok else 'FAIL'} {config.label()} {m}x{n}x{k} err={err:.3g}", flush=True)
     graph = gpurt.CUDAGraph()
     with gpurt.graph(graph):
-        for config, da, db, dc, out, _, trans_b in graph_calls:
-            gm.gemm(da, db, out=out, alpha=0.5, beta=-1.5, c=dc, config=config, trans_b=trans_b)
+        for config, da, db, dc, out, _, trans_b, beta in graph_calls:
+            gm.gemm(da, db, out=out, alpha=0.5, beta=beta, c=dc, config=config, trans_b=trans_b)
     print(f"graph nodes: {_node_census(graph)}", flush=True)
     for _ in range(2):
-        for *_, out, _, _ in graph_calls:
+        for *_, out, _, _, _ in graph_calls:
             out.fill_(float("nan"))
         graph.replay()
         gpurt.synchronize()
-        for config, *_, out, want, _ in graph_calls:
+        for config, *_, out, want, _, _ in graph_calls:
             err = _err(out.to_numpy(), want)
             ok = err < 5e-3
             failed, checks = failed + (not ok), checks + 1

@@ -24,7 +24,7 @@ Config = Any  # a kernels._gemm_config.Config of kind "decode" (that module impo
 Problem = Any  # a kernels._gemm_config.Problem
 
 __all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name", "why_not",
-           "Side", "sides", "heuristic", "candidates", "arguments", "SMALL_MAX"]
+           "Side", "sides", "heuristic", "few_tiles", "candidates", "arguments", "SMALL_MAX"]
 
 SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
 HEURISTIC_MIN = 0  # the heuristic picks it above this (the skinny kernel up to it)
@@ -121,26 +121,72 @@ def _blocks(problem: Problem, bm: int, bn: int) -> int:
     return -(-side.p // bm) * -(-side.q // bn)
 
 
-def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
-    """bm-row tiles, unless given K split in 2 where the grid leaves half the SMs idle and
-    fits one wave split (each CTA keeping 8 K tiles at least), and the deepest ring that fits
-    the per-CTA budget: at most 8 stages, 6 for 64-row tiles (H100: 6 and 8 within 1%, 10-12
-    1-3% slower, 6 against 8 4% faster at bn 128; 4 stages 10-14% slower), whose budget is
-    halved when the grid needs two CTAs per SM. Clusters of 4 or 8 (tuner candidates only):
-    an H100 runs 30 clusters of 4 or 15 of 8 CTAs at once (120 of 132 SMs) against 66 of 2,
-    so a grid of 32 x 4 takes two waves (20-40% slower than split 2 at every decode shape)."""
-    bn = _bn(problem)
-    blocks = _blocks(problem, bm, bn)
-    if split is None:
-        slots = problem.sm_count * (1 if bm == 128 else 2)
-        split = 2 if blocks * 2 <= slots and -(-problem.k // 64) >= 16 else 1
+def _cluster_wave(problem: Problem) -> int:
+    """CTAs in clusters of 4 or 8 that run at once: an H100 runs 30 clusters of 4 or 15 of 8
+    (120 of its 132 SMs) against 66 of 2."""
+    return problem.sm_count * 15 // 16
+
+
+def _split(problem: Problem, bm: int, blocks: int) -> int:
+    """K split in 2 where the grid leaves half the SMs idle and fits one wave split (each CTA
+    keeping 8 K tiles at least); then in 4 and 8 while that grid still fits one wave of
+    clusters with 8+ K tiles per CTA (H100, 128x1024x8192: 64 x 128 split 4 13.6 us against
+    20.0 for split 2; a grid of 32 x 4 that takes two waves ran 20-40% slower than split 2 at
+    every 4096-row decode shape: notes_gemm.md)."""
+    slots = problem.sm_count * (1 if bm == 128 else 2)
+    k_tiles = -(-problem.k // 64)
+    split = 2 if blocks * 2 <= slots and k_tiles >= 16 else 1
+    while split in (2, 4) and blocks * split * 2 <= _cluster_wave(problem) and \
+            k_tiles >= 16 * split:
+        split *= 2
+    return split
+
+
+def _stages(problem: Problem, bm: int, bn: int, ctas: int) -> int:
+    """The deepest ring that fits the per-CTA budget: at most 8 stages, 6 for 64-row tiles
+    (H100: 6 and 8 within 1%, 10-12 1-3% slower, 6 against 8 4% faster at bn 128; 4 stages
+    10-14% slower), whose budget is halved when the grid needs two CTAs per SM."""
     budget, most = _RING_BYTES[bm], 8
     if bm == 64:
         most = 6
-        if blocks * split > problem.sm_count:
+        if ctas > problem.sm_count:
             budget //= 2
-    stages = max(2, min(most, budget // ((bm + bn) * 128)))
-    return Tiles(bm, bn, stages, split)
+    return max(2, min(most, budget // ((bm + bn) * 128)))
+
+
+def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
+    """bm-row tiles, K split as _split says unless given, with _stages' ring."""
+    bn = _bn(problem)
+    blocks = _blocks(problem, bm, bn)
+    if split is None:
+        split = _split(problem, bm, blocks)
+    return Tiles(bm, bn, _stages(problem, bm, bn, blocks * split), split)
+
+
+def few_tiles(problem: Problem) -> Tiles | None:
+    """For a 16-bit problem of few output tiles with both sides above the decode heuristic's
+    reach (128x128x4096, 256x256x8192: where gemm split K on 128 x 64 wgmma tiles): tiles of
+    at most 128 x 64 with K split over clusters of 8, the tiling of the most CTAs (64 at
+    least) that fits one wave of clusters with 8+ K tiles per CTA, 128-row tiles on ties;
+    None where none does. H100 (notes_gemm.md, s9-splitk), against wgmma 128 x 64 split 4
+    and cuBLAS: 128x128x4096 64 x 32 tiles 5.9 us / 9.4 / 6.6; 256x256x8192 128 x 64 9.9 /
+    12.9 / 8.8; 192x320x4096 64 x 64 7.4 / 10.6 / 9.0; but 128 x 128 tiles at 384x384x8192
+    14.8 / 13.6 / 14.7, and at 512x512x8192 (128 CTAs of any tiling) the best decode one
+    17.6 against 15.0."""
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    if problem.dt not in (DT_F16, DT_BF16) or -(-problem.k // 64) < 64 or not problem.pitch128:
+        return None
+    best: tuple[int, int, int] | None = None  # (blocks, bm, bn)
+    for bm, bn in ((128, 64), (128, 32), (64, 128), (64, 64), (64, 32)):
+        blocks = _blocks(problem, bm, bn)
+        if bn > side.q or (bn < 64 and not side.y_kmajor) or blocks < 8:
+            continue
+        if blocks * 8 <= _cluster_wave(problem) and (best is None or blocks > best[0]):
+            best = (blocks, bm, bn)
+    if best is None:
+        return None
+    blocks, bm, bn = best
+    return Tiles(bm, bn, _stages(problem, bm, bn, blocks * 8), 8)
 
 
 def heuristic(problem: Problem) -> Tiles | None:

@@ -182,7 +182,7 @@ class Call:
     dt: int
     index: int
     swap: bool  # TF32 wgmma: the kernel computes C^T = B^T A^T (m, n, a, b are its own)
-    pair_ok: int  # C's base and pitch allow paired stores
+    pair_ok: int  # C's base and pitch allow paired stores (bit 0), 4-element ones (bit 1)
     store_ok: bool  # the wgmma epilogue may store C with TMA
     smem: int
     grid: Any  # int (wgmma) or (tiles, 1, split)
@@ -374,6 +374,8 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
                               arch_for(config, problem.capability))
     itemsize = 4 if plan.dt == DT_F32 else 2
     pair_ok = int(out_ptr % (2 * itemsize) == 0 and plan.ldc % 2 == 0)
+    if pair_ok and out_ptr % (4 * itemsize) == 0 and plan.ldc % 4 == 0:
+        pair_ok |= 2  # 4-element stores too (wgmma split-K's coalesced sum)
     smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
     a, b, m, n = plan.a, plan.b, plan.m, plan.n
     swap = config.kernel == "wgmma" and problem.dt == DT_TF32 and not b.kmajor

@@ -434,6 +434,9 @@ def heuristic(problem: Problem) -> Config:
         split = _wave_split(problem, _WGMMA[1])
         if split == 1:
             return _short_k_store(problem, filled)
+        thin = _decode.few_tiles(problem)  # thin decode tiles, K split over clusters of 8
+        if thin is not None and eligible(problem, _decode_config(thin)):
+            return _decode_config(thin)
         narrow = _narrow_split(problem)
         if narrow > 1:
             return dataclasses.replace(_WGMMA[7], split_k=narrow)

@@ -347,6 +347,62 @@ __device__ __forceinline__ void consume_pingpong(
     int first, int step, int items, u32 a_lbo, u32 a_sbo, u32 b_lbo, u32 b_sbo,
     TileOf tile_of);
 
+// Split-K's sum of consumer warpgroup `t`'s 64 x BN half tile at (row0, col0), for a half
+// tile inside C with 16-byte rows in every slice (N and M x N multiples of 4), C taking 8-byte
+// stores of 4 elements and beta = 0: consecutive threads on consecutive 16-byte column groups
+// (a warp reads 512 contiguous bytes), the BN / 8 16-byte loads of SB slices in flight per
+// thread (one L2 round trip per SB slices), slices added in order 0..splits-1 (the bits of
+// sum_partial_pairs), then alpha, 4 elements stored at a time. SB: 32 loads of 16 bytes in
+// flight per thread (4 slices at BN = 64, 2 at 128); GEMM_WG_SUM_SLICES overrides it (a
+// timing aid).
+#ifndef GEMM_WG_SUM_SLICES
+#define GEMM_WG_SUM_SLICES (256 / BN)
+#endif
+template <int DT, int BN>
+__device__ __forceinline__ void sum_half_tile_quads(u16* __restrict__ C,
+                                                    const float* __restrict__ partial, i64 total,
+                                                    int splits, int N, i64 ldc, float alpha,
+                                                    int row0, int col0, int t) {
+    constexpr int QUADS = BN / 4, PER = 64 * QUADS / 128, SB = GEMM_WG_SUM_SLICES;
+    const float4* base = reinterpret_cast<const float4*>(partial + (i64)row0 * N + col0);
+    const i64 step = total / 4, pitch = N / 4;  // one slice, one row, in 16-byte units
+    float4 acc[PER];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+    for (int first = 0; first < splits; first += SB, base += SB * step) {
+        float4 got[SB][PER];
+#pragma unroll
+        for (int b = 0; b < SB; ++b) {
+#pragma unroll
+            for (int i = 0; i < PER; ++i) {
+                const int q = t + 128 * i;
+                got[b][i] = first + b < splits
+                                ? __ldcg(base + b * step + (q / QUADS) * pitch + q % QUADS)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < SB; ++b) {
+            if (first + b >= splits) break;  // no "+ 0": it would turn a -0 sum into +0
+#pragma unroll
+            for (int i = 0; i < PER; ++i) {
+                acc[i].x += got[b][i].x;
+                acc[i].y += got[b][i].y;
+                acc[i].z += got[b][i].z;
+                acc[i].w += got[b][i].w;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int q = t + 128 * i;
+        u16* dst = C + (i64)(row0 + q / QUADS) * ldc + col0 + 4 * (q % QUADS);
+        *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<DT>(alpha * acc[i].x, alpha * acc[i].y),
+                                                    pack2<DT>(alpha * acc[i].z, alpha * acc[i].w));
+    }
+}
+
 }  // namespace wg
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
@@ -554,6 +610,16 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 } else {
                     if (!last_of_tile(counters + (item % tiles) * 2 + half, splits, half, t))
                         continue;
+                    if constexpr (BN <= 128) {  // BN = 256 would spill: the loop below
+                        const int row0 = tm * BM + half * 64, col0 = tn * BN;
+                        // pair_ok bit 1: C's base and pitch take 4-element stores (the host)
+                        if (beta == 0.f && (pair_ok & 2) != 0 && row0 + 64 <= M &&
+                            col0 + BN <= N && (N & 3) == 0 && (((i64)M * N) & 3) == 0) {
+                            sum_half_tile_quads<DT, BN>(C, partial, (i64)M * N, splits, N, ldc,
+                                                        alpha, row0, col0, t);
+                            continue;
+                        }
+                    }
                     // the last CTA of the half tile: sum the slices in order 0..splits-1 and
                     // store, 8 of the thread's pairs at a time (a loop, not unrolled: BN = 256
                     // would spill)

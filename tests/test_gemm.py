@@ -245,7 +245,14 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     narrow = dataclasses.replace(tune._WGMMA[7], split_k=4)
     for shape in [(128, 128, 4096), (256, 256, 8192), (512, 512, 8192), (64, 64, 4096)]:
         assert tune.heuristic(problem(*shape)) == narrow and narrow in tune.candidates(
-            problem(*shape))
+            problem(*shape))  # decode disabled
+    # s9-splitk: thin decode tiles split over clusters of 8 where 8+ of them fit one wave
+    monkeypatch.delenv("GPURT_GEMM_DISABLE")
+    assert tune.heuristic(problem(512, 512, 8192)) == narrow  # 16 x 8 CTAs: two waves
+    assert tune.heuristic(problem(64, 64, 4096)) == narrow  # 2 decode tiles of 64 x 32
+    assert tune.heuristic(problem(128, 128, 4096)).label() == "decode 64x32x64 s6 split8 g8"
+    assert tune.heuristic(problem(256, 256, 8192)).label() == "decode 128x64x64 s8 split8 g8"
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     assert tune._narrow_split(problem(128, 128, 2048)) == 1  # slices of 8 K tiles
     assert tune._narrow_split(problem(1024, 512, 8192)) == 1  # 64 tiles: 4 slices won't fit
     assert tune._narrow_split(problem(128, 128, 4096, pitch128=False)) == 1
@@ -800,6 +807,31 @@ def _assert_counters_zero():
     for kept in workspace_mod._kept.values():
         counters = kept.arrays[0].numpy()[:kept.counter_room].view(np.uint32)
         assert kept.counter_room > 0 and not counters.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("base", [tune._WGMMA[1], tune._WGMMA[7]], ids=["128x128", "128x64"])
+def test_wgmma_split_k_coalesced_sum(gpu_state, base):
+    """beta = 0 on a C that takes 4-element stores: the half tiles inside C take the coalesced
+    sum (sum_half_tile_quads), edge ones the pair loop; against float64, and bit for bit what
+    the pair loop alone gives (the same output in an array pitched n + 2: no 4-element
+    stores); ticket counters back at zero."""
+    if gpurt.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    rng = np.random.default_rng(41)
+    for m, n, k, split in [(200, 264, 2056, 4), (256, 128, 4096, 7), (64, 64, 1024, 16)]:
+        for dtype in (gpurt.bfloat16, np.float16):
+            a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+            config = dataclasses.replace(base, split_k=split)
+            out = poisoned((m, n), dtype)
+            gemm(device(a), device(b), out=out, alpha=0.75, config=config)
+            label = (config.label(), np.dtype(dtype).name, m, n, k)
+            assert rel_err(out.numpy(), reference(a, b, alpha=0.75)) < TOL[np.dtype(dtype)], label
+            wide = poisoned((m, n + 2), dtype)
+            gemm(device(a), device(b), out=wide[:, :n], alpha=0.75, config=config)
+            assert out.numpy().tobytes() == np.ascontiguousarray(wide.numpy()[:, :n]).tobytes(), \
+                label
+    _assert_counters_zero()
 
 
 @pytest.mark.gpu

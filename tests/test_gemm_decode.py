@@ -109,6 +109,29 @@ def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
     assert chosen.shared_mem(True, False) <= 227 * 1024
 
 
+def test_splits_fill_one_wave_of_clusters():
+    """K splits in 4 and 8 where those clusters still fit one wave (120 of 132 SMs) with 8+ K
+    tiles per CTA; thin tiles split 8 for few-tile square shapes (few_tiles)."""
+    assert (decode._split(problem(128, 1024, 8192), 64, 16)) == 4  # 64 CTAs; 128 would not fit
+    assert decode._split(problem(1, 1024, 8192), 64, 15) == 8  # 120 CTAs
+    assert decode._split(problem(1, 1024, 1024), 64, 15) == 2  # 16 K tiles: 8 per CTA
+    assert decode._split(problem(128, 4096, 4096), 64, 64) == 2  # 4096 rows: unchanged
+    assert decode._split(problem(128, 11008, 4096), 128, 86) == 1
+    assert tune.heuristic(problem(128, 1024, 8192)).label() == "decode 64x128x64 s6 split4 g8"
+    assert decode.few_tiles(problem(128, 128, 4096)) == decode.Tiles(64, 32, 6, 8)  # 64 CTAs
+    assert decode.few_tiles(problem(256, 256, 8192)) == decode.Tiles(128, 64, 8, 8)  # tie: 128
+    assert decode.few_tiles(problem(512, 512, 8192)) is None  # 128 CTAs at least
+    assert decode.few_tiles(problem(384, 384, 8192)) is None  # no 128 x 128 tiles
+    assert decode.few_tiles(problem(192, 320, 4096)) == decode.Tiles(64, 64, 6, 8)  # 120 CTAs
+    assert decode.few_tiles(problem(128, 128, 2048)) is None  # 32 K tiles: 4 per CTA
+    assert decode.few_tiles(problem(64, 64, 4096)) is None  # 2 tiles of 64 x 32
+    assert decode.few_tiles(problem(128, 128, 4096, dt=tune.DT_F32)) is None
+    # an M-major A (Y = op(a)) comes in 64-wide boxes: 64 x 64 tiles
+    assert decode.few_tiles(problem(128, 256, 4096, a_k=False)) == decode.Tiles(64, 64, 6, 8)
+    assert tune.eligible(problem(128, 256, 4096, a_k=False),
+                         tune.heuristic(problem(128, 256, 4096, a_k=False)))
+
+
 def test_heuristic_leaves_other_shapes_alone(monkeypatch):
     assert tune.heuristic(problem(129, 4096, 4096)).kernel == "wgmma"
     assert tune.heuristic(problem(16, 4096, 4096, tma=False)).kernel == "mma"  # split rows
@@ -183,6 +206,21 @@ def test_odd_shapes(gpu_state, dtype, bm, split):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bn", [16, 32, 64])
+def test_thin_tiles_split_8_on_square_shapes(gpu_state, bn):
+    """Tiles narrower than the small side with K split over clusters of 8 (the few-tile
+    square shapes of wgmma split-K, session 9): square and odd sizes, the four transposes
+    where the small operand may be M-major (64-wide boxes), alpha and beta."""
+    rng = np.random.default_rng()
+    for m, n, k in [(128, 128, 4096), (136, 200, 2056), (72, 72, 1000)]:
+        for a_t, b_t in ((False, False), (False, True), (True, False), (True, True)):
+            if a_t and bn % 64:
+                continue  # Y = op(a) M-major: 64-wide boxes
+            run(rng, m, n, k, np.float16 if b_t else gpurt.bfloat16, dc(64, bn, 4, 8),
+                a_t=a_t, b_t=b_t, beta=0.5 if a_t != b_t else 0.0, alpha=-1.5)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("a_t,b_t,out_t", [(a, b, o) for a in (False, True)
                                            for b in (False, True) for o in (False, True)])
 def test_layouts_tall_outputs_and_beta(gpu_state, a_t, b_t, out_t):
@@ -215,6 +253,31 @@ def test_gemms_own_choice_and_out_views(gpu_state, monkeypatch):
     got = dbig.numpy()
     assert np.linalg.norm(got[:, 8:] - want) / np.linalg.norm(want) < 1e-2
     assert np.array_equal(got[:, :8].view(np.uint16), big[:, :8].view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_gemms_own_choice_on_few_tile_shapes(gpu_state, monkeypatch):
+    """gemm's own choice where K splits over clusters of 8 (few_tiles) or 4 (_split): against
+    float64 in bf16 and fp16 (a K-major B, alpha, beta), then captured in a graph and
+    replayed on fresh inputs."""
+    from test_gemm import check_replays, poisoned
+
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m, n, k in [(128, 128, 4096), (256, 256, 8192), (128, 1024, 8192)]:
+        chosen = tune.heuristic(problem(m, n, k))
+        assert chosen.kernel == "decode" and chosen.split_k in (4, 8), chosen
+        run(rng, m, n, k, gpurt.bfloat16, None, beta=-1.0)
+        run(rng, m, n, k, np.float16, None, b_t=True, alpha=0.5)
+        da = gpurt.asarray(rand(rng, (m, k), gpurt.bfloat16))
+        db = gpurt.asarray(rand(rng, (k, n), gpurt.bfloat16))
+        out = poisoned((m, n), gpurt.bfloat16)
+        gemm(da, db, out=out)  # planned before the capture
+        graph = gpurt.CUDAGraph()
+        with gpurt.graph(graph):
+            gemm(da, db, out=out)
+        check_replays(graph, da, db, out, rng, chosen.label())
+        del graph
 
 
 @pytest.mark.gpu
