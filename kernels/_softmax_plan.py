@@ -17,6 +17,7 @@ __all__ = [
     "RowsView",
     "choose_variant",
     "widest_vec",
+    "source_text",
     "row_access",
     "dtype_code",
     "rows_view",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 SOURCE_PATH = Path(__file__).with_name("softmax.cu")
+LAGGED_PATH = Path(__file__).with_name("softmax_lagged.cu")  # appended: uses softmax.cu's helpers
 
 # Codes shared with softmax.cu: the DT and OP template parameters.
 DTYPE_CODES = {
@@ -66,7 +68,9 @@ class LongRows:
     ``persist``: its ticket chunks in a persistent grid (the Variant.persist mode),
     ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
-    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks. Rows
+    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
+    ``lagged``: (items, threads, blocks, lag) of the lagged chunks that stand in for its
+    ticket chunks where those are many (Variant ``lagged``). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -85,6 +89,7 @@ class LongRows:
     persist_items: int = 0
     persist_smem: int = 0
     persist_ctas: tuple[int, ...] = ()
+    lagged: tuple[int, int, int, int] = ()
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -141,7 +146,7 @@ _WIDE16_BACKWARD_PERSIST = dataclasses.replace(_WIDE16_BACKWARD, persist=1, pers
 # one pass against two in the same chunks: +0.7 to +3.1 in all 7 pairs; measured with
 # chunks of equal length, which read 2-8 points below the full ones kept at 1M)
 _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tickets_past=True,
-                     one_pass=True)
+                     one_pass=True, lagged=(8, 256, 4, 2))
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE),
@@ -174,7 +179,7 @@ MAX_GRID_X = 2**31 - 1
 # accesses of whole rows take them anyway, with scalar edges (row_access); shorter rows gain
 # nothing from it and keep the widest access that divides them.
 EDGE_MIN_VECTORS = 4
-KINDS = ("rows", "cluster", "ticket", "split")
+KINDS = ("rows", "cluster", "ticket", "split", "lagged")
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -196,6 +201,10 @@ class Variant:
     grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
     chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
     shared memory): 1 issues them after the current chunk's reduction, 2 before it.
+    ``lagged``: a row is chunks of one CTA each, reduced by one CTA and written by another
+    that reads them again ``lag`` tickets later (softmax_lagged.cu; registers only, 16-bit
+    forward in one pass): ``lag`` more tickets than a row's chunks per multiprocessor
+    (:meth:`lag_tickets`); ``hint``: its second read and stores marked streaming.
     """
 
     kind: str
@@ -211,6 +220,8 @@ class Variant:
     edges: bool = False
     one_pass: bool = False
     persist: int = 0
+    lag: int = 0
+    hint: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -246,6 +257,12 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
+        if (self.lag or self.hint) and self.kind != "lagged":
+            raise ValueError("lag and hint are for lagged variants")
+        if self.kind == "lagged" and (self.smem_items or self.one_pass or self.lag < 0
+                                      or self.min_blocks * self.threads > 2048):
+            raise ValueError("a lagged variant holds registers only (one pass where it "
+                             "applies), a lag >= 0 and at most 2048 threads a multiprocessor")
 
     @property
     def inputs(self) -> int:
@@ -286,6 +303,9 @@ class Variant:
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
+        if self.kind == "lagged":
+            return (f"softmax_lagged<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{int(self.edges)}, {int(self.hint)}>",)
         if self.persist:
             return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
@@ -297,8 +317,15 @@ class Variant:
                 f"softmax_finish<{common}, {self.threads}{edges}>")
 
     def chunks(self, cols: int) -> int:
-        """``ticket``, ``split``: chunks per row."""
+        """``ticket``, ``split``, ``lagged``: chunks per row."""
         return -(-cols // self.columns)
+
+    def lag_tickets(self, rows: int, cols: int, multiprocessors: int) -> int:
+        """``lagged``: tickets between a chunk's reduction and its writing: a row's chunks
+        (so that a CTA waits only for lower tickets) and ``lag`` per multiprocessor more,
+        but no more than the launch has chunks (CTAs past them would have nothing to do)."""
+        chunks = self.chunks(cols)
+        return chunks + min(self.lag * multiprocessors, chunks * (rows - 1))
 
     def workspace_words(self, rows: int, cols: int) -> int:
         """``ticket``: 32-bit words of its workspace (zeroed before each launch): the ticket
@@ -307,7 +334,7 @@ class Variant:
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
-        most this many, as many as fit at once)."""
+        most this many, as many as fit at once; ``lagged``: this many and the lag's)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
@@ -391,6 +418,10 @@ def choose_variant(
     def ticket_chunks(shape: LongRows) -> Variant:
         """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
         ticket = _ticket(shape, code, op, vec, edges, persist=not shape.persist_ctas)
+        if many(ticket) and shape.lagged:
+            items, threads, blocks, lag = shape.lagged
+            return Variant("lagged", code, op, vec, items, threads, threads, min_blocks=blocks,
+                           edges=edges, lag=lag)
         if many(ticket):
             return ticket
         return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
@@ -464,6 +495,11 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
                    edges=edges, one_pass=shape.one_pass)
+
+
+def source_text() -> str:
+    """The CUDA source of every variant: softmax.cu, then softmax_lagged.cu."""
+    return SOURCE_PATH.read_text() + LAGGED_PATH.read_text()
 
 
 def dtype_code(dtype: Any) -> int:

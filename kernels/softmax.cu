@@ -411,11 +411,13 @@ struct Forward {
         return m == SM_NEG_INF ? 0.0f : m;
     }
 
-    // own: this thread's partial (float32 softmax: its exps are relative to own's maximum).
-    template <int VEC, class H>
+    // own: this thread's partial (float32 softmax: its exps are relative to own's maximum,
+    // unless RAW: `h` holds the inputs as loaded, as 16-bit ones always are).
+    template <int VEC, bool RAW = false, class H>
     static __device__ __forceinline__ void finish(const H& h, float2 own, float2 row, int i,
                                                   float (&y)[VEC]) {
-        const bool in_place = sizeof(typename H::A::S) == 4;
+        const bool wide = sizeof(typename H::A::S) == 4;
+        const bool in_place = wide && !RAW;
         float c[VEC];
         h.item(0, i, c);
         if (OP == 0) {
@@ -429,6 +431,9 @@ struct Forward {
                                         : exp2f((own.x - row.x) * SM_LOG2E) * inv;
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) y[k] = c[k] * scale;
+            } else if (wide) {  // float32 outputs keep their subnormals
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) y[k] = exp2f((c[k] - row.x) * SM_LOG2E) * inv;
             } else {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) y[k] = exp2_ftz((c[k] - row.x) * SM_LOG2E) * inv;
@@ -465,7 +470,7 @@ struct Backward {
         return make_float2(s, 0.0f);
     }
 
-    template <int VEC, class H>
+    template <int VEC, bool RAW = false, class H>
     static __device__ __forceinline__ void finish(const H& h, float2, float2 row, int i,
                                                   float (&dx)[VEC]) {
         float y[VEC], dy[VEC];

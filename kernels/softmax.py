@@ -43,19 +43,20 @@ import gpurt.nvrtc
 from gpurt import amp
 
 from . import _autocast
+from . import _gemm_workspace as workspace
 from ._softmax_plan import (
     LOG_SOFTMAX,
     LOG_SOFTMAX_BACKWARD,
     MAX_GRID_X,
     SOFTMAX,
     SOFTMAX_BACKWARD,
-    SOURCE_PATH,
     RowsView,
     Variant,
     choose_variant,
     dtype_code,
     row_access,
     rows_view,
+    source_text,
 )
 
 __all__ = [
@@ -81,10 +82,10 @@ os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock
 
 
 def source() -> str:
-    """The CUDA source of every variant (softmax.cu)."""
+    """The CUDA source of every variant (softmax.cu and softmax_lagged.cu)."""
     global _source
     if _source is None:
-        _source = SOURCE_PATH.read_text()
+        _source = source_text()
     return _source
 
 
@@ -167,6 +168,8 @@ class _Call:
     chunks: int  # split, ticket: chunks per row (0: one launch, nothing else)
     index: int
     words: int = 0  # ticket: its workspace, 32-bit words zeroed before each launch
+    # lagged: (float32 partials, zeroed counters) from the stream's kept workspace
+    room: tuple[int, int] = (0, 0)
     single: Any = dataclasses.field(init=False)  # the one planned launch; None: split, ticket
 
     def __post_init__(self) -> None:
@@ -176,6 +179,11 @@ class _Call:
         handle = None if stream is None else gpurt.as_stream(stream, self.index).cuda_stream
         if not self.chunks:
             self.planned[0](handle, a.ptr, b.ptr, out.ptr)
+            return
+        if self.room[1]:  # counters the kernel leaves zero: no memset per call
+            with workspace.LOCK:
+                space = workspace.take(self.index, handle, *self.room)
+                self.planned[0](handle, a.ptr, b.ptr, out.ptr, space.counters, space.partials)
             return
         alloc = None if stream is None else gpurt.as_stream(stream, self.index)
         if self.words:
@@ -329,6 +337,18 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
     if variant.non_portable:  # forced variants only; idempotent
         kernels[0].set_attribute(_NON_PORTABLE, 1, device=index)
     a, b = inputs[0].ptr, inputs[-1].ptr
+    if variant.kind == "lagged":
+        chunks = variant.chunks(view.cols)
+        sms = gpurt.get_device_properties(index).multi_processor_count
+        lag = variant.lag_tickets(view.rows, view.cols, sms)
+        grid = view.rows * chunks + lag
+        if grid > MAX_GRID_X:
+            raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
+        config = gpurt.LaunchConfig(grid, variant.threads)
+        one = kernels[0].planned(config, a, b, out.ptr, 0, 0, view.rows, view.cols, chunks,
+                                 lag, varying=(0, 1, 2, 3, 4), device=index)
+        return _Call((one,), grid, chunks, index,
+                     room=(2 * view.rows * chunks, 1 + view.rows))
     if variant.kind == "ticket":
         chunks = variant.chunks(view.cols)
         if variant.persist:  # as many CTAs as fit at once, each walking chunks

@@ -73,6 +73,12 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 in_registers = (v.items - v.smem_items) * v.vec * inputs
                 shapes = [s for s in plan.LONG_ROWS[op, dtype.itemsize] if clusters
                           and (s.threads, s.blocks) == (v.threads, v.min_blocks)]
+                if v.kind == "lagged":  # in place of the first shape's ticket chunks
+                    first = plan.LONG_ROWS[op, dtype.itemsize][0]
+                    assert clusters and first.tickets_past and first.lagged[:3] == (
+                        v.items, v.threads, v.min_blocks), (cols, v)
+                    assert v.chunks(cols) >= 2 and in_registers <= 2 * plan.HELD
+                    continue
                 assert v.min_blocks == 1 or shapes
                 if v.smem_items:
                     assert in_registers <= max(s.keep for s in shapes)
@@ -132,7 +138,11 @@ def test_chooser_picks_the_measured_routes():
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
     # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
-    assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    # lagged chunks in their place where they are many (s9-soft16)
+    assert pick(131072, BF16).names() == ("softmax_lagged<2, 0, 8, 8, 256, 4, 0, 0>",)
+    assert pick(131072, BF16).lag == 2
+    assert pick(131072, BF16, rows=32).kind == "lagged"  # 64 ticket chunks: many
+    assert pick(131072, BF16, rows=31).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
@@ -159,7 +169,9 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
     # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
-    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    assert pick(1_000_000, BF16).names() == ("softmax_lagged<2, 0, 8, 8, 256, 4, 0, 0>",)
+    assert pick(1_000_003, F16, plan.LOG_SOFTMAX).names() == (
+        "softmax_lagged<1, 1, 8, 8, 256, 4, 1, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31
@@ -700,7 +712,8 @@ def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
     assert picks[1] == plan.choose_variant(1_000_003, dtype, op)  # the wide chunks
     for rows in (2, 4):
         if gpurt.get_device_capability()[0] >= 9:
-            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
+            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind in (
+                "ticket", "lagged")
         check_long_rows(op, (rows, 1_000_003), dtype, rng)
 
 
