@@ -48,7 +48,7 @@ case "$set_name" in
         memcheck="(lagged_chunks and bfloat16 and not log) or captured"
         racecheck="lagged_chunks and float32 and not log and not backward"
         synccheck="lagged_chunks and float16 and log and not backward"
-        limits=(110 50 30 15 12 45) ;;
+        limits=(105 45 28 14 10 45) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
