@@ -9,7 +9,8 @@
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
 # stages a CTA, and small chunks for few rows), softlag (s9-soft16: lagged chunks, reduced by
 # one CTA and written by another from L2; its tests in tests/test_softmax_lagged.py, then
-# bench_softmax.py).
+# bench_softmax.py), softlag2 (s9-soft16 run 2: L2 policies and early second reads for them;
+# ticket and persistent chunks without a memset per call).
 #
 #     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -49,6 +50,13 @@ case "$set_name" in
         racecheck="lagged_chunks and float32 and not log and not backward"
         synccheck="lagged_chunks and float16 and log and not backward"
         limits=(105 45 28 14 10 45) ;;
+    softlag2)
+        files="tests/test_softmax_lagged.py tests/test_softmax.py"
+        tests="(lagged and not compile) or ticket_chunks or persist_chunks"
+        memcheck="(lagged_chunks or ticket_chunks or persist_chunks) and bfloat16 and not log and not backward"
+        racecheck="lagged_chunks and float32 and not log and not backward"
+        synccheck="persist_chunks and float16 and log and not backward"
+        limits=(70 55 25 10 8 20) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -69,8 +69,8 @@ class LongRows:
     ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
     (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
-    ``lagged``: (items, threads, blocks, lag) of the lagged chunks that stand in for its
-    ticket chunks where those are many (Variant ``lagged``). Rows
+    ``lagged``: (items, threads, blocks, lag, hint, early) of the lagged chunks that stand
+    in for its ticket chunks where those are many (Variant ``lagged``). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -89,7 +89,7 @@ class LongRows:
     persist_items: int = 0
     persist_smem: int = 0
     persist_ctas: tuple[int, ...] = ()
-    lagged: tuple[int, int, int, int] = ()
+    lagged: tuple[int, int, int, int, int, bool] = ()
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -146,7 +146,7 @@ _WIDE16_BACKWARD_PERSIST = dataclasses.replace(_WIDE16_BACKWARD, persist=1, pers
 # one pass against two in the same chunks: +0.7 to +3.1 in all 7 pairs; measured with
 # chunks of equal length, which read 2-8 points below the full ones kept at 1M)
 _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tickets_past=True,
-                     one_pass=True, lagged=(8, 256, 4, 2))
+                     one_pass=True)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE),
@@ -204,7 +204,9 @@ class Variant:
     ``lagged``: a row is chunks of one CTA each, reduced by one CTA and written by another
     that reads them again ``lag`` tickets later (softmax_lagged.cu; registers only, 16-bit
     forward in one pass): ``lag`` more tickets than a row's chunks per multiprocessor
-    (:meth:`lag_tickets`); ``hint``: its second read and stores marked streaming.
+    (:meth:`lag_tickets`); ``hint``: 1 its second read and stores marked streaming, 2 also
+    its first read kept in L2 (evict-last policy) and the rest evict-first; ``early``: the
+    second read issued before the reduction.
     """
 
     kind: str
@@ -221,7 +223,8 @@ class Variant:
     one_pass: bool = False
     persist: int = 0
     lag: int = 0
-    hint: bool = False
+    hint: int = 0
+    early: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -257,12 +260,14 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
-        if (self.lag or self.hint) and self.kind != "lagged":
-            raise ValueError("lag and hint are for lagged variants")
+        if (self.lag or self.hint or self.early) and self.kind != "lagged":
+            raise ValueError("lag, hint and early are for lagged variants")
         if self.kind == "lagged" and (self.smem_items or self.one_pass or self.lag < 0
+                                      or self.hint not in (0, 1, 2)
                                       or self.min_blocks * self.threads > 2048):
             raise ValueError("a lagged variant holds registers only (one pass where it "
-                             "applies), a lag >= 0 and at most 2048 threads a multiprocessor")
+                             "applies), a lag >= 0, a hint of 0-2 and at most 2048 threads a "
+                             "multiprocessor")
 
     @property
     def inputs(self) -> int:
@@ -305,7 +310,7 @@ class Variant:
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
         if self.kind == "lagged":
             return (f"softmax_lagged<{common}, {self.threads}, {self.min_blocks}, "
-                    f"{int(self.edges)}, {int(self.hint)}>",)
+                    f"{int(self.edges)}, {self.hint}, {int(self.early)}>",)
         if self.persist:
             return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
@@ -327,10 +332,11 @@ class Variant:
         chunks = self.chunks(cols)
         return chunks + min(self.lag * multiprocessors, chunks * (rows - 1))
 
-    def workspace_words(self, rows: int, cols: int) -> int:
-        """``ticket``: 32-bit words of its workspace (zeroed before each launch): the ticket
-        counter and one per row (rounded up to 8 bytes), then a float2 partial per chunk."""
-        return (rows + 2) // 2 * 2 + 2 * rows * self.chunks(cols)
+    def workspace(self, rows: int, cols: int) -> tuple[int, int]:
+        """``ticket``, ``lagged``: (float32 partials, counters) of its workspace: a float2
+        partial per chunk; the ticket counter and one per row, zero before each launch and
+        left zero by it (kernels/_gemm_workspace.py keeps one per stream)."""
+        return 2 * rows * self.chunks(cols), 1 + rows
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
@@ -419,9 +425,9 @@ def choose_variant(
         """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
         ticket = _ticket(shape, code, op, vec, edges, persist=not shape.persist_ctas)
         if many(ticket) and shape.lagged:
-            items, threads, blocks, lag = shape.lagged
+            items, threads, blocks, lag, hint, early = shape.lagged
             return Variant("lagged", code, op, vec, items, threads, threads, min_blocks=blocks,
-                           edges=edges, lag=lag)
+                           edges=edges, lag=lag, hint=hint, early=early)
         if many(ticket):
             return ticket
         return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,

@@ -14,99 +14,91 @@
 // tickets, whose CTAs started before it and publish before waiting for anything: no
 // deadlock, whatever number of CTAs fit at once.
 //
-// The workspace (kernels/_gemm_workspace.py): `counters` zero before the launch and left
-// zero after it ([0] the ticket, [1 + r] row r's count: +1 per published partial, +1 per
-// chunk written, reset by the last), and a float2 partial per chunk (`partials`).
-// Template parameters as softmax_ticket's (no shared-memory vectors); HINT 1: the second
-// read and the stores with the streaming hint (.cs: evict first), so that they do not push
-// the lag's chunks out of L2.
+// The workspace is softmax_ticket's (counters left zero: take_ticket, await_row).
+// Template parameters as softmax_ticket's (no shared-memory vectors), and HINT: 0 none; 1
+// the second read and the stores with the streaming hint (.cs: evict first), so that they
+// do not push the lag's chunks out of L2; 2 the first read with an L2 evict-last policy, the
+// second read and the stores with an evict-first one. EARLY: issue the second read of the
+// chunk to write before reducing the chunk to reduce (the inputs do not change: only this CTA
+// writes that chunk), so that its latency overlaps the first read's.
 
 namespace gpurt_softmax {
 
-template <int HINT, class R>
-__device__ __forceinline__ R load_again(const R* p) {
-    if constexpr (HINT && sizeof(R) == 16) {
-        R v;
-        asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-        return v;
-    }
-    return *p;
-}
+// The loads and stores of 16-byte vectors with the L2 hints of HINT (others plain).
+template <int HINT>
+struct Hints {
+    unsigned long long keep = 0, drop = 0;  // HINT 2: L2 evict-last and evict-first policies
 
-template <int HINT, class R>
-__device__ __forceinline__ void store_out(R* p, const R& v) {
-    if constexpr (HINT && sizeof(R) == 16) {
-        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
-                     ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-        return;
-    }
-    *p = v;
-}
-
-// Wait (warp 0) until row `row`'s `chunks` partials are published, combine them, count this
-// chunk's read (the last of the row's 2 * chunks counts leaves the counter zero) and return
-// the total in every thread.
-template <int OP>
-__device__ __forceinline__ float2 row_total(unsigned int* arrived, const float2* mine,
-                                            int chunks, float2* shared) {
-    if (threadIdx.x < 32) {
-        while (load_acquire(arrived) < (unsigned int)chunks) __nanosleep(32);
-        float2 total = Policy<OP>::identity();
-        for (int c = threadIdx.x; c < chunks; c += 32)
-            total = Policy<OP>::combine(total, load_relaxed(mine + c));
-        total = reduce_lanes<OP, 32>(total);
-        if (threadIdx.x == 0) {
-            *shared = total;
-            if (atomicAdd(arrived, 1u) == 2u * (unsigned int)chunks - 1u) *arrived = 0u;
+    __device__ __forceinline__ Hints() {
+        if constexpr (HINT == 2) {
+            asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+            asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
         }
     }
-    __syncthreads();
-    return *shared;
-}
+    template <class R>
+    __device__ __forceinline__ R load(const R* p, bool again) const {
+        if constexpr (sizeof(R) == 16 && HINT == 2) {
+            R v;
+            asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "l"(p), "l"(again ? drop : keep));
+            return v;
+        }
+        if constexpr (sizeof(R) == 16 && HINT == 1) {
+            if (again) {
+                R v;
+                asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+                return v;
+            }
+        }
+        return *p;
+    }
+    template <class R>
+    __device__ __forceinline__ void store(R* p, const R& v) const {
+        if constexpr (sizeof(R) == 16 && HINT == 2) {
+            asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+                         ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(drop)
+                         : "memory");
+            return;
+        }
+        if constexpr (sizeof(R) == 16 && HINT == 1) {
+            asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                         ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+            return;
+        }
+        *p = v;
+    }
+};
 
-// Write chunk `chunk` of row `row` from its inputs read again and the row's total.
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int EDGES, int HINT>
-__device__ __forceinline__ void write_chunk(const typename Elem<DT>::storage* const (&in)[2],
-                                            typename Elem<DT>::storage* out,
-                                            unsigned int* counters, const float2* partials,
-                                            long long row, int chunk, int chunks, int cols,
-                                            float2* shared) {
+// A chunk's body vectors of every input into `h` (vector i at col0 + (i * THREADS + thread)
+// * VEC; those past the body hold the policy's neutral value). `again`: its second read.
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int HINT>
+__device__ __forceinline__ void load_chunk(Held<DT, Policy<OP>::NIN, VEC, ITEMS, 0>& h,
+                                           const typename Elem<DT>::storage* const (&in)[2],
+                                           const RowSpan& span, int col0, bool again,
+                                           const Hints<HINT>& hints) {
     typedef Access<DT, VEC> A;
-    const float2 total = row_total<OP>(counters + 1 + row, partials + row * chunks, chunks,
-                                       shared);
-    Edges<DT, OP, VEC, THREADS, EDGES> edges(in[0], row * (long long)cols, cols, chunk == 0);
-    const RowSpan& span = edges.span;
-    const int col0 = chunk * (THREADS * ITEMS * VEC);
-    Held<DT, Policy<OP>::NIN, VEC, ITEMS, 0> h;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int col = col0 + (i * THREADS + (int)threadIdx.x) * VEC;
 #pragma unroll
         for (int t = 0; t < Policy<OP>::NIN; ++t) {
-            if (col < span.body)
-                h.reg[t][i] = load_again<HINT>(
-                    reinterpret_cast<const typename A::R*>(in[t] + span.body_base + col));
-        }
-    }
-    edges.load(in);
+            float empty[VEC];
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const int col = col0 + (i * THREADS + (int)threadIdx.x) * VEC;
-        if (col < span.body) {
-            float y[VEC];
-            Policy<OP>::template finish<VEC, true>(h, Policy<OP>::identity(), total, i, y);
-            store_out<HINT>(reinterpret_cast<typename A::R*>(out + span.body_base + col),
-                            A::pack(y));
+            for (int k = 0; k < VEC; ++k) empty[k] = Policy<OP>::fill(t);
+            h.reg[t][i] = col < span.body
+                ? hints.load(reinterpret_cast<const typename A::R*>(in[t] + span.body_base + col),
+                             again)
+                : A::pack(empty);
         }
     }
-    edges.local(Policy<OP>::identity());  // the edges' own partial, as their outputs use it
-    edges.store(out, total);
 }
 
 }  // namespace gpurt_softmax
 
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int EDGES, int HINT>
+template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int EDGES, int HINT,
+          int EARLY>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_lagged(const typename gpurt_softmax::Elem<DT>::storage* a,
                const typename gpurt_softmax::Elem<DT>::storage* b,
@@ -114,40 +106,59 @@ softmax_lagged(const typename gpurt_softmax::Elem<DT>::storage* a,
                float2* partials, long long rows, int cols, int chunks, int lag) {
     using namespace gpurt_softmax;
     typedef typename Elem<DT>::storage S;
+    typedef Access<DT, VEC> A;
+    const int COLUMNS = THREADS * ITEMS * VEC;
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 shared_total;
     __shared__ unsigned int ticket;
     const long long reduced = rows * chunks;
     const long long launched = reduced + lag;
-    if (threadIdx.x == 0) {
-        const unsigned int t = atomicAdd(counters, 1u);
-        if (t == launched - 1) *counters = 0u;  // the last ticket: every CTA has taken one
-        ticket = t;
-    }
+    if (threadIdx.x == 0) ticket = take_ticket(counters, launched);
     __syncthreads();
     const long long t = ticket;
     if (t >= launched) return;  // only with counters not zeroed: never write out of bounds
     const S* in[2] = {a, b};
+    const Hints<HINT> hints;
+    // the chunk to write (u = t - lag), read again: early, or after the reduction
+    const long long u = t >= lag ? t - lag : 0;
+    const long long row_w = u / chunks;
+    const int chunk_w = (int)(u % chunks);
+    Edges<DT, OP, VEC, THREADS, EDGES> edges_w(a, row_w * (long long)cols, cols, chunk_w == 0);
+    Held<DT, Policy<OP>::NIN, VEC, ITEMS, 0> w;
+    if (EARLY && t >= lag) load_chunk<DT, OP, VEC, ITEMS, THREADS>(w, in, edges_w.span,
+                                                                    chunk_w * COLUMNS, true, hints);
     if (t < reduced) {
         const long long row = t / chunks;
         const int chunk = (int)(t % chunks);
-        const int col0 = chunk * (THREADS * ITEMS * VEC);
         Held<DT, Policy<OP>::NIN, VEC, ITEMS, 0> h;
         Edges<DT, OP, VEC, THREADS, EDGES> edges(a, row * (long long)cols, cols, chunk == 0);
-        float2 own;
-        const float2 mine = reduce_warps<OP, THREADS, THREADS>(
-            load_share<DT, OP, VEC, ITEMS, THREADS, 0, (DT != 0 && OP < 2), EDGES>(
-                h, edges, in, col0, true, own),
-            warp_total);
+        load_chunk<DT, OP, VEC, ITEMS, THREADS>(h, in, edges.span, chunk * COLUMNS, false,
+                                                hints);
+        edges.load(in);
+        const float2 own = Policy<OP>::template local<ITEMS, VEC, (DT != 0 && OP < 2)>(
+            h, live_items<VEC, ITEMS, THREADS>(chunk * COLUMNS, edges.span.body, true));
+        const float2 mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
         if (threadIdx.x == 0) {
             partials[t] = mine;
             add_release(counters + 1 + row, 1u);  // orders the partial's store before the count
         }
     }
-    if (t >= lag) {
-        const long long u = t - lag;
-        write_chunk<DT, OP, VEC, ITEMS, THREADS, EDGES, HINT>(in, out, counters, partials,
-                                                             u / chunks, (int)(u % chunks),
-                                                             chunks, cols, &shared_total);
+    if (t < lag) return;
+    if (!EARLY) load_chunk<DT, OP, VEC, ITEMS, THREADS>(w, in, edges_w.span, chunk_w * COLUMNS,
+                                                        true, hints);
+    edges_w.load(in);
+    const float2 total = await_row<OP>(counters + 1 + row_w, partials + row_w * chunks, chunks,
+                                       &shared_total);
+    const RowSpan& span = edges_w.span;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const int col = chunk_w * COLUMNS + (i * THREADS + (int)threadIdx.x) * VEC;
+        if (col < span.body) {
+            float y[VEC];
+            Policy<OP>::template finish<VEC, true>(w, Policy<OP>::identity(), total, i, y);
+            hints.store(reinterpret_cast<typename A::R*>(out + span.body_base + col), A::pack(y));
+        }
     }
+    edges_w.local(Policy<OP>::identity());  // the edges' own partial, as their outputs use it
+    edges_w.store(out, total);
 }

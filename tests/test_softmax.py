@@ -138,11 +138,7 @@ def test_chooser_picks_the_measured_routes():
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
     # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
-    # lagged chunks in their place where they are many (s9-soft16)
-    assert pick(131072, BF16).names() == ("softmax_lagged<2, 0, 8, 8, 256, 4, 0, 0>",)
-    assert pick(131072, BF16).lag == 2
-    assert pick(131072, BF16, rows=32).kind == "lagged"  # 64 ticket chunks: many
-    assert pick(131072, BF16, rows=31).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0>",)
+    assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
@@ -169,9 +165,7 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
     # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
-    assert pick(1_000_000, BF16).names() == ("softmax_lagged<2, 0, 8, 8, 256, 4, 0, 0>",)
-    assert pick(1_000_003, F16, plan.LOG_SOFTMAX).names() == (
-        "softmax_lagged<1, 1, 8, 8, 256, 4, 1, 0>",)
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31
@@ -248,8 +242,8 @@ def test_variant_names_grid_and_chunks():
     assert one.names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert dataclasses.replace(rows, one_pass=True).names() == (
         "softmax_rows<2, 1, 8, 2, 16, 128, 1, 0, 0, 1>",)
-    # counters for 3 rows and the ticket rounded up to 4 words, then 48 float2 partials
-    assert ticket.workspace_words(3, 1_000_003) == 4 + 96
+    # 48 float2 partials; counters for the ticket and 3 rows
+    assert ticket.workspace(3, 1_000_003) == (96, 4)
     # ticket chunks in a persistent grid: every template parameter spelled, two stages
     persist = dataclasses.replace(one, persist=2, edges=True)
     assert persist.names() == ("softmax_persist<2, 0, 8, 16, 512, 2, 12, 1, 1, 1>",)

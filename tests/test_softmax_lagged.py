@@ -34,36 +34,36 @@ V = plan.Variant
 
 
 def lagged(dtype: np.dtype, op: int, items: int, threads: int, blocks: int, lag: int = 0,
-           edges: bool = True, hint: bool = False) -> plan.Variant:
+           edges: bool = True, hint: int = 2, early: bool = True) -> plan.Variant:
     return V("lagged", plan.dtype_code(dtype), op, 16 // dtype.itemsize, items, threads,
-             threads, min_blocks=blocks, edges=edges, lag=lag, hint=hint)
+             threads, min_blocks=blocks, edges=edges, lag=lag, hint=hint, early=early)
 
 
-# The shapes benchmarks/softmax_edges_dev.py --set softlag times: (dtype, op) -> (items,
-# threads, CTAs per SM) (the kernels; the lag is an argument).
-_FORWARD = [(4, 256, 4), (8, 256, 4), (8, 512, 2), (2, 256, 8)]
+# The shapes benchmarks/softmax_edges_dev.py --set softlag2 times: (dtype, op) -> (items,
+# threads, CTAs per SM, hint, early) (the kernels; the lag is an argument).
+_FORWARD = [(4, 256, 4, 2, True), (8, 256, 4, 2, True), (4, 256, 4, 2, False),
+            (8, 512, 2, 2, True)]
 LONG_SHAPES = {
-    (BF16, plan.SOFTMAX): _FORWARD,
-    (F32, plan.SOFTMAX): _FORWARD,
-    (F16, plan.SOFTMAX): _FORWARD[:2],
-    (BF16, plan.LOG_SOFTMAX): _FORWARD[:2],
-    (BF16, plan.SOFTMAX_BACKWARD): [(4, 256, 4), (2, 256, 8)],
-    (F32, plan.SOFTMAX_BACKWARD): [(4, 256, 4), (2, 256, 8)],
-    (BF16, plan.LOG_SOFTMAX_BACKWARD): [(4, 256, 4)],
+    (BF16, plan.SOFTMAX): _FORWARD + [(4, 256, 4, 1, False)],
+    (F32, plan.SOFTMAX): _FORWARD[:2],
+    (F16, plan.SOFTMAX): _FORWARD[:1],
+    (BF16, plan.LOG_SOFTMAX): _FORWARD[:1],
+    (BF16, plan.SOFTMAX_BACKWARD): _FORWARD[:1],
+    (F32, plan.SOFTMAX_BACKWARD): _FORWARD[:1],
+    (BF16, plan.LOG_SOFTMAX_BACKWARD): _FORWARD[:1],
 }
 
 
 def lagged_variants(long: bool = False) -> list[plan.Variant]:
-    """Small lagged variants (128 threads, 2 vectors; lag 0, 1 and 3 per multiprocessor,
-    one with the streaming hint) for every dtype and op, or (``long``) LONG_SHAPES and the
-    hinted bf16 softmax."""
+    """Small lagged variants (128 threads, 2 vectors; lag 0, 1 and 3 per multiprocessor;
+    each hint, early or not) for every dtype and op, or (``long``) LONG_SHAPES."""
     if long:
-        return [lagged(dtype, op, *shape, lag=2)
-                for (dtype, op), shapes in LONG_SHAPES.items() for shape in shapes] + [
-            lagged(BF16, plan.SOFTMAX, 4, 256, 4, lag=2, hint=True)]
+        return [lagged(dtype, op, *shape[:3], lag=2, hint=shape[3], early=shape[4])
+                for (dtype, op), shapes in LONG_SHAPES.items() for shape in shapes]
     return [v for dtype in DTYPES for op in OPS.values()
-            for v in (lagged(dtype, op, 2, 128, 4), lagged(dtype, op, 2, 128, 4, lag=3),
-                      lagged(dtype, op, 2, 128, 4, lag=1, hint=True))]
+            for v in (lagged(dtype, op, 2, 128, 4, hint=0, early=False),
+                      lagged(dtype, op, 2, 128, 4, lag=3),
+                      lagged(dtype, op, 2, 128, 4, lag=1, hint=1, early=False))]
 
 
 # ---- the plan (CPU) ------------------------------------------------------------------------------
@@ -71,9 +71,9 @@ def lagged_variants(long: bool = False) -> list[plan.Variant]:
 
 def test_lagged_variant_names_lag_and_checks():
     v = lagged(BF16, plan.SOFTMAX, 4, 256, 4, lag=2)
-    assert v.names() == ("softmax_lagged<2, 0, 8, 4, 256, 4, 1, 0>",)
-    assert dataclasses.replace(v, hint=True, edges=False).names() == (
-        "softmax_lagged<2, 0, 8, 4, 256, 4, 0, 1>",)
+    assert v.names() == ("softmax_lagged<2, 0, 8, 4, 256, 4, 1, 2, 1>",)
+    assert dataclasses.replace(v, hint=1, early=False, edges=False).names() == (
+        "softmax_lagged<2, 0, 8, 4, 256, 4, 0, 1, 0>",)
     assert v.chunks(1_000_003) == 123 and v.shared_mem == 0
     # a row's chunks, then 2 per multiprocessor more, at most the launch's other chunks
     assert v.lag_tickets(64, 1_000_003, 132) == 123 + 264
@@ -81,7 +81,8 @@ def test_lagged_variant_names_lag_and_checks():
     assert v.lag_tickets(2, 1_000_003, 132) == 246
     assert v.grid(64, 1_000_003) == 64 * 123  # the reducing CTAs (the lag's are added)
     for bad in (dict(smem_items=2), dict(one_pass=True), dict(lag=-1), dict(min_blocks=16),
-                dict(kind="ticket", lag=1), dict(kind="rows", hint=True)):
+                dict(hint=3), dict(kind="ticket", lag=1), dict(kind="rows", hint=1),
+                dict(kind="ticket", early=True)):
         with pytest.raises(ValueError):
             V(**{**dict(kind="lagged", dtype=2, op=0, vec=8, items=4, group=256, threads=256,
                         min_blocks=4, edges=True), **bad})
