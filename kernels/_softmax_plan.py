@@ -68,9 +68,7 @@ class LongRows:
     ``persist``: its ticket chunks in a persistent grid (the Variant.persist mode),
     ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
-    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
-    ``lagged``: (items, threads, blocks, lag, hint, early) of the lagged chunks that stand
-    in for its ticket chunks where those are many (Variant ``lagged``). Rows
+    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks. Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -89,7 +87,6 @@ class LongRows:
     persist_items: int = 0
     persist_smem: int = 0
     persist_ctas: tuple[int, ...] = ()
-    lagged: tuple[int, int, int, int, int, bool] = ()
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -424,10 +421,6 @@ def choose_variant(
     def ticket_chunks(shape: LongRows) -> Variant:
         """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
         ticket = _ticket(shape, code, op, vec, edges, persist=not shape.persist_ctas)
-        if many(ticket) and shape.lagged:
-            items, threads, blocks, lag, hint, early = shape.lagged
-            return Variant("lagged", code, op, vec, items, threads, threads, min_blocks=blocks,
-                           edges=edges, lag=lag, hint=hint, early=early)
         if many(ticket):
             return ticket
         return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,

@@ -602,7 +602,8 @@ __device__ __forceinline__ unsigned int take_ticket(unsigned int* counter, long 
 
 // Wait (warp 0) until a row's `chunks` partials (`mine`) are published (its count,
 // `arrived`, reaches `chunks`), combine them and count this chunk's read (the row's last
-// read leaves the count zero); the total in every thread.
+// read leaves the count zero); the total in every thread. The count's atomic comes after
+// the barrier, so that only thread 0 waits for it.
 template <int OP>
 __device__ __forceinline__ float2 await_row(unsigned int* arrived, const float2* mine,
                                             int chunks, float2* shared) {
@@ -612,13 +613,13 @@ __device__ __forceinline__ float2 await_row(unsigned int* arrived, const float2*
         for (int c = threadIdx.x; c < chunks; c += 32)
             total = Policy<OP>::combine(total, load_relaxed(mine + c));
         total = reduce_lanes<OP, 32>(total);
-        if (threadIdx.x == 0) {
-            *shared = total;
-            if (atomicAdd(arrived, 1u) == 2u * (unsigned int)chunks - 1u) *arrived = 0u;
-        }
+        if (threadIdx.x == 0) *shared = total;
     }
     __syncthreads();
-    return *shared;
+    const float2 total = *shared;
+    if (threadIdx.x == 0 && atomicAdd(arrived, 1u) == 2u * (unsigned int)chunks - 1u)
+        *arrived = 0u;
+    return total;
 }
 
 // Publish this chunk's `partial` of row `row` (thread 0), wait for the row's `chunks`

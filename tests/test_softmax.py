@@ -73,12 +73,7 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 in_registers = (v.items - v.smem_items) * v.vec * inputs
                 shapes = [s for s in plan.LONG_ROWS[op, dtype.itemsize] if clusters
                           and (s.threads, s.blocks) == (v.threads, v.min_blocks)]
-                if v.kind == "lagged":  # in place of the first shape's ticket chunks
-                    first = plan.LONG_ROWS[op, dtype.itemsize][0]
-                    assert clusters and first.tickets_past and first.lagged[:3] == (
-                        v.items, v.threads, v.min_blocks), (cols, v)
-                    assert v.chunks(cols) >= 2 and in_registers <= 2 * plan.HELD
-                    continue
+                assert v.kind != "lagged"  # forced comparisons only (s9-soft16)
                 assert v.min_blocks == 1 or shapes
                 if v.smem_items:
                     assert in_registers <= max(s.keep for s in shapes)
