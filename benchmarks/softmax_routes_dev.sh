@@ -7,7 +7,10 @@
 # of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
 # (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
-# stages a CTA, and small chunks for few rows).
+# stages a CTA, and small chunks for few rows), softlag (s9-soft16: lagged chunks, reduced by
+# one CTA and written by another from L2; its tests in tests/test_softmax_lagged.py, then
+# bench_softmax.py), softlag2 (s9-soft16 run 2: L2 policies and early second reads for them;
+# ticket and persistent chunks without a memset per call).
 #
 #     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -15,7 +18,8 @@ set_name=${1:?SET}
 out=$(mkdir -p "${2:?OUTDIR}" && cd "$2" && pwd)
 old=()
 [ -z "${3-}" ] || old=(--old "$(cd "$(dirname "$3")" && pwd)/$(basename "$3")")
-limits=(90 50 40 25 20)  # seconds: routes, tests, memcheck, racecheck, synccheck
+limits=(90 50 40 25 20 0)  # seconds: routes, tests, memcheck, racecheck, synccheck, bench
+files=tests/test_softmax.py
 case "$set_name" in
     ticket)
         tests="ticket or split or stands_in or clusters_of_16"
@@ -39,6 +43,20 @@ case "$set_name" in
         racecheck="persist_chunks and bfloat16 and not log and not backward"
         synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
         limits=(110 45 30 20 15) ;;
+    softlag)
+        files="tests/test_softmax_lagged.py tests/test_softmax.py"
+        tests="(lagged and not compile) or ticket_rows"
+        memcheck="(lagged_chunks and bfloat16 and not log) or captured"
+        racecheck="lagged_chunks and float32 and not log and not backward"
+        synccheck="lagged_chunks and float16 and log and not backward"
+        limits=(105 45 28 14 10 45) ;;
+    softlag2)
+        files="tests/test_softmax_lagged.py tests/test_softmax.py"
+        tests="(lagged and not compile) or ticket_chunks or persist_chunks"
+        memcheck="(lagged_chunks or ticket_chunks or persist_chunks) and bfloat16 and not log and not backward"
+        racecheck="lagged_chunks and float32 and not log and not backward"
+        synccheck="persist_chunks and float16 and log and not backward"
+        limits=(70 55 25 10 8 20) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,13 +74,15 @@ step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time an
 }
 step routes "${limits[0]}" python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
     "${old[@]}" --json "$out/routes.json"
-step tests "${limits[1]}" python3 -P -m pytest -p no:cacheprovider -q -ra tests/test_softmax.py -k "$tests"
+step tests "${limits[1]}" python3 -P -m pytest -p no:cacheprovider -q -ra $files -k "$tests"
 sanitize() {
     step "$1" "$2" compute-sanitizer --tool "$1" --report-api-errors no \
-        python3 -P -m pytest -p no:cacheprovider -q tests/test_softmax.py -k "$3"
+        python3 -P -m pytest -p no:cacheprovider -q $files -k "$3"
 }
 sanitize memcheck "${limits[2]}" "$memcheck"
 sanitize racecheck "${limits[3]}" "$racecheck"
 sanitize synccheck "${limits[4]}" "$synccheck"
+[ "${limits[5]}" = 0 ] || step bench "${limits[5]}" python3 benchmarks/bench_softmax.py --quick \
+    --json "$out/bench.json"
 tar -C "$out" -czf "$out/runs.tgz" --exclude runs.tgz --exclude routes.json \
     --exclude steps.txt . 2>/dev/null

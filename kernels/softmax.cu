@@ -23,6 +23,8 @@
 //   softmax_persist  the same chunks and ticket in a grid of as many CTAs as fit at once, each
 //                    walking chunks with two stages: the next chunk's loads are in flight
 //                    while the current one waits for its row and writes (Stage).
+//   softmax_lagged   (softmax_lagged.cu) chunks reduced by one CTA and written by another
+//                    that reads them again from L2 later; for forced comparisons only.
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
@@ -411,11 +413,13 @@ struct Forward {
         return m == SM_NEG_INF ? 0.0f : m;
     }
 
-    // own: this thread's partial (float32 softmax: its exps are relative to own's maximum).
-    template <int VEC, class H>
+    // own: this thread's partial (float32 softmax: its exps are relative to own's maximum,
+    // unless RAW: `h` holds the inputs as loaded, as 16-bit ones always are).
+    template <int VEC, bool RAW = false, class H>
     static __device__ __forceinline__ void finish(const H& h, float2 own, float2 row, int i,
                                                   float (&y)[VEC]) {
-        const bool in_place = sizeof(typename H::A::S) == 4;
+        const bool wide = sizeof(typename H::A::S) == 4;
+        const bool in_place = wide && !RAW;
         float c[VEC];
         h.item(0, i, c);
         if (OP == 0) {
@@ -429,6 +433,9 @@ struct Forward {
                                         : exp2f((own.x - row.x) * SM_LOG2E) * inv;
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) y[k] = c[k] * scale;
+            } else if (wide) {  // float32 outputs keep their subnormals
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) y[k] = exp2f((c[k] - row.x) * SM_LOG2E) * inv;
             } else {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) y[k] = exp2_ftz((c[k] - row.x) * SM_LOG2E) * inv;
@@ -465,7 +472,7 @@ struct Backward {
         return make_float2(s, 0.0f);
     }
 
-    template <int VEC, class H>
+    template <int VEC, bool RAW = false, class H>
     static __device__ __forceinline__ void finish(const H& h, float2, float2 row, int i,
                                                   float (&dx)[VEC]) {
         float y[VEC], dy[VEC];
@@ -565,10 +572,12 @@ __device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
 #endif
 
 // ---- chunks of a row over CTAs that wait for each other (softmax_ticket) -------------------
-// The workspace: `work[0]` the ticket counter, `work[1 + r]` how many chunks of row r have
-// published, then the float2 partials (zeroed counters before each launch). A CTA takes
-// ticket t = row * chunks + chunk when it starts, so every chunk of a row below t's has been
-// taken by a running CTA: the wait ends as long as `chunks` CTAs fit on the device at once.
+// The workspace (kernels/_gemm_workspace.py, the stream's): `counters` zero before each
+// launch and left zero by it (`counters[0]` the ticket, `counters[1 + r]` row r's count: +1
+// per chunk published, +1 per chunk that has read the row's total; the last resets it), and
+// a float2 partial per chunk (`partials`). A CTA takes ticket t = row * chunks + chunk when
+// it starts, so every chunk of a row below t's has been taken by a running CTA: the wait
+// ends as long as `chunks` CTAs fit on the device at once.
 
 __device__ __forceinline__ void add_release(unsigned int* p, unsigned int v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -585,17 +594,21 @@ __device__ __forceinline__ float2 load_relaxed(const float2* p) {
     return v;
 }
 
-// Publish this chunk's `partial` of row `row` (thread 0), wait for the row's `chunks`
-// partials and return their total in every thread. Warp 0 waits and combines.
+// The next ticket (thread 0); the last of a launch's `draws` leaves the counter zero (every
+// other draw has happened).
+__device__ __forceinline__ unsigned int take_ticket(unsigned int* counter, long long draws) {
+    const unsigned int t = atomicAdd(counter, 1u);
+    if (t == draws - 1) *counter = 0u;
+    return t;
+}
+
+// Wait (warp 0) until a row's `chunks` partials (`mine`) are published (its count,
+// `arrived`, reaches `chunks`), combine them and count this chunk's read (the row's last
+// read leaves the count zero); the total in every thread. The count's atomic comes after
+// the barrier, so that only thread 0 waits for it.
 template <int OP>
-__device__ __forceinline__ float2 meet_row(float2 partial, unsigned int* work, float2* partials,
-                                           long long row, int chunk, int chunks, float2* shared) {
-    unsigned int* arrived = work + 1 + row;
-    const float2* mine = partials + row * chunks;
-    if (threadIdx.x == 0) {
-        partials[row * chunks + chunk] = partial;
-        add_release(arrived, 1u);  // orders the partial's store before the count
-    }
+__device__ __forceinline__ float2 await_row(unsigned int* arrived, const float2* mine,
+                                            int chunks, float2* shared) {
     if (threadIdx.x < 32) {
         while (load_acquire(arrived) < (unsigned int)chunks) __nanosleep(64);
         float2 total = Policy<OP>::identity();
@@ -605,7 +618,24 @@ __device__ __forceinline__ float2 meet_row(float2 partial, unsigned int* work, f
         if (threadIdx.x == 0) *shared = total;
     }
     __syncthreads();
-    return *shared;
+    const float2 total = *shared;
+    if (threadIdx.x == 0 && atomicAdd(arrived, 1u) == 2u * (unsigned int)chunks - 1u)
+        *arrived = 0u;
+    return total;
+}
+
+// Publish this chunk's `partial` of row `row` (thread 0), wait for the row's `chunks`
+// partials and return their total in every thread (await_row).
+template <int OP>
+__device__ __forceinline__ float2 meet_row(float2 partial, unsigned int* counters,
+                                           float2* partials, long long row, int chunk,
+                                           int chunks, float2* shared) {
+    unsigned int* arrived = counters + 1 + row;
+    if (threadIdx.x == 0) {
+        partials[row * chunks + chunk] = partial;
+        add_release(arrived, 1u);  // orders the partial's store before the count
+    }
+    return await_row<OP>(arrived, partials + row * chunks, chunks, shared);
 }
 
 // ---- the shared body ------------------------------------------------------------------------
@@ -829,7 +859,7 @@ struct Stage {
     // Reduce the chunk and publish its partial. LANDED: its copies have landed (else they
     // are the last committed, waited for one by one).
     template <bool LANDED = false>
-    __device__ __forceinline__ void reduce(float2* warp_total, unsigned int* work,
+    __device__ __forceinline__ void reduce(float2* warp_total, unsigned int* counters,
                                            float2* partials, int chunks) {
         const int live = live_items<VEC, ITEMS, THREADS>(col0, edges.span.body, true);
         if constexpr (LANDED) {
@@ -841,24 +871,15 @@ struct Stage {
         mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
         if (threadIdx.x == 0) {
             partials[row * chunks + chunk] = mine;
-            add_release(work + 1 + row, 1u);  // orders the partial's store before the count
+            add_release(counters + 1 + row, 1u);  // orders the partial's store before the count
         }
         reduced = true;
     }
     // Wait for the row's partials (warp 0), then write the chunk's outputs.
-    __device__ __forceinline__ void finish(S* out, unsigned int* work, const float2* partials,
-                                           int chunks, float2* shared) {
-        if (threadIdx.x < 32) {
-            const unsigned int* arrived = work + 1 + row;
-            while (load_acquire(arrived) < (unsigned int)chunks) __nanosleep(64);
-            float2 total = Policy<OP>::identity();
-            for (int c = threadIdx.x; c < chunks; c += 32)
-                total = Policy<OP>::combine(total, load_relaxed(partials + row * chunks + c));
-            total = reduce_lanes<OP, 32>(total);
-            if (threadIdx.x == 0) *shared = total;
-        }
-        __syncthreads();
-        const float2 total = *shared;
+    __device__ __forceinline__ void finish(S* out, unsigned int* counters,
+                                           const float2* partials, int chunks, float2* shared) {
+        const float2 total = await_row<OP>(counters + 1 + row, partials + row * chunks, chunks,
+                                           shared);
         Landed<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM> landed{h};
         const int body = edges.span.body;
 #pragma unroll
@@ -880,12 +901,13 @@ struct Stage {
 template <int EARLY, class St>
 __device__ __forceinline__ bool persist_step(St& cur, St& next,
                                              const typename St::S* const (&in)[2],
-                                             typename St::S* out, unsigned int* work,
+                                             typename St::S* out, unsigned int* counters,
                                              float2* partials, long long total_chunks, int cols,
                                              int chunks, float2* warp_total, float2* row_total,
                                              unsigned int* ticket) {
-    if (!EARLY && !cur.reduced) cur.reduce(warp_total, work, partials, chunks);
-    if (threadIdx.x == 0) *ticket = atomicAdd(work, 1u);
+    if (!EARLY && !cur.reduced) cur.reduce(warp_total, counters, partials, chunks);
+    // each CTA draws until it fails once: total_chunks + gridDim.x draws in all
+    if (threadIdx.x == 0) *ticket = take_ticket(counters, total_chunks + gridDim.x);
     __syncthreads();
     const unsigned int u = *ticket;
     const bool more = u < total_chunks;
@@ -893,13 +915,13 @@ __device__ __forceinline__ bool persist_step(St& cur, St& next,
     if (EARLY && !cur.reduced) {
         if (more) copy_async_wait_n<St::GROUPS>();  // all but next's
         else copy_async_wait_n<0>();
-        cur.template reduce<true>(warp_total, work, partials, chunks);
+        cur.template reduce<true>(warp_total, counters, partials, chunks);
     }
     if (more && next.row == cur.row) {
         if (EARLY) __syncthreads();  // cur's reduction has read warp_total (else: the ticket's)
-        next.reduce(warp_total, work, partials, chunks);
+        next.reduce(warp_total, counters, partials, chunks);
     }
-    cur.finish(out, work, partials, chunks, row_total);
+    cur.finish(out, counters, partials, chunks, row_total);
     return more;
 }
 
@@ -975,26 +997,26 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
 }
 #endif
 
-// Rows longer than a cluster holds, in one launch: see meet_row. `work`: the workspace.
+// Rows longer than a cluster holds, in one launch: see meet_row. `counters`, `partials`: the
+// workspace.
 // (Chunks of equal length instead of full ones and a short last one read 2-8 points slower
 // on an H100 in s8-softlong16, not explained: benchmarks/notes_softmax.md, v13.)
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES = 0,
           int ONE_PASS = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
-softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* work,
-               long long rows, int cols, int chunks) {
+softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
+               unsigned int* counters, float2* partials, long long rows, int cols, int chunks) {
     using namespace gpurt_softmax;
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 row_total;
     __shared__ unsigned int ticket;
-    if (threadIdx.x == 0) ticket = atomicAdd(work, 1u);
+    if (threadIdx.x == 0) ticket = take_ticket(counters, rows * chunks);
     __syncthreads();
     const long long row = ticket / (unsigned int)chunks;
     if (row >= rows) return;  // only with a workspace not zeroed: never write out of bounds
     const int chunk = (int)(ticket % (unsigned int)chunks);
     const int col0 = chunk * (THREADS * ITEMS * VEC);
     const long long base = row * (long long)cols;
-    float2* partials = reinterpret_cast<float2*>(work + (rows + 2) / 2 * 2);
     const SM_STORAGE* in[2] = {a, b};
     extern __shared__ uint4 shared_items[];
     SM_HELD(SMEM) h;
@@ -1005,7 +1027,7 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(
         load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true, own),
         warp_total);
-    const float2 total = meet_row<OP>(mine, work, partials, row, chunk, chunks, &row_total);
+    const float2 total = meet_row<OP>(mine, counters, partials, row, chunk, chunks, &row_total);
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
                                                  span.body, true);
     edges.store(out, total);
@@ -1017,32 +1039,31 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsign
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES,
           int ONE_PASS, int EARLY>
 __global__ void __launch_bounds__(THREADS, MINB)
-softmax_persist(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* work,
-                long long rows, int cols, int chunks) {
+softmax_persist(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
+                unsigned int* counters, float2* partials, long long rows, int cols, int chunks) {
     using namespace gpurt_softmax;
     typedef Stage<DT, OP, VEC, ITEMS, THREADS, SMEM, EDGES, ONE_PASS> St;
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 row_total;
     __shared__ unsigned int ticket;
     const long long total_chunks = rows * chunks;
-    float2* partials = reinterpret_cast<float2*>(work + (rows + 2) / 2 * 2);
     const SM_STORAGE* in[2] = {a, b};
     extern __shared__ uint4 shared_items[];
     typedef typename SM_HELD(SMEM)::R R;
     St first(a), second(a);
     first.h.slot = reinterpret_cast<R*>(shared_items) + threadIdx.x;
     second.h.slot = first.h.slot + Policy<OP>::NIN * SMEM * THREADS;
-    if (threadIdx.x == 0) ticket = atomicAdd(work, 1u);
+    if (threadIdx.x == 0) ticket = take_ticket(counters, total_chunks + gridDim.x);
     __syncthreads();
     const unsigned int t = ticket;
     __syncthreads();  // read by all before thread 0 takes the next
     if (t >= total_chunks) return;
     first.start(in, t, cols, chunks);
     for (;;) {
-        if (!persist_step<EARLY>(first, second, in, out, work, partials, total_chunks, cols,
+        if (!persist_step<EARLY>(first, second, in, out, counters, partials, total_chunks, cols,
                                  chunks, warp_total, &row_total, &ticket))
             break;
-        if (!persist_step<EARLY>(second, first, in, out, work, partials, total_chunks, cols,
+        if (!persist_step<EARLY>(second, first, in, out, counters, partials, total_chunks, cols,
                                  chunks, warp_total, &row_total, &ticket))
             break;
     }

@@ -13,10 +13,11 @@ and the operation (lane groups for short rows, one CTA per row, a thread-block c
 a row through distributed shared memory on sm_90, the longest of those also keeping part of
 the row in shared memory, and for rows longer than a cluster holds -- 524k float32
 elements forward, 262k backward; 16-bit rows past one CTA, 64k elements -- chunks of one CTA
-each that take a row's chunks in order from a ticket in a zeroed workspace and wait for each
-other's partials, reading their inputs once, for some rows in a persistent grid that loads
-the next chunk while the current one waits and writes; before sm_90, or where a row's chunks cannot
-all be resident, a two-launch split that reads its inputs twice).
+each that take a row's chunks in order from a ticket (counters in the stream's kept
+workspace, which the kernels leave zero) and wait for each other's partials, reading their
+inputs once, for some rows in a persistent grid that loads the next chunk while the current
+one waits and writes; before sm_90, or where a row's chunks cannot all be resident, a
+two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
 
@@ -43,19 +44,20 @@ import gpurt.nvrtc
 from gpurt import amp
 
 from . import _autocast
+from . import _gemm_workspace as workspace
 from ._softmax_plan import (
     LOG_SOFTMAX,
     LOG_SOFTMAX_BACKWARD,
     MAX_GRID_X,
     SOFTMAX,
     SOFTMAX_BACKWARD,
-    SOURCE_PATH,
     RowsView,
     Variant,
     choose_variant,
     dtype_code,
     row_access,
     rows_view,
+    source_text,
 )
 
 __all__ = [
@@ -81,10 +83,10 @@ os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock
 
 
 def source() -> str:
-    """The CUDA source of every variant (softmax.cu)."""
+    """The CUDA source of every variant (softmax.cu and softmax_lagged.cu)."""
     global _source
     if _source is None:
-        _source = SOURCE_PATH.read_text()
+        _source = source_text()
     return _source
 
 
@@ -160,13 +162,15 @@ class _Call:
     16-byte alignment of every array, op, dim): between calls only the arrays change.
     ``planned``: the launches checked and packed once (Kernel.planned), taking the stream
     handle (None: the current stream) and the pointers of the two inputs, the output (and the
-    split's partials, or the ticket's workspace)."""
+    split's partials, or the ticket's counters and partials)."""
 
     planned: tuple[Any, ...]
     grid: int
-    chunks: int  # split, ticket: chunks per row (0: one launch, nothing else)
+    chunks: int  # split, ticket, lagged: chunks per row (0: one launch, nothing else)
     index: int
-    words: int = 0  # ticket: its workspace, 32-bit words zeroed before each launch
+    # ticket, lagged: (float32 partials, zeroed counters the kernel leaves zero) from the
+    # stream's kept workspace (kernels/_gemm_workspace.py): no memset per call
+    room: tuple[int, int] = (0, 0)
     single: Any = dataclasses.field(init=False)  # the one planned launch; None: split, ticket
 
     def __post_init__(self) -> None:
@@ -177,11 +181,12 @@ class _Call:
         if not self.chunks:
             self.planned[0](handle, a.ptr, b.ptr, out.ptr)
             return
-        alloc = None if stream is None else gpurt.as_stream(stream, self.index)
-        if self.words:
-            work = gpurt.zeros((self.words,), dtype=np.uint32, device=self.index, stream=alloc)
-            self.planned[0](handle, a.ptr, b.ptr, out.ptr, work.ptr)
+        if self.room[1]:  # counters the kernel leaves zero: no memset per call
+            with workspace.LOCK:
+                space = workspace.take(self.index, handle, *self.room)
+                self.planned[0](handle, a.ptr, b.ptr, out.ptr, space.counters, space.partials)
             return
+        alloc = None if stream is None else gpurt.as_stream(stream, self.index)
         partials = gpurt.empty((self.grid, 2), dtype=np.float32, device=self.index,
                                stream=alloc)
         self.planned[0](handle, a.ptr, b.ptr, partials.ptr)
@@ -329,14 +334,25 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
     if variant.non_portable:  # forced variants only; idempotent
         kernels[0].set_attribute(_NON_PORTABLE, 1, device=index)
     a, b = inputs[0].ptr, inputs[-1].ptr
+    if variant.kind == "lagged":
+        chunks = variant.chunks(view.cols)
+        sms = gpurt.get_device_properties(index).multi_processor_count
+        lag = variant.lag_tickets(view.rows, view.cols, sms)
+        grid = view.rows * chunks + lag
+        if grid > MAX_GRID_X:
+            raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
+        config = gpurt.LaunchConfig(grid, variant.threads)
+        one = kernels[0].planned(config, a, b, out.ptr, 0, 0, view.rows, view.cols, chunks,
+                                 lag, varying=(0, 1, 2, 3, 4), device=index)
+        return _Call((one,), grid, chunks, index, room=variant.workspace(view.rows, view.cols))
     if variant.kind == "ticket":
         chunks = variant.chunks(view.cols)
         if variant.persist:  # as many CTAs as fit at once, each walking chunks
             grid = max(1, min(grid, resident_ctas(variant, index)))
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
-        one = kernels[0].planned(config, a, b, out.ptr, 0, view.rows, view.cols, chunks,
-                                 varying=(0, 1, 2, 3), device=index)
-        return _Call((one,), grid, chunks, index, variant.workspace_words(view.rows, view.cols))
+        one = kernels[0].planned(config, a, b, out.ptr, 0, 0, view.rows, view.cols, chunks,
+                                 varying=(0, 1, 2, 3, 4), device=index)
+        return _Call((one,), grid, chunks, index, room=variant.workspace(view.rows, view.cols))
     if variant.kind != "split":
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
         one = kernels[0].planned(config, a, b, out.ptr, view.rows, view.cols,

@@ -73,6 +73,7 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 in_registers = (v.items - v.smem_items) * v.vec * inputs
                 shapes = [s for s in plan.LONG_ROWS[op, dtype.itemsize] if clusters
                           and (s.threads, s.blocks) == (v.threads, v.min_blocks)]
+                assert v.kind != "lagged"  # forced comparisons only (s9-soft16)
                 assert v.min_blocks == 1 or shapes
                 if v.smem_items:
                     assert in_registers <= max(s.keep for s in shapes)
@@ -236,8 +237,8 @@ def test_variant_names_grid_and_chunks():
     assert one.names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert dataclasses.replace(rows, one_pass=True).names() == (
         "softmax_rows<2, 1, 8, 2, 16, 128, 1, 0, 0, 1>",)
-    # counters for 3 rows and the ticket rounded up to 4 words, then 48 float2 partials
-    assert ticket.workspace_words(3, 1_000_003) == 4 + 96
+    # 48 float2 partials; counters for the ticket and 3 rows
+    assert ticket.workspace(3, 1_000_003) == (96, 4)
     # ticket chunks in a persistent grid: every template parameter spelled, two stages
     persist = dataclasses.replace(one, persist=2, edges=True)
     assert persist.names() == ("softmax_persist<2, 0, 8, 16, 512, 2, 12, 1, 1, 1>",)
@@ -700,7 +701,8 @@ def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
     assert picks[1] == plan.choose_variant(1_000_003, dtype, op)  # the wide chunks
     for rows in (2, 4):
         if gpurt.get_device_capability()[0] >= 9:
-            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
+            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind in (
+                "ticket", "lagged")
         check_long_rows(op, (rows, 1_000_003), dtype, rng)
 
 
