@@ -218,6 +218,23 @@ def test_column_walk_realigns_rows_vectors_cannot_align_with(monkeypatch) -> Non
 
 
 
+@pytest.mark.usefixtures("sm90")
+@pytest.mark.parametrize("ticket", ["all", "one", "acqrel"])
+def test_fold_tickets_fence_as_told(monkeypatch, ticket) -> None:
+    """reduce_codegen.TICKET: every thread fences before the ticket ("all"), thread 0 alone
+    ("one"), or thread 0's acq_rel atomic without a fence ("acqrel")."""
+    monkeypatch.setattr(reduce_codegen, "TICKET", ticket)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", f"sum_tk_{ticket}")
+    plan = r._plan([fake_array((4099, 8191))], [None], 0, False)
+    kernel = plan.kernel.module.source.split('extern "C"')[1]
+    assert plan.fold and plan.counts == plan.grid[0]
+    every = "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0)\n"
+    assert (every in kernel) == (ticket == "all")
+    assert ("if (threadIdx.x == 0) {\n        __threadfence();" in kernel) == (ticket == "one")
+    assert ("_gpurt_ticket_acq_rel(_count" in kernel) == (ticket == "acqrel")
+    assert kernel.count("__threadfence();") == {"all": 2, "one": 2, "acqrel": 0}[ticket]
+
+
 def test_split_grids_round_to_whole_waves() -> None:
     fit = reduction._fit_waves  # (column blocks, splits, resident blocks) -> splits
     assert fit(67, 17, 1056) == 15   # 1.08 waves of 8 x 132 -> one wave
@@ -437,6 +454,31 @@ def test_split_sums_keep_their_counters_per_stream(gpu_state) -> None:
     handles = {gpurt.streams.as_stream_handle(s) for s in streams}
     assert plan.splits > 1 and plan.fold
     assert {h for _, h in counters._kept.keys()} >= handles  # each stream its own
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ticket", ["all", "one", "acqrel"])
+def test_split_folds_under_every_ticket(gpu_state, monkeypatch, ticket) -> None:
+    """Split sums folded by their last block whichever way the blocks take the ticket
+    (reduce_codegen.TICKET): a long row (a block an output), short rows (a warp each),
+    aligned, realigned and tall (tree) columns; three calls each on the kept counters, the
+    same bits every call, against float64; outputs poisoned first."""
+    monkeypatch.setattr(reduce_codegen, "TICKET", ticket)
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", f"sum_ticket_{ticket}")
+    for shape, axis, dtype in [((1, 300001), -1, np.float32), ((64, 2048), -1, np.float32),
+                               ((4099, 1024), 0, np.float32), ((4099, 1001), 0, BF16),
+                               ((40000, 37), 0, np.float32)]:
+        x = rng.standard_normal(shape).astype(dtype)
+        want = x.astype(np.float64).sum(axis=axis)
+        dev = gpurt.asarray(x)
+        got = [r(dev, poisoned(want.shape, dtype), axis=axis).numpy() for _ in range(3)]
+        plan = list(r._plans.values())[-1]
+        assert plan.splits > 1 and plan.fold, shape
+        n = x.size // want.size
+        np.testing.assert_allclose(got[0].astype(np.float64), want, rtol=2**-7 if dtype is BF16
+                                   else 1e-4, atol=1e-5 * math.sqrt(n) * 4)
+        assert all(np.array_equal(g.view(np.uint8), got[0].view(np.uint8)) for g in got[1:])
 
 
 @pytest.mark.gpu
