@@ -47,15 +47,16 @@ REDUCE_VARIANTS = [
     {**_BASE, "fold": False, "walk": True},  # the walk alone
     {**_BASE, "ticket": "one", "rows": True},
     {**_BASE, "ticket": "acqrel", "rows": True},
-    {**_BASE, "fold": False, "odd": True},  # walk + finish kernel
-    {**_BASE, "ticket": "one", "batch": 16, "odd": True},
-    {**_BASE, "ticket": "one", "least": 64, "odd": True},
-    {**_BASE, "ticket": "one", "least": 16, "odd": True},
-    {**_BASE, "ticket": "one", "unroll": 8, "odd": True},
-    {**_BASE, "ticket": "one", "unroll": 2, "odd": True},
-    {**_BASE, "ticket": "one", "width": 16},
+    {**_BASE, "ticket": "acqrel", "from": 16, "odd": True},  # tree where rows > 16
+    {**_BASE, "ticket": "acqrel", "batch": 16, "odd": True},
+    {**_BASE, "ticket": "acqrel", "least": 64, "odd": True},
+    {**_BASE, "ticket": "acqrel", "least": 128, "odd": True},
+    {**_BASE, "ticket": "acqrel", "least": 16, "odd": True},
+    {**_BASE, "ticket": "acqrel", "width": 16},
     {**_BASE, "fold": False, "walk": True, "least": 64, "odd": True},
     {**_BASE, "fold": False, "walk": True, "width": 16, "odd": True},
+    {**_BASE, "fold": False, "walk": True, "least": 16, "odd": True},
+    {**_BASE, "fold": False, "odd": True},  # walk + finish kernel
     {**_BASE, "odd": True},  # main again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),

@@ -56,7 +56,7 @@ COLUMN_MIN_BLOCKS = 8
 # thread 0 alone fences and takes it (cooperative groups' grid sync: the barrier orders the
 # block's stores before thread 0's fence); "acqrel" = thread 0's atom.add.acq_rel.gpu
 # after __syncthreads, no fence.
-TICKET = "all"
+TICKET = "acqrel"
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
