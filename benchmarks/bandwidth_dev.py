@@ -38,10 +38,13 @@ from gpurt._random import kernels as rkernels
 # walk's time without the fold; "fold": reduction.FOLD (False: walk + finish kernel);
 # "ticket": reduce_codegen.TICKET (how a split block takes the fold's ticket: "all" threads
 # fence, thread 0 alone ("one"), thread 0's acq_rel atomic ("acqrel")). "odd": only the
-# odd-width shapes; "rows": also the rows.
+# odd-width shapes; "rows": also the rows. "treewidth": reduction.COLUMN_TREE_WIDTH (added after
+# the run: 0 = the code before; the run's "width": 16 rows give its tall shapes' numbers).
+# Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json (the list
+# below, but the last variant: the defaults shipped after it, not timed as such).
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
-         "from": 32, "cap": 8, "fold": True, "ticket": "all"}
+         "from": 32, "cap": 8, "fold": True, "ticket": "all", "treewidth": 0}
 REDUCE_VARIANTS = [
     {**_BASE, "rows": True},  # main (the shipped defaults)
     {**_BASE, "fold": False, "walk": True},  # the walk alone
@@ -58,6 +61,7 @@ REDUCE_VARIANTS = [
     {**_BASE, "fold": False, "walk": True, "least": 16, "odd": True},
     {**_BASE, "fold": False, "odd": True},  # walk + finish kernel
     {**_BASE, "odd": True},  # main again: the run's noise
+    {**_BASE, "ticket": "acqrel", "treewidth": 16, "rows": True},  # shipped after the run
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -74,7 +78,8 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "from": (reduction, "COLUMN_FOLD_TREE_FROM"),
           "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS"),
           "fold": (reduction, "FOLD"),
-          "ticket": (reduce_codegen, "TICKET")}
+          "ticket": (reduce_codegen, "TICKET"),
+          "treewidth": (reduction, "COLUMN_TREE_WIDTH")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),

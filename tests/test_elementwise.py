@@ -152,6 +152,7 @@ def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
     grid and one per group of splits; fewer rows a thread, one level."""
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 16)
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 32)
+    monkeypatch.setattr(reduction, "COLUMN_TREE_WIDTH", 0)  # COLUMN_WIDTH everywhere
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_tree")
     tall = r._plan([fake_array((65536, 1023))], [None], 0, False)
     assert tall.splits > 16 and tall.fold
@@ -165,6 +166,30 @@ def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
     flat = r._plan([fake_array((65536, 1023))], [None], 0, False)
     assert flat.splits == tall.splits and flat.counts == flat.grid[0]
     assert "_gpurt_group_last" not in flat.kernel.module.source
+
+
+@pytest.mark.usefixtures("sm90")
+def test_tall_realigned_sums_take_narrower_blocks(monkeypatch) -> None:
+    """Where the realigned walk's split would fold in a tree at COLUMN_WIDTH, it takes
+    COLUMN_TREE_WIDTH threads across: twice the column blocks, fewer splits; elsewhere (no
+    tree, or no realigning) COLUMN_WIDTH."""
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 16)
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 32)
+    monkeypatch.setattr(reduce_codegen, "COLUMN_WIDTH", 32)
+    monkeypatch.setattr(reduction, "COLUMN_TREE_WIDTH", 16)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_narrow")
+
+    def plan(shape, dtype=np.float32):
+        return r._plan([fake_array(shape, dtype)], [None], 0, False)
+
+    f32, b16 = plan((65536, 1023)), plan((65536, 1023), BF16)
+    assert f32.grid[:2] == (-(-1023 // (15 * 4)), 58) and f32.counts == f32.grid[0]
+    assert b16.grid[:2] == (-(-1023 // (15 * 8)), 117) and b16.counts > b16.grid[0]  # a tree
+    assert "_gpurt_group_last" in b16.kernel.module.source
+    assert plan((4099, 8191)).grid[0] == -(-8191 // (31 * 4))  # one level: as before
+    assert plan((65536, 1024)).grid[0] == 1024 // 32           # aligned: as before
+    monkeypatch.setattr(reduction, "COLUMN_TREE_WIDTH", 0)
+    assert plan((65536, 1023)).grid[:2] == (-(-1023 // (31 * 4)), 117)
 
 
 @pytest.mark.usefixtures("sm90")
@@ -461,14 +486,14 @@ def test_split_sums_keep_their_counters_per_stream(gpu_state) -> None:
 def test_split_folds_under_every_ticket(gpu_state, monkeypatch, ticket) -> None:
     """Split sums folded by their last block whichever way the blocks take the ticket
     (reduce_codegen.TICKET): a long row (a block an output), short rows (a warp each),
-    aligned, realigned and tall (tree) columns; three calls each on the kept counters, the
-    same bits every call, against float64; outputs poisoned first."""
+    aligned, realigned and tall columns (one level, a tree); three calls each on the kept
+    counters, the same bits every call, against float64; outputs poisoned first."""
     monkeypatch.setattr(reduce_codegen, "TICKET", ticket)
     rng = np.random.default_rng()
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", f"sum_ticket_{ticket}")
     for shape, axis, dtype in [((1, 300001), -1, np.float32), ((64, 2048), -1, np.float32),
                                ((4099, 1024), 0, np.float32), ((4099, 1001), 0, BF16),
-                               ((40000, 37), 0, np.float32)]:
+                               ((40000, 37), 0, np.float32), ((40000, 301), 0, BF16)]:
         x = rng.standard_normal(shape).astype(dtype)
         want = x.astype(np.float64).sum(axis=axis)
         dev = gpurt.asarray(x)
