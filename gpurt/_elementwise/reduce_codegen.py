@@ -51,15 +51,12 @@ FOLD_BATCH = 8
 # argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without it the
 # fold's batch takes 34-48 and the walk loses resident blocks; 0: no cap).
 COLUMN_MIN_BLOCKS = 8
-# How a split block takes the fold's ticket: "all" = every thread fences its partials
-# (__threadfence, fence.sc.gpu) before thread 0's atomicAdd; "one" = after __syncthreads,
-# thread 0 alone fences and takes it (cooperative groups' grid sync: the barrier orders the
-# block's stores before thread 0's fence); "acqrel" = thread 0's atom.add.acq_rel.gpu
-# after __syncthreads, no fence (the last block's acquire covers its reads of the others'
-# partials). H100, "all" -> "acqrel": 0.4-1.5 us less a split call, every split shape
-# (4099x8191 bfloat16 76.1 -> 77.8% of copy, 65536x1023 bfloat16 77.9 -> 80.1, 8192^2
-# bfloat16 90.5 -> 92.0, 1 x 64 Mi 95.6 -> 96.1); "one" within noise of "all"
-# (notes_bandwidth.md, s9-colsum).
+# How a split block takes the fold's ticket: "all" = every thread fences (fence.sc.gpu)
+# before thread 0's atomicAdd; "one" = after __syncthreads, thread 0 alone fences and takes
+# it (cooperative groups' grid sync); "acqrel" = after __syncthreads, thread 0's
+# atom.add.acq_rel.gpu, no fence. H100, "all" -> "acqrel": 0.4-1.5 us less a split call
+# (4099x8191 bfloat16 76.1 -> 77.8% of copy, 65536x1023 bfloat16 77.9 -> 80.1, 1 x 64 Mi
+# 95.6 -> 96.1); "one" within noise of "all" (notes_bandwidth.md, s9-colsum).
 TICKET = "acqrel"
 
 _HELPERS = r"""
