@@ -29,33 +29,39 @@ import gpurt
 from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
-# Session 8 (s8-colodd, issue 20): "fit" (COLUMN_SPLIT_FIT) and "keep" (counters.KEEP)
-# shipped. Session 8 (s8-colfold): the column fold's tail. "batch": partials in flight per
-# thread of the fold (reduce_codegen.FOLD_BATCH; 4 = the fold before, an unroll of 4);
-# "tree": splits per group of the two-level fold (reduction.COLUMN_FOLD_TREE; 0 = one
-# level); "cap": __launch_bounds__' blocks per SM of folding column kernels
-# (reduce_codegen.COLUMN_MIN_BLOCKS; 8 = 32 registers; 0 = none); width 16 with realign 32:
-# realigned 32-byte loads (16 rows of threads make the vector's period divide the rows an odd
-# row stride apart). "from": reduction.COLUMN_FOLD_TREE_FROM (0: the tree wherever splits >
-# tree, as in s8-colfold's H100 run; its rows, variants included, are in
-# results/bandwidth-dev-s8-colfold-nvidia-h100.json). "odd": only the odd-width shapes; "rows":
-# also the rows. The list is that run's plus the defaults shipped after it (not timed whole).
-_BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 2, "least": 32, "spread": 4,
+# Session 8 (s8-colodd, s8-colfold; issue 20): "fit" (COLUMN_SPLIT_FIT), "keep"
+# (counters.KEEP), "batch" (reduce_codegen.FOLD_BATCH), "tree"/"from" (reduction.
+# COLUMN_FOLD_TREE/_FROM), "cap" (reduce_codegen.COLUMN_MIN_BLOCKS) shipped; their runs' rows are
+# in results/bandwidth-dev-s8-*-nvidia-h100.json. Session 9 (s9-colsum): where a split column
+# sum's fixed 6-7 us go. "walk": the split kernel alone, its partials folded by nobody (FOLD
+# off, the finish kernel not launched; results checked before with the finish kernel): the
+# walk's time without the fold; "fold": reduction.FOLD (False: walk + finish kernel);
+# "ticket": reduce_codegen.TICKET (how a split block takes the fold's ticket: "all" threads
+# fence, thread 0 alone ("one"), thread 0's acq_rel atomic ("acqrel")). "odd": only the
+# odd-width shapes; "rows": also the rows. "treewidth": reduction.COLUMN_TREE_WIDTH (added after
+# the run: 0 = the code before; the run's "width": 16 rows give its tall shapes' numbers).
+# Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json (the list
+# below, but the last variant: the defaults shipped after it, not timed as such).
+_BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
-         "from": 0, "cap": 8}
+         "from": 32, "cap": 8, "fold": True, "ticket": "all", "treewidth": 0}
 REDUCE_VARIANTS = [
-    {**_BASE, "batch": 4, "tree": 0, "cap": 0, "rows": True},  # main before s8-colfold
-    {**_BASE, "tree": 0},
-    {**_BASE, "rows": True},  # the run's defaults
-    {**_BASE, "waves": 1, "from": 32, "rows": True},  # shipped after the run
-    {**_BASE, "tree": 8},
-    {**_BASE, "tree": 32},
-    {**_BASE, "batch": 16, "cap": 0},
-    {**_BASE, "cap": 0},
-    {**_BASE, "width": 16, "realign": 32, "odd": True},  # 16 rows of threads: 32-byte loads
-    {**_BASE, "least": 16},
-    {**_BASE, "waves": 1},
-    {**_BASE, "odd": True},  # the defaults again: the run's noise
+    {**_BASE, "rows": True},  # main (the shipped defaults)
+    {**_BASE, "fold": False, "walk": True},  # the walk alone
+    {**_BASE, "ticket": "one", "rows": True},
+    {**_BASE, "ticket": "acqrel", "rows": True},
+    {**_BASE, "ticket": "acqrel", "from": 16, "odd": True},  # tree where rows > 16
+    {**_BASE, "ticket": "acqrel", "batch": 16, "odd": True},
+    {**_BASE, "ticket": "acqrel", "least": 64, "odd": True},
+    {**_BASE, "ticket": "acqrel", "least": 128, "odd": True},
+    {**_BASE, "ticket": "acqrel", "least": 16, "odd": True},
+    {**_BASE, "ticket": "acqrel", "width": 16},
+    {**_BASE, "fold": False, "walk": True, "least": 64, "odd": True},
+    {**_BASE, "fold": False, "walk": True, "width": 16, "odd": True},
+    {**_BASE, "fold": False, "walk": True, "least": 16, "odd": True},
+    {**_BASE, "fold": False, "odd": True},  # walk + finish kernel
+    {**_BASE, "odd": True},  # main again: the run's noise
+    {**_BASE, "ticket": "acqrel", "treewidth": 16, "rows": True},  # shipped after the run
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -70,7 +76,10 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "batch": (reduce_codegen, "FOLD_BATCH"),
           "tree": (reduction, "COLUMN_FOLD_TREE"),
           "from": (reduction, "COLUMN_FOLD_TREE_FROM"),
-          "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS")}
+          "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS"),
+          "fold": (reduction, "FOLD"),
+          "ticket": (reduce_codegen, "TICKET"),
+          "treewidth": (reduction, "COLUMN_TREE_WIDTH")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -184,11 +193,13 @@ def _reduce_row(timer: Timer, copy: float, torch: Any, kernel: Any, shape: tuple
         want = x.double().sum(axis)
         errs.append(float(((out.double() - want).abs() /
                            (x.double().abs().sum(axis) + 1e-30)).max()))
+    plan = list(kernel._plans.values())[-1] if getattr(kernel, "_plans", None) else None
+    if variant.get("walk") and plan is not None and plan.splits > 1 and not plan.fold:
+        plan.launches = (plan.launches[0], lambda *args: None)  # the finish kernel skipped
     gbps = nbytes / timer.ms(call) / 1e6
     if shape not in torch_gbps:
         theirs = functools.partial(torch.sum, x, axis, out=out)
         torch_gbps[shape] = nbytes / timer.ms(theirs) / 1e6
-    plan = list(kernel._plans.values())[-1] if getattr(kernel, "_plans", None) else None
     return {"variant": variant, "what": f"sum({axis}) {rows_}x{cols} {dtype}",
             "gpurt_GBps": round(gbps, 1), "torch_GBps": round(torch_gbps[shape], 1),
             "pct_copy": round(100 * gbps / copy, 1),

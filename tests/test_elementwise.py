@@ -152,6 +152,7 @@ def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
     grid and one per group of splits; fewer rows a thread, one level."""
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 16)
     monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 32)
+    monkeypatch.setattr(reduction, "COLUMN_TREE_WIDTH", 0)  # COLUMN_WIDTH everywhere
     r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_tree")
     tall = r._plan([fake_array((65536, 1023))], [None], 0, False)
     assert tall.splits > 16 and tall.fold
@@ -165,6 +166,30 @@ def test_tall_column_sums_fold_in_a_tree(monkeypatch) -> None:
     flat = r._plan([fake_array((65536, 1023))], [None], 0, False)
     assert flat.splits == tall.splits and flat.counts == flat.grid[0]
     assert "_gpurt_group_last" not in flat.kernel.module.source
+
+
+@pytest.mark.usefixtures("sm90")
+def test_tall_realigned_sums_take_narrower_blocks(monkeypatch) -> None:
+    """Where the realigned walk's split would fold in a tree at COLUMN_WIDTH, it takes
+    COLUMN_TREE_WIDTH threads across: twice the column blocks, fewer splits; elsewhere (no
+    tree, or no realigning) COLUMN_WIDTH."""
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE", 16)
+    monkeypatch.setattr(reduction, "COLUMN_FOLD_TREE_FROM", 32)
+    monkeypatch.setattr(reduce_codegen, "COLUMN_WIDTH", 32)
+    monkeypatch.setattr(reduction, "COLUMN_TREE_WIDTH", 16)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_narrow")
+
+    def plan(shape, dtype=np.float32):
+        return r._plan([fake_array(shape, dtype)], [None], 0, False)
+
+    f32, b16 = plan((65536, 1023)), plan((65536, 1023), BF16)
+    assert f32.grid[:2] == (-(-1023 // (15 * 4)), 58) and f32.counts == f32.grid[0]
+    assert b16.grid[:2] == (-(-1023 // (15 * 8)), 117) and b16.counts > b16.grid[0]  # a tree
+    assert "_gpurt_group_last" in b16.kernel.module.source
+    assert plan((4099, 8191)).grid[0] == -(-8191 // (31 * 4))  # one level: as before
+    assert plan((65536, 1024)).grid[0] == 1024 // 32           # aligned: as before
+    monkeypatch.setattr(reduction, "COLUMN_TREE_WIDTH", 0)
+    assert plan((65536, 1023)).grid[:2] == (-(-1023 // (31 * 4)), 117)
 
 
 @pytest.mark.usefixtures("sm90")
@@ -216,6 +241,23 @@ def test_column_walk_realigns_rows_vectors_cannot_align_with(monkeypatch) -> Non
     monkeypatch.setattr(reduction, "COLUMN_REALIGN_ALL", True)
     assert blocks(r, [fake_array((8192, 8192))]) == -(-8192 // f4)
 
+
+
+@pytest.mark.usefixtures("sm90")
+@pytest.mark.parametrize("ticket", ["all", "one", "acqrel"])
+def test_fold_tickets_fence_as_told(monkeypatch, ticket) -> None:
+    """reduce_codegen.TICKET: every thread fences before the ticket ("all"), thread 0 alone
+    ("one"), or thread 0's acq_rel atomic without a fence ("acqrel")."""
+    monkeypatch.setattr(reduce_codegen, "TICKET", ticket)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", f"sum_tk_{ticket}")
+    plan = r._plan([fake_array((4099, 8191))], [None], 0, False)
+    kernel = plan.kernel.module.source.split('extern "C"')[1]
+    assert plan.fold and plan.counts == plan.grid[0]
+    every = "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0)\n"
+    assert (every in kernel) == (ticket == "all")
+    assert ("if (threadIdx.x == 0) {\n        __threadfence();" in kernel) == (ticket == "one")
+    assert ("_gpurt_ticket_acq_rel(_count" in kernel) == (ticket == "acqrel")
+    assert kernel.count("__threadfence();") == {"all": 2, "one": 2, "acqrel": 0}[ticket]
 
 
 def test_split_grids_round_to_whole_waves() -> None:
@@ -437,6 +479,31 @@ def test_split_sums_keep_their_counters_per_stream(gpu_state) -> None:
     handles = {gpurt.streams.as_stream_handle(s) for s in streams}
     assert plan.splits > 1 and plan.fold
     assert {h for _, h in counters._kept.keys()} >= handles  # each stream its own
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ticket", ["all", "one", "acqrel"])
+def test_split_folds_under_every_ticket(gpu_state, monkeypatch, ticket) -> None:
+    """Split sums folded by their last block whichever way the blocks take the ticket
+    (reduce_codegen.TICKET): a long row (a block an output), short rows (a warp each),
+    aligned, realigned and tall columns (one level, a tree); three calls each on the kept
+    counters, the same bits every call, against float64; outputs poisoned first."""
+    monkeypatch.setattr(reduce_codegen, "TICKET", ticket)
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", f"sum_ticket_{ticket}")
+    for shape, axis, dtype in [((1, 300001), -1, np.float32), ((64, 2048), -1, np.float32),
+                               ((4099, 1024), 0, np.float32), ((4099, 1001), 0, BF16),
+                               ((40000, 37), 0, np.float32), ((40000, 301), 0, BF16)]:
+        x = rng.standard_normal(shape).astype(dtype)
+        want = x.astype(np.float64).sum(axis=axis)
+        dev = gpurt.asarray(x)
+        got = [r(dev, poisoned(want.shape, dtype), axis=axis).numpy() for _ in range(3)]
+        plan = list(r._plans.values())[-1]
+        assert plan.splits > 1 and plan.fold, shape
+        n = x.size // want.size
+        np.testing.assert_allclose(got[0].astype(np.float64), want, rtol=2**-7 if dtype is BF16
+                                   else 1e-4, atol=1e-5 * math.sqrt(n) * 4)
+        assert all(np.array_equal(g.view(np.uint8), got[0].view(np.uint8)) for g in got[1:])
 
 
 @pytest.mark.gpu

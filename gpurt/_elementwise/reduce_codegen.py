@@ -51,6 +51,13 @@ FOLD_BATCH = 8
 # argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without it the
 # fold's batch takes 34-48 and the walk loses resident blocks; 0: no cap).
 COLUMN_MIN_BLOCKS = 8
+# How a split block takes the fold's ticket: "all" = every thread fences (fence.sc.gpu)
+# before thread 0's atomicAdd; "one" = after __syncthreads, thread 0 alone fences and takes
+# it (cooperative groups' grid sync); "acqrel" = after __syncthreads, thread 0's
+# atom.add.acq_rel.gpu, no fence. H100, "all" -> "acqrel": 0.4-1.5 us less a split call
+# (4099x8191 bfloat16 76.1 -> 77.8% of copy, 65536x1023 bfloat16 77.9 -> 80.1, 1 x 64 Mi
+# 95.6 -> 96.1); "one" within noise of "all" (notes_bandwidth.md, s9-colsum).
+TICKET = "acqrel"
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -72,6 +79,17 @@ _GPURT_L2(int)
 _GPURT_L2(unsigned int)
 _GPURT_L2(long long)
 _GPURT_L2(unsigned long long)
+// The fold's ticket with release (the block's partials, ordered by a barrier before it) and
+// acquire (the other blocks' partials) semantics at device scope.
+__device__ __forceinline__ unsigned _gpurt_ticket_acq_rel(unsigned* p) {
+#ifdef __CUDA_ARCH__
+    unsigned t;
+    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(t) : "l"(p) : "memory");
+    return t;
+#else
+    return atomicAdd(p, 1u);
+#endif
+}
 """
 
 
@@ -371,12 +389,20 @@ def fold_groups(per: int) -> int:
 
 def _ticket(counter: str, arrivals: str, flag: str) -> str:
     """Every block: fence its partials, take a ticket from ``counter``; only the last of
-    ``arrivals`` blocks goes on (it sets the counter back to 0 and fences before reading)."""
-    return ("    __threadfence();\n    __syncthreads();\n"
-            f"    if (threadIdx.x == 0)\n        {flag} = atomicAdd({counter}, 1u) == "
-            f"(unsigned)({arrivals} - 1);\n"
-            f"    __syncthreads();\n    if (!{flag}) return;\n"
-            f"    if (threadIdx.x == 0) *({counter}) = 0u;\n    __threadfence();\n")
+    ``arrivals`` blocks goes on (it sets the counter back to 0 and, with acquire semantics
+    before the barrier or a fence after it, reads the others' partials). See TICKET."""
+    last = f"(unsigned)({arrivals} - 1)"
+    if TICKET == "all":
+        return ("    __threadfence();\n    __syncthreads();\n"
+                f"    if (threadIdx.x == 0)\n        {flag} = atomicAdd({counter}, 1u) == {last};\n"
+                f"    __syncthreads();\n    if (!{flag}) return;\n"
+                f"    if (threadIdx.x == 0) *({counter}) = 0u;\n    __threadfence();\n")
+    take = {"one": f"__threadfence();\n        {flag} = atomicAdd({counter}, 1u) == {last};\n"
+                   f"        if ({flag}) __threadfence();\n",
+            "acqrel": f"{flag} = _gpurt_ticket_acq_rel({counter}) == {last};\n"}[TICKET]
+    return ("    __syncthreads();\n    if (threadIdx.x == 0) {\n"
+            f"        {take}        if ({flag}) *({counter}) = 0u;\n    }}\n"
+            f"    __syncthreads();\n    if (!{flag}) return;\n")
 
 
 def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:

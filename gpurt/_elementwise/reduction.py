@@ -67,6 +67,14 @@ FOLD = True
 # 69.6, 65536x1024 float32 94.0 -> 91.3; notes_bandwidth.md, s8-colfold).
 COLUMN_FOLD_TREE = 16
 COLUMN_FOLD_TREE_FROM = 32
+# The realigned column walk's width (threads across outputs; reduce_codegen.COLUMN_WIDTH
+# otherwise) where at that width its split would fold in a tree (tall sums): twice the column
+# blocks of half the outputs, about half the splits, each output's partial rows shared by
+# twice the fold's threads (H100: 65536x1023 float32 87.6 -> 89.4% of copy as 18x58 blocks
+# instead of 9x117, bfloat16 80.1 -> 81.4 as 9x117 instead of 5x211; narrower everywhere
+# loses: 1023x65537 float32 96.0 -> 84.3, 8192^2 float32 96.2 -> 90.7; notes_bandwidth.md,
+# s9-colsum). 0: COLUMN_WIDTH everywhere.
+COLUMN_TREE_WIDTH = 16
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -288,24 +296,17 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     k = int(np.prod(red_dims, dtype=np.int64))
     in_kept_c, out_kept_c = kept_strides[:len(in_kept)], kept_strides[len(in_kept):]
     walk = _walk(in_kept_c, red_strides, kept_dims, k)
-    spread, realign = 1, False
-    width = reduce_codegen.COLUMN_WIDTH
-    if walk == "row":
-        vec = _vec(arrays, in_kept_c, red_strides)
-    else:
-        vec, spread, realign = _column_loads(arrays, in_kept_c, red_strides, kept_dims, width)
-    group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
-    per_block = BLOCK // group if walk == "row" else \
-        (width - 1) * vec if realign else width * vec * spread
-    blocks = max(1, -(-m // per_block))
-    splits, chunk = _split(blocks, k, vec, walk, group, width, device)
+    cover = (walk, arrays, in_kept_c, red_strides, kept_dims, m, k, device)
+    grid = _grid(*cover, reduce_codegen.COLUMN_WIDTH)
+    if grid.realign and grid.tree and COLUMN_TREE_WIDTH:
+        narrow = _grid(*cover, COLUMN_TREE_WIDTH)
+        grid = narrow if narrow.realign else grid
+    vec, spread, realign, group, width, per_block, blocks, splits, chunk, tree = \
+        dataclasses.astuple(grid)
     spans = [sum((d - 1) * abs(s) for d, s in zip(kept_dims, ks)) +
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
-    rows = -(-splits // reduce_codegen.fold_groups(per_block))  # a fold thread's, one level
-    tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
-        rows > COLUMN_FOLD_TREE_FROM else 0
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
                           FOLD and splits > 1, width, spread, realign, tree)
     assert outputs_per_block(layout) == per_block
@@ -339,6 +340,44 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values),
         blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Grid:
+    """How a walk covers M x K: its loads (``vec``, ``spread``, ``realign``), threads
+    (``group`` an output in the row walk, ``width`` across outputs in the column walk),
+    outputs a block, column blocks, splits of K and elements a split, the fold's ``tree``."""
+
+    vec: int
+    spread: int
+    realign: bool
+    group: int
+    width: int
+    per_block: int
+    blocks: int
+    splits: int
+    chunk: int
+    tree: int
+
+
+def _grid(walk: str, arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
+          in_red: Sequence[tuple[int, ...]], kept_dims: tuple[int, ...], m: int, k: int,
+          device: int, width: int) -> _Grid:
+    """The walk's loads, blocks and split with ``width`` threads across a column block."""
+    spread, realign = 1, False
+    if walk == "row":
+        vec = _vec(arrays, in_kept, in_red)
+    else:
+        vec, spread, realign = _column_loads(arrays, in_kept, in_red, kept_dims, width)
+    group = 32 if walk == "row" and k <= _ROW_WARP_MAX else BLOCK
+    per_block = BLOCK // group if walk == "row" else \
+        (width - 1) * vec if realign else width * vec * spread
+    blocks = max(1, -(-m // per_block))
+    splits, chunk = _split(blocks, k, vec, walk, group, width, device)
+    rows = -(-splits // reduce_codegen.fold_groups(per_block))  # a fold thread's, one level
+    tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
+        rows > COLUMN_FOLD_TREE_FROM else 0
+    return _Grid(vec, spread, realign, group, width, per_block, blocks, splits, chunk, tree)
 
 
 def _finish_blocks(m: int) -> int:
