@@ -5,9 +5,13 @@ deep K tile for short K, split-K) kernel-only (20 calls in a CUDA graph, replaye
 inputs) next to cuBLAS (torch.matmul) in the same process, fp16, bf16, TF32 and fp32, in the
 four operand layouts, each result checked against float64; ``tf32`` times the TF32 decode rows
 several times over (median and spread); ``check`` runs edge cases (offset views, beta, every
-layout) of the candidates; ``sanitize`` a few of them for compute-sanitizer.
+layout) of the candidates; ``sanitize`` a few of them for compute-sanitizer. ``rule`` checks
+the chooser's small-problem rule (kernels/_gemm_tune._small) on sizes ``time`` did not cover:
+gemm's choice against its choice without the rule (the packed route included) and the rivals,
+aligned rows too; and the TF32 16 x 4096^2 tilings (16-row tiles of 2 warps, 32 x 64 ones).
 
     python benchmarks/small_dev.py precompile | check | time [--json PATH] | tf32 | sanitize
+    python benchmarks/small_dev.py precompile --rule | rule [--json PATH]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import itertools
 import json
 import os
 import statistics
@@ -65,6 +70,21 @@ TF32_DECODE = {16: [mma(64, 64, 16, 32, 32, 4, s) for s in (4, 6, 9, 12, 16)]
                + [mma(128, 128, 16, 64, 64, 4, 16)],
                128: [T[4], dataclasses.replace(T[4], tma_store=False), T[1], T[3],
                      mma(64, 64, 16, 32, 32, 4, 2), mma(64, 64, 16, 32, 32, 4, 4)]}
+
+
+# the rule's check: unaligned sizes new to ``time`` (some past its 2^25 multiply-adds), aligned
+# ones on both sides of its K <= 128, M x N <= 2^17 line
+RULE_UNALIGNED = ((100, 300, 200), (333, 111, 77), (45, 450, 450), (500, 20, 500),
+                  (300, 300, 300), (400, 400, 200), (200, 500, 300), (64, 64, 1),
+                  (400, 400, 400), (300, 300, 380))
+RULE_ALIGNED = ((128, 256, 64), (128, 128, 32), (256, 256, 128), (256, 512, 128),
+                (512, 512, 128), (256, 256, 256), (512, 512, 256), (512, 512, 512), (64, 64, 512))
+RULE_RIVALS = {"fp16": (mma(32, 32, 64, 16, 16, 3), mma(32, 32, 32, 16, 16, 4)),
+               "tf32": (mma(32, 32, 16, 16, 16, 8),)}
+TF32_M16 = ([mma(32, 64, 16, 16, 32, 4, s) for s in (4, 6, 8)] + [mma(32, 64, 16, 16, 32, 6, 6)]
+            + [mma(16, 64, 16, 16, 32, 4, s) for s in (4, 8, 16)]
+            + [mma(16, 128, 16, 16, 64, 4, s) for s in (4, 8)]
+            + [mma(32, 128, 16, 32, 32, 4, s) for s in (4, 6)] + [mma(64, 64, 16, 32, 32, 4, 9)])
 
 
 def candidates(name: str, k: int) -> list[Config]:
@@ -185,6 +205,73 @@ def run_tf32(json_path: str | None, rounds: int) -> None:
         Path(json_path).write_text(json.dumps(rows, indent=1))
 
 
+def _without_rule(fn: Any) -> Any:
+    """fn() with the small-problem rule off (gemm's choice before it), plans cleared around."""
+    saved = tune._small
+    tune._small = lambda problem: False
+    gm.clear_plans()
+    try:
+        return fn()
+    finally:
+        tune._small = saved
+        gm.clear_plans()
+
+
+def rule_case(m: int, n: int, k: int, name: str, layout: str, stream: Any, l2: int,
+              rivals: list[Config]) -> dict[str, Any]:
+    tf32 = name == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    p = Operands(m, n, k, name, layout, l2)
+    problem = grid_dev.problem_of(p.a[0], p.b[0], tf32)
+    ref = p.a[0].double() @ p.b[0].double()
+    before = _without_rule(lambda: tune.heuristic(problem))
+    row: dict[str, Any] = {"shape": f"{m}x{n}x{k}", "dtype": name, "layout": layout,
+                           "vec": problem.vec, "small": tune._small(problem),
+                           "auto_config": tune.heuristic(problem).label(),
+                           "before_config": before.label(), "cublas_us": grid_dev.cublas_us(p)}
+    limit = 5e-3 if tf32 else 1e-2
+    timed = [("auto", None), ("before", None)] + [(c.label(), c) for c in rivals]
+    for label, config in timed:
+        if isinstance(config, Config) and not tune.eligible(problem, config):
+            continue
+        forced = config if isinstance(config, Config) else None
+
+        def measure(forced: Config | None = forced) -> tuple[float, float]:
+            err = grid_dev.error(p, forced, tf32, stream, ref)
+            return err, grid_dev.ours_us(p, forced, tf32, stream)
+
+        try:
+            err, us = _without_rule(measure) if label == "before" else measure()
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"{row['shape']} {name} {layout} {label}: {exc!r}", flush=True)
+            continue
+        row[label] = {"us": us, "x": round(row["cublas_us"] / us, 3), "err": float(f"{err:.2g}"),
+                      "ok": err < limit}
+    return row
+
+
+def run_rule(json_path: str | None) -> None:
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream = gpurt.Stream()
+    rows = []
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+        for name in ("fp16", "tf32"):
+            for shapes in (RULE_UNALIGNED, RULE_ALIGNED):
+                for m, n, k in shapes:
+                    rivals = list(RULE_RIVALS[name])
+                    rivals.append(tune._TF32_SMALL if name == "tf32" else tune._MMA_SMALL)
+                    row = rule_case(m, n, k, name, "nn", stream, l2, rivals)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        for layout in ("nn", "nt"):
+            row = rule_case(16, 4096, 4096, "tf32", layout, stream, l2, TF32_M16)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+    summary(rows)
+
+
 # ---- correctness ---------------------------------------------------------------------------------
 
 
@@ -225,6 +312,8 @@ def check_cases(sanitize: bool = False) -> list[tuple[Any, ...]]:
             for config in pool:
                 cases.append((37, 45, 61, name, "nt", config, 0.5, 1))
                 cases.append((70, 33, 300, name, "tn", config, 0.0, 0))
+        # gemm's own choice on aligned rows (the small rule: 32 x 32 tiles, vector loads)
+        cases += [(64, 96, 64, "fp16", "nn", None, 0.5), (96, 64, 40, "tf32", "nt", None)]
         return cases
     for layout in LAYOUTS:
         for name, pool in (("fp16", C16), ("bf16", C16), ("tf32", C32)):
@@ -251,8 +340,41 @@ def run_checks(cases: list[tuple[Any, ...]]) -> int:
 # ---- compiling -----------------------------------------------------------------------------------
 
 
-def precompile() -> None:
+def precompile_rule() -> set[Any]:
+    """The programs of ``rule`` (nn; without the rule too: the packed route's wgmma)."""
+    jobs = set()
+    for name, dt in (("fp16", tune.DT_F16), ("tf32", tune.DT_TF32)):
+        for shapes, vec in ((RULE_UNALIGNED, False), (RULE_ALIGNED, True), (((16, 4096, 4096),),
+                                                                             True)):
+            for m, n, k in shapes:
+                for b_k in (False, True):
+                    problem = tune.Problem(m, n, k, dt, True, b_k, vec, vec, (9, 0), 132)
+                    packed = dataclasses.replace(problem, vec=True, tma=True)
+                    configs = [tune.heuristic(problem), tune.heuristic(packed),
+                               _without_rule(lambda p=problem: tune.heuristic(p)),
+                               _without_rule(lambda p=packed: tune.heuristic(p)),
+                               *RULE_RIVALS[name], tune._MMA_SMALL, tune._TF32_SMALL]
+                    if m == 16 and dt == tune.DT_TF32:
+                        configs += TF32_M16
+                    jobs.update(launch.program(c, problem) for c in configs
+                                if tune.eligible(problem, c))
+    # tests/test_gemm_small.py's forced configs (unaligned, every layout) and the sanitizer's
+    tested = ((C16[1], tune.DT_F16), (C16[2], tune.DT_F16), (C16[4], tune.DT_BF16),
+              (C16[5], tune.DT_BF16), (C16[6], tune.DT_BF16), (C32[0], tune.DT_TF32),
+              (C32[1], tune.DT_TF32))
+    for (config, dt), a_k, b_k in itertools.product(tested, (True, False), (True, False)):
+        problem = tune.Problem(127, 257, 301, dt, a_k, b_k, False, False, (9, 0), 132)
+        jobs.add(launch.program(config, problem))
+    return jobs
+
+
+def precompile(rule: bool = False) -> None:
     """Every program the checks and timings use, compiled in parallel into the disk cache."""
+    if rule:
+        jobs = precompile_rule()
+        print(f"precompiling {len(jobs)} programs", flush=True)
+        print(f"precompiled {launch.compile_programs(sorted(jobs))} programs", flush=True)
+        return
     jobs = set()
     dts = {"fp16": tune.DT_F16, "bf16": tune.DT_BF16, "tf32": tune.DT_TF32, "fp32": tune.DT_F32}
     for name, dt in dts.items():
@@ -278,14 +400,18 @@ def precompile() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("precompile", "check", "time", "tf32", "sanitize"))
+    parser.add_argument("mode", choices=("precompile", "check", "time", "tf32", "sanitize",
+                                         "rule"))
+    parser.add_argument("--rule", action="store_true", help="precompile: rule's programs")
     parser.add_argument("--json", default=None)
     parser.add_argument("--dtypes", default="fp16,bf16,tf32,fp32")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":
-        precompile()
+        precompile(args.rule)
+    elif args.mode == "rule":
+        run_rule(args.json)
     elif args.mode == "check":
         sys.exit(1 if run_checks(check_cases()) else 0)
     elif args.mode == "time":

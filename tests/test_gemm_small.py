@@ -5,6 +5,7 @@ tiles, every layout, offset views, beta with C, split-K and graph replay, agains
 from __future__ import annotations
 
 import importlib
+import re
 
 import numpy as np
 import pytest
@@ -71,3 +72,46 @@ def test_small_graph_replay(gpu_state, config):
     with gpurt.graph(graph, stream=stream):
         gemm_mod.gemm(da, db, out=out, config=config, stream=stream)
     check_replays(graph, da, db, out, rng, config.label())
+
+
+def _problem(m, n, k, dt=tune.DT_F16, aligned=False, b_k=False):
+    return tune.Problem(m, n, k, dt, True, b_k, aligned, aligned, (9, 0), 132)
+
+
+def test_small_rule():
+    """Small problems take the 32 x 32 mma tiles; larger ones, long K in TF32, and aligned
+    rows past K 128 or M x N 2^17 keep the earlier choice (wgmma, or mma / the packed route)."""
+    for dt, small in ((tune.DT_F16, tune._MMA_SMALL), (tune.DT_BF16, tune._MMA_SMALL),
+                      (tune.DT_TF32, tune._TF32_SMALL)):
+        for shape in ((127, 257, 61), (1, 9, 3), (509, 61, 257), (251, 251, 251)):
+            assert tune.heuristic(_problem(*shape, dt)) == small, (shape, dt)
+            assert tune.candidates(_problem(*shape, dt))[0] == small
+        assert tune.heuristic(_problem(128, 256, 64, dt, aligned=True)) == small
+        for shape in ((509, 509, 509), (600, 8, 8)):  # past 2^25 multiply-adds / 512
+            assert tune.heuristic(_problem(*shape, dt)) != small
+        for shape in ((512, 512, 128), (256, 256, 256)):  # aligned: the wgmma kernel
+            assert tune.heuristic(_problem(*shape, dt, aligned=True)).kernel == "wgmma"
+    assert tune.heuristic(_problem(127, 257, 509, tune.DT_F16)) == tune._MMA_SMALL
+    assert tune.heuristic(_problem(127, 257, 509, tune.DT_TF32)) != tune._TF32_SMALL
+    assert tune.heuristic(_problem(16, 256, 64, aligned=True)).kernel in ("skinny", "decode")
+    assert tune.heuristic(_problem(127, 257, 61, tune.DT_F32)).kernel == "simt"
+    for config in (tune._MMA_SMALL, tune._TF32_SMALL):
+        assert config in tune.all_configs(_problem(127, 257, 61, tune.DT_TF32 if config.bk == 16
+                                                   else tune.DT_F16))
+        assert config.threads == 128
+
+
+def test_small_configs_compile_without_spills(tmp_path, monkeypatch):
+    """The small tiles in every layout, with and without vector loads: no spills."""
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    names = sorted({config.name_expression(dt, a_k, b_k, vec)
+                    for config, dts in ((tune._MMA_SMALL, (tune.DT_F16, tune.DT_BF16)),
+                                        (tune._TF32_SMALL, (tune.DT_TF32,)))
+                    for dt in dts for a_k in (True, False) for b_k in (True, False)
+                    for vec in (True, False)})
+    module = gpurt.compile(launch.text("gemm_mma.cu"), options=["--ptxas-options=-v"],
+                           name_expressions=names, arch="sm_90", program_name="gemm_mma.cu",
+                           headers=launch.headers("gemm_mma.cu"))
+    spills = re.findall(r"(\d+) bytes spill stores", module.log)
+    assert len(spills) == len(names) and set(spills) == {"0"}, module.log
