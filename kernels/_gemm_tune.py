@@ -91,6 +91,11 @@ _TF32 = (
 # aligned rows, where they beat the wgmma kernel's 128 x 64 tiles by 1.4-1.6x.
 _MMA_SMALL = Config("mma", 32, 32, 64, 16, 16, stages=2)
 _TF32_SMALL = Config("mma", 32, 32, 16, 16, 16, stages=4)
+# TF32 with M <= 16 on a long K (the wgmma kernel's 128-row tiles waste most of their rows):
+# 16-row tiles of 2 warps, split K to about 2 CTAs per SM (_thin_split). 16 x 4096^2 on an
+# H100: 0.85 / 0.66 of cuBLAS (B N- / K-major) against 0.62 / 0.50 for 64 x 64 split 9; 32 x 64
+# tiles 0.77-0.81, 16 x 128 ones 0.47-0.66, 8 or 16 slices 0.65-0.81 (notes_gemm.md, s9-small).
+_TF32_THIN = Config("mma", 16, 64, 16, 16, 32, stages=4)
 _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=8),
     Config("wgmma", 128, 128, 64, stages=6, group_m=8),
@@ -311,6 +316,8 @@ def candidates(problem: Problem) -> list[Config]:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, (*_TF32, _TF32_SMALL))
+        if problem.m <= 16:
+            pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + _with_split(problem,
                                                                      (*_MMA, _MMA_SMALL))
@@ -358,8 +365,8 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
-    for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, *_WGMMA, *_WGMMA_TF32,
-                   *skinny, *decode):
+    for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
+                   *_WGMMA_TF32, *skinny, *decode):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -384,19 +391,22 @@ def _decode_config(tiles: _decode.Tiles) -> Config:
     return Config("decode", tiles.bm, tiles.bn, 64, stages=tiles.stages, split_k=tiles.split)
 
 
+def _thin_split(problem: Problem) -> int:
+    """K slices for _TF32_THIN: about 2 CTAs per SM, slices at least 512 deep."""
+    tiles = _TF32_THIN.tiles(problem.m, problem.n)
+    return max(1, min(2 * problem.sm_count // tiles, problem.k // 512, 32))
+
+
 def _small(problem: Problem) -> bool:
     """Whether a 16-bit or TF32 problem is small enough for the latency-bound 32 x 32 mma
-    tiles (_MMA_SMALL, _TF32_SMALL): every side at most 512, and with rows that are not
-    16-byte aligned at most 2^25 multiply-adds (TF32: K at most 384), beyond which copying the
-    rows for the wgmma kernel (kernels/_gemm_pack.py) won on an H100 (509^3 fp16: 1.25 of
-    cuBLAS against 1.06; TF32 at K = 509: 0.72 / 0.90 against 0.64 / 0.82, at K = 257 0.80
-    against 0.96); with aligned rows K at most 128
-    and M x N at most 2^17 (the wgmma kernel's side of the line: s9-small's notes)."""
-    if max(problem.m, problem.n, problem.k) > 512:
+    tiles (_MMA_SMALL, _TF32_SMALL): every side at most 512 and at most 2^25 multiply-adds
+    (TF32: K at most 384), aligned rows or not. Beyond that the wgmma kernel (on copies of rows
+    it cannot read: kernels/_gemm_pack.py) won on an H100: 509^3 fp16 1.25 of cuBLAS against
+    1.06, 512^3 0.72 against 0.58; TF32 at K = 450-512 0.72-1.01 against 0.62-0.70
+    (benchmarks/notes_gemm.md, s9-small)."""
+    if max(problem.m, problem.n, problem.k) > 512 or problem.macs > 1 << 25:
         return False
-    if problem.tma:
-        return problem.k <= 128 and problem.m * problem.n <= 1 << 17
-    return problem.macs <= 1 << 25 and (problem.dt != DT_TF32 or problem.k <= 384)
+    return problem.dt != DT_TF32 or problem.k <= 384
 
 
 def heuristic(problem: Problem) -> Config:
@@ -415,6 +425,8 @@ def heuristic(problem: Problem) -> Config:
         if eligible(problem, wide) and (min(m, n) >= 64 or
                                         not _small_grid(problem, _tf32_tiles(problem, wide))):
             return wide
+        if m <= 16 and eligible(problem, _TF32_THIN):
+            return dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem))
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     decode = _decode.heuristic(problem)

@@ -4,6 +4,7 @@ tiles, every layout, offset views, beta with C, split-K and graph replay, agains
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 
@@ -25,7 +26,8 @@ def mma(bm, bn, bk, wm, wn, stages, split=1):
 # (config, dtype): one K tile of 64 in one stage, 32-row / 32-column tiles, split-K, TF32
 SMALL = [(mma(64, 64, 64, 32, 32, 2), np.float16), (mma(32, 32, 32, 16, 16, 4), gpurt.bfloat16),
          (mma(32, 64, 32, 16, 32, 4), np.float16), (mma(64, 64, 32, 32, 32, 4, 2), gpurt.bfloat16),
-         (mma(32, 32, 16, 16, 16, 4), np.float32), (mma(64, 64, 16, 32, 32, 4), np.float32)]
+         (mma(32, 32, 16, 16, 16, 4), np.float32), (mma(64, 64, 16, 32, 32, 4), np.float32),
+         (dataclasses.replace(tune._TF32_THIN, split_k=2), np.float32)]
 
 
 def _views(rng, rows, cols, dtype, trans):
@@ -79,22 +81,29 @@ def _problem(m, n, k, dt=tune.DT_F16, aligned=False, b_k=False):
 
 
 def test_small_rule():
-    """Small problems take the 32 x 32 mma tiles; larger ones, long K in TF32, and aligned
-    rows past K 128 or M x N 2^17 keep the earlier choice (wgmma, or mma / the packed route)."""
+    """Small problems take the 32 x 32 mma tiles; larger ones and long K in TF32 keep the
+    earlier choice (wgmma, or mma / the packed route); TF32 with M <= 16 on a long K takes
+    16-row tiles split about 2 CTAs per SM."""
     for dt, small in ((tune.DT_F16, tune._MMA_SMALL), (tune.DT_BF16, tune._MMA_SMALL),
                       (tune.DT_TF32, tune._TF32_SMALL)):
         for shape in ((127, 257, 61), (1, 9, 3), (509, 61, 257), (251, 251, 251)):
             assert tune.heuristic(_problem(*shape, dt)) == small, (shape, dt)
             assert tune.candidates(_problem(*shape, dt))[0] == small
-        assert tune.heuristic(_problem(128, 256, 64, dt, aligned=True)) == small
+        for shape in ((128, 256, 64), (512, 512, 128), (256, 256, 256)):
+            assert tune.heuristic(_problem(*shape, dt, aligned=True)) == small
         for shape in ((509, 509, 509), (600, 8, 8)):  # past 2^25 multiply-adds / 512
             assert tune.heuristic(_problem(*shape, dt)) != small
-        for shape in ((512, 512, 128), (256, 256, 256)):  # aligned: the wgmma kernel
+        for shape in ((512, 512, 512), (400, 400, 400)):  # aligned: the wgmma kernel
             assert tune.heuristic(_problem(*shape, dt, aligned=True)).kernel == "wgmma"
     assert tune.heuristic(_problem(127, 257, 509, tune.DT_F16)) == tune._MMA_SMALL
     assert tune.heuristic(_problem(127, 257, 509, tune.DT_TF32)) != tune._TF32_SMALL
     assert tune.heuristic(_problem(16, 256, 64, aligned=True)).kernel in ("skinny", "decode")
     assert tune.heuristic(_problem(127, 257, 61, tune.DT_F32)).kernel == "simt"
+    for m, b_k in ((16, False), (16, True), (1, False)):
+        thin = tune.heuristic(_problem(m, 4096, 4096, tune.DT_TF32, aligned=True, b_k=b_k))
+        assert thin == dataclasses.replace(tune._TF32_THIN, split_k=4)  # 64 tiles x 4: 2 / SM
+        assert thin in tune.candidates(_problem(m, 4096, 4096, tune.DT_TF32, True, b_k))
+    assert tune.heuristic(_problem(17, 4096, 4096, tune.DT_TF32, aligned=True)).bm == 64
     for config in (tune._MMA_SMALL, tune._TF32_SMALL):
         assert config in tune.all_configs(_problem(127, 257, 61, tune.DT_TF32 if config.bk == 16
                                                    else tune.DT_F16))
