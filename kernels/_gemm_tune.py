@@ -393,7 +393,7 @@ def _decode_config(tiles: _decode.Tiles) -> Config:
 
 def _thin_split(problem: Problem) -> int:
     """K slices for _TF32_THIN: about 2 CTAs per SM, slices at least 512 deep."""
-    tiles = _TF32_THIN.tiles(problem.m, problem.n)
+    tiles = max(1, _TF32_THIN.tiles(problem.m, problem.n))
     return max(1, min(2 * problem.sm_count // tiles, problem.k // 512, 32))
 
 

@@ -254,15 +254,22 @@ gemm_mma(
         put_tile<E, BN, BK, THREADS, B_K>(b_stages + stage * SB::ELEMS, rb, tid);
     };
 
-    if constexpr (STAGED) {  // every prologue stage's loads in flight before the first store
-        StagedA ra[STAGES - 1];
-        StagedB rb[STAGES - 1];
+    // the prologue's stages all read before the first is written, where their registers
+    // (4 per chunk) stay few; else one after another
+    constexpr int CHUNKS = StagedA::COUNT + StagedB::COUNT;
+    constexpr int AHEAD = (STAGES - 1) * CHUNKS <= 16 ? STAGES - 1 : 1;
+    if constexpr (STAGED) {
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s)
-            if (s < k_tiles) fetch_stage(ra[s], rb[s], s);
+        for (int s0 = 0; s0 < STAGES - 1; s0 += AHEAD) {
+            StagedA ra[AHEAD];
+            StagedB rb[AHEAD];
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s)
-            if (s < k_tiles) put_stage(s, ra[s], rb[s]);
+            for (int s = 0; s < AHEAD; ++s)
+                if (s0 + s < k_tiles) fetch_stage(ra[s], rb[s], s0 + s);
+#pragma unroll
+            for (int s = 0; s < AHEAD; ++s)
+                if (s0 + s < k_tiles) put_stage(s0 + s, ra[s], rb[s]);
+        }
     } else {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
