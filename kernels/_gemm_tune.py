@@ -82,6 +82,20 @@ _TF32 = (
     Config("mma", 128, 128, 16, 64, 64, stages=4),
     Config("mma", 64, 64, 16, 32, 32, stages=4),
 )
+# Small problems (_small): latency, not throughput. 32 x 32 tiles of 4 warps (16 x 16 each) put
+# the most CTAs on the SMs, each with the fewest loads before its first multiply; 16-bit types
+# take K 64 deep in one stage of 2. On an H100 (notes_gemm.md, s9-small) 127x257x61 fp16 ran in
+# 2.5-2.7 us against 4.2-4.5 for 64 x 64 x 32 (0.62-0.67 of cuBLAS -> 1.05-1.10), TF32 in 3.0
+# against 5.2 (0.64-0.69 -> 1.10-1.18), and they were the fastest of 9 (16-bit) / 7 (TF32)
+# tiles at every unaligned size measured with M, N, K <= 512, and at 64-128 x 128-256 x 64 with
+# aligned rows, where they beat the wgmma kernel's 128 x 64 tiles by 1.4-1.6x.
+_MMA_SMALL = Config("mma", 32, 32, 64, 16, 16, stages=2)
+_TF32_SMALL = Config("mma", 32, 32, 16, 16, 16, stages=4)
+# TF32 with M <= 16 on a long K (the wgmma kernel's 128-row tiles waste most of their rows):
+# 16-row tiles of 2 warps, split K to about 2 CTAs per SM (_thin_split). 16 x 4096^2 on an
+# H100: 0.85 / 0.66 of cuBLAS (B N- / K-major) against 0.62 / 0.50 for 64 x 64 split 9; 32 x 64
+# tiles 0.77-0.81, 16 x 128 ones 0.47-0.66, 8 or 16 slices 0.65-0.81 (notes_gemm.md, s9-small).
+_TF32_THIN = Config("mma", 16, 64, 16, 16, 32, stages=4)
 _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=8),
     Config("wgmma", 128, 128, 64, stages=6, group_m=8),
@@ -319,10 +333,12 @@ def candidates(problem: Problem) -> list[Config]:
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
-        pool = list(_WGMMA_TF32) + _with_split(problem, _TF32)
+        pool = list(_WGMMA_TF32) + _with_split(problem, (*_TF32, _TF32_SMALL))
+        if problem.m <= 16:
+            pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + list(_PIPE_STORE.values())
-        pool += _with_split(problem, _MMA)
+        pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += list(_CLUSTER_RATE_PITCH16)
         pool += _wgmma_splits(problem)
@@ -369,8 +385,9 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
-    for config in (*_SIMT, *_MMA, *_TF32, *_WGMMA, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
-                   *_WGMMA_TF32, *skinny, *decode):
+    for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
+                   *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(), *_WGMMA_TF32, *skinny,
+                   *decode):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -395,12 +412,32 @@ def _decode_config(tiles: _decode.Tiles) -> Config:
     return Config("decode", tiles.bm, tiles.bn, 64, stages=tiles.stages, split_k=tiles.split)
 
 
+def _thin_split(problem: Problem) -> int:
+    """K slices for _TF32_THIN: about 2 CTAs per SM, slices at least 512 deep."""
+    tiles = max(1, _TF32_THIN.tiles(problem.m, problem.n))
+    return max(1, min(2 * problem.sm_count // tiles, problem.k // 512, 32))
+
+
+def _small(problem: Problem) -> bool:
+    """Whether a 16-bit or TF32 problem is small enough for the latency-bound 32 x 32 mma
+    tiles (_MMA_SMALL, _TF32_SMALL): every side at most 512 and at most 2^25 multiply-adds
+    (TF32: K at most 384), aligned rows or not. Beyond that the wgmma kernel (on copies of rows
+    it cannot read: kernels/_gemm_pack.py) won on an H100: 509^3 fp16 1.25 of cuBLAS against
+    1.06, 512^3 0.72 against 0.58; TF32 at K = 450-512 0.72-1.01 against 0.62-0.70
+    (benchmarks/notes_gemm.md, s9-small)."""
+    if max(problem.m, problem.n, problem.k) > 512 or problem.macs > 1 << 25:
+        return False
+    return problem.dt != DT_TF32 or problem.k <= 384
+
+
 def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
     if problem.dt == DT_F32:
         return _simt_heuristic(problem)
     if problem.dt == DT_TF32:
+        if _small(problem) and eligible(problem, _TF32_SMALL):
+            return _TF32_SMALL
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
         wide = _fill_best(problem, [wide, _WGMMA_TF32[1], _WGMMA_TF32[4]],
                           lambda config: _tf32_tiles(problem, config))
@@ -409,6 +446,8 @@ def heuristic(problem: Problem) -> Config:
         if eligible(problem, wide) and (min(m, n) >= 64 or
                                         not _small_grid(problem, _tf32_tiles(problem, wide))):
             return wide
+        if m <= 16 and eligible(problem, _TF32_THIN):
+            return dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem))
         base = _TF32[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _TF32[1]
         return dataclasses.replace(base, split_k=_split_for(problem, base))
     decode = _decode.heuristic(problem)
@@ -420,6 +459,8 @@ def heuristic(problem: Problem) -> Config:
     # (an H100, notes_gemm.md, session 8 padc)
     if tiles is not None and problem.vec and eligible(problem, _skinny_config(tiles)):
         return _skinny_config(tiles)
+    if _small(problem) and eligible(problem, _MMA_SMALL):
+        return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
         filled = _fill_best(problem, [wide, _WGMMA[5], _WGMMA[7]],

@@ -8,7 +8,11 @@
 // matrix edge). 16-bit fragments are read with ldmatrix (.trans for M/N-major operands), TF32
 // ones with 32-bit loads (rounded with cvt.rna.tf32). Rows are padded by 16 bytes, which keeps
 // the copies and the fragment reads free of bank conflicts. VEC=false (a row pitch or base
-// not a multiple of 16 bytes) loads element by element instead of cp.async.
+// not a multiple of 16 bytes): fp32 copies element by element with 4-byte cp.async (as
+// asynchronous as the 16-byte ones); 16-bit elements (2-byte aligned: no cp.async) are read
+// into registers (fetch_tile) and written to shared memory later (put_tile): the prologue's
+// stages are all read before the first is written, and in the main loop the next stage is
+// read before the current one's math and written after it, so the loads' latency overlaps.
 // Layouts, epilogue and split-K conventions: gemm_common.cu.
 #if !defined(GEMM_MMA_SPLIT)  // the first pass: the helpers (see below)
 #include "gemm_common.cu"
@@ -26,6 +30,10 @@ struct TileShape {
 
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
@@ -56,6 +64,10 @@ __device__ __forceinline__ void load_tile(E* stage, const E* __restrict__ P, i64
         int valid = (outer < outer_end) ? min(max(inner_end - inner, 0), W) : 0;
         if (VEC) {
             cp_async16(smem_addr(dst), valid > 0 ? src : P, valid * (int)sizeof(E));
+        } else if constexpr (sizeof(E) == 4) {
+#pragma unroll
+            for (int j = 0; j < W; ++j)
+                cp_async4(smem_addr(dst + j), j < valid ? src + j : P, j < valid ? 4 : 0);
         } else {
             union {
                 uint4 packed;
@@ -65,6 +77,54 @@ __device__ __forceinline__ void load_tile(E* stage, const E* __restrict__ P, i64
             for (int j = 0; j < W; ++j) chunk.v[j] = j < valid ? src[j] : (E)0;
             *reinterpret_cast<uint4*>(dst) = chunk.packed;
         }
+    }
+}
+
+// VEC=false, 16-bit: a thread's chunks of one operand tile (load_tile's, in its order), read
+// element by element into registers (fetch_tile), then written to a stage (put_tile).
+template <typename E, int MN, int BK, int THREADS, bool KMAJ>
+struct Staged {
+    typedef TileShape<E, MN, BK, KMAJ> S;
+    static constexpr int PER_ROW = (KMAJ ? BK : MN) / S::VEC;
+    static constexpr int COUNT = S::ROWS * PER_ROW / THREADS;
+    uint4 chunk[COUNT];
+};
+
+template <typename E, int MN, int BK, int THREADS, bool KMAJ>
+__device__ __forceinline__ void fetch_tile(Staged<E, MN, BK, THREADS, KMAJ>& regs,
+                                           const E* __restrict__ P, i64 ld, int mn0, int extent,
+                                           int k0, int k_end, int tid) {
+    typedef Staged<E, MN, BK, THREADS, KMAJ> R;
+    constexpr int W = R::S::VEC;
+#pragma unroll
+    for (int i = 0; i < R::COUNT; ++i) {
+        const int q = tid + i * THREADS;
+        const int row = q / R::PER_ROW, col = (q % R::PER_ROW) * W;
+        const int outer = KMAJ ? mn0 + row : k0 + row;
+        const int inner = KMAJ ? k0 + col : mn0 + col;
+        const int outer_end = KMAJ ? extent : k_end;
+        const int inner_end = KMAJ ? k_end : extent;
+        const E* src = P + (i64)outer * ld + inner;
+        const int valid = (outer < outer_end) ? min(max(inner_end - inner, 0), W) : 0;
+        union {
+            uint4 packed;
+            E v[W];
+        } c;
+#pragma unroll
+        for (int j = 0; j < W; ++j) c.v[j] = j < valid ? src[j] : (E)0;
+        regs.chunk[i] = c.packed;
+    }
+}
+
+template <typename E, int MN, int BK, int THREADS, bool KMAJ>
+__device__ __forceinline__ void put_tile(E* stage, const Staged<E, MN, BK, THREADS, KMAJ>& regs,
+                                         int tid) {
+    typedef Staged<E, MN, BK, THREADS, KMAJ> R;
+#pragma unroll
+    for (int i = 0; i < R::COUNT; ++i) {
+        const int q = tid + i * THREADS;
+        const int row = q / R::PER_ROW, col = (q % R::PER_ROW) * R::S::VEC;
+        *reinterpret_cast<uint4*>(stage + row * R::S::COLS + col) = regs.chunk[i];
     }
 }
 
@@ -180,10 +240,42 @@ gemm_mma(
                                                 k_end, tid);
     };
 
+    // VEC=false, 16-bit: element loads staged through registers (fetch_tile / put_tile)
+    constexpr bool STAGED = !VEC && !is_f32(DT);
+    typedef Staged<E, BM, BK, THREADS, A_K> StagedA;
+    typedef Staged<E, BN, BK, THREADS, B_K> StagedB;
+    auto fetch_stage = [&](StagedA& ra, StagedB& rb, int kt) {
+        const int k0 = k_begin + kt * BK;
+        fetch_tile<E, BM, BK, THREADS, A_K>(ra, A, lda, m0, M, k0, k_end, tid);
+        fetch_tile<E, BN, BK, THREADS, B_K>(rb, B, ldb, n0, N, k0, k_end, tid);
+    };
+    auto put_stage = [&](int stage, const StagedA& ra, const StagedB& rb) {
+        put_tile<E, BM, BK, THREADS, A_K>(a_stages + stage * SA::ELEMS, ra, tid);
+        put_tile<E, BN, BK, THREADS, B_K>(b_stages + stage * SB::ELEMS, rb, tid);
+    };
+
+    // the prologue's stages all read before the first is written, where their registers
+    // (4 per chunk) stay few; else one after another
+    constexpr int CHUNKS = StagedA::COUNT + StagedB::COUNT;
+    constexpr int AHEAD = (STAGES - 1) * CHUNKS <= 16 ? STAGES - 1 : 1;
+    if constexpr (STAGED) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < k_tiles) load_stage(s, s);
-        cp_async_commit();
+        for (int s0 = 0; s0 < STAGES - 1; s0 += AHEAD) {
+            StagedA ra[AHEAD];
+            StagedB rb[AHEAD];
+#pragma unroll
+            for (int s = 0; s < AHEAD; ++s)
+                if (s0 + s < k_tiles) fetch_stage(ra[s], rb[s], s0 + s);
+#pragma unroll
+            for (int s = 0; s < AHEAD; ++s)
+                if (s0 + s < k_tiles) put_stage(s0 + s, ra[s], rb[s]);
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) load_stage(s, s);
+            cp_async_commit();
+        }
     }
 
     // Per-lane fragment offsets (in elements) inside a stage, before the mi/ni/kk terms.
@@ -213,8 +305,12 @@ gemm_mma(
     for (int kt = 0; kt < k_tiles; ++kt) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        {
-            const int next = kt + STAGES - 1;
+        const int next = kt + STAGES - 1;
+        StagedA next_a;
+        StagedB next_b;
+        if constexpr (STAGED) {  // read now, written after this stage's math (below)
+            if (next < k_tiles) fetch_stage(next_a, next_b, next);
+        } else {
             if (next < k_tiles) load_stage(next % STAGES, next);
             cp_async_commit();
         }
@@ -260,6 +356,10 @@ gemm_mma(
 #pragma unroll
                     for (int j = 0; j < NI; ++j) mma16816<DT>(acc[i][j], af[i], bf[j]);
             }
+        }
+        // the stage read last iteration (every thread passed this one's barrier since)
+        if constexpr (STAGED) {
+            if (next < k_tiles) put_stage(next % STAGES, next_a, next_b);
         }
     }
     cp_async_wait<0>();

@@ -164,7 +164,7 @@ def test_eligibility():
     ((4096, 4096, 4096), "wgmma"),
     ((8192, 8192, 512), "wgmma"),
     ((16, 4096, 4096), "decode"),    # decode shape: B streamed once, K split over a cluster
-    ((127, 257, 61), "wgmma"),
+    ((127, 257, 61), "mma"),         # small: 32 x 32 mma tiles (_gemm_tune._small)
 ])
 def test_heuristic_bf16_hopper(dims, kind, monkeypatch):
     chosen = tune.heuristic(problem(*dims))
