@@ -258,8 +258,13 @@ __device__ __forceinline__ void splitk_spread(float* __restrict__ C,
         atomicAdd(counter, 1u);
         unsigned seen;
         do {
+#if __CUDA_ARCH__ >= 700
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter)
                          : "memory");
+#else
+            seen = *reinterpret_cast<volatile unsigned*>(counter);
+            __threadfence();
+#endif
         } while (seen < slices);
     }
     __syncthreads();
