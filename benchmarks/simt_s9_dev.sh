@@ -4,7 +4,7 @@
 # (simt_shapes_dev.py s9: graph replay and bench_gemm's warm Timer, each split variant with
 # the spread and the last-CTA ending), the simt GPU tests, memcheck and racecheck over
 # `simt_shapes_dev.py sanitize`, then the controls (s9ctl). Each step time-limited; logs and
-# JSON in OUTDIR, packed into OUTDIR/runs.tgz as it goes.
+# JSON in OUTDIR, packed into $PACK (default OUTDIR/runs.tgz) as it goes.
 # Usage: bash benchmarks/simt_s9_dev.sh OUTDIR   (total limit: $TOTAL, 280 s)
 set -u
 out=${1:?OUTDIR}
@@ -12,7 +12,7 @@ total=${TOTAL:-280}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0
 dev="python3 -P benchmarks/simt_shapes_dev.py"
-pack() { tar -czf "$out/runs.tgz" -C "$out" --exclude runs.tgz . 2>/dev/null; }
+pack() { tar -czf "${PACK:-$out/runs.tgz}" -C "$out" --exclude runs.tgz . 2>/dev/null; }
 step precompile
 timeout 75 $dev precompile >> "$out/setup.log" 2>&1; echo "precompile rc=$?"
 tail -n 2 "$out/setup.log"
