@@ -52,7 +52,16 @@ GROUPS = {
     "s9": [(128, 4096, 4096), (64, 4096, 4096), (2053, 3001, 1999), (1000, 1000, 1000)],
     "s9ctl": [(1024, 1024, 1024), (16, 4096, 4096), (32, 11008, 4096), (3000, 5000, 2000),
               (128, 14336, 4096), (2048, 2048, 2048)],
+    # the shapes whose choice the session-9 model changed, beside their old one (S9_OLD)
+    "s9chk": [(1000, 1000, 1000), (2053, 3001, 1999), (127, 257, 61), (512, 512, 512),
+              (300, 700, 5000), (1, 4096, 4096), (8, 4096, 4096), (8, 64, 65536),
+              (4099, 4099, 4099)],
 }
+# the choices before session 9's model, and neighbours of its picks at 1000^3 and 2053 x 3001
+S9_OLD = {(127, 257, 61): "64x64x8 s4", (512, 512, 512): "64x128x8 s4 split4",
+          (300, 700, 5000): "64x128x8 s4 split13", (1, 4096, 4096): "32x256 split16",
+          (8, 4096, 4096): "32x256 split16", (8, 64, 65536): "64x64x8 s4 split32",
+          (4099, 4099, 4099): "128x128x16 s3"}
 Config = tune.Config
 S9_TILES = (Config("simt", 64, 128, 16, stages=5), Config("simt", 64, 128, 16, stages=4),
             Config("simt", 96, 128, 16, stages=3), Config("simt", 96, 128, 8, stages=4),
@@ -114,6 +123,10 @@ def precompile() -> None:
         if base.bm % 96 == 0 or (a_k and not b_k):  # 3 warp rows: tests/test_gemm_simt.py
             config = dataclasses.replace(base, split_k=split)
             p = tune.Problem(256, 256, 256, tune.DT_F32, a_k, b_k, vec, vec, (9, 0), 132)
+            todo[gl.program(config, p)] = None
+    for m, n, k in GROUPS["s9chk"]:  # the check run's variants, row-major
+        p = problem(m, n, k)
+        for config in s9_checks(p) + [tune.heuristic(p)]:
             todo[gl.program(config, p)] = None
     # test_mma_simt_split_k_fused's mma and TF32 programs
     mma, tf32 = tune._MMA[3], tune._TF32[1]
@@ -225,6 +238,32 @@ def s9_variants(p: Any) -> list[Any]:
     return list(found)
 
 
+def s9_checks(p: Any) -> list[Any]:
+    """For s9chk: the old choice (S9_OLD) and, at 1000^3 and 2053 x 3001, the new pick's
+    neighbours (stages, K depth, group order)."""
+    old = {"64x64x8 s4": tune._SIMT[6], "64x128x8 s4": tune._SIMT[3],
+           "32x256": tune._SIMT[5], "128x128x16 s3": tune._SIMT[2]}
+    found = []
+    text = S9_OLD.get((p.m, p.n, p.k))
+    if text:
+        base = next(c for key, c in old.items() if text.startswith(key))
+        split = int(text.split("split")[1]) if "split" in text else 1
+        found.append(dataclasses.replace(base, split_k=split))
+    wide = tune._SIMT[0]
+    if (p.m, p.n, p.k) == (1000, 1000, 1000):
+        found += [dataclasses.replace(wide, split_k=4, stages=4),
+                  dataclasses.replace(wide, split_k=4, bk=8, stages=4),
+                  dataclasses.replace(wide, split_k=4, group_m=4),
+                  dataclasses.replace(tune._SIMT[1], split_k=4, stages=4),
+                  dataclasses.replace(tune._SIMT[4], split_k=4, stages=4)]
+    if (p.m, p.n, p.k) == (2053, 3001, 1999):
+        narrow = tune._SIMT[8]
+        found += [dataclasses.replace(narrow, stages=5), dataclasses.replace(narrow, stages=6),
+                  dataclasses.replace(narrow, bk=16, stages=4),
+                  dataclasses.replace(narrow, group_m=16)]
+    return found
+
+
 def time_s9(group: str, json_path: str | None, rows: list[dict[str, Any]]) -> None:
     """Issue 17's fp32 misses: each variant kernel-only (graph replay, rotating inputs) and
     with bench_gemm's Timer (back-to-back, warm L2); split variants spread and not."""
@@ -247,7 +286,7 @@ def time_s9(group: str, json_path: str | None, rows: list[dict[str, Any]]) -> No
             cublas = bench.torch_graph_us(torch, data, REPEAT)
             cublas_warm = timer.ms(lambda d=data: torch.matmul(d.a[0], d.b[0], out=d.out),
                                    batch, REPEAT) * 1e3
-            configs = [None] + s9_variants(p)
+            configs = [None] + (s9_checks(p) if group == "s9chk" else s9_variants(p))
             for config in configs:
                 both = config is not None and config.split_k in (8, tune._simt_split(p, config))
                 for spread in ((True, False) if both and config.split_k > 1 else (True,)):
