@@ -81,18 +81,16 @@ struct KMajorCopy {
     static constexpr bool EXACT = Shape::EXACT;
     static constexpr int KL = EXACT ? Shape::KL : 8, KPT = BK / KL, R = THREADS / KL,
                          P = EXACT ? Shape::P : (MN + R - 1) / R;
-    static_assert(KL * KPT == BK && R * KL == THREADS && R * P >= MN,
+    static_assert(KL * KPT == BK && R * KL == THREADS && R * P >= MN && R < MN + PAD,
                   "tile does not divide among threads");
     const float* row[P];  // this thread's first element of each row in the next tile (rows
                           // past the matrix: its last row)
     u32 dst;              // the byte offset of that element in a shared tile
     int kl, k;            // its k in the tile; the next tile's first k
-    int rt;               // its first row in the tile
 
     __device__ __forceinline__ KMajorCopy(const float* __restrict__ src, i64 ld, int mn0,
                                           int extent, int k_first, int tid)
-        : dst(4 * ((tid % KL) * (MN + PAD) + tid / KL)), kl(tid % KL), k(k_first),
-          rt(tid / KL) {
+        : dst(4 * ((tid % KL) * (MN + PAD) + tid / KL)), kl(tid % KL), k(k_first) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             const int r = min(mn0 + tid / KL + p * R, extent - 1);
@@ -106,7 +104,9 @@ struct KMajorCopy {
     __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-            if (!EXACT && rt + p * R >= MN) break;  // rows past the slab (its last pass)
+            if constexpr (!EXACT) {  // rows past the slab (its last pass) copy nothing
+                if ((int)(dst / 4) % (MN + PAD) + p * R >= MN) break;
+            }
 #pragma unroll
             for (int e = 0; e < KPT; ++e) {
                 const bool ok = !FIRST || k + kl + e * KL >= k_lo;
