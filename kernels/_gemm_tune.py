@@ -54,7 +54,7 @@ def _split_for(problem: Problem, config: Config) -> int:
 # simt: [0] large problems (0.96-0.97 of cuBLAS at 2048-8192 on an H200), [1] mid-sized grids
 # (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
 # and [5]: 64- and 32-row tiles for M <= 64 (decode shapes: no rows computed in vain); [7]
-# 32 x 128 (2 warps, 8 CTAs per SM: M <= 32 with many slices); [8] 96 x 128 (6 warps, 2 CTAs
+# 32 x 128 (2 warps, 8 CTAs per SM: M <= 32 only, with many slices); [8] 96 x 128 (6 warps, 2 CTAs
 # per SM: grids that 64- and 128-row tiles fill 1.5 times, 2053 x 3001, fill it twice).
 _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
          Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
@@ -306,10 +306,13 @@ def _simt_split(problem: Problem, config: Config) -> int:
 
 
 def _simt_heuristic(problem: Problem) -> Config:
-    """The simt config (with its split) of the lowest modelled time; ties keep the earlier."""
-    best, best_cost = _SIMT[-1], float("inf")
+    """The simt config (with its split) of the lowest modelled time; ties keep the earlier.
+    The 32 x 128 tile only for M <= 32, where session 9 measured it."""
+    best, best_cost = _SIMT[6], float("inf")
     for base in _SIMT:
         if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
+            continue
+        if base == _SIMT[7] and problem.m > 32:
             continue
         split = _simt_split(problem, base)
         cost = _simt_cost(problem, base, split)
