@@ -52,7 +52,7 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 # Base candidates per kernel, before split-K is applied.
 # simt: [0] large problems (0.96-0.97 of cuBLAS at 2048-8192 on an H200), [1] mid-sized grids
-# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
+# (2 CTAs per SM), [6] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
 # and [5]: 64- and 32-row tiles for M <= 64 (decode shapes: no rows computed in vain); [7]
 # 32 x 128 (2 warps, 8 CTAs per SM: M <= 32 only, with many slices); [8] 96 x 128 (6 warps, 2 CTAs
 # per SM: grids that 64- and 128-row tiles fill 1.5 times, 2053 x 3001, fill it twice).
