@@ -21,7 +21,7 @@ Config = tune.Config
 
 # 3 warp rows: 192 threads (8 x 8 and 8 x 16 outputs a thread) and 96 (8 x 16)
 THREE_ROWS = [Config("simt", 96, 128, 16, stages=3), Config("simt", 96, 128, 16, 32, 128, stages=3),
-              Config("simt", 192, 128, 16, 32, 128, stages=3)]
+              Config("simt", 192, 128, 16, 32, 128, stages=3), tune._SIMT[8]]
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
 
 
@@ -71,6 +71,7 @@ def _run(config, dev, host, m, n, trans_a, trans_b):
     (Config("simt", 32, 256, 16, 32, 128, stages=3, split_k=5), 45, 517, 777),
     (Config("simt", 96, 128, 16, stages=3, split_k=3), 200, 130, 520),
     (Config("simt", 64, 64, 8, stages=4, split_k=16), 70, 65, 4096),
+    (dataclasses.replace(tune._SIMT[7], split_k=16), 17, 300, 4099),
 ], ids=lambda v: v.label().replace(" ", "_") if isinstance(v, Config) else str(v))
 def test_spread_ending_matches_last_cta_ending(gpu_state, spread_spy, monkeypatch, config, m,
                                                n, k):
