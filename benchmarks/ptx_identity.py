@@ -4,7 +4,7 @@ every name of ``_gemm_launch.programs(arch)`` in the given sources is compiled b
 from the working tree's, and each whole ``.entry`` is compared after normalising
 ``_cu_<hash>_<n>``, branch-label numbering and whitespace. Prints the names that differ.
 
-    python benchmarks/ptx_identity.py REV [--arch sm_90a] [--exclude TEXT ...] [SOURCE ...]
+    python benchmarks/ptx_identity.py REV [SOURCE ...] [--arch sm_90a] [--exclude TEXT ...]
 
 ``--exclude`` drops the names that contain TEXT (e.g. instantiations REV cannot compile).
 """
