@@ -240,6 +240,9 @@ _SIMT_SPLIT_SLICE = 0.25
 _SIMT_SPREAD_END = 0.5
 _SIMT_RATE_8_WARPS = 0.9
 _SIMT_SLICE_MIN = 8  # K tiles a slice takes at least
+# Below this many multiply-adds a split's host path (its workspace, a cooperative launch) costs
+# more than the few microseconds it could save: 128^3 stays one launch of 4 CTAs, unsplit.
+_SIMT_SPLIT_MIN_MACS = 1 << 24
 
 
 def _simt_resident(problem: Problem, config: Config) -> int:
@@ -294,7 +297,7 @@ def _simt_split(problem: Problem, config: Config) -> int:
     k_tiles = -(-problem.k // config.bk)
     best, best_cost = 1, _simt_cost(problem, config, 1)
     slots = problem.sm_count * _simt_resident(problem, config)
-    if config.tiles(problem.m, problem.n) >= 2 * slots:
+    if config.tiles(problem.m, problem.n) >= 2 * slots or problem.macs < _SIMT_SPLIT_MIN_MACS:
         return 1
     for split in range(2, min(32, k_tiles // _SIMT_SLICE_MIN) + 1):
         if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty

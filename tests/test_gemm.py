@@ -316,6 +316,7 @@ def test_simt_wave_model():
     assert pick(1000, 1000, 1000) == (128, 256, 128, 4)  # one wave, its ending spread
     assert pick(2053, 3001, 1999, vec=False, tma=False) == (96, 128, 0, 1)  # two whole waves
     assert pick(4099, 4099, 4099, vec=False, tma=False) == (128, 128, 0, 1)
+    assert pick(128, 128, 128)[3] == 1  # a split's host path would cost more than it saves
     assert pick(4096, 4096, 4096) == (128, 256, 128, 1)
     assert pick(3000, 5000, 2000)[3] == 1  # 3.6 waves: its partial sums would outgrow L2
     for dims in ((1, 4096, 4096), (64, 4096, 4096), (8, 64, 65536), (300, 700, 5000)):
