@@ -188,6 +188,7 @@ class Call:
     grid: Any  # int (wgmma) or (tiles, 1, split)
     clusters: int  # wgmma with clusters: how many
     counters: int  # split-K: ticket counters (one per tile, wgmma one per half tile), else 0
+    spread: bool = False  # simt split-K: a cooperative launch whose CTAs share the sums
 
     def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
                beta: float, stream: Any) -> None:
@@ -217,7 +218,7 @@ class Call:
         config = self.config
         args, _ = _main_arguments(self, a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr,
                                   counters_ptr, alpha, beta)
-        if config.kernel == "wgmma" and config.cluster > 1:
+        if self.spread or (config.kernel == "wgmma" and config.cluster > 1):
             self.kernels[0].launch(_main_config(self), *args, stream=stream)
         else:  # the plain launch, without building a LaunchConfig
             self.kernels[0](self.grid, config.threads, args, shared_mem=self.smem,
@@ -336,7 +337,9 @@ def _main_arguments(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: i
         return args, (0, 1, 2, 3, 4, 10, 11)
     args = (a_ptr, b_ptr, out_ptr, cin_ptr, partial_ptr, call.m, call.n, call.k, call.lda,
             call.ldb, call.ldc, call.ldcin, alpha, beta, config.group_m, call.pair_ok)
-    if config.split_k > 1:  # gemm_mma_splitk, gemm_simt_splitk
+    if config.split_k > 1 and config.kernel == "simt":  # its ending spread or not
+        return args + (counters_ptr, int(call.spread)), (0, 1, 2, 3, 12, 13, 4, 16)
+    if config.split_k > 1:  # gemm_mma_splitk
         return args + (counters_ptr,), (0, 1, 2, 3, 12, 13, 4, 16)
     return args, (0, 1, 2, 3, 12, 13, 4)
 
@@ -345,7 +348,8 @@ def _main_config(call: Call) -> gpurt.LaunchConfig:
     config = call.config
     cluster = (config.cluster, 1, 1) if config.kernel == "wgmma" and config.cluster > 1 \
         else None
-    return gpurt.LaunchConfig(call.grid, config.threads, call.smem, cluster=cluster)
+    return gpurt.LaunchConfig(call.grid, config.threads, call.smem, cluster=cluster,
+                              cooperative=call.spread)
 
 
 def planned_call(call: Call, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int) -> Any:
@@ -395,9 +399,31 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     counters = 0
     if config.split_k > 1:  # one per tile; wgmma: one per consumer's half tile
         counters = 2 * tiles if config.kernel == "wgmma" else tiles
+    spread = (config.kernel == "simt" and config.split_k > 1 and SPREAD_SPLIT_K
+              and tiles * config.split_k <= problem.sm_count * resident_per_sm(
+                  kernels[0], config, smem, plan.index))
     return Call(config, kernels, m, n, plan.k, a.ld, b.ld, plan.ldc, plan.ldcin, a.kmajor,
                 b.kmajor, plan.dt, plan.index, swap, pair_ok, store_ok, smem, grid, clusters,
-                counters)
+                counters, spread)
+
+
+# simt split-K grids that fit the GPU at once end spread over their CTAs (a cooperative
+# launch, kernels/gemm_simt.cu's splitk_spread); False: the tile's last CTA sums the slices
+SPREAD_SPLIT_K = True
+_resident: dict[tuple[str, int, int], int] = {}
+
+
+def resident_per_sm(kernel: Any, config: Config, smem: int, index: int) -> int:
+    """CTAs of ``kernel`` (``config``'s threads, ``smem`` bytes) one SM of device ``index``
+    runs at once (cuOccupancyMaxActiveBlocksPerMultiprocessor): x SMs, the most CTAs a
+    cooperative launch may have."""
+    key = (kernel.symbol, smem, index)
+    found = _resident.get(key)
+    if found is None:
+        with gpurt.device(index):
+            found = kernel.max_active_blocks_per_multiprocessor(config.threads, smem)
+        _resident[key] = found
+    return found
 
 
 _cluster_limits: dict[tuple[str, int, int, int], int] = {}

@@ -52,12 +52,15 @@ def _split_for(problem: Problem, config: Config) -> int:
 
 # Base candidates per kernel, before split-K is applied.
 # simt: [0] large problems (0.96-0.97 of cuBLAS at 2048-8192 on an H200), [1] mid-sized grids
-# (2 CTAs per SM), [-1] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
-# and [5]: 64- and 32-row tiles for M <= 64 (decode shapes: no rows computed in vain).
+# (2 CTAs per SM), [6] small ones; warp tiles of 32 x 128 = 8 x 16 outputs per thread; [4]
+# and [5]: 64- and 32-row tiles for M <= 64 (decode shapes: no rows computed in vain); [7]
+# 32 x 128 (2 warps, 8 CTAs per SM: M <= 32 only, with many slices); [8] 96 x 128 (6 warps, 2 CTAs
+# per SM: grids that 64- and 128-row tiles fill 1.5 times, 2053 x 3001, fill it twice).
 _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
          Config("simt", 128, 128, 16, 32, 128, stages=3), Config("simt", 128, 128, 16, stages=3),
          Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 256, 16, 32, 128, stages=3),
-         Config("simt", 32, 256, 16, 32, 128, stages=3), Config("simt", 64, 64, 8, stages=4))
+         Config("simt", 32, 256, 16, 32, 128, stages=3), Config("simt", 64, 64, 8, stages=4),
+         Config("simt", 32, 128, 8, stages=4), Config("simt", 96, 128, 8, stages=4))
 # The multiply-add rate of an SM full of each simt tile's CTAs, relative to cuBLAS's SGEMM
 # (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones, session 8's decode shapes for
 # the 64- and 32-row tiles), and its factor when B is K-major (4-byte transposing copies, which
@@ -65,10 +68,11 @@ _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
 # Unlisted tiles: 0.8, 0.6 and 0.92.
 _SIMT_RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
               (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
-              (64, 64, 8, 0): 0.78}
+              (64, 64, 8, 0): 0.78, (32, 128, 8, 0): 0.86, (96, 128, 8, 0): 0.87}
 _SIMT_RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
                        (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
-                       (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6}
+                       (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6, (32, 128, 8, 0): 0.2,
+                       (96, 128, 8, 0): 0.5}
 # ... and when rows are not 16-byte aligned (4-byte copies; 4099^3: the 8 x 8 thread tile of
 # 256 threads lost least).
 _SIMT_RATE_UNALIGNED = {(128, 128, 16, 0): 1.0}
@@ -257,11 +261,20 @@ def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
 # loses 15% of its rate. A K split costs each CTA half a unit (x its tile's area: its partial
 # sums' store), and the grid's end 3 units plus a quarter per slice (the tiles' last CTAs reading
 # the slices, kernels/gemm_simt.cu's splitk_end). Grids of two waves or more are not split: their
-# partial sums outgrow L2 and cost more than the last wave's idle SMs (4099^3).
+# partial sums outgrow L2 and cost more than the last wave's idle SMs (4099^3). Session 9 (H100,
+# notes_gemm.md): split grids the GPU holds at once end spread over each tile's CTAs (a
+# cooperative launch, splitk_spread), _SIMT_SPREAD_END units in all (128 x 4096 x 4096 split 8:
+# 97.0 us against 106.4 for the last-CTA ending, 95.0 unsplit); an SM's last, partial wave of
+# 8 x 8 tiles with 8 to 11 warps runs at _SIMT_RATE_8_WARPS of the rate of 12 or more.
 _SIMT_SPLIT_CTA = 0.5
 _SIMT_SPLIT_END = 3.0
 _SIMT_SPLIT_SLICE = 0.25
+_SIMT_SPREAD_END = 0.5
+_SIMT_RATE_8_WARPS = 0.9
 _SIMT_SLICE_MIN = 8  # K tiles a slice takes at least
+# Below this many multiply-adds a split's host path (its workspace, a cooperative launch) costs
+# more than the few microseconds it could save: 128^3 stays one launch of 4 CTAs, unsplit.
+_SIMT_SPLIT_MIN_MACS = 1 << 24
 
 
 def _simt_resident(problem: Problem, config: Config) -> int:
@@ -287,12 +300,26 @@ def _simt_cost(problem: Problem, config: Config, split: int) -> float:
         rate *= _SIMT_RATE_B_KMAJOR.get(tile, 0.6)
     if not problem.vec:
         rate *= _SIMT_RATE_UNALIGNED.get(tile, 0.92)
-    running = min(on_sm, resident) * warps
-    rate *= 1.0 if running >= 8 else 0.85 if running >= 4 else 0.64
     area = config.bm * config.bn / (128 * 256)
     cta = area * ((per + 1) * config.bk / 16 + (_SIMT_SPLIT_CTA if split > 1 else 0.0))
-    end = _SIMT_SPLIT_END + _SIMT_SPLIT_SLICE * split * area if split > 1 else 0.0
-    return on_sm * cta / rate + end
+    end = 0.0
+    if split > 1 and config.tiles(problem.m, problem.n) * split <= problem.sm_count * resident:
+        end = _SIMT_SPREAD_END
+    elif split > 1:
+        end = _SIMT_SPLIT_END + _SIMT_SPLIT_SLICE * split * area
+    full, rest = divmod(on_sm, resident)  # waves of `resident` CTAs, then one of `rest`
+    waves = full * resident * cta / (rate * _simt_occupancy(config, resident * warps, False))
+    if rest:
+        waves += rest * cta / (rate * _simt_occupancy(config, rest * warps, full > 0))
+    return waves + end
+
+
+def _simt_occupancy(config: Config, running: int, tail: bool) -> float:
+    """An SM's rate with ``running`` warps of simt ``config`` against a full one (``tail``:
+    in a last wave, after full ones)."""
+    if tail and config.wn != 128 and 8 <= running < 12:
+        return _SIMT_RATE_8_WARPS
+    return 1.0 if running >= 8 else 0.85 if running >= 4 else 0.64
 
 
 def _simt_split(problem: Problem, config: Config) -> int:
@@ -302,7 +329,7 @@ def _simt_split(problem: Problem, config: Config) -> int:
     k_tiles = -(-problem.k // config.bk)
     best, best_cost = 1, _simt_cost(problem, config, 1)
     slots = problem.sm_count * _simt_resident(problem, config)
-    if config.tiles(problem.m, problem.n) >= 2 * slots:
+    if config.tiles(problem.m, problem.n) >= 2 * slots or problem.macs < _SIMT_SPLIT_MIN_MACS:
         return 1
     for split in range(2, min(32, k_tiles // _SIMT_SLICE_MIN) + 1):
         if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
@@ -314,10 +341,13 @@ def _simt_split(problem: Problem, config: Config) -> int:
 
 
 def _simt_heuristic(problem: Problem) -> Config:
-    """The simt config (with its split) of the lowest modelled time; ties keep the earlier."""
-    best, best_cost = _SIMT[-1], float("inf")
+    """The simt config (with its split) of the lowest modelled time; ties keep the earlier.
+    The 32 x 128 tile only for M <= 32, where session 9 measured it."""
+    best, best_cost = _SIMT[6], float("inf")
     for base in _SIMT:
         if not eligible(problem, base):  # a ring too large for the GPU (sm_75: 64 KiB)
+            continue
+        if base == _SIMT[7] and problem.m > 32:
             continue
         split = _simt_split(problem, base)
         cost = _simt_cost(problem, base, split)

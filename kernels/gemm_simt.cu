@@ -65,12 +65,23 @@ __device__ __forceinline__ void load_shared(float* to, u32 addr) {
 // N x K), copied transposed into a shared [BK][MN + PAD] tile element by element. A thread
 // copies KPT elements (KL apart along K) of each of P rows (R apart); KL threads side by side
 // along K make every warp-wide copy read whole 32-byte sectors. Each call copies the next K
-// tile, starting at k_first (the constructor's).
+// tile, starting at k_first (the constructor's). Where the slab's elements do not divide
+// that way among the threads (tiles of 3 warp rows: 96 or 192 threads), KL = 8 threads side by
+// side along K and R rows apart, the last pass's rows past the slab copying nothing.
+template <int MN, int BK, int THREADS>
+struct KMajorShape {
+    static constexpr int E = MN * BK / THREADS, P = E < 4 ? E : 4, KPT = E / P, KL = BK / KPT;
+    static constexpr bool EXACT = E * THREADS == MN * BK && P * KPT == E && KL * KPT == BK &&
+                                  THREADS % KL == 0 && (THREADS / KL) * P == MN;
+};
+
 template <int MN, int BK, int THREADS>
 struct KMajorCopy {
-    static constexpr int E = MN * BK / THREADS, P = E < 4 ? E : 4, KPT = E / P, KL = BK / KPT,
-                         R = THREADS / KL;
-    static_assert(P * KPT == E && KL * KPT == BK && R * KL == THREADS && R * P == MN,
+    using Shape = KMajorShape<MN, BK, THREADS>;
+    static constexpr bool EXACT = Shape::EXACT;
+    static constexpr int KL = EXACT ? Shape::KL : 8, KPT = BK / KL, R = THREADS / KL,
+                         P = EXACT ? Shape::P : (MN + R - 1) / R;
+    static_assert(KL * KPT == BK && R * KL == THREADS && R * P >= MN && R < MN + PAD,
                   "tile does not divide among threads");
     const float* row[P];  // this thread's first element of each row in the next tile (rows
                           // past the matrix: its last row)
@@ -93,6 +104,9 @@ struct KMajorCopy {
     __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
+            if constexpr (!EXACT) {  // rows past the slab (its last pass) copy nothing
+                if ((int)(dst / 4) % (MN + PAD) + p * R >= MN) break;
+            }
 #pragma unroll
             for (int e = 0; e < KPT; ++e) {
                 const bool ok = !FIRST || k + kl + e * KL >= k_lo;
@@ -108,11 +122,12 @@ struct KMajorCopy {
 // One operand's MN x BK slab when MN is contiguous in global memory (row-major B, or A given
 // K x M), copied as it is into a shared [BK][MN + PAD] tile in chunks of 4 floats: one
 // 16-byte copy each (VEC: 16-byte aligned rows) or four 4-byte ones. A warp copies whole rows
-// of the slab; each thread C chunks, R rows of K apart.
+// of the slab; each thread C chunks, R rows of K apart (where R does not divide BK, the last
+// of them past the slab copies nothing).
 template <int MN, int BK, int THREADS, bool VEC>
 struct MNMajorCopy {
-    static constexpr int ML = MN / 4, R = THREADS / ML, C = BK / R;
-    static_assert(R * ML == THREADS && C * R == BK, "tile does not divide among threads");
+    static constexpr int ML = MN / 4, R = THREADS / ML, C = (BK + R - 1) / R;
+    static_assert(R * ML == THREADS && C * R >= BK, "tile does not divide among threads");
     const float* next;  // this thread's chunk in the next tile
     i64 ld;
     u32 dst;            // the chunk's byte offset in a shared tile
@@ -132,6 +147,7 @@ struct MNMajorCopy {
     __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
+            if (C * R != BK && kr + c * R >= BK) break;  // past the slab (the last chunk)
             const float* from = next + (i64)c * R * ld;
             const u32 to = tile + dst + 4 * c * R * (MN + PAD);
             const bool ok = !FIRST || k + kr + c * R >= k_lo;
@@ -195,6 +211,96 @@ __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i6
     }
 }
 
+// The sums over K slices 0..gridDim.z - 1, in that order, of U chunks of 4 outputs (row r[u],
+// columns c[u]..c[u] + 3), each slice's U loads issued together.
+template <int U, bool VEC>
+__device__ __forceinline__ void sum_chunks(const float* __restrict__ partial, i64 total,
+                                           const int (&r)[U], const int (&c)[U], int N,
+                                           float4 (&sum)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int s = 0; s < (int)gridDim.z; ++s) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = load_slice4<VEC>(partial + s * total, r[u], c[u], N);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            sum[u].x += v[u].x;
+            sum[u].y += v[u].y;
+            sum[u].z += v[u].z;
+            sum[u].w += v[u].w;
+        }
+    }
+}
+
+// Split-K's end spread over the tile's CTAs (`spread`: a cooperative launch, so every CTA of
+// the grid is resident and none waits on one that cannot run). Each CTA, after its slice's
+// partial sums are stored, takes a ticket and waits until every slice of its tile has; then
+// CTA z sums rows [z R, z R + R) of the tile (R = BM / gridDim.z rounded up) over the slices in
+// slice order (the same bits as the last-CTA ending) and stores them to C. Where the last CTA
+// read all BM x BN x slices partial sums itself (~1 MiB for 128 x 256 x 8: ~10 us at one SM's
+// L2 bandwidth), each CTA reads 1 / slices of them. The counter counts to 2 x slices (a
+// second ticket after the sums) and the CTA that takes the last one resets it to 0.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void splitk_spread(float* __restrict__ C,
+                                              const float* __restrict__ Cin,
+                                              const float* __restrict__ partial,
+                                              unsigned* __restrict__ counters, int M, int N,
+                                              i64 ldc, i64 ldcin, float alpha, float beta,
+                                              int m0, int n0, bool pair_ok) {
+    constexpr int CW = BN / 4, U = 2;  // float4 chunks per tile row; chunks per thread at once
+    const unsigned slices = gridDim.z;
+    unsigned* counter = counters + blockIdx.x;
+    __threadfence();  // this thread's slice stores, before the ticket
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicAdd(counter, 1u);
+        unsigned seen;
+        do {
+#if __CUDA_ARCH__ >= 700
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter)
+                         : "memory");
+#else
+            seen = *reinterpret_cast<volatile unsigned*>(counter);
+            __threadfence();
+#endif
+        } while (seen < slices);
+    }
+    __syncthreads();
+    const int rows = (BM + (int)slices - 1) / (int)slices;
+    const int r_first = m0 + (int)blockIdx.z * rows;
+    const int r_stop = min(min(m0 + BM, M), r_first + rows);
+    const int chunks = max(0, r_stop - r_first) * CW;
+    const i64 total = (i64)M * N;
+    const bool vec = N % 4 == 0;
+    for (int e0 = threadIdx.x; e0 < chunks; e0 += U * THREADS) {
+        int r[U], c[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int e = min(e0 + u * THREADS, chunks - 1);  // repeats past the end: not stored
+            r[u] = r_first + e / CW;
+            c[u] = n0 + 4 * (e % CW);
+        }
+        float4 sum[U];
+        if (vec) {
+            sum_chunks<U, true>(partial, total, r, c, N, sum);
+        } else {
+            sum_chunks<U, false>(partial, total, r, c, N, sum);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (e0 + u * THREADS >= chunks) continue;
+            store_pair<DT_F32>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r[u], c[u],
+                               sum[u].x, sum[u].y, pair_ok);
+            store_pair<DT_F32>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r[u], c[u] + 2,
+                               sum[u].z, sum[u].w, pair_ok);
+        }
+    }
+    __syncthreads();  // every thread's loads done before the CTA's second ticket
+    if (threadIdx.x == 0 && atomicAdd(counter, 1u) == 2 * slices - 1) *counter = 0;
+}
+
 // Split-K's end (gemm_simt_splitk): each thread stores the raw sums it holds (acc[i][j]: row
 // r0 + i % 4 + 16 (i / 4), column c0 + j % 4 + 32 (j / 4)) to its K slice's partial[slice]
 // (float4 where N % 4 == 0), takes the tile's ticket, and in the tile's last CTA sums the same
@@ -202,13 +308,13 @@ __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i6
 // (slice order, from 0: the same bits), but where its loop loaded one pair of one slice at a
 // time, each thread here loads ROWS rows x TN columns (the outputs it held) of two slices at
 // once, 16 bytes wide (ROWS = 1 for 8 x 8 thread tiles: they keep to 128 registers).
-template <int TN>
+template <int BM, int BN, int TN, int THREADS>
 __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __restrict__ C,
                                            const float* __restrict__ Cin,
                                            float* __restrict__ partial,
                                            unsigned* __restrict__ counters, int M, int N,
                                            i64 ldc, i64 ldcin, float alpha, float beta, int r0,
-                                           int c0, bool pair_ok) {
+                                           int c0, int m0, int n0, bool pair_ok, bool spread) {
     constexpr int ROWS = TN == 16 ? 2 : 1;
     const i64 total = (i64)M * N;
     const bool vec = N % 4 == 0;
@@ -231,6 +337,11 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
                     if (c + e < N) p[e] = acc[i][4 * q + e];
             }
         }
+    }
+    if (spread) {
+        splitk_spread<BM, BN, THREADS>(C, Cin, partial, counters, M, N, ldc, ldcin, alpha,
+                                       beta, m0, n0, pair_ok);
+        return;
     }
     if (!splitk_is_last(counters)) return;
 #pragma unroll
@@ -285,7 +396,7 @@ gemm_simt(
     const float* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K, i64 lda,
     i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta, int group_m, int pair_ok
 #if GEMM_SIMT_SPLIT
-    , unsigned* __restrict__ counters
+    , unsigned* __restrict__ counters, int spread
 #endif
     ) {
     using namespace simt;
@@ -371,8 +482,8 @@ gemm_simt(
     }
 
 #if GEMM_SIMT_SPLIT
-    splitk_end<TN>(acc, C, Cin, partial, counters, M, N, ldc, ldcin, alpha, beta, m0 + am,
-                   n0 + bn, pair_ok != 0);
+    splitk_end<BM, BN, TN, THREADS>(acc, C, Cin, partial, counters, M, N, ldc, ldcin, alpha,
+                                    beta, m0 + am, n0 + bn, m0, n0, pair_ok != 0, spread != 0);
 #else
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
