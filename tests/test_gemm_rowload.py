@@ -1,0 +1,204 @@
+"""The row-streaming GEMM kernel (kernels/gemm_rowload.cu, kernels/_gemm_rowload.py): a few
+rows of A times an N-major B whose rows need not be 16-byte multiples. CPU: configs, the
+heuristic's choice, compilation without spills. GPU: results against float64 on poisoned
+outputs (odd sizes, offset views, both A layouts, beta with C in, split K, graph replay)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import gpurt
+from test_gemm_skinny import rand, run
+
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+rowload = importlib.import_module("gpurt.kernels._gemm_rowload")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+Config, Problem = tune.Config, tune.Problem
+BF16, F16 = tune.DT_BF16, tune.DT_F16
+
+
+def rl(bm, slots, rows, split=1):
+    return Config("rowload", bm, 248 * slots, 8 * rows, split_k=split)
+
+
+def split_rows(m, n, k, **kw):
+    """An H100 problem whose rows are not 16-byte multiples, B N-major."""
+    return Problem(m, n, k, BF16, True, False, False, False, (9, 0), 132, pitch128=False, **kw)
+
+
+@pytest.mark.parametrize("fields", [dict(bm=3), dict(bn=256), dict(bk=128), dict(wm=16),
+                                    dict(tma_store=True)])
+def test_config_validation(fields):
+    with pytest.raises(ValueError):
+        dataclasses.replace(rl(1, 2, 8), **fields)
+
+
+def test_config_geometry():
+    config = rl(4, 1, 4, split=5)
+    assert config.threads == 256 and config.shared_mem(True, False) == 0
+    assert config.tiles(4, 4099) == 17 and config.source == "gemm_rowload.cu"
+    assert config.name_expression(BF16, True, False, False) == \
+        "gemm_rowload_splitk<2, 4, 1, 4, true>"
+    assert rl(1, 2, 8).name_expression(F16, False, False, True) == \
+        "gemm_rowload<1, 1, 2, 8, false>"
+
+
+def test_eligibility():
+    problem = split_rows(1, 4099, 4099)
+    assert tune.eligible(problem, rl(1, 2, 8))
+    assert "N-major" in tune.why_not(dataclasses.replace(problem, b_kmajor=True), rl(1, 2, 8))
+    assert "float16" in tune.why_not(dataclasses.replace(problem, dt=tune.DT_F32), rl(1, 2, 8))
+    assert "sm_70" in tune.why_not(dataclasses.replace(problem, capability=(6, 1)), rl(1, 2, 8))
+
+
+@pytest.mark.parametrize("m,n,k,bm", [(1, 4099, 4099, 1), (2, 4099, 4099, 2), (3, 11003, 4093, 4),
+                                      (8, 4099, 4096, 8), (16, 4099, 4099, 16),
+                                      (13, 2053, 1999, 16)])
+def test_heuristic_streams_split_rows(m, n, k, bm):
+    config = tune.heuristic(split_rows(m, n, k))
+    assert config.kernel == "rowload" and config.bm == bm
+    # one wave of resident CTAs (2 per SM, 1 at bm 16), at least two rounds of loads a warp
+    ctas = config.tiles(m, n) * config.split_k
+    assert ctas <= (132 if bm == 16 else 264) and config.split_k > 1
+    assert -(-k // config.split_k) >= 2 * config.bk
+
+
+@pytest.mark.parametrize("problem", [
+    split_rows(17, 4099, 4099), split_rows(1, 200, 4099), split_rows(1, 4099, 60),
+    dataclasses.replace(split_rows(1, 4099, 4099), b_kmajor=True),
+    dataclasses.replace(split_rows(1, 4096, 4096), vec=True, tma=True, pitch128=True),
+])
+def test_heuristic_leaves_other_shapes_alone(problem):
+    assert tune.heuristic(problem).kernel != "rowload"
+
+
+def test_candidates_and_all_configs():
+    problem = split_rows(16, 4099, 4099)
+    found = rowload.candidates(problem)
+    assert found and all(bm == 16 and bn == 248 and bk == 32 for bm, bn, bk, _ in found)
+    assert {c.split_k for c in tune.all_configs(problem) if c.kernel == "rowload"} == {1, 7}
+    assert rowload.candidates(split_rows(33, 4099, 4099)) == []
+    assert any(c.kernel == "rowload" for c in tune.candidates(split_rows(1, 4099, 4099)))
+
+
+def _names():
+    names = set()
+    for dt in (F16, BF16):
+        for a_k in (True, False):
+            for split in (1, 2):
+                for config in (rl(1, 2, 8, split), rl(2, 2, 8, split), rl(4, 1, 8, split),
+                               rl(4, 2, 4, split), rl(8, 1, 4, split), rl(16, 1, 4, split)):
+                    names.add(config.name_expression(dt, a_k, False, False))
+    return sorted(names)
+
+
+def test_variants_compile_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    names = _names()
+    module = gpurt.compile(gemm_launch.text("gemm_rowload.cu"), options=["--ptxas-options=-v"],
+                           name_expressions=names, arch="sm_90", program_name="gemm_rowload.cu",
+                           headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
+    log = module.log
+    assert set(module.lowered_names) == set(names)
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert len(spills) == len(names), log
+    assert all(int(s) == 0 for s in spills), log
+
+
+# ---- GPU: results against float64 ----------------------------------------------------------------
+
+CONFIGS = [rl(1, 2, 8), rl(1, 2, 8, 5), rl(2, 2, 8, 3), rl(4, 1, 8, 2), rl(4, 2, 4, 7),
+           rl(8, 1, 4, 4), rl(16, 1, 4, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label().replace(" ", "_"))
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_odd_shapes(gpu_state, config, dtype):
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 1, 1), (1, 4099, 257), (3, 67, 4099), (17, 130, 1000), (5, 1, 33),
+                    (16, 520, 131), (9, 64, 64), (2, 5, 3001), (1, 777, 9)]:
+        run(rng, m, n, k, dtype, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_t", [False, True])
+@pytest.mark.parametrize("offset", [0, 1, 3, 6])
+def test_layouts_and_offsets(gpu_state, a_t, offset):
+    """A row- or column-major, every view a few elements into its buffer (so B's rows start
+    at every misalignment), beta with C in."""
+    rng = np.random.default_rng()
+    for config in (rl(4, 2, 4, 3), rl(1, 2, 8, 2)):
+        run(rng, 3, 1003, 517, gpurt.bfloat16, config, a_t=a_t, offset=offset,
+            beta=0.5 if offset == 1 else 0.0, alpha=-1.5)
+        run(rng, 11, 251, 299, np.float16, dataclasses.replace(config, bm=16), a_t=a_t,
+            offset=offset, beta=-1.0 if offset == 3 else 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_t,b_t,out_t", [(a, b, o) for a in (False, True)
+                                           for b in (False, True) for o in (False, True)])
+def test_gemms_own_choice_in_every_layout(gpu_state, monkeypatch, a_t, b_t, out_t):
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 4099, 4099), (16, 2053, 1999), (5, 1031, 257)]:
+        run(rng, m, n, k, gpurt.bfloat16, None, a_t=a_t, b_t=b_t, out_t=out_t, offset=1,
+            beta=0.5)
+        run(rng, m, n, k, np.float16, None, a_t=a_t, b_t=b_t, out_t=out_t, trans=True)
+
+
+@pytest.mark.gpu
+def test_heuristic_takes_rowload_and_is_deterministic(gpu_state, monkeypatch):
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()
+    rng = np.random.default_rng()
+    a, b = rand(rng, (2, 4099), gpurt.bfloat16), rand(rng, (4099, 4100), gpurt.bfloat16)
+    da, db = gpurt.asarray(a), gpurt.asarray(b)[:, :4099]
+    first = gemm_mod.gemm(da, db)
+    (call,) = [entry[0] for entry in gemm_mod._calls.values()]
+    assert call.config.kernel == "rowload" and call.config.split_k > 1
+    want = a.astype(np.float64) @ b[:, :4099].astype(np.float64)
+    got = first.numpy().astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    for _ in range(3):  # the slices are added in a fixed order: the same bits every time
+        assert np.array_equal(gemm_mod.gemm(da, db).numpy().view(np.uint16),
+                              first.numpy().view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_graph_replay_with_c_in(gpu_state, monkeypatch):
+    """A captured split-K rowload call (its partials in the capture's workspace), replayed on
+    fresh inputs with out accumulating (beta = 1)."""
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    m, n, k = 3, 1031, 2053
+    da = gpurt.asarray(rand(rng, (m, k), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (k, n + 3), gpurt.bfloat16))[:, 1:n + 1]
+    out = gpurt.asarray(rand(rng, (m, n), gpurt.bfloat16))
+    stream = gpurt.Stream()
+    config = rl(4, 2, 8, 9)
+    gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream, config=config)  # compile first
+    stream.synchronize()
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph, stream=stream):
+        gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream, config=config)
+    for _ in range(2):
+        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+        c = rand(rng, (m, n), gpurt.bfloat16)
+        da.copy_(gpurt.asarray(a))
+        db.copy_(gpurt.asarray(b))
+        out.copy_(gpurt.asarray(c))
+        gpurt.synchronize()
+        graph.replay()
+        gpurt.synchronize()
+        want = a.astype(np.float64) @ b.astype(np.float64) + c.astype(np.float64)
+        got = out.numpy().astype(np.float64)
+        assert np.isfinite(got).all()
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    graph.reset()
