@@ -18,6 +18,7 @@ with the host path for gemm and torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import json
@@ -81,6 +82,10 @@ def run_check() -> None:
             for split in sorted({1, config.split_k, 3}):
                 forced = tune.Config("rowload", config.bm, config.bn, config.bk, split_k=split)
                 base._case(rng, m, n, k, dtype, i % 2 == 1, False, forced, offset, beta)
+    print("forced configs done", flush=True)
+    for i, (m, n, k) in enumerate(CHECKS):  # gemm's own choice (rowload where B is N-major)
+        dtype = gpurt.bfloat16 if i % 2 == 0 else np.float16
+        offset, beta = i % 4, (0.5 if i % 3 == 1 else 0.0)
         for trans_a in (False, True):
             for trans_b in (False, True):
                 base._case(rng, m, n, k, dtype, trans_a, trans_b, None, offset, beta)
@@ -148,7 +153,13 @@ def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int) -> dict[str, A
             finally:
                 base._route("auto")
         timed = {}
-        for config in _rowload_configs(m, n, k, gpurt.bfloat16):
+        configs = _rowload_configs(m, n, k, gpurt.bfloat16)
+        if configs:  # the first one's split halved and doubled (the same program)
+            first = configs[0]
+            configs += [dataclasses.replace(first, split_k=s) for s in
+                        sorted({max(2, first.split_k // 2), 2 * first.split_k})
+                        if s != first.split_k]
+        for config in configs:
             try:
                 timed[config.label()] = kernel_us(config)
             except Exception as exc:  # noqa: BLE001
@@ -204,21 +215,30 @@ def run_timing(json_path: str | None, budget: float) -> None:
 
 
 def run_precompile() -> None:
-    """Every program ``time`` and ``check`` compile, over 16 processes."""
-    todo: dict[Any, None] = {}
+    """Every program ``time`` and ``check`` compile, over 16 processes: the rowload
+    candidates (split and not), the path before and the packed route's TMA kernel."""
+    todo: dict[Any, None] = {("gemm_pack.cu", ("gemm_pack<unsigned short>",), "sm_90"): None}
     for name, m, n, k in SHAPES + [("bf16", *s) for s in CHECKS] + [("fp16", *s) for s in CHECKS]:
         dtype = gpurt.bfloat16 if name == "bf16" else np.float16
-        for a_k in (True, False):
+        for a_k, b_k in ((True, False), (False, False), (True, True), (False, True)):
             a = gpurt.empty((m, k), dtype=dtype) if a_k else gpurt.empty((k, m), dtype=dtype).T
-            b = gpurt.empty((k, n + 1), dtype=dtype)[:, :n]
+            if b_k:
+                b = gpurt.empty((n, k + 1), dtype=dtype)[:, :k].T
+            else:
+                b = gpurt.empty((k, n + 1), dtype=dtype)[:, :n]
             problem = _problem((a, b), dtype)
             configs = [tune._rowload_config(t) for t in rowload.candidates(problem)]
             configs += [tune.Config("rowload", c.bm, c.bn, c.bk, split_k=s) for c in configs
                         for s in (1, 3)]
-            heuristic = tune.heuristic(problem)
-            for config in configs + [heuristic]:
+            configs.append(_with_disabled("rowload", functools.partial(tune.heuristic, problem)))
+            configs.append(tune.heuristic(problem))
+            for config in configs:
                 if tune.eligible(problem, config):
                     todo[launch.program(config, problem)] = None
+            plan = gm._plan(a, b, None, 0.0, None, False, False, gpurt.as_stream(None, 0))[0]
+            route = gm._pack_route(plan, problem, False)
+            if route is not None and a_k:
+                todo[launch.program(tune.heuristic(route[1]), route[1])] = None
     print(f"precompiled {launch.compile_programs(list(todo), 16)} programs", flush=True)
 
 
