@@ -42,14 +42,20 @@ launch = importlib.import_module("gpurt.kernels._gemm_launch")
 rowload = importlib.import_module("gpurt.kernels._gemm_rowload")
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# (dtype, m, n, k): B = K x N; 4099 rows are 8198 bytes (2-byte aligned), 4096 aligned
-SHAPES = ([("bf16", m, 4099, 4099) for m in (1, 2, 4, 8, 16, 32)]
-          + [("fp16", m, 4099, 4099) for m in (1, 16)]
-          + [("bf16", 1, 4099, 4096), ("bf16", 16, 4099, 4096), ("bf16", 1, 4096, 4099),
-             ("bf16", 1, 11003, 4093), ("bf16", 8, 11003, 4093), ("bf16", 4, 4093, 11003),
-             ("bf16", 2, 4096, 4099), ("bf16", 16, 4096, 4099),
-             ("bf16", 16, 14341, 4099), ("bf16", 1, 2053, 1999), ("bf16", 16, 2053, 1999),
-             ("bf16", 64, 4099, 4099), ("bf16", 1, 4096, 4096), ("bf16", 16, 4096, 4096)])
+# (dtype, m, n, k, nk): B = K x N, or nk: B = W^T with W N x K (x @ W.T); 4099 rows are 8198
+# bytes (2-byte aligned), 4096 aligned
+SHAPES = ([("bf16", m, 4099, 4099, False) for m in (1, 2, 4, 8, 16, 32)]
+          + [("fp16", m, 4099, 4099, False) for m in (1, 16)]
+          + [("bf16", m, 4099, 4099, True) for m in (1, 2)]
+          + [("bf16", 1, 11003, 4093, True), ("bf16", 1, 4093, 11003, True),
+             ("bf16", 1, 4099, 4096, False), ("bf16", 16, 4099, 4096, False),
+             ("bf16", 1, 4096, 4099, False), ("bf16", 2, 4096, 4099, False),
+             ("bf16", 16, 4096, 4099, False),
+             ("bf16", 1, 11003, 4093, False), ("bf16", 8, 11003, 4093, False),
+             ("bf16", 4, 4093, 11003, False), ("bf16", 16, 14341, 4099, False),
+             ("bf16", 1, 2053, 1999, False), ("bf16", 16, 2053, 1999, False),
+             ("bf16", 64, 4099, 4099, False), ("bf16", 1, 4096, 4096, False),
+             ("bf16", 16, 4096, 4096, False), ("bf16", 1, 4096, 4096, True)])
 
 
 def _problem(plan_args: tuple[Any, Any], dt: Any) -> Any:
@@ -58,10 +64,16 @@ def _problem(plan_args: tuple[Any, Any], dt: Any) -> Any:
     return gm._problem(plan, False)
 
 
-def _rowload_configs(m: int, n: int, k: int, dtype: Any) -> list[Any]:
+def _split_b(n: int, k: int, dtype: Any, nk: bool) -> Any:
+    """A K x N operand on split rows: N-major, or K-major (W = B^T stored N x K)."""
+    if nk:
+        return gpurt.empty((n, k + 1), dtype=dtype)[:, :k].T
+    return gpurt.empty((k, n + 1), dtype=dtype)[:, :n]
+
+
+def _rowload_configs(m: int, n: int, k: int, dtype: Any, nk: bool = False) -> list[Any]:
     a = gpurt.empty((m, k), dtype=dtype)
-    b = gpurt.empty((k, n + 1), dtype=dtype)[:, :n]  # split rows
-    problem = _problem((a, b), dtype)
+    problem = _problem((a, _split_b(n, k, dtype, nk)), dtype)
     return [tune._rowload_config(t) for t in rowload.candidates(problem)]
 
 
@@ -70,6 +82,8 @@ def _rowload_configs(m: int, n: int, k: int, dtype: Any) -> list[Any]:
 CHECKS = [(1, 4099, 4099), (2, 1031, 2053), (3, 257, 61), (5, 999, 1001), (8, 4099, 300),
           (13, 3001, 777), (16, 4099, 1000), (17, 515, 300), (1, 9, 17), (7, 600, 1),
           (4, 1000, 9), (31, 250, 129)]
+NK_CHECKS = [(1, 4099, 4099), (2, 1031, 2053), (1, 257, 61), (2, 999, 1001), (1, 9, 17),
+             (2, 600, 1), (1, 64, 497)]
 
 
 def run_check() -> None:
@@ -82,6 +96,13 @@ def run_check() -> None:
             for split in sorted({1, config.split_k, 3}):
                 forced = tune.Config("rowload", config.bm, config.bn, config.bk, split_k=split)
                 base._case(rng, m, n, k, dtype, i % 2 == 1, False, forced, offset, beta)
+    for i, (m, n, k) in enumerate(NK_CHECKS):  # B K-major
+        dtype = gpurt.bfloat16 if i % 2 == 0 else np.float16
+        offset, beta = i % 4, (0.5 if i % 3 == 1 else 0.0)
+        for config in _rowload_configs(m, n, k, dtype, True):
+            for split in sorted({1, config.split_k, 3}):
+                forced = dataclasses.replace(config, split_k=split)
+                base._case(rng, m, n, k, dtype, i % 2 == 1, True, forced, offset, beta)
     print("forced configs done", flush=True)
     for i, (m, n, k) in enumerate(CHECKS):  # gemm's own choice (rowload where B is N-major)
         dtype = gpurt.bfloat16 if i % 2 == 0 else np.float16
@@ -104,6 +125,12 @@ def run_sanitize() -> None:
             for split in sorted({1, config.split_k}):
                 forced = tune.Config("rowload", config.bm, config.bn, config.bk, split_k=split)
                 base._case(rng, m, n, k, gpurt.bfloat16, trans_a, False, forced, offset, beta)
+    for m, n, k, trans_a, offset, beta in ((1, 130, 1001, False, 1, 0.0),
+                                           (2, 70, 777, True, 3, 0.5)):  # B K-major
+        for config in _rowload_configs(m, n, k, gpurt.bfloat16, True):
+            for split in sorted({1, config.split_k}):
+                forced = dataclasses.replace(config, split_k=split)
+                base._case(rng, m, n, k, gpurt.bfloat16, trans_a, True, forced, offset, beta)
     gpurt.synchronize()
     print("sanitize cases done", flush=True)
 
@@ -125,9 +152,10 @@ def _with_disabled(value: str, fn: Any) -> Any:
         gm.clear_plans()
 
 
-def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int) -> dict[str, Any]:
-    p = bench.Problem(gpurt, torch, m, n, k, DTYPES[name], False, l2)
-    row: dict[str, Any] = {"shape": f"{m}x{n}x{k}", "dtype": name}
+def _row(name: str, m: int, n: int, k: int, nk: bool, stream: Any,
+         l2: int) -> dict[str, Any]:
+    p = bench.Problem(gpurt, torch, m, n, k, DTYPES[name], nk, l2)
+    row: dict[str, Any] = {"shape": f"{m}x{n}x{k}" + (" nk" if nk else ""), "dtype": name}
     kernel_us = functools.partial(_kernel_us, p, False)
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         row["cublas_us"] = round(bench.torch_graph_us(torch, p, 10), 2)
@@ -153,7 +181,7 @@ def _row(name: str, m: int, n: int, k: int, stream: Any, l2: int) -> dict[str, A
             finally:
                 base._route("auto")
         timed = {}
-        configs = _rowload_configs(m, n, k, gpurt.bfloat16)
+        configs = _rowload_configs(m, n, k, gpurt.bfloat16, nk)
         if configs:  # the first one's split halved and doubled (the same program)
             first = configs[0]
             configs += [dataclasses.replace(first, split_k=s) for s in
@@ -204,11 +232,11 @@ def run_timing(json_path: str | None, budget: float) -> None:
                                    "copy_GBps": round(COPY_BPS[0] / 1e9, 1)}]
     print(json.dumps(rows[0]), flush=True)
     start = time.monotonic()
-    for name, m, n, k in SHAPES:
+    for name, m, n, k, nk in SHAPES:
         if time.monotonic() - start > budget:
             print(f"budget spent: stopped before {m}x{n}x{k} {name}", flush=True)
             break
-        rows.append(_row(name, m, n, k, stream, l2))
+        rows.append(_row(name, m, n, k, nk, stream, l2))
         print(json.dumps(rows[-1]), flush=True)
         if json_path:
             Path(json_path).write_text(json.dumps(rows, indent=1))
@@ -218,18 +246,16 @@ def run_precompile() -> None:
     """Every program ``time`` and ``check`` compile, over 16 processes: the rowload
     candidates (split and not), the path before and the packed route's TMA kernel."""
     todo: dict[Any, None] = {("gemm_pack.cu", ("gemm_pack<unsigned short>",), "sm_90"): None}
-    for name, m, n, k in SHAPES + [("bf16", *s) for s in CHECKS] + [("fp16", *s) for s in CHECKS]:
+    shapes = [s[:4] for s in SHAPES] + [(d, *s) for s in CHECKS + NK_CHECKS
+                                        for d in ("bf16", "fp16")]
+    for name, m, n, k in shapes:
         dtype = gpurt.bfloat16 if name == "bf16" else np.float16
         for a_k, b_k in ((True, False), (False, False), (True, True), (False, True)):
             a = gpurt.empty((m, k), dtype=dtype) if a_k else gpurt.empty((k, m), dtype=dtype).T
-            if b_k:
-                b = gpurt.empty((n, k + 1), dtype=dtype)[:, :k].T
-            else:
-                b = gpurt.empty((k, n + 1), dtype=dtype)[:, :n]
+            b = _split_b(n, k, dtype, b_k)
             problem = _problem((a, b), dtype)
             configs = [tune._rowload_config(t) for t in rowload.candidates(problem)]
-            configs += [tune.Config("rowload", c.bm, c.bn, c.bk, split_k=s) for c in configs
-                        for s in (1, 3)]
+            configs += [dataclasses.replace(c, split_k=s) for c in configs for s in (1, 3)]
             configs.append(_with_disabled("rowload", functools.partial(tune.heuristic, problem)))
             configs.append(tune.heuristic(problem))
             for config in configs:

@@ -160,7 +160,7 @@ def why_not(problem: Problem, config: Config) -> str | None:
         if reason is not None:
             return reason
     if config.kernel == "rowload":
-        reason = _rowload.why_not(problem)
+        reason = _rowload.why_not(problem, config)
         if reason is not None:
             return reason
     if config.kernel == "skinny":

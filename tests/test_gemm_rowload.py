@@ -27,16 +27,25 @@ def rl(bm, slots, rows, split=1):
     return Config("rowload", bm, 248 * slots, 8 * rows, split_k=split)
 
 
+def nk(bm, slots, split=1):
+    """A tiling for a K-major B: 64 rows of W per CTA, 248 x slots k per warp step."""
+    return Config("rowload", bm, 64, 248 * slots, split_k=split)
+
+
 def split_rows(m, n, k, **kw):
     """An H100 problem whose rows are not 16-byte multiples, B N-major."""
     return Problem(m, n, k, BF16, True, False, False, False, (9, 0), 132, pitch128=False, **kw)
 
 
 @pytest.mark.parametrize("fields", [dict(bm=3), dict(bn=256), dict(bk=128), dict(wm=16),
-                                    dict(tma_store=True)])
+                                    dict(tma_store=True), dict(bn=64), dict(bk=248)])
 def test_config_validation(fields):
     with pytest.raises(ValueError):
         dataclasses.replace(rl(1, 2, 8), **fields)
+    with pytest.raises(ValueError):
+        dataclasses.replace(nk(1, 1), bm=4)
+    with pytest.raises(ValueError):
+        nk(2, 2)  # past 128 registers
 
 
 def test_config_geometry():
@@ -47,12 +56,18 @@ def test_config_geometry():
         "gemm_rowload_splitk<2, 4, 1, 4, true>"
     assert rl(1, 2, 8).name_expression(F16, False, False, True) == \
         "gemm_rowload<1, 1, 2, 8, false>"
+    assert nk(1, 2, 3).name_expression(BF16, True, True, False) == \
+        "gemm_rowload_nk_splitk<2, 1, 2, true>"
+    assert nk(2, 1).tiles(2, 4099) == 65
 
 
 def test_eligibility():
     problem = split_rows(1, 4099, 4099)
     assert tune.eligible(problem, rl(1, 2, 8))
-    assert "N-major" in tune.why_not(dataclasses.replace(problem, b_kmajor=True), rl(1, 2, 8))
+    k_major = dataclasses.replace(problem, b_kmajor=True)
+    assert "N-major B, not K-major" in tune.why_not(k_major, rl(1, 2, 8))
+    assert "K-major B, not N-major" in tune.why_not(problem, nk(1, 1))
+    assert tune.eligible(k_major, nk(1, 2, 3)) and tune.eligible(k_major, nk(2, 1))
     assert "float16" in tune.why_not(dataclasses.replace(problem, dt=tune.DT_F32), rl(1, 2, 8))
     assert "sm_70" in tune.why_not(dataclasses.replace(problem, capability=(6, 1)), rl(1, 2, 8))
 
@@ -69,9 +84,16 @@ def test_heuristic_streams_split_rows(m, n, k, bm):
     assert -(-k // config.split_k) >= 2 * config.bk
 
 
+@pytest.mark.parametrize("m,bm,bk,split", [(1, 1, 496, 3), (2, 2, 248, 4)])
+def test_heuristic_dots_a_k_major_b(m, bm, bk, split):
+    """x @ W.T with W's rows 8198 bytes: 64 rows of W per CTA, slices of whole K steps."""
+    config = tune.heuristic(dataclasses.replace(split_rows(m, 4099, 4099), b_kmajor=True))
+    assert config == nk(bm, bk // 248, split)
+
+
 @pytest.mark.parametrize("problem", [
     split_rows(17, 4099, 4099), split_rows(1, 200, 4099), split_rows(1, 4099, 60),
-    dataclasses.replace(split_rows(1, 4099, 4099), b_kmajor=True),
+    dataclasses.replace(split_rows(3, 4099, 4099), b_kmajor=True),
     dataclasses.replace(split_rows(1, 4096, 4096), vec=True, tma=True, pitch128=True),
 ])
 def test_heuristic_leaves_other_shapes_alone(problem):
@@ -85,6 +107,9 @@ def test_candidates_and_all_configs():
     assert {c.split_k for c in tune.all_configs(problem) if c.kernel == "rowload"} == {1, 7}
     assert rowload.candidates(split_rows(33, 4099, 4099)) == []
     assert any(c.kernel == "rowload" for c in tune.candidates(split_rows(1, 4099, 4099)))
+    k_major = dataclasses.replace(split_rows(1, 4099, 4099), b_kmajor=True)
+    assert [c for c in tune.candidates(k_major) if c.kernel == "rowload"] == \
+        [nk(1, 2, 3), nk(1, 1, 4)]
 
 
 def _names():
@@ -95,6 +120,8 @@ def _names():
                 for config in (rl(1, 2, 8, split), rl(2, 2, 8, split), rl(4, 1, 8, split),
                                rl(4, 2, 4, split), rl(8, 1, 4, split), rl(16, 1, 4, split)):
                     names.add(config.name_expression(dt, a_k, False, False))
+                for config in (nk(1, 1, split), nk(1, 2, split), nk(2, 1, split)):
+                    names.add(config.name_expression(dt, a_k, True, False))
     return sorted(names)
 
 
@@ -125,6 +152,25 @@ def test_odd_shapes(gpu_state, config, dtype):
     for m, n, k in [(1, 1, 1), (1, 4099, 257), (3, 67, 4099), (17, 130, 1000), (5, 1, 33),
                     (16, 520, 131), (9, 64, 64), (2, 5, 3001), (1, 777, 9)]:
         run(rng, m, n, k, dtype, config)
+
+
+CONFIGS_NK = [nk(1, 2), nk(1, 2, 3), nk(1, 1, 5), nk(2, 1, 2)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS_NK, ids=lambda c: c.label().replace(" ", "_"))
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_k_major_b(gpu_state, config, dtype):
+    """B stored N x K (column-major K x N, or its transpose through trans_b): odd sizes,
+    offsets, both A layouts, beta."""
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 1, 1), (1, 4099, 257), (2, 67, 4099), (1, 130, 1000), (2, 1, 33),
+                    (1, 520, 497), (2, 64, 64), (1, 5, 3001)]:
+        run(rng, m, n, k, dtype, config, b_t=True)
+    for offset in (1, 3, 6):
+        run(rng, 2, 301, 1001, dtype, config, a_t=offset == 3, b_t=True, offset=offset,
+            beta=0.5 if offset == 1 else 0.0, alpha=-1.5)
+        run(rng, 1, 1000, 999, dtype, config, trans=True, offset=offset)
 
 
 @pytest.mark.gpu
