@@ -1,5 +1,5 @@
 """The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 problems with a few rows
-of A (M <= 16, up to 32 for the tuner) and an N-major B (stored K x N) whose rows need not be
+of A (M <= 4 by the heuristic, 8 for the tuner; 2 with a K-major B) whose B rows need not be
 16-byte aligned (issue 17: 1 x 4099 x 4099, where every other path streams B's 8198-byte rows
 with narrow loads at ~0.9 TB/s or copies them first).
 
@@ -28,8 +28,12 @@ Problem = Any  # a kernels._gemm_config.Problem
 
 __all__ = ["validate", "name_expression", "why_not", "heuristic", "candidates", "SMALL_MAX"]
 
-SMALL_MAX = 16  # the heuristic's largest M
-TUNE_SMALL_MAX = 32  # the tuner's
+# The heuristic's largest M for an N-major B, and the tuner's: on an H100 (notes_gemm.md,
+# session 9 s9-rowload) M = 1, 2, 4 x 4099^2 ran in 18.0, 19.1, 27.1 us against split-K mma's
+# 36.0-36.6 (cuBLAS 16.6, 32.0, 32.2), but M = 8 and 16 in 54 and 157 (mma 37.9, 41.5).
+SMALL_MAX = 4
+TUNE_SMALL_MAX = 8
+NK_MAX = 2  # the largest M for a K-major B (register-bound: 2 x 64 x 248 holds 96)
 COLS = 248  # columns of B per warp load (gemm_rowload.cu: COLS)
 NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: NK_ROWS)
 _ROWS = (1, 2, 4, 8, 16)
@@ -104,34 +108,35 @@ def _config_nk(problem: Problem, bm: int, bk: int) -> tuple[int, int, int, int]:
 def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
     """(bm, bn, bk, split_k) for a 16-bit problem whose operand rows are not all 16-byte
     multiples (the TMA kernels cannot read them; everything else reads them with narrow loads):
-    at most 16 rows of A and 256 columns or more with B N-major, at most 2 rows of A with B
-    K-major; None otherwise."""
+    at most SMALL_MAX rows of A and 256 columns or more with B N-major, at most NK_MAX rows of
+    A with B K-major; None otherwise. The narrowest tiles (248 columns, 4 rows in flight a
+    warp; 248 k a step for a K-major B) were the fastest at every shape timed on an H100: the
+    kernel's 8 shift instantiations share the instruction cache, so smaller loops win."""
     if why_not(problem) is not None or problem.vec or problem.m < 1 or problem.k < 64:
         return None
     if problem.b_kmajor:
-        if problem.m > 2 or problem.n < NK_ROWS or problem.k < COLS:
+        if problem.m > NK_MAX or problem.n < NK_ROWS or problem.k < COLS:
             return None
-        return _config_nk(problem, problem.m, 2 * COLS if problem.m == 1 else COLS)
+        return _config_nk(problem, problem.m, COLS)
     if problem.m > SMALL_MAX or problem.n < 256:
         return None
-    bm = _rows(problem.m)
-    return _config(problem, bm, 2 if bm <= 2 else 1, 64 if bm <= 4 else 32)
+    return _config(problem, _rows(problem.m), 1, 32)
 
 
 def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
-    """Rowload tilings worth timing (none past TUNE_SMALL_MAX rows of A, or 2 with B K-major)."""
+    """Rowload tilings worth timing (none past TUNE_SMALL_MAX rows of A, NK_MAX with B K-major)."""
     if why_not(problem) is not None or problem.m < 1:
         return []
     if problem.b_kmajor:
-        if problem.m > 2:
+        if problem.m > NK_MAX:
             return []
         found = [_config_nk(problem, problem.m, COLS)]
-        return [_config_nk(problem, 1, 2 * COLS)] + found if problem.m == 1 else found
+        return found + [_config_nk(problem, 1, 2 * COLS)] if problem.m == 1 else found
     if problem.m > TUNE_SMALL_MAX:
         return []
     bm = _rows(problem.m)
     found: list[tuple[int, int, int, int]] = []
-    for slots, bk in ((2 if bm <= 2 else 1, 64 if bm <= 4 else 32), (1, 64), (2, 32), (1, 32)):
+    for slots, bk in ((1, 32), (2, 32), (1, 64), (2, 64)):
         if bm >= 8 and (bk == 64 or slots == 2):
             continue  # past 128 registers (bm 16: past 255)
         tiles = _config(problem, bm, slots, bk)

@@ -111,9 +111,7 @@ def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
 
 def test_heuristic_leaves_other_shapes_alone(monkeypatch):
     assert tune.heuristic(problem(129, 4096, 4096)).kernel == "wgmma"
-    # split rows: aligned loads on an N-major B (kernels/gemm_rowload.cu), else split-K mma
-    assert tune.heuristic(problem(16, 4096, 4096, tma=False)).kernel == "rowload"
-    assert tune.heuristic(problem(16, 4096, 4096, b_k=True, tma=False)).kernel == "mma"
+    assert tune.heuristic(problem(16, 4096, 4096, tma=False)).kernel == "mma"  # split rows
     assert tune.heuristic(problem(16, 4096, 4096, cap=(8, 0))).kernel == "skinny"
     assert tune.heuristic(problem(64, 4096, 4096, tma=False)).kernel != "decode"
     assert tune.heuristic(problem(32, 4096, 4096, dt=tune.DT_F32)).kernel == "simt"
