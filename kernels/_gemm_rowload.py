@@ -130,8 +130,8 @@ def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
     if problem.b_kmajor:
         if problem.m > NK_MAX:
             return []
-        found = [_config_nk(problem, problem.m, COLS)]
-        return found + [_config_nk(problem, 1, 2 * COLS)] if problem.m == 1 else found
+        narrow = [_config_nk(problem, problem.m, COLS)]
+        return narrow + [_config_nk(problem, 1, 2 * COLS)] if problem.m == 1 else narrow
     if problem.m > TUNE_SMALL_MAX:
         return []
     bm = _rows(problem.m)
