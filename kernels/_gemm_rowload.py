@@ -35,7 +35,7 @@ SMALL_MAX = 4
 TUNE_SMALL_MAX = 8
 NK_MAX = 2  # the largest M for a K-major B (register-bound: 2 x 64 x 248 holds 96)
 COLS = 248  # columns of B per warp load (gemm_rowload.cu: COLS)
-NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: NK_ROWS)
+NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: run_nk's NK_ROWS)
 _ROWS = (1, 2, 4, 8, 16)
 
 
@@ -137,8 +137,8 @@ def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
     bm = _rows(problem.m)
     found: list[tuple[int, int, int, int]] = []
     for slots, bk in ((1, 32), (2, 32), (1, 64), (2, 64)):
-        if bm >= 8 and (bk == 64 or slots == 2):
-            continue  # past 128 registers (bm 16: past 255)
+        if (bm >= 8 and (bk == 64 or slots == 2)) or (bm == 4 and bk == 64 and slots == 2):
+            continue  # past 128 registers (spills)
         tiles = _config(problem, bm, slots, bk)
         if tiles not in found:
             found.append(tiles)

@@ -218,8 +218,6 @@ __device__ __forceinline__ void run(const u16* __restrict__ A, const u16* __rest
 // keeps one fp32 sum per (m, row). At the end each warp adds its lanes' sums (a fixed
 // shuffle tree), so no sum crosses warps.
 
-constexpr int NK_ROWS = 8 * WARPS;  // rows of W per CTA: 8 per warp
-
 template <int DT, int MT, int SLOTS, int S>
 __device__ __forceinline__ void dots(float (&acc)[MT][8], const u16* __restrict__ W, i64 ldw,
                                      int N, int K, int n_first, const float* As, int stride,
@@ -320,6 +318,7 @@ __device__ __forceinline__ void run_nk(const u16* __restrict__ A, const u16* __r
                                        float* __restrict__ partial, int M, int N, int K,
                                        i64 lda, i64 ldw, i64 ldc, i64 ldcin, float alpha,
                                        float beta, int pair_ok, unsigned* __restrict__ counters) {
+    constexpr int NK_ROWS = 8 * WARPS;  // rows of W per CTA: 8 per warp
     constexpr int KW = COLS * SLOTS;
     constexpr int STRIDE = (STAGE_FLOATS / MT - 8) / KW * KW + 8;  // k staged per row, padded
     constexpr int STAGE_K = STRIDE - 8;
