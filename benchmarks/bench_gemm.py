@@ -37,10 +37,10 @@ OTHER = [(8192, 8192, 512), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 10
          (2048, 8192, 8192), (8192, 2048, 4096), (127, 257, 61), (1000, 1000, 1000),
          (3000, 5000, 2000), (4099, 4099, 4099),
          (2000, 3000, 1000), (3000, 3000, 3000),  # split rows: the cluster configs (session 9)
-         # rows TMA cannot read (8198-byte 16-bit rows): the packed route, or the mma path
-         # where the copies would not pay (kernels/_gemm_pack.py)
+         # rows TMA cannot read (8198-byte 16-bit rows): the packed route, the rowload kernel
+         # (M <= 4) or the mma path where the copies would not pay (kernels/_gemm_pack.py)
          (4099, 4096, 4096), (4096, 4099, 4096), (4096, 4096, 4099), (2053, 3001, 1999),
-         (1, 4099, 4099), (16, 4099, 4099), (128, 4099, 4099)]
+         (1, 4099, 4099), (4, 4099, 4099), (16, 4099, 4099), (128, 4099, 4099)]
 FP32_LIMIT = 4096  # fp32 rows above this size take seconds each on the SIMT cores
 # fp32 rows beyond the limit: issue 17's decode projections and irregular sizes
 FP32_EXTRA = [(64, 4096, 4096), (32, 11008, 4096), (128, 14336, 4096), (3000, 5000, 2000),

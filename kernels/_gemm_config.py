@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from . import _gemm_decode as _decode
+from . import _gemm_rowload as _rowload
 from . import _gemm_skinny as _skinny
 from ._gemm_types import DT_TF32
 
@@ -22,7 +23,9 @@ class Config:
     (TMA + wgmma, sm_90a; bk = 64 for 16-bit types, bk = 32 for TF32, kernels/gemm_wgmma_tf32.cu)
     'skinny' (decode shapes: one side of C at most a few dozen, the
     big operand streamed once; kernels/_gemm_skinny.py says what its fields mean) or 'decode'
-    (TMA + wgmma with the small side of C on wgmma's N, sm_90a; kernels/_gemm_decode.py). Tile
+    (TMA + wgmma with the small side of C on wgmma's N, sm_90a; kernels/_gemm_decode.py) or
+    'rowload' (a few rows of A times an N-major B streamed with aligned loads on rows of any
+    pitch; kernels/_gemm_rowload.py). Tile
     ``bm x bn x bk``; ``wm x wn`` is a warp's tile (mma);
     ``stages`` the shared-memory ring depth; ``split_k`` > 1 splits K over CTAs (fp32
     partial sums; the last CTA of each tile sums them, in the same launch);
@@ -52,7 +55,7 @@ class Config:
     pipe_store: bool = False
 
     def __post_init__(self) -> None:
-        if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode"):
+        if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode", "rowload"):
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
@@ -87,6 +90,8 @@ class Config:
             _skinny.validate(self)
         if self.kernel == "decode":
             _decode.validate(self)
+        if self.kernel == "rowload":
+            _rowload.validate(self)
         if self.kernel == "mma" and (self.bm % self.wm or self.bn % self.wn or self.wm % 16
                                      or self.wn % 16 or self.bk % 16):
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
@@ -99,6 +104,8 @@ class Config:
             return _skinny.threads(self)
         if self.kernel == "decode":
             return _decode.threads(self)
+        if self.kernel == "rowload":
+            return 256
         if self.kernel == "simt":
             return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
@@ -111,6 +118,8 @@ class Config:
             return _skinny.shared_mem(self)
         if self.kernel == "decode":
             return _decode.shared_mem(self)
+        if self.kernel == "rowload":
+            return 0  # 32 KiB, static
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             stage = (self.bm + self.bn) * 128
             staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
@@ -139,6 +148,8 @@ class Config:
             return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
         if self.kernel == "decode":  # a_kmajor, b_kmajor: X's and Y's layouts
             return _decode.name_expression(self, dt, a_kmajor, b_kmajor)
+        if self.kernel == "rowload":
+            return _rowload.name_expression(self, dt, a_kmajor)
         if self.kernel == "wgmma" and dt == DT_TF32:
             # B must be K-major: without it the kernel computes C^T = B^T A^T (out_t), whose
             # A (the old B) is then not K-major

@@ -53,7 +53,8 @@ def source_digest() -> str:
     """A digest of every GEMM source, so tuning results die with the kernels they timed."""
     digest = hashlib.sha256()
     for name in ("gemm_common.cu", "gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu",
-                 _TF32_SOURCE, "gemm_skinny.cu", "gemm_decode.cu", "gemm_wgmma_x.cu"):
+                 _TF32_SOURCE, "gemm_skinny.cu", "gemm_decode.cu", "gemm_wgmma_x.cu",
+                 "gemm_rowload.cu"):
         digest.update(text(name).encode())
     return digest.hexdigest()[:12]
 

@@ -155,6 +155,10 @@ _SKINNY_SPLIT_BW = 0.7e12  # the skinny kernel's bytes/s on rows that are not 16
 # the mma kernels' on such rows, before their math: split-K 64 x 64 took 37.4, 42.6 and 65.7 us
 # for M = 1, 16 and 64 x 4099 x 4099 bf16 (an H100, session 8 padc; TF32 M = 1: 60.5)
 _MMA_SPLIT_BW = 0.9e12
+# the rowload kernel's (kernels/gemm_rowload.cu): aligned 16-byte loads on rows of any pitch;
+# 1.24-2.36 TB/s of B at M <= 4 (an H100, session 9 s9-rowload: 18.0 us at 1 x 4099^2, 27.1 at
+# 4 x 4099^2, 38.1 at 1 x 11003 x 4093)
+_ROWLOAD_BW = 1.8e12
 # gemm_pack's bytes read + written per second: 2.46-2.55 TB/s measured (an H100, as fast as
 # a device-to-device copy of the same bytes; cuMemcpy2DAsync took twice as long)
 _COPY_BW = 2.5e12
@@ -190,6 +194,8 @@ def estimate_us(config: Config, problem: Problem) -> float | None:
     moved = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * itemsize
     if config.kernel == "skinny":
         return moved / (_MEMORY_BW if problem.vec else _SKINNY_SPLIT_BW) * 1e6
+    if config.kernel == "rowload":  # aligned loads on rows of any pitch
+        return moved / _ROWLOAD_BW * 1e6
     if config.kernel in ("wgmma", "decode"):
         rate = _WGMMA_FLOPS[tf32]
     elif config.kernel == "mma":

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _gemm_decode as _decode
+from . import _gemm_rowload as _rowload
 from . import _gemm_skinny as _skinny
 from ._gemm_config import Config, Problem
 from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_NAMES, DT_TF32
@@ -192,6 +193,10 @@ def why_not(problem: Problem, config: Config) -> str | None:
             return "the wgmma kernel needs K >= 1"
     if config.kernel == "decode":
         reason = _decode.why_not(problem, config)
+        if reason is not None:
+            return reason
+    if config.kernel == "rowload":
+        reason = _rowload.why_not(problem, config)
         if reason is not None:
             return reason
     if config.kernel == "skinny":
@@ -374,6 +379,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
+        pool += [_rowload_config(t) for t in _rowload.candidates(problem)]
     found = [c for c in pool if eligible(problem, c)]
     first = heuristic(problem)
     return [first] + [c for c in found if c != first]
@@ -415,13 +421,16 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
+    rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
                    *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(), *_WGMMA_TF32, *skinny,
-                   *decode):
+                   *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
             splits = {config.split_k}  # its candidates carry their split
+        elif config.kernel == "rowload":
+            splits = {1, config.split_k}  # its candidate carries its split
         elif config.kernel in ("wgmma", "skinny"):
             splits = {1}
         else:
@@ -436,6 +445,11 @@ def all_configs(problem: Problem) -> list[Config]:
 
 def _skinny_config(tiles: _skinny.Tiles) -> Config:
     return Config("skinny", tiles.bm, 64, tiles.bk, split_k=tiles.split)
+
+
+def _rowload_config(tiles: tuple[int, int, int, int]) -> Config:
+    bm, bn, bk, split = tiles
+    return Config("rowload", bm, bn, bk, split_k=split)
 
 
 def _decode_config(tiles: _decode.Tiles) -> Config:
@@ -483,6 +497,11 @@ def heuristic(problem: Problem) -> Config:
     decode = _decode.heuristic(problem)
     if decode is not None and eligible(problem, _decode_config(decode)):
         return _decode_config(decode)
+    # a few rows of A times an N-major B on rows TMA cannot read: streamed with aligned loads
+    # (kernels/gemm_rowload.cu; notes_gemm.md, session 9 s9-rowload)
+    rowload = _rowload.heuristic(problem)
+    if rowload is not None and eligible(problem, _rowload_config(rowload)):
+        return _rowload_config(rowload)
     tiles = _skinny.heuristic(problem)
     # on rows that are not 16-byte multiples both stream the big operand with narrow loads,
     # and split-K mma does it faster: 37-43 us against 42-51 for M = 1..16 x 4099 x 4099 bf16

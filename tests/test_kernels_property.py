@@ -103,11 +103,13 @@ def test_programs_cover_every_config_layout_and_alignment():
     assert len(programs) == len(set(programs))
     sources = {source for source, _, _ in programs}
     assert sources == {"gemm_simt.cu", "gemm_mma.cu", "gemm_wgmma.cu", "gemm_wgmma_tf32.cu",
-                       "gemm_skinny.cu", "gemm_decode.cu", "gemm_pack.cu", "gemm_wgmma_x.cu"}
+                       "gemm_skinny.cu", "gemm_decode.cu", "gemm_pack.cu", "gemm_wgmma_x.cu",
+                       "gemm_rowload.cu"}
     assert all(arch == ("sm_90a" if src.startswith(("gemm_wgmma", "gemm_decode")) else "sm_90")
                for src, _, arch in programs)
     assert {src for src, _, _ in gemm_launch.programs("sm_80")} == {"gemm_simt.cu", "gemm_mma.cu",
-                                                                  "gemm_skinny.cu"}
+                                                                  "gemm_skinny.cu",
+                                                                  "gemm_rowload.cu"}
 
 
 @pytest.mark.gpu

@@ -1,0 +1,145 @@
+"""The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 problems with a few rows
+of A (M <= 4 by the heuristic, 8 for the tuner; 2 with a K-major B) whose B rows need not be
+16-byte aligned (issue 17: 1 x 4099 x 4099, where every other path streams B's 8198-byte rows
+with narrow loads at ~0.9 TB/s or copies them first).
+
+A :class:`Config` of kind ``"rowload"`` means, for an N-major B (stored K x N, rows of B
+streamed): ``bm`` rows of A per CTA (1, 2, 4, 8 or 16: each lane keeps bm x 8 x slots fp32
+sums), ``bn`` = 248 x slots columns of B per CTA (a warp's 32 16-byte loads give 31 lanes' 8
+columns each; slots 1 or 2), ``bk`` = 8 x the rows of B each of the CTA's 8 warps keeps in
+flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (B^T = W stored N x K, the weight of
+``x @ W.T``: dot products along W's rows): ``bm`` 1 or 2, ``bn`` = 64 rows of W per CTA (8 per
+warp, all in flight), ``bk`` = 248 or 496 k per warp step (bm 1 only). ``split_k``: CTAs
+splitting K (the last CTA of each tile adds the fp32 slices in order, like the mma kernels:
+one launch, deterministic, partials in the stream's workspace). The kernels take gemm_mma's
+arguments, so kernels/_gemm_launch.py launches them like an mma config.
+
+Plain Python, no GPU calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._gemm_types import DT_BF16, DT_F16
+
+Config = Any  # a kernels._gemm_config.Config of kind "rowload" (that module imports this one)
+Problem = Any  # a kernels._gemm_config.Problem
+
+__all__ = ["validate", "name_expression", "why_not", "heuristic", "candidates", "SMALL_MAX"]
+
+# The heuristic's largest M for an N-major B, and the tuner's: on an H100 (notes_gemm.md,
+# session 9 s9-rowload) M = 1, 2, 4 x 4099^2 ran in 18.0, 19.1, 27.1 us against split-K mma's
+# 36.0-36.6 (cuBLAS 16.6, 32.0, 32.2), but M = 8 and 16 in 54 and 157 (mma 37.9, 41.5).
+SMALL_MAX = 4
+TUNE_SMALL_MAX = 8
+NK_MAX = 2  # the largest M for a K-major B (register-bound: 2 x 64 x 248 holds 96)
+COLS = 248  # columns of B per warp load (gemm_rowload.cu: COLS)
+NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: run_nk's NK_ROWS)
+_ROWS = (1, 2, 4, 8, 16)
+
+
+def _nk(config: Config) -> bool:
+    """Whether ``config`` is a tiling for a K-major B (64 rows of W per CTA)."""
+    return config.bn == NK_ROWS
+
+
+def validate(config: Config) -> None:
+    """Raise ValueError unless ``config`` is a rowload tiling the kernels have."""
+    kn = config.bm in _ROWS and config.bn in (COLS, 2 * COLS) and config.bk in (16, 32, 64)
+    nk = (config.bm in (1, 2) and config.bn == NK_ROWS and config.bk in (COLS, 2 * COLS)
+          and config.bm * config.bk <= 2 * COLS)
+    if not (kn or nk) or config.wm or config.wn or config.cluster_m != 1 or config.tma_store:
+        raise ValueError(f"rowload tiles are (1|2|4|8|16) x (248|496) x (16|32|64) for an "
+                         f"N-major B, 1 x 64 x (248|496) or 2 x 64 x 248 for a K-major B; "
+                         f"not {config}")
+
+
+def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
+    """The instantiation (the split-K kernel where ``config`` splits K)."""
+    split = "_splitk" if config.split_k > 1 else ""
+    a_k = str(a_kmajor).lower()
+    if _nk(config):
+        return f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // COLS}, {a_k}>"
+    return f"gemm_rowload{split}<{dt}, {config.bm}, {config.bn // COLS}, {config.bk // 8}, {a_k}>"
+
+
+def why_not(problem: Problem, config: Config | None = None) -> str | None:
+    """Why the rowload kernels (``config``'s, where given) cannot run ``problem``."""
+    if problem.dt not in (DT_F16, DT_BF16):
+        return "the rowload kernel takes float16/bfloat16"
+    if problem.capability < (7, 0):
+        return "the rowload kernel needs sm_70 or newer"
+    if config is not None and _nk(config) != problem.b_kmajor:
+        meant, got = ("K-major", "N-major") if _nk(config) else ("N-major", "K-major")
+        return f"rowload tiles {config.bm}x{config.bn}x{config.bk} are for a {meant} B, not {got}"
+    return None
+
+
+def _rows(m: int) -> int:
+    """The row tile for ``m`` rows of A (the smallest that holds them, at most 16)."""
+    return next(r for r in _ROWS if r >= min(m, 16))
+
+
+def _split(problem: Problem, tiles: int, per_sm: int, unit: int, least: int) -> int:
+    """K slices (of whole ``unit``s of k) so the grid fills one wave of resident CTAs
+    (``per_sm`` each), each slice ``least`` k deep at least, the fp32 slices under a quarter of
+    B's bytes, and none left empty."""
+    units = -(-problem.k // unit)
+    want = min(problem.sm_count * per_sm // max(tiles, 1), problem.k // least,
+               problem.k // (8 * max(problem.m, 1)), 64)
+    if want <= 1:
+        return 1
+    per = -(-units // want)
+    return -(-units // per)
+
+
+def _config(problem: Problem, bm: int, slots: int, bk: int) -> tuple[int, int, int, int]:
+    bn = COLS * slots
+    tiles = -(-problem.m // bm) * -(-problem.n // bn)
+    return bm, bn, bk, _split(problem, tiles, 1 if bm >= 16 else 2, 8, 2 * bk)
+
+
+def _config_nk(problem: Problem, bm: int, bk: int) -> tuple[int, int, int, int]:
+    tiles = -(-problem.m // bm) * -(-problem.n // NK_ROWS)
+    return bm, NK_ROWS, bk, _split(problem, tiles, 2, bk, bk)
+
+
+def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
+    """(bm, bn, bk, split_k) for a 16-bit problem whose operand rows are not all 16-byte
+    multiples (the TMA kernels cannot read them; everything else reads them with narrow loads):
+    at most SMALL_MAX rows of A and 256 columns or more with B N-major, at most NK_MAX rows of
+    A with B K-major; None otherwise. The narrowest tiles (248 columns, 4 rows in flight a
+    warp; 248 k a step for a K-major B) were the fastest at every shape timed on an H100: the
+    kernel's 8 shift instantiations share the instruction cache, so smaller loops win."""
+    if why_not(problem) is not None or problem.vec or problem.m < 1 or problem.k < 64:
+        return None
+    if problem.b_kmajor:
+        if problem.m > NK_MAX or problem.n < NK_ROWS or problem.k < COLS:
+            return None
+        return _config_nk(problem, problem.m, COLS)
+    if problem.m > SMALL_MAX or problem.n < 256:
+        return None
+    return _config(problem, _rows(problem.m), 1, 32)
+
+
+def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
+    """Rowload tilings worth timing (none past TUNE_SMALL_MAX rows of A, NK_MAX with B K-major)."""
+    if why_not(problem) is not None or problem.m < 1:
+        return []
+    if problem.b_kmajor:
+        if problem.m > NK_MAX:
+            return []
+        narrow = [_config_nk(problem, problem.m, COLS)]
+        return narrow + [_config_nk(problem, 1, 2 * COLS)] if problem.m == 1 else narrow
+    if problem.m > TUNE_SMALL_MAX:
+        return []
+    bm = _rows(problem.m)
+    found: list[tuple[int, int, int, int]] = []
+    for slots, bk in ((1, 32), (2, 32), (1, 64), (2, 64)):
+        if (bm >= 8 and (bk == 64 or slots == 2)) or (bm == 4 and bk == 64 and slots == 2):
+            continue  # past 128 registers (spills)
+        tiles = _config(problem, bm, slots, bk)
+        if tiles not in found:
+            found.append(tiles)
+    return found

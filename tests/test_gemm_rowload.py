@@ -1,0 +1,257 @@
+"""The row-streaming GEMM kernel (kernels/gemm_rowload.cu, kernels/_gemm_rowload.py): a few
+rows of A times an N-major B whose rows need not be 16-byte multiples. CPU: configs, the
+heuristic's choice, compilation without spills. GPU: results against float64 on poisoned
+outputs (odd sizes, offset views, both A layouts, beta with C in, split K, graph replay)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import gpurt
+from test_gemm_skinny import rand, run
+
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+rowload = importlib.import_module("gpurt.kernels._gemm_rowload")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+Config, Problem = tune.Config, tune.Problem
+BF16, F16 = tune.DT_BF16, tune.DT_F16
+
+
+def rl(bm, slots, rows, split=1):
+    return Config("rowload", bm, 248 * slots, 8 * rows, split_k=split)
+
+
+def nk(bm, slots, split=1):
+    """A tiling for a K-major B: 64 rows of W per CTA, 248 x slots k per warp step."""
+    return Config("rowload", bm, 64, 248 * slots, split_k=split)
+
+
+def split_rows(m, n, k, **kw):
+    """An H100 problem whose rows are not 16-byte multiples, B N-major."""
+    return Problem(m, n, k, BF16, True, False, False, False, (9, 0), 132, pitch128=False, **kw)
+
+
+@pytest.mark.parametrize("fields", [dict(bm=3), dict(bn=256), dict(bk=128), dict(wm=16),
+                                    dict(tma_store=True), dict(bn=64), dict(bk=248)])
+def test_config_validation(fields):
+    with pytest.raises(ValueError):
+        dataclasses.replace(rl(1, 2, 8), **fields)
+    with pytest.raises(ValueError):
+        dataclasses.replace(nk(1, 1), bm=4)
+    with pytest.raises(ValueError):
+        nk(2, 2)  # past 128 registers
+
+
+def test_config_geometry():
+    config = rl(4, 1, 4, split=5)
+    assert config.threads == 256 and config.shared_mem(True, False) == 0
+    assert config.tiles(4, 4099) == 17 and config.source == "gemm_rowload.cu"
+    assert config.name_expression(BF16, True, False, False) == \
+        "gemm_rowload_splitk<2, 4, 1, 4, true>"
+    assert rl(1, 2, 8).name_expression(F16, False, False, True) == \
+        "gemm_rowload<1, 1, 2, 8, false>"
+    assert nk(1, 2, 3).name_expression(BF16, True, True, False) == \
+        "gemm_rowload_nk_splitk<2, 1, 2, true>"
+    assert nk(2, 1).tiles(2, 4099) == 65
+
+
+def test_eligibility():
+    problem = split_rows(1, 4099, 4099)
+    assert tune.eligible(problem, rl(1, 2, 8))
+    k_major = dataclasses.replace(problem, b_kmajor=True)
+    assert "N-major B, not K-major" in tune.why_not(k_major, rl(1, 2, 8))
+    assert "K-major B, not N-major" in tune.why_not(problem, nk(1, 1))
+    assert tune.eligible(k_major, nk(1, 2, 3)) and tune.eligible(k_major, nk(2, 1))
+    assert "float16" in tune.why_not(dataclasses.replace(problem, dt=tune.DT_F32), rl(1, 2, 8))
+    assert "sm_70" in tune.why_not(dataclasses.replace(problem, capability=(6, 1)), rl(1, 2, 8))
+
+
+@pytest.mark.parametrize("m,n,k,bm,split", [
+    (1, 4099, 4099, 1, 15), (2, 4099, 4099, 2, 15), (3, 11003, 4093, 4, 5), (4, 4093, 11003, 4, 15),
+    (1, 4099, 4096, 1, 15), (1, 2053, 1999, 1, 28)])
+def test_heuristic_streams_split_rows(m, n, k, bm, split):
+    """The narrowest tiles, one wave of resident CTAs (2 per SM), two rounds of loads a warp
+    at least: the configs that ran fastest on an H100 (notes_gemm.md, s9-rowload)."""
+    config = tune.heuristic(split_rows(m, n, k))
+    assert config == rl(bm, 1, 4, split)
+    assert config.tiles(m, n) * config.split_k <= 264
+    assert -(-k // config.split_k) >= 2 * config.bk
+
+
+@pytest.mark.parametrize("m,bm,bk,split", [(1, 1, 248, 4), (2, 2, 248, 4)])
+def test_heuristic_dots_a_k_major_b(m, bm, bk, split):
+    """x @ W.T with W's rows 8198 bytes: 64 rows of W per CTA, slices of whole K steps."""
+    config = tune.heuristic(dataclasses.replace(split_rows(m, 4099, 4099), b_kmajor=True))
+    assert config == nk(bm, bk // 248, split)
+
+
+@pytest.mark.parametrize("problem", [
+    split_rows(5, 4099, 4099), split_rows(16, 4099, 4099), split_rows(1, 200, 4099),
+    split_rows(1, 4099, 60),
+    dataclasses.replace(split_rows(3, 4099, 4099), b_kmajor=True),
+    dataclasses.replace(split_rows(1, 4096, 4096), vec=True, tma=True, pitch128=True),
+])
+def test_heuristic_leaves_other_shapes_alone(problem):
+    assert tune.heuristic(problem).kernel != "rowload"
+
+
+def test_candidates_and_all_configs():
+    problem = split_rows(8, 4099, 4099)
+    found = rowload.candidates(problem)
+    assert found and all(bm == 8 and bn == 248 and bk == 32 for bm, bn, bk, _ in found)
+    assert {c.split_k for c in tune.all_configs(problem) if c.kernel == "rowload"} == {1, 15}
+    assert rowload.candidates(split_rows(9, 4099, 4099)) == []
+    assert rowload.candidates(split_rows(1, 4099, 4099))[0] == (1, 248, 32, 15)
+    assert any(c.kernel == "rowload" for c in tune.candidates(split_rows(1, 4099, 4099)))
+    k_major = dataclasses.replace(split_rows(1, 4099, 4099), b_kmajor=True)
+    assert [c for c in tune.candidates(k_major) if c.kernel == "rowload"] == \
+        [nk(1, 1, 4), nk(1, 2, 3)]
+
+
+def _names():
+    """Every tiling the heuristic or the tuner may pick, split and not (bf16, A K-major), and
+    the split ones for fp16 with A M-major (one NVRTC program: minutes on one core)."""
+    kn = [rl(bm, slots, rows) for bm in (1, 2, 4) for slots in (1, 2) for rows in (4, 8)
+          if (bm, slots, rows) != (4, 2, 8)] + [rl(8, 1, 4), rl(16, 1, 4)]
+    names = set()
+    for dt, a_k, splits in ((BF16, True, (1, 2)), (F16, False, (2,))):
+        for split in splits:
+            for config in kn:
+                config = dataclasses.replace(config, split_k=split)
+                names.add(config.name_expression(dt, a_k, False, False))
+            for config in (nk(1, 1, split), nk(1, 2, split), nk(2, 1, split)):
+                names.add(config.name_expression(dt, a_k, True, False))
+    return sorted(names)
+
+
+def test_variants_compile_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    names = _names()
+    module = gpurt.compile(gemm_launch.text("gemm_rowload.cu"), options=["--ptxas-options=-v"],
+                           name_expressions=names, arch="sm_90", program_name="gemm_rowload.cu",
+                           headers={"gemm_common.cu": gemm_launch.text("gemm_common.cu")})
+    log = module.log
+    assert set(module.lowered_names) == set(names)
+    assert "warning" not in log.lower(), log
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert len(spills) == len(names), log
+    assert all(int(s) == 0 for s in spills), log
+
+
+# ---- GPU: results against float64 ----------------------------------------------------------------
+
+CONFIGS = [rl(1, 2, 8), rl(1, 2, 8, 5), rl(2, 2, 8, 3), rl(4, 1, 8, 2), rl(4, 2, 4, 7),
+           rl(8, 1, 4, 4), rl(16, 1, 4, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.label().replace(" ", "_"))
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_odd_shapes(gpu_state, config, dtype):
+    rng = np.random.default_rng()
+    # (N = 1 leaves B's layout ambiguous: gemm may read it as K-major, which these cannot run)
+    for m, n, k in [(1, 2, 1), (1, 4099, 257), (3, 67, 4099), (17, 130, 1000), (5, 3, 33),
+                    (16, 520, 131), (9, 64, 64), (2, 5, 3001), (1, 777, 9)]:
+        run(rng, m, n, k, dtype, config)
+
+
+CONFIGS_NK = [nk(1, 2), nk(1, 2, 3), nk(1, 1, 5), nk(2, 1, 2)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS_NK, ids=lambda c: c.label().replace(" ", "_"))
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=lambda d: np.dtype(d).name)
+def test_k_major_b(gpu_state, config, dtype):
+    """B stored N x K (column-major K x N, or its transpose through trans_b): odd sizes,
+    offsets, both A layouts, beta."""
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 2, 3), (1, 4099, 257), (2, 67, 4099), (1, 130, 1000), (2, 3, 33),
+                    (1, 520, 497), (2, 64, 64), (1, 5, 3001)]:
+        run(rng, m, n, k, dtype, config, b_t=True)
+    for offset in (1, 3, 6):
+        run(rng, 2, 301, 1001, dtype, config, a_t=offset == 3, b_t=True, offset=offset,
+            beta=0.5 if offset == 1 else 0.0, alpha=-1.5)
+        run(rng, 1, 1000, 999, dtype, config, trans=True, offset=offset)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_t", [False, True])
+@pytest.mark.parametrize("offset", [0, 1, 3, 6])
+def test_layouts_and_offsets(gpu_state, a_t, offset):
+    """A row- or column-major, every view a few elements into its buffer (so B's rows start
+    at every misalignment), beta with C in."""
+    rng = np.random.default_rng()
+    for config in (rl(4, 2, 4, 3), rl(1, 2, 8, 2)):
+        run(rng, 3, 1003, 517, gpurt.bfloat16, config, a_t=a_t, offset=offset,
+            beta=0.5 if offset == 1 else 0.0, alpha=-1.5)
+        run(rng, 11, 251, 299, np.float16, rl(8, 1, 4, config.split_k), a_t=a_t,
+            offset=offset, beta=-1.0 if offset == 3 else 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_t,b_t,out_t", [(a, b, o) for a in (False, True)
+                                           for b in (False, True) for o in (False, True)])
+def test_gemms_own_choice_in_every_layout(gpu_state, monkeypatch, a_t, b_t, out_t):
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 4099, 4099), (16, 2053, 1999), (5, 1031, 257)]:
+        run(rng, m, n, k, gpurt.bfloat16, None, a_t=a_t, b_t=b_t, out_t=out_t, offset=1,
+            beta=0.5)
+        run(rng, m, n, k, np.float16, None, a_t=a_t, b_t=b_t, out_t=out_t, trans=True)
+
+
+@pytest.mark.gpu
+def test_heuristic_takes_rowload_and_is_deterministic(gpu_state, monkeypatch):
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()
+    rng = np.random.default_rng()
+    a, b = rand(rng, (2, 4099), gpurt.bfloat16), rand(rng, (4099, 4100), gpurt.bfloat16)
+    da, db = gpurt.asarray(a), gpurt.asarray(b)[:, :4099]
+    first = gemm_mod.gemm(da, db)
+    (call,) = [entry[0] for entry in gemm_mod._calls.values()]
+    assert call.config.kernel == "rowload" and call.config.split_k > 1
+    want = a.astype(np.float64) @ b[:, :4099].astype(np.float64)
+    got = first.numpy().astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    for _ in range(3):  # the slices are added in a fixed order: the same bits every time
+        assert np.array_equal(gemm_mod.gemm(da, db).numpy().view(np.uint16),
+                              first.numpy().view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_graph_replay_with_c_in(gpu_state, monkeypatch):
+    """A captured split-K rowload call (its partials in the capture's workspace), replayed on
+    fresh inputs with out accumulating (beta = 1)."""
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    m, n, k = 3, 1031, 2053  # B's rows 2062 bytes
+    da = gpurt.asarray(rand(rng, (m, k), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (k, n), gpurt.bfloat16))
+    out = gpurt.asarray(rand(rng, (m, n), gpurt.bfloat16))
+    stream = gpurt.Stream()
+    config = rl(4, 2, 8, 9)
+    gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream, config=config)  # compile first
+    stream.synchronize()
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph, stream=stream):
+        gemm_mod.gemm(da, db, out=out, beta=1.0, stream=stream, config=config)
+    for _ in range(2):
+        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+        c = rand(rng, (m, n), gpurt.bfloat16)
+        da.copy_(gpurt.asarray(a))
+        db.copy_(gpurt.asarray(b))
+        out.copy_(gpurt.asarray(c))
+        gpurt.synchronize()
+        graph.replay()
+        gpurt.synchronize()
+        want = a.astype(np.float64) @ b.astype(np.float64) + c.astype(np.float64)
+        got = out.numpy().astype(np.float64)
+        assert np.isfinite(got).all()
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+    graph.reset()
