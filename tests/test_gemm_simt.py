@@ -144,3 +144,36 @@ def test_three_warp_row_tiles(gpu_state, base):
             dev, host = _operands(rng, m, n, k, trans_a, trans_b, offset=index % 2 == 1)
             _run(dataclasses.replace(base, split_k=split), dev, host, m, n, trans_a, trans_b)
     _assert_counters_zero()
+
+
+class _Affinity:
+    """cuCtxGetExecAffinity's answer: (result, param) with param.param.smCount.val."""
+
+    def __init__(self, ok: bool, sms: int) -> None:
+        count = type("Count", (), {"val": sms})()
+        self.answer = (gemm_launch.cu.CUresult.CUDA_SUCCESS if ok
+                       else gemm_launch.cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,
+                       type("Param", (), {"param": type("U", (), {"smCount": count})()})())
+
+
+@pytest.mark.parametrize("ok, sms, want", [(True, 40, 40), (True, 0, 132), (True, 200, 132),
+                                           (False, 40, 132)])
+def test_usable_sms_follow_the_contexts_execution_affinity(monkeypatch, ok, sms, want):
+    # under MPS with an active thread percentage the context holds fewer SMs than the device:
+    # a cooperative launch sized for 132 would be refused, so the spread ending must not count them
+    import contextlib
+
+    fake = _Affinity(ok, sms)
+    monkeypatch.setattr(gemm_launch, "_usable", {})
+    monkeypatch.setattr(gemm_launch.gpurt, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(gemm_launch.cu, "cuCtxGetExecAffinity", lambda kind: fake.answer)
+    assert gemm_launch.usable_sms(3, 132) == want
+    assert gemm_launch.usable_sms(3, 132) == want  # cached per device
+
+
+@pytest.mark.gpu
+def test_usable_sms_are_the_devices_without_mps():
+    index = gpurt.current_device()
+    gemm_launch._usable.pop(index, None)
+    sms = gpurt.get_device_properties(index).multi_processor_count
+    assert gemm_launch.usable_sms(index, sms) == sms
