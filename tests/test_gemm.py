@@ -666,18 +666,18 @@ def reference(a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, c=None):
     return want
 
 
-def check_replays(graph, da, db, out, rng, label=""):
-    """Replay ``graph`` (a captured gemm(da, db, out=out), bf16) twice on fresh inputs."""
+def check_replays(graph, da, db, out, rng, label="", dtype=gpurt.bfloat16, limit=1e-2):
+    """Replay ``graph`` (a captured gemm(da, db, out=out) of ``dtype``) twice on fresh inputs."""
     (m, k), n = da.shape, db.shape[1]
     for _ in range(2):
-        a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
         da.copy_(device(a))
         db.copy_(device(b))
-        out.copy_(poisoned((m, n), gpurt.bfloat16))
+        out.copy_(poisoned((m, n), dtype))
         gpurt.synchronize()
         graph.replay()
         gpurt.synchronize()
-        assert rel_err(out.numpy(), reference(a, b)) < 1e-2, label
+        assert rel_err(out.numpy(), reference(a, b)) < limit, label
 
 
 def run_case(rng, m, n, k, dtype, trans_a=False, trans_b=False, config=None, **kw):

@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 import gpurt
-from test_gemm import _assert_counters_zero, device, poisoned, rand, reference, rel_err
+from test_gemm import (
+    _assert_counters_zero,
+    check_replays,
+    device,
+    poisoned,
+    rand,
+    reference,
+    rel_err,
+)
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
@@ -107,15 +115,7 @@ def test_spread_ending_in_a_graph_and_past_one_wave(gpu_state, spread_spy):
     graph = gpurt.CUDAGraph()
     with gpurt.graph(graph):
         gemm_mod.gemm(da, db, out=out, config=config)
-    for _ in range(2):
-        a, b = rand(rng, (m, k), np.float32), rand(rng, (k, n), np.float32)
-        da.copy_(device(a))
-        db.copy_(device(b))
-        out.copy_(poisoned((m, n), np.float32))
-        gpurt.synchronize()
-        graph.replay()
-        gpurt.synchronize()
-        assert rel_err(out.numpy(), reference(a, b)) < 1e-5
+    check_replays(graph, da, db, out, rng, config.label(), np.float32, 1e-5)
     del graph
     assert spread_spy and all(spread_spy)
     _assert_counters_zero()
