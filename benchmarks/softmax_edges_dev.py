@@ -192,8 +192,8 @@ SOFTBF16: dict[tuple[int, int, np.dtype, str], list] = {
 
 
 def _one(v: Any) -> Any:
-    """``v`` with the 16-bit forward reduction in one pass (lagged: always)."""
-    return v if v.kind == "lagged" else dataclasses.replace(v, one_pass=True)
+    """``v`` with the 16-bit forward reduction in one pass."""
+    return dataclasses.replace(v, one_pass=True)
 
 
 def _pick(rows: int, cols: int, dtype: np.dtype, op: int) -> Any:
@@ -300,99 +300,8 @@ SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50257, F32, "softmax"): [],
 }
 
-def _lag(dt: int, op: int, items: int, threads: int, blocks: int, lag: int = 2,
-         edges: bool = True, hint: int = 0, early: bool = False) -> Any:
-    """Lagged chunks (softmax_lagged.cu): reduced by one CTA, written by another ``lag``
-    tickets per multiprocessor (past a row's chunks) later, reading them again from L2."""
-    return V("lagged", dt, op, 16 // plan._STORAGE_BYTES[dt], items, threads, threads,
-             min_blocks=blocks, edges=edges, lag=lag, hint=hint, early=early)
-
-
-# s9-soft16: lagged chunks against the chooser's picks (16-bit forward rows past 65536
-# elements: lagged chunks of 256 x 8 vectors, four a multiprocessor, lag 2, where the ticket
-# chunks of two 512-thread CTAs per SM (_T16, the pick before) are many; persistent chunks
-# elsewhere): chunks of 4096-16384 elements in CTAs of 256-512 threads, 2-8 a
-# multiprocessor, the lag 0, 2 and 8 per multiprocessor, the streaming hint; many rows and
-# few (1-7), every op.
-def _t16(dt: int, op: int = 0, edges: bool = True) -> Any:
-    return _one(_ticket(dt, op, 16, 512, 2, 12, edges))
-
-
-_L4 = [_lag(2, 0, 4, 256, 4, lag) for lag in (0, 2, 8)]
-_LBF = [_t16(2), _lag(2, 0, 8, 512, 2), _lag(2, 0, 2, 256, 8),
-        _lag(2, 0, 4, 256, 4, hint=1), _lag(2, 0, 8, 256, 4, 8)]
-_LF32 = [_lag(0, 0, 4, 256, 4), _lag(0, 0, 8, 256, 4), _lag(0, 0, 8, 512, 2)]
-SOFTLAG: dict[tuple[int, int, np.dtype, str], list] = {
-    (64, 1_000_003, BF16, "softmax"): [*_L4, *_LBF, _lag(2, 0, 8, 256, 4, 0)],
-    (300, 200_003, BF16, "softmax"): [_L4[1], _L4[2], *_LBF[:2], _LBF[3]],
-    (64, 500_009, BF16, "softmax"): [_L4[1], _LBF[0]],
-    (64, 200_003, BF16, "softmax"): [*_L4[:2], _LBF[0]],
-    (64, 1_000_003, F16, "softmax"): [_t16(1), _lag(1, 0, 4, 256, 4)],
-    (64, 1_000_003, BF16, "log_softmax"): [_t16(2, 1), _lag(2, 1, 4, 256, 4)],
-    (64, 1_000_000, BF16, "softmax"): [_t16(2, 0, False), _lag(2, 0, 4, 256, 4, edges=False)],
-    (1024, 131072, BF16, "softmax"): [_t16(2, 0, False), _lag(2, 0, 4, 256, 4, edges=False)],
-    (7, 1_000_003, BF16, "softmax"): [_LBF[0], _L4[0], _lag(2, 0, 2, 256, 8, 0),
-                                      _lag(2, 0, 8, 256, 4, 0)],
-    (4, 1_000_003, BF16, "softmax"): [_LBF[0], _L4[0], _lag(2, 0, 2, 256, 8, 0)],
-    (2, 1_000_003, BF16, "softmax"): [_L4[0], _lag(2, 0, 2, 256, 8, 0)],
-    (1, 1_000_003, BF16, "softmax"): [_L4[0], _lag(2, 0, 2, 256, 8, 0)],
-    (7, 500_009, BF16, "softmax"): [_L4[0], _lag(2, 0, 2, 256, 8, 0)],
-    (7, 50257, BF16, "softmax"): [_lag(2, 0, 2, 256, 8, 0)],
-    (64, 1_000_003, F32, "softmax"): _LF32,
-    (300, 200_003, F32, "softmax"): _LF32[:2],
-    (7, 1_000_003, F32, "softmax"): [_lag(0, 0, 4, 256, 4, 0), _lag(0, 0, 2, 256, 8, 0)],
-    (64, 1_000_003, BF16, "softmax_backward"): [_lag(2, B, 4, 256, 4), _lag(2, B, 2, 256, 8)],
-    (300, 200_003, BF16, "softmax_backward"): [_lag(2, B, 4, 256, 4)],
-    (7, 1_000_003, BF16, "softmax_backward"): [_lag(2, B, 4, 256, 4, 0),
-                                               _lag(2, B, 2, 256, 8, 0)],
-    (64, 1_000_003, F32, "softmax_backward"): [_lag(0, B, 4, 256, 4), _lag(0, B, 2, 256, 8)],
-    (7, 1_000_003, F32, "softmax_backward"): [_lag(0, B, 4, 256, 4, 0)],
-    (64, 1_000_003, BF16, "log_softmax_backward"): [_lag(2, LB, 4, 256, 4)],
-    (4096, 50257, BF16, "softmax"): [],
-    (16384, 4096, BF16, "softmax"): [],
-}
-
-def _lag2(dt: int, op: int, items: int = 4, threads: int = 256, blocks: int = 4, lag: int = 0,
-          edges: bool = True, hint: int = 2, early: bool = True) -> Any:
-    return _lag(dt, op, items, threads, blocks, lag, edges, hint, early)
-
-
-# s9-soft16 run 2: the lagged chunks lost in run 1 (57-74% where the ticket chunks read
-# 77-78) and read like three passes over HBM (fp32 forward 65-68, backward 60-61): the second
-# read misses L2, and the streaming hint on it and the stores gained 8 points. Now the first
-# read with an L2 evict-last policy and the rest evict-first (hint 2), the second read
-# issued before the reduction (early), lag 0 and 2; against the picks, whose ticket and
-# persistent chunks no longer zero a workspace before each launch (counters in the stream's
-# kept workspace, left zero by the kernels).
-_H = [_lag2(2, 0), _lag2(2, 0, lag=2), _lag2(2, 0, early=False), _lag2(2, 0, hint=1,
-                                                                      early=False),
-      _lag2(2, 0, 8), _lag2(2, 0, 8, lag=2), _lag2(2, 0, 8, 512, 2)]
-SOFTLAG2: dict[tuple[int, int, np.dtype, str], list] = {
-    (64, 1_000_003, BF16, "softmax"): _H,
-    (300, 200_003, BF16, "softmax"): [_H[0], _H[1], _H[4]],
-    (64, 500_009, BF16, "softmax"): [_H[0], _H[4]],
-    (64, 200_003, BF16, "softmax"): [_H[0], _H[4]],
-    (64, 1_000_003, F16, "softmax"): [_lag2(1, 0)],
-    (64, 1_000_003, BF16, "log_softmax"): [_lag2(2, 1)],
-    (1024, 131072, BF16, "softmax"): [_lag2(2, 0, edges=False)],
-    (7, 1_000_003, BF16, "softmax"): [_H[0], _H[4]],
-    (4, 1_000_003, BF16, "softmax"): [_H[0], _H[4]],
-    (2, 1_000_003, BF16, "softmax"): [_H[0]],
-    (1, 1_000_003, BF16, "softmax"): [_H[0]],
-    (64, 1_000_003, F32, "softmax"): [_lag2(0, 0), _lag2(0, 0, 8)],
-    (300, 200_003, F32, "softmax"): [_lag2(0, 0)],
-    (7, 1_000_003, F32, "softmax"): [_lag2(0, 0)],
-    (64, 1_000_003, BF16, "softmax_backward"): [_lag2(2, B)],
-    (7, 1_000_003, BF16, "softmax_backward"): [_lag2(2, B)],
-    (64, 1_000_003, F32, "softmax_backward"): [_lag2(0, B)],
-    (300, 200_003, F32, "softmax_backward"): [],
-    (64, 1_000_003, BF16, "log_softmax_backward"): [_lag2(2, LB)],
-    (64, 1_000_003, F32, "log_softmax"): [],
-    (4096, 50257, BF16, "softmax"): [],
-}
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
-        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
-        "softlag": SOFTLAG, "softlag2": SOFTLAG2}
+        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST}
 
 
 
@@ -431,7 +340,6 @@ def routes(timer: Timer, copy: float, torch: Any, sources: dict[str, str],
                 continue
             path, v = (sources[entry[0]], entry[1]) if isinstance(entry, tuple) else (None, entry)
             label = (f"{entry[0]} " if path else "") + v.names()[0]
-            label += f" lag {v.lag}" if v.kind == "lagged" else ""
             try:
                 with source_of(sm, path):
                     call = sm.plan_variant(v, arrays, out, view, gpurt.current_device())
@@ -475,24 +383,16 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     tests = importlib.import_module("test_softmax")
     if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
-    if routes_set in ("softlag", "softlag2"):  # and the lagged tests' variants
-        lagged_tests = importlib.import_module("test_softmax_lagged")
-        variants += lagged_tests.lagged_variants() + lagged_tests.lagged_variants(long=True)
-    if routes_set == "softlag2":  # and the small ticket and persistent chunks' tests
-        variants += tests.ticket_variants() + tests.persist_variants()
     if routes_set == "softpersist":  # and the picks its tests run (set_tests in the .sh)
         variants += tests.persist_variants() + tests.persist_variants(long=True)
         variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
                      for cols in (7, 1000, 4099, 32001, 50257, 131071)]
-    elif routes_set not in ("softbf16", "softlag", "softlag2"):
+    elif routes_set != "softbf16":
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
-    # lagged variants that differ only in their lag (an argument) are one kernel
-    variants = list(dict.fromkeys(
-        dataclasses.replace(v, lag=0) if getattr(v, "kind", "") == "lagged" else v
-        for v in variants))
+    variants = list(dict.fromkeys(variants))
     context = multiprocessing.get_context("spawn")  # no CUDA context in the workers
     arch = gpurt.get_arch()
     jobs = [v if isinstance(v, tuple) else (v, None) for v in variants]

@@ -7,10 +7,8 @@
 # of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
 # (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
-# stages a CTA, and small chunks for few rows), softlag (s9-soft16: lagged chunks, reduced by
-# one CTA and written by another from L2; its tests in tests/test_softmax_lagged.py, then
-# bench_softmax.py), softlag2 (s9-soft16 run 2: L2 policies and early second reads for them;
-# ticket and persistent chunks without a memset per call).
+# stages a CTA, and small chunks for few rows). Session 9's lagged chunks (sets softlag,
+# softlag2) lost and were removed; they are on branch s9-soft16.
 #
 #     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -43,20 +41,6 @@ case "$set_name" in
         racecheck="persist_chunks and bfloat16 and not log and not backward"
         synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
         limits=(110 45 30 20 15) ;;
-    softlag)
-        files="tests/test_softmax_lagged.py tests/test_softmax.py"
-        tests="(lagged and not compile) or ticket_rows"
-        memcheck="(lagged_chunks and bfloat16 and not log) or captured"
-        racecheck="lagged_chunks and float32 and not log and not backward"
-        synccheck="lagged_chunks and float16 and log and not backward"
-        limits=(105 45 28 14 10 45) ;;
-    softlag2)
-        files="tests/test_softmax_lagged.py tests/test_softmax.py"
-        tests="(lagged and not compile) or ticket_chunks or persist_chunks"
-        memcheck="(lagged_chunks or ticket_chunks or persist_chunks) and bfloat16 and not log and not backward"
-        racecheck="lagged_chunks and float32 and not log and not backward"
-        synccheck="persist_chunks and float16 and log and not backward"
-        limits=(70 55 25 10 8 20) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

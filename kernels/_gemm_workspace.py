@@ -1,6 +1,6 @@
 """Split-K's fp32 partial sums and ticket counters, and the packed route's copies of operands
 whose rows TMA cannot read (kernels/_gemm_pack.py), kept per (device, stream) between calls;
-softmax's ticket, persistent and lagged chunks (kernels/softmax.py) take their counters and
+softmax's ticket and persistent chunks (kernels/softmax.py) take their counters and
 partials here too, and leave the counters zero as the split-K kernels do.
 
 cuBLAS keeps a workspace per stream (torch holds one per handle and stream, in its memory

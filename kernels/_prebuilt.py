@@ -33,7 +33,7 @@ from gpurt._nvrtc import archive as _archive
 from gpurt._nvrtc import prebuilt as _registry
 
 from . import _gemm_launch as gemm_launch
-from . import _gemm_tune as tune
+from . import _gemm_tuner as tuner
 from . import _softmax_plan as softmax_plan
 
 __all__ = ["archive_path", "register", "tuning_defaults", "requests", "build", "report", "main"]
@@ -71,7 +71,7 @@ def tuning_defaults() -> dict[str, dict[str, Any]]:
     found = _registry.table(TUNING_TABLE)
     if not isinstance(found, dict):
         return {}
-    return tune.parse_results({"schema": tune.SCHEMA, "results": found})
+    return tuner.parse_results({"schema": tuner.SCHEMA, "results": found})
 
 
 # ---- what to build ----------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def _compile(request: Request) -> tuple[Request, str, bytes, dict[str, str]] | s
     program, names, arch = request
     try:
         if program == "softmax.cu":
-            source = softmax_plan.source_text()
+            source = softmax_plan.SOURCE_PATH.read_text()
             headers: dict[str, str] = {}
         else:
             source = gemm_launch.text(program)
@@ -146,7 +146,7 @@ def supported(arch: str) -> bool:
 def _tables(tuning: Sequence[str]) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for path in tuning:
-        results.update(tune.read_results(path))
+        results.update(tuner.read_results(path))
     return {TUNING_TABLE: results} if results else {}
 
 

@@ -17,7 +17,6 @@ __all__ = [
     "RowsView",
     "choose_variant",
     "widest_vec",
-    "source_text",
     "row_access",
     "dtype_code",
     "rows_view",
@@ -28,7 +27,6 @@ __all__ = [
 ]
 
 SOURCE_PATH = Path(__file__).with_name("softmax.cu")
-LAGGED_PATH = Path(__file__).with_name("softmax_lagged.cu")  # appended: uses softmax.cu's helpers
 
 # Codes shared with softmax.cu: the DT and OP template parameters.
 DTYPE_CODES = {
@@ -176,7 +174,7 @@ MAX_GRID_X = 2**31 - 1
 # accesses of whole rows take them anyway, with scalar edges (row_access); shorter rows gain
 # nothing from it and keep the widest access that divides them.
 EDGE_MIN_VECTORS = 4
-KINDS = ("rows", "cluster", "ticket", "split", "lagged")
+KINDS = ("rows", "cluster", "ticket", "split")
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -198,12 +196,6 @@ class Variant:
     grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
     chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
     shared memory): 1 issues them after the current chunk's reduction, 2 before it.
-    ``lagged``: a row is chunks of one CTA each, reduced by one CTA and written by another
-    that reads them again ``lag`` tickets later (softmax_lagged.cu; registers only, 16-bit
-    forward in one pass): ``lag`` more tickets than a row's chunks per multiprocessor
-    (:meth:`lag_tickets`); ``hint``: 1 its second read and stores marked streaming, 2 also
-    its first read kept in L2 (evict-last policy) and the rest evict-first; ``early``: the
-    second read issued before the reduction.
     """
 
     kind: str
@@ -219,9 +211,6 @@ class Variant:
     edges: bool = False
     one_pass: bool = False
     persist: int = 0
-    lag: int = 0
-    hint: int = 0
-    early: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -257,14 +246,6 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
-        if (self.lag or self.hint or self.early) and self.kind != "lagged":
-            raise ValueError("lag, hint and early are for lagged variants")
-        if self.kind == "lagged" and (self.smem_items or self.one_pass or self.lag < 0
-                                      or self.hint not in (0, 1, 2)
-                                      or self.min_blocks * self.threads > 2048):
-            raise ValueError("a lagged variant holds registers only (one pass where it "
-                             "applies), a lag >= 0, a hint of 0-2 and at most 2048 threads a "
-                             "multiprocessor")
 
     @property
     def inputs(self) -> int:
@@ -305,9 +286,6 @@ class Variant:
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
-        if self.kind == "lagged":
-            return (f"softmax_lagged<{common}, {self.threads}, {self.min_blocks}, "
-                    f"{int(self.edges)}, {self.hint}, {int(self.early)}>",)
         if self.persist:
             return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
@@ -319,25 +297,18 @@ class Variant:
                 f"softmax_finish<{common}, {self.threads}{edges}>")
 
     def chunks(self, cols: int) -> int:
-        """``ticket``, ``split``, ``lagged``: chunks per row."""
+        """``ticket``, ``split``: chunks per row."""
         return -(-cols // self.columns)
 
-    def lag_tickets(self, rows: int, cols: int, multiprocessors: int) -> int:
-        """``lagged``: tickets between a chunk's reduction and its writing: a row's chunks
-        (so that a CTA waits only for lower tickets) and ``lag`` per multiprocessor more,
-        but no more than the launch has chunks (CTAs past them would have nothing to do)."""
-        chunks = self.chunks(cols)
-        return chunks + min(self.lag * multiprocessors, chunks * (rows - 1))
-
     def workspace(self, rows: int, cols: int) -> tuple[int, int]:
-        """``ticket``, ``lagged``: (float32 partials, counters) of its workspace: a float2
+        """``ticket``: (float32 partials, counters) of its workspace: a float2
         partial per chunk; the ticket counter and one per row, zero before each launch and
         left zero by it (kernels/_gemm_workspace.py keeps one per stream)."""
         return 2 * rows * self.chunks(cols), 1 + rows
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
-        most this many, as many as fit at once; ``lagged``: this many and the lag's)."""
+        most this many, as many as fit at once)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
@@ -494,11 +465,6 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
                    edges=edges, one_pass=shape.one_pass)
-
-
-def source_text() -> str:
-    """The CUDA source of every variant: softmax.cu, then softmax_lagged.cu."""
-    return SOURCE_PATH.read_text() + LAGGED_PATH.read_text()
 
 
 def dtype_code(dtype: Any) -> int:

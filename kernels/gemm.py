@@ -22,9 +22,10 @@ Accumulation is always fp32. Five kernel families (CUDA sources kernels/gemm_*.c
            wgmma with the small side on wgmma's N, TMA rings, K split over a cluster summed
            through distributed shared memory (kernels/_gemm_decode.py); 16-byte aligned rows.
 
-The variant and its tiles come from kernels/_gemm_tune.py: timed once per shape bucket and
-remembered on disk when autotuning is on (``GPURT_GEMM_AUTOTUNE=0`` turns it off), chosen by
-heuristics otherwise. Kernels compile through :func:`gpurt.compile` (cached on disk).
+The variant and its tiles come from kernels/_gemm_tune.py's candidates and heuristic, timed
+once per shape bucket by kernels/_gemm_tuner.py and remembered on disk when autotuning is on
+(``GPURT_GEMM_AUTOTUNE=0`` turns it off), chosen by the heuristic otherwise. Kernels compile
+through :func:`gpurt.compile` (cached on disk).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from gpurt import amp, sanitizer
 from . import _autocast, tunable
 from . import _gemm_pack as pack
 from . import _gemm_tune as tune
+from . import _gemm_tuner as tuning
 from . import _gemm_workspace as workspace
 from ._gemm_launch import (
     Call,
@@ -268,7 +270,7 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
 
 # ---- choosing a config ---------------------------------------------------------------------------
 
-def _tuner() -> tune.Tuner:
+def _tuner() -> tuning.Tuner:
     return tunable.tuner()
 
 
@@ -323,11 +325,11 @@ def _choose(plan: _Plan, problem: Problem, stream: Any,
     """The config for ``problem``: remembered, timed, or the heuristic's. ``timing_plan``
     makes the plan to time with where ``plan``'s operands are placeholders (the packed route's
     copies)."""
-    if not tunable.is_enabled() or problem.macs < tune.TUNE_MIN_MACS:
+    if not tunable.is_enabled() or problem.macs < tuning.TUNE_MIN_MACS:
         return tune.heuristic(problem)
     tuner = _tuner()
     name = gpurt.get_device_name(plan.index)
-    key = tune.problem_key(problem, name, source_digest())
+    key = tuning.problem_key(problem, name, source_digest())
     known = tuner.lookup(key)
     if known is not None and tune.eligible(problem, known):
         return known

@@ -51,13 +51,13 @@ from ._softmax_plan import (
     MAX_GRID_X,
     SOFTMAX,
     SOFTMAX_BACKWARD,
+    SOURCE_PATH,
     RowsView,
     Variant,
     choose_variant,
     dtype_code,
     row_access,
     rows_view,
-    source_text,
 )
 
 __all__ = [
@@ -83,10 +83,10 @@ os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock
 
 
 def source() -> str:
-    """The CUDA source of every variant (softmax.cu and softmax_lagged.cu)."""
+    """The CUDA source of every variant (softmax.cu)."""
     global _source
     if _source is None:
-        _source = source_text()
+        _source = SOURCE_PATH.read_text()
     return _source
 
 
@@ -166,9 +166,9 @@ class _Call:
 
     planned: tuple[Any, ...]
     grid: int
-    chunks: int  # split, ticket, lagged: chunks per row (0: one launch, nothing else)
+    chunks: int  # split, ticket: chunks per row (0: one launch, nothing else)
     index: int
-    # ticket, lagged: (float32 partials, zeroed counters the kernel leaves zero) from the
+    # ticket: (float32 partials, zeroed counters the kernel leaves zero) from the
     # stream's kept workspace (kernels/_gemm_workspace.py): no memset per call
     room: tuple[int, int] = (0, 0)
     single: Any = dataclasses.field(init=False)  # the one planned launch; None: split, ticket
@@ -334,17 +334,6 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
     if variant.non_portable:  # forced variants only; idempotent
         kernels[0].set_attribute(_NON_PORTABLE, 1, device=index)
     a, b = inputs[0].ptr, inputs[-1].ptr
-    if variant.kind == "lagged":
-        chunks = variant.chunks(view.cols)
-        sms = gpurt.get_device_properties(index).multi_processor_count
-        lag = variant.lag_tickets(view.rows, view.cols, sms)
-        grid = view.rows * chunks + lag
-        if grid > MAX_GRID_X:
-            raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
-        config = gpurt.LaunchConfig(grid, variant.threads)
-        one = kernels[0].planned(config, a, b, out.ptr, 0, 0, view.rows, view.cols, chunks,
-                                 lag, varying=(0, 1, 2, 3, 4), device=index)
-        return _Call((one,), grid, chunks, index, room=variant.workspace(view.rows, view.cols))
     if variant.kind == "ticket":
         chunks = variant.chunks(view.cols)
         if variant.persist:  # as many CTAs as fit at once, each walking chunks

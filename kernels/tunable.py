@@ -27,7 +27,7 @@ from typing import Any
 
 import gpurt.nvrtc
 
-from . import _gemm_tune as _tune
+from . import _gemm_tuner as _tuner
 from . import _prebuilt
 
 __all__ = [
@@ -49,7 +49,7 @@ class _Settings:
 
 SETTINGS = _Settings()
 _listeners: list[Callable[[], None]] = []  # gemm.clear_plans: plans remember the settings
-_tuners: dict[tuple[str | None, str], _tune.Tuner] = {}
+_tuners: dict[tuple[str | None, str], _tuner.Tuner] = {}
 _lock = threading.Lock()
 # a forked child gets a fresh lock (a parent thread may have held this one at the fork)
 os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock()))
@@ -65,17 +65,17 @@ def _replanned() -> None:
         listener()
 
 
-def tuner() -> _tune.Tuner:
+def tuner() -> _tuner.Tuner:
     """The tuner of the results file in use: :func:`get_filename`'s."""
     where: tuple[str | None, str]
     if SETTINGS.filename is not None:
         where = (os.path.dirname(os.path.abspath(SETTINGS.filename)),
                  os.path.basename(SETTINGS.filename))
     else:
-        where = (gpurt.nvrtc.cache_dir(), _tune.FILE_NAME)
+        where = (gpurt.nvrtc.cache_dir(), _tuner.FILE_NAME)
     found = _tuners.get(where)
     if found is None:
-        fresh = _tune.Tuner(*where)
+        fresh = _tuner.Tuner(*where)
         fresh.defaults = _prebuilt.tuning_defaults()
         with _lock:
             found = _tuners.setdefault(where, fresh)
@@ -89,7 +89,7 @@ def enable(val: bool = True) -> None:
 
 
 def is_enabled() -> bool:
-    return _tune.autotune_enabled() if SETTINGS.enabled is None else SETTINGS.enabled
+    return _tuner.autotune_enabled() if SETTINGS.enabled is None else SETTINGS.enabled
 
 
 def tuning_enable(val: bool = True) -> None:

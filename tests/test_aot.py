@@ -298,6 +298,7 @@ def test_index_rows_of_the_wrong_shape_are_skipped(cache):
 
 def test_build_kernels_subset_and_the_tuning_table(cache, tmp_path):
     from gpurt.kernels import _gemm_tune as tune
+    from gpurt.kernels import _gemm_tuner as tuning
     from gpurt.kernels import _prebuilt
     table = tmp_path / "tuned.json"
     config = tune.Config("simt", 64, 64, 8, stages=4)
@@ -313,7 +314,7 @@ def test_build_kernels_subset_and_the_tuning_table(cache, tmp_path):
     gnvrtc.add_prebuilt(out)
     defaults = _prebuilt.tuning_defaults()
     assert list(defaults) == ["NVIDIA X|abc|fp32|KN|tma|64x64x64"]
-    tuner = tune.Tuner(None)
+    tuner = tuning.Tuner(None)
     tuner.defaults = defaults
     assert tuner.lookup("NVIDIA X|abc|fp32|KN|tma|64x64x64") == config
 

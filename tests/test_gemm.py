@@ -22,6 +22,7 @@ import gpurt
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+tuning = importlib.import_module("gpurt.kernels._gemm_tuner")
 workspace_mod = importlib.import_module("gpurt.kernels._gemm_workspace")
 gemm = gemm_mod.gemm
 Config, Problem = tune.Config, tune.Problem
@@ -351,12 +352,12 @@ def test_split_for():
 
 def test_autotune_switch(monkeypatch):
     monkeypatch.delenv("GPURT_GEMM_AUTOTUNE", raising=False)
-    assert tune.autotune_enabled()
+    assert tuning.autotune_enabled()
     for off in ("0", "false", "OFF", "no"):
         monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", off)
-        assert not tune.autotune_enabled()
+        assert not tuning.autotune_enabled()
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "1")
-    assert tune.autotune_enabled()
+    assert tuning.autotune_enabled()
 
 
 def test_tensor_maps_promote_l2_fills_only_for_128_byte_rows(monkeypatch):
@@ -391,20 +392,21 @@ def test_tensor_maps_promote_l2_fills_only_for_128_byte_rows(monkeypatch):
 
 
 def test_problem_key_buckets():
-    key = tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abc")
-    assert key == tune.problem_key(problem(4096, 3900, 2049), "NVIDIA H100", "abc")
-    assert key != tune.problem_key(problem(4097, 4096, 3000), "NVIDIA H100", "abc")
-    assert key != tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H200", "abc")
-    assert key != tune.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abd")
-    assert key != tune.problem_key(problem(4000, 4096, 3000, b_k=True), "NVIDIA H100", "abc")
+    key = tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abc")
+    assert key == tuning.problem_key(problem(4096, 3900, 2049), "NVIDIA H100", "abc")
+    assert key != tuning.problem_key(problem(4097, 4096, 3000), "NVIDIA H100", "abc")
+    assert key != tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H200", "abc")
+    assert key != tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abd")
+    assert key != tuning.problem_key(problem(4000, 4096, 3000, b_k=True), "NVIDIA H100", "abc")
     assert "bfloat16" in key and "KN" in key and "4096x4096x4096" in key
     # pitches that are not 128-byte multiples have their own results (their best tiles differ)
-    assert key != tune.problem_key(problem(4000, 4096, 3000, pitch128=False), "NVIDIA H100", "abc")
+    unaligned = problem(4000, 4096, 3000, pitch128=False)
+    assert key != tuning.problem_key(unaligned, "NVIDIA H100", "abc")
 
 
 def test_tuner_picks_fastest_and_persists(tmp_path):
     folder = tmp_path / "cache"
-    tuner = tune.Tuner(str(folder))
+    tuner = tuning.Tuner(str(folder))
     configs = tune.candidates(problem())
     times = {c: 1.0 + i for i, c in enumerate(configs)}
     times[configs[-1]] = 0.5
@@ -424,7 +426,7 @@ def test_tuner_picks_fastest_and_persists(tmp_path):
     assert len(doc["results"]["k1"]["timings_ms"]) == len(configs)
     assert not [p for p in os.listdir(folder) if p.startswith(".tmp")]
     # a new process (a new Tuner) reads it back without timing anything
-    again = tune.Tuner(str(folder))
+    again = tuning.Tuner(str(folder))
     assert again.choose("k1", configs, lambda c: pytest.fail("timed again")) == configs[-1]
     # a second key is merged with the first on disk
     again.choose("k2", configs, lambda c: 1.0)
@@ -437,7 +439,7 @@ def test_tuner_skips_failures_and_survives_corruption(tmp_path):
     folder = tmp_path / "c"
     folder.mkdir()
     (folder / "gemm-tune-v1.json").write_text("{not json")
-    tuner = tune.Tuner(str(folder))
+    tuner = tuning.Tuner(str(folder))
     configs = tune.candidates(problem())
 
     def timer(config):
@@ -452,7 +454,7 @@ def test_tuner_skips_failures_and_survives_corruption(tmp_path):
 
 
 def test_tuner_all_fail_returns_first_and_memory_only():
-    tuner = tune.Tuner(None)
+    tuner = tuning.Tuner(None)
     configs = tune.candidates(problem())
     assert tuner.choose("k", configs, lambda c: None) == configs[0]
     assert tuner.lookup("k") is None
@@ -463,7 +465,7 @@ def test_tuner_all_fail_returns_first_and_memory_only():
 def test_tuner_unwritable_folder_warns(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    tuner = tune.Tuner(str(blocker / "sub"))
+    tuner = tuning.Tuner(str(blocker / "sub"))
     with pytest.warns(RuntimeWarning, match="could not save"):
         tuner.choose("k", tune.candidates(problem()), lambda c: 1.0)
     assert tuner.lookup("k") is not None  # still remembered in memory

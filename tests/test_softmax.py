@@ -73,7 +73,6 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                 in_registers = (v.items - v.smem_items) * v.vec * inputs
                 shapes = [s for s in plan.LONG_ROWS[op, dtype.itemsize] if clusters
                           and (s.threads, s.blocks) == (v.threads, v.min_blocks)]
-                assert v.kind != "lagged"  # forced comparisons only (s9-soft16)
                 assert v.min_blocks == 1 or shapes
                 if v.smem_items:
                     assert in_registers <= max(s.keep for s in shapes)
@@ -701,8 +700,7 @@ def test_ticket_rows_of_1m_with_edges(dtype, op_name, gpu_state):
     assert picks[1] == plan.choose_variant(1_000_003, dtype, op)  # the wide chunks
     for rows in (2, 4):
         if gpurt.get_device_capability()[0] >= 9:
-            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind in (
-                "ticket", "lagged")
+            assert plan.choose_variant(1_000_003, dtype, op, rows=rows).kind == "ticket"
         check_long_rows(op, (rows, 1_000_003), dtype, rng)
 
 

@@ -14,6 +14,7 @@ import gpurt
 
 tunable = importlib.import_module("gpurt.kernels.tunable")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+tuning = importlib.import_module("gpurt.kernels._gemm_tuner")
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 
 GOOD = {"config": tune._MMA[0].to_json(), "ms": 0.5, "timings_ms": {"x": 0.5}}
@@ -108,7 +109,7 @@ def test_read_file_does_not_follow_links_or_read_devices(tmp_path):
 
 
 def test_read_file_refuses_huge_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(tune, "_MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(tuning, "_MAX_FILE_BYTES", 100)
     path = write(tmp_path / "big.json", {"schema": 1, "results": {f"k{i}": GOOD
                                                                    for i in range(10)}})
     with pytest.raises(ValueError, match="bytes"):
