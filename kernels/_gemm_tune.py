@@ -369,6 +369,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, (*_TF32, _TF32_SMALL))
+        pool += [_decode_config(t) for t in _decode.candidates(problem)]
         if problem.m <= 16:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
@@ -452,8 +453,24 @@ def _rowload_config(tiles: tuple[int, int, int, int]) -> Config:
     return Config("rowload", bm, bn, bk, split_k=split)
 
 
+# TF32 problems whose small side is at most this take the decode family (streams the weight
+# near copy speed; notes_gemm.md, session 9 s9-tf32m)
+TF32_DECODE_MAX = 64
+
+
+def _tf32_decode(problem: Problem) -> Config | None:
+    """The decode tiling for a TF32 problem with C's small side <= TF32_DECODE_MAX, where
+    the family takes it (a K-major small operand); else None."""
+    tiles = _decode.heuristic(problem)
+    if tiles is None or min(problem.m, problem.n) > TF32_DECODE_MAX:
+        return None
+    config = _decode_config(tiles)
+    return config if eligible(problem, config) else None
+
+
 def _decode_config(tiles: _decode.Tiles) -> Config:
-    return Config("decode", tiles.bm, tiles.bn, 64, stages=tiles.stages, split_k=tiles.split)
+    return Config("decode", tiles.bm, tiles.bn, tiles.bk, stages=tiles.stages,
+                  split_k=tiles.split)
 
 
 def _thin_split(problem: Problem) -> int:
@@ -482,6 +499,9 @@ def heuristic(problem: Problem) -> Config:
     if problem.dt == DT_TF32:
         if _small(problem) and eligible(problem, _TF32_SMALL):
             return _TF32_SMALL
+        decode = _tf32_decode(problem)
+        if decode is not None:
+            return decode
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
         wide = _fill_best(problem, [wide, _WGMMA_TF32[1], _WGMMA_TF32[4]],
                           lambda config: _tf32_tiles(problem, config))
