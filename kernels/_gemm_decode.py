@@ -93,7 +93,8 @@ def why_not(problem: Problem, config: Config) -> str | None:
     if problem.dt not in (DT_F16, DT_BF16, DT_TF32):
         return "the decode kernel takes float16/bfloat16 or TF32 (allow_tf32=True)"
     if (config.bk == 32) != (problem.dt == DT_TF32):
-        return f"decode tiles with bk={config.bk} are for {'TF32' if config.bk == 32 else '16-bit'}"
+        meant = "TF32" if config.bk == 32 else "float16/bfloat16"
+        return f"decode tiles with bk={config.bk} are for {meant}"
     if problem.capability != (9, 0):
         major, minor = problem.capability
         return f"the decode kernel needs sm_90 (Hopper), not sm_{major}{minor}"

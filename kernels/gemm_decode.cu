@@ -99,9 +99,12 @@ __device__ __forceinline__ void tf32_loop(float* d, u32 a_ring, u32 b_ring, u32 
 template <int DT, int BM, int BN, int STAGES, bool X_K, bool Y_K, int SPLIT>
 __global__ void __launch_bounds__(BM == 64 ? 160 : 288, 1)
 gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ wg::TmaDesc tma_y,
-            typename Elem<DT>::T* C, const typename Elem<DT>::T* Cin, int P, int Q, int K,
-            i64 c_p, i64 c_q, i64 cin_p, i64 cin_q, float alpha, float beta) {
+            u16* C_, const u16* Cin_, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
+            i64 cin_q, float alpha, float beta) {
     using namespace wg;
+    // C and Cin hold fp32 for TF32 (typed u16* so the 16-bit kernels keep their symbols)
+    auto* C = reinterpret_cast<typename Elem<DT>::T*>(C_);
+    const auto* Cin = reinterpret_cast<const typename Elem<DT>::T*>(Cin_);
     constexpr bool TF32 = DT == DT_TF32;
     static_assert(!TF32 || (Y_K && BM <= 128), "TF32: a K-major Y, at most 128 rows of X");
     constexpr int BKE = TF32 ? 32 : BK;  // elements of a K tile's 128-byte rows
@@ -165,12 +168,11 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) d[mt][i] = 0.f;
-        // A thread's accumulator rows in its 64-row block: lo and lo + dr (the register form
-        // of TF32 puts them side by side, see gemm_wgmma_tf32.cu)
+        // The register form of TF32 puts a thread's two accumulator rows side by side: lo_rs,
+        // lo_rs + 1 in its 64-row block (see gemm_wgmma_tf32.cu), not 16 warp + lane / 4 + 8 h
+        constexpr bool rs = TF32 && !X_K;
         const int g = lane / 4, unit = 2 * (warp % 2) + (g / 2) % 2 + 4 * (g / 4);
-        const bool rs = TF32 && !X_K;
-        const int lo = rs ? 32 * (warp / 2) + 4 * unit + 2 * (g % 2) : warp * 16 + g;
-        const int dr = rs ? 1 : 8;
+        const int lo_rs = 32 * (warp / 2) + 4 * unit + 2 * (g % 2);
         if constexpr (TF32) {
             const u32 a_half =
                 X_K ? half * CHUNK_BYTES : (2 * half + warp / 2) * wgt::BOX_BYTES;
@@ -207,17 +209,18 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             }
             wgmma_wait<0>();
         }
-        // d[mt][4j + 2h + e] is element (lo + dr h, 8j + 2(lane%4) + e) of row block
-        // MT half + mt.
+        // d[mt][4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of row
+        // block MT half + mt (register-form TF32: (lo_rs + h, ...)).
         if constexpr (SPLIT == 1) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                const int row = tp * BM + (half * MT + mt) * 64 + lo;
+                const int row = rs ? tp * BM + (half * MT + mt) * 64 + lo_rs
+                                   : tp * BM + (half * MT + mt) * 64 + warp * 16 + lane / 4;
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int p = row + dr * (e / 2);
+                        const int p = row + (rs ? e / 2 : 8 * (e / 2));
                         const int q = tq * BN + 8 * j + 2 * (lane % 4) + e % 2;
                         if (p < P && q < Q)
                             dc::store_c<DT>(C, Cin, p, q, c_p, c_q, cin_p, cin_q, alpha, beta,
@@ -232,13 +235,14 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         float* part = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const int row = (half * MT + mt) * 64 + lo;
+            const int row = rs ? (half * MT + mt) * 64 + lo_rs
+                               : (half * MT + mt) * 64 + warp * 16 + lane / 4;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int col = 8 * j + 2 * (lane % 4) + e % 2;
-                    part[col * PITCH + row + dr * (e / 2)] = d[mt][4 * j + e];
+                    part[col * PITCH + row + (rs ? e / 2 : 8 * (e / 2))] = d[mt][4 * j + e];
                 }
         }
     }

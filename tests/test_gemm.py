@@ -265,7 +265,7 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
         "gemm_wgmma<")
 
 
-def test_wave_fill_tiles():
+def test_wave_fill_tiles(monkeypatch):
     """16-bit and TF32 wgmma grids take the tile width whose waves finish first (time of a
     wave ~ width / rate): narrow tiles where wide ones leave SMs idle, wide ones otherwise."""
     narrow16, narrow32 = tune._WGMMA[7], tune._WGMMA_TF32[4]
@@ -293,8 +293,12 @@ def test_wave_fill_tiles():
     assert tune.heuristic(problem(2048, 2048, 2048)).bn == 256
     assert tune.heuristic(problem(2048, 2048, 2048, sms=264)) == tune._WGMMA[5]
     assert tune.heuristic(problem(2048, 2048, 2048, sms=528)) == narrow16
-    # C 64 wide (TF32 turns it onto wgmma's N): the same tiles, the narrow one does least work
+    # C 64 wide: TF32 decode tiles (session 9 s9-tf32m); without them (TF32 turns it onto
+    # wgmma's N) the same tiles, the narrow one does least work
+    assert tune.heuristic(problem(64, 14336, 4096, dt=tune.DT_TF32)).kernel == "decode"
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     assert tune.heuristic(problem(64, 14336, 4096, dt=tune.DT_TF32)) == narrow32
+    monkeypatch.delenv("GPURT_GEMM_DISABLE")
     # one wave of wide tiles beats four of narrow ones, one of narrow beats one of wide;
     # ineligible configs are skipped
     def waves(config):
