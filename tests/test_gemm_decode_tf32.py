@@ -129,8 +129,8 @@ def test_tf32_own_choice_graph_and_determinism(gpu_state, monkeypatch):
         gemm_mod.gemm(da, db, out=out, allow_tf32=True)
     for _ in range(2):  # replayed on fresh inputs
         a, b = rand(rng, (16, 4096), np.float32), rand(rng, (4096, 4096), np.float32)
-        da.copy_(a)
-        db.copy_(b)
+        da.copy_(gpurt.asarray(a))
+        db.copy_(gpurt.asarray(b))
         out.copy_(np.full((16, 4096), np.nan, np.float32))
         gpurt.synchronize()
         graph.replay()
