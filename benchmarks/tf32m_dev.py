@@ -2,8 +2,9 @@
 ``time`` runs M in {1, 8, 16, 32, 64, 128} x (N, K) in {4096^2, 4096 x 11008, 11008 x 4096},
 the weight N-major (nn) and K-major (nt): kernel-only (20 calls in a CUDA graph, replayed,
 rotating inputs; small_dev's Operands, grid_dev's timers) for cuBLAS TF32, gemm's choice,
-the choice before (TF32_DECODE_MAX = 0) and the decode family's candidates, plus one eager call
-with the host path for cuBLAS and gemm; ``sanitize`` a few decode calls for compute-sanitizer.
+the choice before (GPURT_GEMM_DISABLE=decode) and the decode family's candidates, plus one
+eager call with the host path for cuBLAS and gemm; ``sanitize`` a few decode calls for
+compute-sanitizer.
 
     python benchmarks/tf32m_dev.py precompile | time [--json PATH] | sanitize
 """
@@ -47,12 +48,16 @@ def problem(m: int, n: int, k: int, layout: str) -> Any:
 
 
 def before(p: Any) -> Any:
-    saved = tune.TF32_DECODE_MAX
-    tune.TF32_DECODE_MAX = 0
+    """gemm's choice without the decode family (for TF32: the choice before this session)."""
+    saved = os.environ.get("GPURT_GEMM_DISABLE")
+    os.environ["GPURT_GEMM_DISABLE"] = "decode"
     try:
         return tune.heuristic(p)
     finally:
-        tune.TF32_DECODE_MAX = saved
+        if saved is None:
+            del os.environ["GPURT_GEMM_DISABLE"]
+        else:
+            os.environ["GPURT_GEMM_DISABLE"] = saved
 
 
 def rivals(p: Any) -> list[Any]:

@@ -201,11 +201,13 @@ def test_heuristic_fallbacks():
     assert tf32.kernel == "wgmma" and tf32.bn == 256 and tf32.tma_store
     tf32 = tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32))  # 32 wide tiles
     assert tf32.kernel == "wgmma" and tf32.bn == 64
-    for dims in ((1024, 1024, 1024), (128, 4096, 4096)):  # few tiles, still wgmma
+    for dims in ((1024, 1024, 1024), (128, 11008, 4096)):  # few tiles, still wgmma
         assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "wgmma"
+    for dims in ((16, 4096, 4096), (128, 4096, 4096)):  # decode tiles (session 9 s9-tf32m)
+        assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "decode"
     for fallback in (problem(dt=tune.DT_TF32, a_k=False, b_k=False),
                      problem(dt=tune.DT_TF32, tma=False), problem(dt=tune.DT_TF32, cap=(8, 0)),
-                     problem(16, 4096, 4096, dt=tune.DT_TF32)):  # thin: split-K mma
+                     problem(16, 4096, 4096, dt=tune.DT_TF32, tma=False)):  # thin: split-K mma
         tf32 = tune.heuristic(fallback)
         assert tf32.kernel == "mma" and tf32.bk == 16 and tune.eligible(fallback, tf32)
     skinny = tune.heuristic(problem(8, 64, 65536, dt=tune.DT_F32))

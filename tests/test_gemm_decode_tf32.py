@@ -49,7 +49,11 @@ def test_heuristic_takes_decode_up_to_64_rows(m, b_k):
     for n, k in ((4096, 4096), (11008, 4096), (4096, 11008)):
         chosen = tune.heuristic(problem(m, n, k, b_k=b_k))
         assert chosen.kernel == "decode" and chosen.bk == 32, (m, n, k, chosen)
-    assert tune.heuristic(problem(128, 4096, 4096, b_k=b_k)).kernel == "wgmma"
+    # 128 rows: decode where its tiles are 64 rows (4096-row weights), else wgmma
+    for n, k in ((4096, 4096), (4096, 11008)):
+        chosen = tune.heuristic(problem(128, n, k, b_k=b_k))
+        assert (chosen.kernel, chosen.bm, chosen.bn, chosen.split_k) == ("decode", 64, 128, 2)
+    assert tune.heuristic(problem(128, 11008, 4096, b_k=b_k)).kernel == "wgmma"
     assert tune.heuristic(problem(m, 4096, 4096, a_k=False, b_k=b_k)).kernel != "decode"
     assert any(c.kernel == "decode" for c in tune.candidates(problem(m, b_k=b_k)))
 
