@@ -48,7 +48,8 @@ def test_tf32_tiles_and_eligibility():
 def test_heuristic_takes_decode_up_to_64_rows(m, b_k):
     for n, k in ((4096, 4096), (11008, 4096), (4096, 11008)):
         chosen = tune.heuristic(problem(m, n, k, b_k=b_k))
-        assert chosen.kernel == "decode" and chosen.bk == 32, (m, n, k, chosen)
+        assert chosen.kernel == "decode" and chosen.bk == 32 and chosen.bm == 64, chosen
+        assert chosen.split_k == (2 if n == 4096 else 1) and chosen.stages == 6, chosen
     # 128 rows: decode where its tiles are 64 rows (4096-row weights), else wgmma
     for n, k in ((4096, 4096), (4096, 11008)):
         chosen = tune.heuristic(problem(128, n, k, b_k=b_k))
