@@ -9,6 +9,10 @@ ring's depth, ``split_k`` CTAs of one thread-block cluster splitting K (1, 2, 4,
 fp32 partial tiles summed through distributed shared memory in a fixed order (one launch, no
 workspace, deterministic).
 
+TF32 (fp32 data, ``allow_tf32``) runs the same kernel with K tiles of 32 fp32 (``bk`` = 32,
+the same 128-byte rows): Y (the small operand) must be K-major, as wgmma reads TF32 from
+shared memory only K-major, and ``bm`` at most 128; an N-major weight is read into registers.
+
 Plain Python, no GPU calls (kernels/_gemm_launch.py encodes the tensor maps and launches).
 """
 
@@ -18,7 +22,7 @@ from typing import Any, NamedTuple
 
 import gpurt
 
-from ._gemm_types import DT_BF16, DT_F16
+from ._gemm_types import DT_BF16, DT_F16, DT_TF32
 
 Config = Any  # a kernels._gemm_config.Config of kind "decode" (that module imports this one)
 Problem = Any  # a kernels._gemm_config.Problem
@@ -34,11 +38,13 @@ _RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 200 * 1024}  # one CTA per 
 
 def validate(config: Config) -> None:
     """Raise ValueError unless ``config`` is a decode tiling the kernel has."""
-    if (config.bm not in (64, 128, 256) or config.bn not in _TILES_N or config.bk != 64
+    if (config.bm not in (64, 128, 256) or config.bn not in _TILES_N
+            or config.bk not in (32, 64) or (config.bk == 32 and config.bm == 256)
             or config.split_k not in (1, 2, 4, 8) or not 2 <= config.stages <= 16
             or config.wm or config.wn or config.cluster_m != 1 or config.tma_store):
-        raise ValueError(f"decode tiles are (64|128|256) x (16|32|64|128) x 64 with 2..16 stages "
-                         f"and split 1, 2, 4 or 8 (CTAs of one cluster), not {config}")
+        raise ValueError(f"decode tiles are (64|128|256) x (16|32|64|128) x 64 (16-bit) or "
+                         f"(64|128) x (16|32|64|128) x 32 (TF32) with 2..16 stages and split "
+                         f"1, 2, 4 or 8 (CTAs of one cluster), not {config}")
 
 
 def threads(config: Config) -> int:
@@ -84,8 +90,11 @@ def kernel_name(config: Config, problem: Problem) -> str:
 def why_not(problem: Problem, config: Config) -> str | None:
     """Why ``config`` cannot run ``problem`` (None when it can); the caller checks shared
     memory and sizes."""
-    if problem.dt not in (DT_F16, DT_BF16):
-        return "the decode kernel takes float16/bfloat16"
+    if problem.dt not in (DT_F16, DT_BF16, DT_TF32):
+        return "the decode kernel takes float16/bfloat16 or TF32 (allow_tf32=True)"
+    if (config.bk == 32) != (problem.dt == DT_TF32):
+        meant = "TF32" if config.bk == 32 else "float16/bfloat16"
+        return f"decode tiles with bk={config.bk} are for {meant}"
     if problem.capability != (9, 0):
         major, minor = problem.capability
         return f"the decode kernel needs sm_90 (Hopper), not sm_{major}{minor}"
@@ -95,6 +104,9 @@ def why_not(problem: Problem, config: Config) -> str | None:
     if problem.k < 1:
         return "the decode kernel needs K >= 1"
     side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    if problem.dt == DT_TF32 and not side.y_kmajor:
+        return ("the TF32 decode kernel needs the small operand K-major (wgmma reads TF32 "
+                "from shared memory only K-major)")
     if not side.y_kmajor and config.bn % 64:
         return (f"the small operand is not K-major: the decode kernel loads it in 64-wide "
                 f"boxes, so bn must be 64 or 128, not {config.bn}")
@@ -108,6 +120,19 @@ class Tiles(NamedTuple):
     bn: int
     stages: int
     split: int
+    bk: int = 64  # 32 for TF32
+
+
+def _families(problem: Problem) -> bool:
+    """Whether the problem's element type is one this family runs (TF32 with a K-major Y)."""
+    if problem.dt == DT_TF32:
+        return sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor).y_kmajor
+    return problem.dt in (DT_F16, DT_BF16)
+
+
+def _k_tiles(problem: Problem) -> int:
+    """K tiles of 128-byte rows: 64 16-bit or 32 fp32 elements."""
+    return -(-problem.k // (32 if problem.dt == DT_TF32 else 64))
 
 
 def _bn(problem: Problem) -> int:
@@ -134,7 +159,7 @@ def _split(problem: Problem, bm: int, blocks: int) -> int:
     20.0 for split 2; a grid of 32 x 4 that takes two waves ran 20-40% slower than split 2 at
     every 4096-row decode shape: notes_gemm.md)."""
     slots = problem.sm_count * (1 if bm == 128 else 2)
-    k_tiles = -(-problem.k // 64)
+    k_tiles = _k_tiles(problem)
     split = 2 if blocks * 2 <= slots and k_tiles >= 16 else 1
     while split in (2, 4) and blocks * split * 2 <= _cluster_wave(problem) and \
             k_tiles >= 16 * split:
@@ -160,7 +185,8 @@ def _tiles(problem: Problem, bm: int, split: int | None = None) -> Tiles:
     blocks = _blocks(problem, bm, bn)
     if split is None:
         split = _split(problem, bm, blocks)
-    return Tiles(bm, bn, _stages(problem, bm, bn, blocks * split), split)
+    bk = 32 if problem.dt == DT_TF32 else 64
+    return Tiles(bm, bn, _stages(problem, bm, bn, blocks * split), split, bk)
 
 
 def few_tiles(problem: Problem) -> Tiles | None:
@@ -190,15 +216,17 @@ def few_tiles(problem: Problem) -> Tiles | None:
 
 
 def heuristic(problem: Problem) -> Tiles | None:
-    """The decode tiling for a 16-bit problem whose small side is above HEURISTIC_MIN, up to
-    SMALL_MAX and at most an eighth of the other (None otherwise): 64-row tiles where 128-row
-    ones would leave half the SMs idle (4096 rows: 0.5-3% faster on an H100), else 128-row
-    ones."""
+    """The decode tiling for a 16-bit or TF32 (K-major Y) problem whose small side is above
+    HEURISTIC_MIN, up to SMALL_MAX and at most an eighth of the other (None otherwise): 64-row
+    tiles where 128-row ones would leave half the SMs idle (4096 rows: 0.5-3% faster on an
+    H100), else 128-row ones; TF32 up to 64 columns 64-row ones at every size (an H100, 11008
+    weight rows: 1.5-6% faster than 128-row tiles, notes_gemm.md s9-tf32m)."""
     small, big = min(problem.m, problem.n), max(problem.m, problem.n)
-    if (problem.dt not in (DT_F16, DT_BF16) or not HEURISTIC_MIN < small <= SMALL_MAX
-            or big < 8 * small):
+    if not _families(problem) or not HEURISTIC_MIN < small <= SMALL_MAX or big < 8 * small:
         return None
     few = _blocks(problem, 128, _bn(problem)) * 2 <= problem.sm_count
+    if problem.dt == DT_TF32 and small <= 64:
+        few = True
     return _tiles(problem, 64 if few else 128)
 
 
@@ -207,10 +235,10 @@ def candidates(problem: Problem) -> list[Tiles]:
     clusters of 2, 4 and 8 where the grid fits one wave (none when the small side exceeds
     SMALL_MAX). 256-row tiles, which read Y from L2 half as often, were 4-20% slower than the
     best of these at M = 64 and 128 on an H100 (notes_gemm.md): selectable with config= only."""
-    if problem.dt not in (DT_F16, DT_BF16) or min(problem.m, problem.n) > SMALL_MAX:
+    if not _families(problem) or min(problem.m, problem.n) > SMALL_MAX:
         return []
     found: list[Tiles] = []
-    k_tiles = -(-problem.k // 64)
+    k_tiles = _k_tiles(problem)
     for bm in (128, 64):
         blocks = _blocks(problem, bm, _bn(problem))
         slots = problem.sm_count * (1 if bm == 128 else 2)

@@ -70,6 +70,8 @@ def headers(source: str) -> dict[str, str]:
     found = {"gemm_common.cu": text("gemm_common.cu")}
     if source in (_TF32_SOURCE, "gemm_decode.cu", "gemm_wgmma_x.cu"):  # the 16-bit one's parts
         found["gemm_wgmma.cu"] = text("gemm_wgmma.cu")
+    if source == "gemm_decode.cu":  # and the TF32 one's (TF32 decode tiles)
+        found[_TF32_SOURCE] = text(_TF32_SOURCE)
     if source in ("gemm_mma.cu", "gemm_simt.cu"):  # once per kernel (gemm_mma.cu says why)
         found["./" + source] = text(source)
     return found

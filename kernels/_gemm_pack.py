@@ -155,6 +155,10 @@ _SKINNY_SPLIT_BW = 0.7e12  # the skinny kernel's bytes/s on rows that are not 16
 # the mma kernels' on such rows, before their math: split-K 64 x 64 took 37.4, 42.6 and 65.7 us
 # for M = 1, 16 and 64 x 4099 x 4099 bf16 (an H100, session 8 padc; TF32 M = 1: 60.5)
 _MMA_SPLIT_BW = 0.9e12
+# TF32's 16-row split-K tile (_gemm_tune._TF32_THIN, M <= 16) on such rows, streaming B with
+# 4-byte cp.async: 1 x 4099^2 in 37.5 us = 1.8 TB/s (an H100, session 9 s9-tf32m), against
+# 79.6 us for copies + TF32 decode tiles at 16 x 4099^2
+_TF32_THIN_BW = 1.8e12
 # the rowload kernel's (kernels/gemm_rowload.cu): aligned 16-byte loads on rows of any pitch;
 # 1.24-2.36 TB/s of B at M <= 4 (an H100, session 9 s9-rowload: 18.0 us at 1 x 4099^2, 27.1 at
 # 4 x 4099^2, 38.1 at 1 x 11003 x 4093)
@@ -203,6 +207,8 @@ def estimate_us(config: Config, problem: Problem) -> float | None:
     else:
         return None
     rate *= _fill(config, problem) * problem.sm_count / _SM_REF
+    if config.kernel == "mma" and tf32 and config.bm == 16 and not problem.vec:
+        return moved / _TF32_THIN_BW * 1e6  # a batch of at most 16: streaming-bound
     if config.kernel == "mma" and not problem.vec:  # narrow loads: streaming, then the math
         return (moved / _MMA_SPLIT_BW + 2.0 * problem.macs / rate) * 1e6
     return max(2.0 * problem.macs / rate, moved / _MEMORY_BW) * 1e6

@@ -357,6 +357,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = _with_split(problem, _SIMT)
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, (*_TF32, _TF32_SMALL))
+        pool += [_decode_config(t) for t in _decode.candidates(problem)]
         if problem.m <= 16:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
@@ -440,8 +441,27 @@ def _rowload_config(tiles: tuple[int, int, int, int]) -> Config:
     return Config("rowload", bm, bn, bk, split_k=split)
 
 
+# TF32 problems whose small side is at most this take the decode family's tiling; up to
+# _decode.SMALL_MAX where it takes 64-row tiles (few weight rows). An H100, kernel-only
+# against cuBLAS TF32 (notes_gemm.md, session 9 s9-tf32m): M = 1..64 x 4096 / 11008 weights
+# 0.96-1.25 (before: 0.45-1.16); M = 128 x 4096 rows 64 x 128 split 2 0.93-1.10 against
+# wgmma's 0.89-0.98, but x 11008 rows 128 x 128 tiles 1.00 against wgmma's 1.02-1.03.
+TF32_DECODE_MAX = 64
+
+
+def _tf32_decode(problem: Problem) -> Config | None:
+    """The decode tiling for a TF32 problem (see TF32_DECODE_MAX) where the family takes it
+    (a K-major small operand, TMA rows); else None."""
+    tiles = _decode.heuristic(problem)
+    if tiles is None or (min(problem.m, problem.n) > TF32_DECODE_MAX and tiles.bm != 64):
+        return None
+    config = _decode_config(tiles)
+    return config if eligible(problem, config) else None
+
+
 def _decode_config(tiles: _decode.Tiles) -> Config:
-    return Config("decode", tiles.bm, tiles.bn, 64, stages=tiles.stages, split_k=tiles.split)
+    return Config("decode", tiles.bm, tiles.bn, tiles.bk, stages=tiles.stages,
+                  split_k=tiles.split)
 
 
 def _thin_split(problem: Problem) -> int:
@@ -470,6 +490,9 @@ def heuristic(problem: Problem) -> Config:
     if problem.dt == DT_TF32:
         if _small(problem) and eligible(problem, _TF32_SMALL):
             return _TF32_SMALL
+        tf32_decode = _tf32_decode(problem)
+        if tf32_decode is not None:
+            return tf32_decode
         wide = _WGMMA_TF32[0] if problem.b_kmajor else _WGMMA_TF32[3]
         wide = _fill_best(problem, [wide, _WGMMA_TF32[1], _WGMMA_TF32[4]],
                           lambda config: _tf32_tiles(problem, config))

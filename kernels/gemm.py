@@ -18,9 +18,10 @@ Accumulation is always fp32. Five kernel families (CUDA sources kernels/gemm_*.c
 ``skinny`` fp16/bf16 decode shapes (one side of C a few dozen at most): the big operand
            streamed once into mma.sync fragments, K split over a thread-block cluster
            (kernels/_gemm_skinny.py); any sm_80+ GPU and any alignment.
-``decode`` fp16/bf16 decode shapes on Hopper (one side of C at most 128): C^T = B^T A^T on
-           wgmma with the small side on wgmma's N, TMA rings, K split over a cluster summed
-           through distributed shared memory (kernels/_gemm_decode.py); 16-byte aligned rows.
+``decode`` fp16/bf16 and TF32 decode shapes on Hopper (one side of C at most 128):
+           C^T = B^T A^T on wgmma with the small side on wgmma's N, TMA rings, K split over a
+           cluster summed through distributed shared memory (kernels/_gemm_decode.py);
+           16-byte aligned rows; TF32 needs the small operand K-major.
 
 The variant and its tiles come from kernels/_gemm_tune.py's candidates and heuristic, timed
 once per shape bucket by kernels/_gemm_tuner.py and remembered on disk when autotuning is on

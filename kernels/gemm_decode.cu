@@ -12,6 +12,11 @@
 // Y from L2 fewer times.
 // Layouts, swizzle, descriptors and the ring's barriers are those of gemm_wgmma.cu.
 //
+// TF32 (DT_TF32: fp32 data, K tiles of 32 fp32 = the same 128-byte rows): wgmma reads TF32
+// from shared memory only K-major, so Y must be K-major; a K-major X is read by descriptor,
+// a P-major one arrives in [32 k][32 p] boxes and is loaded into registers for the register-A
+// form, with gemm_wgmma_tf32.cu's fragment layout (a thread's rows lo, lo + 1). BM <= 128.
+//
 // Without split-K (SPLIT == 1) the consumers write C straight from their accumulators.
 // Split-K over the SPLIT CTAs of a thread-block cluster (grids of few tiles: 4096 rows of X
 // make 32 tiles of 128 for 132 SMs): each CTA takes a contiguous slice of K tiles; every CTA
@@ -19,7 +24,7 @@
 // and after a cluster barrier rank r sums rows [r BM / SPLIT, (r + 1) BM / SPLIT) of all the
 // ranks' tiles in a fixed order through distributed shared memory and writes them to C with
 // alpha and beta: one launch, no workspace, deterministic.
-#include "gemm_wgmma.cu"
+#include "gemm_wgmma_tf32.cu"
 
 namespace dc {
 
@@ -33,13 +38,54 @@ __device__ __forceinline__ float load_partial(u32 addr, int rank) {
 }
 
 // Element (p, q) of C: alpha * sum (+ beta * Cin's element).
-template <int DT>
-__device__ __forceinline__ void store_c(u16* C, const u16* Cin, i64 p, i64 q, i64 c_p, i64 c_q,
+template <int DT, typename T>
+__device__ __forceinline__ void store_c(T* C, const T* Cin, i64 p, i64 q, i64 c_p, i64 c_q,
                                         i64 cin_p, i64 cin_q, float alpha, float beta,
                                         float sum) {
     float v = alpha * sum;
     if (beta != 0.f) v += beta * to_f32<DT>(Cin[p * cin_p + q * cin_q]);
     C[p * c_p + q * c_q] = from_f32<DT>(v);
+}
+
+// TF32: one consumer's K loop over tiles [k_begin, k_end) of the ring (stage s at a_ring +
+// s A_BYTES + a_half, b_ring + s B_BYTES), accumulating into d; X by descriptor when X_K,
+// else from registers (two fragment buffers alternate, as in gemm_wgmma_tf32.cu).
+template <int BN, int STAGES, bool X_K, u32 A_BYTES, u32 B_BYTES>
+__device__ __forceinline__ void tf32_loop(float* d, u32 a_ring, u32 b_ring, u32 full_bar,
+                                          u32 empty_bar, u32 a_half, int unit, int odd, int q,
+                                          int lane, int k_begin, int k_end) {
+    using namespace wgt;
+    int prev = 0, it = 0;
+    auto step = [&](u32(&frag)[16], int kt) {
+        const int s = it % STAGES;
+        mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+        const u32 a_tile = a_ring + s * A_BYTES + a_half, b_tile = b_ring + s * B_BYTES;
+        if (!X_K) load_fragments(frag, a_tile, unit, odd, q);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const u64 db = make_desc(b_tile + kk * 32, 16, 1024);
+            const int scale = (kt > k_begin || kk > 0) ? 1 : 0;
+            if (X_K) {
+                wgmma_ss<BN>(d, make_desc(a_tile + kk * 32, 16, 1024), db, scale);
+            } else {
+                wgmma_rs<BN>(d, frag + 4 * kk, db, scale);
+            }
+        }
+        wgmma_commit();
+        if (kt > k_begin) {
+            wgmma_wait<1>();
+            if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        }
+        prev = s;
+        ++it;
+    };
+    u32 frag_even[16], frag_odd[16];
+    for (int kt = k_begin; kt < k_end; kt += 2) {
+        step(frag_even, kt);
+        if (kt + 1 < k_end) step(frag_odd, kt + 1);
+    }
+    wgmma_wait<0>();
 }
 
 }  // namespace dc
@@ -53,9 +99,15 @@ __device__ __forceinline__ void store_c(u16* C, const u16* Cin, i64 p, i64 q, i6
 template <int DT, int BM, int BN, int STAGES, bool X_K, bool Y_K, int SPLIT>
 __global__ void __launch_bounds__(BM == 64 ? 160 : 288, 1)
 gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ wg::TmaDesc tma_y,
-            u16* C, const u16* Cin, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
+            u16* C_, const u16* Cin_, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
             i64 cin_q, float alpha, float beta) {
     using namespace wg;
+    // C and Cin hold fp32 for TF32 (typed u16* so the 16-bit kernels keep their symbols)
+    auto* C = reinterpret_cast<typename Elem<DT>::T*>(C_);
+    const auto* Cin = reinterpret_cast<const typename Elem<DT>::T*>(Cin_);
+    constexpr bool TF32 = DT == DT_TF32;
+    static_assert(!TF32 || (Y_K && BM <= 128), "TF32: a K-major Y, at most 128 rows of X");
+    constexpr int BKE = TF32 ? 32 : BK;  // elements of a K tile's 128-byte rows
     static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256 rows of X");
     static_assert(Y_K || BN % 64 == 0, "a Q-major Y comes in 64-wide boxes");
     static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "clusters of 1..8");
@@ -76,7 +128,7 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     const int block = blockIdx.x / SPLIT;
     const int rank = SPLIT == 1 ? 0 : (int)cluster_rank();
     const int tp = block / q_tiles, tq = block % q_tiles;
-    const int k_tiles = (K + BK - 1) / BK, per = (k_tiles + SPLIT - 1) / SPLIT;
+    const int k_tiles = (K + BKE - 1) / BKE, per = (k_tiles + SPLIT - 1) / SPLIT;
     const int k_begin = min(k_tiles, rank * per), k_end = min(k_tiles, k_begin + per);
     const int warpgroup = threadIdx.x / 128;
 
@@ -97,8 +149,14 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
                 const u32 full = full_bar + 8 * s;
                 mbar_expect_tx(full, A_BYTES + B_BYTES);
                 const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
-                const int k0 = kt * BK;
-                tma_load_tile<X_K, BM>(a_dst, &tma_x, k0, tp * BM, full);
+                const int k0 = kt * BKE;
+                if constexpr (TF32 && !X_K) {  // [32 k][32 p] boxes (gemm_wgmma_tf32.cu)
+#pragma unroll
+                    for (int j = 0; j < BM / 32; ++j)
+                        tma_load(a_dst + j * wgt::BOX_BYTES, &tma_x, tp * BM + j * 32, k0, full);
+                } else {
+                    tma_load_tile<X_K, BM>(a_dst, &tma_x, k0, tp * BM, full);
+                }
                 tma_load_tile<Y_K, BN>(b_dst, &tma_y, k0, tq * BN, full);
             }
         }
@@ -110,44 +168,59 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) d[mt][i] = 0.f;
-        constexpr u32 A_STEP = X_K ? 32 : 2048, B_STEP = Y_K ? 32 : 2048;
-        constexpr u32 A_LBO = X_K ? 16 : CHUNK_BYTES, B_LBO = Y_K ? 16 : CHUNK_BYTES;
-        const u32 a_half = half * MT * CHUNK_BYTES;
-        int prev = 0;
-        for (int kt = k_begin, it = 0; kt < k_end; ++kt, ++it) {
-            const int s = it % STAGES;
-            mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
-            const u32 a_tile = a_ring + s * A_BYTES + a_half, b_tile = b_ring + s * B_BYTES;
-            wgmma_fence();
+        // The register form of TF32 puts a thread's two accumulator rows side by side: lo_rs,
+        // lo_rs + 1 in its 64-row block (see gemm_wgmma_tf32.cu), not 16 warp + lane / 4 + 8 h
+        constexpr bool rs = TF32 && !X_K;
+        const int g = lane / 4, unit = 2 * (warp % 2) + (g / 2) % 2 + 4 * (g / 4);
+        const int lo_rs = 32 * (warp / 2) + 4 * unit + 2 * (g % 2);
+        if constexpr (TF32) {
+            const u32 a_half =
+                X_K ? half * CHUNK_BYTES : (2 * half + warp / 2) * wgt::BOX_BYTES;
+            dc::tf32_loop<BN, STAGES, X_K, A_BYTES, B_BYTES>(d[0], a_ring, b_ring, full_bar,
+                                                             empty_bar, a_half, unit, g % 2,
+                                                             lane % 4, lane, k_begin, k_end);
+        } else {
+            constexpr u32 A_STEP = X_K ? 32 : 2048, B_STEP = Y_K ? 32 : 2048;
+            constexpr u32 A_LBO = X_K ? 16 : CHUNK_BYTES, B_LBO = Y_K ? 16 : CHUNK_BYTES;
+            const u32 a_half = half * MT * CHUNK_BYTES;
+            int prev = 0;
+            for (int kt = k_begin, it = 0; kt < k_end; ++kt, ++it) {
+                const int s = it % STAGES;
+                mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+                const u32 a_tile = a_ring + s * A_BYTES + a_half, b_tile = b_ring + s * B_BYTES;
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) {
-                const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, 1024);
+                for (int kk = 0; kk < BK / 16; ++kk) {
+                    const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, 1024);
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const u64 da = make_desc(a_tile + mt * CHUNK_BYTES + kk * A_STEP, A_LBO, 1024);
-                    wgmma<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(
-                        d[mt], da, db, (kt > k_begin || kk > 0) ? 1 : 0);
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const u64 da =
+                            make_desc(a_tile + mt * CHUNK_BYTES + kk * A_STEP, A_LBO, 1024);
+                        wgmma<BN, DT, X_K ? 0 : 1, Y_K ? 0 : 1>(
+                            d[mt], da, db, (kt > k_begin || kk > 0) ? 1 : 0);
+                    }
                 }
+                wgmma_commit();
+                if (kt > k_begin) {
+                    wgmma_wait<1>();
+                    if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                }
+                prev = s;
             }
-            wgmma_commit();
-            if (kt > k_begin) {
-                wgmma_wait<1>();
-                if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
-            }
-            prev = s;
+            wgmma_wait<0>();
         }
-        wgmma_wait<0>();
         // d[mt][4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of row
-        // block MT half + mt.
+        // block MT half + mt (register-form TF32: (lo_rs + h, ...)).
         if constexpr (SPLIT == 1) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                const int row = tp * BM + (half * MT + mt) * 64 + warp * 16 + lane / 4;
+                const int row = rs ? tp * BM + (half * MT + mt) * 64 + lo_rs
+                                   : tp * BM + (half * MT + mt) * 64 + warp * 16 + lane / 4;
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int p = row + 8 * (e / 2);
+                        const int p = row + (rs ? e / 2 : 8 * (e / 2));
                         const int q = tq * BN + 8 * j + 2 * (lane % 4) + e % 2;
                         if (p < P && q < Q)
                             dc::store_c<DT>(C, Cin, p, q, c_p, c_q, cin_p, cin_q, alpha, beta,
@@ -162,13 +235,14 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         float* part = reinterpret_cast<float*>(smem_raw + (base - smem_addr(smem_raw)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const int row = (half * MT + mt) * 64 + warp * 16 + lane / 4;
+            const int row = rs ? (half * MT + mt) * 64 + lo_rs
+                               : (half * MT + mt) * 64 + warp * 16 + lane / 4;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int col = 8 * j + 2 * (lane % 4) + e % 2;
-                    part[col * PITCH + row + 8 * (e / 2)] = d[mt][4 * j + e];
+                    part[col * PITCH + row + (rs ? e / 2 : 8 * (e / 2))] = d[mt][4 * j + e];
                 }
         }
     }

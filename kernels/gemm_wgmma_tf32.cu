@@ -28,8 +28,21 @@ constexpr int OUT_BUFFER_BYTES = 2 * OUT_BOX_BYTES;  // per consumer: 64 x 64 of
 // d (+)= A(64 x 8) * B(8 x N), both operands in shared memory (K-major descriptors).
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 256, "BN is 64, 128 or 256");
-    if constexpr (N == 64) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                  "BN is 16, 32, 64, 128 or 256");
+    if constexpr (N == 16) {  // the decode family's narrow tiles (gemm_decode.cu)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {" WG_REG_8 "}, "
+                     "%8, %9, p, 1, 1;\n}\n"
+                     : WG_OUT_0_8
+                     : "l"(da), "l"(db), "r"(scale_d));
+    } else if constexpr (N == 32) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {" WG_REG_16 "}, "
+                     "%16, %17, p, 1, 1;\n}\n"
+                     : WG_OUT_0_16
+                     : "l"(da), "l"(db), "r"(scale_d));
+    } else if constexpr (N == 64) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" WG_REG_32 "}, "
                      "%32, %33, p, 1, 1;\n}\n"
@@ -53,8 +66,21 @@ __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d) 
 // The same with A from registers: a[0..3] = A(row lo, k), A(row hi, k), A(lo, k+4), A(hi, k+4).
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float* d, const u32* a, u64 db, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 256, "BN is 64, 128 or 256");
-    if constexpr (N == 64) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                  "BN is 16, 32, 64, 128 or 256");
+    if constexpr (N == 16) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {" WG_REG_8 "}, "
+                     "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+                     : WG_OUT_0_8
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+    } else if constexpr (N == 32) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {" WG_REG_16 "}, "
+                     "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+                     : WG_OUT_0_16
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+    } else if constexpr (N == 64) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {" WG_REG_32 "}, "
                      "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"

@@ -202,11 +202,13 @@ def test_heuristic_fallbacks():
     assert tf32.kernel == "wgmma" and tf32.bn == 256 and tf32.tma_store
     tf32 = tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32))  # 32 wide tiles
     assert tf32.kernel == "wgmma" and tf32.bn == 64
-    for dims in ((1024, 1024, 1024), (128, 4096, 4096)):  # few tiles, still wgmma
+    for dims in ((1024, 1024, 1024), (128, 11008, 4096)):  # few tiles, still wgmma
         assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "wgmma"
+    for dims in ((16, 4096, 4096), (128, 4096, 4096)):  # decode tiles (session 9 s9-tf32m)
+        assert tune.heuristic(problem(*dims, dt=tune.DT_TF32)).kernel == "decode"
     for fallback in (problem(dt=tune.DT_TF32, a_k=False, b_k=False),
                      problem(dt=tune.DT_TF32, tma=False), problem(dt=tune.DT_TF32, cap=(8, 0)),
-                     problem(16, 4096, 4096, dt=tune.DT_TF32)):  # thin: split-K mma
+                     problem(16, 4096, 4096, dt=tune.DT_TF32, tma=False)):  # thin: split-K mma
         tf32 = tune.heuristic(fallback)
         assert tf32.kernel == "mma" and tf32.bk == 16 and tune.eligible(fallback, tf32)
     skinny = tune.heuristic(problem(8, 64, 65536, dt=tune.DT_F32))
@@ -266,7 +268,7 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
         "gemm_wgmma<")
 
 
-def test_wave_fill_tiles():
+def test_wave_fill_tiles(monkeypatch):
     """16-bit and TF32 wgmma grids take the tile width whose waves finish first (time of a
     wave ~ width / rate): narrow tiles where wide ones leave SMs idle, wide ones otherwise."""
     narrow16, narrow32 = tune._WGMMA[7], tune._WGMMA_TF32[4]
@@ -294,8 +296,12 @@ def test_wave_fill_tiles():
     assert tune.heuristic(problem(2048, 2048, 2048)).bn == 256
     assert tune.heuristic(problem(2048, 2048, 2048, sms=264)) == tune._WGMMA[5]
     assert tune.heuristic(problem(2048, 2048, 2048, sms=528)) == narrow16
-    # C 64 wide (TF32 turns it onto wgmma's N): the same tiles, the narrow one does least work
+    # C 64 wide: TF32 decode tiles (session 9 s9-tf32m); without them (TF32 turns it onto
+    # wgmma's N) the same tiles, the narrow one does least work
+    assert tune.heuristic(problem(64, 14336, 4096, dt=tune.DT_TF32)).kernel == "decode"
+    monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     assert tune.heuristic(problem(64, 14336, 4096, dt=tune.DT_TF32)) == narrow32
+    monkeypatch.delenv("GPURT_GEMM_DISABLE")
     # one wave of wide tiles beats four of narrow ones, one of narrow beats one of wide;
     # ineligible configs are skipped
     def waves(config):

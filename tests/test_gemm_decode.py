@@ -52,7 +52,8 @@ def dc(bm=128, bn=32, stages=4, split=1) -> Config:
 
 
 @pytest.mark.parametrize("fields", [
-    dict(bm=96), dict(bn=8), dict(bn=256), dict(bk=32), dict(split_k=3), dict(split_k=16),
+    dict(bm=96), dict(bn=8), dict(bn=256), dict(bk=16), dict(bk=32, bm=256), dict(split_k=3),
+    dict(split_k=16),
     dict(stages=1), dict(stages=17), dict(wm=8, wn=64), dict(tma_store=True), dict(cluster_m=2),
 ])
 def test_config_validation(fields):
@@ -177,8 +178,7 @@ def test_variants_compile_without_spills_or_serialized_wgmma(tmp_path, monkeypat
     names = _names()
     module = gpurt.compile(gemm_launch.text("gemm_decode.cu"), options=["--ptxas-options=-v"],
                            name_expressions=names, arch="sm_90a", program_name="gemm_decode.cu",
-                           headers={n: gemm_launch.text(n)
-                                    for n in ("gemm_common.cu", "gemm_wgmma.cu")})
+                           headers=gemm_launch.headers("gemm_decode.cu"))
     log = module.log
     assert set(module.lowered_names) == set(names)
     assert "warning" not in log.lower() and "C75" not in log, log

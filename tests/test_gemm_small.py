@@ -100,9 +100,12 @@ def test_small_rule():
     assert tune.heuristic(_problem(16, 256, 64, aligned=True)).kernel in ("skinny", "decode")
     assert tune.heuristic(_problem(127, 257, 61, tune.DT_F32)).kernel == "simt"
     for m, b_k in ((16, False), (16, True), (1, False)):
-        thin = tune.heuristic(_problem(m, 4096, 4096, tune.DT_TF32, aligned=True, b_k=b_k))
+        # aligned rows take TF32 decode tiles (session 9 s9-tf32m), the others the thin mma
+        assert tune.heuristic(_problem(m, 4096, 4096, tune.DT_TF32, aligned=True,
+                                       b_k=b_k)).kernel == "decode"
+        thin = tune.heuristic(_problem(m, 4096, 4096, tune.DT_TF32, aligned=False, b_k=b_k))
         assert thin == dataclasses.replace(tune._TF32_THIN, split_k=4)  # 64 tiles x 4: 2 / SM
-        assert thin in tune.candidates(_problem(m, 4096, 4096, tune.DT_TF32, True, b_k))
+        assert thin in tune.candidates(_problem(m, 4096, 4096, tune.DT_TF32, False, b_k))
     assert tune.heuristic(_problem(17, 4096, 4096, tune.DT_TF32, aligned=True)).bm == 64
     for config in (tune._MMA_SMALL, tune._TF32_SMALL):
         assert config in tune.all_configs(_problem(127, 257, 61, tune.DT_TF32 if config.bk == 16
