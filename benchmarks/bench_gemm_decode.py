@@ -13,15 +13,17 @@ two numbers per library:
 
 ``copy_graph_us`` is the floor: bytes(B) over the copy bandwidth measured in this run (a 1 GiB
 device-to-device copy, bytes read + written over time). ``rel_err`` is gpurt's relative
-Frobenius error against float64.
+Frobenius error against float64. ``tf32`` rows are float32 inputs with ``allow_tf32=True``
+against cuBLAS's TF32 (``torch.backends.cuda.matmul.allow_tf32``), at the ``--tf32-m`` batches.
 
-    python benchmarks/bench_gemm_decode.py [--dtypes bf16,fp16] [--m 1,2,4,8,16,32,64,128]
+    python benchmarks/bench_gemm_decode.py [--dtypes bf16,fp16,tf32] [--m 1,2,4,8,16,32,64,128]
                                            [--nk 4096x4096,11008x4096] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import statistics
@@ -65,7 +67,9 @@ class Problem:
     def __init__(self, gpurt: Any, torch: Any, m: int, n: int, k: int, dtype: Any,
                  weights_nk: bool, l2_bytes: int) -> None:
         self.m, self.n, self.k, self.dtype = m, n, k, dtype
-        sets = max(2, min(24, -(-L2_MULTIPLE * l2_bytes // (n * k * 2))))
+        self.tf32 = dtype == torch.float32  # float32 rows are TF32 on both sides
+        self.itemsize = 4 if self.tf32 else 2
+        sets = max(2, min(24, -(-L2_MULTIPLE * l2_bytes // (n * k * self.itemsize))))
         self.a = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(sets)]
         if weights_nk:
             self.b = [torch.randn(n, k, device="cuda", dtype=dtype).t() for _ in range(sets)]
@@ -136,7 +140,7 @@ def host_us(torch: Any, call: Callable[[int], Any], sets: int, repeat: int) -> f
 def measure(gpurt: Any, torch: Any, gemm_mod: Any, p: Problem, config: Any, copy_bps: float,
             repeat: int) -> dict[str, Any]:
     """One row: both numbers for gpurt (``config``, or gemm's choice for None) and cuBLAS."""
-    gemm = gemm_mod.gemm
+    gemm = functools.partial(gemm_mod.gemm, allow_tf32=p.tf32)
     stream = gpurt.Stream()
     torch_stream = torch.cuda.ExternalStream(stream.cuda_stream)
     with torch.cuda.stream(torch_stream):
@@ -152,10 +156,11 @@ def measure(gpurt: Any, torch: Any, gemm_mod: Any, p: Problem, config: Any, copy
         err = p.rel_error(torch)
     if config is None:
         plan, _, _ = gemm_mod._plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False, stream)
-        config = gemm_mod._choose(plan, gemm_mod._problem(plan, False), stream)
-    floor_us = p.n * p.k * 2 / copy_bps * 1e6
+        config = gemm_mod._choose(plan, gemm_mod._problem(plan, p.tf32), stream)
+    floor_us = p.n * p.k * p.itemsize / copy_bps * 1e6
     return {
-        "shape": f"{p.m}x{p.n}x{p.k}", "dtype": str(p.dtype).replace("torch.", ""),
+        "shape": f"{p.m}x{p.n}x{p.k}",
+        "dtype": "tf32" if p.tf32 else str(p.dtype).replace("torch.", ""),
         "config": config.label(),
         "gpurt_graph_us": round(ours_graph, 2), "cublas_graph_us": round(theirs_graph, 2),
         "copy_graph_us": round(floor_us, 2),
@@ -174,10 +179,11 @@ def parse_nk(text: str | None) -> list[tuple[int, int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtypes", default="bf16,fp16")
+    parser.add_argument("--dtypes", default="bf16,fp16,tf32")
     parser.add_argument("--m", default=",".join(map(str, M_VALUES)))
     parser.add_argument("--nk", default=None, help="comma list of NxK")
     parser.add_argument("--fp16-m", default="1,16", help="M values for fp16 (fewer rows)")
+    parser.add_argument("--tf32-m", default="1,16,64", help="M values for tf32")
     parser.add_argument("--weights", choices=("kn", "nk"), default="kn")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", default=None)
@@ -192,10 +198,11 @@ def main() -> None:
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     copy_bps = copy_bandwidth(torch)
     print(f"copy bandwidth {copy_bps / 1e9:.0f} GB/s, L2 {l2_bytes >> 20} MiB", flush=True)
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+    torch.backends.cuda.matmul.allow_tf32 = True  # only the tf32 rows multiply float32
     rows: list[dict[str, Any]] = []
     for name in args.dtypes.split(","):
-        ms = args.m if name == "bf16" else args.fp16_m
+        ms = {"bf16": args.m, "fp16": args.fp16_m, "tf32": args.tf32_m}[name]
         for n, k in parse_nk(args.nk):
             for m in (int(v) for v in ms.split(",")):
                 p = Problem(gpurt, torch, m, n, k, dtypes[name], args.weights == "nk", l2_bytes)
