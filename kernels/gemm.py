@@ -290,13 +290,54 @@ extern "C" __global__ void gemm_tune_spin(long long cycles) {
 """
 
 
-def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: Any) -> float:
-    """Device time (ms) of one run of ``config`` into a scratch output: the median of three
-    batches, each queued behind a spin kernel so that host time never counts as device time."""
+_MAX_ROTATING_COPIES = 32
+
+
+def _span_bytes(op: _Operand, rows: int, k: int, itemsize: int) -> int:
+    """Bytes from ``op.ptr`` to one past the last element of its (rows x k) matrix."""
+    inner, outer = (k, rows) if op.kmajor else (rows, k)
+    return ((outer - 1) * op.ld + inner) * itemsize
+
+
+def _rotating_operands(plan: _Plan, stream: Any) -> tuple[list[tuple[int, int]], list[Any]]:
+    """The (A, B) pointers the tuner's timed runs take in turn: the plan's own, then, where
+    those are smaller than :func:`tunable.rotating_bytes` (torch.cuda.tunable's rotating
+    buffer), copies at the same alignment (modulo 256 bytes) that hold that much more; and
+    the arrays that hold the copies. Memory too short for a copy only means fewer copies."""
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    spans = (_span_bytes(plan.a, plan.m, plan.k, itemsize),
+             _span_bytes(plan.b, plan.n, plan.k, itemsize))
+    want = tunable.rotating_bytes(gpurt.get_device_properties(plan.index).L2_cache_size)
+    copies = min(_MAX_ROTATING_COPIES, -(-want // sum(spans))) if sum(spans) < want else 0
+    pairs, held = [(plan.a.ptr, plan.b.ptr)], []
+    try:
+        for _ in range(copies):
+            pair = []
+            for op, span in zip((plan.a, plan.b), spans):
+                room = gpurt.empty((span + 256,), dtype=np.uint8, device=plan.index,
+                                   stream=stream)
+                at = room.ptr + (op.ptr - room.ptr) % 256
+                gpurt.check(cu.cuMemcpyDtoDAsync(at, op.ptr, span, stream.cuda_stream),
+                            "cuMemcpyDtoDAsync")
+                held.append(room)
+                pair.append(at)
+            pairs.append((pair[0], pair[1]))
+    except gpurt.OutOfMemoryError:
+        pass
+    return pairs, held
+
+
+def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: Any,
+                 operands: list[tuple[int, int]]) -> float:
+    """Device time (ms) of one run of ``config`` into a scratch output, the runs taking the
+    ``operands`` pairs in turn: the median of three batches, each queued behind a spin kernel
+    so that host time never counts as device time."""
     scratch = gpurt.empty((plan.m, plan.n), dtype=plan.out.dtype, device=plan.index,
                           stream=tuning_stream)
     spin = gpurt.compile(_SPIN, arch=gpurt.get_arch(plan.index))["gemm_tune_spin"]
     into_scratch = dataclasses.replace(plan, out=scratch, ldc=plan.n, cin=None, ldcin=0)
+
+    turn = iter(operands * (1 + 61 // len(operands)))  # enough for every run below
 
     def batch(count: int) -> float:
         cycles = int(2e9 * (200e-6 + count * 150e-6))  # covers the host enqueueing `count`
@@ -304,7 +345,8 @@ def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: A
         start, stop = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
         start.record(tuning_stream)
         for _ in range(count):
-            call.launch(plan.a.ptr, plan.b.ptr, scratch.ptr, 0, 1.0, 0.0, tuning_stream)
+            a_ptr, b_ptr = next(turn)
+            call.launch(a_ptr, b_ptr, scratch.ptr, 0, 1.0, 0.0, tuning_stream)
         stop.record(tuning_stream)
         stop.synchronize()
         return start.elapsed_time(stop) / count
@@ -341,8 +383,13 @@ def _choose(plan: _Plan, problem: Problem, stream: Any,
     gpurt.synchronize(plan.index)  # the inputs may come from any stream
     with gpurt.device(plan.index):
         tuning_stream = gpurt.Stream()
-    return tuner.choose(key, tune.candidates(problem),
-                        lambda config: _time_config(plan, problem, config, tuning_stream))
+    operands, held = _rotating_operands(plan, tuning_stream)
+    try:
+        return tuner.choose(key, tune.candidates(problem), lambda config: _time_config(
+            plan, problem, config, tuning_stream, operands))
+    finally:
+        tuning_stream.synchronize()
+        del held  # back to the pool once the runs that read them are done
 
 
 # ---- public API ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ newly tuned problem (atomically, merged with what other processes wrote meanwhil
     from gpurt.kernels import tunable
     tunable.tuning_enable(False)          # use known results, tune nothing new
     tunable.set_max_tuning_duration(10)   # ms of timed runs per candidate
+    tunable.set_rotating_buffer_size(0)   # time on the callers' operands only (L2-warm)
     tunable.set_filename("/data/gemm-tuning.json")
     tunable.read_file("tuned-on-h100.json")  # results from elsewhere
     tunable.write_file()                  # to get_filename()
@@ -34,7 +35,7 @@ __all__ = [
     "enable", "is_enabled", "tuning_enable", "tuning_is_enabled", "set_max_tuning_duration",
     "get_max_tuning_duration", "set_max_tuning_iterations", "get_max_tuning_iterations",
     "set_filename", "get_filename", "get_results", "write_file", "read_file", "tuner",
-    "on_change",
+    "on_change", "set_rotating_buffer_size", "get_rotating_buffer_size", "rotating_bytes",
 ]
 
 
@@ -45,6 +46,7 @@ class _Settings:
     max_duration_ms: float = 30.0
     max_iterations: int = 100
     filename: str | None = None  # None: gemm-tune-v1.json in gpurt's kernel cache folder
+    rotating_mb: int = -1  # operand copies the timed runs rotate over: < 0 the L2's size
 
 
 SETTINGS = _Settings()
@@ -123,6 +125,26 @@ def set_max_tuning_iterations(iterations: int) -> None:
 
 def get_max_tuning_iterations() -> int:
     return SETTINGS.max_iterations
+
+
+def set_rotating_buffer_size(buffer_size: int) -> None:
+    """Time each candidate on copies of the operands that together hold at least
+    ``buffer_size`` MB, one copy per timed run in turn, so that every run reads its operands
+    from device memory as a model's weights are read, not from an L2 the run before warmed
+    (which favours other tiles on problems whose operands fit it); below zero (the default):
+    the L2's size; zero: the callers' operands only."""
+    SETTINGS.rotating_mb = int(buffer_size)
+    _replanned()
+
+
+def get_rotating_buffer_size() -> int:
+    """The rotating buffer's size as set, in MB (below zero: the L2's size)."""
+    return SETTINGS.rotating_mb
+
+
+def rotating_bytes(l2_bytes: int) -> int:
+    """Bytes of operand copies the timed runs rotate over, on a device with ``l2_bytes``."""
+    return l2_bytes if SETTINGS.rotating_mb < 0 else SETTINGS.rotating_mb << 20
 
 
 def set_filename(filename: str | None, insert_device_ordinal: bool = False) -> None:

@@ -51,6 +51,23 @@ def test_switches_and_limits():
         tunable.set_max_tuning_iterations(0)
 
 
+def test_rotating_buffer_size_has_torchs_meaning():
+    assert tunable.get_rotating_buffer_size() == -1  # the default: the L2's size
+    assert tunable.rotating_bytes(50 << 20) == 50 << 20
+    tunable.set_rotating_buffer_size(256)
+    assert tunable.get_rotating_buffer_size() == 256
+    assert tunable.rotating_bytes(50 << 20) == 256 << 20
+    tunable.set_rotating_buffer_size(0)  # off: the callers' operands only
+    assert tunable.rotating_bytes(50 << 20) == 0
+
+
+def test_operand_spans_cover_the_last_element():
+    op = gemm_mod._Operand(None, 0, 40, True)  # rows of k = 30 elements, pitch 40
+    assert gemm_mod._span_bytes(op, 10, 30, 2) == (9 * 40 + 30) * 2
+    op = gemm_mod._Operand(None, 0, 12, False)  # column-major: k columns of 10 rows, pitch 12
+    assert gemm_mod._span_bytes(op, 10, 30, 4) == (29 * 12 + 10) * 4
+
+
 def test_enabled_follows_the_environment_until_set(monkeypatch):
     tunable.SETTINGS.enabled = None
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "off")
@@ -139,3 +156,34 @@ def test_tuning_disabled_uses_known_results_and_heuristics(gpu_state, tmp_path):
     got = np.asarray(out.to_numpy(), dtype=np.float64)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
     assert (tmp_path / "results.json").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 3])
+def test_rotating_copies_hold_the_operands_at_their_alignment(gpu_state, offset):
+    """The tuner's timed runs rotate over copies that hold the same values at the same
+    address modulo 256 bytes (the kernels' eligibility depends on it), enough of them to fill
+    the rotating buffer, and none for operands larger than it."""
+    rng = np.random.default_rng(5)
+    m, n, k = 96, 200, 136
+    base = rng.standard_normal(m * k + offset).astype(np.float16)
+    a = gpurt.asarray(base)[offset:].reshape(m, k)
+    b = gpurt.asarray(rng.standard_normal((k, n)).astype(np.float16))
+    plan, _, _ = gemm_mod._plan(a, b, None, 0.0, None, False, False, gpurt.current_stream())
+    tunable.set_rotating_buffer_size(1)  # 1 MB: (m*k + k*n) * 2 bytes = 79 KB a pair
+    stream = gpurt.Stream()
+    pairs, held = gemm_mod._rotating_operands(plan, stream)
+    stream.synchronize()
+    spans = [gemm_mod._span_bytes(op, rows, k, 2) for op, rows in ((plan.a, plan.m),
+                                                                   (plan.b, plan.n))]
+    assert len(pairs) == 1 + -(-(1 << 20) // sum(spans)) and len(held) == 2 * (len(pairs) - 1)
+    host = [np.empty(span, np.uint8) for span in spans]
+    for ptrs in pairs:
+        for ptr, orig, span, out in zip(ptrs, (plan.a.ptr, plan.b.ptr), spans, host):
+            assert ptr % 256 == orig % 256
+            gpurt.check(gemm_mod.cu.cuMemcpyDtoH(out.ctypes.data, ptr, span), "cuMemcpyDtoH")
+            want = np.empty(span, np.uint8)
+            gpurt.check(gemm_mod.cu.cuMemcpyDtoH(want.ctypes.data, orig, span), "cuMemcpyDtoH")
+            assert np.array_equal(out, want)
+    tunable.set_rotating_buffer_size(0)
+    assert gemm_mod._rotating_operands(plan, stream)[0] == [(plan.a.ptr, plan.b.ptr)]
