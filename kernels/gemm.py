@@ -32,6 +32,7 @@ through :func:`gpurt.compile` (cached on disk).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -337,7 +338,7 @@ def _time_config(plan: _Plan, problem: Problem, config: Config, tuning_stream: A
     spin = gpurt.compile(_SPIN, arch=gpurt.get_arch(plan.index))["gemm_tune_spin"]
     into_scratch = dataclasses.replace(plan, out=scratch, ldc=plan.n, cin=None, ldcin=0)
 
-    turn = iter(operands * (1 + 61 // len(operands)))  # enough for every run below
+    turn = itertools.cycle(operands)
 
     def batch(count: int) -> float:
         cycles = int(2e9 * (200e-6 + count * 150e-6))  # covers the host enqueueing `count`
@@ -383,13 +384,9 @@ def _choose(plan: _Plan, problem: Problem, stream: Any,
     gpurt.synchronize(plan.index)  # the inputs may come from any stream
     with gpurt.device(plan.index):
         tuning_stream = gpurt.Stream()
-    operands, held = _rotating_operands(plan, tuning_stream)
-    try:
-        return tuner.choose(key, tune.candidates(problem), lambda config: _time_config(
-            plan, problem, config, tuning_stream, operands))
-    finally:
-        tuning_stream.synchronize()
-        del held  # back to the pool once the runs that read them are done
+    operands, _held = _rotating_operands(plan, tuning_stream)  # the copies live until here
+    return tuner.choose(key, tune.candidates(problem), lambda config: _time_config(
+        plan, problem, config, tuning_stream, operands))
 
 
 # ---- public API ----------------------------------------------------------------------------------
