@@ -403,7 +403,7 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     if config.split_k > 1:  # one per tile; wgmma: one per consumer's half tile
         counters = 2 * tiles if config.kernel == "wgmma" else tiles
     spread = (config.kernel == "simt" and config.split_k > 1 and SPREAD_SPLIT_K
-              and tiles * config.split_k <= usable_sms(plan.index, problem.sm_count)
+              and tiles * config.split_k <= problem.sm_count
               * resident_per_sm(kernels[0], config, smem, plan.index))
     return Call(config, kernels, m, n, plan.k, a.ld, b.ld, plan.ldc, plan.ldcin, a.kmajor,
                 b.kmajor, plan.dt, plan.index, swap, pair_ok, store_ok, smem, grid, clusters,
@@ -414,24 +414,6 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
 # launch, kernels/gemm_simt.cu's splitk_spread); False: the tile's last CTA sums the slices
 SPREAD_SPLIT_K = True
 _resident: dict[tuple[str, int, int], int] = {}
-_usable: dict[int, int] = {}
-
-
-def usable_sms(index: int, sm_count: int) -> int:
-    """SMs this process may use on device ``index`` (of its ``sm_count``): fewer under MPS with
-    an active thread percentage (the context's execution affinity), where a cooperative launch
-    sized for every SM of the device would be refused."""
-    found = _usable.get(index)
-    if found is None:
-        with gpurt.device(index):
-            err, param = cu.cuCtxGetExecAffinity(
-                cu.CUexecAffinityType.CU_EXEC_AFFINITY_TYPE_SM_COUNT)
-        # a driver without execution affinity: nothing limits the context
-        limit = int(param.param.smCount.val) if err == cu.CUresult.CUDA_SUCCESS else sm_count
-        found = _usable[index] = min(sm_count, limit) if limit > 0 else sm_count
-    return found
-
-
 def resident_per_sm(kernel: Any, config: Config, smem: int, index: int) -> int:
     """CTAs of ``kernel`` (``config``'s threads, ``smem`` bytes) one SM of device ``index``
     runs at once (cuOccupancyMaxActiveBlocksPerMultiprocessor): x SMs, the most CTAs a

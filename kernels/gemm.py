@@ -58,6 +58,7 @@ from ._gemm_launch import (
     source_digest,
 )
 from ._gemm_tune import DT_BF16, DT_F16, DT_F32, DT_TF32, Config, Problem
+from ._sms import usable_sms
 
 __all__ = ["gemm", "gemm_config", "gemm_eligible_configs", "gemm_tuning_results",
            "clear_gemm_tuning", "clear_plans", "precompile"]
@@ -266,7 +267,7 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
            and max(plan.a.ld, plan.b.ld) * itemsize < (1 << 40) and plan.k > 0)
     pitch128 = all(op.ptr % 128 == 0 and op.ld * itemsize % 128 == 0 for op in (plan.a, plan.b))
     return Problem(plan.m, plan.n, plan.k, dt, plan.a.kmajor, plan.b.kmajor, aligned, tma,
-                   (props.major, props.minor), props.multi_processor_count,
+                   (props.major, props.minor), usable_sms(plan.index, props.multi_processor_count),
                    int(props.shared_memory_per_block_optin), pitch128)
 
 

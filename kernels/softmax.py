@@ -45,6 +45,7 @@ from gpurt import amp
 
 from . import _autocast
 from . import _gemm_workspace as workspace
+from ._sms import usable_sms
 from ._softmax_plan import (
     LOG_SOFTMAX,
     LOG_SOFTMAX_BACKWARD,
@@ -319,7 +320,7 @@ def resident_ctas(variant: Variant, index: int) -> int:
     """How many CTAs of ``variant`` device ``index`` holds at once (occupancy calculator)."""
     kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
     per_sm = kernel.max_active_blocks_per_multiprocessor(variant.threads, variant.shared_mem)
-    return per_sm * gpurt.get_device_properties(index).multi_processor_count
+    return per_sm * usable_sms(index, gpurt.get_device_properties(index).multi_processor_count)
 
 
 def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsView,

@@ -24,6 +24,7 @@ from test_gemm import (
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
+sms_mod = importlib.import_module("gpurt.kernels._sms")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 Config = tune.Config
 
@@ -151,8 +152,8 @@ class _Affinity:
 
     def __init__(self, ok: bool, sms: int) -> None:
         count = type("Count", (), {"val": sms})()
-        self.answer = (gemm_launch.cu.CUresult.CUDA_SUCCESS if ok
-                       else gemm_launch.cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,
+        self.answer = (sms_mod.cu.CUresult.CUDA_SUCCESS if ok
+                       else sms_mod.cu.CUresult.CUDA_ERROR_NOT_SUPPORTED,
                        type("Param", (), {"param": type("U", (), {"smCount": count})()})())
 
 
@@ -164,16 +165,16 @@ def test_usable_sms_follow_the_contexts_execution_affinity(monkeypatch, ok, sms,
     import contextlib
 
     fake = _Affinity(ok, sms)
-    monkeypatch.setattr(gemm_launch, "_usable", {})
-    monkeypatch.setattr(gemm_launch.gpurt, "device", lambda index: contextlib.nullcontext())
-    monkeypatch.setattr(gemm_launch.cu, "cuCtxGetExecAffinity", lambda kind: fake.answer)
-    assert gemm_launch.usable_sms(3, 132) == want
-    assert gemm_launch.usable_sms(3, 132) == want  # cached per device
+    monkeypatch.setattr(sms_mod, "_usable", {})
+    monkeypatch.setattr(sms_mod.gpurt, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(sms_mod.cu, "cuCtxGetExecAffinity", lambda kind: fake.answer)
+    assert sms_mod.usable_sms(3, 132) == want
+    assert sms_mod.usable_sms(3, 132) == want  # cached per device
 
 
 @pytest.mark.gpu
 def test_usable_sms_are_the_devices_without_mps():
     index = gpurt.current_device()
-    gemm_launch._usable.pop(index, None)
+    sms_mod._usable.pop(index, None)
     sms = gpurt.get_device_properties(index).multi_processor_count
-    assert gemm_launch.usable_sms(index, sms) == sms
+    assert sms_mod.usable_sms(index, sms) == sms
