@@ -133,7 +133,8 @@ _WGMMA_TF32 = (
 
 def disabled_kernels() -> frozenset[str]:
     """Kernel families and features turned off with ``GPURT_GEMM_DISABLE`` (comma list of
-    simt, mma, wgmma, cluster, tma_store, and pack: kernels/_gemm_pack.py's copies), for
+    simt, mma, wgmma, cluster, tma_store, pack: kernels/_gemm_pack.py's copies, and rows:
+    kernels/_gemm_rows.py's cut along M), for
     debugging and for comparing paths; gemm then uses the others."""
     text = os.environ.get("GPURT_GEMM_DISABLE", "")
     return frozenset(part.strip() for part in text.split(",") if part.strip())
