@@ -8,7 +8,11 @@ checked against float64 into a NaN-poisoned output.
     python benchmarks/simt_s10_dev.py time [--shapes 3000x3000x3000,...] [--json PATH]
     python benchmarks/simt_s10_dev.py profile [--json PATH]
     python benchmarks/simt_s10_dev.py one M N K gpurt|nocut|cublas
-    python benchmarks/simt_s10_dev.py sanitize
+    python benchmarks/simt_s10_dev.py sanitize [STEP]
+    python benchmarks/simt_s10_dev.py tail [--json PATH]
+
+``tail`` times every simt tile (simt_shapes_dev.py's s9 variants) on 645 x 3001 x 1999, the
+rows of 2053 x 3001 x 1999 that the cut leaves to its second launch.
 
 Programs: `python benchmarks/simt_shapes_dev.py precompile` compiles every simt program.
 """
@@ -163,12 +167,13 @@ def one(m: int, n: int, k: int, which: str) -> None:
     torch.cuda.synchronize()
 
 
-def sanitize() -> None:
-    """Cut calls of both head tiles, every layout, beta/Cin, tails split and not."""
+def sanitize(step: int = 1) -> None:
+    """Cut calls of both head tiles, every layout, beta/Cin, tails split and not (every
+    ``step``-th of them: racecheck takes ~9 s a call)."""
     cases = [(293, 517, 1001, 256, tune._SIMT[0]), (300, 290, 203, 128, tune._SIMT[1]),
              (401, 130, 2050, 384, tune._SIMT[1])]
-    for (m, n, k, head_rows, head), ta, tb in [(c, ta, tb) for c in cases
-                                               for ta in (False, True) for tb in (False, True)]:
+    combos = [(c, ta, tb) for c in cases for ta in (False, True) for tb in (False, True)]
+    for (m, n, k, head_rows, head), ta, tb in combos[::step]:
         _mode("forced", (head_rows, head))
         a = torch.randn((k, m) if ta else (m, k), device="cuda")
         b = torch.randn((n, k) if tb else (k, n), device="cuda")
@@ -187,7 +192,7 @@ def sanitize() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["time", "profile", "one", "sanitize"])
+    parser.add_argument("mode", choices=["time", "profile", "one", "sanitize", "tail"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--shapes", default=None)
     parser.add_argument("--json", default=None)
@@ -201,8 +206,11 @@ def main() -> None:
     elif args.mode == "one":
         m, n, k = (int(x) for x in args.args[:3])
         one(m, n, k, args.args[3])
+    elif args.mode == "tail":
+        s9.GROUPS["tail"] = [(645, 3001, 1999)]  # 2053 x 3001 x 1999's rows past the cut
+        s9.time_s9("tail", args.json, [])
     else:
-        sanitize()
+        sanitize(int(args.args[0]) if args.args else 1)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ for which in cublas gpurt nocut; do
 done
 step bench_gemm
 limit=$(( $(left) - 5 )); [ $limit -gt 5 ] || limit=5
-timeout $limit python3 -P benchmarks/bench_gemm.py --dtypes fp32 --repeat 9 \
+timeout $limit python3 benchmarks/bench_gemm.py --dtypes fp32 --repeat 9 \
     --shapes 3000,2053x3001x1999,1000,3000x5000x2000,4096 \
     --json "$out/bench_gemm.json" > "$out/bench_gemm.log" 2>&1
 echo "bench_gemm rc=$?"
