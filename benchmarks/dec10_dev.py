@@ -9,9 +9,10 @@ process, the result against float64 on a NaN-poisoned output); the packed route 
 ``kernels``: the CUDA kernels cuBLAS (torch.matmul) and gemm launch per shape, with grid and
 block (torch.profiler).
 ``one``: one warm call inside cudaProfilerStart/Stop, for ncu --profile-from-start off.
+``sanitize``: a few calls on 192-row tiles (for compute-sanitizer).
 ``precompile``: the programs ``time`` needs, over 16 processes.
 
-    python benchmarks/dec10_dev.py precompile|time|kernels [--json PATH]
+    python benchmarks/dec10_dev.py precompile|time|kernels|sanitize [--json PATH]
     python benchmarks/dec10_dev.py one gpurt|torch DTYPE M N K [nk]
 """
 
@@ -39,9 +40,9 @@ launch = importlib.import_module("gpurt.kernels._gemm_launch")
 Config = tune.Config
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # (dtype, M, N, K, weights N x K as x @ W.T)
-SHAPES = [("fp16", 16, 4099, 4099, False), ("bf16", 16, 4099, 4099, False),
-          ("bf16", 128, 4096, 4096, False), ("fp16", 128, 4096, 4096, False),
-          ("bf16", 128, 4096, 4096, True), ("bf16", 64, 4096, 4096, False),
+SHAPES = [("bf16", 128, 4096, 4096, False), ("fp16", 16, 4099, 4099, False),
+          ("fp16", 128, 4096, 4096, False), ("bf16", 128, 4096, 4096, True),
+          ("bf16", 16, 4099, 4099, False), ("bf16", 64, 4096, 4096, False),
           ("bf16", 64, 4096, 4096, True)]
 
 
@@ -60,7 +61,10 @@ def _extra(problem: Any) -> list[Any]:
         found += [Config("rowload", bm, 248, 32, split_k=s) for bm in (8, 16) for s in (8, 15)]
         return found
     bn = 128 if problem.m > 64 else 64
-    found = [Config("decode", 64, bn, 64, stages=s, split_k=2) for s in (4, 5, 7, 8)]
+    # 192-row tiles (3 consumers): 22 tiles of 4096 rows, split 4 in 22 clusters of 4
+    found = [Config("decode", 192, bn, 64, stages=s, split_k=sp)
+             for s, sp in ((5, 4), (4, 4), (5, 2), (6 if bn == 64 else 5, 8))]
+    found += [Config("decode", 64, bn, 64, stages=s, split_k=2) for s in (4, 5, 7, 8)]
     found += [Config("decode", 64, 64, 64, stages=s, split_k=sp)
               for s, sp in ((6, 2), (8, 2), (6, 4), (6, 1))]
     found += [Config("decode", 128, bn, 64, stages=s, split_k=sp)
@@ -185,6 +189,24 @@ def run_kernels(json_path: str | None) -> None:
         Path(json_path).write_text(json.dumps(rows, indent=1))
 
 
+def run_sanitize() -> None:
+    """A few 192-row-tile calls for compute-sanitizer: split 1 / 2 / 4, both weight layouts,
+    beta with C in, a tall C, a last tile past P; each against float64 (PASS / FAIL)."""
+    for m, n, k, nk, split, beta in [(128, 1000, 520, False, 4, 0.0), (40, 776, 1032, True, 2, 0.5),
+                                     (128, 400, 264, False, 1, -1.0), (600, 24, 520, True, 4, 0.0)]:
+        p = bench.Problem(gpurt, torch, m, n, k, torch.bfloat16, nk, 1 << 20)
+        config = tune._decode_config(tune._decode._tiles(_gemm_problem(p), 192, split))
+        c = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        p.out.copy_(c)
+        torch.cuda.synchronize()  # torch's stream is not gemm's
+        gm.gemm(p.ga[0], p.gb[0], out=p.gout, beta=beta, config=config)
+        gpurt.synchronize()
+        want = p.a[0].double() @ p.b[0].double() + beta * c.double()
+        err = float(torch.linalg.norm(p.out.double() - want) / torch.linalg.norm(want))
+        print(f"{'PASS' if err < 1e-2 else 'FAIL'} {m}x{n}x{k} nk={nk} {config.label()} "
+              f"beta={beta} err={err:.3g}", flush=True)
+
+
 def run_one(who: str, name: str, m: int, n: int, k: int, nk: bool) -> None:
     p = bench.Problem(gpurt, torch, m, n, k, DTYPES[name], nk, 1 << 20)
     stream = gpurt.Stream()
@@ -206,7 +228,7 @@ def run_one(who: str, name: str, m: int, n: int, k: int, nk: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("precompile", "time", "kernels", "one"))
+    parser.add_argument("mode", choices=("precompile", "time", "kernels", "one", "sanitize"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--json", default=None)
     parser.add_argument("--budget", type=float, default=100.0)
@@ -217,6 +239,8 @@ def main() -> None:
         run_timing(args.json, args.budget)
     elif args.mode == "kernels":
         run_kernels(args.json)
+    elif args.mode == "sanitize":
+        run_sanitize()
     else:
         who, name, m, n, k, *rest = args.args
         run_one(who, name, int(m), int(n), int(k), rest == ["nk"])

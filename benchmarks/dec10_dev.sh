@@ -13,12 +13,22 @@ export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
 logs="$out/logs"; mkdir -p "$logs"
 pack() { tar czf "$out/runs.tgz" -C "$out" logs smi.txt setup.log 2>/dev/null; }
 step tests-and-precompile
-timeout 80 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm_decode.py \
+timeout 100 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm_decode.py \
     tests/test_gemm_rowload.py -k "not compile" > "$logs/pytest-decode.log" 2>&1 &
+timeout 100 python3 -P -m pytest -p no:cacheprovider -q tests/test_gemm.py -k "decode or split" \
+    > "$logs/pytest-gemm.log" 2>&1 &
+san="compute-sanitizer --report-api-errors no --error-exitcode 3"
+for tool in memcheck racecheck; do
+    (timeout 100 $san --tool $tool python3 -P benchmarks/dec10_dev.py sanitize > "$logs/san-$tool.log" 2>&1
+     echo "$tool rc=$? $(grep -c PASS "$logs/san-$tool.log") passed, $(grep -c FAIL "$logs/san-$tool.log") failed: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/san-$tool.log" | tail -n 1)" > "$logs/san-$tool.txt") &
+done
 timeout 60 python3 -P benchmarks/dec10_dev.py precompile > "$logs/precompile.log" 2>&1
 echo "precompile rc=$? $(tail -n 1 "$logs/precompile.log")"
 wait
-echo "pytest: $(tail -n 1 "$logs/pytest-decode.log")"; grep -E "^(FAILED|ERROR)" "$logs/pytest-decode.log" | head
+for f in "$logs"/pytest-*.log; do
+    echo "$(basename "$f"): $(tail -n 1 "$f")"; grep -E "^(FAILED|ERROR)" "$f" | head -n 8
+done
+cat "$logs"/san-*.txt
 pack
 step kernels
 timeout 40 python3 -P benchmarks/dec10_dev.py kernels --json "$out/kernels.json" > "$logs/kernels.log" 2>&1

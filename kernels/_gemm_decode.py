@@ -3,7 +3,8 @@ of C is small (a batch of 1..128 tokens) and the weight is streamed once, on wgm
 small side on the MMA's N dimension (C^T = B^T A^T for a wide C).
 
 A :class:`Config` of kind ``"decode"`` means: ``bm`` rows of the big operand X per CTA (64,
-128 or 256: one consumer warpgroup of 64 rows, two of 64 or two of 128), ``bn`` columns of
+128, 192 or 256: one consumer warpgroup of 64 rows, two of 64, three of 64 (16-bit only) or
+two of 128), ``bn`` columns of
 the small operand Y per CTA (16, 32, 64, 128: wgmma's N), ``bk`` = 64, ``stages`` the TMA
 ring's depth, ``split_k`` CTAs of one thread-block cluster splitting K (1, 2, 4, 8), their
 fp32 partial tiles summed through distributed shared memory in a fixed order (one launch, no
@@ -33,22 +34,23 @@ __all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name"
 SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
 HEURISTIC_MIN = 0  # the heuristic picks it above this (the skinny kernel up to it)
 _TILES_N = (16, 32, 64, 128)
-_RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 200 * 1024}  # one CTA per SM
+_RING_BYTES = {bm: 200 * 1024 for bm in (64, 128, 192, 256)}  # one CTA per SM
 
 
 def validate(config: Config) -> None:
     """Raise ValueError unless ``config`` is a decode tiling the kernel has."""
-    if (config.bm not in (64, 128, 256) or config.bn not in _TILES_N
-            or config.bk not in (32, 64) or (config.bk == 32 and config.bm == 256)
+    if (config.bm not in (64, 128, 192, 256) or config.bn not in _TILES_N
+            or config.bk not in (32, 64) or (config.bk == 32 and config.bm > 128)
             or config.split_k not in (1, 2, 4, 8) or not 2 <= config.stages <= 16
             or config.wm or config.wn or config.cluster_m != 1 or config.tma_store):
-        raise ValueError(f"decode tiles are (64|128|256) x (16|32|64|128) x 64 (16-bit) or "
+        raise ValueError(f"decode tiles are (64|128|192|256) x (16|32|64|128) x 64 (16-bit) or "
                          f"(64|128) x (16|32|64|128) x 32 (TF32) with 2..16 stages and split "
                          f"1, 2, 4 or 8 (CTAs of one cluster), not {config}")
 
 
 def threads(config: Config) -> int:
-    return 160 if config.bm == 64 else 288  # 1 or 2 consumer warpgroups and a producer warp
+    # 1, 2 or 3 consumer warpgroups of 64 or 128 rows and a producer warp
+    return {64: 160, 192: 416}.get(config.bm, 288)
 
 
 def shared_mem(config: Config) -> int:

@@ -53,6 +53,7 @@ def dc(bm=128, bn=32, stages=4, split=1) -> Config:
 
 @pytest.mark.parametrize("fields", [
     dict(bm=96), dict(bn=8), dict(bn=256), dict(bk=16), dict(bk=32, bm=256), dict(split_k=3),
+    dict(bk=32, bm=192),
     dict(split_k=16),
     dict(stages=1), dict(stages=17), dict(wm=8, wn=64), dict(tma_store=True), dict(cluster_m=2),
 ])
@@ -65,6 +66,7 @@ def test_config_validation(fields):
 def test_config_geometry():
     config = dc(128, 16, 8, 4)
     assert config.threads == 288 and dc(64, 16).threads == 160 and dc(256, 16).threads == 288
+    assert dc(192, 128, 5, 4).threads == 416  # three consumer warpgroups and a producer warp
     assert config.shared_mem(True, False) == 8 * 144 * 128 + 16 * 8 + 1024
     # a partial tile larger than a shallow ring takes its place
     assert dc(128, 128, 2).shared_mem(True, True) == 128 * 132 * 4 + 32 + 1024
@@ -170,6 +172,8 @@ def _names():
         for y_k in (True, False):
             names.add(dc(128, 64, 6, 4).name_expression(2, x_k, y_k, True))
             names.add(dc(64, 128, 4, 2).name_expression(1, x_k, y_k, True))
+            names.add(dc(192, 128, 5, 4).name_expression(2, x_k, y_k, True))  # 3 consumers
+    names.add(dc(192, 64, 5, 2).name_expression(1, False, True, True))
     return sorted(names)
 
 
@@ -203,6 +207,35 @@ def test_odd_shapes(gpu_state, dtype, bm, split):
     for m, n, k in [(3, 4096, 1000), (17, 264, 4104), (33, 1000, 72), (100, 520, 1000),
                     (128, 136, 200), (1, 8, 8), (9, 4096, 64)]:
         run(rng, m, n, k, dtype, tiles(m, n, k, bm, split))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_three_consumer_tiles(gpu_state, split):
+    """192-row tiles (3 consumer warpgroups): a last tile past P, K tails, the four transposes
+    where eligible, tall C, alpha and beta, bf16 and fp16; then captured in a graph and
+    replayed on fresh inputs."""
+    from test_gemm import check_replays, poisoned
+
+    rng = np.random.default_rng()
+    for m, n, k in [(128, 4096, 1000), (17, 1000, 4104), (64, 200, 520), (1000, 24, 520)]:
+        for a_t, b_t in ((False, False), (False, True), (True, False), (True, True)):
+            if (a_t and m % 8) or (m > n and (n % 8 or not b_t)):
+                continue  # M-major A needs 16-byte rows; a tall C's Y is op(b)^T, K-major
+            config = tiles(m, n, k, 192, split, not a_t, b_t)
+            dtype = np.float16 if b_t else gpurt.bfloat16
+            run(rng, m, n, k, dtype, config, a_t=a_t, b_t=b_t, out_t=a_t and b_t,
+                beta=0.5 if a_t != b_t else 0.0, alpha=-1.5)
+    config = tiles(128, 4096, 4096, 192, split)
+    da = gpurt.asarray(rand(rng, (128, 4096), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (4096, 4096), gpurt.bfloat16))
+    out = poisoned((128, 4096), gpurt.bfloat16)
+    gemm(da, db, out=out, config=config)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        gemm(da, db, out=out, config=config)
+    check_replays(graph, da, db, out, rng, config.label())
+    del graph
 
 
 @pytest.mark.gpu
