@@ -87,6 +87,32 @@ def variants(problem: Any) -> list[Any]:
     return found
 
 
+# The second call (--recheck): cuBLAS's tiling at 64..128 x 4096^2 (64-row tiles over 2 tiles
+# of the batch, K unsplit, a 13-16-stage ring) on the decode kernel, and the new choice at
+# 16 x 4099^2 against the old one.
+RECHECK = [("bf16", 128, 4096, 4096, False), ("fp16", 128, 4096, 4096, False),
+           ("bf16", 128, 4096, 4096, True), ("bf16", 64, 4096, 4096, False),
+           ("bf16", 64, 4096, 4096, True), ("fp16", 16, 4099, 4099, False),
+           ("bf16", 16, 4099, 4099, False), ("bf16", 8, 4099, 4099, False)]
+
+
+def recheck_variants(problem: Any) -> list[Any]:
+    """What --recheck times besides gemm's choice on ``problem``."""
+    if problem.m <= 16:  # the choice before this session
+        return [Config("mma", 64, 64, 32, 32, 32, stages=4, split_k=9)]
+    if problem.m > 64:
+        found = [Config("decode", 64, 128, 64, stages=6, split_k=2)]
+        found += [Config("decode", 64, 64, 64, stages=s) for s in (6, 8, 10, 12, 13)]
+    else:
+        found = [Config("decode", 64, 64, 64, stages=6, split_k=2)]
+        found += [Config("decode", 64, 32, 64, stages=s) for s in (6, 8, 12, 16)]
+        found += [Config("decode", 64, 64, 64, stages=s) for s in (8, 12)]
+    return [c for c in found if tune.eligible(problem, c)]
+
+
+VARIANTS = [variants]  # what ``time`` and ``precompile`` take per problem (--recheck: its own)
+
+
 def _problems(l2: int) -> list[tuple[str, Any]]:
     return [(name, bench.Problem(gpurt, torch, m, n, k, DTYPES[name], nk, l2))
             for name, m, n, k, nk in SHAPES]
@@ -96,7 +122,7 @@ def run_precompile() -> None:
     todo: dict[Any, None] = {}
     for _, p in _problems(1 << 20):
         problem = _gemm_problem(p)
-        for config in variants(problem):
+        for config in [tune.heuristic(problem), *VARIANTS[0](problem)]:
             todo[launch.program(config, problem)] = None
         plan = gm._plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False,
                         gpurt.as_stream(None, 0))[0]
@@ -116,7 +142,7 @@ def run_timing(json_path: str | None, budget: float) -> None:
     start = time.monotonic()
     for (name, m, n, k, nk), (_, p) in zip(SHAPES, _problems(l2)):
         shape = f"{m}x{n}x{k}{' nk' if nk else ''} {name}"
-        configs: list[Any] = [None, *variants(_gemm_problem(p))]
+        configs: list[Any] = [None, *VARIANTS[0](_gemm_problem(p))]
         for config in configs:
             if time.monotonic() - start > budget:
                 print(f"budget spent at {shape}", flush=True)
@@ -232,7 +258,11 @@ def main() -> None:
     parser.add_argument("args", nargs="*")
     parser.add_argument("--json", default=None)
     parser.add_argument("--budget", type=float, default=100.0)
+    parser.add_argument("--recheck", action="store_true", help="the second call's shapes")
     args = parser.parse_args()
+    if args.recheck:
+        SHAPES[:] = RECHECK
+        VARIANTS[0] = recheck_variants
     if args.mode == "precompile":
         run_precompile()
     elif args.mode == "time":
