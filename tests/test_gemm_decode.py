@@ -100,8 +100,9 @@ def test_eligibility():
 
 @pytest.mark.parametrize("m,n,k,bm,bn,split", [
     (1, 4096, 4096, 64, 16, 2), (8, 14336, 4096, 128, 16, 1), (17, 4096, 4096, 64, 32, 2),
-    (32, 11008, 4096, 128, 32, 1), (64, 14336, 4096, 128, 64, 1), (128, 4096, 4096, 64, 128, 2),
-    (100, 4096, 11008, 64, 128, 2), (4096, 33, 4096, 64, 64, 2),
+    (32, 11008, 4096, 128, 32, 1), (64, 14336, 4096, 128, 64, 1), (128, 4096, 4096, 64, 64, 1),
+    (64, 4096, 4096, 64, 32, 1), (128, 4096, 11008, 64, 128, 2), (96, 4096, 4096, 64, 128, 2),
+    (100, 4096, 11008, 64, 128, 2), (4096, 33, 4096, 64, 64, 2), (4096, 128, 4096, 64, 64, 1),
     (24, 4096, 256, 64, 32, 1),  # 4 K tiles: too few to split
 ])
 def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
@@ -110,6 +111,20 @@ def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
     assert chosen.kernel == "decode" and tune.eligible(p, chosen)
     assert (chosen.bm, chosen.bn, chosen.split_k) == (bm, bn, split)
     assert chosen.shared_mem(True, False) <= 227 * 1024
+
+
+def test_halves_take_cublas_tiling_at_4096_rows():
+    """64 / 128 x 4096^2 (16-bit): 64-row tiles over the batch's two halves, unsplit, the
+    deepest ring in 200 KiB; not TF32, K above 64 tiles or at most 32, an M-major batch in
+    32-wide halves, nor grids that are not one CTA per SM for over half the SMs."""
+    assert decode.halves(problem(128, 4096, 4096)) == decode.Tiles(64, 64, 12, 1)
+    assert decode.halves(problem(64, 4096, 4096, dt=tune.DT_F16)) == decode.Tiles(64, 32, 16, 1)
+    assert decode.halves(problem(128, 4096, 4096, a_k=False)) == decode.Tiles(64, 64, 12, 1)
+    for p in (problem(128, 4096, 4096, dt=tune.DT_TF32), problem(128, 4096, 8192),
+              problem(128, 4096, 2048), problem(64, 4096, 4096, a_k=False),
+              problem(96, 4096, 4096), problem(128, 11008, 4096), problem(128, 2048, 4096)):
+        assert decode.halves(p) is None, p
+    assert decode.Tiles(64, 64, 12, 1) in decode.candidates(problem(128, 4096, 4096))
 
 
 def test_splits_fill_one_wave_of_clusters():
@@ -311,6 +326,30 @@ def test_gemms_own_choice_on_few_tile_shapes(gpu_state, monkeypatch):
             gemm(da, db, out=out)
         check_replays(graph, da, db, out, rng, chosen.label())
         del graph
+
+
+@pytest.mark.gpu
+def test_gemms_own_choice_on_batch_halves(gpu_state, monkeypatch):
+    """gemm's own choice at 64 / 128 x 4096^2 (halves: 64-row tiles, K unsplit, 12-16
+    stages): both weight layouts and fp16 with beta, then captured in a graph and replayed."""
+    from test_gemm import check_replays, poisoned
+
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m in (64, 128):
+        assert tune.heuristic(problem(m, 4096, 4096)).split_k == 1
+        run(rng, m, 4096, 4096, gpurt.bfloat16, None)
+        run(rng, m, 4096, 4096, gpurt.bfloat16, None, b_t=True)
+        run(rng, m, 4096, 4096, np.float16, None, beta=0.5, alpha=-1.5)
+    da = gpurt.asarray(rand(rng, (128, 4096), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (4096, 4096), gpurt.bfloat16))
+    out = poisoned((128, 4096), gpurt.bfloat16)
+    gemm(da, db, out=out)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        gemm(da, db, out=out)
+    check_replays(graph, da, db, out, rng, "128x4096x4096")
+    del graph
 
 
 @pytest.mark.gpu
