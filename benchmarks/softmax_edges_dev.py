@@ -300,8 +300,45 @@ SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50257, F32, "softmax"): [],
 }
 
+def _meets(rows: int, cols: int, dtype: np.dtype, op: int, flags: tuple[int, ...]) -> list:
+    """The chooser's ticket chunks (first in the routes) with other softmax_meet flags
+    (0: softmax_ticket's meeting, the pick before s10-soft16)."""
+    pick = _pick(rows, cols, dtype, op)
+    return [dataclasses.replace(pick, meet=m) for m in flags]
+
+
+# s10-soft16: ticket chunks meeting through softmax_meet (slots polled directly: the chooser's
+# TICKET_MEET = 2), against softmax_ticket's meeting (0), with an L2 prefetch of the guessed
+# chunk before the ticket (1), polls without sleep (4), and part of the chunk a residency
+# ahead prefetched during the wait (8 a quarter, 16 half, 24 all).
+_ALL = (0, 3, 6, 10, 18, 26, 11, 8)
+_FEW = (0, 10, 18, 26)
+SOFTMEET: dict[tuple[int, int, np.dtype, str], list] = {
+    (64, 1_000_003, BF16, "softmax"): _meets(64, 1_000_003, BF16, 0, _ALL),
+    (64, 1_000_003, F16, "softmax"): _meets(64, 1_000_003, F16, 0, _FEW),
+    (64, 1_000_003, BF16, "log_softmax"): _meets(64, 1_000_003, BF16, 1, _FEW),
+    (8, 1_000_003, BF16, "softmax"): _meets(8, 1_000_003, BF16, 0, _FEW),
+    (300, 200_003, BF16, "softmax"): _meets(300, 200_003, BF16, 0, _ALL),
+    (1000, 200_003, BF16, "softmax"): _meets(1000, 200_003, BF16, 0, _FEW),
+    (300, 200_003, F16, "softmax"): _meets(300, 200_003, F16, 0, _FEW),
+    (64, 500_009, BF16, "softmax"): _meets(64, 500_009, BF16, 0, _FEW),
+    (64, 200_003, BF16, "softmax"): _meets(64, 200_003, BF16, 0, _FEW),
+    (1000, 500_009, BF16, "softmax"): _meets(1000, 500_009, BF16, 0, _FEW),
+    (64, 1_000_000, BF16, "softmax"): _meets(64, 1_000_000, BF16, 0, (0, 10)),
+    (2, 1_000_003, BF16, "softmax"): _meets(2, 1_000_003, BF16, 0, (0, 10)),
+    (1024, 131072, BF16, "softmax"): _meets(1024, 131072, BF16, 0, (0, 10)),
+    (64, 1_000_003, F32, "softmax"): _meets(64, 1_000_003, F32, 0, (0, 3, 10, 18, 26)),
+    (64, 1_000_000, F32, "softmax"): _meets(64, 1_000_000, F32, 0, (0, 10)),
+    (8, 1_000_003, F32, "softmax"): _meets(8, 1_000_003, F32, 0, (0, 10)),
+    (64, 1_000_003, F32, "log_softmax"): _meets(64, 1_000_003, F32, 1, (0, 10)),
+    (64, 1_000_003, F32, "softmax_backward"): _meets(64, 1_000_003, F32, B, (0, 10, 18)),
+    (64, 1_000_003, BF16, "log_softmax_backward"): _meets(64, 1_000_003, BF16, LB, (0, 10, 18)),
+    (4096, 50257, BF16, "softmax"): [],
+}
+
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
-        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST}
+        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
+        "softmeet": SOFTMEET}
 
 
 
@@ -370,6 +407,14 @@ def _compile(variant: Any, arch: str, path: str | None = None) -> None:
         sm.compile_variant(variant, arch)
 
 
+def _bench_program(arch: str) -> None:
+    """bench_softmax.py's one NVRTC program of the chooser's picks, into the disk cache."""
+    bench = importlib.import_module("bench_softmax")
+    importlib.import_module("gpurt.kernels.softmax").precompile(
+        (plan.choose_variant(cols, dtype, OPS[name], rows=rows)
+         for rows, cols, dtype, name, _ in bench.CASES), arch)
+
+
 def warm(routes_set: str, sources: dict[str, str]) -> int:
     """Compile every variant of the set (and the chooser's picks; (name, variant) entries
     from ``sources``) and tests/test_softmax.py's ticket variants into the disk kernel cache,
@@ -381,7 +426,14 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for v in chosen if not isinstance(v, tuple) or v[0] in sources]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     tests = importlib.import_module("test_softmax")
-    if routes_set in ("softbf16", "softlong16", "softpersist"):
+    if routes_set == "softmeet":  # what its tests run (softmax_routes_dev.sh)
+        variants += tests.meet_variants() + [
+            v for v in tests.forward16_variants() if v.dtype == plan.dtype_code(BF16)]
+        variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
+                     for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
+        variants += [plan.choose_variant(cols, BF16, op)
+                     for cols in (7, 1000, 4099, 32001, 50257, 131071) for op in (0, 1)]
+    elif routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
     if routes_set == "softpersist":  # and the picks its tests run (set_tests in the .sh)
         variants += tests.persist_variants() + tests.persist_variants(long=True)
@@ -389,7 +441,7 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
                      for cols in (7, 1000, 4099, 32001, 50257, 131071)]
-    elif routes_set != "softbf16":
+    elif routes_set not in ("softbf16", "softmeet"):
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     variants = list(dict.fromkeys(variants))
@@ -397,7 +449,10 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     arch = gpurt.get_arch()
     jobs = [v if isinstance(v, tuple) else (v, None) for v in variants]
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
+        bench = pool.submit(_bench_program, arch) if routes_set == "softmeet" else None
         list(pool.map(_compile, [j[0] for j in jobs], [arch] * len(jobs), [j[1] for j in jobs]))
+        if bench is not None:
+            bench.result()
     return len(variants)
 
 

@@ -7,8 +7,11 @@
 # of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
 # (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
-# stages a CTA, and small chunks for few rows). Session 9's lagged chunks (sets softlag,
-# softlag2) lost and were removed; they are on branch s9-soft16.
+# stages a CTA, and small chunks for few rows), softmeet (s10-soft16: ticket chunks meeting
+# through softmax_meet.cu's slots and L2 prefetches; also ncu of the ticket kernel and of a
+# meet one at 64x1000003 bf16, and bench_softmax.py --quick). Session 9's lagged chunks (sets
+# softlag, softlag2) lost and were removed; they are on branch s9-soft16. Logs are packed
+# into OUTDIR/runs.tgz after every step (a run stopped by its limit still brings them).
 #
 #     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -41,6 +44,12 @@ case "$set_name" in
         racecheck="persist_chunks and bfloat16 and not log and not backward"
         synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
         limits=(110 45 30 20 15) ;;
+    softmeet)
+        tests="(meet or ticket_rows or (16bit_forward and bfloat16) or chooser or variant) and not compiles"
+        memcheck="meet_chunks and ((bfloat16 and not log and not backward) or (float32 and softmax_backward and not log))"
+        racecheck="meet_chunks_against and bfloat16 and not log and not backward"
+        synccheck="meet_chunks_against and float16 and not bfloat16 and log and not backward"
+        limits=(100 45 30 15 10 40) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,14 +59,38 @@ python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$o
 cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
 export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache"
 nvidia-smi -L > "$out/device.txt" 2>&1
+pack() {
+    tar -C "$out" -czf "$out/runs.tgz.part" --exclude 'runs.tgz*' --exclude routes.json \
+        --exclude steps.txt --exclude bench.json . 2>/dev/null && mv "$out/runs.tgz.part" "$out/runs.tgz"
+}
 step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time and rc after
     local name=$1 limit=$2 t0=$SECONDS rc=0
     shift 2
     timeout -s INT -k 10 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
     echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$out/steps.txt"
+    pack
 }
 step routes "${limits[0]}" python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
     "${old[@]}" --json "$out/routes.json"
+if [ "$set_name" = softmeet ]; then  # ncu: the ticket's meeting, then the slots and prefetches
+    sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+              --section SchedulerStats --section LaunchStats --section Occupancy
+              --section ComputeWorkloadAnalysis
+              --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct)
+    for m in 0 10; do
+        kernel=$([ $m = 0 ] && echo softmax_ticket || echo softmax_meet)
+        for extra in --section=PmSampling ""; do  # without it if this ncu lacks it
+            step "ncu$m" 22 ncu --clock-control none -k "regex:$kernel" --launch-skip 2 \
+                --launch-count 1 "${sections[@]}" $extra -f -o "$out/ncu$m" \
+                python3 benchmarks/softmax_ncu_dev.py --meet $m
+            [ -f "$out/ncu$m.ncu-rep" ] && break
+        done
+        ncu -i "$out/ncu$m.ncu-rep" --page details > "$out/ncu$m-details.txt" 2>&1
+        ncu -i "$out/ncu$m.ncu-rep" --page raw --csv --print-metric-instances values \
+            > "$out/ncu$m-raw.csv" 2>&1
+        pack
+    done
+fi
 step tests "${limits[1]}" python3 -P -m pytest -p no:cacheprovider -q -ra $files -k "$tests"
 sanitize() {
     step "$1" "$2" compute-sanitizer --tool "$1" --report-api-errors no \
@@ -68,5 +101,3 @@ sanitize racecheck "${limits[3]}" "$racecheck"
 sanitize synccheck "${limits[4]}" "$synccheck"
 [ "${limits[5]}" = 0 ] || step bench "${limits[5]}" python3 benchmarks/bench_softmax.py --quick \
     --json "$out/bench.json"
-tar -C "$out" -czf "$out/runs.tgz" --exclude runs.tgz --exclude routes.json \
-    --exclude steps.txt . 2>/dev/null

@@ -209,7 +209,8 @@ class Variant:
     shared memory): 1 issues them after the current chunk's reduction, 2 before it;
     ``meet`` (``ticket``, not ``persist``): softmax_meet's flags (softmax_meet.cu: 2 the
     partials published in slots polled directly, 1 an L2 prefetch of the guessed chunk
-    before the ticket, 4 polls without sleeping).
+    before the ticket, 4 polls without sleeping, 8 / 16 / 24 a quarter / half / all of the
+    chunk a residency ahead prefetched into L2 during the wait).
     """
 
     kind: str
@@ -261,8 +262,8 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
-        if not 0 <= self.meet <= 7 or (self.meet and (self.kind != "ticket" or self.persist)):
-            raise ValueError(f"meet={self.meet}: 0, or 1..7 for ticket variants (not persist)")
+        if not 0 <= self.meet <= 31 or (self.meet and (self.kind != "ticket" or self.persist)):
+            raise ValueError(f"meet={self.meet}: 0, or 1..31 for ticket variants (not persist)")
 
     @property
     def inputs(self) -> int:

@@ -13,6 +13,11 @@
 //             its blockIdx.x (mostly the one it gets): the ticket's round trip overlaps the
 //             first bytes instead of preceding them.
 //   MEET & 4  the poll spins without __nanosleep.
+//   MEET & 24 once its partial is out, thread 0 prefetches into L2 the first quarter (8), half
+//             (16) or all (24) of the chunk one residency ahead (ticket + SMs * MINB), which a
+//             CTA of the next wave takes: the wait for the row, when the chunks of a wave
+//             start and meet together and nothing else reads, keeps DRAM reading, and the
+//             next wave's first loads hit L2.
 // Counters: [0] the ticket, [1 + r] row r's count, then (8-byte aligned, MEET & 2) a 64-bit
 // slot per chunk. Deadlock-free under softmax_ticket's condition: a chunk publishes before it
 // waits.
@@ -54,17 +59,17 @@ __device__ __forceinline__ float2 await_slots(const unsigned long long* slots, i
     return *shared;
 }
 
-// Prefetch into L2 the inputs of chunk `guess` (bytes wholly inside its columns, 16-byte
-// aligned: a hint, never outside the arrays).
+// Prefetch into L2 the first `span` columns of chunk `guess`'s inputs (bytes wholly inside
+// them, 16-byte aligned: a hint, never outside the arrays).
 template <int DT, int NIN, int CAPACITY>
 __device__ __forceinline__ void prefetch_chunk(const typename Elem<DT>::storage* const (&in)[2],
                                                long long guess, long long rows, int cols,
-                                               int chunks) {
+                                               int chunks, int span) {
 #if __CUDA_ARCH__ >= 900
     const long long row = guess / chunks;
     if (row >= rows) return;
     const int col0 = (int)(guess % chunks) * CAPACITY;
-    const int end = cols - col0 < CAPACITY ? cols : col0 + CAPACITY;
+    const int end = cols - col0 < span ? cols : col0 + span;
 #pragma unroll
     for (int t = 0; t < NIN; ++t) {
         const unsigned long long first =
@@ -78,6 +83,23 @@ __device__ __forceinline__ void prefetch_chunk(const typename Elem<DT>::storage*
         }
     }
 #endif
+}
+
+// MEET & 24: thread 0 prefetches part of the chunk a CTA of the next wave takes.
+template <int DT, int OP, int MINB, int CAPACITY, int MEET>
+__device__ __forceinline__ void prefetch_ahead(const typename Elem<DT>::storage* const (&in)[2],
+                                               unsigned int drawn, long long rows, int cols,
+                                               int chunks) {
+    if constexpr ((MEET & 24) != 0) {
+        if (threadIdx.x == 0) {
+            unsigned int sms;
+            asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+            const int span = (MEET & 24) == 24 ? CAPACITY : (MEET & 24) == 16 ? CAPACITY / 2
+                                                                              : CAPACITY / 4;
+            prefetch_chunk<DT, Policy<OP>::NIN, CAPACITY>(
+                in, (long long)drawn + (long long)sms * MINB, rows, cols, chunks, span);
+        }
+    }
 }
 
 }  // namespace gpurt_softmax
@@ -100,13 +122,15 @@ softmax_meet(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned
     const SM_STORAGE* in[2] = {a, b};
     if (threadIdx.x == 0) {
         if constexpr ((MEET & 1) != 0)
-            prefetch_chunk<DT, Policy<OP>::NIN, CAPACITY>(in, blockIdx.x, rows, cols, chunks);
+            prefetch_chunk<DT, Policy<OP>::NIN, CAPACITY>(in, blockIdx.x, rows, cols, chunks,
+                                                          CAPACITY);
         ticket = take_ticket(counters, rows * chunks);
     }
     __syncthreads();
-    const long long row = ticket / (unsigned int)chunks;
+    const unsigned int drawn = ticket;
+    const long long row = drawn / (unsigned int)chunks;
     if (row >= rows) return;  // only with a workspace not zeroed: never write out of bounds
-    const int chunk = (int)(ticket % (unsigned int)chunks);
+    const int chunk = (int)(drawn % (unsigned int)chunks);
     const int col0 = chunk * CAPACITY;
     const long long base = row * (long long)cols;
     extern __shared__ uint4 shared_items[];
@@ -124,9 +148,15 @@ softmax_meet(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned
     float2 total;
     if constexpr ((MEET & 2) != 0) {
         if (threadIdx.x == 0) store_slot(slots + chunk, mine);
+        prefetch_ahead<DT, OP, MINB, CAPACITY, MEET>(in, drawn, rows, cols, chunks);
         total = await_slots<OP, MEET>(slots, chunks, &row_total);
     } else {
-        total = meet_row<OP>(mine, counters, partials, row, chunk, chunks, &row_total);
+        if (threadIdx.x == 0) {  // publish as meet_row does
+            partials[row * chunks + chunk] = mine;
+            add_release(count, 1u);
+        }
+        prefetch_ahead<DT, OP, MINB, CAPACITY, MEET>(in, drawn, rows, cols, chunks);
+        total = await_row<OP>(count, partials + row * chunks, chunks, &row_total);
     }
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
                                                  span.body, true);
