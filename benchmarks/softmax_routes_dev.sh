@@ -13,7 +13,7 @@
 # softlag, softlag2) lost and were removed; they are on branch s9-soft16. Logs are packed
 # into OUTDIR/runs.tgz after every step (a run stopped by its limit still brings them).
 #
-#     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
+#     [PACK_TO=DIR] bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
 set_name=${1:?SET}
 out=$(mkdir -p "${2:?OUTDIR}" && cd "$2" && pwd)
@@ -45,7 +45,7 @@ case "$set_name" in
         synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
         limits=(110 45 30 20 15) ;;
     softmeet)
-        tests="(meet or ticket_rows or (16bit_forward and bfloat16) or chooser or variant) and not compiles"
+        tests="(meet or ticket_rows or (16bit_forward and bfloat16) or chooser or variant) and not compile"
         memcheck="meet_chunks and ((bfloat16 and not log and not backward) or (float32 and softmax_backward and not log))"
         racecheck="meet_chunks_against and bfloat16 and not log and not backward"
         synccheck="meet_chunks_against and float16 and not bfloat16 and log and not backward"
@@ -59,9 +59,14 @@ python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$o
 cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
 export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache"
 nvidia-smi -L > "$out/device.txt" 2>&1
+pack_to=${PACK_TO:-$out}  # where runs.tgz (and steps.txt, routes.json, bench.json) go
 pack() {
-    tar -C "$out" -czf "$out/runs.tgz.part" --exclude 'runs.tgz*' --exclude routes.json \
-        --exclude steps.txt --exclude bench.json . 2>/dev/null && mv "$out/runs.tgz.part" "$out/runs.tgz"
+    tar -C "$out" -czf "$pack_to/runs.tgz.part" --exclude 'runs.tgz*' --exclude routes.json \
+        --exclude steps.txt --exclude bench.json . 2>/dev/null \
+        && mv "$pack_to/runs.tgz.part" "$pack_to/runs.tgz"
+    [ "$pack_to" = "$out" ] || for f in steps.txt routes.json bench.json; do
+        [ ! -f "$out/$f" ] || cp "$out/$f" "$pack_to/"
+    done
 }
 step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time and rc after
     local name=$1 limit=$2 t0=$SECONDS rc=0
