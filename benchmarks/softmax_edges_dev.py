@@ -300,45 +300,19 @@ SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50257, F32, "softmax"): [],
 }
 
-def _meets(rows: int, cols: int, dtype: np.dtype, op: int, flags: tuple[int, ...]) -> list:
-    """The chooser's ticket chunks (first in the routes) with other softmax_meet flags
-    (0: softmax_ticket's meeting, the pick before s10-soft16)."""
-    pick = _pick(rows, cols, dtype, op)
-    return [dataclasses.replace(pick, meet=m) for m in flags]
-
-
-# s10-soft16: ticket chunks meeting through softmax_meet (slots polled directly: the chooser's
-# TICKET_MEET = 2), against softmax_ticket's meeting (0), with an L2 prefetch of the guessed
-# chunk before the ticket (1), polls without sleep (4), and part of the chunk a residency
-# ahead prefetched during the wait (8 a quarter, 16 half, 24 all).
-_ALL = (0, 3, 6, 10, 18, 26, 11, 8)
-_FEW = (0, 10, 18, 26)
-SOFTMEET: dict[tuple[int, int, np.dtype, str], list] = {
-    (64, 1_000_003, BF16, "softmax"): _meets(64, 1_000_003, BF16, 0, _ALL),
-    (64, 1_000_003, F16, "softmax"): _meets(64, 1_000_003, F16, 0, _FEW),
-    (64, 1_000_003, BF16, "log_softmax"): _meets(64, 1_000_003, BF16, 1, _FEW),
-    (8, 1_000_003, BF16, "softmax"): _meets(8, 1_000_003, BF16, 0, _FEW),
-    (300, 200_003, BF16, "softmax"): _meets(300, 200_003, BF16, 0, _ALL),
-    (1000, 200_003, BF16, "softmax"): _meets(1000, 200_003, BF16, 0, _FEW),
-    (300, 200_003, F16, "softmax"): _meets(300, 200_003, F16, 0, _FEW),
-    (64, 500_009, BF16, "softmax"): _meets(64, 500_009, BF16, 0, _FEW),
-    (64, 200_003, BF16, "softmax"): _meets(64, 200_003, BF16, 0, _FEW),
-    (1000, 500_009, BF16, "softmax"): _meets(1000, 500_009, BF16, 0, _FEW),
-    (64, 1_000_000, BF16, "softmax"): _meets(64, 1_000_000, BF16, 0, (0, 10)),
-    (2, 1_000_003, BF16, "softmax"): _meets(2, 1_000_003, BF16, 0, (0, 10)),
-    (1024, 131072, BF16, "softmax"): _meets(1024, 131072, BF16, 0, (0, 10)),
-    (64, 1_000_003, F32, "softmax"): _meets(64, 1_000_003, F32, 0, (0, 3, 10, 18, 26)),
-    (64, 1_000_000, F32, "softmax"): _meets(64, 1_000_000, F32, 0, (0, 10)),
-    (8, 1_000_003, F32, "softmax"): _meets(8, 1_000_003, F32, 0, (0, 10)),
-    (64, 1_000_003, F32, "log_softmax"): _meets(64, 1_000_003, F32, 1, (0, 10)),
-    (64, 1_000_003, F32, "softmax_backward"): _meets(64, 1_000_003, F32, B, (0, 10, 18)),
-    (64, 1_000_003, BF16, "log_softmax_backward"): _meets(64, 1_000_003, BF16, LB, (0, 10, 18)),
-    (4096, 50257, BF16, "softmax"): [],
-}
+# s10-soft16: the chooser's picks for the 16-bit rows of 200k-1M (and fp32 rows of 1M), with
+# ncu of the ticket kernel in softmax_routes_dev.sh (set softprofile). Session 10's
+# softmax_meet (ticket chunks meeting through slots, L2 prefetches) lost or tied everywhere
+# and was removed; commit 3235936 on branch s10-soft16 has it (set softmeet).
+SOFTPROFILE: dict[tuple[int, int, np.dtype, str], list] = {
+    (rows, cols, dtype, "softmax"): [] for rows, cols, dtype in (
+        (64, 1_000_003, BF16), (64, 1_000_003, F16), (8, 1_000_003, BF16),
+        (300, 200_003, BF16), (1000, 200_003, BF16), (64, 500_009, BF16),
+        (1000, 500_009, BF16), (64, 1_000_003, F32), (64, 1_000_000, F32))}
 
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
         "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
-        "softmeet": SOFTMEET}
+        "softprofile": SOFTPROFILE}
 
 
 
@@ -426,22 +400,16 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for v in chosen if not isinstance(v, tuple) or v[0] in sources]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     tests = importlib.import_module("test_softmax")
-    if routes_set == "softmeet":  # what its tests run (softmax_routes_dev.sh)
-        variants += tests.meet_variants() + [
-            v for v in tests.forward16_variants() if v.dtype == plan.dtype_code(BF16)]
-        variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
-                     for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
-        variants += [plan.choose_variant(cols, BF16, op)
-                     for cols in (7, 1000, 4099, 32001, 50257, 131071) for op in (0, 1)]
-    elif routes_set in ("softbf16", "softlong16", "softpersist"):
+    if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
-    if routes_set == "softpersist":  # and the picks its tests run (set_tests in the .sh)
-        variants += tests.persist_variants() + tests.persist_variants(long=True)
+    if routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
+        if routes_set == "softpersist":
+            variants += tests.persist_variants() + tests.persist_variants(long=True)
         variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
                      for cols in (7, 1000, 4099, 32001, 50257, 131071)]
-    elif routes_set not in ("softbf16", "softmeet"):
+    elif routes_set != "softbf16":
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     variants = list(dict.fromkeys(variants))
@@ -449,7 +417,7 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     arch = gpurt.get_arch()
     jobs = [v if isinstance(v, tuple) else (v, None) for v in variants]
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
-        bench = pool.submit(_bench_program, arch) if routes_set == "softmeet" else None
+        bench = pool.submit(_bench_program, arch) if routes_set == "softprofile" else None
         list(pool.map(_compile, [j[0] for j in jobs], [arch] * len(jobs), [j[1] for j in jobs]))
         if bench is not None:
             bench.result()

@@ -1,15 +1,15 @@
-"""Issue 17 profiling helper (s10-soft16): launch the chooser's ticket chunks for one case with
-softmax_meet flags ``--meet`` (0: softmax_ticket's meeting) ``--launches`` times on fresh
-inputs, for ncu to profile one of the launches (benchmarks/softmax_routes_dev.sh softmeet).
+"""Issue 17 profiling helper (s10-soft16): launch the chooser's pick for one case
+``--launches`` times on the same inputs, for ncu to profile one of the launches
+(benchmarks/softmax_routes_dev.sh softprofile; benchmarks/ncu_timeline.py reads the
+PM-sampling timeline from the report).
 
     python benchmarks/softmax_ncu_dev.py [--rows 64] [--cols 1000003] [--dtype bfloat16]
-        [--op softmax] [--meet 0] [--launches 3]
+        [--op softmax] [--launches 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 
 import ml_dtypes
@@ -32,12 +32,10 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=1_000_003)
     parser.add_argument("--dtype", default="bfloat16", choices=tuple(DTYPES))
     parser.add_argument("--op", default="softmax", choices=tuple(OPS))
-    parser.add_argument("--meet", type=int, default=0)
     parser.add_argument("--launches", type=int, default=3)
     args = parser.parse_args()
     dtype, op = DTYPES[args.dtype], OPS[args.op]
-    pick = plan.choose_variant(args.cols, dtype, op, rows=args.rows)
-    variant = dataclasses.replace(pick, meet=args.meet)
+    variant = plan.choose_variant(args.cols, dtype, op, rows=args.rows)
     rng = np.random.default_rng(17)
     shape = (args.rows, args.cols)
     arrays = [gpurt.asarray(rng.standard_normal(shape).astype(dtype))

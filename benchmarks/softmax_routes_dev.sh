@@ -7,11 +7,12 @@
 # of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
 # (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
-# stages a CTA, and small chunks for few rows), softmeet (s10-soft16: ticket chunks meeting
-# through softmax_meet.cu's slots and L2 prefetches; also ncu of the ticket kernel and of a
-# meet one at 64x1000003 bf16, and bench_softmax.py --quick). Session 9's lagged chunks (sets
-# softlag, softlag2) lost and were removed; they are on branch s9-soft16. Logs are packed
-# into OUTDIR/runs.tgz after every step (a run stopped by its limit still brings them).
+# stages a CTA, and small chunks for few rows), softprofile (s10-soft16: the chooser's picks
+# for 16-bit rows of 200k-1M, ncu with PM sampling of the ticket kernel at 64x1000003 bf16 and
+# fp32 (benchmarks/ncu_timeline.py), bench_softmax.py --quick). Session 9's lagged chunks
+# (sets softlag, softlag2) and session 10's softmax_meet (set softmeet) lost and were
+# removed; they are on branches s9-soft16 and s10-soft16 (3235936). Logs are packed into
+# PACK_TO (default OUTDIR)/runs.tgz after every step (a run stopped by its limit keeps them).
 #
 #     [PACK_TO=DIR] bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
@@ -44,12 +45,12 @@ case "$set_name" in
         racecheck="persist_chunks and bfloat16 and not log and not backward"
         synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
         limits=(110 45 30 20 15) ;;
-    softmeet)
-        tests="(meet or ticket_rows or (16bit_forward and bfloat16) or chooser or variant) and not compile"
-        memcheck="meet_chunks and ((bfloat16 and not log and not backward) or (float32 and softmax_backward and not log))"
-        racecheck="meet_chunks_against and bfloat16 and not log and not backward"
-        synccheck="meet_chunks_against and float16 and not bfloat16 and log and not backward"
-        limits=(100 45 30 15 10 40) ;;
+    softprofile)
+        tests="ticket_rows or captured_graph"
+        memcheck="captured_graph and bfloat16"
+        racecheck="ticket_rows and bfloat16 and not log and not backward"
+        synccheck="ticket_rows and float32 and not log and not backward"
+        limits=(60 45 30 20 15 60) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -77,22 +78,22 @@ step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time an
 }
 step routes "${limits[0]}" python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
     "${old[@]}" --json "$out/routes.json"
-if [ "$set_name" = softmeet ]; then  # ncu: the ticket's meeting, then the slots and prefetches
+if [ "$set_name" = softprofile ]; then  # ncu of the ticket kernel: counters, PM sampling
     sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
               --section SchedulerStats --section LaunchStats --section Occupancy
               --section ComputeWorkloadAnalysis
               --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct)
-    for m in 0 10; do
-        kernel=$([ $m = 0 ] && echo softmax_ticket || echo softmax_meet)
+    for dtype in bfloat16 float32; do
         for extra in --section=PmSampling ""; do  # without it if this ncu lacks it
-            step "ncu$m" 22 ncu --clock-control none -k "regex:$kernel" --launch-skip 2 \
-                --launch-count 1 "${sections[@]}" $extra -f -o "$out/ncu$m" \
-                python3 benchmarks/softmax_ncu_dev.py --meet $m
-            [ -f "$out/ncu$m.ncu-rep" ] && break
+            step "ncu-$dtype" 25 ncu --clock-control none -k regex:softmax_ticket --launch-skip 2 \
+                --launch-count 1 "${sections[@]}" $extra -f -o "$out/ncu-$dtype" \
+                python3 benchmarks/softmax_ncu_dev.py --dtype $dtype
+            [ -f "$out/ncu-$dtype.ncu-rep" ] && break
         done
-        ncu -i "$out/ncu$m.ncu-rep" --page details > "$out/ncu$m-details.txt" 2>&1
-        ncu -i "$out/ncu$m.ncu-rep" --page raw --csv --print-metric-instances values \
-            > "$out/ncu$m-raw.csv" 2>&1
+        ncu -i "$out/ncu-$dtype.ncu-rep" --page details > "$out/ncu-$dtype-details.txt" 2>&1
+        ncu -i "$out/ncu-$dtype.ncu-rep" --page raw --csv --print-metric-instances values \
+            > "$out/ncu-$dtype-raw.csv" 2>&1
+        python3 benchmarks/ncu_timeline.py "$out/ncu-$dtype-raw.csv" > "$out/ncu-$dtype-timeline.txt" 2>&1
         pack
     done
 fi

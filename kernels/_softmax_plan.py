@@ -27,14 +27,6 @@ __all__ = [
 ]
 
 SOURCE_PATH = Path(__file__).with_name("softmax.cu")
-MEET_PATH = Path(__file__).with_name("softmax_meet.cu")  # appended: uses softmax.cu's helpers
-
-
-def source_text() -> str:
-    """The CUDA source of every variant: softmax.cu, then softmax_meet.cu (one program, so
-    that the runtime, the prebuilt kernels and the benchmarks build the same text)."""
-    return SOURCE_PATH.read_text() + "\n" + MEET_PATH.read_text()
-
 
 # Codes shared with softmax.cu: the DT and OP template parameters.
 DTYPE_CODES = {
@@ -176,9 +168,6 @@ MAX_CLUSTER = 16
 # fp32 softmax 2x1000003: 36.6% of copy against 25.0 for the wide chunks, 32 of them, and
 # 31.1 for the split; 8x1000003, 128 wide chunks: 60.9 wide, 58.4 small, 51.4 split)
 TICKET_FEW_CTAS = 64
-# Ticket chunks (not persistent) meet through softmax_meet.cu with these flags (Variant.meet;
-# 0: softmax_ticket's count and partials).
-TICKET_MEET = 2
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
 # Rows of at least this many 16-byte vectors whose length or alignment rules out 16-byte
@@ -206,11 +195,7 @@ class Variant:
     exps overlap the loads), else a max pass then a sum pass; ``persist`` (``ticket``): a
     grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
     chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
-    shared memory): 1 issues them after the current chunk's reduction, 2 before it;
-    ``meet`` (``ticket``, not ``persist``): softmax_meet's flags (softmax_meet.cu: 2 the
-    partials published in slots polled directly, 1 an L2 prefetch of the guessed chunk
-    before the ticket, 4 polls without sleeping, 8 / 16 / 24 a quarter / half / all of the
-    chunk a residency ahead prefetched into L2 during the wait).
+    shared memory): 1 issues them after the current chunk's reduction, 2 before it.
     """
 
     kind: str
@@ -226,7 +211,6 @@ class Variant:
     edges: bool = False
     one_pass: bool = False
     persist: int = 0
-    meet: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -262,8 +246,6 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
-        if not 0 <= self.meet <= 31 or (self.meet and (self.kind != "ticket" or self.persist)):
-            raise ValueError(f"meet={self.meet}: 0, or 1..31 for ticket variants (not persist)")
 
     @property
     def inputs(self) -> int:
@@ -308,9 +290,6 @@ class Variant:
             return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
                     f"{int(self.persist == 2)}>",)
-        if self.meet:
-            return (f"softmax_meet<{common}, {self.threads}, {self.min_blocks}, "
-                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, {self.meet}>",)
         if self.kind == "ticket":
             return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
@@ -324,12 +303,8 @@ class Variant:
     def workspace(self, rows: int, cols: int) -> tuple[int, int]:
         """``ticket``: (float32 partials, counters) of its workspace: a float2
         partial per chunk; the ticket counter and one per row, zero before each launch and
-        left zero by it (kernels/_gemm_workspace.py keeps one per stream); ``meet`` & 2: then
-        (8-byte aligned) a zeroed 64-bit slot per chunk."""
-        partials = 2 * rows * self.chunks(cols)
-        if self.meet & 2:
-            return partials, (rows + 2) // 2 * 2 + partials
-        return partials, 1 + rows
+        left zero by it (kernels/_gemm_workspace.py keeps one per stream)."""
+        return 2 * rows * self.chunks(cols), 1 + rows
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
@@ -420,7 +395,7 @@ def choose_variant(
         if many(ticket):
             return ticket
         return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
-                       min_blocks=2, edges=edges, meet=TICKET_MEET)
+                       min_blocks=2, edges=edges)
 
     items = next((n for limit, n in ITEMS_BY_VECTORS if nvec <= limit), LARGE_ITEMS)
     items = min(items, most)
@@ -489,7 +464,7 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
                        edges=edges, one_pass=shape.one_pass, persist=shape.persist)
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
-                   edges=edges, one_pass=shape.one_pass, meet=TICKET_MEET)
+                   edges=edges, one_pass=shape.one_pass)
 
 
 def dtype_code(dtype: Any) -> int:

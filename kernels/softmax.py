@@ -52,13 +52,13 @@ from ._softmax_plan import (
     MAX_GRID_X,
     SOFTMAX,
     SOFTMAX_BACKWARD,
+    SOURCE_PATH,
     RowsView,
     Variant,
     choose_variant,
     dtype_code,
     row_access,
     rows_view,
-    source_text,
 )
 
 __all__ = [
@@ -84,10 +84,10 @@ os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock
 
 
 def source() -> str:
-    """The CUDA source of every variant (softmax.cu, then softmax_meet.cu)."""
+    """The CUDA source of every variant (softmax.cu)."""
     global _source
     if _source is None:
-        _source = source_text()
+        _source = SOURCE_PATH.read_text()
     return _source
 
 

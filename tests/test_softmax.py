@@ -132,7 +132,7 @@ def test_chooser_picks_the_measured_routes():
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
     # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
-    assert pick(131072, BF16).names() == ("softmax_meet<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
+    assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
@@ -140,7 +140,7 @@ def test_chooser_picks_the_measured_routes():
     assert pick(200_003, F16, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_persist<1, 2, 8, 8, 512, 1, 6, 1, 0, 0>",)
     assert pick(200_003, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
-        "softmax_meet<1, 3, 8, 16, 512, 1, 12, 1, 0, 2>",)
+        "softmax_ticket<1, 3, 8, 16, 512, 1, 12, 1>",)
     assert pick(200_003, BF16, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
     # fp32 softmax rows the wide shape holds in clusters of 4: its persistent chunks
     # (s8-softpersist), but for few rows (TICKET_FEW_CTAS) and log_softmax
@@ -150,21 +150,21 @@ def test_chooser_picks_the_measured_routes():
     assert pick(200_003, F32, plan.LOG_SOFTMAX).kind == "cluster"
     assert pick(200_003, F32, tickets=False).kind == "cluster"
     assert pick(262145, F32).kind == "cluster"
-    assert pick(65537, BF16, rows=1).names() == ("softmax_meet<2, 0, 8, 4, 512, 2, 0, 1, 0, 2>",)
+    assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
     # SM); the split without clusters or (_plan) where a row's chunks do not fit the device
-    assert pick(1_000_000, F32).names() == ("softmax_meet<0, 0, 4, 32, 512, 1, 10, 0, 0, 2>",)
+    assert pick(1_000_000, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10>",)
     assert pick(1_000_000, F32, rows=4).names() == pick(1_000_000, F32).names()  # 64 chunks
-    assert pick(1_000_000, F32, rows=3).names() == ("softmax_meet<0, 0, 4, 8, 512, 2, 0, 0, 0, 2>",)
+    assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
     # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
-    assert pick(1_000_000, BF16).names() == ("softmax_meet<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
+    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
-        "softmax_meet<0, 2, 4, 16, 512, 1, 4, 0, 0, 2>",)
+        "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
-        "softmax_meet<1, 3, 8, 16, 512, 1, 12, 0, 0, 2>",)
+        "softmax_ticket<1, 3, 8, 16, 512, 1, 12>",)
     assert pick(1_048_577, F32).chunks(1_048_577) == 17
     assert pick(1_000_000, F32, tickets=False).kind == "split"
     assert pick(1_000_000, F32, clusters=False).kind == "split"
@@ -173,7 +173,7 @@ def test_chooser_picks_the_measured_routes():
     # odd lengths: the route of the next aligned length, with edges (EDGES=1)
     assert pick(50257, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 12, 1>",)
     assert pick(32001, F32).names() == ("softmax_rows<0, 0, 4, 8, 1024, 1024, 1, 0, 1>",)
-    assert pick(1_000_003, F32).names() == ("softmax_meet<0, 0, 4, 32, 512, 1, 10, 1, 0, 2>",)
+    assert pick(1_000_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 10, 1>",)
     assert pick(1_000_003, F32, plan.SOFTMAX_BACKWARD, tickets=False).names() == (
         "softmax_partial<0, 2, 4, 4, 512, 1>", "softmax_finish<0, 2, 4, 4, 512, 1>")
     # 16-bit forward rows of 16k-64k elements: two CTAs of 512 threads per SM (s7-softbf16)
@@ -251,18 +251,6 @@ def test_variant_names_grid_and_chunks():
                                    threads=512), **bad})
     with pytest.raises(ValueError, match="persist"):
         plan.Variant("rows", 0, 0, 4, 4, 512, 512, persist=1)
-    # ticket chunks meeting through softmax_meet (s10-soft16): every parameter spelled, the
-    # slots (meet & 2) after the counters, 8-byte aligned
-    meet = dataclasses.replace(ticket, meet=3)
-    assert meet.names() == ("softmax_meet<0, 1, 4, 32, 512, 1, 10, 1, 0, 3>",)
-    assert meet.workspace(3, 1_000_003) == (96, 4 + 96) and meet.grid(3, 1_000_003) == 48
-    assert dataclasses.replace(ticket, meet=1).workspace(2, 1_000_003) == (64, 3)
-    assert dataclasses.replace(ticket, meet=2).workspace(2, 1_000_003) == (64, 4 + 64)
-    for bad in (dict(meet=32), dict(meet=-1), dict(meet=2, persist=1)):
-        with pytest.raises(ValueError, match="meet"):
-            dataclasses.replace(ticket, **bad)
-    with pytest.raises(ValueError, match="meet"):
-        plan.Variant("rows", 0, 0, 4, 4, 512, 512, meet=2)
 
 
 def test_row_access_takes_16_byte_vectors_with_edges_where_addresses_agree():
@@ -559,27 +547,9 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
             assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
 
 
-def meet_variants() -> list[plan.Variant]:
-    """Small forced softmax_meet variants (s10-soft16), every dtype and op, 128 threads,
-    registers only or 2 of 4 vectors in shared memory, each flag that changes the code: the
-    partials in slots (2), with the L2 prefetch of the guessed chunk (3), polling without
-    sleep (7), part of the chunk a residency ahead prefetched during the wait (a quarter,
-    with the guessed chunk, on the ticket's count: 9; half 18, all 26)."""
-    found = []
-    for dtype in DTYPES:
-        code, vec = plan.dtype_code(dtype), 16 // dtype.itemsize
-        for op in OPS.values():
-            one = code != 0 and op < plan.SOFTMAX_BACKWARD
-            found += [plan.Variant("ticket", code, op, vec, items, 128, 128, min_blocks=blocks,
-                                   smem_items=smem, edges=True, one_pass=one, meet=meet)
-                      for items, blocks, smem, meet in ((2, 1, 0, 2), (4, 4, 2, 3), (2, 1, 0, 7),
-                                                        (2, 1, 0, 26), (4, 4, 2, 9), (4, 4, 2, 18))]
-    return found
-
-
 def kept_counters_are_zero() -> bool:
-    """Whether the current stream's kept workspace has every counter (and meet slot) zero,
-    as each ticket launch must leave them."""
+    """Whether the current stream's kept workspace has every counter zero, as each ticket
+    launch must leave them."""
     workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
     space = workspace.take(gpurt.current_device(), None, 0)
     gpurt.synchronize()
@@ -588,43 +558,16 @@ def kept_counters_are_zero() -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op_name", list(OPS))
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
-def test_meet_chunks_against_float64(dtype, op_name, gpu_state):
-    """Small forced softmax_meet variants as test_ticket_chunks_against_float64 checks the
-    ticket's (rows of 1 to 11009 elements at offsets 0, 1 and 3; 1000 rows of 4099, more
-    CTAs than fit at once), then the counters and slots left zero."""
-    op = OPS[op_name]
-    rng = np.random.default_rng([op, dtype.itemsize, 2626])
-    code = plan.dtype_code(dtype)
-    small = [v for v in meet_variants() if (v.dtype, v.op) == (code, op)]
-    assert len(small) == 6 and all(v.names()[0].startswith("softmax_meet<") for v in small)
-    cases = [(37, cols, offset) for cols in (1, 7, 1000, 1024, 4099, 11009) for offset in (0, 1, 3)]
-    for rows, cols, offset in cases + [(1000, 4099, 1)]:
-        for variant in small:
-            a, b = inputs(op, (rows, cols), dtype, rng, 1.0)
-            ref, size = reference(op, a.astype(np.float64),
-                                  None if b is None else b.astype(np.float64))
-            out = offset_view(np.full((rows, cols), 12345, dtype), offset)  # poison
-            arrays = [offset_view(t, offset) for t in (a, b) if t is not None]
-            run_variant(variant, arrays, out)
-            err = error(out.to_numpy(), ref, size)
-            assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
-    assert kept_counters_are_zero()
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
-def test_meet_chunks_in_a_captured_graph(dtype, gpu_state):
+def test_ticket_chunks_in_a_captured_graph(dtype, gpu_state):
     """The chooser's ticket chunks (softmax, 4 rows of 1000003 at an offset of 3 elements)
     captured twice in one graph, replayed on fresh inputs between eager calls: every output
-    right (poisoned before), and the stream's counters and slots left zero."""
-    rng = np.random.default_rng([dtype.itemsize, 4242])
-    shape = (4, 1_000_003)
-    pick = plan.choose_variant(shape[1], dtype, plan.SOFTMAX)
+    right (poisoned before), and the stream's counters left zero."""
     if gpurt.get_device_capability()[0] < 9:
         pytest.skip("ticket chunks are sm_90's")
-    assert pick.kind == "ticket" and pick.meet == plan.TICKET_MEET
+    rng = np.random.default_rng([dtype.itemsize, 4242])
+    shape = (4, 1_000_003)
+    assert plan.choose_variant(shape[1], dtype, plan.SOFTMAX).kind == "ticket"
     x = offset_view(inputs(plan.SOFTMAX, shape, dtype, rng, 1.0)[0], 3)
     outs = [offset_view(np.full(shape, 12345, dtype), 3) for _ in range(2)]
     for out in outs:
@@ -731,8 +674,7 @@ def forward16_variants() -> list[plan.Variant]:
     """16-bit forward CTA shapes for long rows (s7-softbf16): one CTA of 1024 threads per SM
     (6 of 8 vectors in shared memory), two of 512 (12 of 16), and ticket chunks of the latter;
     each also with the reduction in one pass (s8-softlong16), lane groups in one pass, and
-    persistent ticket chunks of 256 threads in one pass (s8-softpersist), and ticket chunks
-    meeting through slots, with the L2 prefetch (softmax_meet, s10-soft16)."""
+    persistent ticket chunks of 256 threads in one pass (s8-softpersist)."""
     found = []
     for dtype in (F16, BF16):
         code = plan.dtype_code(dtype)
@@ -746,8 +688,6 @@ def forward16_variants() -> list[plan.Variant]:
                                       smem_items=12, edges=True, one_pass=True, persist=2))
             found.append(plan.Variant("rows", code, op, 8, 4, 32, 128, edges=True,
                                       one_pass=True))
-            found.append(plan.Variant("ticket", code, op, 8, 16, 512, 512, min_blocks=2,
-                                      smem_items=12, edges=True, one_pass=True, meet=3))
     return found
 
 
@@ -765,7 +705,7 @@ def test_16bit_forward_shapes_against_float64(dtype, op_name, gpu_state):
     code = plan.dtype_code(dtype)
     rng = np.random.default_rng([op, dtype.itemsize, 16])
     variants = [v for v in forward16_variants() if (v.dtype, v.op) == (code, op)]
-    assert len(variants) == 9
+    assert len(variants) == 8
     for variant in [*variants, None]:
         lengths: tuple[int, ...] = (1, 7, 4099, 32001, 50257, 65529, 65536)
         if variant is None:
