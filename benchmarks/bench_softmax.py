@@ -64,6 +64,8 @@ CASES = [
     (300, 200_003, BF16, "softmax", 85),
     (64, 1_000_003, BF16, "softmax", 85),
     (64, 1_000_003, BF16, "softmax_backward", 85),
+    (64, 1_000_003, F16, "softmax", 85),
+    (1000, 200_003, BF16, "softmax", 85),
 ]
 OPS = {"softmax": plan.SOFTMAX, "log_softmax": plan.LOG_SOFTMAX,
        "softmax_backward": plan.SOFTMAX_BACKWARD,

@@ -300,8 +300,19 @@ SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50257, F32, "softmax"): [],
 }
 
+# s10-soft16: the chooser's picks for the 16-bit rows of 200k-1M (and fp32 rows of 1M), with
+# ncu of the ticket kernel in softmax_routes_dev.sh (set softprofile). Session 10's
+# softmax_meet (ticket chunks meeting through slots, L2 prefetches) lost or tied everywhere
+# and was removed; commit 3235936 on branch s10-soft16 has it (set softmeet).
+SOFTPROFILE: dict[tuple[int, int, np.dtype, str], list] = {
+    (rows, cols, dtype, "softmax"): [] for rows, cols, dtype in (
+        (64, 1_000_003, BF16), (64, 1_000_003, F16), (8, 1_000_003, BF16),
+        (300, 200_003, BF16), (1000, 200_003, BF16), (64, 500_009, BF16),
+        (1000, 500_009, BF16), (64, 1_000_003, F32), (64, 1_000_000, F32))}
+
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
-        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST}
+        "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
+        "softprofile": SOFTPROFILE}
 
 
 
@@ -370,6 +381,14 @@ def _compile(variant: Any, arch: str, path: str | None = None) -> None:
         sm.compile_variant(variant, arch)
 
 
+def _bench_program(arch: str) -> None:
+    """bench_softmax.py's one NVRTC program of the chooser's picks, into the disk cache."""
+    bench = importlib.import_module("bench_softmax")
+    importlib.import_module("gpurt.kernels.softmax").precompile(
+        (plan.choose_variant(cols, dtype, OPS[name], rows=rows)
+         for rows, cols, dtype, name, _ in bench.CASES), arch)
+
+
 def warm(routes_set: str, sources: dict[str, str]) -> int:
     """Compile every variant of the set (and the chooser's picks; (name, variant) entries
     from ``sources``) and tests/test_softmax.py's ticket variants into the disk kernel cache,
@@ -383,8 +402,9 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     tests = importlib.import_module("test_softmax")
     if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
-    if routes_set == "softpersist":  # and the picks its tests run (set_tests in the .sh)
-        variants += tests.persist_variants() + tests.persist_variants(long=True)
+    if routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
+        if routes_set == "softpersist":
+            variants += tests.persist_variants() + tests.persist_variants(long=True)
         variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
@@ -397,7 +417,10 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     arch = gpurt.get_arch()
     jobs = [v if isinstance(v, tuple) else (v, None) for v in variants]
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
+        bench = pool.submit(_bench_program, arch) if routes_set == "softprofile" else None
         list(pool.map(_compile, [j[0] for j in jobs], [arch] * len(jobs), [j[1] for j in jobs]))
+        if bench is not None:
+            bench.result()
     return len(variants)
 
 

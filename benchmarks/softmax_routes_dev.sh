@@ -7,10 +7,14 @@
 # of 16 and the split), softbf16 (s7-softbf16: the 16-bit forward rows), softlong16
 # (s8-softlong16: 16-bit rows of 200k-1M, ticket chunks sharing a row equally, the one-pass
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
-# stages a CTA, and small chunks for few rows). Session 9's lagged chunks (sets softlag,
-# softlag2) lost and were removed; they are on branch s9-soft16.
+# stages a CTA, and small chunks for few rows), softprofile (s10-soft16: the chooser's picks
+# for 16-bit rows of 200k-1M, ncu with PM sampling of the ticket kernel at 64x1000003 bf16 and
+# fp32 (benchmarks/ncu_timeline.py), bench_softmax.py --quick). Session 9's lagged chunks
+# (sets softlag, softlag2) and session 10's softmax_meet (set softmeet) lost and were
+# removed; they are on branches s9-soft16 and s10-soft16 (3235936). Logs are packed into
+# PACK_TO (default OUTDIR)/runs.tgz after every step (a run stopped by its limit keeps them).
 #
-#     bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
+#     [PACK_TO=DIR] bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
 set -u
 set_name=${1:?SET}
 out=$(mkdir -p "${2:?OUTDIR}" && cd "$2" && pwd)
@@ -41,6 +45,12 @@ case "$set_name" in
         racecheck="persist_chunks and bfloat16 and not log and not backward"
         synccheck="persist_chunks and float16 and not bfloat16 and log and not backward"
         limits=(110 45 30 20 15) ;;
+    softprofile)
+        tests="ticket_rows or captured_graph"
+        memcheck="captured_graph and bfloat16"
+        racecheck="ticket_rows and bfloat16 and not log and not backward"
+        synccheck="ticket_rows and float32 and not log and not backward"
+        limits=(60 45 30 20 15 60) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,14 +60,43 @@ python3 -m pip install -q --no-index --no-deps --target "$site" .whl/*.whl > "$o
 cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
 export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache"
 nvidia-smi -L > "$out/device.txt" 2>&1
+pack_to=${PACK_TO:-$out}  # where runs.tgz (and steps.txt, routes.json, bench.json) go
+pack() {
+    tar -C "$out" -czf "$pack_to/runs.tgz.part" --exclude 'runs.tgz*' --exclude routes.json \
+        --exclude steps.txt --exclude bench.json . 2>/dev/null \
+        && mv "$pack_to/runs.tgz.part" "$pack_to/runs.tgz"
+    [ "$pack_to" = "$out" ] || for f in steps.txt routes.json bench.json; do
+        [ ! -f "$out/$f" ] || cp "$out/$f" "$pack_to/"
+    done
+}
 step() {  # step NAME LIMIT COMMAND...: its output in $out/NAME.log, its time and rc after
     local name=$1 limit=$2 t0=$SECONDS rc=0
     shift 2
     timeout -s INT -k 10 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
     echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$out/steps.txt"
+    pack
 }
 step routes "${limits[0]}" python3 benchmarks/softmax_edges_dev.py --routes --set "$set_name" --warm \
     "${old[@]}" --json "$out/routes.json"
+if [ "$set_name" = softprofile ]; then  # ncu of the ticket kernel: counters, PM sampling
+    sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+              --section SchedulerStats --section LaunchStats --section Occupancy
+              --section ComputeWorkloadAnalysis
+              --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct)
+    for dtype in bfloat16 float32; do
+        for extra in --section=PmSampling ""; do  # without it if this ncu lacks it
+            step "ncu-$dtype" 25 ncu --clock-control none -k regex:softmax_ticket --launch-skip 2 \
+                --launch-count 1 "${sections[@]}" $extra -f -o "$out/ncu-$dtype" \
+                python3 benchmarks/softmax_ncu_dev.py --dtype $dtype
+            [ -f "$out/ncu-$dtype.ncu-rep" ] && break
+        done
+        ncu -i "$out/ncu-$dtype.ncu-rep" --page details > "$out/ncu-$dtype-details.txt" 2>&1
+        ncu -i "$out/ncu-$dtype.ncu-rep" --page raw --csv --print-metric-instances values \
+            > "$out/ncu-$dtype-raw.csv" 2>&1
+        python3 benchmarks/ncu_timeline.py "$out/ncu-$dtype-raw.csv" > "$out/ncu-$dtype-timeline.txt" 2>&1
+        pack
+    done
+fi
 step tests "${limits[1]}" python3 -P -m pytest -p no:cacheprovider -q -ra $files -k "$tests"
 sanitize() {
     step "$1" "$2" compute-sanitizer --tool "$1" --report-api-errors no \
@@ -68,5 +107,3 @@ sanitize racecheck "${limits[3]}" "$racecheck"
 sanitize synccheck "${limits[4]}" "$synccheck"
 [ "${limits[5]}" = 0 ] || step bench "${limits[5]}" python3 benchmarks/bench_softmax.py --quick \
     --json "$out/bench.json"
-tar -C "$out" -czf "$out/runs.tgz" --exclude runs.tgz --exclude routes.json \
-    --exclude steps.txt . 2>/dev/null

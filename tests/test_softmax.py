@@ -547,6 +547,49 @@ def test_ticket_chunks_against_float64(dtype, op_name, gpu_state):
             assert err < TOLERANCE[dtype], (variant, rows, cols, offset, err)
 
 
+def kept_counters_are_zero() -> bool:
+    """Whether the current stream's kept workspace has every counter zero, as each ticket
+    launch must leave them."""
+    workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
+    space = workspace.take(gpurt.current_device(), None, 0)
+    gpurt.synchronize()
+    words = space.arrays[0].to_numpy().view(np.uint32)[:space.counter_room]
+    return not words.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
+def test_ticket_chunks_in_a_captured_graph(dtype, gpu_state):
+    """The chooser's ticket chunks (softmax, 4 rows of 1000003 at an offset of 3 elements)
+    captured twice in one graph, replayed on fresh inputs between eager calls: every output
+    right (poisoned before), and the stream's counters left zero."""
+    if gpurt.get_device_capability()[0] < 9:
+        pytest.skip("ticket chunks are sm_90's")
+    rng = np.random.default_rng([dtype.itemsize, 4242])
+    shape = (4, 1_000_003)
+    assert plan.choose_variant(shape[1], dtype, plan.SOFTMAX).kind == "ticket"
+    x = offset_view(inputs(plan.SOFTMAX, shape, dtype, rng, 1.0)[0], 3)
+    outs = [offset_view(np.full(shape, 12345, dtype), 3) for _ in range(2)]
+    for out in outs:
+        softmax(x, out=out)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        for out in outs:
+            softmax(x, out=out)
+    for replay in range(3):
+        a = inputs(plan.SOFTMAX, shape, dtype, rng, 1.0 + replay)[0]
+        x.copy_(a)
+        for out in outs:
+            out.copy_(np.full(shape, 12345, dtype))  # poison
+        graph.replay()
+        ref, size = reference(plan.SOFTMAX, a.astype(np.float64), None)
+        for out in outs:
+            assert error(out.to_numpy(), ref, size) < TOLERANCE[dtype], replay
+        eager = softmax(x)
+        assert error(eager.to_numpy(), ref, size) < TOLERANCE[dtype], replay
+    assert kept_counters_are_zero()
+
+
 # The long-row persistent shapes timed by benchmarks/softmax_edges_dev.py --set softpersist:
 # (dtype, op) -> (items, threads, CTAs per SM, shared-memory items, persist)
 PERSIST_LONG = {
