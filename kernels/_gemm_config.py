@@ -37,7 +37,9 @@ class Config:
     that share (multicast) their A tiles; ``pingpong``: each wgmma consumer warpgroup takes
     whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128);
     ``pipe_store``: the TMA-store epilogue writes 64 columns at a time into two staging boxes
-    in turn, each written while the other's store is read (bn >= 128, with tma_store)."""
+    in turn, each written while the other's store is read (bn 128 or 256, with tma_store).
+    The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages fill shared
+    memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle."""
 
     kernel: str
     bm: int
@@ -60,9 +62,11 @@ class Config:
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
         if self.kernel == "wgmma" and (self.bm != 128 or self.bk not in (32, 64)
-                                       or self.bn not in (64, 128, 256)):
-            raise ValueError(f"the wgmma kernel takes 128 x (64|128|256) x 64 tiles (x 32 for "
-                             f"TF32), not {self}")
+                                       or self.bn not in (64, 128, 192, 256)):
+            raise ValueError(f"the wgmma kernel takes 128 x (64|128|192|256) x 64 tiles (x 32 "
+                             f"for TF32), not {self}")
+        if self.kernel == "wgmma" and self.bn == 192 and (self.bk != 64 or self.split_k != 1):
+            raise ValueError(f"128 x 192 wgmma tiles are for unsplit 16-bit GEMMs: {self}")
         if self.kernel == "wgmma" and self.bn == 64 and self.cluster_m != 1:
             raise ValueError(f"wgmma clusters multicast 64-wide chunks of B: bn >= 128, not {self}")
         if self.kernel == "wgmma" and self.bk == 32 and self.cluster_m != 1:
@@ -77,9 +81,9 @@ class Config:
             raise ValueError(f"cluster_n=2 and pingpong are for the unsplit 16-bit wgmma kernel "
                              f"(pingpong with bn <= 128): {self}")
         if self.pipe_store and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
-                                or not self.tma_store or self.pingpong or self.bn < 128):
+                                or not self.tma_store or self.pingpong or self.bn % 128):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
-                             f"(bn >= 128, without pingpong): {self}")
+                             f"(bn 128 or 256, without pingpong): {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or

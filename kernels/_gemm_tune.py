@@ -110,7 +110,14 @@ _WGMMA_C2X2 = Config("wgmma", 128, 256, 64, stages=4, group_m=16, cluster_m=2, c
                      tma_store=True)
 _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2, cluster_n=2,
                          tma_store=True)
-_CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25}
+# 128 x 192 tiles (issue 17, s10-tile192): whole waves where 128 x 256 ones leave the last
+# mostly idle (2000x3000x1000: 256 tiles = 1.94 waves of 132 SMs against 192 = 1.45; 3000^3
+# 384 = 2.9 against 288 = 2.2; 256x11008x4096 116 CTAs against 86), cuBLAS's tile width at
+# those shapes; with 2 x 2 clusters on rows that split L2 lines.
+_WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
+_WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
+_CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
+                         _WGMMA_192_C2X2: 1.3}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
 # short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
@@ -363,6 +370,7 @@ def candidates(problem: Problem) -> list[Config]:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + list(_PIPE_STORE.values())
+        pool.append(_WGMMA_192)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += list(_CLUSTER_RATE_PITCH16)
@@ -413,7 +421,7 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(), *_WGMMA_TF32, *skinny,
+                   _WGMMA_192, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(), *_WGMMA_TF32, *skinny,
                    *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
@@ -524,7 +532,7 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        filled = _fill_best(problem, [wide, _WGMMA[5], _WGMMA[7]],
+        filled = _fill_best(problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7]],
                             lambda config: config.tiles(m, n),
                             _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
         if wide.tiles(m, n) * 2 >= problem.sm_count:
@@ -599,12 +607,12 @@ def _short_k_store(problem: Problem, config: Config) -> Config:
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read
 # more shared memory per multiply-add and spend more of their time filling and draining):
 # an H200's time per wave at K = 1024 and 2000, bf16 and TF32 (benchmarks/notes_gemm.md).
-_TILE_RATE = {256: 1.0, 128: 0.84, 64: 0.6}
+_TILE_RATE = {256: 1.0, 192: 0.93, 128: 0.84, 64: 0.6}
 # The same for 16-bit operands whose rows are not 128-byte multiples (each 128-byte box row
 # spans two L2 lines): 128 x 64 tiles load the most per multiply-add and lose the most. At
 # 1000^3 they took 1.17x (H100) and 1.07x (H200) the time of 128 x 128 ones, one wave each,
 # against 0.78x at 1024^3 (notes_gemm.md, session 7).
-_TILE_RATE_PITCH16 = {256: 1.0, 128: 0.84, 64: 0.38}
+_TILE_RATE_PITCH16 = {256: 1.0, 192: 0.93, 128: 0.84, 64: 0.38}
 
 
 def _fill_best(problem: Problem, configs: list[Config], tiles: Callable[[Config], int],

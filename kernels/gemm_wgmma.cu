@@ -183,6 +183,11 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
     "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WG_OUT_64_96 \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define WG_REG_8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define WG_REG_16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define WG_REG_32 \
@@ -193,6 +198,13 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REG_96 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define WG_REG_128 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
@@ -213,8 +225,8 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
 // N = 16 and 32 are the decode family's (gemm_decode.cu).
 template <int N, int DT, int TA, int TB>
 __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
-                  "BN is 16, 32, 64, 128 or 256");
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
+                  "BN is 16, 32, 64, 128, 192 or 256");
     if constexpr (N == 16 && DT == DT_BF16) {
         WG_ASM("m64n16k16", "bf16", "%10", WG_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n",
                WG_OUT_0_8);
@@ -239,6 +251,12 @@ __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
     } else if constexpr (N == 128) {
         WG_ASM("m64n128k16", "f16", "%66", WG_REG_64, "%64, %65, p, 1, 1, %67, %68;\n}\n",
                WG_OUT_0_64);
+    } else if constexpr (N == 192 && DT == DT_BF16) {
+        WG_ASM("m64n192k16", "bf16", "%98", WG_REG_96, "%96, %97, p, 1, 1, %99, %100;\n}\n",
+               WG_OUT_0_64, WG_OUT_64_96);
+    } else if constexpr (N == 192) {
+        WG_ASM("m64n192k16", "f16", "%98", WG_REG_96, "%96, %97, p, 1, 1, %99, %100;\n}\n",
+               WG_OUT_0_64, WG_OUT_64_96);
     } else if constexpr (DT == DT_BF16) {
         WG_ASM("m64n256k16", "bf16", "%130", WG_REG_128, "%128, %129, p, 1, 1, %131, %132;\n}\n",
                WG_OUT_0_64, WG_OUT_64_128);
@@ -258,7 +276,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // Epilogue through shared memory and TMA for one consumer's 64 x BN half tile, 128 columns at
-// a time (BN = 64: one pass of 64): wait until the previous store has read the staging buffer, write alpha*acc (+ beta*Cin)
+// a time (BN = 64: one pass of 64; BN = 192: 128, then 64): wait until the previous store has read the staging buffer, write alpha*acc (+ beta*Cin)
 // as 16-bit pairs into two [64][64] boxes with the 128-byte swizzle (16-byte unit u of row r at
 // u ^ (r % 8): conflict-free for this fragment layout), make the writes visible to the async
 // proxy, and let thread 0 of the warpgroup issue the two TMA stores without waiting for them.
@@ -272,15 +290,16 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                                                i64 ldcin, float alpha, float beta, int r, int c,
                                                u32 buffer, int half, int t, int col0, int row0) {
     const int row = r - row0;  // 0..63 (and row + 8)
-    static_assert(!PIPE || BN >= 128, "an even number of 64-wide passes per half tile");
-    constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass
+    static_assert(!PIPE || BN % 128 == 0, "an even number of 64-wide passes per half tile");
+    constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass (but the last)
 #pragma unroll
-    for (int pass = 0; pass < BN / WIDTH; ++pass) {
+    for (int pass = 0; pass < (BN + WIDTH - 1) / WIDTH; ++pass) {
         if (t == 0) bulk_wait_read<PIPE ? 1 : 0>();
         named_sync(1 + half, 128);
 #pragma unroll
         for (int jj = 0; jj < WIDTH / 8; ++jj) {
             const int j = pass * (WIDTH / 8) + jj;
+            if (j >= BN / 8) break;  // BN = 192's last pass: 64 columns
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
             const u32 chunk = buffer + (PIPE ? pass % 2 : cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
@@ -305,8 +324,9 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         if (t == 0) {
 #pragma unroll
             for (int box = 0; box < WIDTH / 64; ++box)
-                tma_store(map, buffer + (PIPE ? pass % 2 : box) * CHUNK_BYTES,
-                          col0 + pass * WIDTH + box * 64, row0);
+                if (pass * WIDTH + box * 64 < BN)
+                    tma_store(map, buffer + (PIPE ? pass % 2 : box) * CHUNK_BYTES,
+                              col0 + pass * WIDTH + box * 64, row0);
             bulk_commit();
         }
     }
@@ -500,6 +520,11 @@ __device__ __forceinline__ void gemm_wgmma_body(
                         const int part = rm * (BN / 2);
                         tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
                                            b_mask);
+                    } else if constexpr (BN % 128 != 0) {  // BN = 192: chunks 0, 2 | 1
+#pragma unroll
+                        for (int chunk = rm; chunk < BN / 64; chunk += 2)
+                            tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
+                                               tn * BN + chunk * 64, k0, full, b_mask);
                     } else {  // 64-wide chunks [rm BN/128, (rm + 1) BN/128)
 #pragma unroll
                         for (int j = 0; j < BN / 128; ++j) {
