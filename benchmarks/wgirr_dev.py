@@ -49,6 +49,8 @@ VARIANTS = {
     "narrow pp": _v(NARROW, pingpong=True), "mid pp c2": _v(MID, pingpong=True, cluster_m=2),
     "wide ps": _v(WIDE, pipe_store=True), "mid ps": _v(MID, pipe_store=True),
     "wide c2 ps": _v(W[6], pipe_store=True), "mid pp c1x2": _v(MID, pingpong=True, cluster_n=2),
+    "w192": tune._WGMMA_192, "w192 c2": tune._WGMMA_192_C2,
+    "w192 c2x2": tune._WGMMA_192_C2X2, "w192 g8": _v(tune._WGMMA_192, group_m=8),
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
@@ -79,6 +81,20 @@ SPLIT_ROWS = {
     (8192, 8192, 512, False): ("wide", "wide ps", "mid pp", "mid pp c2", "wide c2 ps"),
 }
 
+# Session 10's `time --set tile192` (s10-tile192): the 128 x 192 tiles against today's choice
+# at the wave-quantized shapes, the shapes it may change and the big squares; also warm.
+_C2X2 = ("wide c2x2", "mid c2x2", "w192", "w192 c2", "w192 c2x2")
+TILE192 = {
+    (2000, 3000, 1000, False): _C2X2, (3000, 3000, 3000, False): _C2X2,
+    (256, 11008, 4096, False): ("wide", "w192", "w192 g8"),
+    (1536, 1536, 1536, False): ("wide", "w192"),
+    (3000, 5000, 2000, False): ("wide c2x2", "w192", "w192 c2x2"),
+    (1000, 1000, 1000, False): ("mid ps", "narrow"), (1024, 1024, 1024, False): ("mid",),
+    (4096, 4096, 1024, False): ("wide", "w192"), (4096, 4096, 4096, False): ("wide", "w192"),
+    (8192, 8192, 8192, False): (),
+}
+WARM = False  # time_shape also times warm: one operand set, graph replay
+
 
 # ---- timing --------------------------------------------------------------------------------------
 
@@ -106,9 +122,20 @@ def _measure(p: Any, config: Config | None, stream: Any, ref: Any, cublas: tuple
     us = grid_dev.ours_us(p, config, False, stream)
     single = single_us(p, config, stream)
     grids = {c[0].config.label(): c[0].grid for c in gm._calls.values()}
-    return {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
-            "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
-            "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
+    found = {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
+             "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
+             "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
+    if WARM:
+        found["warm_us"] = grid_dev.ours_us(_warm(p), config, False, stream)
+    return found
+
+
+def _warm(p: Any) -> Any:
+    """``p`` with its first operand set only (kernel-only replays then run warm in L2)."""
+    warm = dataclasses.replace(p) if dataclasses.is_dataclass(p) else object.__new__(type(p))
+    warm.__dict__.update(p.__dict__)
+    warm.a, warm.b, warm.ga, warm.gb = p.a[:1], p.b[:1], p.ga[:1], p.gb[:1]
+    return warm
 
 
 def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], rounds: int,
@@ -131,6 +158,8 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
     if "cublas_us" not in row:
         row.update(auto_config=auto, pitch128=problem.pitch128, cublas_us=grid_dev.cublas_us(p),
                    cublas_single_us=cublas_single_us(p))
+        if WARM:
+            row["cublas_warm_us"] = grid_dev.cublas_us(_warm(p))
     ref = p.a[0].double() @ p.b[0].double()
     for name in left:
         base, _, again = name.partition(" r")
@@ -157,8 +186,10 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
     del p, ref
 
 
-def run_timing(json_path: str, split_rows: bool) -> None:
+def run_timing(json_path: str, which: str) -> None:
     """Resumable: the state lives in ``json_path`` (rows, the variant running, hung ones)."""
+    global WARM
+    WARM = which == "tile192"
     path = Path(json_path)
     state = json.loads(path.read_text()) if path.exists() else {"rows": {}, "hung": [],
                                                                   "pending": None}
@@ -172,10 +203,12 @@ def run_timing(json_path: str, split_rows: bool) -> None:
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = gpurt.Stream()
-    shapes = SPLIT_ROWS if split_rows else {(*key, False): v for key, v in SHAPES.items()}
+    shapes = {"split": SPLIT_ROWS, "tile192": TILE192}.get(
+        which, {(*key, False): v for key, v in SHAPES.items()})
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         for (m, n, k, b_nk), names in shapes.items():
-            time_shape(m, n, k, b_nk, names, 2 if split_rows else 1, stream, l2, state, save)
+            time_shape(m, n, k, b_nk, names, 2 if which == "split" else 1, stream, l2, state,
+                       save)
     summary(json_path)
 
 
@@ -186,10 +219,12 @@ def summary(json_path: str) -> None:
     for row in state["rows"].values():
         ours = {key: v for key, v in row.items() if isinstance(v, dict) and "us" in v}
         cells = " | ".join(f"{key} {v['us']:.1f} x{v['x']:.3f} / {v['single_us']:.1f}"
-                           f"{'' if v['ok'] else ' BAD'}" for key, v in ours.items())
+                           + (f" warm {v['warm_us']:.1f}" if "warm_us" in v else "")
+                           + f"{'' if v['ok'] else ' BAD'}" for key, v in ours.items())
+        warm = f" warm {row['cublas_warm_us']:.1f}" if "cublas_warm_us" in row else ""
         print(f"{row['shape']} cuBLAS {row.get('cublas_us', 0):.1f} / "
-              f"{row.get('cublas_single_us', 0):.1f} auto={row.get('auto_config')} | {cells}",
-              flush=True)
+              f"{row.get('cublas_single_us', 0):.1f}{warm} auto={row.get('auto_config')} | "
+              f"{cells}", flush=True)
 
 
 # ---- Nsight Compute: one call per variant --------------------------------------------------------
@@ -243,10 +278,17 @@ def run_checks(cases: list[tuple[Any, ...]]) -> int:
     return failures
 
 
-def sanitize(split_rows: bool) -> None:
-    """Small cases of every new variant (``split_rows``: the second call's, the chooser's
-    2 x 2 clusters with several tile blocks per cluster and the case the first left undone)."""
-    if split_rows:
+def sanitize(which: str) -> None:
+    """Small cases of every new variant (``split``: the second call's, the chooser's
+    2 x 2 clusters with several tile blocks per cluster and the case the first left undone;
+    ``tile192``: the 128 x 192 tiles, alone and in clusters, with several tiles per CTA)."""
+    if which == "tile192":
+        w192 = [VARIANTS[name] for name in ("w192", "w192 c2", "w192 c2x2")]
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in w192]
+        cases += [(136, 456, 200, w192[1], True, True), (264, 600, 200, w192[2], False, True)]
+        cases.append((1536, 1000, 136, w192[0], True, False))  # several tiles per CTA
+        sys.exit(1 if run_checks(cases) else 0)
+    if which == "split":
         c2x2 = VARIANTS["wide c2x2"]
         cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
                  (1000, 1100, 136, VARIANTS["mid c2x2"], False, True),
@@ -260,16 +302,21 @@ def sanitize(split_rows: bool) -> None:
     sys.exit(1 if run_checks(cases) else 0)
 
 
-def precompile() -> None:
-    """Every program the checks, timings and ncu calls use, compiled in parallel."""
+def precompile(which: str) -> None:
+    """Every program the checks, timings and ncu calls use, compiled in parallel (``tile192``:
+    those of the 128 x 192 tiles' timings, checks and GPU tests only)."""
     jobs = set()
+    tile192 = which == "tile192"
+    every = [VARIANTS[v] for v in ("w192", "w192 c2", "w192 c2x2")] if tile192 else NEW
+    if tile192:
+        every.append(_v(tune._WGMMA_192, tma_store=False, group_m=8))  # the tests' plain stores
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
-                for config in NEW:
+                for config in every:
                     jobs.add(launch.program(config, problem))
-    shapes = {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS
+    shapes = TILE192 if tile192 else {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS
     for (m, n, k, b_nk), names in shapes.items():
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
                                pitch128=m % 64 == 0 and n % 64 == 0 and k % 64 == 0)
@@ -282,17 +329,18 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
-    parser.add_argument("--set", choices=("first", "split"), default="first",
-                        help="the shapes of session 9's first or second call")
+    parser.add_argument("--set", choices=("first", "split", "tile192"), default="first",
+                        help="the shapes of session 9's first or second call, or session "
+                        "10's 128 x 192 tiles")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":
-        precompile()
+        precompile(args.set)
     elif args.mode == "check":
         sys.exit(1 if run_checks(check_cases()) else 0)
     elif args.mode == "time":
-        run_timing(args.json, args.set == "split")
+        run_timing(args.json, args.set)
     elif args.mode == "ncu":
         ncu_calls()
     else:
-        sanitize(args.set == "split")
+        sanitize(args.set)

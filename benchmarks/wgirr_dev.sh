@@ -5,8 +5,9 @@
 # variants' GPU tests (tests/test_gemm_wgmma_x.py), compute-sanitizer memcheck and racecheck
 # on `wgirr_dev.py sanitize`, and with the time left Nsight Compute's L2 counters over one call
 # per variant. Logs are packed into OUTDIR/runs.tgz after every step.
-# Usage: [SET=split] bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
-# SET=split: session 9's second call (wgirr_dev.py --set split: split-row shapes, no ncu).
+# Usage: [SET=split|tile192] bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
+# SET=split: session 9's second call (wgirr_dev.py --set split: split-row shapes, no ncu);
+# SET=tile192: session 10's 128 x 192 tiles (also warm); TESTS (files) and KEXPR (-k): pytest's.
 set -u
 top=${1:?OUTDIR}
 work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
@@ -18,7 +19,8 @@ export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
 pack() { tar czf "$top/runs.tgz" -C "$work" w; cp "$out/wgirr_time.json" "$top/" 2>/dev/null; }
 cat "$out/smi.txt"
 step precompile
-timeout ${COMPILE_LIMIT:-70} python3 -P benchmarks/wgirr_dev.py precompile >> "$out/setup.log" 2>&1
+timeout ${COMPILE_LIMIT:-70} python3 -P benchmarks/wgirr_dev.py precompile --set "$set_" \
+    >> "$out/setup.log" 2>&1
 echo "precompile rc=$?"; grep -E "precompiled|Error" "$out/setup.log" | head -5; pack
 step time
 reserve=${AFTER_TIME:-110}
@@ -31,7 +33,7 @@ grep -E "HUNG|Error" "$out/time.log" | head -5; sed -n '/kernel-only us/,$p' "$o
 step pytest
 if [ $(left) -gt 30 ]; then
     timeout $(( $(left) - ${AFTER_PYTEST:-42} )) python3 -P -m pytest -p no:cacheprovider -q \
-        tests/test_gemm_wgmma_x.py -k "not compile" \
+        ${TESTS:-tests/test_gemm_wgmma_x.py} -k "${KEXPR:-not compile}" \
         > "$out/pytest.log" 2>&1
     echo "pytest rc=$?"; tail -n 2 "$out/pytest.log"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -10
 fi

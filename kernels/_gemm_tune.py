@@ -115,9 +115,10 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 # 384 = 2.9 against 288 = 2.2; 256x11008x4096 116 CTAs against 86), cuBLAS's tile width at
 # those shapes; with 2 x 2 clusters on rows that split L2 lines.
 _WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
+_WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
-                         _WGMMA_192_C2X2: 1.3}
+                         _WGMMA_192_C2: 1.2, _WGMMA_192_C2X2: 1.3}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
 # short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)

@@ -1,0 +1,131 @@
+"""128 x 192 tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma.cu, BN = 192: m64n192k16,
+an epilogue of 128 + 64 columns, B multicast as 64-wide chunks 0, 2 | 1 in 2-CTA clusters).
+CPU: configs, names, what they reject, compiled without spills, the wave model's choices. GPU:
+every layout, both 16-bit types, edge tiles, clusters (2 x 1 and 2 x 2) whose second CTA has no
+tile, many tiles per CTA, alpha/beta/Cin, offset views, plain stores, graph replay, against
+float64 on poisoned outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import gpurt
+from test_gemm import check_replays, device, poisoned, rand
+from test_gemm_wgmma_x import _case, _hopper, _ids
+
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+Config = tune.Config
+
+W192 = tune._WGMMA_192
+VARIANTS = [
+    W192,
+    tune._WGMMA_192_C2,  # gemm_wgmma's clusters: B multicast
+    tune._WGMMA_192_C2X2,  # gemm_wgmma_x: A and B multicast
+    dataclasses.replace(W192, tma_store=False, group_m=8),  # plain stores
+]
+
+
+def _problem(m, n, k, pitch128=True, b_k=False, dt=tune.DT_BF16):
+    return tune.Problem(m, n, k, dt, True, b_k, True, True, (9, 0), 132, pitch128=pitch128)
+
+
+def test_config_fields():
+    assert W192.label() == "wgmma 128x192x64 s4 tmaC g16"
+    assert W192.name_expression(2, True, False, True) == \
+        "gemm_wgmma<2, 192, 4, true, false, 1, true>"
+    assert VARIANTS[2].name_expression(1, False, True, True) == \
+        "gemm_wgmma_x<1, 192, 4, false, true, 2, 2, false, true>"
+    # 4 stages of 16 + 24 KiB and the TMA-store staging fit the 227 KiB of an H100's SM
+    assert W192.shared_mem(True, False) <= 227 * 1024
+    assert dataclasses.replace(W192, stages=5).shared_mem(True, False) > 227 * 1024
+    assert Config.from_json(W192.to_json()) == W192
+    assert W192.tiles(2000, 3000) == 16 * 16 and tune._WGMMA[4].tiles(2000, 3000) == 16 * 12
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(split_k=2), "unsplit 16-bit"),
+    (dict(bk=32), "unsplit 16-bit"),  # TF32
+    (dict(pipe_store=True), "pipe_store"),  # three 64-wide passes: not an even count
+    (dict(pingpong=True), "pingpong"),
+])
+def test_config_rejects(bad, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(W192, **bad)
+
+
+def test_compiles_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    for config in (W192, VARIANTS[2]):
+        names = sorted({config.name_expression(dt, a_k, b_k, True)
+                        for dt, a_k, b_k in ((tune.DT_BF16, True, False),
+                                             (tune.DT_F16, False, True))})
+        source = config.source
+        module = gpurt.compile(gemm_launch.text(source), options=["--ptxas-options=-v"],
+                               name_expressions=names, arch="sm_90a", program_name=source,
+                               headers=gemm_launch.headers(source))
+        log = module.log
+        assert "warning" not in log.lower(), log
+        spills = re.findall(r"(\d+) bytes spill stores", log)
+        assert len(spills) == len(names) and set(spills) == {"0"}, log
+
+
+def test_tuner_and_sweep_offer_it():
+    assert W192 in tune.candidates(_problem(2000, 3000, 1024))
+    every = tune.all_configs(_problem(4096, 4096, 4096))
+    assert {W192, tune._WGMMA_192_C2X2} <= set(every)
+    assert tune._WGMMA_192_C2X2 in tune.candidates(_problem(3000, 3000, 3000, pitch128=False))
+
+
+# ---- GPU -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", VARIANTS, ids=_ids)
+def test_layouts_and_edges(gpu_state, config):
+    """Every layout, both 16-bit types; edge tiles in M, N (inside the last 64-column pass and
+    inside the first) and K, and odd tile counts, so some clusters have CTAs without a tile."""
+    _hopper()
+    rng = np.random.default_rng(61)
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        for dtype in (gpurt.bfloat16, np.float16):
+            _case(rng, config, dtype, 3 * 128 - 8, 3 * 192 + 8, 3 * 64 + 8, trans_a, trans_b)
+    _case(rng, config, gpurt.bfloat16, 200, 2 * 192 + 136, 72, beta=0.5)  # last pass 64 wide
+    _case(rng, config, np.float16, 136, 2 * 192 + 72, 1000, beta=-1.0, offset=8)
+    _case(rng, config, gpurt.bfloat16, 264, 192 + 24, 136, trans_b=True, odd_out=True)
+    _case(rng, config, gpurt.bfloat16, 72, 40, 200, trans_a=True)  # one tile, mostly empty
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", VARIANTS, ids=_ids)
+def test_many_tiles_per_cta(gpu_state, config):
+    """Far more tiles than CTAs, and issue 17's shapes on split rows (pitches of 2000 bytes)."""
+    _hopper()
+    rng = np.random.default_rng(67)
+    sms = gpurt.get_device_properties().multi_processor_count
+    _case(rng, config, gpurt.bfloat16, 128 * (sms // 4 + 3), 1000, 520)
+    _case(rng, config, gpurt.bfloat16, 1000, 1000, 1000, beta=0.25)
+    _case(rng, config, np.float16, 2000, 3000, 264, trans_b=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [W192, VARIANTS[2]], ids=_ids)
+def test_in_a_graph(gpu_state, config):
+    """Captured once, replayed on new inputs."""
+    _hopper()
+    rng = np.random.default_rng(71)
+    m, n, k = 520, 1000, 264
+    a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
+    da, db, out = device(a), device(b), poisoned((m, n), gpurt.bfloat16)
+    gemm_mod.gemm(da, db, out=out, config=config)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        gemm_mod.gemm(da, db, out=out, config=config)
+    check_replays(graph, da, db, out, rng, config.label())
+    del graph
