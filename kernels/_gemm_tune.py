@@ -111,14 +111,16 @@ _WGMMA_C2X2 = Config("wgmma", 128, 256, 64, stages=4, group_m=16, cluster_m=2, c
 _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2, cluster_n=2,
                          tma_store=True)
 # 128 x 192 tiles (issue 17, s10-tile192): whole waves where 128 x 256 ones leave the last
-# mostly idle (2000x3000x1000: 256 tiles = 1.94 waves of 132 SMs against 192 = 1.45; 3000^3
-# 384 = 2.9 against 288 = 2.2; 256x11008x4096 116 CTAs against 86), cuBLAS's tile width at
-# those shapes; with 2 x 2 clusters on rows that split L2 lines.
+# mostly idle, cuBLAS's tile width at such shapes. H100, kernel-only vs cuBLAS (notes_gemm.md,
+# s10-tile192): 256x11008x4096 116 CTAs 0.94 against 86 of 128 x 256 0.84; 1536^3 0.77 against
+# 0.61; on split rows in 2 x 1 clusters (B multicast) 2000x3000x1000 (256 tiles, 1.94 waves)
+# 0.86 against 0.81 for the 2 x 2 wide ones, 3000^3 0.83 (= 128 x 128 in 2 x 2). 2 x 2
+# clusters of them lost everywhere (30 at once make 3 rounds of 256 tiles): the tuner's only.
 _WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
-                         _WGMMA_192_C2: 1.2, _WGMMA_192_C2X2: 1.3}
+                         _WGMMA_192_C2: 1.1}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
 # short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
@@ -374,7 +376,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool.append(_WGMMA_192)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
-            pool += list(_CLUSTER_RATE_PITCH16)
+            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2]
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -422,8 +424,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(), *_WGMMA_TF32, *skinny,
-                   *decode, *rowload):
+                   _WGMMA_192, _WGMMA_192_C2X2, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
+                   *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -607,13 +609,15 @@ def _short_k_store(problem: Problem, config: Config) -> Config:
 
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read
 # more shared memory per multiply-add and spend more of their time filling and draining):
-# an H200's time per wave at K = 1024 and 2000, bf16 and TF32 (benchmarks/notes_gemm.md).
-_TILE_RATE = {256: 1.0, 192: 0.93, 128: 0.84, 64: 0.6}
+# an H200's time per wave at K = 1024 and 2000, bf16 and TF32 (benchmarks/notes_gemm.md);
+# 128 x 192 (16-bit only) 0.85-0.94 from an H100's one-wave grids of both widths
+# (256x11008x4096 and 1536^3, s10-tile192).
+_TILE_RATE = {256: 1.0, 192: 0.9, 128: 0.84, 64: 0.6}
 # The same for 16-bit operands whose rows are not 128-byte multiples (each 128-byte box row
 # spans two L2 lines): 128 x 64 tiles load the most per multiply-add and lose the most. At
 # 1000^3 they took 1.17x (H100) and 1.07x (H200) the time of 128 x 128 ones, one wave each,
 # against 0.78x at 1024^3 (notes_gemm.md, session 7).
-_TILE_RATE_PITCH16 = {256: 1.0, 192: 0.93, 128: 0.84, 64: 0.38}
+_TILE_RATE_PITCH16 = {256: 1.0, 192: 0.9, 128: 0.84, 64: 0.38}
 
 
 def _fill_best(problem: Problem, configs: list[Config], tiles: Callable[[Config], int],

@@ -51,7 +51,9 @@ def test_config_validation():
     with pytest.raises(ValueError, match="wgmma"):
         Config("wgmma", 64, 256, 64)
     with pytest.raises(ValueError, match="wgmma"):
-        Config("wgmma", 128, 192, 64)
+        Config("wgmma", 128, 160, 64)
+    with pytest.raises(ValueError, match="wgmma"):
+        Config("wgmma", 128, 192, 32)  # 128 x 192: 16-bit only (TF32's kernel has none)
     with pytest.raises(ValueError, match="split"):
         Config("wgmma", 128, 256, 64, stages=4, split_k=2, cluster_m=2)
     with pytest.raises(ValueError, match="split"):
@@ -277,10 +279,13 @@ def test_wave_fill_tiles(monkeypatch):
                        (tune.DT_TF32, narrow32)):
         for dims in ((1024, 1024, 1024), (1000, 1000, 1000), (512, 512, 512)):
             assert tune.heuristic(problem(*dims, dt=dt)) == narrow  # 128 tiles: one wave
-        for dims in ((1536, 1536, 1536), (2000, 2000, 2000), (3000, 5000, 2000),
+        for dims in ((2000, 2000, 2000), (3000, 5000, 2000),
                      (4096, 4096, 4096), (8192, 8192, 512)):  # wide tiles fill their waves
             chosen = tune.heuristic(problem(*dims, dt=dt))
             assert chosen.kernel == "wgmma" and chosen.bn == 256, dims
+        # 72 tiles of 128 x 256 on 132 SMs, 96 of 128 x 192 (16-bit only; H100 s10-tile192)
+        assert tune.heuristic(problem(1536, 1536, 1536, dt=dt)).bn == (
+            256 if dt == tune.DT_TF32 else 192)
         assert narrow in tune.candidates(problem(1024, 1024, 1024, dt=dt))
     # rows that are not 128-byte multiples (1000 16-bit elements): 128 x 128 beats 128 x 64 in
     # one wave (H100 1.17x, H200 1.07x); TF32 keeps its choice (even there); wider grids keep
@@ -289,7 +294,7 @@ def test_wave_fill_tiles(monkeypatch):
         for dims in ((1000, 1000, 1000), (1024, 1024, 1024)):  # (K <= 1024: pipe_store)
             chosen = tune.heuristic(problem(*dims, dt=dt, pitch128=False))
             assert chosen == tune._PIPE_STORE[tune._WGMMA[5]], dims
-        for dims in ((2000, 2000, 2000), (3000, 5000, 2000), (1536, 1536, 1000)):
+        for dims in ((2000, 2000, 2000), (3000, 5000, 2000)):
             assert tune.heuristic(problem(*dims, dt=dt, pitch128=False)).bn == 256, dims
     assert tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32, pitch128=False)) == narrow32
     # the rule follows the device: 2048^2 fills 132 SMs with 128 x 256 tiles, 264 with 128 x 128

@@ -83,6 +83,20 @@ def test_tuner_and_sweep_offer_it():
     assert tune._WGMMA_192_C2X2 in tune.candidates(_problem(3000, 3000, 3000, pitch128=False))
 
 
+def test_wave_model_choices():
+    """The chooser takes 128 x 192 where it won on an H100 (s10-tile192) and keeps the other
+    tiles where they won or the 192-wide ones make more waves."""
+    assert tune.heuristic(_problem(256, 11008, 4096)) == W192  # 116 CTAs against 86
+    assert tune.heuristic(_problem(1536, 1536, 1536)) == W192  # 96 against 72
+    assert tune.heuristic(_problem(2000, 3000, 1000, pitch128=False)) == tune._WGMMA_192_C2
+    assert tune.heuristic(_problem(3000, 5000, 2000, pitch128=False)) == tune._WGMMA_C2X2
+    for dims in ((4096, 4096, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 11008, 4096),
+                 (256, 14336, 4096)):  # 192-wide tiles would add a wave
+        assert tune.heuristic(_problem(*dims)).bn == 256, dims
+    assert tune.heuristic(_problem(1024, 1024, 1024)) == tune._WGMMA[7]
+    assert tune.heuristic(_problem(2000, 3000, 1000, dt=tune.DT_TF32)).bn != 192
+
+
 # ---- GPU -----------------------------------------------------------------------------------------
 
 
