@@ -16,11 +16,11 @@
 // TMA multicast into both, which halves B's traffic from L2; a stage is then released to the
 // producers only when the consumers of both CTAs are done with it (remote mbarrier arrives).
 //
-// Tiles are 128 x BN x 64 of 16-bit elements with 128-byte swizzle: TMA writes them swizzled
-// and the wgmma descriptors read them back with the same swizzle. K-major operands come as one
-// box [rows][64 k] per stage; M/N-major ones as boxes [64 k][64 mn] side by side (wgmma
-// transpose bit set). TMA zero-fills outside the matrix, so edge tiles need no special code;
-// the epilogue masks its stores. The host (kernels/gemm.py) encodes the tensor maps and only
+// Tiles are 128 x BN x 64 of 16-bit elements (BN = 64, 128, 192 or 256) with 128-byte
+// swizzle: TMA writes them swizzled and the wgmma descriptors read them back with the same
+// swizzle. K-major operands come as one box [rows][64 k] per stage; M/N-major ones as boxes
+// [64 k][64 mn] side by side (wgmma transpose bit set). TMA zero-fills outside the matrix,
+// so edge tiles need no special code; the epilogue masks its stores. The host (kernels/gemm.py) encodes the tensor maps and only
 // sends problems whose rows are 16-byte aligned (a TMA requirement).
 //
 // Split-K (splits > 1, for grids of few tiles such as decode shapes): the work items are
