@@ -25,6 +25,8 @@ Config = tune.Config
 WIDE = Config("wgmma", 128, 256, 64, stages=4, group_m=16, tma_store=True)
 MID = Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True)
 NARROW = Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True)
+# ping-pong with the pipelined store: a whole tile of staging per consumer, so 5 stages fit
+PP_PS = dataclasses.replace(MID, stages=5, pingpong=True, pipe_store=True)
 VARIANTS = [
     dataclasses.replace(WIDE, cluster_n=2),
     dataclasses.replace(WIDE, cluster_m=2, cluster_n=2),
@@ -39,6 +41,7 @@ VARIANTS = [
     dataclasses.replace(NARROW, cluster_n=2),
     dataclasses.replace(WIDE, pipe_store=True),
     dataclasses.replace(MID, pipe_store=True),
+    PP_PS,
 ]
 
 
@@ -88,10 +91,22 @@ def test_pipe_store_config():
     assert ps.name_expression(2, True, False, True) == \
         "gemm_wgmma_x<2, 256, 4, true, false, 1, 1, false, true, true>"
     assert Config.from_json(ps.to_json()) == ps
-    for bad in (dict(tma_store=False), dict(bn=64, stages=8), dict(bn=128, pingpong=True),
-                dict(split_k=2)):
+    for bad in (dict(tma_store=False), dict(bn=64, stages=8), dict(split_k=2)):
         with pytest.raises(ValueError, match="pipe_store"):
             dataclasses.replace(ps, **bad)
+
+
+def test_pingpong_pipe_store_config():
+    """Ping-pong with pipe_store stages a whole 128 x 128 tile per consumer (32 KiB more than
+    the plain ping-pong) and still fits an sm_90 CTA's 227 KiB at 5 stages."""
+    assert PP_PS.name_expression(1, True, True, True) == \
+        "gemm_wgmma_x<1, 128, 5, true, true, 1, 1, true, true, true>"
+    plain = dataclasses.replace(PP_PS, pipe_store=False)
+    assert PP_PS.shared_mem(True, True) == plain.shared_mem(True, True) + 2 * 64 * 128 * 2
+    assert PP_PS.shared_mem(True, True) <= 227 * 1024
+    assert PP_PS.label().endswith("pp tmaC ps g8")
+    with pytest.raises(ValueError, match="pipe_store"):
+        dataclasses.replace(PP_PS, bn=64, stages=8)
 
 
 def test_variants_compile_without_spills(tmp_path, monkeypatch):
@@ -206,7 +221,7 @@ def test_variant_many_tiles_per_cta(gpu_state, config):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [VARIANTS[1], VARIANTS[4]], ids=_ids)
+@pytest.mark.parametrize("config", [VARIANTS[1], VARIANTS[4], PP_PS], ids=_ids)
 def test_variant_in_a_graph(gpu_state, config):
     """Captured once, replayed on new inputs: the tensor maps hold the captured pointers."""
     _hopper()
