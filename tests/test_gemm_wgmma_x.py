@@ -154,11 +154,17 @@ def test_split_rows_choose_clusters():
         assert c2x2 not in tune.candidates(problem(*dims, pitch128=True))
     # 1000^3: 64 tiles, one wave either way: the plain tiles, with the short-K epilogue
     assert tune.heuristic(problem(1000, 1000, 1000)) == tune._PIPE_STORE[tune._WGMMA[5]]
-    assert tune.heuristic(problem(8192, 8192, 512, pitch128=True)) == \
-        tune._PIPE_STORE[tune._WGMMA[4]]
+    assert tune.heuristic(problem(8192, 8192, 512, pitch128=True)) == tune._PINGPONG
+    # the ping-pong tiles: K <= 512, >= 8 of them per SM, rows of 128-byte multiples
+    assert tune._PINGPONG == PP_PS
+    for dims in ((4096, 4096, 1024), (4096, 4096, 512), (8192, 8192, 576)):
+        assert tune.heuristic(problem(*dims, pitch128=True)) == \
+            tune._PIPE_STORE[tune._WGMMA[4]], dims
+    assert tune.heuristic(problem(8192, 8192, 512)) != tune._PINGPONG  # split rows
+    assert tune._PINGPONG in tune.candidates(problem(8192, 8192, 512, pitch128=True))
     assert tune.heuristic(problem(8192, 8192, 8192, pitch128=True)) == tune._WGMMA[4]
     every = tune.all_configs(problem(4096, 4096, 4096, pitch128=True))  # forced, swept
-    assert {c2x2, mid_c2x2, *tune._PIPE_STORE.values()} <= set(every)
+    assert {c2x2, mid_c2x2, *tune._PIPE_STORE.values(), tune._PINGPONG} <= set(every)
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
