@@ -261,6 +261,25 @@ def test_split_rows_run_on_clusters_by_default(gpu_state, monkeypatch, dtype):
     assert chosen == {tune._WGMMA_C2X2}, chosen
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
+def test_short_k_runs_pingpong_by_default(gpu_state, monkeypatch, dtype):
+    """gemm's own choice (autotuner off) at short K with at least 8 tiles of 128 x 128 per SM
+    (an edge tile row, K = 448: 7 K tiles), in every layout, with beta: the ping-pong tiles
+    with the pipelined store (tune._PINGPONG), right against float64."""
+    _hopper()
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()
+    rng = np.random.default_rng(59)
+    sms = gpurt.get_device_properties().multi_processor_count
+    m = 128 * -(-8 * sms // 16) - 64  # 16 tile columns of 2048; rows of 128-byte multiples
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        _case(rng, None, dtype, m, 2048, 448, trans_a, trans_b, beta=0.5 if trans_b else 0.0)
+    chosen = {entry[0].config for entry in gemm_mod._calls.values()}
+    gemm_mod.clear_plans()
+    assert chosen == {tune._PINGPONG}, chosen
+
+
 # ---- the ping-pong consumers' synchronisation, modelled (CPU) ---------------------------------
 
 
