@@ -52,6 +52,6 @@ metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
 metrics=$metrics,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 [ "$set_" != split ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
-    --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu > "$out/ncu.csv" 2> "$out/ncu.err"
+    --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu --set "$set_" > "$out/ncu.csv" 2> "$out/ncu.err"
 echo "ncu rc=$? $(grep -c gemm_wgmma "$out/ncu.csv") kernel rows"; pack
 step done
