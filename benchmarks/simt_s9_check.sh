@@ -22,7 +22,7 @@ GPURT_GEMM_AUTOTUNE=0 timeout 25 python3 -P -m pytest -p no:cacheprovider -q tes
 echo "pytest rc=$?"; tail -n 2 "$out/pytest.log"; pack
 step bench_gemm
 limit=$(( $(left) - 5 )); [ $limit -gt 5 ] || limit=5
-timeout $limit python3 -P benchmarks/bench_gemm.py --dtypes fp32 --repeat 9 \
+timeout $limit python3 benchmarks/bench_gemm.py --dtypes fp32 --repeat 9 \
     --shapes 128x4096x4096,64x4096x4096,1000,2053x3001x1999,1024,16x4096x4096,32x11008x4096,4096 \
     --json "$out/bench_gemm.json" > "$out/bench_gemm.log" 2>&1
 echo "bench_gemm rc=$?"

@@ -3,7 +3,8 @@ of C is small (a batch of 1..128 tokens) and the weight is streamed once, on wgm
 small side on the MMA's N dimension (C^T = B^T A^T for a wide C).
 
 A :class:`Config` of kind ``"decode"`` means: ``bm`` rows of the big operand X per CTA (64,
-128 or 256: one consumer warpgroup of 64 rows, two of 64 or two of 128), ``bn`` columns of
+128, 192 or 256: one consumer warpgroup of 64 rows, two of 64, three of 64 (16-bit only) or
+two of 128), ``bn`` columns of
 the small operand Y per CTA (16, 32, 64, 128: wgmma's N), ``bk`` = 64, ``stages`` the TMA
 ring's depth, ``split_k`` CTAs of one thread-block cluster splitting K (1, 2, 4, 8), their
 fp32 partial tiles summed through distributed shared memory in a fixed order (one launch, no
@@ -28,27 +29,29 @@ Config = Any  # a kernels._gemm_config.Config of kind "decode" (that module impo
 Problem = Any  # a kernels._gemm_config.Problem
 
 __all__ = ["validate", "threads", "shared_mem", "name_expression", "kernel_name", "why_not",
-           "Side", "sides", "heuristic", "few_tiles", "candidates", "arguments", "SMALL_MAX"]
+           "Side", "sides", "heuristic", "few_tiles", "halves", "candidates", "arguments",
+           "SMALL_MAX"]
 
 SMALL_MAX = 128  # the small side of C this family takes (wgmma's N is at most 256)
 HEURISTIC_MIN = 0  # the heuristic picks it above this (the skinny kernel up to it)
 _TILES_N = (16, 32, 64, 128)
-_RING_BYTES = {256: 200 * 1024, 128: 200 * 1024, 64: 200 * 1024}  # one CTA per SM
+_RING_BYTES = {bm: 200 * 1024 for bm in (64, 128, 192, 256)}  # one CTA per SM
 
 
 def validate(config: Config) -> None:
     """Raise ValueError unless ``config`` is a decode tiling the kernel has."""
-    if (config.bm not in (64, 128, 256) or config.bn not in _TILES_N
-            or config.bk not in (32, 64) or (config.bk == 32 and config.bm == 256)
+    if (config.bm not in (64, 128, 192, 256) or config.bn not in _TILES_N
+            or config.bk not in (32, 64) or (config.bk == 32 and config.bm > 128)
             or config.split_k not in (1, 2, 4, 8) or not 2 <= config.stages <= 16
             or config.wm or config.wn or config.cluster_m != 1 or config.tma_store):
-        raise ValueError(f"decode tiles are (64|128|256) x (16|32|64|128) x 64 (16-bit) or "
+        raise ValueError(f"decode tiles are (64|128|192|256) x (16|32|64|128) x 64 (16-bit) or "
                          f"(64|128) x (16|32|64|128) x 32 (TF32) with 2..16 stages and split "
                          f"1, 2, 4 or 8 (CTAs of one cluster), not {config}")
 
 
 def threads(config: Config) -> int:
-    return 160 if config.bm == 64 else 288  # 1 or 2 consumer warpgroups and a producer warp
+    # 1, 2 or 3 consumer warpgroups of 64 or 128 rows and a producer warp
+    return {64: 160, 192: 416}.get(config.bm, 288)
 
 
 def shared_mem(config: Config) -> int:
@@ -215,6 +218,26 @@ def few_tiles(problem: Problem) -> Tiles | None:
     return Tiles(bm, bn, _stages(problem, bm, bn, blocks * 8), 8)
 
 
+def halves(problem: Problem) -> Tiles | None:
+    """cuBLAS's tiling at 64 and 128 x 4096^2 (its nvjet kernel's grid, torch.profiler): 64-row
+    tiles over the two halves of the small side (64 or 128), K unsplit, the deepest ring that
+    fits, for 16-bit problems whose grid that makes is one CTA per SM for over half the SMs
+    and K 33..64 tiles (2049..4096: the shapes timed had 4096); else None. H100
+    (notes_gemm.md, s10-dec), cold operands: 128 x 4096^2 64 x 64 tiles with 12-13 stages
+    16.2-16.7 us (0.92-0.95 of cuBLAS) against 18.0-18.8 for 64 x 128 split 2; 64 x 4096^2
+    64 x 32 with 12-16 stages 14.8-15.4 (0.98-1.00) against 16.3-17.0; 6 stages of either
+    were no faster than split 2."""
+    side = sides(problem.m, problem.n, problem.a_kmajor, problem.b_kmajor)
+    if problem.dt not in (DT_F16, DT_BF16) or side.q not in (64, 128) or \
+            not 32 < _k_tiles(problem) <= 64:
+        return None
+    bn = side.q // 2
+    ctas = _blocks(problem, 64, bn)
+    if (not side.y_kmajor and bn % 64) or not problem.sm_count < 2 * ctas <= 2 * problem.sm_count:
+        return None
+    return Tiles(64, bn, min(16, _RING_BYTES[64] // ((64 + bn) * 128)), 1)
+
+
 def heuristic(problem: Problem) -> Tiles | None:
     """The decode tiling for a 16-bit or TF32 (K-major Y) problem whose small side is above
     HEURISTIC_MIN, up to SMALL_MAX and at most an eighth of the other (None otherwise): 64-row
@@ -227,7 +250,8 @@ def heuristic(problem: Problem) -> Tiles | None:
     few = _blocks(problem, 128, _bn(problem)) * 2 <= problem.sm_count
     if problem.dt == DT_TF32 and small <= 64:
         few = True
-    return _tiles(problem, 64 if few else 128)
+    split_q = halves(problem) if few else None
+    return split_q if split_q is not None else _tiles(problem, 64 if few else 128)
 
 
 def candidates(problem: Problem) -> list[Tiles]:
@@ -245,7 +269,8 @@ def candidates(problem: Problem) -> list[Tiles]:
         for split in (1, 2, 4, 8):
             if split == 1 or (blocks * split <= slots and k_tiles >= 4 * split):
                 found.append(_tiles(problem, bm, split))
-    return found
+    split_q = halves(problem)
+    return found + ([split_q] if split_q is not None else [])
 
 
 def arguments(call: Any, maps: tuple[bytes, bytes], out_ptr: int, cin_ptr: int, alpha: float,

@@ -142,7 +142,8 @@ _WGMMA_TF32 = (
 
 def disabled_kernels() -> frozenset[str]:
     """Kernel families and features turned off with ``GPURT_GEMM_DISABLE`` (comma list of
-    simt, mma, wgmma, cluster, tma_store, and pack: kernels/_gemm_pack.py's copies), for
+    simt, mma, wgmma, cluster, tma_store, pack: kernels/_gemm_pack.py's copies, and rows:
+    kernels/_gemm_rows.py's cut along M), for
     debugging and for comparing paths; gemm then uses the others."""
     text = os.environ.get("GPURT_GEMM_DISABLE", "")
     return frozenset(part.strip() for part in text.split(",") if part.strip())
@@ -552,8 +553,26 @@ def heuristic(problem: Problem) -> Config:
         if narrow > 1:
             return dataclasses.replace(_WGMMA[7], split_k=narrow)
         return dataclasses.replace(_WGMMA[1], split_k=split)
+    few_rows = _few_rows_on_split_rows(problem)
+    if few_rows is not None:
+        return few_rows
     big = _MMA[0] if m * n >= 128 * 128 * problem.sm_count // 2 else _MMA[3]
     return dataclasses.replace(big, split_k=_split_for(problem, big))
+
+
+def _few_rows_on_split_rows(problem: Problem) -> Config | None:
+    """For M <= 16 rows of a row-major A times a row-major B on rows no vector load reads
+    whole (the layout timed; M <= 4 takes the rowload kernel first), where the tiles leave
+    room for a split: the 32 x 32 x 64 mma tile, K split to about 4 CTAs per SM in slices of
+    1024 at least; else None (unsplit grids were not timed). H100, 16 x 4099^2 (notes_gemm.md,
+    s10-dec): 30.4-30.5 us at split 4 against 38.5-39.0 for 64 x 64 split 9 (1.07 of cuBLAS
+    in fp16, 1.28 in bf16), split 8 31.2, the 16 x 64 tile split 9 35.1-35.4."""
+    if (problem.vec or problem.m > 16 or problem.b_kmajor or not problem.a_kmajor
+            or not eligible(problem, _MMA_SMALL)):  # x @ w on row-major operands only
+        return None
+    tiles = _MMA_SMALL.tiles(problem.m, problem.n)
+    split = min(4 * problem.sm_count // tiles, problem.k // 1024, 8)
+    return dataclasses.replace(_MMA_SMALL, split_k=split) if split > 1 else None
 
 
 def _split_row_cluster(problem: Problem, filled: Config) -> Config:

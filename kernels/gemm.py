@@ -47,6 +47,7 @@ from gpurt import amp, sanitizer
 
 from . import _autocast, tunable
 from . import _gemm_pack as pack
+from . import _gemm_rows as rows
 from . import _gemm_tune as tune
 from . import _gemm_tuner as tuning
 from . import _gemm_workspace as workspace
@@ -473,7 +474,7 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
 # with a forced config): (Call, swapped, extents of a, b, out and c relative to their
 # pointers, the planned launch or None). Plans hold no arrays, only the choices made for a
 # signature.
-_calls: dict[Any, tuple[Call | pack.PackedCall, bool, tuple[Any, ...], Any]] = {}
+_calls: dict[Any, tuple[Call | pack.PackedCall | rows.RowsCall, bool, tuple[Any, ...], Any]] = {}
 _plan_key = gpurt.nvrtc.plan_key
 _MAX_CALLS = 4096
 
@@ -543,19 +544,24 @@ def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
     return returned
 
 
-def _planned(call: Call | pack.PackedCall, plan: _Plan) -> Any:
+def _planned(call: Call | pack.PackedCall | rows.RowsCall, plan: _Plan) -> Any:
     """``planned(stream_handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta)``, the launch of
     ``call`` checked and packed once (kernels/_gemm_launch.py's planned_call; the packed
-    route's copy launch too)."""
+    route's copy launch too; both launches of a cut along M)."""
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
+    if isinstance(call, rows.RowsCall):
+        return rows.PlannedRows(call, plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr)
     if isinstance(call, pack.PackedCall):
         return pack.planned_packed(call, plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr)
     return planned_call(call, plan.a.ptr, plan.b.ptr, plan.out.ptr, cin_ptr)
 
 
 def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
-               stream: Any) -> Call | pack.PackedCall:
+               stream: Any) -> Call | pack.PackedCall | rows.RowsCall:
     problem = _problem(plan, allow_tf32)
+    cut = rows.cut(problem) if config is None else None
+    if cut is not None:  # fp32 grids whose last wave is nearly empty: two launches
+        return _rows_call(plan, problem, cut[0], cut[1], allow_tf32, stream)
     route = _pack_route(plan, problem, allow_tf32)
     if route is not None:  # rows TMA cannot read: copy them first where that pays
         packed, packed_problem, copies = route
@@ -574,6 +580,24 @@ def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
         raise ValueError(f"config {config.label()} cannot run this {plan.m}x{plan.n}x{plan.k} "
                          f"problem: {reason}")
     return _packed_call(plan, plan, problem, config, ())
+
+
+def _rows_call(plan: _Plan, problem: Problem, head_rows: int, head: Config, allow_tf32: bool,
+               stream: Any) -> rows.RowsCall:
+    """``head`` over C's first ``head_rows`` rows, then the rest as its own GEMM (its config
+    chosen, or tuned, for its own shape) on pointers moved past those rows."""
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    a_step = (head_rows * plan.a.ld if plan.a.kmajor else head_rows) * itemsize
+    out_step, cin_step = head_rows * plan.ldc * itemsize, head_rows * plan.ldcin * itemsize
+    tail_plan = dataclasses.replace(plan, a=dataclasses.replace(plan.a, ptr=plan.a.ptr + a_step),
+                                    m=plan.m - head_rows)
+    tail_problem = _problem(tail_plan, allow_tf32)
+    tail = _choose(tail_plan, tail_problem, stream)
+    head_call = make_call(dataclasses.replace(plan, m=head_rows),
+                          dataclasses.replace(problem, m=head_rows), head, plan.out.ptr)
+    tail_call = make_call(tail_plan, tail_problem, tail, plan.out.ptr + out_step)
+    return rows.RowsCall(head_call, tail_call, head_rows, a_step, out_step, cin_step,
+                         plan.m, plan.n)
 
 
 def _pack_route(plan: _Plan, problem: Problem,
@@ -611,9 +635,9 @@ def _packed_call(plan: _Plan, packed: _Plan, packed_problem: Problem, config: Co
     return pack.make_packed(inner, copies, c_copy, plan.m, plan.n, packed_problem.sm_count)
 
 
-def _label(call: Call | pack.PackedCall) -> str:
-    """The kernel a planned call runs, with the packed route's copies."""
-    return call.label() if isinstance(call, pack.PackedCall) else call.config.label()
+def _label(call: Call | pack.PackedCall | rows.RowsCall) -> str:
+    """The kernel a planned call runs, with the packed route's copies or the cut's parts."""
+    return call.config.label() if isinstance(call, Call) else call.label()
 
 
 def gemm_config(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, *,

@@ -8,8 +8,9 @@
 // wide, C = D when it is tall. A CTA of 1 or 2 consumer warpgroups and a producer warp: one
 // thread of the producer warp issues TMA copies into a STAGES-deep ring (the pipeline that
 // keeps enough bytes of X in flight to saturate memory), each consumer warpgroup multiplies
-// 64 (BM = 64, 128) or 128 (BM = 256) rows of X by the BN columns of Y; the taller tiles read
-// Y from L2 fewer times.
+// 64 (BM = 64, 128) or 128 (BM = 256) rows of X by the BN columns of Y, or 3 consumer
+// warpgroups 64 rows each (BM = 192: 4096 rows in 22 tiles, whose split-4 clusters fit one
+// wave where 32 tiles of 128 do not); the taller tiles read Y from L2 fewer times.
 // Layouts, swizzle, descriptors and the ring's barriers are those of gemm_wgmma.cu.
 //
 // TF32 (DT_TF32: fp32 data, K tiles of 32 fp32 = the same 128-byte rows): wgmma reads TF32
@@ -94,10 +95,10 @@ __device__ __forceinline__ void tf32_loop(float* d, u32 a_ring, u32 b_ring, u32 
 // x. X_K / Y_K: X / Y K-major (else P- / Q-major: 64-wide boxes, BN a multiple of 64). Element
 // (p, q) of C is at C + p * c_p + q * c_q (Cin likewise). Dynamic shared memory: see
 // kernels/_gemm_decode.py (shared_mem). Threads: the consumer warpgroups first (wgmma wants
-// each on a multiple of 4 warps), then one producer warp: 160 or 288 threads, so two CTAs of
-// 128-row tiles fit an SM's registers where their shared memory allows it.
+// each on a multiple of 4 warps), then one producer warp: 160, 288 or (BM = 192) 416 threads,
+// so two CTAs of 128-row tiles fit an SM's registers where their shared memory allows it.
 template <int DT, int BM, int BN, int STAGES, bool X_K, bool Y_K, int SPLIT>
-__global__ void __launch_bounds__(BM == 64 ? 160 : 288, 1)
+__global__ void __launch_bounds__(BM == 64 ? 160 : BM == 192 ? 416 : 288, 1)
 gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ wg::TmaDesc tma_y,
             u16* C_, const u16* Cin_, int P, int Q, int K, i64 c_p, i64 c_q, i64 cin_p,
             i64 cin_q, float alpha, float beta) {
@@ -108,12 +109,13 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
     constexpr bool TF32 = DT == DT_TF32;
     static_assert(!TF32 || (Y_K && BM <= 128), "TF32: a K-major Y, at most 128 rows of X");
     constexpr int BKE = TF32 ? 32 : BK;  // elements of a K tile's 128-byte rows
-    static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256 rows of X");
+    static_assert(BM == 64 || BM == 128 || BM == 192 || BM == 256,
+                  "BM: 64, 128, 192 or 256 rows of X");
     static_assert(Y_K || BN % 64 == 0, "a Q-major Y comes in 64-wide boxes");
     static_assert(SPLIT == 1 || SPLIT == 2 || SPLIT == 4 || SPLIT == 8, "clusters of 1..8");
     // MT 64-row blocks of X per consumer warpgroup: block b of the tile at b * CHUNK_BYTES
     // in both layouts (K-major: 64 rows of 128 bytes; P-major: one [64 k][64 p] box)
-    constexpr int CONSUMERS = BM == 64 ? 1 : 2, MT = BM / 64 / CONSUMERS;
+    constexpr int CONSUMERS = BM == 64 ? 1 : BM == 192 ? 3 : 2, MT = BM / 64 / CONSUMERS;
     constexpr int THREADS = 128 * CONSUMERS + 32;
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     constexpr int PITCH = BM + 4;  // floats per column of the partial tile: conflict-free

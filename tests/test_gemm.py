@@ -236,7 +236,7 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     assert tune._wave_split(problem(128, 14336, 4096), tune._WGMMA[1]) == 4  # partials cap
     assert tune._wave_split(problem(1000, 1000, 1000), tune._WGMMA[1]) == 1
     chosen = tune.heuristic(problem(128, 4096, 4096))
-    assert (chosen.kernel, chosen.split_k) == ("decode", 2)  # tests/test_gemm_decode.py
+    assert (chosen.kernel, chosen.split_k) == ("decode", 1)  # tests/test_gemm_decode.py
     monkeypatch.setenv("GPURT_GEMM_DISABLE", "decode")
     chosen = tune.heuristic(problem(128, 4096, 4096))
     assert (chosen.kernel, chosen.bn, chosen.split_k, chosen.tma_store) == ("wgmma", 128, 4, False)
@@ -354,6 +354,47 @@ def test_split_for():
     split = tune._split_for(problem(16, 256, 8192), tune._MMA[3])
     assert 16 <= split <= 32 and split <= 8192 // 128
     assert tune._split_for(problem(16, 4096, 4096), tune._MMA[2]) == 17  # 32 tiles -> ~4/SM
+
+
+def test_few_rows_on_split_rows_take_the_small_tile_split():
+    """M = 5..16 times a B on rows no vector load reads whole: 32 x 32 x 64 split-K mma where
+    the tiles leave room for a split (16 x 4099^2: split 4); not on 16-byte rows, above 16
+    rows, nor where the grid is full or K short."""
+    def split_rows(m, n, k, dt=tune.DT_BF16):
+        return problem(m, n, k, dt, vec=False, tma=False, pitch128=False)
+
+    for m, dt in ((16, tune.DT_BF16), (16, tune.DT_F16), (8, tune.DT_BF16), (5, tune.DT_F16)):
+        chosen = tune.heuristic(split_rows(m, 4099, 4099, dt))
+        assert chosen == dataclasses.replace(tune._MMA_SMALL, split_k=4), (m, chosen)
+    for p in (split_rows(17, 4099, 4099), split_rows(16, 14341, 4099),
+              split_rows(16, 2053, 1999), problem(16, 4096, 4096),
+              dataclasses.replace(split_rows(16, 4099, 4099), b_kmajor=True)):
+        assert tune.heuristic(p).bm != tune._MMA_SMALL.bm, p
+
+
+@pytest.mark.gpu
+def test_few_rows_on_split_rows_results(gpu_state, monkeypatch):
+    """The small split tile on rows no vector load reads whole, forced and as gemm's own
+    choice, against float64 on poisoned outputs; then captured in a graph and replayed."""
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m, n, k, dtype in ((16, 4099, 4099, np.float16), (8, 1031, 2053, gpurt.bfloat16),
+                           (13, 4099, 2050, gpurt.bfloat16)):
+        dt = tune.DT_F16 if dtype == np.float16 else tune.DT_BF16
+        config = tune._few_rows_on_split_rows(
+            problem(m, n, k, dt, vec=False, tma=False, pitch128=False))
+        assert config is not None and config.split_k >= 2
+        run_case(rng, m, n, k, dtype, config=config)
+        run_case(rng, m, n, k, dtype)
+    da = gpurt.asarray(rand(rng, (16, 4099), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (4099, 4099), gpurt.bfloat16))
+    out = poisoned((16, 4099), gpurt.bfloat16)
+    gemm(da, db, out=out)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        gemm(da, db, out=out)
+    check_replays(graph, da, db, out, rng, "16x4099x4099")
+    del graph
 
 
 # ---- the autotuner -------------------------------------------------------------------------------

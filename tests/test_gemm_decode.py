@@ -53,6 +53,7 @@ def dc(bm=128, bn=32, stages=4, split=1) -> Config:
 
 @pytest.mark.parametrize("fields", [
     dict(bm=96), dict(bn=8), dict(bn=256), dict(bk=16), dict(bk=32, bm=256), dict(split_k=3),
+    dict(bk=32, bm=192),
     dict(split_k=16),
     dict(stages=1), dict(stages=17), dict(wm=8, wn=64), dict(tma_store=True), dict(cluster_m=2),
 ])
@@ -65,6 +66,7 @@ def test_config_validation(fields):
 def test_config_geometry():
     config = dc(128, 16, 8, 4)
     assert config.threads == 288 and dc(64, 16).threads == 160 and dc(256, 16).threads == 288
+    assert dc(192, 128, 5, 4).threads == 416  # three consumer warpgroups and a producer warp
     assert config.shared_mem(True, False) == 8 * 144 * 128 + 16 * 8 + 1024
     # a partial tile larger than a shallow ring takes its place
     assert dc(128, 128, 2).shared_mem(True, True) == 128 * 132 * 4 + 32 + 1024
@@ -98,8 +100,9 @@ def test_eligibility():
 
 @pytest.mark.parametrize("m,n,k,bm,bn,split", [
     (1, 4096, 4096, 64, 16, 2), (8, 14336, 4096, 128, 16, 1), (17, 4096, 4096, 64, 32, 2),
-    (32, 11008, 4096, 128, 32, 1), (64, 14336, 4096, 128, 64, 1), (128, 4096, 4096, 64, 128, 2),
-    (100, 4096, 11008, 64, 128, 2), (4096, 33, 4096, 64, 64, 2),
+    (32, 11008, 4096, 128, 32, 1), (64, 14336, 4096, 128, 64, 1), (128, 4096, 4096, 64, 64, 1),
+    (64, 4096, 4096, 64, 32, 1), (128, 4096, 11008, 64, 128, 2), (96, 4096, 4096, 64, 128, 2),
+    (100, 4096, 11008, 64, 128, 2), (4096, 33, 4096, 64, 64, 2), (4096, 128, 4096, 64, 64, 1),
     (24, 4096, 256, 64, 32, 1),  # 4 K tiles: too few to split
 ])
 def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
@@ -108,6 +111,20 @@ def test_heuristic_picks_decode_on_hopper(m, n, k, bm, bn, split):
     assert chosen.kernel == "decode" and tune.eligible(p, chosen)
     assert (chosen.bm, chosen.bn, chosen.split_k) == (bm, bn, split)
     assert chosen.shared_mem(True, False) <= 227 * 1024
+
+
+def test_halves_take_cublas_tiling_at_4096_rows():
+    """64 / 128 x 4096^2 (16-bit): 64-row tiles over the batch's two halves, unsplit, the
+    deepest ring in 200 KiB; not TF32, K above 64 tiles or at most 32, an M-major batch in
+    32-wide halves, nor grids that are not one CTA per SM for over half the SMs."""
+    assert decode.halves(problem(128, 4096, 4096)) == decode.Tiles(64, 64, 12, 1)
+    assert decode.halves(problem(64, 4096, 4096, dt=tune.DT_F16)) == decode.Tiles(64, 32, 16, 1)
+    assert decode.halves(problem(128, 4096, 4096, a_k=False)) == decode.Tiles(64, 64, 12, 1)
+    for p in (problem(128, 4096, 4096, dt=tune.DT_TF32), problem(128, 4096, 8192),
+              problem(128, 4096, 2048), problem(64, 4096, 4096, a_k=False),
+              problem(96, 4096, 4096), problem(128, 11008, 4096), problem(128, 2048, 4096)):
+        assert decode.halves(p) is None, p
+    assert decode.Tiles(64, 64, 12, 1) in decode.candidates(problem(128, 4096, 4096))
 
 
 def test_splits_fill_one_wave_of_clusters():
@@ -170,6 +187,8 @@ def _names():
         for y_k in (True, False):
             names.add(dc(128, 64, 6, 4).name_expression(2, x_k, y_k, True))
             names.add(dc(64, 128, 4, 2).name_expression(1, x_k, y_k, True))
+            names.add(dc(192, 128, 5, 4).name_expression(2, x_k, y_k, True))  # 3 consumers
+    names.add(dc(192, 64, 5, 2).name_expression(1, False, True, True))
     return sorted(names)
 
 
@@ -203,6 +222,35 @@ def test_odd_shapes(gpu_state, dtype, bm, split):
     for m, n, k in [(3, 4096, 1000), (17, 264, 4104), (33, 1000, 72), (100, 520, 1000),
                     (128, 136, 200), (1, 8, 8), (9, 4096, 64)]:
         run(rng, m, n, k, dtype, tiles(m, n, k, bm, split))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_three_consumer_tiles(gpu_state, split):
+    """192-row tiles (3 consumer warpgroups): a last tile past P, K tails, the four transposes
+    where eligible, tall C, alpha and beta, bf16 and fp16; then captured in a graph and
+    replayed on fresh inputs."""
+    from test_gemm import check_replays, poisoned
+
+    rng = np.random.default_rng()
+    for m, n, k in [(128, 4096, 1000), (17, 1000, 4104), (64, 200, 520), (1000, 24, 520)]:
+        for a_t, b_t in ((False, False), (False, True), (True, False), (True, True)):
+            if (a_t and m % 8) or (m > n and (n % 8 or not b_t)):
+                continue  # M-major A needs 16-byte rows; a tall C's Y is op(b)^T, K-major
+            config = tiles(m, n, k, 192, split, not a_t, b_t)
+            dtype = np.float16 if b_t else gpurt.bfloat16
+            run(rng, m, n, k, dtype, config, a_t=a_t, b_t=b_t, out_t=a_t and b_t,
+                beta=0.5 if a_t != b_t else 0.0, alpha=-1.5)
+    config = tiles(128, 4096, 4096, 192, split)
+    da = gpurt.asarray(rand(rng, (128, 4096), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (4096, 4096), gpurt.bfloat16))
+    out = poisoned((128, 4096), gpurt.bfloat16)
+    gemm(da, db, out=out, config=config)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        gemm(da, db, out=out, config=config)
+    check_replays(graph, da, db, out, rng, config.label())
+    del graph
 
 
 @pytest.mark.gpu
@@ -278,6 +326,30 @@ def test_gemms_own_choice_on_few_tile_shapes(gpu_state, monkeypatch):
             gemm(da, db, out=out)
         check_replays(graph, da, db, out, rng, chosen.label())
         del graph
+
+
+@pytest.mark.gpu
+def test_gemms_own_choice_on_batch_halves(gpu_state, monkeypatch):
+    """gemm's own choice at 64 / 128 x 4096^2 (halves: 64-row tiles, K unsplit, 12-16
+    stages): both weight layouts and fp16 with beta, then captured in a graph and replayed."""
+    from test_gemm import check_replays, poisoned
+
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    rng = np.random.default_rng()
+    for m in (64, 128):
+        assert tune.heuristic(problem(m, 4096, 4096)).split_k == 1
+        run(rng, m, 4096, 4096, gpurt.bfloat16, None)
+        run(rng, m, 4096, 4096, gpurt.bfloat16, None, b_t=True)
+        run(rng, m, 4096, 4096, np.float16, None, beta=0.5, alpha=-1.5)
+    da = gpurt.asarray(rand(rng, (128, 4096), gpurt.bfloat16))
+    db = gpurt.asarray(rand(rng, (4096, 4096), gpurt.bfloat16))
+    out = poisoned((128, 4096), gpurt.bfloat16)
+    gemm(da, db, out=out)  # planned before the capture
+    graph = gpurt.CUDAGraph()
+    with gpurt.graph(graph):
+        gemm(da, db, out=out)
+    check_replays(graph, da, db, out, rng, "128x4096x4096")
+    del graph
 
 
 @pytest.mark.gpu
