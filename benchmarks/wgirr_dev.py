@@ -49,6 +49,9 @@ VARIANTS = {
     "narrow pp": _v(NARROW, pingpong=True), "mid pp c2": _v(MID, pingpong=True, cluster_m=2),
     "wide ps": _v(WIDE, pipe_store=True), "mid ps": _v(MID, pipe_store=True),
     "wide c2 ps": _v(W[6], pipe_store=True), "mid pp c1x2": _v(MID, pingpong=True, cluster_n=2),
+    "mid pp ps": _v(MID, stages=5, pingpong=True, pipe_store=True),
+    "mid pp s5": _v(MID, stages=5, pingpong=True),
+    "mid pp ps g16": _v(MID, stages=5, pingpong=True, pipe_store=True, group_m=16),
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
@@ -78,6 +81,18 @@ SPLIT_ROWS = {
     (1000, 1000, 1000, False): ("mid", "mid c2x2", "mid ps"),
     (8192, 8192, 512, False): ("wide", "wide ps", "mid pp", "mid pp c2", "wide c2 ps"),
 }
+# Session 10 (s10-shortk, `--set shortk`): ping-pong consumers with the pipelined store (a
+# whole tile of staging per consumer) against the cooperative tiles at short K, each variant
+# twice, cuBLAS before each round; warm (same operands) next to cold.
+SHORT_K = {
+    (8192, 8192, 512, False): ("wide", "wide ps", "mid ps", "mid pp", "mid pp s5", "mid pp ps",
+                               "mid pp ps g16"),
+    (4096, 4096, 1024, False): ("wide ps", "mid ps", "mid pp", "mid pp ps"),
+    (1024, 1024, 1024, False): ("narrow", "mid ps", "narrow pp", "mid pp ps"),
+    (1000, 1000, 1000, False): ("mid ps", "mid pp", "mid pp ps"),
+    (4096, 4096, 4096, False): ("wide", "mid pp ps"),
+}
+SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K}
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -90,6 +105,33 @@ def single_us(p: Any, config: Config | None, stream: Any) -> float:
 
     with gpurt.stream(stream), torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         return round(bench.host_us(torch, call, p.sets, 30), 2)
+
+
+def warm_us(p: Any, config: Config | None, stream: Any) -> float:
+    """Kernel-only on the same operands every call (bench_gemm's warm batch; L2-resident
+    where they fit)."""
+    def call(i: int) -> None:
+        gm.gemm(p.ga[0], p.gb[0], out=p.gout, stream=stream, config=config)
+
+    def capture(body: Any) -> Any:
+        graph = gpurt.CUDAGraph()
+        with gpurt.graph(graph, stream=stream):
+            body()
+        return graph
+
+    with gpurt.stream(stream), torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+        return grid_dev._graph_us(capture, call, 1, lambda g: g.replay())
+
+
+def cublas_warm_us(p: Any) -> float:
+    def capture(body: Any) -> Any:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+        return graph
+
+    return grid_dev._graph_us(capture, lambda i: torch.matmul(p.a[0], p.b[0], out=p.out), 1,
+                              lambda g: g.replay())
 
 
 def cublas_single_us(p: Any) -> float:
@@ -105,14 +147,18 @@ def _measure(p: Any, config: Config | None, stream: Any, ref: Any, cublas: tuple
     err = grid_dev.error(p, config, False, stream, ref)
     us = grid_dev.ours_us(p, config, False, stream)
     single = single_us(p, config, stream)
+    warm = warm_us(p, config, stream) if len(cublas) > 2 else None
     grids = {c[0].config.label(): c[0].grid for c in gm._calls.values()}
-    return {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
-            "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
-            "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
+    row = {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
+           "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
+           "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
+    if warm is not None:
+        row.update(warm_us=warm, warm_x=round(cublas[2] / warm, 3))
+    return row
 
 
 def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], rounds: int,
-               stream: Any, l2: int, state: dict[str, Any], save: Any) -> None:
+               stream: Any, l2: int, state: dict[str, Any], save: Any, warm: bool = False) -> None:
     """Every variant of one shape into state["rows"][shape], saving after each; a variant
     that runs past WATCHDOG_S (a hung kernel) ends the process (exit 5), and the next run of
     this mode finds it in state["pending"] and leaves it out (state["hung"]); one that raises
@@ -131,6 +177,8 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
     if "cublas_us" not in row:
         row.update(auto_config=auto, pitch128=problem.pitch128, cublas_us=grid_dev.cublas_us(p),
                    cublas_single_us=cublas_single_us(p))
+        if warm:
+            row["cublas_warm_us"] = cublas_warm_us(p)
     ref = p.a[0].double() @ p.b[0].double()
     for name in left:
         base, _, again = name.partition(" r")
@@ -141,9 +189,11 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
         timer = threading.Timer(WATCHDOG_S, lambda: os._exit(5))
         timer.start()
         try:
-            row[name] = _measure(p, VARIANTS.get(base), stream, ref,
-                                 (row[f"cublas_us r{again}" if again else "cublas_us"],
-                                  row["cublas_single_us"]), auto)
+            cublas = (row[f"cublas_us r{again}" if again else "cublas_us"],
+                      row["cublas_single_us"])
+            if warm:
+                cublas += (row["cublas_warm_us"],)
+            row[name] = _measure(p, VARIANTS.get(base), stream, ref, cublas, auto)
         except Exception as exc:  # noqa: BLE001 - a fresh process goes on (sticky errors)
             row[name] = {"error": repr(exc)}
             state["pending"] = None
@@ -157,7 +207,7 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
     del p, ref
 
 
-def run_timing(json_path: str, split_rows: bool) -> None:
+def run_timing(json_path: str, set_: str) -> None:
     """Resumable: the state lives in ``json_path`` (rows, the variant running, hung ones)."""
     path = Path(json_path)
     state = json.loads(path.read_text()) if path.exists() else {"rows": {}, "hung": [],
@@ -172,10 +222,11 @@ def run_timing(json_path: str, split_rows: bool) -> None:
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = gpurt.Stream()
-    shapes = SPLIT_ROWS if split_rows else {(*key, False): v for key, v in SHAPES.items()}
+    shapes = SETS.get(set_) or {(*key, False): v for key, v in SHAPES.items()}
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         for (m, n, k, b_nk), names in shapes.items():
-            time_shape(m, n, k, b_nk, names, 2 if split_rows else 1, stream, l2, state, save)
+            time_shape(m, n, k, b_nk, names, 1 if set_ == "first" else 2, stream, l2, state,
+                       save, warm=set_ == "shortk")
     summary(json_path)
 
 
@@ -186,27 +237,31 @@ def summary(json_path: str) -> None:
     for row in state["rows"].values():
         ours = {key: v for key, v in row.items() if isinstance(v, dict) and "us" in v}
         cells = " | ".join(f"{key} {v['us']:.1f} x{v['x']:.3f} / {v['single_us']:.1f}"
-                           f"{'' if v['ok'] else ' BAD'}" for key, v in ours.items())
+                           + (f" warm {v['warm_us']:.1f} x{v['warm_x']:.3f}" if "warm_us" in v
+                              else "")
+                           + f"{'' if v['ok'] else ' BAD'}" for key, v in ours.items())
         print(f"{row['shape']} cuBLAS {row.get('cublas_us', 0):.1f} / "
-              f"{row.get('cublas_single_us', 0):.1f} auto={row.get('auto_config')} | {cells}",
-              flush=True)
+              f"{row.get('cublas_single_us', 0):.1f} warm {row.get('cublas_warm_us', 0):.1f}"
+              f" auto={row.get('auto_config')} | {cells}", flush=True)
 
 
 # ---- Nsight Compute: one call per variant --------------------------------------------------------
 
 NCU_SHAPES = ((3000, 5000, 2000), (8192, 8192, 512))
 NCU_VARIANTS = ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp")
+NCU_SHORT_K = ("wide ps", "mid pp", "mid pp ps")  # (8192, 8192, 512) only
 
 
-def ncu_calls() -> None:
+def ncu_calls(set_: str) -> None:
     """Each (shape, variant) once, after a warm-up call outside the profiled range (ncu's
     --profile-from-start off with cudaProfilerStart/Stop around the measured call)."""
-    for m, n, k in NCU_SHAPES:
+    shapes = ((8192, 8192, 512),) if set_ == "shortk" else NCU_SHAPES
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ga, gb, gout = gpurt.asarray(a), gpurt.asarray(b), gpurt.asarray(out)
-        for name in NCU_VARIANTS:
+        for name in NCU_SHORT_K if set_ == "shortk" else NCU_VARIANTS:
             config = VARIANTS[name]
             gm.gemm(ga, gb, out=gout, config=config)
             torch.cuda.synchronize()
@@ -243,10 +298,15 @@ def run_checks(cases: list[tuple[Any, ...]]) -> int:
     return failures
 
 
-def sanitize(split_rows: bool) -> None:
+def sanitize(set_: str) -> None:
     """Small cases of every new variant (``split_rows``: the second call's, the chooser's
     2 x 2 clusters with several tile blocks per cluster and the case the first left undone)."""
-    if split_rows:
+    if set_ == "shortk":  # several tiles per consumer; beta with Cin; N-major A and B
+        pp_ps = VARIANTS["mid pp ps"]
+        cases = [(1536, 1536, 136, pp_ps, False, False), (200, 520, 136, pp_ps, False, False, 0.5),
+                 (1000, 1100, 200, pp_ps, True, True)]
+        sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "split":
         c2x2 = VARIANTS["wide c2x2"]
         cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
                  (1000, 1100, 136, VARIANTS["mid c2x2"], False, True),
@@ -260,16 +320,19 @@ def sanitize(split_rows: bool) -> None:
     sys.exit(1 if run_checks(cases) else 0)
 
 
-def precompile() -> None:
-    """Every program the checks, timings and ncu calls use, compiled in parallel."""
+def precompile(set_: str) -> None:
+    """Every program the checks, timings and ncu calls use, compiled in parallel (``shortk``:
+    only that set's)."""
     jobs = set()
+    new = [VARIANTS["mid pp ps"]] if set_ == "shortk" else NEW
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
-                for config in NEW:
+                for config in new:
                     jobs.add(launch.program(config, problem))
-    shapes = {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS
+    shapes = SHORT_K if set_ == "shortk" else ({(*key, False): v for key, v in SHAPES.items()}
+                                                | SPLIT_ROWS)
     for (m, n, k, b_nk), names in shapes.items():
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
                                pitch128=m % 64 == 0 and n % 64 == 0 and k % 64 == 0)
@@ -282,17 +345,18 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
-    parser.add_argument("--set", choices=("first", "split"), default="first",
-                        help="the shapes of session 9's first or second call")
+    parser.add_argument("--set", choices=("first", "split", "shortk"), default="first",
+                        help="the shapes of session 9's first or second call, or session 10's "
+                             "short K")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":
-        precompile()
+        precompile(args.set)
     elif args.mode == "check":
         sys.exit(1 if run_checks(check_cases()) else 0)
     elif args.mode == "time":
-        run_timing(args.json, args.set == "split")
+        run_timing(args.json, args.set)
     elif args.mode == "ncu":
-        ncu_calls()
+        ncu_calls(args.set)
     else:
-        sanitize(args.set == "split")
+        sanitize(args.set)

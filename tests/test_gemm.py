@@ -280,6 +280,9 @@ def test_wave_fill_tiles(monkeypatch):
         for dims in ((1536, 1536, 1536), (2000, 2000, 2000), (3000, 5000, 2000),
                      (4096, 4096, 4096), (8192, 8192, 512)):  # wide tiles fill their waves
             chosen = tune.heuristic(problem(*dims, dt=dt))
+            if dims[2] == 512 and dt != tune.DT_TF32:  # short K: ping-pong 128 x 128 tiles
+                assert chosen == tune._PINGPONG, dims
+                continue
             assert chosen.kernel == "wgmma" and chosen.bn == 256, dims
         assert narrow in tune.candidates(problem(1024, 1024, 1024, dt=dt))
     # rows that are not 128-byte multiples (1000 16-bit elements): 128 x 128 beats 128 x 64 in
