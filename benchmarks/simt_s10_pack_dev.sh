@@ -5,7 +5,7 @@
 # warm Timer), its GPU tests, memcheck and racecheck over forced packed calls, every tile and
 # split near the model's pick at 1000^3 both ways (simt_s10_dev.py configs), then bench_gemm's
 # fp32 rows with what is left. Each step time-limited; logs and JSON in OUTDIR, packed into
-# OUTDIR/runs.tgz as it goes.
+# $PACK (default OUTDIR/runs.tgz) as it goes.
 # Usage: bash benchmarks/simt_s10_pack_dev.sh OUTDIR   (total limit: $TOTAL, 230 s)
 set -u
 out=${1:?OUTDIR}
@@ -13,7 +13,7 @@ total=${TOTAL:-230}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0
 dev="python3 -P benchmarks/simt_s10_dev.py"
-pack() { tar -czf "$out/runs.tgz" -C "$out" --exclude runs.tgz . 2>/dev/null; }
+pack() { tar -czf "${PACK:-$out/runs.tgz}" -C "$out" --exclude runs.tgz . 2>/dev/null; }
 cap() { local l=$(( $(left) - 8 )); [ $l -gt 5 ] || l=5; [ $l -lt $1 ] && echo $l || echo $1; }
 step precompile
 timeout $(cap 40) $dev precompile >> "$out/setup.log" 2>&1
