@@ -263,11 +263,15 @@ def _problem(plan: _Plan, allow_tf32: bool) -> Problem:
     itemsize = 4 if plan.dt == DT_F32 else 2
     align = 16 // itemsize
     aligned = all(op.ptr % 16 == 0 and op.ld % align == 0 for op in (plan.a, plan.b))
+    # exact fp32 (simt) loads only rows along M or N 16 bytes at a time (K-major ones 4 bytes
+    # at a time, transposing, at any alignment): only those need 16-byte rows for its vec
+    vec = aligned if dt != DT_F32 else all(
+        op.kmajor or (op.ptr % 16 == 0 and op.ld % align == 0) for op in (plan.a, plan.b))
     # K == 0 leaves nothing to load: out = beta * c through any kernel's epilogue but wgmma's
     tma = (aligned and dt in (DT_F16, DT_BF16, DT_TF32)
            and max(plan.a.ld, plan.b.ld) * itemsize < (1 << 40) and plan.k > 0)
     pitch128 = all(op.ptr % 128 == 0 and op.ld * itemsize % 128 == 0 for op in (plan.a, plan.b))
-    return Problem(plan.m, plan.n, plan.k, dt, plan.a.kmajor, plan.b.kmajor, aligned, tma,
+    return Problem(plan.m, plan.n, plan.k, dt, plan.a.kmajor, plan.b.kmajor, vec, tma,
                    (props.major, props.minor), usable_sms(plan.index, props.multi_processor_count),
                    int(props.shared_memory_per_block_optin), pitch128)
 
@@ -559,6 +563,9 @@ def _planned(call: Call | pack.PackedCall | rows.RowsCall, plan: _Plan) -> Any:
 def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
                stream: Any) -> Call | pack.PackedCall | rows.RowsCall:
     problem = _problem(plan, allow_tf32)
+    simt_route = _simt_pack_route(plan, problem) if config is None else None
+    if simt_route is not None:  # fp32 rows of 4-byte loads: copied into 16-byte rows first
+        return _simt_packed_call(plan, *simt_route, stream)
     cut = rows.cut(problem) if config is None else None
     if cut is not None:  # fp32 grids whose last wave is nearly empty: two launches
         return _rows_call(plan, problem, cut[0], cut[1], allow_tf32, stream)
@@ -582,22 +589,76 @@ def _plan_call(plan: _Plan, allow_tf32: bool, config: Config | None,
     return _packed_call(plan, plan, problem, config, ())
 
 
-def _rows_call(plan: _Plan, problem: Problem, head_rows: int, head: Config, allow_tf32: bool,
-               stream: Any) -> rows.RowsCall:
-    """``head`` over C's first ``head_rows`` rows, then the rest as its own GEMM (its config
-    chosen, or tuned, for its own shape) on pointers moved past those rows."""
+def _a_step(plan: _Plan, head_rows: int) -> int:
+    """Bytes from A's first row to its row ``head_rows``."""
     itemsize = 4 if plan.dt == DT_F32 else 2
-    a_step = (head_rows * plan.a.ld if plan.a.kmajor else head_rows) * itemsize
+    return (head_rows * plan.a.ld if plan.a.kmajor else head_rows) * itemsize
+
+
+def _tail_plan(plan: _Plan, head_rows: int) -> _Plan:
+    """``plan`` past C's first ``head_rows`` rows (A's pointer moved; C's is the call's)."""
+    a = dataclasses.replace(plan.a, ptr=plan.a.ptr + _a_step(plan, head_rows))
+    return dataclasses.replace(plan, a=a, m=plan.m - head_rows)
+
+
+def _rows_call(plan: _Plan, problem: Problem, head_rows: int, head: Config, allow_tf32: bool,
+               stream: Any, timing_plan: Callable[[], _Plan] | None = None) -> rows.RowsCall:
+    """``head`` over C's first ``head_rows`` rows, then the rest as its own GEMM (its config
+    chosen, or tuned, for its own shape) on pointers moved past those rows. ``timing_plan``:
+    as :func:`_choose`'s (``plan`` on placeholders of copies)."""
+    itemsize = 4 if plan.dt == DT_F32 else 2
+    a_step = _a_step(plan, head_rows)
     out_step, cin_step = head_rows * plan.ldc * itemsize, head_rows * plan.ldcin * itemsize
-    tail_plan = dataclasses.replace(plan, a=dataclasses.replace(plan.a, ptr=plan.a.ptr + a_step),
-                                    m=plan.m - head_rows)
+    tail_plan = _tail_plan(plan, head_rows)
     tail_problem = _problem(tail_plan, allow_tf32)
-    tail = _choose(tail_plan, tail_problem, stream)
+    tail_timing = None if timing_plan is None else \
+        (lambda: _tail_plan(timing_plan(), head_rows))
+    tail = _choose(tail_plan, tail_problem, stream, tail_timing)
     head_call = make_call(dataclasses.replace(plan, m=head_rows),
                           dataclasses.replace(problem, m=head_rows), head, plan.out.ptr)
     tail_call = make_call(tail_plan, tail_problem, tail, plan.out.ptr + out_step)
     return rows.RowsCall(head_call, tail_call, head_rows, a_step, out_step, cin_step,
                          plan.m, plan.n)
+
+
+def _simt_pack_route(plan: _Plan, problem: Problem
+                     ) -> tuple[_Plan, Problem, tuple[pack.PackCopy, ...]] | None:
+    """fp32 on the CUDA cores whose rows along M or N are not 16-byte multiples (its main loop
+    loads them 4 bytes at a time): (the plan on copies of those operands into 128-byte rows,
+    its problem, the copies) where the wave model finds the copies pay
+    (kernels/_gemm_pack.py's ``simt_pays``); None elsewhere and with
+    GPURT_GEMM_DISABLE=pack."""
+    if problem.dt != DT_F32 or problem.vec or plan.k == 0 or \
+            "pack" in tune.disabled_kernels():
+        return None
+    operands = [(op.ptr, op.ld, op.kmajor, n, plan.k)
+                for op, n in ((plan.a, plan.m), (plan.b, plan.n))]
+    copies = pack.copies_for(operands, 4, simt=True)
+    if not copies:
+        return None
+    packed = pack.packed_plan(plan, copies)
+    packed_problem = _problem(packed, False)
+    if not packed_problem.vec or not pack.simt_pays(rows.modelled(problem),
+                                                     rows.modelled(packed_problem), copies):
+        return None
+    return packed, packed_problem, copies
+
+
+def _simt_packed_call(plan: _Plan, packed: _Plan, packed_problem: Problem,
+                      copies: tuple[pack.PackCopy, ...], stream: Any) -> pack.PackedCall:
+    """The simt plan (the cut along M where it pays, else one grid) on ``packed``, behind
+    the ``copies`` of ``plan``'s operands."""
+    def timing() -> _Plan:
+        return pack.copied_plan(plan, packed, copies, stream)
+
+    cut = rows.cut(packed_problem)
+    inner: Call | rows.RowsCall
+    if cut is not None:
+        inner = _rows_call(packed, packed_problem, cut[0], cut[1], False, stream, timing)
+    else:
+        config = _choose(packed, packed_problem, stream, timing)
+        inner = make_call(packed, packed_problem, config, plan.out.ptr)
+    return pack.make_packed(inner, copies, None, plan.m, plan.n, packed_problem.sm_count)
 
 
 def _pack_route(plan: _Plan, problem: Problem,
