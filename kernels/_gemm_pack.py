@@ -74,7 +74,7 @@ def tma_ready(ptr: int, ld: int, itemsize: int) -> bool:
 def copies_for(operands: list[tuple[int, int, bool, int, int]], itemsize: int,
                simt: bool = False) -> tuple[PackCopy, ...]:
     """The copies that make every operand TMA-ready: ``operands`` are (ptr, ld, kmajor,
-    rows, k) of A and B (rows x k logical, as kernels/gemm.py's _Operand); each one that is
+    rows, k) of A and B (rows x k logical, as kernels/_gemm_plan.py's Operand); each one that is
     not TMA-ready is copied as stored (K-major: ``rows`` rows of ``k``; else ``k`` of
     ``rows``), the copies one after another from 128-byte boundaries. An operand whose base
     is not a whole element from 0 cannot be copied element-wise: then none is returned.
@@ -105,7 +105,7 @@ def c_copy_for(out_ptr: int, ldc: int, m: int, n: int, itemsize: int,
 
 
 def packed_plan(plan: Any, copies: tuple[PackCopy, ...]) -> Any:
-    """kernels/gemm.py's ``plan`` with each copied operand replaced by its copy: no array, a
+    """kernels/_gemm_plan.py's ``plan`` with each copied operand replaced by its copy: no array, a
     placeholder pointer (128-byte aligned, the copy's offset past :data:`PLACEHOLDER`), the
     copy's pitch."""
     ops = [plan.a, plan.b]
@@ -272,7 +272,7 @@ def c_pays(config: Config, c_copy: PackCopy | None, out_ptr: int, itemsize: int)
 
 def c_copy_if_pays(plan: Any, problem: Problem, config: Config,
                    copies: tuple[PackCopy, ...]) -> PackCopy | None:
-    """C's copy-back for kernels/gemm.py's ``plan`` (behind ``copies``) where ``config``
+    """C's copy-back for kernels/_gemm_plan.py's ``plan`` (behind ``copies``) where ``config``
     writing C's rows directly would cost more (:func:`c_pays`), else None. Off with
     ``GPURT_GEMM_DISABLE=pack``, and off GPUs without the TMA kernels."""
     if problem.capability != (9, 0) or "pack" in disabled_kernels():
