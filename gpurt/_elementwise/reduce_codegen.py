@@ -58,6 +58,16 @@ COLUMN_MIN_BLOCKS = 8
 # (4099x8191 bfloat16 76.1 -> 77.8% of copy, 65536x1023 bfloat16 77.9 -> 80.1, 1 x 64 Mi
 # 95.6 -> 96.1); "one" within noise of "all" (notes_bandwidth.md, s9-colsum).
 TICKET = "acqrel"
+# The realigned column walk's edge rows: "loop" = every row's vector in the unrolled loop but
+# the one vector that passes the view's end (the row highest in memory, in the last column
+# block), whose elements are read after the loop; "element" = rows 0 and K - 1 read element
+# by element after the loop in every block of the first and last split (the walk before
+# session 10: a dependent DRAM round trip at the end of those blocks).
+REALIGN_EDGES = "loop"
+# The realigned walk's loop as whole batches of COLUMN_UNROLL loads (the last batch's rows past
+# the thread's end load its first row again and fold nothing); False: `#pragma unroll`, whose
+# remainder loop (NVRTC puts it first) has one load in flight per trip.
+REALIGN_BATCHED = True
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -176,13 +186,17 @@ def _decompose(var: str, sizes: str, strides: str, ndim: int, names: Sequence[st
     return "".join(out)
 
 
-def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str) -> str:
+def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
+              when: str = "") -> str:
+    """Load the inputs (``fetch``: each input's element) and fold their map into ``_acc``
+    (only where ``when`` holds, if given: the loads stay unconditional)."""
     ins = [op for op in ops if op.kind == "in"]
     lines = [f"const {op.compute} {op.name} = "
              f"static_cast<{op.compute}>(_gpurt_ld({fetch[op.name]}));"
              for op in ins]
-    lines.append("_acc = _gpurt_reduce(_acc, static_cast<_type_reduce>(_gpurt_map(" +
-                 ", ".join(op.name for op in ops if op.kind in ("in", "scalar")) + ")));")
+    args = ", ".join(op.name for op in ops if op.kind in ("in", "scalar"))
+    lines.append((f"if ({when}) " if when else "") +
+                 f"_acc = _gpurt_reduce(_acc, static_cast<_type_reduce>(_gpurt_map({args})));")
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
@@ -319,9 +333,10 @@ def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     rows' misalignment ``_s`` is the thread's constant) and sums it slot by slot; shared
     memory then puts slot ``p`` of row thread ``_ty`` back in column ``p - _s``. The
     envelope of ``width`` vectors covers ``(width - 1) * vec`` columns whatever ``_s``.
-    Rows 0 and K - 1, whose envelopes may leave the view's memory, are read element by
-    element; every other vector holds an element of its row and lies inside the view (the
-    planner asks for a row stride of at least ``vec``)."""
+    Every vector holds an element of its row. The vector before the view's first element lies
+    in that element's aligned 16 bytes (inside its allocation); every other one lies inside
+    the view (the planner asks for a row stride of at least ``vec``) but the one that passes
+    the view's end, whose elements are read one by one (see REALIGN_EDGES)."""
     idx, w, v = layout.index, layout.width, layout.vec
     rows, per = BLOCK // w, outputs_per_block(layout)
     ins = [op for op in ops if op.kind == "in"]
@@ -342,35 +357,93 @@ def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     out.append(f"    const int _s = (int)(reinterpret_cast<unsigned long long>(_p_{first} + "
                f"_o_{first}) / sizeof(*_p_{first}) % {v});\n"
                f"    const {idx} _d = ({idx})_tx * {v} - _s;  // (row, _c0) to the vector\n"
-               "    if (_kb < _k1 && _c0 + _d < _M) {\n"
-               f"        const {idx} _ka = _kb == 0 ? _kb + {rows} : _kb;\n"
-               "        const " + idx + " _ke = _k1 == _K ? _K - 1 : _k1;\n"
-               f"        #pragma unroll {COLUMN_UNROLL}\n"
-               f"        for ({idx} _k = _ka; _k < _ke; _k += {rows}) {{\n")
-    for op in ins:
-        out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
-                   f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>(_p_{op.name} + "
-                   f"(_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d));\n")
-    out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
-               "                _type_reduce& _acc = _accv[_e];\n")
-    out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
-    out.append("            }\n        }\n"
-               "        #pragma unroll\n        for (int _edge = 0; _edge < 2; ++_edge) {\n"
-               f"            const {idx} _k = _edge ? _K - 1 : 0;\n"
-               f"            if (_k < _kb || _k >= _k1 || (_k - _kb) % {rows} || "
-               "(_edge && _k == 0)) continue;\n"
-               f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
-               "                if (_c0 + _d + _e < 0 || _c0 + _d + _e >= _M) continue;\n"
-               "                _type_reduce& _acc = _accv[_e];\n")
-    fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d + _e]"
-             for op in ins}
-    out.append(_map_step(ops, fetch, " " * 16))
-    out.append("            }\n        }\n    }\n"
+               "    if (_kb < _k1 && _c0 + _d < _M) {\n")
+    if REALIGN_EDGES == "loop":
+        out += [_realign_cut(first, idx, v, rows), _realign_loop(ops, layout),
+                _realign_elements(ops, layout, "_cut", ("_kh",))]
+    else:
+        out += [f"        const {idx} _ka = _kb == 0 ? _kb + {rows} : _kb;\n"
+                f"        const {idx} _ke = _k1 == _K ? _K - 1 : _k1;\n",
+                _realign_loop(ops, layout),
+                _realign_elements(ops, layout, f"_k >= _kb && _k < _k1 && (_k - _kb) % {rows} "
+                                  "== 0", ("0", "_K - 1 > 0 ? _K - 1 : -1"))]
+    out.append("    }\n"
                f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
                f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
                "    if (_tx == 0) _shs[_ty] = _s;\n")
     out.append(_combine_rows(ops, layout, "_c0"))
     return "".join(out)
+
+
+def _realign_loop(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """The realigned walk's loop over the thread's rows ``[_ka, _ke)``: batches of
+    COLUMN_UNROLL vector loads, all issued before any is folded (the last batch's rows past
+    ``_ke`` load row ``_k`` again and fold nothing), so no remainder loop of one load in
+    flight."""
+    idx, v, rows, u = layout.index, layout.vec, BLOCK // layout.width, COLUMN_UNROLL
+    ins = [op for op in ops if op.kind == "in"]
+    if not REALIGN_BATCHED:
+        out = [f"        #pragma unroll {u}\n",
+               f"        for ({idx} _k = _ka; _k < _ke; _k += {rows}) {{\n"]
+        out += [f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
+                f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>(_p_{op.name} + "
+                f"(_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d));\n" for op in ins]
+        out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+                   "                _type_reduce& _acc = _accv[_e];\n")
+        out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
+        out.append("            }\n        }\n")
+        return "".join(out)
+    out = ["        #pragma unroll 1\n",
+           f"        for ({idx} _k = _ka; _k < _ke; _k += {u * rows}) {{\n"]
+    for op in ins:
+        out.append(f"            _gpurt_vec<{op.storage}, {v}> _v_{op.name}[{u}];\n")
+    out.append(f"            #pragma unroll\n            for (int _u = 0; _u < {u}; ++_u) {{\n"
+               f"                const {idx} _kj = _k + _u * {rows} < _ke ? _k + _u * {rows} "
+               ": _k;\n")
+    for op in ins:
+        out.append(f"                _v_{op.name}[_u] = *reinterpret_cast<const _gpurt_vec<"
+                   f"{op.storage}, {v}>*>(_p_{op.name} + (_o_{op.name} + (_kj - _kb) * "
+                   f"_tr_{op.name}_0 + _d));\n")
+    out.append("            }\n"
+               f"            #pragma unroll\n            for (int _u = 0; _u < {u}; ++_u)\n"
+               f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+               "                _type_reduce& _acc = _accv[_e];\n")
+    out.append(_map_step(ops, {op.name: f"_v_{op.name}[_u].v[_e]" for op in ins}, " " * 16,
+                         f"_k + _u * {rows} < _ke"))
+    out.append("            }\n        }\n")
+    return "".join(out)
+
+
+def _realign_elements(ops: Sequence[Operand], layout: ReduceLayout, mine: str,
+                      edges: Sequence[str]) -> str:
+    """Rows ``edges`` of the realigned walk where ``mine`` holds (of ``_k``), element by
+    element: every element's load at once (a column past the view's is clamped to it) and
+    the columns of the view folded."""
+    idx, v = layout.index, layout.vec
+    ins = [op for op in ops if op.kind == "in"]
+    out = []
+    for edge in edges:
+        out.append(f"        {{\n        const {idx} _k = {edge};\n        if ({mine}) {{\n"
+                   f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+                   f"                const {idx} _c = _c0 + _d + _e;\n"
+                   f"                const {idx} _cc = _c < 0 ? 0 : _c < _M ? _c : _M - 1;\n"
+                   "                _type_reduce& _acc = _accv[_e];\n")
+        fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + "
+                          "(_cc - _c0)]" for op in ins}
+        out.append(_map_step(ops, fetch, " " * 16, "_c == _cc"))
+        out.append("            }\n        }\n        }\n")
+    return "".join(out)
+
+
+def _realign_cut(first: str, idx: str, v: int, rows: int) -> str:
+    """The realigned walk's rows ``[_ka, _ke)`` (step ``rows``): all of the thread's but, where
+    its vector passes the view's end (``_cut``: row ``_kh``, the highest in memory, and a
+    vector past column M - 1), that row, whose elements are read after the loop."""
+    return (f"        const {idx} _kh = _tr_{first}_0 < 0 ? 0 : _K - 1;  // highest in memory\n"
+            f"        const bool _cut = _c0 + _d + {v} > _M && _kh >= _kb && _kh < _k1 && "
+            f"(_kh - _kb) % {rows} == 0;\n"
+            f"        const {idx} _ka = _cut && _kh == _kb ? _kb + {rows} : _kb;\n"
+            f"        const {idx} _ke = _cut && _kh != _kb ? _kh : _k1;\n")
 
 
 def outputs_per_block(layout: ReduceLayout) -> int:
