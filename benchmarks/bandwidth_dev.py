@@ -21,6 +21,7 @@ import functools
 import json
 from typing import Any
 
+import _realign_before
 import bench_elementwise
 import bench_random
 from _common import Timer, copy_gbps, peer
@@ -40,28 +41,31 @@ from gpurt._random import kernels as rkernels
 # fence, thread 0 alone ("one"), thread 0's acq_rel atomic ("acqrel")). "odd": only the
 # odd-width shapes; "rows": also the rows. "treewidth": reduction.COLUMN_TREE_WIDTH (added after
 # the run: 0 = the code before; the run's "width": 16 rows give its tall shapes' numbers).
-# Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json (the list
-# below, but the last variant: the defaults shipped after it, not timed as such).
+# Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json. Session 10
+# (s10-colwalk): the realigned walk's edges and loop. "before": the walk's generator before
+# the session (_realign_before.py: rows 0 and K - 1 element by element in every first- and
+# last-split block, a `#pragma unroll` loop whose remainder NVRTC runs first with one load in
+# flight); "edges": reduce_codegen.REALIGN_EDGES ("loop": only the vector past the view's end
+# read by elements; "element": rows 0 and K - 1 by elements, their loads now all at once);
+# "batched": reduce_codegen.REALIGN_BATCHED (the loop as whole batches of predicated loads).
+# "twins": also aligned shapes of the odd ones' bytes (what the aligned walk does at 67 MB).
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
-         "from": 32, "cap": 8, "fold": True, "ticket": "all", "treewidth": 0}
+         "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
+         "edges": "loop", "batched": True, "before": False}
+_BEFORE = {**_BASE, "before": True, "edges": "element", "batched": False}
 REDUCE_VARIANTS = [
-    {**_BASE, "rows": True},  # main (the shipped defaults)
-    {**_BASE, "fold": False, "walk": True},  # the walk alone
-    {**_BASE, "ticket": "one", "rows": True},
-    {**_BASE, "ticket": "acqrel", "rows": True},
-    {**_BASE, "ticket": "acqrel", "from": 16, "odd": True},  # tree where rows > 16
-    {**_BASE, "ticket": "acqrel", "batch": 16, "odd": True},
-    {**_BASE, "ticket": "acqrel", "least": 64, "odd": True},
-    {**_BASE, "ticket": "acqrel", "least": 128, "odd": True},
-    {**_BASE, "ticket": "acqrel", "least": 16, "odd": True},
-    {**_BASE, "ticket": "acqrel", "width": 16},
-    {**_BASE, "fold": False, "walk": True, "least": 64, "odd": True},
-    {**_BASE, "fold": False, "walk": True, "width": 16, "odd": True},
-    {**_BASE, "fold": False, "walk": True, "least": 16, "odd": True},
-    {**_BASE, "fold": False, "odd": True},  # walk + finish kernel
-    {**_BASE, "odd": True},  # main again: the run's noise
-    {**_BASE, "ticket": "acqrel", "treewidth": 16, "rows": True},  # shipped after the run
+    {**_BEFORE, "rows": True, "twins": True},  # main (the code before the session)
+    {**_BASE, "edges": "element", "batched": False, "odd": True},  # element loads at once
+    {**_BASE, "batched": False, "odd": True},  # edges in the loop
+    {**_BASE, "edges": "element", "odd": True},  # batched loop
+    {**_BASE, "rows": True, "twins": True},  # both (the new defaults)
+    {**_BASE, "fold": False, "walk": True, "odd": True, "twins": True},  # the walk alone
+    {**_BEFORE, "fold": False, "walk": True, "odd": True},  # the walk before, alone
+    {**_BASE, "unroll": 2, "odd": True},  # (unroll 8 spills 8-76 bytes under the cap)
+    {**_BASE, "least": 16, "odd": True},
+    {**_BEFORE, "odd": True},  # main again: the run's noise
+    {**_BASE, "odd": True},  # the new defaults again
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -79,7 +83,10 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
-          "treewidth": (reduction, "COLUMN_TREE_WIDTH")}
+          "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
+          "edges": (reduce_codegen, "REALIGN_EDGES"),
+          "batched": (reduce_codegen, "REALIGN_BATCHED"),
+          "before": (reduce_codegen, "_column_realign_walk")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -90,6 +97,10 @@ REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (2047, 10007, 0, "bfloat16"), (65536, 1023, 0, "float32"),
                  (65536, 1023, 0, "bfloat16"), (1023, 65537, 0, "float32"),
                  (1023, 65537, 0, "bfloat16")]
+# aligned shapes of about the odd ones' bytes: run under variants with "twins"
+TWIN_SHAPES = [(4096, 8192, 0, "float32"), (4096, 8192, 0, "bfloat16"),
+               (4096, 8192, 0, "float16"), (2048, 10000, 0, "bfloat16"),
+               (65536, 1024, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -162,14 +173,17 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     torch_gbps = {}
     for index, variant in enumerate(REDUCE_VARIANTS):
         for name, (module, attr) in _KNOBS.items():
-            setattr(module, attr, variant[name])
+            value = variant[name]
+            if name == "before":  # the walk's generator before session 10, or the shipped one
+                value = _realign_before._column_realign_walk if value else saved[name]
+            setattr(module, attr, value)
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-            for shape in REDUCE_SHAPES:
+            for shape in REDUCE_SHAPES + (TWIN_SHAPES if variant.get("twins") else []):
                 if shape[2] != 0 and not variant.get("rows"):
                     continue
-                if variant.get("odd") and shape[1] % 8 == 0:
+                if variant.get("odd") and shape[1] % 8 == 0 and shape not in TWIN_SHAPES:
                     continue
                 rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps, variant))
                 print(json.dumps(rows[-1]), flush=True)

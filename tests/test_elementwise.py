@@ -585,8 +585,8 @@ def test_column_sums_under_each_walk_shape(gpu_state, monkeypatch, width, vector
 def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, dtype,
                                                        every) -> None:
     """The realigning column walk (odd row lengths, offset views, keepdims, splits, rows
-    closer than a vector, two inputs; with ``every`` also aligned rows) against float64
-    (exact for integers); outputs poisoned first."""
+    closer than a vector, reversed rows, two inputs; with ``every`` also aligned rows) against
+    float64 (exact for integers); outputs poisoned first."""
     monkeypatch.setattr(reduction, "COLUMN_REALIGN_BYTES", 16)
     monkeypatch.setattr(reduction, "COLUMN_REALIGN_ALL", every)
     rng = np.random.default_rng()
@@ -615,7 +615,11 @@ def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, d
              ((130, 5), (slice(None), slice(1, None)), 0, False),
              ((2100, 1040), (slice(None), slice(1, 1025)), 0, False),
              ((2048, 1024), (slice(None), slice(None)), 0, False),
-             ((5, 60, 333), (slice(None),) * 3, (0, 1), False)]
+             ((5, 60, 333), (slice(None),) * 3, (0, 1), False),
+             # rows reversed: row 0 is the highest in memory, its last vector the one past
+             # the view's end (read element by element)
+             ((300, 1001), (slice(None, None, -1), slice(None)), 0, False),
+             ((2100, 1040), (slice(None, None, -1), slice(1, 1025)), 0, False)]
     for shape, index, axis, keepdims in cases:
         base = make(shape)
         ref = base[index].astype(np.float64)

@@ -47,9 +47,10 @@ COLUMN_UNROLL = 4
 # The column fold's partials a thread loads before folding them (all in flight at once: the
 # fold runs after the walk, on the kernel's critical path, one L2 round trip per batch).
 FOLD_BATCH = 8
-# Blocks per SM a folding column walk's kernel is built for (__launch_bounds__' second
-# argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without it the
-# fold's batch takes 34-48 and the walk loses resident blocks; 0: no cap).
+# Blocks per SM a folding or realigned column walk's kernel is built for (__launch_bounds__'
+# second argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without
+# it the fold's batch takes 34-48, the realigned walk's batched loop 35-38, and the walk loses
+# resident blocks; 0: no cap).
 COLUMN_MIN_BLOCKS = 8
 # How a split block takes the fold's ticket: "all" = every thread fences (fence.sc.gpu)
 # before thread 0's atomicAdd; "one" = after __syncthreads, thread 0 alone fences and takes
@@ -636,7 +637,7 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
         _column_realign_walk if layout.realign else _column_walk
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
-    capped = layout.walk == "column" and layout.fold and COLUMN_MIN_BLOCKS
+    capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
     bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
     return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'
