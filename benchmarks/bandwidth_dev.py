@@ -21,7 +21,6 @@ import functools
 import json
 from typing import Any
 
-import _realign_before
 import bench_elementwise
 import bench_random
 from _common import Timer, copy_gbps, peer
@@ -42,30 +41,22 @@ from gpurt._random import kernels as rkernels
 # odd-width shapes; "rows": also the rows. "treewidth": reduction.COLUMN_TREE_WIDTH (added after
 # the run: 0 = the code before; the run's "width": 16 rows give its tall shapes' numbers).
 # Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json. Session 10
-# (s10-colwalk): the realigned walk's edges and loop. "before": the walk's generator before
-# the session (_realign_before.py: rows 0 and K - 1 element by element in every first- and
-# last-split block, a `#pragma unroll` loop whose remainder NVRTC runs first with one load in
-# flight); "edges": reduce_codegen.REALIGN_EDGES ("loop": only the vector past the view's end
-# read by elements; "element": rows 0 and K - 1 by elements, their loads now all at once);
-# "batched": reduce_codegen.REALIGN_BATCHED (the loop as whole batches of predicated loads).
-# "twins": also aligned shapes of the odd ones' bytes (what the aligned walk does at 67 MB).
+# (s10-colwalk): the realigned walk's edges and loop; its run's rows (the variants of the time,
+# with the walk's generator before the session swapped in as "before") are in
+# results/bandwidth-dev-s10-colwalk-nvidia-h100.json. "batchfrom": reduce_codegen.
+# REALIGN_BATCH_FROM (the realigned loop as whole batches of loads where a vector holds at
+# least this many elements; 1: everywhere, 0: nowhere). "twins": also aligned shapes of the
+# odd ones' bytes (4096x8192 bfloat16 reached only 82.5% of copy there).
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
          "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
-         "edges": "loop", "batched": True, "before": False}
-_BEFORE = {**_BASE, "before": True, "edges": "element", "batched": False}
+         "batchfrom": 8}
 REDUCE_VARIANTS = [
-    {**_BEFORE, "rows": True, "twins": True},  # main (the code before the session)
-    {**_BASE, "edges": "element", "batched": False, "odd": True},  # element loads at once
-    {**_BASE, "batched": False, "odd": True},  # edges in the loop
-    {**_BASE, "edges": "element", "odd": True},  # batched loop
-    {**_BASE, "rows": True, "twins": True},  # both (the new defaults)
+    {**_BASE, "rows": True, "twins": True},  # main (the shipped defaults)
+    {**_BASE, "batchfrom": 1, "odd": True},  # batched everywhere
+    {**_BASE, "batchfrom": 0, "odd": True},  # batched nowhere
     {**_BASE, "fold": False, "walk": True, "odd": True, "twins": True},  # the walk alone
-    {**_BEFORE, "fold": False, "walk": True, "odd": True},  # the walk before, alone
-    {**_BASE, "unroll": 2, "odd": True},  # (unroll 8 spills 8-76 bytes under the cap)
-    {**_BASE, "least": 16, "odd": True},
-    {**_BEFORE, "odd": True},  # main again: the run's noise
-    {**_BASE, "odd": True},  # the new defaults again
+    {**_BASE, "odd": True},  # main again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -84,9 +75,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
           "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
-          "edges": (reduce_codegen, "REALIGN_EDGES"),
-          "batched": (reduce_codegen, "REALIGN_BATCHED"),
-          "before": (reduce_codegen, "_column_realign_walk")}
+          "batchfrom": (reduce_codegen, "REALIGN_BATCH_FROM")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -173,10 +162,7 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
     torch_gbps = {}
     for index, variant in enumerate(REDUCE_VARIANTS):
         for name, (module, attr) in _KNOBS.items():
-            value = variant[name]
-            if name == "before":  # the walk's generator before session 10, or the shipped one
-                value = _realign_before._column_realign_walk if value else saved[name]
-            setattr(module, attr, value)
+            setattr(module, attr, variant[name])
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):

@@ -7,14 +7,14 @@ them), checked against float64 numpy. SAN="-fsanitize=address" (with
 ASAN_OPTIONS=detect_leaks=0) checks the addresses, SAN="-fsanitize=thread" races on the
 shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not covered).
 
-    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [TICKET=T] [EDGES=E] [SAN=...] \
+    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [TICKET=T] [BATCH_FROM=N] [SAN=...] \
         python benchmarks/bandwidth_dev_emulate.py
 
 TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
 COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
-reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). EDGES=E:
-reduce_codegen.REALIGN_EDGES.
+reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
+reduce_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
 
 import itertools
@@ -46,7 +46,8 @@ TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
 BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
 FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
-reduce_codegen.REALIGN_EDGES = os.environ.get("EDGES", reduce_codegen.REALIGN_EDGES)
+reduce_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
+                                                     reduce_codegen.REALIGN_BATCH_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile

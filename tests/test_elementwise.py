@@ -638,6 +638,30 @@ def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, d
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("batch_from", [1, 0], ids=["batched", "unrolled"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+def test_realigned_walk_loops(gpu_state, monkeypatch, dtype, batch_from) -> None:
+    """Both loops of the realigned column walk (reduce_codegen.REALIGN_BATCH_FROM: whole
+    batches of loads, or `#pragma unroll` with its remainder) on row counts that leave every
+    remainder, a split, reversed rows and a view ending at its buffer's end, against
+    float64; the same bits on a second call."""
+    monkeypatch.setattr(reduce_codegen, "REALIGN_BATCH_FROM", batch_from)
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "float32 y", "x", "a + b", "y = a", "0",
+                              f"sum_loops{batch_from}", reduce_type="float32")
+    for shape, index in [((4099, 1001), (slice(None), slice(None))),
+                         ((61, 1001), (slice(None), slice(2, None))),
+                         ((299, 777), (slice(None, None, -1), slice(1, None)))]:
+        base = rng.standard_normal(shape).astype(dtype)
+        ref = base[index].astype(np.float64)
+        got = r(gpurt.asarray(base)[index], poisoned((ref.shape[1],), "float32"), axis=0)
+        np.testing.assert_allclose(got.numpy(), ref.sum(0), rtol=1e-4,
+                                   atol=1e-5 * math.sqrt(shape[0]) * 4)
+        again = r(gpurt.asarray(base)[index], poisoned((ref.shape[1],), "float32"), axis=0)
+        assert again.numpy().tobytes() == got.numpy().tobytes()
+
+
+@pytest.mark.gpu
 def test_reductions_with_map_post_map_and_strides(gpu_state) -> None:
     rng = np.random.default_rng()
     base = rng.standard_normal((50, 60, 8)).astype(np.float32)

@@ -59,16 +59,13 @@ COLUMN_MIN_BLOCKS = 8
 # (4099x8191 bfloat16 76.1 -> 77.8% of copy, 65536x1023 bfloat16 77.9 -> 80.1, 1 x 64 Mi
 # 95.6 -> 96.1); "one" within noise of "all" (notes_bandwidth.md, s9-colsum).
 TICKET = "acqrel"
-# The realigned column walk's edge rows: "loop" = every row's vector in the unrolled loop but
-# the one vector that passes the view's end (the row highest in memory, in the last column
-# block), whose elements are read after the loop; "element" = rows 0 and K - 1 read element
-# by element after the loop in every block of the first and last split (the walk before
-# session 10: a dependent DRAM round trip at the end of those blocks).
-REALIGN_EDGES = "loop"
-# The realigned walk's loop as whole batches of COLUMN_UNROLL loads (the last batch's rows past
-# the thread's end load its first row again and fold nothing); False: `#pragma unroll`, whose
-# remainder loop (NVRTC puts it first) has one load in flight per trip.
-REALIGN_BATCHED = True
+# The realigned column walk's loop as whole batches of COLUMN_UNROLL loads (the last batch's
+# rows past the thread's end load its first row again and fold nothing) where a vector holds
+# at least this many elements (16-bit: 8), else `#pragma unroll`, whose remainder loop NVRTC
+# puts first (one load in flight a trip); 0: nowhere. H100: 4099x8191 float16 75.7 -> 78.1%
+# of copy, 2047x10007 bfloat16 66.4 -> 68.1; float32 loses batched (4099x8191 88.8 -> 86.8,
+# 65536x1023 89.1 -> 86.8; notes_bandwidth.md, s10-colwalk).
+REALIGN_BATCH_FROM = 8
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -337,7 +334,8 @@ def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     Every vector holds an element of its row. The vector before the view's first element lies
     in that element's aligned 16 bytes (inside its allocation); every other one lies inside
     the view (the planner asks for a row stride of at least ``vec``) but the one that passes
-    the view's end, whose elements are read one by one (see REALIGN_EDGES)."""
+    the view's end, whose elements are read one by one (before session 10 rows 0 and K - 1
+    were, in every block of the first and last split: no faster on an H100)."""
     idx, w, v = layout.index, layout.width, layout.vec
     rows, per = BLOCK // w, outputs_per_block(layout)
     ins = [op for op in ops if op.kind == "in"]
@@ -359,15 +357,8 @@ def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                f"_o_{first}) / sizeof(*_p_{first}) % {v});\n"
                f"    const {idx} _d = ({idx})_tx * {v} - _s;  // (row, _c0) to the vector\n"
                "    if (_kb < _k1 && _c0 + _d < _M) {\n")
-    if REALIGN_EDGES == "loop":
-        out += [_realign_cut(first, idx, v, rows), _realign_loop(ops, layout),
-                _realign_elements(ops, layout, "_cut", ("_kh",))]
-    else:
-        out += [f"        const {idx} _ka = _kb == 0 ? _kb + {rows} : _kb;\n"
-                f"        const {idx} _ke = _k1 == _K ? _K - 1 : _k1;\n",
-                _realign_loop(ops, layout),
-                _realign_elements(ops, layout, f"_k >= _kb && _k < _k1 && (_k - _kb) % {rows} "
-                                  "== 0", ("0", "_K - 1 > 0 ? _K - 1 : -1"))]
+    out += [_realign_cut(first, idx, v, rows), _realign_loop(ops, layout),
+            _realign_cut_elements(ops, layout)]
     out.append("    }\n"
                f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
                f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
@@ -383,7 +374,7 @@ def _realign_loop(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     flight."""
     idx, v, rows, u = layout.index, layout.vec, BLOCK // layout.width, COLUMN_UNROLL
     ins = [op for op in ops if op.kind == "in"]
-    if not REALIGN_BATCHED:
+    if not (REALIGN_BATCH_FROM and v >= REALIGN_BATCH_FROM):
         out = [f"        #pragma unroll {u}\n",
                f"        for ({idx} _k = _ka; _k < _ke; _k += {rows}) {{\n"]
         out += [f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
@@ -415,24 +406,21 @@ def _realign_loop(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     return "".join(out)
 
 
-def _realign_elements(ops: Sequence[Operand], layout: ReduceLayout, mine: str,
-                      edges: Sequence[str]) -> str:
-    """Rows ``edges`` of the realigned walk where ``mine`` holds (of ``_k``), element by
-    element: every element's load at once (a column past the view's is clamped to it) and
-    the columns of the view folded."""
+def _realign_cut_elements(ops: Sequence[Operand], layout: ReduceLayout) -> str:
+    """Row ``_kh`` of a thread whose vector passes the view's end (``_cut``), element by
+    element: every element's load at once (a column outside the view's is clamped into it)
+    and the view's columns folded."""
     idx, v = layout.index, layout.vec
     ins = [op for op in ops if op.kind == "in"]
-    out = []
-    for edge in edges:
-        out.append(f"        {{\n        const {idx} _k = {edge};\n        if ({mine}) {{\n"
-                   f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
-                   f"                const {idx} _c = _c0 + _d + _e;\n"
-                   f"                const {idx} _cc = _c < 0 ? 0 : _c < _M ? _c : _M - 1;\n"
-                   "                _type_reduce& _acc = _accv[_e];\n")
-        fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + "
-                          "(_cc - _c0)]" for op in ins}
-        out.append(_map_step(ops, fetch, " " * 16, "_c == _cc"))
-        out.append("            }\n        }\n        }\n")
+    out = ["        if (_cut) {\n            const " + idx + " _k = _kh;\n"
+           f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
+           f"                const {idx} _c = _c0 + _d + _e;\n"
+           f"                const {idx} _cc = _c < 0 ? 0 : _c < _M ? _c : _M - 1;\n"
+           "                _type_reduce& _acc = _accv[_e];\n"]
+    fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + "
+                      "(_cc - _c0)]" for op in ins}
+    out.append(_map_step(ops, fetch, " " * 16, "_c == _cc"))
+    out.append("            }\n        }\n")
     return "".join(out)
 
 
