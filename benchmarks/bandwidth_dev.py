@@ -26,7 +26,7 @@ import bench_random
 from _common import Timer, copy_gbps, peer
 
 import gpurt
-from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, realign_codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
 # Session 8 (s8-colodd, s8-colfold; issue 20): "fit" (COLUMN_SPLIT_FIT), "keep"
@@ -43,7 +43,7 @@ from gpurt._random import kernels as rkernels
 # Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json. Session 10
 # (s10-colwalk): the realigned walk's edges and loop; its run's rows (the variants of the time,
 # with the walk's generator before the session swapped in as "before") are in
-# results/bandwidth-dev-s10-colwalk-nvidia-h100.json. "batchfrom": reduce_codegen.
+# results/bandwidth-dev-s10-colwalk-nvidia-h100.json. "batchfrom": realign_codegen.
 # REALIGN_BATCH_FROM (the realigned loop as whole batches of loads where a vector holds at
 # least this many elements; 1: everywhere, 0: nowhere). "twins": also aligned shapes of the
 # odd ones' bytes (4096x8192 bfloat16 reached only 82.5% of copy there).
@@ -75,7 +75,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
           "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
-          "batchfrom": (reduce_codegen, "REALIGN_BATCH_FROM")}
+          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),

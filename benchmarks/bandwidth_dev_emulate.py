@@ -14,7 +14,7 @@ TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread 
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
 COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
 reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
-reduce_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
+realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
 
 import itertools
@@ -30,7 +30,7 @@ import numpy as np
 
 import gpurt
 from _elementwise_fakes import fake_array
-from gpurt._elementwise import api, reduce_codegen, reduction
+from gpurt._elementwise import api, realign_codegen, reduce_codegen, reduction
 from gpurt._elementwise.codegen import PRELUDE
 
 
@@ -46,8 +46,8 @@ TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
 BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
 FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
-reduce_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
-                                                     reduce_codegen.REALIGN_BATCH_FROM))
+realign_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
+                                                      realign_codegen.REALIGN_BATCH_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile

@@ -12,7 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, realign_codegen, reduce_codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -641,11 +641,11 @@ def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, d
 @pytest.mark.parametrize("batch_from", [1, 0], ids=["batched", "unrolled"])
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
 def test_realigned_walk_loops(gpu_state, monkeypatch, dtype, batch_from) -> None:
-    """Both loops of the realigned column walk (reduce_codegen.REALIGN_BATCH_FROM: whole
+    """Both loops of the realigned column walk (realign_codegen.REALIGN_BATCH_FROM: whole
     batches of loads, or `#pragma unroll` with its remainder) on row counts that leave every
     remainder, a split, reversed rows and a view ending at its buffer's end, against
     float64; the same bits on a second call."""
-    monkeypatch.setattr(reduce_codegen, "REALIGN_BATCH_FROM", batch_from)
+    monkeypatch.setattr(realign_codegen, "REALIGN_BATCH_FROM", batch_from)
     rng = np.random.default_rng()
     r = gpurt.ReductionKernel("T x", "float32 y", "x", "a + b", "y = a", "0",
                               f"sum_loops{batch_from}", reduce_type="float32")
