@@ -26,7 +26,7 @@ import bench_random
 from _common import Timer, copy_gbps, peer
 
 import gpurt
-from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, realign_codegen, reduce_codegen, reduction
 from gpurt._random import kernels as rkernels
 
 # Session 8 (s8-colodd, s8-colfold; issue 20): "fit" (COLUMN_SPLIT_FIT), "keep"
@@ -40,28 +40,23 @@ from gpurt._random import kernels as rkernels
 # fence, thread 0 alone ("one"), thread 0's acq_rel atomic ("acqrel")). "odd": only the
 # odd-width shapes; "rows": also the rows. "treewidth": reduction.COLUMN_TREE_WIDTH (added after
 # the run: 0 = the code before; the run's "width": 16 rows give its tall shapes' numbers).
-# Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json (the list
-# below, but the last variant: the defaults shipped after it, not timed as such).
+# Rows of s9-colsum's H100 run: results/bandwidth-dev-s9-colsum-nvidia-h100.json. Session 10
+# (s10-colwalk): the realigned walk's edges and loop; its run's rows (the variants of the time,
+# with the walk's generator before the session swapped in as "before") are in
+# results/bandwidth-dev-s10-colwalk-nvidia-h100.json. "batchfrom": realign_codegen.
+# REALIGN_BATCH_FROM (the realigned loop as whole batches of loads where a vector holds at
+# least this many elements; 1: everywhere, 0: nowhere). "twins": also aligned shapes of the
+# odd ones' bytes (4096x8192 bfloat16 reached only 82.5% of copy there).
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
-         "from": 32, "cap": 8, "fold": True, "ticket": "all", "treewidth": 0}
+         "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
+         "batchfrom": 8}
 REDUCE_VARIANTS = [
-    {**_BASE, "rows": True},  # main (the shipped defaults)
-    {**_BASE, "fold": False, "walk": True},  # the walk alone
-    {**_BASE, "ticket": "one", "rows": True},
-    {**_BASE, "ticket": "acqrel", "rows": True},
-    {**_BASE, "ticket": "acqrel", "from": 16, "odd": True},  # tree where rows > 16
-    {**_BASE, "ticket": "acqrel", "batch": 16, "odd": True},
-    {**_BASE, "ticket": "acqrel", "least": 64, "odd": True},
-    {**_BASE, "ticket": "acqrel", "least": 128, "odd": True},
-    {**_BASE, "ticket": "acqrel", "least": 16, "odd": True},
-    {**_BASE, "ticket": "acqrel", "width": 16},
-    {**_BASE, "fold": False, "walk": True, "least": 64, "odd": True},
-    {**_BASE, "fold": False, "walk": True, "width": 16, "odd": True},
-    {**_BASE, "fold": False, "walk": True, "least": 16, "odd": True},
-    {**_BASE, "fold": False, "odd": True},  # walk + finish kernel
+    {**_BASE, "rows": True, "twins": True},  # main (the shipped defaults)
+    {**_BASE, "batchfrom": 1, "odd": True},  # batched everywhere
+    {**_BASE, "batchfrom": 0, "odd": True},  # batched nowhere
+    {**_BASE, "fold": False, "walk": True, "odd": True, "twins": True},  # the walk alone
     {**_BASE, "odd": True},  # main again: the run's noise
-    {**_BASE, "ticket": "acqrel", "treewidth": 16, "rows": True},  # shipped after the run
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -79,7 +74,8 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "cap": (reduce_codegen, "COLUMN_MIN_BLOCKS"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
-          "treewidth": (reduction, "COLUMN_TREE_WIDTH")}
+          "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
+          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -90,6 +86,10 @@ REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (2047, 10007, 0, "bfloat16"), (65536, 1023, 0, "float32"),
                  (65536, 1023, 0, "bfloat16"), (1023, 65537, 0, "float32"),
                  (1023, 65537, 0, "bfloat16")]
+# aligned shapes of about the odd ones' bytes: run under variants with "twins"
+TWIN_SHAPES = [(4096, 8192, 0, "float32"), (4096, 8192, 0, "bfloat16"),
+               (4096, 8192, 0, "float16"), (2048, 10000, 0, "bfloat16"),
+               (65536, 1024, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -166,10 +166,10 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-            for shape in REDUCE_SHAPES:
+            for shape in REDUCE_SHAPES + (TWIN_SHAPES if variant.get("twins") else []):
                 if shape[2] != 0 and not variant.get("rows"):
                     continue
-                if variant.get("odd") and shape[1] % 8 == 0:
+                if variant.get("odd") and shape[1] % 8 == 0 and shape not in TWIN_SHAPES:
                     continue
                 rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps, variant))
                 print(json.dumps(rows[-1]), flush=True)

@@ -7,13 +7,14 @@ them), checked against float64 numpy. SAN="-fsanitize=address" (with
 ASAN_OPTIONS=detect_leaks=0) checks the addresses, SAN="-fsanitize=thread" races on the
 shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not covered).
 
-    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [TICKET=T] [SAN=...] \
+    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [TICKET=T] [BATCH_FROM=N] [SAN=...] \
         python benchmarks/bandwidth_dev_emulate.py
 
 TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
 COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
-reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd).
+reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
+realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
 
 import itertools
@@ -29,7 +30,7 @@ import numpy as np
 
 import gpurt
 from _elementwise_fakes import fake_array
-from gpurt._elementwise import api, reduce_codegen, reduction
+from gpurt._elementwise import api, realign_codegen, reduce_codegen, reduction
 from gpurt._elementwise.codegen import PRELUDE
 
 
@@ -45,6 +46,8 @@ TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
 BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
 FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
+realign_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
+                                                      realign_codegen.REALIGN_BATCH_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile
@@ -200,7 +203,9 @@ if __name__ == "__main__":
                  ((2100, 1040), 0, (slice(None), slice(1, 1025)), False),
                  ((4099, 3), 0, None, False), ((130, 5), 0, None, False),
                  ((2, 1001), 0, None, False), ((3, 1001), 0, (slice(None), slice(1, None)), False),
-                 ((1000, 8191), 0, None, False)]
+                 ((1000, 8191), 0, None, False),
+                 ((301, 1039), 0, (slice(None, None, -1), slice(2, None)), False),
+                 ((130, 257), 0, (slice(None, None, -1), slice(None)), False)]
     if os.environ.get("QUICK"):
         combos, cases = [(32, 4), (32, 16), (256, 16)], cases[1:5] + cases[6:]
     for (width, vector), dtype in itertools.product(combos, [np.float32, BF]):

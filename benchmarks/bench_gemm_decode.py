@@ -155,8 +155,10 @@ def measure(gpurt: Any, torch: Any, gemm_mod: Any, p: Problem, config: Any, copy
         torch_stream.synchronize()
         err = p.rel_error(torch)
     if config is None:
-        plan, _, _ = gemm_mod._plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False, stream)
-        config = gemm_mod._choose(plan, gemm_mod._problem(plan, p.tf32), stream)
+        plans = importlib.import_module("gpurt.kernels._gemm_plan")
+        choosing = importlib.import_module("gpurt.kernels._gemm_choose")
+        plan, _, _ = plans.make_plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False, stream)
+        config = choosing.choose(plan, plans.problem_of(plan, p.tf32), stream)
     floor_us = p.n * p.k * p.itemsize / copy_bps * 1e6
     return {
         "shape": f"{p.m}x{p.n}x{p.k}",

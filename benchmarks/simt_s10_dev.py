@@ -10,6 +10,16 @@ checked against float64 into a NaN-poisoned output.
     python benchmarks/simt_s10_dev.py one M N K gpurt|nocut|cublas
     python benchmarks/simt_s10_dev.py sanitize [STEP]
     python benchmarks/simt_s10_dev.py tail [--json PATH]
+    python benchmarks/simt_s10_dev.py time --variants auto,nopack,nocut [--shapes ...]
+    python benchmarks/simt_s10_dev.py configs [--shapes 1000x1000x1000] [--json PATH]
+    python benchmarks/simt_s10_dev.py sanitize_pack [STEP]
+    python benchmarks/simt_s10_dev.py precompile
+
+Session 10's second helper (s10-simt2): ``nopack`` plans without the fp32 packed route
+(GPURT_GEMM_DISABLE=pack: rows along M or N that are not 16-byte multiples read 4 bytes at a
+time), ``nocut`` without the cut (the packed route then runs one grid); ``configs`` times
+forced simt tiles and splits (CONFIGS) both ways; ``sanitize_pack`` runs the packed route on
+a few forced cases; ``precompile`` compiles what these need in parallel.
 
 ``tail`` times every simt tile (simt_shapes_dev.py's s9 variants) on 645 x 3001 x 1999, the
 rows of 2053 x 3001 x 1999 that the cut leaves to its second launch.
@@ -20,6 +30,7 @@ Programs: `python benchmarks/simt_shapes_dev.py precompile` compiles every simt 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -59,11 +70,14 @@ def _cuts(p: Any) -> list[Any]:
 
 
 def _mode(kind: str, forced: Any = None) -> None:
-    """Plans from now on: the model's cut (``auto``), none (``nocut``) or ``forced``."""
+    """Plans from now on: the model's cut (``auto``), none (``nocut``), no packed route
+    (``nopack``) or ``forced``."""
     os.environ.pop("GPURT_GEMM_DISABLE", None)
     rows_mod.cut = _REAL_CUT
     if kind == "nocut":
         os.environ["GPURT_GEMM_DISABLE"] = "rows"
+    elif kind == "nopack":
+        os.environ["GPURT_GEMM_DISABLE"] = "pack"
     elif kind == "forced":
         rows_mod.cut = lambda problem: forced
     gm.clear_plans()
@@ -75,7 +89,8 @@ def _label(data: Any) -> str:
     return str(gm._label(gm._plan_call(plan, False, None, stream)))
 
 
-def time_shapes(shapes: list[tuple[int, int, int]], json_path: str | None) -> None:
+def time_shapes(shapes: list[tuple[int, int, int]], json_path: str | None,
+                kinds: list[str] | None = None) -> None:
     from bench_gemm import Timer
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = gpurt.Stream()
@@ -97,8 +112,10 @@ def time_shapes(shapes: list[tuple[int, int, int]], json_path: str | None) -> No
                                    batch, REPEAT) * 1e3
             cublas_call = bench.host_us(torch, lambda i, d=data: torch.matmul(
                 d.a[i], d.b[i], out=d.out), data.sets, REPEAT)
-            variants = [("auto", None), ("nocut", None)]
+            variants: list[tuple[str, Any]] = [("auto", None), ("nocut", None)]
             variants += [("forced", cut) for cut in _cuts(p)[:3] if cut != _REAL_CUT(p)]
+            if kinds is not None:
+                variants = [(kind, None) for kind in kinds]
             for kind, forced in variants:
                 _mode(kind, forced)
                 try:
@@ -190,17 +207,115 @@ def sanitize(step: int = 1) -> None:
     _mode("auto")
 
 
+# 1000^3 warm (issue 17): every tile near the model's pick, with the splits around it; the
+# wide tile with 8-deep K tiles (a shorter pipeline fill) too.
+_WIDE_BK8 = dataclasses.replace(tune._SIMT[0], bk=8, stages=4)
+CONFIGS = [dataclasses.replace(base, split_k=split) for base, splits in [
+    (tune._SIMT[0], (2, 3, 4, 5, 6, 8)), (_WIDE_BK8, (2, 4, 8)), (tune._SIMT[1], (2, 4)),
+    (tune._SIMT[2], (2, 4)), (tune._SIMT[3], (1, 2, 3, 4)), (tune._SIMT[4], (2, 4)),
+    (tune._SIMT[8], (1, 2, 3)), (tune._SIMT[6], (1, 2))] for split in splits]
+
+
+def time_configs(shapes: list[tuple[int, int, int]], json_path: str | None) -> None:
+    """Each of CONFIGS forced, kernel-only (graph, rotating) and warm, cuBLAS both ways."""
+    from bench_gemm import Timer
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream = gpurt.Stream()
+    timer = Timer(gpurt, stream)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows: list[dict[str, Any]] = []
+    _mode("auto")
+    for m, n, k in shapes:
+        data = bench.Problem(gpurt, torch, m, n, k, torch.float32, False, l2)
+        p = s9.problem(m, n, k)
+        ref = s9.reference(data)
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+            cublas = bench.torch_graph_us(torch, data, REPEAT)
+            cublas_warm = timer.ms(lambda d=data: torch.matmul(d.a[0], d.b[0], out=d.out),
+                                   20, REPEAT) * 1e3
+            for config in [None, *CONFIGS]:
+                try:
+                    err = s9.rel_err(data, ref, config)
+                    us = bench.gpurt_graph_us(gpurt, gm.gemm, data, config, REPEAT, torch)
+                    us_warm = timer.ms(lambda d=data, c=config: gm.gemm(
+                        d.ga[0], d.gb[0], out=d.gout, stream=stream, config=c), 20, REPEAT) * 1e3
+                except Exception as exc:  # noqa: BLE001 - report and go on
+                    print(f"{m}x{n}x{k} {config}: {exc!r}", flush=True)
+                    continue
+                label = "auto " + _label(data) if config is None else config.label()
+                model = None if config is None else round(
+                    tune._simt_cost(p, config, config.split_k), 2)
+                s9._keep({"shape": f"{m}x{n}x{k}", "config": label, "us": round(us, 2),
+                          "cublas_us": round(cublas, 2), "ratio": round(cublas / us, 3),
+                          "warm_us": round(us_warm, 2), "cublas_warm_us": round(cublas_warm, 2),
+                          "warm_ratio": round(cublas_warm / us_warm, 3), "model": model,
+                          "err": float(f"{err:.3g}")}, rows, json_path)
+        del data, ref
+
+
+def sanitize_pack(step: int = 1) -> None:
+    """The fp32 packed route forced (copies wherever rows allow, the cut and one grid), three
+    layouts on offset views, beta/Cin (every ``step``-th case)."""
+    pack = importlib.import_module("gpurt.kernels._gemm_pack")
+    pack.simt_pays = lambda before, after, copies: bool(copies)
+    cases = [(293, 517, 1001, (256, tune._SIMT[0])), (131, 259, 1003, None)]
+    combos = [(c, t) for c in cases for t in ((False, False), (True, False), (True, True))]
+    for (m, n, k, cut), (ta, tb) in combos[::step]:
+        _mode("forced", cut)
+        a = torch.randn((k, m + 3) if ta else (m, k + 3), device="cuda")[:, 3:]
+        b = torch.randn((n, k) if tb else (k, n), device="cuda")
+        c = torch.randn(m, n, device="cuda")
+        out = torch.full((m, n), float("nan"), device="cuda")
+        gm.gemm(a, b, out=out, trans_a=ta, trans_b=tb, alpha=0.5, beta=-1.5, c=c)
+        ref = 0.5 * ((a.double().T if ta else a.double()) @ (b.double().T if tb else b.double()))
+        ref -= 1.5 * c.double()
+        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        packs = [e[0] for e in gm._calls.values() if isinstance(e[0], pack.PackedCall)]
+        ok = err < 1e-5 and len(packs) == 1
+        print("PASS" if ok else "FAIL", m, n, k, ta, tb, packs[0].label() if packs else "no pack",
+              f"{err:.2e}", flush=True)
+    _mode("auto")
+
+
+def precompile() -> None:
+    """The programs the timing, the tests and the sanitizer need: every simt tile in every
+    layout with and without vector loads, split and not; the 8-deep wide tile; the copies."""
+    gl = importlib.import_module("gpurt.kernels._gemm_launch")
+    todo: dict[Any, None] = {}
+    layouts = [(a_k, b_k) for a_k in (True, False) for b_k in (True, False)]
+    for base in (*tune._SIMT, _WIDE_BK8):
+        for split, (a_k, b_k), vec in [(s, lay, v) for s in (1, 2) for lay in layouts
+                                       for v in (True, False)]:
+            if base is _WIDE_BK8 and (not vec or not a_k or b_k):
+                continue
+            config = dataclasses.replace(base, split_k=split)
+            p = tune.Problem(256, 256, 256, tune.DT_F32, a_k, b_k, vec, vec, (9, 0), 132)
+            todo[gl.program(config, p)] = None
+    todo[("gemm_pack.cu", ("gemm_pack<unsigned int>",), "sm_90")] = None
+    print(f"compiling {len(todo)} programs", flush=True)
+    gl.compile_programs(list(todo))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["time", "profile", "one", "sanitize", "tail"])
+    parser.add_argument("mode", choices=["time", "profile", "one", "sanitize", "tail",
+                                         "configs", "sanitize_pack", "precompile"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--shapes", default=None)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--variants", default=None, help="comma list: auto,nopack,nocut")
     args = parser.parse_args()
+    shapes = SHAPES if args.shapes is None else [
+        tuple(int(x) for x in text.split("x")) for text in args.shapes.split(",")]
     if args.mode == "time":
-        shapes = SHAPES if args.shapes is None else [
-            tuple(int(x) for x in text.split("x")) for text in args.shapes.split(",")]
-        time_shapes(shapes, args.json)  # type: ignore[arg-type]
+        kinds = None if args.variants is None else args.variants.split(",")
+        time_shapes(shapes, args.json, kinds)  # type: ignore[arg-type]
+    elif args.mode == "configs":
+        time_configs(shapes, args.json)  # type: ignore[arg-type]
+    elif args.mode == "sanitize_pack":
+        sanitize_pack(int(args.args[0]) if args.args else 1)
+    elif args.mode == "precompile":
+        precompile()
     elif args.mode == "profile":
         profile(args.json)
     elif args.mode == "one":

@@ -26,6 +26,7 @@ from bench_gemm import Timer
 import gpurt
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+plans = importlib.import_module("gpurt.kernels._gemm_plan")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 Config = tune.Config
@@ -125,8 +126,8 @@ def main() -> None:
                 ms = timer.ms(lambda ga=ga, gb=gb, gout=gout, config=config: gemm_mod.gemm(
                     ga, gb, out=gout, stream=stream, config=config), batch, args.repeat)
                 err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
-                plan = gemm_mod._plan(ga, gb, gout, 0.0, None, False, False, stream)[0]
-                names = gemm_launch.kernel_names(config, gemm_mod._problem(plan, False))
+                plan = plans.make_plan(ga, gb, gout, 0.0, None, False, False, stream)[0]
+                names = gemm_launch.kernel_names(config, plans.problem_of(plan, False))
                 kernel = gemm_launch.compile_kernels(config.source, names, gpurt.get_arch())[0]
                 rows.append({"size": size, "config": config.label(), "ms": ms,
                              "tflops": round(flops / ms / 1e9, 2),

@@ -28,8 +28,10 @@ def pick(gemm_mod: Any, tunable: Any, ga: Any, gb: Any, gout: Any, stream: Any,
     tunable.set_filename(os.path.join(folder, f"rotating{rotating}.json"))
     tunable.set_rotating_buffer_size(rotating)
     gemm_mod.gemm(ga, gb, out=gout, stream=stream)
-    plan, _, _ = gemm_mod._plan(ga, gb, gout, 0.0, None, False, False, stream)
-    return gemm_mod._choose(plan, gemm_mod._problem(plan, False), stream)
+    plans = importlib.import_module("gpurt.kernels._gemm_plan")
+    choosing = importlib.import_module("gpurt.kernels._gemm_choose")
+    plan, _, _ = plans.make_plan(ga, gb, gout, 0.0, None, False, False, stream)
+    return choosing.choose(plan, plans.problem_of(plan, False), stream)
 
 
 def measure(gpurt: Any, torch: Any, gemm_mod: Any, tunable: Any, timer: Any, stream: Any,

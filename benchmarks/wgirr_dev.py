@@ -49,6 +49,9 @@ VARIANTS = {
     "narrow pp": _v(NARROW, pingpong=True), "mid pp c2": _v(MID, pingpong=True, cluster_m=2),
     "wide ps": _v(WIDE, pipe_store=True), "mid ps": _v(MID, pipe_store=True),
     "wide c2 ps": _v(W[6], pipe_store=True), "mid pp c1x2": _v(MID, pingpong=True, cluster_n=2),
+    "mid pp ps": _v(MID, stages=5, pingpong=True, pipe_store=True),
+    "mid pp s5": _v(MID, stages=5, pingpong=True),
+    "mid pp ps g16": _v(MID, stages=5, pingpong=True, pipe_store=True, group_m=16),
     "w192": tune._WGMMA_192, "w192 c2": tune._WGMMA_192_C2,
     "w192 c2x2": tune._WGMMA_192_C2X2, "w192 g8": _v(tune._WGMMA_192, group_m=8),
 }
@@ -80,9 +83,19 @@ SPLIT_ROWS = {
     (1000, 1000, 1000, False): ("mid", "mid c2x2", "mid ps"),
     (8192, 8192, 512, False): ("wide", "wide ps", "mid pp", "mid pp c2", "wide c2 ps"),
 }
-
-# Session 10's `time --set tile192` (s10-tile192): the 128 x 192 tiles against today's choice
-# at the wave-quantized shapes, the shapes it may change and the big squares; also warm.
+# Session 10 (s10-shortk, `--set shortk`): ping-pong consumers with the pipelined store (a
+# whole tile of staging per consumer) against the cooperative tiles at short K, each variant
+# twice, cuBLAS before each round; warm (same operands) next to cold.
+SHORT_K = {
+    (8192, 8192, 512, False): ("wide", "wide ps", "mid ps", "mid pp", "mid pp s5", "mid pp ps",
+                               "mid pp ps g16"),
+    (4096, 4096, 1024, False): ("wide ps", "mid ps", "mid pp", "mid pp ps"),
+    (1024, 1024, 1024, False): ("narrow", "mid ps", "narrow pp", "mid pp ps"),
+    (1000, 1000, 1000, False): ("mid ps", "mid pp", "mid pp ps"),
+    (4096, 4096, 4096, False): ("wide", "mid pp ps"),
+}
+# Session 10 (s10-tile192, `--set tile192`): the 128 x 192 tiles against the choice before
+# them at the wave-quantized shapes, the shapes they may change and the big squares; warm too.
 _C2X2 = ("wide c2x2", "mid c2x2", "w192", "w192 c2", "w192 c2x2")
 TILE192 = {
     (2000, 3000, 1000, False): _C2X2, (3000, 3000, 3000, False): _C2X2,
@@ -93,7 +106,7 @@ TILE192 = {
     (4096, 4096, 1024, False): ("wide", "w192"), (4096, 4096, 4096, False): ("wide", "w192"),
     (8192, 8192, 8192, False): (),
 }
-WARM = False  # time_shape also times warm: one operand set, graph replay
+SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192}
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -106,6 +119,33 @@ def single_us(p: Any, config: Config | None, stream: Any) -> float:
 
     with gpurt.stream(stream), torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         return round(bench.host_us(torch, call, p.sets, 30), 2)
+
+
+def warm_us(p: Any, config: Config | None, stream: Any) -> float:
+    """Kernel-only on the same operands every call (bench_gemm's warm batch; L2-resident
+    where they fit)."""
+    def call(i: int) -> None:
+        gm.gemm(p.ga[0], p.gb[0], out=p.gout, stream=stream, config=config)
+
+    def capture(body: Any) -> Any:
+        graph = gpurt.CUDAGraph()
+        with gpurt.graph(graph, stream=stream):
+            body()
+        return graph
+
+    with gpurt.stream(stream), torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
+        return grid_dev._graph_us(capture, call, 1, lambda g: g.replay())
+
+
+def cublas_warm_us(p: Any) -> float:
+    def capture(body: Any) -> Any:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+        return graph
+
+    return grid_dev._graph_us(capture, lambda i: torch.matmul(p.a[0], p.b[0], out=p.out), 1,
+                              lambda g: g.replay())
 
 
 def cublas_single_us(p: Any) -> float:
@@ -121,25 +161,18 @@ def _measure(p: Any, config: Config | None, stream: Any, ref: Any, cublas: tuple
     err = grid_dev.error(p, config, False, stream, ref)
     us = grid_dev.ours_us(p, config, False, stream)
     single = single_us(p, config, stream)
+    warm = warm_us(p, config, stream) if len(cublas) > 2 else None
     grids = {c[0].config.label(): c[0].grid for c in gm._calls.values()}
-    found = {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
-             "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
-             "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
-    if WARM:
-        found["warm_us"] = grid_dev.ours_us(_warm(p), config, False, stream)
-    return found
-
-
-def _warm(p: Any) -> Any:
-    """``p`` with its first operand set only (kernel-only replays then run warm in L2)."""
-    warm = dataclasses.replace(p) if dataclasses.is_dataclass(p) else object.__new__(type(p))
-    warm.__dict__.update(p.__dict__)
-    warm.a, warm.b, warm.ga, warm.gb = p.a[:1], p.b[:1], p.ga[:1], p.gb[:1]
-    return warm
+    row = {"us": us, "x": round(cublas[0] / us, 3), "single_us": single,
+           "single_x": round(cublas[1] / single, 3), "err": float(f"{err:.2g}"),
+           "ok": err < 1e-2, "grid": grids.get(config.label() if config else fallback)}
+    if warm is not None:
+        row.update(warm_us=warm, warm_x=round(cublas[2] / warm, 3))
+    return row
 
 
 def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], rounds: int,
-               stream: Any, l2: int, state: dict[str, Any], save: Any) -> None:
+               stream: Any, l2: int, state: dict[str, Any], save: Any, warm: bool = False) -> None:
     """Every variant of one shape into state["rows"][shape], saving after each; a variant
     that runs past WATCHDOG_S (a hung kernel) ends the process (exit 5), and the next run of
     this mode finds it in state["pending"] and leaves it out (state["hung"]); one that raises
@@ -158,8 +191,8 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
     if "cublas_us" not in row:
         row.update(auto_config=auto, pitch128=problem.pitch128, cublas_us=grid_dev.cublas_us(p),
                    cublas_single_us=cublas_single_us(p))
-        if WARM:
-            row["cublas_warm_us"] = grid_dev.cublas_us(_warm(p))
+        if warm:
+            row["cublas_warm_us"] = cublas_warm_us(p)
     ref = p.a[0].double() @ p.b[0].double()
     for name in left:
         base, _, again = name.partition(" r")
@@ -170,9 +203,11 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
         timer = threading.Timer(WATCHDOG_S, lambda: os._exit(5))
         timer.start()
         try:
-            row[name] = _measure(p, VARIANTS.get(base), stream, ref,
-                                 (row[f"cublas_us r{again}" if again else "cublas_us"],
-                                  row["cublas_single_us"]), auto)
+            cublas = (row[f"cublas_us r{again}" if again else "cublas_us"],
+                      row["cublas_single_us"])
+            if warm:
+                cublas += (row["cublas_warm_us"],)
+            row[name] = _measure(p, VARIANTS.get(base), stream, ref, cublas, auto)
         except Exception as exc:  # noqa: BLE001 - a fresh process goes on (sticky errors)
             row[name] = {"error": repr(exc)}
             state["pending"] = None
@@ -186,10 +221,8 @@ def time_shape(m: int, n: int, k: int, b_nk: bool, names: tuple[str, ...], round
     del p, ref
 
 
-def run_timing(json_path: str, which: str) -> None:
+def run_timing(json_path: str, set_: str) -> None:
     """Resumable: the state lives in ``json_path`` (rows, the variant running, hung ones)."""
-    global WARM
-    WARM = which == "tile192"
     path = Path(json_path)
     state = json.loads(path.read_text()) if path.exists() else {"rows": {}, "hung": [],
                                                                   "pending": None}
@@ -203,12 +236,11 @@ def run_timing(json_path: str, which: str) -> None:
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream = gpurt.Stream()
-    shapes = {"split": SPLIT_ROWS, "tile192": TILE192}.get(
-        which, {(*key, False): v for key, v in SHAPES.items()})
+    shapes = SETS.get(set_) or {(*key, False): v for key, v in SHAPES.items()}
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         for (m, n, k, b_nk), names in shapes.items():
-            time_shape(m, n, k, b_nk, names, 2 if which == "split" else 1, stream, l2, state,
-                       save)
+            time_shape(m, n, k, b_nk, names, 1 if set_ in ("first", "tile192") else 2, stream,
+                       l2, state, save, warm=set_ in ("shortk", "tile192"))
     summary(json_path)
 
 
@@ -219,29 +251,31 @@ def summary(json_path: str) -> None:
     for row in state["rows"].values():
         ours = {key: v for key, v in row.items() if isinstance(v, dict) and "us" in v}
         cells = " | ".join(f"{key} {v['us']:.1f} x{v['x']:.3f} / {v['single_us']:.1f}"
-                           + (f" warm {v['warm_us']:.1f}" if "warm_us" in v else "")
+                           + (f" warm {v['warm_us']:.1f} x{v['warm_x']:.3f}" if "warm_us" in v
+                              else "")
                            + f"{'' if v['ok'] else ' BAD'}" for key, v in ours.items())
-        warm = f" warm {row['cublas_warm_us']:.1f}" if "cublas_warm_us" in row else ""
         print(f"{row['shape']} cuBLAS {row.get('cublas_us', 0):.1f} / "
-              f"{row.get('cublas_single_us', 0):.1f}{warm} auto={row.get('auto_config')} | "
-              f"{cells}", flush=True)
+              f"{row.get('cublas_single_us', 0):.1f} warm {row.get('cublas_warm_us', 0):.1f}"
+              f" auto={row.get('auto_config')} | {cells}", flush=True)
 
 
 # ---- Nsight Compute: one call per variant --------------------------------------------------------
 
 NCU_SHAPES = ((3000, 5000, 2000), (8192, 8192, 512))
 NCU_VARIANTS = ("wide", "wide ps", "wide c2", "wide c1x2", "mid pp")
+NCU_SHORT_K = ("wide ps", "mid pp", "mid pp ps")  # (8192, 8192, 512) only
 
 
-def ncu_calls() -> None:
+def ncu_calls(set_: str) -> None:
     """Each (shape, variant) once, after a warm-up call outside the profiled range (ncu's
     --profile-from-start off with cudaProfilerStart/Stop around the measured call)."""
-    for m, n, k in NCU_SHAPES:
+    shapes = ((8192, 8192, 512),) if set_ == "shortk" else NCU_SHAPES
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ga, gb, gout = gpurt.asarray(a), gpurt.asarray(b), gpurt.asarray(out)
-        for name in NCU_VARIANTS:
+        for name in NCU_SHORT_K if set_ == "shortk" else NCU_VARIANTS:
             config = VARIANTS[name]
             gm.gemm(ga, gb, out=gout, config=config)
             torch.cuda.synchronize()
@@ -278,17 +312,21 @@ def run_checks(cases: list[tuple[Any, ...]]) -> int:
     return failures
 
 
-def sanitize(which: str) -> None:
-    """Small cases of every new variant (``split``: the second call's, the chooser's
-    2 x 2 clusters with several tile blocks per cluster and the case the first left undone;
-    ``tile192``: the 128 x 192 tiles, alone and in clusters, with several tiles per CTA)."""
-    if which == "tile192":
+def sanitize(set_: str) -> None:
+    """Small cases of every new variant (``split_rows``: the second call's, the chooser's
+    2 x 2 clusters with several tile blocks per cluster and the case the first left undone)."""
+    if set_ == "shortk":  # several tiles per consumer; beta with Cin; N-major A and B
+        pp_ps = VARIANTS["mid pp ps"]
+        cases = [(1536, 1536, 136, pp_ps, False, False), (200, 520, 136, pp_ps, False, False, 0.5),
+                 (1000, 1100, 200, pp_ps, True, True)]
+        sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "tile192":  # alone and in clusters; several tiles per CTA
         w192 = [VARIANTS[name] for name in ("w192", "w192 c2", "w192 c2x2")]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in w192]
-        cases += [(136, 456, 200, w192[1], True, True), (264, 600, 200, w192[2], False, True)]
-        cases.append((1536, 1000, 136, w192[0], True, False))  # several tiles per CTA
+        cases += [(136, 456, 200, w192[1], True, True), (264, 600, 200, w192[2], False, True),
+                  (1536, 1000, 136, w192[0], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
-    if which == "split":
+    if set_ == "split":
         c2x2 = VARIANTS["wide c2x2"]
         cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
                  (1000, 1100, 136, VARIANTS["mid c2x2"], False, True),
@@ -302,21 +340,22 @@ def sanitize(which: str) -> None:
     sys.exit(1 if run_checks(cases) else 0)
 
 
-def precompile(which: str) -> None:
-    """Every program the checks, timings and ncu calls use, compiled in parallel (``tile192``:
-    those of the 128 x 192 tiles' timings, checks and GPU tests only)."""
+def precompile(set_: str) -> None:
+    """Every program the checks, timings and ncu calls use, compiled in parallel (``shortk``:
+    only that set's)."""
     jobs = set()
-    tile192 = which == "tile192"
-    every = [VARIANTS[v] for v in ("w192", "w192 c2", "w192 c2x2")] if tile192 else NEW
-    if tile192:
-        every.append(_v(tune._WGMMA_192, tma_store=False, group_m=8))  # the tests' plain stores
+    new = [VARIANTS["mid pp ps"]] if set_ == "shortk" else NEW
+    if set_ == "tile192":  # and the tests' plain stores
+        new = [VARIANTS[v] for v in ("w192", "w192 c2", "w192 c2x2")]
+        new.append(_v(tune._WGMMA_192, tma_store=False, group_m=8))
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
-                for config in every:
+                for config in new:
                     jobs.add(launch.program(config, problem))
-    shapes = TILE192 if tile192 else {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS
+    shapes = SETS[set_] if set_ in ("shortk", "tile192") else (
+        {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS)
     for (m, n, k, b_nk), names in shapes.items():
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
                                pitch128=m % 64 == 0 and n % 64 == 0 and k % 64 == 0)
@@ -329,9 +368,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
-    parser.add_argument("--set", choices=("first", "split", "tile192"), default="first",
-                        help="the shapes of session 9's first or second call, or session "
-                        "10's 128 x 192 tiles")
+    parser.add_argument("--set", choices=("first", "split", "shortk", "tile192"),
+                        default="first",
+                        help="the shapes of session 9's first or second call, or session 10's "
+                             "short K or 128 x 192 tiles")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":
@@ -341,6 +381,6 @@ if __name__ == "__main__":
     elif args.mode == "time":
         run_timing(args.json, args.set)
     elif args.mode == "ncu":
-        ncu_calls()
+        ncu_calls(args.set)
     else:
         sanitize(args.set)

@@ -5,9 +5,11 @@
 # variants' GPU tests (tests/test_gemm_wgmma_x.py), compute-sanitizer memcheck and racecheck
 # on `wgirr_dev.py sanitize`, and with the time left Nsight Compute's L2 counters over one call
 # per variant. Logs are packed into OUTDIR/runs.tgz after every step.
-# Usage: [SET=split|tile192] bash benchmarks/wgirr_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
-# SET=split: session 9's second call (wgirr_dev.py --set split: split-row shapes, no ncu);
-# SET=tile192: session 10's 128 x 192 tiles (also warm); TESTS (files) and KEXPR (-k): pytest's.
+# Usage: [SET=split|shortk] [TESTS="pytest args"] bash benchmarks/wgirr_dev.sh OUTDIR
+# (total limit: $TOTAL, 285 s). SET=split: session 9's second call (wgirr_dev.py --set split:
+# split-row shapes, no ncu); SET=shortk: session 10's short-K ping-pong (its programs only);
+# SET=tile192: session 10's 128 x 192 tiles (its programs only; warm timings too).
+# TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
 set -u
 top=${1:?OUTDIR}
 work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
@@ -19,8 +21,7 @@ export GPURT_GEMM_AUTOTUNE=0 PYTHONUNBUFFERED=1
 pack() { tar czf "$top/runs.tgz" -C "$work" w; cp "$out/wgirr_time.json" "$top/" 2>/dev/null; }
 cat "$out/smi.txt"
 step precompile
-timeout ${COMPILE_LIMIT:-70} python3 -P benchmarks/wgirr_dev.py precompile --set "$set_" \
-    >> "$out/setup.log" 2>&1
+timeout ${COMPILE_LIMIT:-70} python3 -P benchmarks/wgirr_dev.py precompile --set "$set_" >> "$out/setup.log" 2>&1
 echo "precompile rc=$?"; grep -E "precompiled|Error" "$out/setup.log" | head -5; pack
 step time
 reserve=${AFTER_TIME:-110}
@@ -32,9 +33,9 @@ done
 grep -E "HUNG|Error" "$out/time.log" | head -5; sed -n '/kernel-only us/,$p' "$out/time.log"; pack
 step pytest
 if [ $(left) -gt 30 ]; then
+    eval "set -- ${TESTS:-tests/test_gemm_wgmma_x.py -k \"not compile\"}"
     timeout $(( $(left) - ${AFTER_PYTEST:-42} )) python3 -P -m pytest -p no:cacheprovider -q \
-        ${TESTS:-tests/test_gemm_wgmma_x.py} -k "${KEXPR:-not compile}" \
-        > "$out/pytest.log" 2>&1
+        "$@" > "$out/pytest.log" 2>&1
     echo "pytest rc=$?"; tail -n 2 "$out/pytest.log"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -10
 fi
 pack
@@ -51,7 +52,7 @@ metrics=gpu__time_duration.sum,lts__t_requests.sum,lts__t_requests_srcunit_tex.s
 metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
 metrics=$metrics,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
-[ "$set_" = first ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
-    --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu > "$out/ncu.csv" 2> "$out/ncu.err"
+[ "$set_" != split ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
+    --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu --set "$set_" > "$out/ncu.csv" 2> "$out/ncu.err"
 echo "ncu rc=$? $(grep -c gemm_wgmma "$out/ncu.csv") kernel rows"; pack
 step done

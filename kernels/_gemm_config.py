@@ -37,7 +37,8 @@ class Config:
     that share (multicast) their A tiles; ``pingpong``: each wgmma consumer warpgroup takes
     whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128);
     ``pipe_store``: the TMA-store epilogue writes 64 columns at a time into two staging boxes
-    in turn, each written while the other's store is read (bn 128 or 256, with tma_store).
+    in turn, each written while the other's store is read (bn 128 or 256, with tma_store; with
+    pingpong a ring of four, a whole tile per consumer).
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages fill shared
     memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle."""
 
@@ -81,9 +82,9 @@ class Config:
             raise ValueError(f"cluster_n=2 and pingpong are for the unsplit 16-bit wgmma kernel "
                              f"(pingpong with bn <= 128): {self}")
         if self.pipe_store and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
-                                or not self.tma_store or self.pingpong or self.bn % 128):
+                                or not self.tma_store or self.bn % 128):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
-                             f"(bn 128 or 256, without pingpong): {self}")
+                             f"(bn 128 or 256): {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
@@ -127,6 +128,8 @@ class Config:
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             stage = (self.bm + self.bn) * 128
             staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
+            if self.pingpong and self.pipe_store:
+                staging *= 2  # a whole 128 x 128 tile per consumer
             return self.stages * stage + staging + 2 * 8 * self.stages + 1024
         pad = 8 if itemsize == 2 else 4
         a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)

@@ -34,13 +34,15 @@ import gpurt
 from . import _gemm_workspace as workspace
 from ._gemm_config import Config, Problem
 from ._gemm_launch import Call, compile_kernels, planned_call
+from ._gemm_rows import PlannedRows, RowsCall
 from ._gemm_tune import disabled_kernels
 from ._gemm_types import DT_F32, DT_TF32
 
 __all__ = ["PackCopy", "PackedCall", "PlannedPacked", "copies_for", "estimate_us", "pays",
            "make_packed", "planned_packed", "copy_arguments", "copy_kernel", "copy_grid",
            "scratch_bytes", "tma_ready", "packed_plan", "copied_plan", "copy_us", "PLACEHOLDER",
-           "SOURCE", "c_copy_for", "c_pays", "c_copy_if_pays", "copy_back_arguments"]
+           "SOURCE", "c_copy_for", "c_pays", "c_copy_if_pays", "copy_back_arguments",
+           "simt_pays"]
 
 SOURCE = "gemm_pack.cu"
 _THREADS = 256
@@ -69,17 +71,19 @@ def tma_ready(ptr: int, ld: int, itemsize: int) -> bool:
     return ptr % 16 == 0 and ld * itemsize % 16 == 0
 
 
-def copies_for(operands: list[tuple[int, int, bool, int, int]],
-               itemsize: int) -> tuple[PackCopy, ...]:
+def copies_for(operands: list[tuple[int, int, bool, int, int]], itemsize: int,
+               simt: bool = False) -> tuple[PackCopy, ...]:
     """The copies that make every operand TMA-ready: ``operands`` are (ptr, ld, kmajor,
-    rows, k) of A and B (rows x k logical, as kernels/gemm.py's _Operand); each one that is
+    rows, k) of A and B (rows x k logical, as kernels/_gemm_plan.py's Operand); each one that is
     not TMA-ready is copied as stored (K-major: ``rows`` rows of ``k``; else ``k`` of
     ``rows``), the copies one after another from 128-byte boundaries. An operand whose base
-    is not a whole element from 0 cannot be copied element-wise: then none is returned."""
+    is not a whole element from 0 cannot be copied element-wise: then none is returned.
+    ``simt``: only the operands the simt kernel loads 16 bytes at a time (not K-major: it
+    copies K-major ones 4 bytes at a time, transposing, at any alignment)."""
     found: list[PackCopy] = []
     offset = 0
     for which, (ptr, ld, kmajor, rows, k) in enumerate(operands):
-        if tma_ready(ptr, ld, itemsize):
+        if tma_ready(ptr, ld, itemsize) or (simt and kmajor):
             continue
         if ptr % itemsize:
             return ()
@@ -101,7 +105,7 @@ def c_copy_for(out_ptr: int, ldc: int, m: int, n: int, itemsize: int,
 
 
 def packed_plan(plan: Any, copies: tuple[PackCopy, ...]) -> Any:
-    """kernels/gemm.py's ``plan`` with each copied operand replaced by its copy: no array, a
+    """kernels/_gemm_plan.py's ``plan`` with each copied operand replaced by its copy: no array, a
     placeholder pointer (128-byte aligned, the copy's offset past :data:`PLACEHOLDER`), the
     copy's pitch."""
     ops = [plan.a, plan.b]
@@ -235,6 +239,25 @@ def pays(today: Config, problem: Problem, packed: Config, packed_problem: Proble
     return packed_us < _MARGIN * before and packed_us + _MIN_SAVING_US < before
 
 
+# fp32 on the CUDA cores (kernels/gemm_simt.cu): rows that are not 16-byte multiples take
+# 4-byte copies in the main loop. On an H100 (notes_gemm.md, s10-simt) 2053 x 3001 x 1999's
+# 128 x 256 rows ran at 43 TFLOP/s where 3000^3's aligned ones ran at 49; the wave model
+# (kernels/_gemm_rows.py's ``modelled``, _SIMT_UNIT_US a unit) charges them _gemm_tune's
+# _SIMT_RATE_UNALIGNED. The copies must model at least 3% faster (the cut's own margin).
+_SIMT_UNIT_US = 2.6
+_SIMT_MARGIN = 0.97
+
+
+def simt_pays(before: float, after: float, copies: tuple[PackCopy, ...]) -> bool:
+    """Whether copying (``copies``, fp32) and running a simt plan of modelled cost ``after``
+    should beat ``before`` (both kernels/_gemm_rows.py's ``modelled`` units)."""
+    if not copies:
+        return False
+    packed_us = copy_us(copies, 4) + after * _SIMT_UNIT_US
+    before_us = before * _SIMT_UNIT_US
+    return packed_us < _SIMT_MARGIN * before_us and packed_us + _MIN_SAVING_US < before_us
+
+
 def c_pays(config: Config, c_copy: PackCopy | None, out_ptr: int, itemsize: int) -> bool:
     """Whether ``config`` writing C into the scratch and copying it back (``c_copy``, of C at
     ``out_ptr``) should beat its epilogue storing into C's unaligned rows directly; only for
@@ -249,7 +272,7 @@ def c_pays(config: Config, c_copy: PackCopy | None, out_ptr: int, itemsize: int)
 
 def c_copy_if_pays(plan: Any, problem: Problem, config: Config,
                    copies: tuple[PackCopy, ...]) -> PackCopy | None:
-    """C's copy-back for kernels/gemm.py's ``plan`` (behind ``copies``) where ``config``
+    """C's copy-back for kernels/_gemm_plan.py's ``plan`` (behind ``copies``) where ``config``
     writing C's rows directly would cost more (:func:`c_pays`), else None. Off with
     ``GPURT_GEMM_DISABLE=pack``, and off GPUs without the TMA kernels."""
     if problem.capability != (9, 0) or "pack" in disabled_kernels():
@@ -265,13 +288,14 @@ def c_copy_if_pays(plan: Any, problem: Problem, config: Config,
 
 @dataclasses.dataclass(frozen=True)
 class PackedCall:
-    """A :class:`Call` (``inner``, planned on the copies' pitches) behind the copies of
-    ``copies`` (kernels/gemm_pack.cu's ``kernel``, ``grid``; none where only C is copied)
-    and, with ``c_copy``, writing C into the scratch, copied back by a second launch of the
-    kernel (``c_grid``). ``m``, ``n``: C's shape as the plan had it (the inner call may be
-    turned around: TF32's C^T = B^T A^T)."""
+    """A :class:`Call` (``inner``, planned on the copies' pitches; for fp32 on the CUDA
+    cores also a cut along M, :class:`RowsCall`) behind the copies of ``copies``
+    (kernels/gemm_pack.cu's ``kernel``, ``grid``; none where only C is copied) and, with
+    ``c_copy``, writing C into the scratch, copied back by a second launch of the kernel
+    (``c_grid``). ``m``, ``n``: C's shape as the plan had it (the inner call may be turned
+    around: TF32's C^T = B^T A^T)."""
 
-    inner: Call
+    inner: Call | RowsCall
     copies: tuple[PackCopy, ...]
     kernel: Any
     grid: tuple[int, int, int]
@@ -292,14 +316,22 @@ class PackedCall:
 
     def label(self) -> str:
         copied = "".join("AB"[c.which] for c in self.copies) + ("C" if self.c_copy else "")
-        return self.inner.config.label() + " pack" + copied
+        inner = self.inner
+        return (inner.label() if isinstance(inner, RowsCall) else inner.config.label()) + \
+            " pack" + copied
 
     def _room(self, handle: int | None) -> workspace.Workspace:
+        """The stream's workspace with the scratch and the room each split part needs (a
+        cut's parts take theirs from the same workspace: asked for here, they find it)."""
         inner = self.inner
-        split = inner.config.split_k > 1 and inner.config.kernel in ("mma", "simt", "wgmma")
-        partials = inner.config.split_k * inner.m * inner.n if split else 0
-        return workspace.take(inner.index, handle, partials, inner.counters if split else 0,
-                              self.scratch)
+        parts = (inner.head, inner.tail) if isinstance(inner, RowsCall) else (inner,)
+        partials = counters = 0
+        for part in parts:
+            config = part.config
+            if config.split_k > 1 and config.kernel in ("mma", "simt", "wgmma"):
+                partials = max(partials, config.split_k * part.m * part.n)
+                counters = max(counters, part.counters)
+        return workspace.take(inner.index, handle, partials, counters, self.scratch)
 
     def arguments(self, a_ptr: int, b_ptr: int,
                   scratch: int) -> tuple[tuple[Any, ...], int, int]:
@@ -321,7 +353,8 @@ class PackedCall:
             if self.copies:
                 self.kernel(self.grid, _THREADS, args, stream=stream)
             target = self.c_target(out_ptr, room.scratch)
-            if inner.config.kernel in ("skinny", "decode") or inner.config.split_k == 1:
+            if isinstance(inner, RowsCall) or inner.config.kernel in ("skinny", "decode") \
+                    or inner.config.split_k == 1:
                 inner.launch(a_ptr, b_ptr, target, cin_ptr, alpha, beta, stream)
             else:
                 inner._launch_main(a_ptr, b_ptr, target, cin_ptr, room.partials,
@@ -352,7 +385,8 @@ class PlannedPacked:
                 self.pack(handle, args[0], args[2], args[6], args[8])
             target = call.c_target(out_ptr, room.scratch)
             config = call.inner.config
-            if config.kernel in ("skinny", "decode") or config.split_k == 1:
+            if isinstance(self.inner, PlannedRows) or config.kernel in ("skinny", "decode") \
+                    or config.split_k == 1:
                 self.inner(handle, a_ptr, b_ptr, target, cin_ptr, alpha, beta)
             else:  # the room taken above holds the partials and counters too
                 self.inner._main(handle, a_ptr, b_ptr, target, cin_ptr, alpha, beta,
@@ -394,13 +428,14 @@ def copy_grid(copies: tuple[PackCopy, ...], sm_count: int) -> tuple[int, int, in
     return (max(1, min(-(-rows // _ROWS_PER_BLOCK), 8 * sm_count)), max(len(copies), 1), 1)
 
 
-def make_packed(inner: Call, copies: tuple[PackCopy, ...], c_copy: PackCopy | None, m: int,
-                n: int, sm_count: int) -> PackedCall:
+def make_packed(inner: Call | RowsCall, copies: tuple[PackCopy, ...], c_copy: PackCopy | None,
+                m: int, n: int, sm_count: int) -> PackedCall:
     """The :class:`PackedCall` running ``inner`` behind ``copies`` (and C's ``c_copy``)."""
-    itemsize = 4 if inner.dt in (DT_F32, DT_TF32) else 2
+    dt = inner.head.dt if isinstance(inner, RowsCall) else inner.dt
+    itemsize = 4 if dt in (DT_F32, DT_TF32) else 2
     everything = copies + ((c_copy,) if c_copy is not None else ())
     c_grid = copy_grid((c_copy,), sm_count) if c_copy is not None else (1, 1, 1)
-    return PackedCall(inner, copies, copy_kernel(inner.dt, inner.index),
+    return PackedCall(inner, copies, copy_kernel(dt, inner.index),
                       copy_grid(copies, sm_count), scratch_bytes(everything, itemsize), m, n,
                       c_copy=c_copy, c_grid=c_grid)
 
@@ -419,5 +454,7 @@ def planned_packed(call: PackedCall, a_ptr: int, b_ptr: int, out_ptr: int,
         back = call.kernel.planned(gpurt.LaunchConfig(call.c_grid, _THREADS),
                                    *copy_back_arguments(call.c_copy, target, out_ptr),
                                    varying=(0, 2), device=call.index)
-    inner = planned_call(call.inner, a_in, b_in, target, cin_ptr)
+    inner = (PlannedRows(call.inner, a_in, b_in, target, cin_ptr)
+             if isinstance(call.inner, RowsCall) else
+             planned_call(call.inner, a_in, b_in, target, cin_ptr))
     return PlannedPacked(call, pack, inner, back)

@@ -33,8 +33,24 @@ def cut(problem: Problem) -> tuple[int, Config] | None:
     where one grid is as fast, the problem is not fp32 or GPURT_GEMM_DISABLE names rows."""
     if problem.dt != tune.DT_F32 or "rows" in tune.disabled_kernels():
         return None
+    return _search(problem)[0]
+
+
+def modelled(problem: Problem) -> float:
+    """The wave model's cost (kernels/_gemm_tune.py's ``_simt_cost`` units) of what fp32
+    ``problem`` (exact, on the CUDA cores) runs: the cut where it pays (:func:`cut`), else
+    one grid of the heuristic's choice."""
+    return _search(problem)[1]
+
+
+def _search(problem: Problem) -> tuple[tuple[int, Config] | None, float]:
+    """(the cut that models at least 3% faster than one grid, or None; the cost of the one
+    that runs)."""
     whole = tune.heuristic(problem)
-    best, best_cost = None, tune._simt_cost(problem, whole, whole.split_k) * _PAYS
+    whole_cost = tune._simt_cost(problem, whole, whole.split_k)
+    if "rows" in tune.disabled_kernels():
+        return None, whole_cost
+    best, best_cost = None, whole_cost * _PAYS
     for head in _HEADS:
         if not tune.eligible(problem, head):
             continue
@@ -47,7 +63,7 @@ def cut(problem: Problem) -> tuple[int, Config] | None:
             cost = _cut_cost(problem, head, rows) if rows else best_cost
             if cost < best_cost:
                 best, best_cost = (rows, head), cost
-    return best
+    return best, whole_cost if best is None else best_cost
 
 
 def _cut_cost(problem: Problem, head: Config, rows: int) -> float:

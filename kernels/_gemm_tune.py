@@ -127,6 +127,15 @@ _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # 8192x8192x512 ran in 123.5-124.6 us against 125.5-135.6, 1000^3 in 11.2-11.3 against 11.6-11.7;
 # elsewhere within the spread.
 _PIPE_STORE = {c: dataclasses.replace(c, pipe_store=True) for c in (_WGMMA[4], _WGMMA[5])}
+# Ping-pong consumers with that epilogue (Config.pingpong + pipe_store, kernels/gemm_wgmma_x.cu):
+# each consumer warpgroup takes whole 128 x 128 tiles in turn and stages a whole tile (so 5
+# stages fit), so one's epilogue runs under the other's MMAs. It needs short K and several
+# tiles per consumer: on an H100 (notes_gemm.md, session 10 s10-shortk) 8192x8192x512 bf16 ran
+# in 117.9-118.9 us kernel-only (warm 117.4-117.7) against 124.7-135.6 (124.5-132.6) for the
+# 128 x 256 pipelined tiles, cuBLAS 113-123 (119); 4096x4096x1024 (8 tiles per CTA) tied,
+# 4096^3 lost (207-221 against 180-191), 1000^3 and 1024^3 (one tile per CTA) lost.
+_PINGPONG = Config("wgmma", 128, 128, 64, stages=5, group_m=8, tma_store=True, pingpong=True,
+                   pipe_store=True)
 # TF32 on wgmma (kernels/gemm_wgmma_tf32.cu): 128-byte rows of 32 fp32; 4 stages of 128 x 256
 # and 6 of 128 x 128 fill shared memory together with the TMA-store staging (16 KiB x 2).
 # On an H200 (notes_gemm.md, TF32): [0] 0.98-1.0 of cuBLAS at 4096^3 with a K-major B; [3]
@@ -372,7 +381,7 @@ def candidates(problem: Problem) -> list[Config]:
         if problem.m <= 16:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
-        pool = [c for c in _WGMMA if c.cluster_m == 1] + list(_PIPE_STORE.values())
+        pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
         pool.append(_WGMMA_192)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
@@ -425,7 +434,7 @@ def all_configs(problem: Problem) -> list[Config]:
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
                    _WGMMA_192, _WGMMA_192_C2X2, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
-                   *_WGMMA_TF32, *skinny, *decode, *rowload):
+                   _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -600,11 +609,16 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
 
 def _short_k_store(problem: Problem, config: Config) -> Config:
     """``config`` with the pipelined epilogue where it is one of _PIPE_STORE's tiles and
-    K <= 1024."""
+    K <= 1024; the ping-pong tiles (_PINGPONG) instead where K <= 512 (8 K tiles) on rows of
+    128-byte multiples with at least 8 of their tiles per SM (4 per consumer warpgroup), the
+    ground measured to win."""
     piped = _PIPE_STORE.get(config)
-    if problem.k <= 1024 and piped is not None and eligible(problem, piped):
-        return piped
-    return config
+    if problem.k > 1024 or piped is None or not eligible(problem, piped):
+        return config
+    if (problem.k <= 512 and problem.pitch128 and eligible(problem, _PINGPONG)
+            and _PINGPONG.tiles(problem.m, problem.n) >= 8 * problem.sm_count):
+        return _PINGPONG
+    return piped
 
 
 # Multiply-add rate of a wgmma CTA per tile width, relative to 128 x 256 (narrower tiles read

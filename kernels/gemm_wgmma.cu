@@ -281,27 +281,30 @@ __device__ __forceinline__ void wgmma_wait() {
 // u ^ (r % 8): conflict-free for this fragment layout), make the writes visible to the async
 // proxy, and let thread 0 of the warpgroup issue the two TMA stores without waiting for them.
 // r, c: this thread's first row and column in C; col0/row0: the half tile's origin.
-// PIPE (gemm_wgmma_x's pipe_store, BN >= 128): 64 columns per pass into the buffer's two boxes
-// in turn, waiting only for the store before last, so writing one box overlaps the TMA
-// reading the other (the plain form waits for every pass's store before the next pass).
-template <int DT, int BN, bool PIPE = false>
+// PIPE (gemm_wgmma_x's pipe_store, BN >= 128): 64 columns per pass into a ring of NBOX boxes
+// at buffer (pass p in box (first_box + p) % NBOX), waiting only until the box's previous
+// store (NBOX stores back) has been read, so writing one box overlaps the TMA reading the
+// others (the plain form waits for every pass's store before the next pass). NBOX = 4: the
+// ping-pong consumers' ring of a whole 128 x 128 tile (first_box 0 and 2 for its halves).
+template <int DT, int BN, bool PIPE = false, int NBOX = 2>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
                                                i64 ldcin, float alpha, float beta, int r, int c,
-                                               u32 buffer, int half, int t, int col0, int row0) {
+                                               u32 buffer, int half, int t, int col0, int row0,
+                                               int first_box = 0) {
     const int row = r - row0;  // 0..63 (and row + 8)
     static_assert(!PIPE || BN % 128 == 0, "an even number of 64-wide passes per half tile");
     constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass (but the last)
 #pragma unroll
     for (int pass = 0; pass < (BN + WIDTH - 1) / WIDTH; ++pass) {
-        if (t == 0) bulk_wait_read<PIPE ? 1 : 0>();
+        if (t == 0) bulk_wait_read<PIPE ? NBOX - 1 : 0>();
         named_sync(1 + half, 128);
 #pragma unroll
         for (int jj = 0; jj < WIDTH / 8; ++jj) {
             const int j = pass * (WIDTH / 8) + jj;
             if (j >= BN / 8) break;  // BN = 192's last pass: 64 columns
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
-            const u32 chunk = buffer + (PIPE ? pass % 2 : cc / 64) * CHUNK_BYTES;
+            const u32 chunk = buffer + (PIPE ? (first_box + pass) % NBOX : cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -324,8 +327,9 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         if (t == 0) {
 #pragma unroll
             for (int box = 0; box < WIDTH / 64; ++box)
-                if (pass * WIDTH + box * 64 < BN)
-                    tma_store(map, buffer + (PIPE ? pass % 2 : box) * CHUNK_BYTES,
+                if (pass * WIDTH + box * 64 < BN)  // BN = 192's last pass: one box
+                    tma_store(map,
+                              buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES,
                               col0 + pass * WIDTH + box * 64, row0);
             bulk_commit();
         }
@@ -359,7 +363,7 @@ __device__ __forceinline__ bool last_of_tile(unsigned* counter, int splits, int 
 }
 
 // Ping-pong consumers (gemm_wgmma_x with PP): defined in kernels/gemm_wgmma_x.cu.
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, class Release, class TileOf>
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, bool PS, class Release, class TileOf>
 __device__ __forceinline__ void consume_pingpong(
     u32 a_ring, u32 b_ring, u32 full_bar, Release release, const TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -441,6 +445,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
     static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
     static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
                   "consumer, unsplit");
+    static_assert(!(PP && PS) || BN == 128, "ping-pong's pipelined store: 128 x 128 tiles");
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
@@ -452,8 +457,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
     // EPI_TMA: each consumer stages 64 x 128 pieces of its C half here (two 128-byte-swizzled
     // [64][64] boxes) and one of its threads stores them with TMA while the next tile starts.
+    // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma)
+    constexpr u32 OUT_BYTES = PP && PS ? 2 * STAGE_OUT_BYTES : STAGE_OUT_BYTES;
     const u32 out_stage = b_ring + STAGES * B_BYTES;
-    const u32 full_bar = out_stage + (EPI_TMA ? 2 * STAGE_OUT_BYTES : 0);
+    const u32 full_bar = out_stage + (EPI_TMA ? 2 * OUT_BYTES : 0);
     const u32 empty_bar = full_bar + STAGES * 8;
     const bool use_tma_store = EPI_TMA && tma_store_ok != 0 && partial == nullptr;
 
@@ -564,9 +571,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         };
         if constexpr (PP) {
-            consume_pingpong<DT, BN, STAGES, A_K, B_K>(
+            consume_pingpong<DT, BN, STAGES, A_K, B_K, PS>(
                 a_ring, b_ring, full_bar, release, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha,
-                beta, pair_ok, use_tma_store, out_stage + half * STAGE_OUT_BYTES, half,
+                beta, pair_ok, use_tma_store, out_stage + half * OUT_BYTES, half,
                 first, step, items, A_LBO, A_SBO, B_LBO, B_SBO,
                 [&](int item, int& tm, int& tn) {
                     grouped_tile(item % tiles, rows, cols, max(group_m / CM, 1), tm, tn);

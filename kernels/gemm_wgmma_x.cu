@@ -22,8 +22,11 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
 // barrier is then at most one phase behind, so a parity wait cannot pass on an older phase
 // (without it, a warpgroup skipping the other's slots ran ahead and read unfilled stages: an
 // H100 hung or faulted wherever a CTA had more than one tile). tile_of(item, tm, tn): the
-// item's tile; release(s): frees slot s.
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, class Release, class TileOf>
+// item's tile; release(s): frees slot s. PS: the tile's 4 passes of 64 x 64 go through a ring
+// of 4 staging boxes (store_half_tma's PIPE), each waiting only for its box's store of the
+// warpgroup's previous tile, which had the other warpgroup's whole tile to drain (the plain
+// store waits for each pass's store before the next: 4 waits per tile on a single buffer).
+template <int DT, int BN, int STAGES, bool A_K, bool B_K, bool PS, class Release, class TileOf>
 __device__ __forceinline__ void consume_pingpong(
     u32 a_ring, u32 b_ring, u32 full_bar, Release release, const TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -73,8 +76,9 @@ __device__ __forceinline__ void consume_pingpong(
             const int r = tm * BM + h * 64 + warp * 16 + lane / 4;
             const int c = tn * BN + (lane % 4) * 2;
             if (use_tma_store) {
-                store_half_tma<DT, BN>(d[h], &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                                       out_buffer, half, t, tn * BN, tm * BM + h * 64);
+                store_half_tma<DT, BN, PS, 4>(d[h], &tma_c, Cin, M, N, ldcin, alpha, beta, r,
+                                              c, out_buffer, half, t, tn * BN, tm * BM + h * 64,
+                                              2 * h);
                 continue;
             }
 #pragma unroll

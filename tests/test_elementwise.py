@@ -12,7 +12,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import codegen, counters, reduce_codegen, reduction
+from gpurt._elementwise import codegen, counters, realign_codegen, reduce_codegen, reduction
 from gpurt._elementwise.layout import broadcast_shape, collapse, normalize_axes
 from gpurt._elementwise.types import parse_params, promote, result_type
 from gpurt.elementwise import reads_output
@@ -585,8 +585,8 @@ def test_column_sums_under_each_walk_shape(gpu_state, monkeypatch, width, vector
 def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, dtype,
                                                        every) -> None:
     """The realigning column walk (odd row lengths, offset views, keepdims, splits, rows
-    closer than a vector, two inputs; with ``every`` also aligned rows) against float64
-    (exact for integers); outputs poisoned first."""
+    closer than a vector, reversed rows, two inputs; with ``every`` also aligned rows) against
+    float64 (exact for integers); outputs poisoned first."""
     monkeypatch.setattr(reduction, "COLUMN_REALIGN_BYTES", 16)
     monkeypatch.setattr(reduction, "COLUMN_REALIGN_ALL", every)
     rng = np.random.default_rng()
@@ -615,7 +615,11 @@ def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, d
              ((130, 5), (slice(None), slice(1, None)), 0, False),
              ((2100, 1040), (slice(None), slice(1, 1025)), 0, False),
              ((2048, 1024), (slice(None), slice(None)), 0, False),
-             ((5, 60, 333), (slice(None),) * 3, (0, 1), False)]
+             ((5, 60, 333), (slice(None),) * 3, (0, 1), False),
+             # rows reversed: row 0 is the highest in memory, its last vector the one past
+             # the view's end (read element by element)
+             ((300, 1001), (slice(None, None, -1), slice(None)), 0, False),
+             ((2100, 1040), (slice(None, None, -1), slice(1, 1025)), 0, False)]
     for shape, index, axis, keepdims in cases:
         base = make(shape)
         ref = base[index].astype(np.float64)
@@ -631,6 +635,30 @@ def test_column_sums_of_rows_vectors_cannot_align_with(gpu_state, monkeypatch, d
     got = dot(gpurt.asarray(x)[:, 1:], gpurt.asarray(w)[:, :2048],   # common envelope
               poisoned(want.shape, out_t), axis=0)
     check(got.numpy(), want, 777)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch_from", [1, 0], ids=["batched", "unrolled"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+def test_realigned_walk_loops(gpu_state, monkeypatch, dtype, batch_from) -> None:
+    """Both loops of the realigned column walk (realign_codegen.REALIGN_BATCH_FROM: whole
+    batches of loads, or `#pragma unroll` with its remainder) on row counts that leave every
+    remainder, a split, reversed rows and a view ending at its buffer's end, against
+    float64; the same bits on a second call."""
+    monkeypatch.setattr(realign_codegen, "REALIGN_BATCH_FROM", batch_from)
+    rng = np.random.default_rng()
+    r = gpurt.ReductionKernel("T x", "float32 y", "x", "a + b", "y = a", "0",
+                              f"sum_loops{batch_from}", reduce_type="float32")
+    for shape, index in [((4099, 1001), (slice(None), slice(None))),
+                         ((61, 1001), (slice(None), slice(2, None))),
+                         ((299, 777), (slice(None, None, -1), slice(1, None)))]:
+        base = rng.standard_normal(shape).astype(dtype)
+        ref = base[index].astype(np.float64)
+        got = r(gpurt.asarray(base)[index], poisoned((ref.shape[1],), "float32"), axis=0)
+        np.testing.assert_allclose(got.numpy(), ref.sum(0), rtol=1e-4,
+                                   atol=1e-5 * math.sqrt(shape[0]) * 4)
+        again = r(gpurt.asarray(base)[index], poisoned((ref.shape[1],), "float32"), axis=0)
+        assert again.numpy().tobytes() == got.numpy().tobytes()
 
 
 @pytest.mark.gpu

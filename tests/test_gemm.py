@@ -20,6 +20,7 @@ from cuda.bindings import driver as cu
 import gpurt
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+plans = importlib.import_module("gpurt.kernels._gemm_plan")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 tuning = importlib.import_module("gpurt.kernels._gemm_tuner")
@@ -282,6 +283,9 @@ def test_wave_fill_tiles(monkeypatch):
         for dims in ((2000, 2000, 2000), (3000, 5000, 2000),
                      (4096, 4096, 4096), (8192, 8192, 512)):  # wide tiles fill their waves
             chosen = tune.heuristic(problem(*dims, dt=dt))
+            if dims[2] == 512 and dt != tune.DT_TF32:  # short K: ping-pong 128 x 128 tiles
+                assert chosen == tune._PINGPONG, dims
+                continue
             assert chosen.kernel == "wgmma" and chosen.bn == 256, dims
         # 72 tiles of 128 x 256 on 132 SMs, 96 of 128 x 192 (16-bit only; H100 s10-tile192)
         assert tune.heuristic(problem(1536, 1536, 1536, dt=dt)).bn == (
@@ -545,47 +549,47 @@ def fake(rows, cols, s0, s1, dtype=np.float16):
 
 
 def test_operand_layouts():
-    op, rows, k = gemm_mod._operand(fake(300, 200, 200, 1), trans=False)
+    op, rows, k = plans._operand(fake(300, 200, 200, 1), trans=False)
     assert (rows, k, op.kmajor, op.ld) == (300, 200, True, 200)
-    op, rows, k = gemm_mod._operand(fake(300, 200, 200, 1), trans=True)  # op = x.T: 200 x 300
+    op, rows, k = plans._operand(fake(300, 200, 200, 1), trans=True)  # op = x.T: 200 x 300
     assert (rows, k, op.kmajor, op.ld) == (200, 300, False, 200)
-    op, rows, k = gemm_mod._operand(fake(300, 200, 1, 304), trans=False)  # column-major
+    op, rows, k = plans._operand(fake(300, 200, 1, 304), trans=False)  # column-major
     assert (rows, k, op.kmajor, op.ld) == (300, 200, False, 304)
-    op, _, _ = gemm_mod._operand(fake(300, 200, 256, 1), trans=False)  # padded rows
+    op, _, _ = plans._operand(fake(300, 200, 256, 1), trans=False)  # padded rows
     assert op.ld == 256 and op.kmajor
     x = fake(300, 200, 400, 2)  # every other column: no unit stride, copied
-    op, rows, k = gemm_mod._operand(x, trans=False)
+    op, rows, k = plans._operand(x, trans=False)
     assert op.array.cloned and op.kmajor and op.ld == 200
-    op, _, _ = gemm_mod._operand(fake(300, 200, -200, 1), trans=False)
+    op, _, _ = plans._operand(fake(300, 200, -200, 1), trans=False)
     assert op.array.cloned
 
 
 def test_operand_vectors_prefer_aligned_pitch():
     # a 1 x K row: either layout works; an aligned made-up pitch is preferred
-    op, rows, k = gemm_mod._operand(fake(1, 61, 61, 1), trans=False)
+    op, rows, k = plans._operand(fake(1, 61, 61, 1), trans=False)
     assert rows == 1 and k == 61 and op.ld % 8 == 0
     # an (M x 1) column with K = 1
-    op, rows, k = gemm_mod._operand(fake(5, 1, 1, 1), trans=False)
+    op, rows, k = plans._operand(fake(5, 1, 1, 1), trans=False)
     assert (rows, k) == (5, 1) and op.ld % 8 == 0
-    layouts = gemm_mod._layouts(4, 4, 6, 1, 8)
+    layouts = plans._layouts(4, 4, 6, 1, 8)
     assert layouts == [(6, True)]
 
 
 def test_check_dtype():
-    assert gemm_mod._check_dtype(fake(2, 2, 2, 1, np.float32), fake(2, 2, 2, 1, np.float32)) == 0
-    assert gemm_mod._check_dtype(fake(2, 2, 2, 1, gpurt.bfloat16),
+    assert plans._check_dtype(fake(2, 2, 2, 1, np.float32), fake(2, 2, 2, 1, np.float32)) == 0
+    assert plans._check_dtype(fake(2, 2, 2, 1, gpurt.bfloat16),
                                  fake(2, 2, 2, 1, gpurt.bfloat16)) == tune.DT_BF16
     with pytest.raises(TypeError, match="float64"):
-        gemm_mod._check_dtype(fake(2, 2, 2, 1, np.float64), fake(2, 2, 2, 1, np.float64))
+        plans._check_dtype(fake(2, 2, 2, 1, np.float64), fake(2, 2, 2, 1, np.float64))
     with pytest.raises(TypeError, match="mix"):
-        gemm_mod._check_dtype(fake(2, 2, 2, 1, np.float16), fake(2, 2, 2, 1, np.float32))
+        plans._check_dtype(fake(2, 2, 2, 1, np.float16), fake(2, 2, 2, 1, np.float32))
 
 
 def test_overlap():
     a = fake(4, 4, 4, 1)
     b = FakeArray((4, 4), (8, 2), np.dtype(np.float16), ptr=a.ptr + 30)
     c = FakeArray((4, 4), (8, 2), np.dtype(np.float16), ptr=a.ptr + 32)
-    assert gemm_mod._overlaps(a, b) and not gemm_mod._overlaps(a, c)
+    assert plans._overlaps(a, b) and not plans._overlaps(a, c)
 
 
 # ---- every variant compiles (NVRTC, no GPU) ------------------------------------------------------

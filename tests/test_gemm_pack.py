@@ -20,6 +20,8 @@ from test_gemm_planned import driver  # noqa: F401  (the fake driver)
 from test_launch_fake_driver import fake  # noqa: F401  (the fake driver's)
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+plans = importlib.import_module("gpurt.kernels._gemm_plan")
+routes = importlib.import_module("gpurt.kernels._gemm_route")
 pack = importlib.import_module("gpurt.kernels._gemm_pack")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 workspace = importlib.import_module("gpurt.kernels._gemm_workspace")
@@ -62,9 +64,9 @@ def test_copies_only_what_tma_cannot_read():
 def test_the_packed_plan_reads_the_copies():
     """Each copied operand becomes its copy (no array, a 128-byte aligned placeholder at its
     offset, the copy's pitch, the same layout); the other stays as it was."""
-    a = gemm_mod._Operand("a", 0x1002, 4099, True)
-    b = gemm_mod._Operand("b", 0x2000, 4096, False)
-    plan = gemm_mod._Plan(a, b, 4099, 4096, 4099, "out", 4096, None, 0, BF16, 0)
+    a = plans.Operand("a", 0x1002, 4099, True)
+    b = plans.Operand("b", 0x2000, 4096, False)
+    plan = plans.Plan(a, b, 4099, 4096, 4099, "out", 4096, None, 0, BF16, 0)
     copies = pack.copies_for([(a.ptr, a.ld, a.kmajor, 4099, 4099),
                               (b.ptr, b.ld, b.kmajor, 4096, 4099)], 2)
     packed = pack.packed_plan(plan, copies)
@@ -295,7 +297,7 @@ def test_forced_tma_configs_run_on_copies(gpu_state, no_tuning, dtype):
         for trans_a, trans_b in LAYOUTS:
             _check(rng, 133, 261, 203, dtype, trans_a, trans_b, config)
             _check(rng, 130, 99, 77, dtype, trans_a, trans_b, config, offset=1, beta=0.5)
-    labels = {gemm_mod._label(call) for call in _plans()}
+    labels = {routes.label(call) for call in _plans()}
     assert any(label.endswith("packAB") for label in labels), labels
 
 

@@ -22,6 +22,7 @@ from test_gemm import (
 )
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+plans = importlib.import_module("gpurt.kernels._gemm_plan")
 rows_mod = importlib.import_module("gpurt.kernels._gemm_rows")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 tunable = importlib.import_module("gpurt.kernels.tunable")
@@ -135,7 +136,7 @@ def test_the_model_cuts_on_few_sms(gpu_state, monkeypatch):
     """With 6 SMs the model itself cuts 600 x 260 x 800 (its first 512 rows on 128 x 128
     tiles, two whole waves), and the result is right."""
     monkeypatch.setattr(tunable, "is_enabled", lambda: False)
-    monkeypatch.setattr(gemm_mod, "usable_sms", lambda index, count: 6)
+    monkeypatch.setattr(plans, "usable_sms", lambda index, count: 6)
     gemm_mod.clear_plans()
     rng = np.random.default_rng(71)
     m, n, k = 600, 260, 800

@@ -25,6 +25,8 @@ Config = tune.Config
 WIDE = Config("wgmma", 128, 256, 64, stages=4, group_m=16, tma_store=True)
 MID = Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True)
 NARROW = Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True)
+# ping-pong with the pipelined store: a whole tile of staging per consumer, so 5 stages fit
+PP_PS = dataclasses.replace(MID, stages=5, pingpong=True, pipe_store=True)
 VARIANTS = [
     dataclasses.replace(WIDE, cluster_n=2),
     dataclasses.replace(WIDE, cluster_m=2, cluster_n=2),
@@ -39,6 +41,7 @@ VARIANTS = [
     dataclasses.replace(NARROW, cluster_n=2),
     dataclasses.replace(WIDE, pipe_store=True),
     dataclasses.replace(MID, pipe_store=True),
+    PP_PS,
 ]
 
 
@@ -88,10 +91,22 @@ def test_pipe_store_config():
     assert ps.name_expression(2, True, False, True) == \
         "gemm_wgmma_x<2, 256, 4, true, false, 1, 1, false, true, true>"
     assert Config.from_json(ps.to_json()) == ps
-    for bad in (dict(tma_store=False), dict(bn=64, stages=8), dict(bn=128, pingpong=True),
-                dict(split_k=2)):
+    for bad in (dict(tma_store=False), dict(bn=64, stages=8), dict(split_k=2)):
         with pytest.raises(ValueError, match="pipe_store"):
             dataclasses.replace(ps, **bad)
+
+
+def test_pingpong_pipe_store_config():
+    """Ping-pong with pipe_store stages a whole 128 x 128 tile per consumer (32 KiB more than
+    the plain ping-pong) and still fits an sm_90 CTA's 227 KiB at 5 stages."""
+    assert PP_PS.name_expression(1, True, True, True) == \
+        "gemm_wgmma_x<1, 128, 5, true, true, 1, 1, true, true, true>"
+    plain = dataclasses.replace(PP_PS, pipe_store=False)
+    assert PP_PS.shared_mem(True, True) == plain.shared_mem(True, True) + 2 * 64 * 128 * 2
+    assert PP_PS.shared_mem(True, True) <= 227 * 1024
+    assert PP_PS.label().endswith("pp tmaC ps g8")
+    with pytest.raises(ValueError, match="pipe_store"):
+        dataclasses.replace(PP_PS, bn=64, stages=8)
 
 
 def test_variants_compile_without_spills(tmp_path, monkeypatch):
@@ -141,11 +156,17 @@ def test_split_rows_choose_clusters():
         assert c2x2 not in tune.candidates(problem(*dims, pitch128=True))
     # 1000^3: 64 tiles, one wave either way: the plain tiles, with the short-K epilogue
     assert tune.heuristic(problem(1000, 1000, 1000)) == tune._PIPE_STORE[tune._WGMMA[5]]
-    assert tune.heuristic(problem(8192, 8192, 512, pitch128=True)) == \
-        tune._PIPE_STORE[tune._WGMMA[4]]
+    assert tune.heuristic(problem(8192, 8192, 512, pitch128=True)) == tune._PINGPONG
+    # the ping-pong tiles: K <= 512, >= 8 of them per SM, rows of 128-byte multiples
+    assert tune._PINGPONG == PP_PS
+    for dims in ((4096, 4096, 1024), (4096, 4096, 512), (8192, 8192, 576)):
+        assert tune.heuristic(problem(*dims, pitch128=True)) == \
+            tune._PIPE_STORE[tune._WGMMA[4]], dims
+    assert tune.heuristic(problem(8192, 8192, 512)) != tune._PINGPONG  # split rows
+    assert tune._PINGPONG in tune.candidates(problem(8192, 8192, 512, pitch128=True))
     assert tune.heuristic(problem(8192, 8192, 8192, pitch128=True)) == tune._WGMMA[4]
     every = tune.all_configs(problem(4096, 4096, 4096, pitch128=True))  # forced, swept
-    assert {c2x2, mid_c2x2, *tune._PIPE_STORE.values()} <= set(every)
+    assert {c2x2, mid_c2x2, *tune._PIPE_STORE.values(), tune._PINGPONG} <= set(every)
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
@@ -208,7 +229,7 @@ def test_variant_many_tiles_per_cta(gpu_state, config):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [VARIANTS[1], VARIANTS[4]], ids=_ids)
+@pytest.mark.parametrize("config", [VARIANTS[1], VARIANTS[4], PP_PS], ids=_ids)
 def test_variant_in_a_graph(gpu_state, config):
     """Captured once, replayed on new inputs: the tensor maps hold the captured pointers."""
     _hopper()
@@ -240,6 +261,25 @@ def test_split_rows_run_on_clusters_by_default(gpu_state, monkeypatch, dtype):
     chosen = {entry[0].config for entry in gemm_mod._calls.values()}
     gemm_mod.clear_plans()
     assert chosen == {tune._WGMMA_C2X2}, chosen
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
+def test_short_k_runs_pingpong_by_default(gpu_state, monkeypatch, dtype):
+    """gemm's own choice (autotuner off) at short K with at least 8 tiles of 128 x 128 per SM
+    (an edge tile row, K = 448: 7 K tiles), in every layout, with beta: the ping-pong tiles
+    with the pipelined store (tune._PINGPONG), right against float64."""
+    _hopper()
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()
+    rng = np.random.default_rng(59)
+    sms = gpurt.get_device_properties().multi_processor_count
+    m = 128 * -(-8 * sms // 16) - 64  # 16 tile columns of 2048; rows of 128-byte multiples
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        _case(rng, None, dtype, m, 2048, 448, trans_a, trans_b, beta=0.5 if trans_b else 0.0)
+    chosen = {entry[0].config for entry in gemm_mod._calls.values()}
+    gemm_mod.clear_plans()
+    assert chosen == {tune._PINGPONG}, chosen
 
 
 # ---- the ping-pong consumers' synchronisation, modelled (CPU) ---------------------------------

@@ -16,6 +16,8 @@ tunable = importlib.import_module("gpurt.kernels.tunable")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 tuning = importlib.import_module("gpurt.kernels._gemm_tuner")
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+plans = importlib.import_module("gpurt.kernels._gemm_plan")
+choosing = importlib.import_module("gpurt.kernels._gemm_choose")
 
 GOOD = {"config": tune._MMA[0].to_json(), "ms": 0.5, "timings_ms": {"x": 0.5}}
 
@@ -62,10 +64,10 @@ def test_rotating_buffer_size_has_torchs_meaning():
 
 
 def test_operand_spans_cover_the_last_element():
-    op = gemm_mod._Operand(None, 0, 40, True)  # rows of k = 30 elements, pitch 40
-    assert gemm_mod._span_bytes(op, 10, 30, 2) == (9 * 40 + 30) * 2
-    op = gemm_mod._Operand(None, 0, 12, False)  # column-major: k columns of 10 rows, pitch 12
-    assert gemm_mod._span_bytes(op, 10, 30, 4) == (29 * 12 + 10) * 4
+    op = plans.Operand(None, 0, 40, True)  # rows of k = 30 elements, pitch 40
+    assert choosing.span_bytes(op, 10, 30, 2) == (9 * 40 + 30) * 2
+    op = plans.Operand(None, 0, 12, False)  # column-major: k columns of 10 rows, pitch 12
+    assert choosing.span_bytes(op, 10, 30, 4) == (29 * 12 + 10) * 4
 
 
 def test_enabled_follows_the_environment_until_set(monkeypatch):
@@ -169,12 +171,12 @@ def test_rotating_copies_hold_the_operands_at_their_alignment(gpu_state, offset)
     base = rng.standard_normal(m * k + offset).astype(np.float16)
     a = gpurt.asarray(base)[offset:].reshape(m, k)
     b = gpurt.asarray(rng.standard_normal((k, n)).astype(np.float16))
-    plan, _, _ = gemm_mod._plan(a, b, None, 0.0, None, False, False, gpurt.current_stream())
+    plan, _, _ = plans.make_plan(a, b, None, 0.0, None, False, False, gpurt.current_stream())
     tunable.set_rotating_buffer_size(1)  # 1 MB: (m*k + k*n) * 2 bytes = 79 KB a pair
     stream = gpurt.Stream()
-    pairs, held = gemm_mod._rotating_operands(plan, stream)
+    pairs, held = choosing.rotating_operands(plan, stream)
     stream.synchronize()
-    spans = [gemm_mod._span_bytes(op, rows, k, 2) for op, rows in ((plan.a, plan.m),
+    spans = [choosing.span_bytes(op, rows, k, 2) for op, rows in ((plan.a, plan.m),
                                                                    (plan.b, plan.n))]
     assert len(pairs) == 1 + -(-(1 << 20) // sum(spans)) and len(held) == 2 * (len(pairs) - 1)
     host = [np.empty(span, np.uint8) for span in spans]
@@ -186,4 +188,4 @@ def test_rotating_copies_hold_the_operands_at_their_alignment(gpu_state, offset)
             gpurt.check(gemm_mod.cu.cuMemcpyDtoH(want.ctypes.data, orig, span), "cuMemcpyDtoH")
             assert np.array_equal(out, want)
     tunable.set_rotating_buffer_size(0)
-    assert gemm_mod._rotating_operands(plan, stream)[0] == [(plan.a.ptr, plan.b.ptr)]
+    assert choosing.rotating_operands(plan, stream)[0] == [(plan.a.ptr, plan.b.ptr)]

@@ -11,7 +11,8 @@ The problem is seen as M outputs times K reduced elements, each side with its ow
 - "column": for outputs that are contiguous in memory: 32 consecutive outputs per block
   (coalesced loads), 8 threads per output splitting K, combined in shared memory; where
   the rows are not aligned to a vector, "realign": aligned vector loads of the envelope of
-  the block's columns, each element set back in its column through shared memory.
+  the block's columns, each element set back in its column through shared memory
+  (realign_codegen.py).
 
 Either may split K over ``gridDim.y``: each block then writes one partial value per
 (split, output), and either the last block of its column of the grid (``fold``: a counter per
@@ -24,7 +25,7 @@ folds the groups), so that tall sums' many partials are read by many blocks at o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .codegen import PRELUDE, Operand
 
@@ -47,9 +48,10 @@ COLUMN_UNROLL = 4
 # The column fold's partials a thread loads before folding them (all in flight at once: the
 # fold runs after the walk, on the kernel's critical path, one L2 round trip per batch).
 FOLD_BATCH = 8
-# Blocks per SM a folding column walk's kernel is built for (__launch_bounds__' second
-# argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without it the
-# fold's batch takes 34-48 and the walk loses resident blocks; 0: no cap).
+# Blocks per SM a folding or realigned column walk's kernel is built for (__launch_bounds__'
+# second argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without
+# it the fold's batch takes 34-48, the realigned walk's batched loop 35-38, and the walk loses
+# resident blocks; 0: no cap).
 COLUMN_MIN_BLOCKS = 8
 # How a split block takes the fold's ticket: "all" = every thread fences (fence.sc.gpu)
 # before thread 0's atomicAdd; "one" = after __syncthreads, thread 0 alone fences and takes
@@ -116,7 +118,7 @@ class ReduceLayout:
     partials (else a finish kernel does); ``width``: threads across outputs in a block of
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
-    sets the elements back in their columns at the end (see _column_realign_walk); ``tree``:
+    sets the elements back in their columns at the end (see realign_codegen.py); ``tree``:
     splits per group of a column fold in two levels (0: one level; see _fold)."""
 
     walk: str
@@ -176,13 +178,17 @@ def _decompose(var: str, sizes: str, strides: str, ndim: int, names: Sequence[st
     return "".join(out)
 
 
-def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str) -> str:
+def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
+              when: str = "") -> str:
+    """Load the inputs (``fetch``: each input's element) and fold their map into ``_acc``
+    (only where ``when`` holds, if given: the loads stay unconditional)."""
     ins = [op for op in ops if op.kind == "in"]
     lines = [f"const {op.compute} {op.name} = "
              f"static_cast<{op.compute}>(_gpurt_ld({fetch[op.name]}));"
              for op in ins]
-    lines.append("_acc = _gpurt_reduce(_acc, static_cast<_type_reduce>(_gpurt_map(" +
-                 ", ".join(op.name for op in ops if op.kind in ("in", "scalar")) + ")));")
+    args = ", ".join(op.name for op in ops if op.kind in ("in", "scalar"))
+    lines.append((f"if ({when}) " if when else "") +
+                 f"_acc = _gpurt_reduce(_acc, static_cast<_type_reduce>(_gpurt_map({args})));")
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
@@ -308,68 +314,6 @@ def _combine_rows(ops: Sequence[Operand], layout: ReduceLayout, first: str) -> s
            f" _acc = _gpurt_reduce(_acc, _sh[_y][_o{shift('_y')}]);\n",
            _store(ops, layout, "        "),
            "    }\n"]
-    return "".join(out)
-
-
-def _column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
-    """The column walk for rows a vector does not align with (one kept and one reduced
-    dimension, every input with the same strides and alignment): thread (_tx, _ty) loads the
-    aligned ``vec``-vector _tx of the envelope of the block's columns in each of its rows
-    (K strided by ``rows``, a multiple of the vectors' period in the row stride, so the
-    rows' misalignment ``_s`` is the thread's constant) and sums it slot by slot; shared
-    memory then puts slot ``p`` of row thread ``_ty`` back in column ``p - _s``. The
-    envelope of ``width`` vectors covers ``(width - 1) * vec`` columns whatever ``_s``.
-    Rows 0 and K - 1, whose envelopes may leave the view's memory, are read element by
-    element; every other vector holds an element of its row and lies inside the view (the
-    planner asks for a row stride of at least ``vec``)."""
-    idx, w, v = layout.index, layout.width, layout.vec
-    rows, per = BLOCK // w, outputs_per_block(layout)
-    ins = [op for op in ops if op.kind == "in"]
-    first = ins[0].name
-    out = [f"    __shared__ _type_reduce _sh[{rows}][{w * v}];\n",
-           f"    __shared__ int _shs[{rows}];\n",
-           f"    const int _tx = threadIdx.x % {w}, _ty = threadIdx.x / {w};\n",
-           f"    const {idx} _c0 = ({idx})blockIdx.x * {per};\n",
-           f"    const {idx} _k0 = ({idx})blockIdx.y * _chunk;\n",
-           f"    const {idx} _k1 = _k0 + _chunk < _K ? _k0 + _chunk : _K;\n",
-           f"    const {idx} _kb = _k0 + _ty;  // this thread's rows: _kb + j * {rows}\n",
-           f"    _type_reduce _accv[{v}];\n",
-           f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
-           " _accv[_e] = _gpurt_identity();\n"]
-    for op in ins:
-        out.append(f"    const {idx} _o_{op.name} = _c0 * _ts_{op.name}_0 + "
-                   f"_kb * _tr_{op.name}_0;\n")
-    out.append(f"    const int _s = (int)(reinterpret_cast<unsigned long long>(_p_{first} + "
-               f"_o_{first}) / sizeof(*_p_{first}) % {v});\n"
-               f"    const {idx} _d = ({idx})_tx * {v} - _s;  // (row, _c0) to the vector\n"
-               "    if (_kb < _k1 && _c0 + _d < _M) {\n"
-               f"        const {idx} _ka = _kb == 0 ? _kb + {rows} : _kb;\n"
-               "        const " + idx + " _ke = _k1 == _K ? _K - 1 : _k1;\n"
-               f"        #pragma unroll {COLUMN_UNROLL}\n"
-               f"        for ({idx} _k = _ka; _k < _ke; _k += {rows}) {{\n")
-    for op in ins:
-        out.append(f"            const _gpurt_vec<{op.storage}, {v}> _v_{op.name} = "
-                   f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>(_p_{op.name} + "
-                   f"(_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d));\n")
-    out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
-               "                _type_reduce& _acc = _accv[_e];\n")
-    out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
-    out.append("            }\n        }\n"
-               "        #pragma unroll\n        for (int _edge = 0; _edge < 2; ++_edge) {\n"
-               f"            const {idx} _k = _edge ? _K - 1 : 0;\n"
-               f"            if (_k < _kb || _k >= _k1 || (_k - _kb) % {rows} || "
-               "(_edge && _k == 0)) continue;\n"
-               f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
-               "                if (_c0 + _d + _e < 0 || _c0 + _d + _e >= _M) continue;\n"
-               "                _type_reduce& _acc = _accv[_e];\n")
-    fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d + _e]"
-             for op in ins}
-    out.append(_map_step(ops, fetch, " " * 16))
-    out.append("            }\n        }\n    }\n"
-               f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
-               f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
-               "    if (_tx == 0) _shs[_ty] = _s;\n")
-    out.append(_combine_rows(ops, layout, "_c0"))
     return "".join(out)
 
 
@@ -557,13 +501,21 @@ def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
             f"{locals_}{{ {text.post_map}; }} {stores}}}\n")
 
 
-def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:
-    """The whole CUDA program of one reduction kernel (pass 1 when split)."""
+Walk = Callable[[Sequence[Operand], ReduceLayout], str]
+
+
+def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout,
+                  realign: Walk | None = None) -> str:
+    """The whole CUDA program of one reduction kernel (pass 1 when split). ``realign``: the
+    realigned column walk (realign_codegen.column_realign_walk, built on this module's parts),
+    needed where ``layout.realign``."""
+    if layout.realign and realign is None:
+        raise ValueError("a realigned column walk needs realign_codegen.column_realign_walk")
     walk = _row_walk if layout.walk == "row" else \
-        _column_realign_walk if layout.realign else _column_walk
+        realign if layout.realign and realign is not None else _column_walk
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
-    capped = layout.walk == "column" and layout.fold and COLUMN_MIN_BLOCKS
+    capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
     bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
     return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'

@@ -18,6 +18,7 @@ from .api import LaunchConfig
 from .codegen import Operand
 from .layout import MAX_DIMS, broadcast_shape, collapse, element_strides, normalize_axes
 from .plan import OPTIONS, _c_strides, _device_of, check_outputs, planned
+from .realign_codegen import column_realign_walk
 from .reduce_codegen import (
     BLOCK,
     ReduceLayout,
@@ -46,7 +47,7 @@ COLUMN_VECTOR_BYTES = 4
 COLUMN_SPREAD_BYTES = 4
 # Bytes per aligned load of the column walk where rows are not aligned to a vector (one kept
 # and one reduced dimension): the loads take the aligned envelope of the block's columns and
-# shared memory sets the elements back in their columns (reduce_codegen._column_realign_walk).
+# shared memory sets the elements back in their columns (realign_codegen.column_realign_walk).
 # 0: off (the walk above). COLUMN_REALIGN_ALL: also where the vectors above would align.
 COLUMN_REALIGN_BYTES = 16
 COLUMN_REALIGN_ALL = False
@@ -313,7 +314,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     arch = gpurt.get_arch(device)
 
     def build(layout: ReduceLayout) -> Any:
-        return gpurt.compile(reduce_source(text, ops, layout), OPTIONS, arch=arch,
+        source = reduce_source(text, ops, layout, column_realign_walk)
+        return gpurt.compile(source, OPTIONS, arch=arch,
                              program_name=f"{text.name}.cu")[text.name]
 
     kernel = build(layout)
