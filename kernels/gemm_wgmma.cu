@@ -302,7 +302,9 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
 #pragma unroll
         for (int jj = 0; jj < WIDTH / 8; ++jj) {
             const int j = pass * (WIDTH / 8) + jj;
-            if (j >= BN / 8) break;  // BN = 192's last pass: 64 columns
+            if constexpr (BN % 128 != 0) {  // BN = 192's last pass: 64 columns
+                if (j >= BN / 8) break;
+            }
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
             const u32 chunk = buffer + (PIPE ? (first_box + pass) % NBOX : cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
@@ -326,11 +328,13 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         named_sync(1 + half, 128);
         if (t == 0) {
 #pragma unroll
-            for (int box = 0; box < WIDTH / 64; ++box)
-                if (pass * WIDTH + box * 64 < BN)  // BN = 192's last pass: one box
-                    tma_store(map,
-                              buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES,
-                              col0 + pass * WIDTH + box * 64, row0);
+            for (int box = 0; box < WIDTH / 64; ++box) {
+                if constexpr (BN % 128 != 0) {  // BN = 192's last pass: one box
+                    if (pass * WIDTH + box * 64 >= BN) continue;
+                }
+                tma_store(map, buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES,
+                          col0 + pass * WIDTH + box * 64, row0);
+            }
             bulk_commit();
         }
     }
