@@ -125,7 +125,7 @@ def _compile(request: Request) -> tuple[Request, str, bytes, dict[str, str]] | s
     program, names, arch = request
     try:
         if program == "softmax.cu":
-            source = softmax_plan.SOURCE_PATH.read_text()
+            source = softmax_plan.source_text()
             headers: dict[str, str] = {}
         else:
             source = gemm_launch.text(program)

@@ -27,6 +27,14 @@ __all__ = [
 ]
 
 SOURCE_PATH = Path(__file__).with_name("softmax.cu")
+ENDS_PATH = Path(__file__).with_name("softmax_ends.cu")  # appended: uses softmax.cu's helpers
+
+
+def source_text() -> str:
+    """The CUDA source of every variant: softmax.cu, then softmax_ends.cu (one program, so
+    that the runtime, the prebuilt kernels and the benchmarks build the same text)."""
+    return SOURCE_PATH.read_text() + "\n" + ENDS_PATH.read_text()
+
 
 # Codes shared with softmax.cu: the DT and OP template parameters.
 DTYPE_CODES = {
@@ -195,7 +203,11 @@ class Variant:
     exps overlap the loads), else a max pass then a sum pass; ``persist`` (``ticket``): a
     grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
     chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
-    shared memory): 1 issues them after the current chunk's reduction, 2 before it.
+    shared memory): 1 issues them after the current chunk's reduction, 2 before it;
+    ``ends`` (``ticket``, not ``persist``): softmax_ends, the rows at the launch's two ends
+    in chunks of 1/``ends`` the columns (2, 4 or 8; it divides ``items``): the first rows
+    whose small chunks fill ``ends_head`` % of the CTAs that fit at once, and the last ones
+    that fill ``ends_tail`` % (:meth:`ends_rows`).
     """
 
     kind: str
@@ -211,6 +223,9 @@ class Variant:
     edges: bool = False
     one_pass: bool = False
     persist: int = 0
+    ends: int = 0
+    ends_head: int = 100
+    ends_tail: int = 100
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -246,6 +261,13 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
+        if self.ends not in (0, 2, 4, 8) or (self.ends and (
+                self.kind != "ticket" or self.persist or self.items % self.ends)):
+            raise ValueError(f"ends={self.ends}: 0, or 2, 4 or 8 dividing items for ticket "
+                             "variants (not persist)")
+        if self.ends_head < 0 or self.ends_tail < 0:
+            raise ValueError(f"ends_head={self.ends_head}, ends_tail={self.ends_tail}: "
+                             "percentages >= 0")
 
     @property
     def inputs(self) -> int:
@@ -290,6 +312,9 @@ class Variant:
             return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
                     f"{int(self.persist == 2)}>",)
+        if self.ends:
+            return (f"softmax_ends<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, {self.ends}>",)
         if self.kind == "ticket":
             return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
@@ -300,20 +325,41 @@ class Variant:
         """``ticket``, ``split``: chunks per row."""
         return -(-cols // self.columns)
 
+    def most_chunks(self, cols: int) -> int:
+        """``ticket``, ``split``: the most chunks of one row (``ends``: the small ones),
+        all of which must fit on the device at once (ticket)."""
+        if self.ends:
+            return -(-cols // (self.columns // self.ends))
+        return self.chunks(cols)
+
+    def ends_rows(self, rows: int, cols: int, resident: int) -> tuple[int, int]:
+        """``ends``: (head, tail), the rows in small chunks at the launch's start and end
+        when ``resident`` CTAs fit at once: those whose small chunks fill ``ends_head`` and
+        ``ends_tail`` % of them (at most ``rows`` together)."""
+        small = self.most_chunks(cols)
+        head = min(rows, -(-resident * self.ends_head // (100 * small)))
+        tail = min(rows - head, -(-resident * self.ends_tail // (100 * small)))
+        return head, tail
+
     def workspace(self, rows: int, cols: int) -> tuple[int, int]:
         """``ticket``: (float32 partials, counters) of its workspace: a float2
         partial per chunk; the ticket counter and one per row, zero before each launch and
         left zero by it (kernels/_gemm_workspace.py keeps one per stream)."""
-        return 2 * rows * self.chunks(cols), 1 + rows
+        return 2 * rows * self.most_chunks(cols), 1 + rows
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
-        most this many, as many as fit at once)."""
+        most this many, as many as fit at once; ``ends``: more, :meth:`ends_grid`)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
             return rows * self.cluster
         return rows * self.chunks(cols)  # ticket, split
+
+    def ends_grid(self, rows: int, cols: int, head: int, tail: int) -> int:
+        """``ends``: CTAs in the launch with ``head`` and ``tail`` rows in small chunks."""
+        return self.grid(rows, cols) + (head + tail) * (self.most_chunks(cols)
+                                                        - self.chunks(cols))
 
 
 def _pow2_at_least(n: int) -> int:
