@@ -315,10 +315,10 @@ SOFTPROFILE: dict[tuple[int, int, np.dtype, str], list] = {
 def _ends(rows: int, cols: int, dtype: np.dtype, op: int = 0) -> list:
     """s10-softends: the chooser's ticket chunks with the rows at the launch's two ends in
     smaller chunks (softmax_ends): split 2 with the ends at 50-200% of a residency, head
-    or tail alone; splits 4 and 8."""
+    or tail alone; splits 4 and 8; every row in chunks of half size (head 10000%)."""
     pick = dataclasses.replace(_pick(rows, cols, dtype, op), persist=0)
     shapes = [(2, 100, 100), (2, 200, 200), (2, 50, 50), (2, 100, 0), (2, 0, 100),
-              (2, 200, 100), (4, 100, 100), (4, 200, 200), (8, 100, 100)]
+              (2, 200, 100), (4, 100, 100), (4, 200, 200), (8, 100, 100), (2, 10000, 0)]
     return [dataclasses.replace(pick, ends=e, ends_head=h, ends_tail=t) for e, h, t in shapes
             if pick.kind == "ticket" and pick.items % e == 0]
 
@@ -426,7 +426,8 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
     if routes_set == "softends":
-        variants += importlib.import_module("test_softmax_ends").ends_variants()
+        ends = importlib.import_module("test_softmax_ends")
+        variants += ends.ends_variants() + ends.ends_variants(long=True)
     elif routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
         if routes_set == "softpersist":
             variants += tests.persist_variants() + tests.persist_variants(long=True)

@@ -37,17 +37,18 @@ plan = importlib.import_module("gpurt.kernels._softmax_plan")
 def ends_variants(long: bool = False) -> list[plan.Variant]:
     """Small forced softmax_ends variants for every dtype and op (128 threads, 4 vectors a
     thread: registers only, and 2 in shared memory four CTAs per SM; split 2 and 4; 16-bit
-    forward in one pass), or (``long``) the chooser's ticket chunks of rows of 1000003 with
-    splits 2, 4 and 8 (the route set's candidates)."""
+    forward in one pass), or (``long``) the chooser's ticket chunks of forward rows of
+    1000003 with splits 2, 4 and 8 (the route set's candidates)."""
     found = []
     for dtype in DTYPES:
         code, vec = plan.dtype_code(dtype), 16 // dtype.itemsize
         for op in OPS.values():
             one = code != 0 and op < plan.SOFTMAX_BACKWARD
-            if long:
+            if long and op < plan.SOFTMAX_BACKWARD:
                 pick = dataclasses.replace(plan.choose_variant(1_000_003, dtype, op), persist=0)
                 found += [dataclasses.replace(pick, ends=e) for e in (2, 4, 8)
                           if pick.items % e == 0]
+            if long:
                 continue
             found += [plan.Variant("ticket", code, op, vec, 4, 128, 128, edges=True,
                                    one_pass=one, ends=2),
@@ -146,7 +147,8 @@ def test_ends_chunks_against_float64(dtype, op_name, gpu_state, monkeypatch):
 
 @pytest.mark.gpu
 def test_ends_long_rows_against_float64(gpu_state, monkeypatch):
-    """The timed candidates (the chooser's chunks of rows of 1000003, split 2, 4, 8) at 4 rows
+    """The timed candidates (the chooser's chunks of forward rows of 1000003, split 2, 4, 8)
+    at 4 rows
     of 200003 and of 1000003, offsets 0 and 3: one row at each end (two in full chunks
     between) and every row small; forward rows with NaN, +inf, -inf and a ramp."""
     if gpurt.get_device_capability()[0] < 9:
