@@ -74,7 +74,9 @@ class LongRows:
     ``persist``: its ticket chunks in a persistent grid (the Variant.persist mode),
     ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
-    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks. Rows
+    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
+    ``ends`` (with ``ends_head``, ``ends_tail``): its ticket chunks (not persistent) with the
+    rows at the launch's two ends in smaller chunks (the Variant fields). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -93,6 +95,9 @@ class LongRows:
     persist_items: int = 0
     persist_smem: int = 0
     persist_ctas: tuple[int, ...] = ()
+    ends: int = 0
+    ends_head: int = 100
+    ends_tail: int = 100
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -147,9 +152,17 @@ _WIDE16_BACKWARD_PERSIST = dataclasses.replace(_WIDE16_BACKWARD, persist=1, pers
 # one pass against run 4's shape in clusters, the pick before: bf16 1024x131072 90.9 / 86.1,
 # 300x200003 78.8 / 43.2, 64x200003 60.3 / 33.0, 64x500009 67.6 / 37.2, fp16 68.3 / 37.2;
 # one pass against two in the same chunks: +0.7 to +3.1 in all 7 pairs; measured with
-# chunks of equal length, which read 2-8 points below the full ones kept at 1M)
+# chunks of equal length, which read 2-8 points below the full ones kept at 1M). The rows at
+# the launch's two ends in chunks of half size (softmax_ends), as many as fill half the CTAs
+# that fit at once at each end (s10-softends, H100, % of copy against the ticket chunks
+# alone: bf16 64x1000003 85.6 / 78.3, fp16 85.7 / 79.4, bf16 log_softmax 88.2 / 80.9,
+# 300x200003 84.2 / 79.2, fp16 84.5 / 79.9, 1000x200003 90.1 / 87.0, 64x500009 78.5 / 71.2,
+# 64x1000000 84.8 / 79.8, 1024x131072 92.6 / 91.7; the ends filling a whole residency, or
+# either end alone, gain 0-2 points, chunks of a quarter or every row in half chunks lose).
+# Launches of no more chunks than fit at once keep the ticket chunks (_plan: 64x200003 58.2
+# against 56.1 for the ends, 8x1000003 53.0 / 53.8).
 _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tickets_past=True,
-                     one_pass=True)
+                     one_pass=True, ends=2, ends_head=50, ends_tail=50)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE),
@@ -356,6 +369,14 @@ class Variant:
             return rows * self.cluster
         return rows * self.chunks(cols)  # ticket, split
 
+    def for_launch(self, rows: int, cols: int, resident: int) -> Variant:
+        """This variant for a launch of ``rows`` x ``cols`` when ``resident`` CTAs fit at
+        once: without ``ends`` (the ticket chunks) when one residency holds all the chunks
+        (a single wave has no two ends to shorten: s10-softends measured it slower there)."""
+        if self.ends and self.grid(rows, cols) <= resident:
+            return dataclasses.replace(self, ends=0, ends_head=100, ends_tail=100)
+        return self
+
     def ends_grid(self, rows: int, cols: int, head: int, tail: int) -> int:
         """``ends``: CTAs in the launch with ``head`` and ``tail`` rows in small chunks."""
         return self.grid(rows, cols) + (head + tail) * (self.most_chunks(cols)
@@ -510,7 +531,8 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
                        edges=edges, one_pass=shape.one_pass, persist=shape.persist)
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
-                   edges=edges, one_pass=shape.one_pass)
+                   edges=edges, one_pass=shape.one_pass, ends=shape.ends,
+                   ends_head=shape.ends_head, ends_tail=shape.ends_tail)
 
 
 def dtype_code(dtype: Any) -> int:
