@@ -15,7 +15,8 @@ the row in shared memory, and for rows longer than a cluster holds -- 524k float
 elements forward, 262k backward; 16-bit rows past one CTA, 64k elements -- chunks of one CTA
 each that take a row's chunks in order from a ticket (counters in the stream's kept
 workspace, which the kernels leave zero) and wait for each other's partials, reading their
-inputs once, for some rows in a persistent grid that loads the next chunk while the current
+inputs once (16-bit forward: the rows at a launch's two ends in chunks of half size,
+softmax_ends.cu), for some rows in a persistent grid that loads the next chunk while the current
 one waits and writes; before sm_90, or where a row's chunks cannot all be resident, a
 two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
