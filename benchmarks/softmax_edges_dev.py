@@ -369,7 +369,10 @@ def routes(timer: Timer, copy: float, torch: Any, sources: dict[str, str],
         view = plan.RowsView(rows, cols)
         nbytes = (len(made) + 1) * rows * cols * dtype.itemsize
         torch_pct = 100 * nbytes / timer.ms(torch_call(op, made, torch)) / 1e6 / copy
-        for entry in [plan.choose_variant(cols, dtype, op, rows=rows), *variants]:
+        pick = plan.choose_variant(cols, dtype, op, rows=rows)
+        if pick.ends:  # as softmax._plan launches it
+            pick = pick.for_launch(rows, cols, sm.resident_ctas(pick, gpurt.current_device()))
+        for entry in [pick, *variants]:
             if isinstance(entry, tuple) and entry[0] not in sources:
                 continue
             path, v = (sources[entry[0]], entry[1]) if isinstance(entry, tuple) else (None, entry)
