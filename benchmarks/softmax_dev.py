@@ -65,7 +65,7 @@ class Kernels:
     """All requested name expressions compiled in one NVRTC program (cached in /tmp)."""
 
     def __init__(self, names: list[str], arch: str, options: tuple[str, ...] = ()) -> None:
-        source = plan.SOURCE_PATH.read_text()
+        source = plan.source_text()
         text = source + arch + "\n".join(sorted(names)) + " ".join(options)
         key = hashlib.sha256(text.encode()).hexdigest()[:16]
         cache = Path(f"/tmp/softmax_dev_{key}.json")

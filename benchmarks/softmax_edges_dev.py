@@ -310,9 +310,32 @@ SOFTPROFILE: dict[tuple[int, int, np.dtype, str], list] = {
         (300, 200_003, BF16), (1000, 200_003, BF16), (64, 500_009, BF16),
         (1000, 500_009, BF16), (64, 1_000_003, F32), (64, 1_000_000, F32))}
 
+
+
+def _ends(rows: int, cols: int, dtype: np.dtype, op: int = 0) -> list:
+    """s10-softends: the chooser's ticket chunks with the rows at the launch's two ends in
+    smaller chunks (softmax_ends): split 2 with the ends at 50-200% of a residency, head
+    or tail alone; splits 4 and 8; every row in chunks of half size (head 10000%)."""
+    pick = dataclasses.replace(_pick(rows, cols, dtype, op), persist=0)
+    shapes = [(2, 100, 100), (2, 200, 200), (2, 50, 50), (2, 100, 0), (2, 0, 100),
+              (2, 200, 100), (4, 100, 100), (4, 200, 200), (8, 100, 100), (2, 10000, 0)]
+    return [dataclasses.replace(pick, ends=e, ends_head=h, ends_tail=t) for e, h, t in shapes
+            if pick.kind == "ticket" and pick.items % e == 0]
+
+
+SOFTENDS: dict[tuple[int, int, np.dtype, str], list] = {
+    (rows, cols, dtype, name): _ends(rows, cols, dtype, OPS[name]) for rows, cols, dtype, name in (
+        (64, 1_000_003, BF16, "softmax"), (64, 1_000_003, F16, "softmax"),
+        (64, 1_000_003, BF16, "log_softmax"), (8, 1_000_003, BF16, "softmax"),
+        (300, 200_003, BF16, "softmax"), (300, 200_003, F16, "softmax"),
+        (1000, 200_003, BF16, "softmax"), (64, 200_003, BF16, "softmax"),
+        (64, 500_009, BF16, "softmax"), (64, 1_000_000, BF16, "softmax"),
+        (1024, 131072, BF16, "softmax"), (64, 1_000_003, F32, "softmax"),
+        (8, 1_000_003, F32, "softmax"))}
+
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
         "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
-        "softprofile": SOFTPROFILE}
+        "softprofile": SOFTPROFILE, "softends": SOFTENDS}
 
 
 
@@ -346,7 +369,10 @@ def routes(timer: Timer, copy: float, torch: Any, sources: dict[str, str],
         view = plan.RowsView(rows, cols)
         nbytes = (len(made) + 1) * rows * cols * dtype.itemsize
         torch_pct = 100 * nbytes / timer.ms(torch_call(op, made, torch)) / 1e6 / copy
-        for entry in [plan.choose_variant(cols, dtype, op, rows=rows), *variants]:
+        pick = plan.choose_variant(cols, dtype, op, rows=rows)
+        if pick.ends:  # as softmax._plan launches it
+            pick = pick.for_launch(rows, cols, sm.resident_ctas(pick, gpurt.current_device()))
+        for entry in [pick, *variants]:
             if isinstance(entry, tuple) and entry[0] not in sources:
                 continue
             path, v = (sources[entry[0]], entry[1]) if isinstance(entry, tuple) else (None, entry)
@@ -402,7 +428,10 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     tests = importlib.import_module("test_softmax")
     if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
-    if routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
+    if routes_set == "softends":
+        ends = importlib.import_module("test_softmax_ends")
+        variants += ends.ends_variants() + ends.ends_variants(long=True)
+    elif routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
         if routes_set == "softpersist":
             variants += tests.persist_variants() + tests.persist_variants(long=True)
         variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
@@ -412,16 +441,18 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     elif routes_set != "softbf16":
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
-    variants = list(dict.fromkeys(variants))
+    # one job per kernel and source (softmax_ends variants differ in runtime arguments only)
+    jobs = list({(v.names(), path): (v, path) for v, path in
+                 (e if isinstance(e, tuple) else (e, None) for e in variants)}.values())
     context = multiprocessing.get_context("spawn")  # no CUDA context in the workers
     arch = gpurt.get_arch()
-    jobs = [v if isinstance(v, tuple) else (v, None) for v in variants]
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
-        bench = pool.submit(_bench_program, arch) if routes_set == "softprofile" else None
+        bench = (pool.submit(_bench_program, arch) if routes_set in ("softprofile", "softends")
+                 else None)
         list(pool.map(_compile, [j[0] for j in jobs], [arch] * len(jobs), [j[1] for j in jobs]))
         if bench is not None:
             bench.result()
-    return len(variants)
+    return len(jobs)
 
 
 def _torch_reference(op: int, made: list, torch: object) -> object:

@@ -9,7 +9,10 @@
 # 16-bit reduction), softpersist (s8-softpersist: ticket chunks in a persistent grid, two
 # stages a CTA, and small chunks for few rows), softprofile (s10-soft16: the chooser's picks
 # for 16-bit rows of 200k-1M, ncu with PM sampling of the ticket kernel at 64x1000003 bf16 and
-# fp32 (benchmarks/ncu_timeline.py), bench_softmax.py --quick). Session 9's lagged chunks
+# fp32 (benchmarks/ncu_timeline.py), bench_softmax.py --quick), softends (s10-softends: ticket
+# chunks with the rows at the launch's two ends in smaller chunks, softmax_ends; its tests are
+# tests/test_softmax_ends.py; with DEADLINE=S the bench gets what is left of S seconds).
+# Session 9's lagged chunks
 # (sets softlag, softlag2) and session 10's softmax_meet (set softmeet) lost and were
 # removed; they are on branches s9-soft16 and s10-soft16 (3235936). Logs are packed into
 # PACK_TO (default OUTDIR)/runs.tgz after every step (a run stopped by its limit keeps them).
@@ -51,6 +54,13 @@ case "$set_name" in
         racecheck="ticket_rows and bfloat16 and not log and not backward"
         synccheck="ticket_rows and float32 and not log and not backward"
         limits=(60 45 30 20 15 60) ;;
+    softends)
+        files=tests/test_softmax_ends.py
+        tests="not compile"
+        memcheck="ends_chunks_against and bfloat16 and not log and not backward"
+        racecheck="ends_chunks_against and float16 and not bfloat16 and not log and not backward"
+        synccheck="ends_chunks_against and float32 and softmax_backward and not log"
+        limits=(95 40 25 15 12 60) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -105,5 +115,6 @@ sanitize() {
 sanitize memcheck "${limits[2]}" "$memcheck"
 sanitize racecheck "${limits[3]}" "$racecheck"
 sanitize synccheck "${limits[4]}" "$synccheck"
-[ "${limits[5]}" = 0 ] || step bench "${limits[5]}" python3 benchmarks/bench_softmax.py --quick \
+[ -z "${DEADLINE-}" ] || limits[5]=$((DEADLINE - SECONDS))
+[ "${limits[5]}" -le 0 ] || step bench "${limits[5]}" python3 benchmarks/bench_softmax.py --quick \
     --json "$out/bench.json"

@@ -87,8 +87,9 @@ def softmax_variants(arch: str) -> list[softmax_plan.Variant]:
     (what gpurt, torch and CuPy allocate): each dtype and op, for row lengths around every
     power of two (its thresholds are all powers of two in vectors), with the access width
     and edges row_access gives them, for many rows and for one (smaller ticket chunks), and
-    the split that stands in where a row's ticket chunks do not fit the device. Misaligned
-    views compile their variants at first use."""
+    the split that stands in where a row's ticket chunks do not fit the device (and the
+    ticket chunks that stand in for softmax_ends in launches of one wave: Variant.for_launch).
+    Misaligned views compile their variants at first use."""
     clusters = int(_plain(arch)[3:]) >= 90
     found: dict[softmax_plan.Variant, None] = {}
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
@@ -104,6 +105,8 @@ def softmax_variants(arch: str) -> list[softmax_plan.Variant]:
                         found[softmax_plan.choose_variant(
                             cols, dtype, op, vec=vec, edges=edges, clusters=clusters,
                             rows=rows, tickets=tickets)] = None
+    for variant in [v for v in found if v.ends]:
+        found[variant.for_launch(1, 1, 1)] = None
     return list(found)
 
 
@@ -125,7 +128,7 @@ def _compile(request: Request) -> tuple[Request, str, bytes, dict[str, str]] | s
     program, names, arch = request
     try:
         if program == "softmax.cu":
-            source = softmax_plan.SOURCE_PATH.read_text()
+            source = softmax_plan.source_text()
             headers: dict[str, str] = {}
         else:
             source = gemm_launch.text(program)

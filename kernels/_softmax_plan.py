@@ -27,6 +27,14 @@ __all__ = [
 ]
 
 SOURCE_PATH = Path(__file__).with_name("softmax.cu")
+ENDS_PATH = Path(__file__).with_name("softmax_ends.cu")  # appended: uses softmax.cu's helpers
+
+
+def source_text() -> str:
+    """The CUDA source of every variant: softmax.cu, then softmax_ends.cu (one program, so
+    that the runtime, the prebuilt kernels and the benchmarks build the same text)."""
+    return SOURCE_PATH.read_text() + "\n" + ENDS_PATH.read_text()
+
 
 # Codes shared with softmax.cu: the DT and OP template parameters.
 DTYPE_CODES = {
@@ -66,7 +74,9 @@ class LongRows:
     ``persist``: its ticket chunks in a persistent grid (the Variant.persist mode),
     ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
-    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks. Rows
+    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
+    ``ends`` (with ``ends_head``, ``ends_tail``): its ticket chunks (not persistent) with the
+    rows at the launch's two ends in smaller chunks (the Variant fields). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -85,6 +95,9 @@ class LongRows:
     persist_items: int = 0
     persist_smem: int = 0
     persist_ctas: tuple[int, ...] = ()
+    ends: int = 0
+    ends_head: int = 100
+    ends_tail: int = 100
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -139,9 +152,17 @@ _WIDE16_BACKWARD_PERSIST = dataclasses.replace(_WIDE16_BACKWARD, persist=1, pers
 # one pass against run 4's shape in clusters, the pick before: bf16 1024x131072 90.9 / 86.1,
 # 300x200003 78.8 / 43.2, 64x200003 60.3 / 33.0, 64x500009 67.6 / 37.2, fp16 68.3 / 37.2;
 # one pass against two in the same chunks: +0.7 to +3.1 in all 7 pairs; measured with
-# chunks of equal length, which read 2-8 points below the full ones kept at 1M)
+# chunks of equal length, which read 2-8 points below the full ones kept at 1M). The rows at
+# the launch's two ends in chunks of half size (softmax_ends), as many as fill half the CTAs
+# that fit at once at each end (s10-softends, H100, % of copy against the ticket chunks
+# alone: bf16 64x1000003 85.6 / 78.3, fp16 85.7 / 79.4, bf16 log_softmax 88.2 / 80.9,
+# 300x200003 84.2 / 79.2, fp16 84.5 / 79.9, 1000x200003 90.1 / 87.0, 64x500009 78.5 / 71.2,
+# 64x1000000 84.8 / 79.8, 1024x131072 92.6 / 91.7; the ends filling a whole residency, or
+# either end alone, gain 0-2 points, chunks of a quarter or every row in half chunks lose).
+# Launches of no more chunks than fit at once keep the ticket chunks (_plan: 64x200003 58.2
+# against 56.1 for the ends, 8x1000003 53.0 / 53.8).
 _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tickets_past=True,
-                     one_pass=True)
+                     one_pass=True, ends=2, ends_head=50, ends_tail=50)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE),
@@ -195,7 +216,11 @@ class Variant:
     exps overlap the loads), else a max pass then a sum pass; ``persist`` (``ticket``): a
     grid of as many CTAs as fit at once, each walking chunks with two stages so that the next
     chunk's loads overlap the current one's wait and writes (softmax_persist; twice the
-    shared memory): 1 issues them after the current chunk's reduction, 2 before it.
+    shared memory): 1 issues them after the current chunk's reduction, 2 before it;
+    ``ends`` (``ticket``, not ``persist``): softmax_ends, the rows at the launch's two ends
+    in chunks of 1/``ends`` the columns (2, 4 or 8; it divides ``items``): the first rows
+    whose small chunks fill ``ends_head`` % of the CTAs that fit at once, and the last ones
+    that fill ``ends_tail`` % (:meth:`ends_rows`).
     """
 
     kind: str
@@ -211,6 +236,9 @@ class Variant:
     edges: bool = False
     one_pass: bool = False
     persist: int = 0
+    ends: int = 0
+    ends_head: int = 100
+    ends_tail: int = 100
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -246,6 +274,13 @@ class Variant:
                                                                 or self.threads < 64)):
             raise ValueError(f"persist={self.persist}: 0, or 1 or 2 for ticket variants of "
                              "at least 64 threads")
+        if self.ends not in (0, 2, 4, 8) or (self.ends and (
+                self.kind != "ticket" or self.persist or self.items % self.ends)):
+            raise ValueError(f"ends={self.ends}: 0, or 2, 4 or 8 dividing items for ticket "
+                             "variants (not persist)")
+        if self.ends_head < 0 or self.ends_tail < 0:
+            raise ValueError(f"ends_head={self.ends_head}, ends_tail={self.ends_tail}: "
+                             "percentages >= 0")
 
     @property
     def inputs(self) -> int:
@@ -290,6 +325,9 @@ class Variant:
             return (f"softmax_persist<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, "
                     f"{int(self.persist == 2)}>",)
+        if self.ends:
+            return (f"softmax_ends<{common}, {self.threads}, {self.min_blocks}, "
+                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, {self.ends}>",)
         if self.kind == "ticket":
             return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
@@ -300,20 +338,49 @@ class Variant:
         """``ticket``, ``split``: chunks per row."""
         return -(-cols // self.columns)
 
+    def most_chunks(self, cols: int) -> int:
+        """``ticket``, ``split``: the most chunks of one row (``ends``: the small ones),
+        all of which must fit on the device at once (ticket)."""
+        if self.ends:
+            return -(-cols // (self.columns // self.ends))
+        return self.chunks(cols)
+
+    def ends_rows(self, rows: int, cols: int, resident: int) -> tuple[int, int]:
+        """``ends``: (head, tail), the rows in small chunks at the launch's start and end
+        when ``resident`` CTAs fit at once: those whose small chunks fill ``ends_head`` and
+        ``ends_tail`` % of them (at most ``rows`` together)."""
+        small = self.most_chunks(cols)
+        head = min(rows, -(-resident * self.ends_head // (100 * small)))
+        tail = min(rows - head, -(-resident * self.ends_tail // (100 * small)))
+        return head, tail
+
     def workspace(self, rows: int, cols: int) -> tuple[int, int]:
         """``ticket``: (float32 partials, counters) of its workspace: a float2
         partial per chunk; the ticket counter and one per row, zero before each launch and
         left zero by it (kernels/_gemm_workspace.py keeps one per stream)."""
-        return 2 * rows * self.chunks(cols), 1 + rows
+        return 2 * rows * self.most_chunks(cols), 1 + rows
 
     def grid(self, rows: int, cols: int) -> int:
         """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
-        most this many, as many as fit at once)."""
+        most this many, as many as fit at once; ``ends``: more, :meth:`ends_grid`)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":
             return rows * self.cluster
         return rows * self.chunks(cols)  # ticket, split
+
+    def for_launch(self, rows: int, cols: int, resident: int) -> Variant:
+        """This variant for a launch of ``rows`` x ``cols`` when ``resident`` CTAs fit at
+        once: without ``ends`` (the ticket chunks) when one residency holds all the chunks
+        (a single wave has no two ends to shorten: s10-softends measured it slower there)."""
+        if self.ends and self.grid(rows, cols) <= resident:
+            return dataclasses.replace(self, ends=0, ends_head=100, ends_tail=100)
+        return self
+
+    def ends_grid(self, rows: int, cols: int, head: int, tail: int) -> int:
+        """``ends``: CTAs in the launch with ``head`` and ``tail`` rows in small chunks."""
+        return self.grid(rows, cols) + (head + tail) * (self.most_chunks(cols)
+                                                        - self.chunks(cols))
 
 
 def _pow2_at_least(n: int) -> int:
@@ -464,7 +531,8 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
                        edges=edges, one_pass=shape.one_pass, persist=shape.persist)
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
-                   edges=edges, one_pass=shape.one_pass)
+                   edges=edges, one_pass=shape.one_pass, ends=shape.ends,
+                   ends_head=shape.ends_head, ends_tail=shape.ends_tail)
 
 
 def dtype_code(dtype: Any) -> int:

@@ -23,8 +23,8 @@
 //   softmax_persist  the same chunks and ticket in a grid of as many CTAs as fit at once, each
 //                    walking chunks with two stages: the next chunk's loads are in flight
 //                    while the current one waits for its row and writes (Stage).
-//   softmax_lagged   (softmax_lagged.cu) chunks reduced by one CTA and written by another
-//                    that reads them again from L2 later; for forced comparisons only.
+//   softmax_ends     (softmax_ends.cu, appended to this source) softmax_ticket's chunks with
+//                    the rows at the launch's two ends in smaller chunks (16-bit forward).
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's

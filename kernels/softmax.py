@@ -15,7 +15,8 @@ the row in shared memory, and for rows longer than a cluster holds -- 524k float
 elements forward, 262k backward; 16-bit rows past one CTA, 64k elements -- chunks of one CTA
 each that take a row's chunks in order from a ticket (counters in the stream's kept
 workspace, which the kernels leave zero) and wait for each other's partials, reading their
-inputs once, for some rows in a persistent grid that loads the next chunk while the current
+inputs once (16-bit forward: the rows at a launch's two ends in chunks of half size,
+softmax_ends.cu), for some rows in a persistent grid that loads the next chunk while the current
 one waits and writes; before sm_90, or where a row's chunks cannot all be resident, a
 two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
@@ -52,13 +53,13 @@ from ._softmax_plan import (
     MAX_GRID_X,
     SOFTMAX,
     SOFTMAX_BACKWARD,
-    SOURCE_PATH,
     RowsView,
     Variant,
     choose_variant,
     dtype_code,
     row_access,
     rows_view,
+    source_text,
 )
 
 __all__ = [
@@ -84,10 +85,10 @@ os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock
 
 
 def source() -> str:
-    """The CUDA source of every variant (softmax.cu)."""
+    """The CUDA source of every variant (softmax.cu, then softmax_ends.cu)."""
     global _source
     if _source is None:
-        _source = SOURCE_PATH.read_text()
+        _source = source_text()
     return _source
 
 
@@ -305,8 +306,11 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     vec, edges = row_access(view.cols, itemsize, [a.ptr for a in (*inputs, out)])
     variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges,
                              clusters=major >= 9, rows=view.rows)
-    if variant.kind == "ticket" and not tickets_fit(variant, variant.chunks(view.cols), index):
+    if variant.kind == "ticket" and not tickets_fit(variant, variant.most_chunks(view.cols),
+                                                    index):
         variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
+    if variant.ends:
+        variant = variant.for_launch(view.rows, view.cols, resident_ctas(variant, index))
     return plan_variant(variant, inputs, out, view, index)
 
 
@@ -339,8 +343,15 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
         chunks = variant.chunks(view.cols)
         if variant.persist:  # as many CTAs as fit at once, each walking chunks
             grid = max(1, min(grid, resident_ctas(variant, index)))
+        args: tuple[int, ...] = (view.rows, view.cols, chunks)
+        if variant.ends:  # the launch's first and last rows in small chunks
+            head, tail = variant.ends_rows(view.rows, view.cols, resident_ctas(variant, index))
+            grid = variant.ends_grid(view.rows, view.cols, head, tail)
+            args += (variant.most_chunks(view.cols), head, tail)
+            if grid > MAX_GRID_X:
+                raise ValueError(f"{view.rows} rows of {view.cols} need more than one launch")
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
-        one = kernels[0].planned(config, a, b, out.ptr, 0, 0, view.rows, view.cols, chunks,
+        one = kernels[0].planned(config, a, b, out.ptr, 0, 0, *args,
                                  varying=(0, 1, 2, 3, 4), device=index)
         return _Call((one,), grid, chunks, index, room=variant.workspace(view.rows, view.cols))
     if variant.kind != "split":

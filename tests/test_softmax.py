@@ -132,7 +132,8 @@ def test_chooser_picks_the_measured_routes():
         "softmax_rows<0, 1, 4, 16, 1024, 1024, 1, 12>",)
     # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
     # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
-    assert pick(131072, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    # (s10-softends: the rows at the launch's ends in chunks of half size, softmax_ends)
+    assert pick(131072, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
@@ -159,7 +160,15 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, F32, rows=3).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0>",)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
     # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
-    assert pick(1_000_000, BF16).names() == ("softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    assert pick(1_000_000, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
+    assert (pick(1_000_000, BF16).ends_head, pick(1_000_000, BF16).ends_tail) == (50, 50)
+    # launches that one residency holds: the ticket chunks (_plan)
+    assert pick(1_000_000, BF16).for_launch(8, 1_000_000, 264).names() == (
+        "softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+    assert pick(1_000_000, BF16).for_launch(8, 1_000_000, 264) == dataclasses.replace(
+        pick(1_000_000, BF16), ends=0, ends_head=100, ends_tail=100)
+    assert pick(1_000_000, BF16).for_launch(17, 1_000_000, 264).ends == 2
+    assert pick(1_000_000, F32).for_launch(8, 1_000_000, 264) == pick(1_000_000, F32)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31

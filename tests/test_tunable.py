@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as cu
 
 import gpurt
 
@@ -183,9 +184,9 @@ def test_rotating_copies_hold_the_operands_at_their_alignment(gpu_state, offset)
     for ptrs in pairs:
         for ptr, orig, span, out in zip(ptrs, (plan.a.ptr, plan.b.ptr), spans, host):
             assert ptr % 256 == orig % 256
-            gpurt.check(gemm_mod.cu.cuMemcpyDtoH(out.ctypes.data, ptr, span), "cuMemcpyDtoH")
+            gpurt.check(cu.cuMemcpyDtoH(out.ctypes.data, ptr, span), "cuMemcpyDtoH")
             want = np.empty(span, np.uint8)
-            gpurt.check(gemm_mod.cu.cuMemcpyDtoH(want.ctypes.data, orig, span), "cuMemcpyDtoH")
+            gpurt.check(cu.cuMemcpyDtoH(want.ctypes.data, orig, span), "cuMemcpyDtoH")
             assert np.array_equal(out, want)
     tunable.set_rotating_buffer_size(0)
     assert choosing.rotating_operands(plan, stream)[0] == [(plan.a.ptr, plan.b.ptr)]
