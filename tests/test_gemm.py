@@ -491,6 +491,21 @@ def test_tuner_picks_fastest_and_persists(tmp_path):
     assert not path.exists() and again.lookup("k1") is None
 
 
+def test_tuner_keeps_the_heuristics_pick_unless_clearly_beaten():
+    """Another config replaces the first (the heuristic's) only when it times at least
+    DEFAULT_MARGIN faster: the tuner's short timings carry a few percent of spread."""
+    configs = tune.candidates(problem())
+    close = 1.0 - tuning.DEFAULT_MARGIN / 2
+    times = {c: 1.0 if c == configs[0] else 2.0 for c in configs}
+    times[configs[1]] = close
+    assert tuning.Tuner(None).choose("k", configs, times.__getitem__) == configs[0]
+    times[configs[1]] = 1.0 - tuning.DEFAULT_MARGIN * 2
+    assert tuning.Tuner(None).choose("k", configs, times.__getitem__) == configs[1]
+    times[configs[0]] = None  # the first cannot run: the fastest of the rest, however close
+    times[configs[1]] = close
+    assert tuning.Tuner(None).choose("k", configs, times.__getitem__) == configs[1]
+
+
 def test_tuner_skips_failures_and_survives_corruption(tmp_path):
     folder = tmp_path / "c"
     folder.mkdir()
