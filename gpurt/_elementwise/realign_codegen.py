@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from . import reduce_codegen
 from .codegen import Operand
-from .reduce_codegen import BLOCK, ReduceLayout, _combine_rows, _map_step, outputs_per_block
+from .reduce_codegen import BLOCK, ReduceLayout, combine_rows, map_step, outputs_per_block
 
 __all__ = ["REALIGN_BATCH_FROM", "column_realign_walk"]
 
@@ -61,7 +61,7 @@ def column_realign_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                f"    #pragma unroll\n    for (int _e = 0; _e < {v}; ++_e)"
                f" _sh[_ty][_tx * {v} + _e] = _accv[_e];\n"
                "    if (_tx == 0) _shs[_ty] = _s;\n")
-    out.append(_combine_rows(ops, layout, "_c0"))
+    out.append(combine_rows(ops, layout, "_c0"))
     return "".join(out)
 
 
@@ -81,7 +81,7 @@ def _realign_loop(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                 f"(_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + _d));\n" for op in ins]
         out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
                    "                _type_reduce& _acc = _accv[_e];\n")
-        out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
+        out.append(map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
         out.append("            }\n        }\n")
         return "".join(out)
     out = ["        #pragma unroll 1\n",
@@ -99,7 +99,7 @@ def _realign_loop(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                f"            #pragma unroll\n            for (int _u = 0; _u < {u}; ++_u)\n"
                f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
                "                _type_reduce& _acc = _accv[_e];\n")
-    out.append(_map_step(ops, {op.name: f"_v_{op.name}[_u].v[_e]" for op in ins}, " " * 16,
+    out.append(map_step(ops, {op.name: f"_v_{op.name}[_u].v[_e]" for op in ins}, " " * 16,
                          f"_k + _u * {rows} < _ke"))
     out.append("            }\n        }\n")
     return "".join(out)
@@ -118,7 +118,7 @@ def _realign_cut_elements(ops: Sequence[Operand], layout: ReduceLayout) -> str:
            "                _type_reduce& _acc = _accv[_e];\n"]
     fetch = {op.name: f"_p_{op.name}[_o_{op.name} + (_k - _kb) * _tr_{op.name}_0 + "
                       "(_cc - _c0)]" for op in ins}
-    out.append(_map_step(ops, fetch, " " * 16, "_c == _cc"))
+    out.append(map_step(ops, fetch, " " * 16, "_c == _cc"))
     out.append("            }\n        }\n")
     return "".join(out)
 

@@ -34,8 +34,11 @@ __all__ = [
     "COLUMN_WIDTH",
     "ReduceLayout",
     "ReduceText",
+    "combine_rows",
     "finish_source",
     "fold_groups",
+    "map_step",
+    "outputs_per_block",
     "reduce_source",
 ]
 
@@ -178,7 +181,7 @@ def _decompose(var: str, sizes: str, strides: str, ndim: int, names: Sequence[st
     return "".join(out)
 
 
-def _map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
+def map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
               when: str = "") -> str:
     """Load the inputs (``fetch``: each input's element) and fold their map into ``_acc``
     (only where ``when`` holds, if given: the loads stay unconditional)."""
@@ -227,7 +230,7 @@ def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                        f"*reinterpret_cast<const _gpurt_vec<{op.storage}, {v}>*>("
                        f"_p_{op.name} + _o_m_{op.name} + _k);\n")
         out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n")
-        out.append(_map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
+        out.append(map_step(ops, {op.name: f"_v_{op.name}.v[_e]" for op in ins}, " " * 16))
         out.append("            }\n        }\n"
                    f"        for ({idx} _k = _kv + _lane; _k < _k1; _k += {g}) {{\n")
         fetch = {op.name: f"_p_{op.name}[_o_m_{op.name} + _k]" for op in ins}
@@ -237,7 +240,7 @@ def _row_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
         out.append(_decompose("_k", "r", "tr", layout.reduced, [op.name for op in ins], idx,
                               " " * 12))
         fetch = {op.name: f"_p_{op.name}[_o_m_{op.name} + _o_k_{op.name}]" for op in ins}
-    out.append(_map_step(ops, fetch, " " * 12))
+    out.append(map_step(ops, fetch, " " * 12))
     out.append("        }\n    }\n")
     out.append("    #pragma unroll\n    for (int _d = 16; _d > 0; _d >>= 1)"
                " _acc = _gpurt_reduce(_acc, _gpurt_shfl(_acc, _d));\n")
@@ -289,17 +292,17 @@ def _column_walk(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     for j in range(p):
         out.append(f"            #pragma unroll\n            for (int _e = 0; _e < {v}; ++_e) {{\n"
                    f"                _type_reduce& _acc = _accv[{j * v} + _e];\n")
-        out.append(_map_step(ops, {op.name: f"_v{j}_{op.name}.v[_e]" for op in ins}, " " * 16))
+        out.append(map_step(ops, {op.name: f"_v{j}_{op.name}.v[_e]" for op in ins}, " " * 16))
         out.append("            }\n")
     out.append("        }\n    }\n"
                f"    #pragma unroll\n    for (int _j = 0; _j < {p}; ++_j)\n"
                f"        #pragma unroll\n        for (int _e = 0; _e < {v}; ++_e)"
                f" _sh[_ty][_j * {w * v} + _tx * {v} + _e] = _accv[_j * {v} + _e];\n")
-    out.append(_combine_rows(ops, layout, f"({idx})blockIdx.x * {per}"))
+    out.append(combine_rows(ops, layout, f"({idx})blockIdx.x * {per}"))
     return "".join(out)
 
 
-def _combine_rows(ops: Sequence[Operand], layout: ReduceLayout, first: str) -> str:
+def combine_rows(ops: Sequence[Operand], layout: ReduceLayout, first: str) -> str:
     """The column walks' end: a thread per output of the block (the first at ``first``) sums
     the ``BLOCK // width`` rows of partials in ``_sh`` (in the realigned walk, row ``y``'s
     are ``_shs[y]`` further along) and stores the sum."""
