@@ -49,6 +49,7 @@ import gpurt  # noqa: E402
 gm = importlib.import_module("gpurt.kernels.gemm")
 rows_mod = importlib.import_module("gpurt.kernels._gemm_rows")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+simt_model = importlib.import_module("gpurt.kernels._gemm_simt_model")
 
 SHAPES = [(3000, 3000, 3000), (2053, 3001, 1999), (1000, 1000, 1000), (3000, 5000, 2000),
           (4099, 4099, 4099), (2000, 3000, 1000), (2500, 2500, 2500), (4096, 4096, 4096)]
@@ -60,7 +61,7 @@ def _cuts(p: Any) -> list[Any]:
     """Every (rows, head) the cut could take: whole waves of each head tile, by model cost."""
     found = []
     for head in rows_mod._HEADS:
-        slots = p.sm_count * tune._simt_resident(p, head)
+        slots = p.sm_count * simt_model.resident_ctas(p, head)
         columns = -(-p.n // head.bn)
         for waves in range(1, 8):
             rows = waves * slots // columns * head.bm
@@ -244,7 +245,7 @@ def time_configs(shapes: list[tuple[int, int, int]], json_path: str | None) -> N
                     continue
                 label = "auto " + _label(data) if config is None else config.label()
                 model = None if config is None else round(
-                    tune._simt_cost(p, config, config.split_k), 2)
+                    simt_model.grid_cost(p, config, config.split_k), 2)
                 s9._keep({"shape": f"{m}x{n}x{k}", "config": label, "us": round(us, 2),
                           "cublas_us": round(cublas, 2), "ratio": round(cublas / us, 3),
                           "warm_us": round(us_warm, 2), "cublas_warm_us": round(cublas_warm, 2),

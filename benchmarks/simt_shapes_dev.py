@@ -3,7 +3,7 @@ with a range of K splits, kernel-only (bench_gemm_decode's graph replay of 20 ca
 rotating inputs, so B comes from device memory) next to cuBLAS (torch.matmul, TF32 off) and
 gemm's heuristic choice (with its single-call time, host path included). Each variant is
 first checked against a float64 product into a NaN-poisoned output. Rows carry the wave
-model's cost (kernels/_gemm_tune.py, _simt_cost) so the model can be checked against them.
+model's cost (kernels/_gemm_simt_model.py, grid_cost) so the model can be checked against them.
 
     python benchmarks/simt_shapes_dev.py precompile
     python benchmarks/simt_shapes_dev.py time --group skinny|big|nk|control [--json PATH]
@@ -40,6 +40,7 @@ import gpurt  # noqa: E402
 gm = importlib.import_module("gpurt.kernels.gemm")
 gl = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+simt_model = importlib.import_module("gpurt.kernels._gemm_simt_model")
 
 GROUPS = {
     "skinny": [(128, 4096, 4096), (64, 4096, 4096), (32, 11008, 4096), (128, 14336, 4096),
@@ -83,8 +84,8 @@ def splits_for(p: Any, config: Any, group: str) -> list[int]:
     """The K splits worth timing: no empty slice, slices of 4 K tiles at least, at most two
     waves of CTAs; big shapes 1..4 only; always none and the model's choice."""
     k_tiles = -(-p.k // config.bk)
-    slots = p.sm_count * tune._simt_resident(p, config)
-    found = {1, tune._simt_split(p, config)}
+    slots = p.sm_count * simt_model.resident_ctas(p, config)
+    found = {1, simt_model.split_for(p, config)}
     for split in SPLITS:
         if group in ("big", "control") and split > 4:
             continue
@@ -185,7 +186,7 @@ def time_group(group: str, json_path: str | None, rows: list[dict[str, Any]]) ->
             _keep({"shape": shape, "config": config.label(), "split": config.split_k,
                    "us": round(us, 2), "cublas_us": round(cublas, 2),
                    "ratio": round(cublas / us, 3), "err": float(f"{err:.3g}"),
-                   "model": round(tune._simt_cost(p, config, config.split_k), 2)},
+                   "model": round(simt_model.grid_cost(p, config, config.split_k), 2)},
                   rows, json_path)
         del data, ref
 
@@ -225,12 +226,12 @@ def s9_variants(p: Any) -> list[Any]:
     for base in (*tune._SIMT, *S9_TILES):
         if base.bm > 2 * p.m and base.bm > 32:
             continue
-        splits = {1, tune._simt_split(p, base)}
+        splits = {1, simt_model.split_for(p, base)}
         if p.m <= 128:
             k_tiles = -(-p.k // base.bk)
             for split in (2, 4, 8, 16):
                 even = -(-k_tiles // -(-k_tiles // split)) == split
-                fits = base.tiles(p.m, p.n) * split <= slots * tune._simt_resident(p, base)
+                fits = base.tiles(p.m, p.n) * split <= slots * simt_model.resident_ctas(p, base)
                 if even and fits:
                     splits.add(split)
         for split in sorted(splits):
@@ -288,7 +289,7 @@ def time_s9(group: str, json_path: str | None, rows: list[dict[str, Any]]) -> No
                                    batch, REPEAT) * 1e3
             configs = [None] + (s9_checks(p) if group == "s9chk" else s9_variants(p))
             for config in configs:
-                both = config is not None and config.split_k in (8, tune._simt_split(p, config))
+                both = config is not None and config.split_k in (8, simt_model.split_for(p, config))
                 for spread in ((True, False) if both and config.split_k > 1 else (True,)):
                     gl.SPREAD_SPLIT_K = spread
                     gm.clear_plans()
@@ -306,7 +307,7 @@ def time_s9(group: str, json_path: str | None, rows: list[dict[str, Any]]) -> No
                            "warm_us": round(us_warm, 2), "cublas_warm_us": round(cublas_warm, 2),
                            "warm_ratio": round(cublas_warm / us_warm, 3),
                            "err": float(f"{err:.3g}"),
-                           "model": round(tune._simt_cost(p, config or tune.heuristic(p),
+                           "model": round(simt_model.grid_cost(p, config or tune.heuristic(p),
                                                           (config or tune.heuristic(p)).split_k),
                                           2)}, rows, json_path)
             gl.SPREAD_SPLIT_K = True

@@ -242,8 +242,9 @@ def pays(today: Config, problem: Problem, packed: Config, packed_problem: Proble
 # fp32 on the CUDA cores (kernels/gemm_simt.cu): rows that are not 16-byte multiples take
 # 4-byte copies in the main loop. On an H100 (notes_gemm.md, s10-simt) 2053 x 3001 x 1999's
 # 128 x 256 rows ran at 43 TFLOP/s where 3000^3's aligned ones ran at 49; the wave model
-# (kernels/_gemm_rows.py's ``modelled``, _SIMT_UNIT_US a unit) charges them _gemm_tune's
-# _SIMT_RATE_UNALIGNED. The copies must model at least 3% faster (the cut's own margin).
+# (kernels/_gemm_rows.py's ``modelled``, _SIMT_UNIT_US a unit) charges them
+# kernels/_gemm_simt_model.py's _RATE_UNALIGNED. The copies must model at least 3% faster (the
+# cut's own margin).
 _SIMT_UNIT_US = 2.6
 _SIMT_MARGIN = 0.97
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from . import _gemm_simt_model as simt_model
 from . import _gemm_tune as tune
 from ._gemm_config import Config, Problem
 from ._gemm_launch import Call, planned_call
 
 # The tiles the first rows may take (those of the best rate with whole waves), and what the
 # cut costs beyond the two grids' modelled times: the second launch's start and its pipeline
-# fill, in _simt_cost's units (~2.6 us each on an H100).
+# fill, in the simt wave model's units (~2.6 us each on an H100).
 _HEADS = (tune._SIMT[0], tune._SIMT[1])
 _CUT_COST = 1.0
 _PAYS = 0.97  # the cut must model at least 3% faster than one grid
@@ -37,7 +38,7 @@ def cut(problem: Problem) -> tuple[int, Config] | None:
 
 
 def modelled(problem: Problem) -> float:
-    """The wave model's cost (kernels/_gemm_tune.py's ``_simt_cost`` units) of what fp32
+    """The wave model's cost (kernels/_gemm_simt_model.py's ``grid_cost`` units) of what fp32
     ``problem`` (exact, on the CUDA cores) runs: the cut where it pays (:func:`cut`), else
     one grid of the heuristic's choice."""
     return _search(problem)[1]
@@ -47,14 +48,14 @@ def _search(problem: Problem) -> tuple[tuple[int, Config] | None, float]:
     """(the cut that models at least 3% faster than one grid, or None; the cost of the one
     that runs)."""
     whole = tune.heuristic(problem)
-    whole_cost = tune._simt_cost(problem, whole, whole.split_k)
+    whole_cost = simt_model.grid_cost(problem, whole, whole.split_k)
     if "rows" in tune.disabled_kernels():
         return None, whole_cost
     best, best_cost = None, whole_cost * _PAYS
     for head in _HEADS:
         if not tune.eligible(problem, head):
             continue
-        slots = problem.sm_count * tune._simt_resident(problem, head)
+        slots = problem.sm_count * simt_model.resident_ctas(problem, head)
         columns = -(-problem.n // head.bn)
         for waves in range(1, problem.m // head.bm + 1):
             rows = waves * slots // columns * head.bm  # the tile rows of whole waves
@@ -71,7 +72,7 @@ def _cut_cost(problem: Problem, head: Config, rows: int) -> float:
     first = dataclasses.replace(problem, m=rows)
     rest = dataclasses.replace(problem, m=problem.m - rows)
     tail = tune.heuristic(rest)
-    return (tune._simt_cost(first, head, 1) + tune._simt_cost(rest, tail, tail.split_k)
+    return (simt_model.grid_cost(first, head, 1) + simt_model.grid_cost(rest, tail, tail.split_k)
             + _CUT_COST)
 
 

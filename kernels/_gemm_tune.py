@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from . import _gemm_decode as _decode
 from . import _gemm_rowload as _rowload
+from . import _gemm_simt_model as simt_model
 from . import _gemm_skinny as _skinny
 from ._gemm_config import Config, Problem
 from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_NAMES, DT_TF32
@@ -50,21 +51,6 @@ _SIMT = (Config("simt", 128, 256, 16, 32, 128, stages=3),
          Config("simt", 64, 128, 8, stages=4), Config("simt", 64, 256, 16, 32, 128, stages=3),
          Config("simt", 32, 256, 16, 32, 128, stages=3), Config("simt", 64, 64, 8, stages=4),
          Config("simt", 32, 128, 8, stages=4), Config("simt", 96, 128, 8, stages=4))
-# The multiply-add rate of an SM full of each simt tile's CTAs, relative to cuBLAS's SGEMM
-# (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones, session 8's decode shapes for
-# the 64- and 32-row tiles), and its factor when B is K-major (4-byte transposing copies, which
-# narrow tiles of few threads issue badly: H100, 128 / 32 x 11008 x 4096, session 8).
-# Unlisted tiles: 0.8, 0.6 and 0.92.
-_SIMT_RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
-              (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
-              (64, 64, 8, 0): 0.78, (32, 128, 8, 0): 0.86, (96, 128, 8, 0): 0.87}
-_SIMT_RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
-                       (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
-                       (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6, (32, 128, 8, 0): 0.2,
-                       (96, 128, 8, 0): 0.5}
-# ... and when rows are not 16-byte aligned (4-byte copies; 4099^3: the 8 x 8 thread tile of
-# 256 threads lost least).
-_SIMT_RATE_UNALIGNED = {(128, 128, 16, 0): 1.0}
 _MMA = (
     Config("mma", 128, 128, 32, 64, 64, stages=4),
     Config("mma", 128, 256, 32, 64, 64, stages=3),
@@ -260,97 +246,11 @@ def _with_split(problem: Problem, base: tuple[Config, ...]) -> list[Config]:
     out = []
     for config in base:
         if config.kernel == "simt":
-            split = _simt_split(problem, config)
+            split = simt_model.split_for(problem, config)
         else:
             split = _split_for(problem, config) if config.kernel != "wgmma" else 1
         out.append(dataclasses.replace(config, split_k=split))
     return out
-
-
-# ---- the simt kernel's tiles and K splits: a wave model ------------------------------------------
-# Fitted to session 8's H100 sweep (notes_gemm.md: 14 shapes, ~400 tile/split variants). Unit:
-# one 16-deep K tile of a 128 x 256 CTA (~2.9 us on an H100). An SM holds 8 warps of 8 x 16-
-# output threads (~233 registers) or 16 of 8 x 8 ones (128); with fewer than 8 warps running it
-# loses 15% of its rate. A K split costs each CTA half a unit (x its tile's area: its partial
-# sums' store), and the grid's end 3 units plus a quarter per slice (the tiles' last CTAs reading
-# the slices, kernels/gemm_simt.cu's splitk_end). Grids of two waves or more are not split: their
-# partial sums outgrow L2 and cost more than the last wave's idle SMs (4099^3). Session 9 (H100,
-# notes_gemm.md): split grids the GPU holds at once end spread over each tile's CTAs (a
-# cooperative launch, splitk_spread), _SIMT_SPREAD_END units in all (128 x 4096 x 4096 split 8:
-# 97.0 us against 106.4 for the last-CTA ending, 95.0 unsplit); an SM's last, partial wave of
-# 8 x 8 tiles with 8 to 11 warps runs at _SIMT_RATE_8_WARPS of the rate of 12 or more.
-_SIMT_SPLIT_CTA = 0.5
-_SIMT_SPLIT_END = 3.0
-_SIMT_SPLIT_SLICE = 0.25
-_SIMT_SPREAD_END = 0.5
-_SIMT_RATE_8_WARPS = 0.9
-_SIMT_SLICE_MIN = 8  # K tiles a slice takes at least
-# Below this many multiply-adds a split's host path (its workspace, a cooperative launch) costs
-# more than the few microseconds it could save: 128^3 stays one launch of 4 CTAs, unsplit.
-_SIMT_SPLIT_MIN_MACS = 1 << 24
-
-
-def _simt_resident(problem: Problem, config: Config) -> int:
-    """CTAs of simt ``config`` an SM runs at once (registers, then shared memory)."""
-    warps = 8 if config.wn == 128 else 16
-    by_regs = max(1, warps // (config.threads // 32))
-    ring = config.shared_mem(True, False, 4) + 1024  # + the 1 KiB the driver keeps per CTA
-    return max(1, min(by_regs, (problem.max_shared + 1024) // ring))
-
-
-def _simt_cost(problem: Problem, config: Config, split: int) -> float:
-    """Modelled time of simt ``config`` with ``split`` K slices on ``problem`` (units above):
-    the busiest SM's CTAs, one after another ``resident`` at a time, each its K tiles plus one
-    (the pipeline's fill) at the SM's rate for the tile and layout, plus the split's costs."""
-    resident = _simt_resident(problem, config)
-    warps = config.threads // 32
-    k_tiles = -(-problem.k // config.bk)
-    per = -(-k_tiles // split)  # K tiles per slice
-    on_sm = -(-config.tiles(problem.m, problem.n) * split // problem.sm_count)
-    tile = (config.bm, config.bn, config.bk, config.wn)
-    rate = _SIMT_RATE.get(tile, 0.8)
-    if problem.b_kmajor:
-        rate *= _SIMT_RATE_B_KMAJOR.get(tile, 0.6)
-    if not problem.vec:
-        rate *= _SIMT_RATE_UNALIGNED.get(tile, 0.92)
-    area = config.bm * config.bn / (128 * 256)
-    cta = area * ((per + 1) * config.bk / 16 + (_SIMT_SPLIT_CTA if split > 1 else 0.0))
-    end = 0.0
-    if split > 1 and config.tiles(problem.m, problem.n) * split <= problem.sm_count * resident:
-        end = _SIMT_SPREAD_END
-    elif split > 1:
-        end = _SIMT_SPLIT_END + _SIMT_SPLIT_SLICE * split * area
-    full, rest = divmod(on_sm, resident)  # waves of `resident` CTAs, then one of `rest`
-    waves = full * resident * cta / (rate * _simt_occupancy(config, resident * warps, False))
-    if rest:
-        waves += rest * cta / (rate * _simt_occupancy(config, rest * warps, full > 0))
-    return waves + end
-
-
-def _simt_occupancy(config: Config, running: int, tail: bool) -> float:
-    """An SM's rate with ``running`` warps of simt ``config`` against a full one (``tail``:
-    in a last wave, after full ones)."""
-    if tail and config.wn != 128 and 8 <= running < 12:
-        return _SIMT_RATE_8_WARPS
-    return 1.0 if running >= 8 else 0.85 if running >= 4 else 0.64
-
-
-def _simt_split(problem: Problem, config: Config) -> int:
-    """The K split (1 = none) that the wave model finds fastest for simt ``config``: for grids
-    under two waves of CTAs, slices of at least 8 K tiles, every slice non-empty (split_range
-    gives each ceil(tiles / split)), at most 32; the smaller split on a tie."""
-    k_tiles = -(-problem.k // config.bk)
-    best, best_cost = 1, _simt_cost(problem, config, 1)
-    slots = problem.sm_count * _simt_resident(problem, config)
-    if config.tiles(problem.m, problem.n) >= 2 * slots or problem.macs < _SIMT_SPLIT_MIN_MACS:
-        return 1
-    for split in range(2, min(32, k_tiles // _SIMT_SLICE_MIN) + 1):
-        if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
-            continue
-        cost = _simt_cost(problem, config, split)
-        if cost < best_cost * 0.99:
-            best, best_cost = split, cost
-    return best
 
 
 def _simt_heuristic(problem: Problem) -> Config:
@@ -362,8 +262,8 @@ def _simt_heuristic(problem: Problem) -> Config:
             continue
         if base == _SIMT[7] and problem.m > 32:
             continue
-        split = _simt_split(problem, base)
-        cost = _simt_cost(problem, base, split)
+        split = simt_model.split_for(problem, base)
+        cost = simt_model.grid_cost(problem, base, split)
         if cost < best_cost * 0.99:
             best, best_cost = dataclasses.replace(base, split_k=split), cost
     return best
@@ -444,7 +344,7 @@ def all_configs(problem: Problem) -> list[Config]:
         elif config.kernel in ("wgmma", "skinny"):
             splits = {1}
         else:
-            rule = _simt_split if config.kernel == "simt" else _split_for
+            rule = simt_model.split_for if config.kernel == "simt" else _split_for
             splits = {1, max(2, rule(problem, config))}
         for split in sorted(splits):
             variant = dataclasses.replace(config, split_k=split)

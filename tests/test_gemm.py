@@ -23,6 +23,7 @@ gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 plans = importlib.import_module("gpurt.kernels._gemm_plan")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+simt_model = importlib.import_module("gpurt.kernels._gemm_simt_model")
 tuning = importlib.import_module("gpurt.kernels._gemm_tuner")
 workspace_mod = importlib.import_module("gpurt.kernels._gemm_workspace")
 gemm = gemm_mod.gemm
@@ -346,7 +347,7 @@ def test_simt_wave_model():
     for dims in ((1, 4096, 4096), (64, 4096, 4096), (8, 64, 65536), (300, 700, 5000)):
         p = problem(*dims, dt=tune.DT_F32)
         for config in tune._SIMT:
-            split = tune._simt_split(p, config)
+            split = simt_model.split_for(p, config)
             k_tiles = -(-p.k // config.bk)
             assert split == 1 or k_tiles // split >= 8
             assert -(-k_tiles // -(-k_tiles // split)) == split  # no empty slice

@@ -25,6 +25,7 @@ gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 plans = importlib.import_module("gpurt.kernels._gemm_plan")
 rows_mod = importlib.import_module("gpurt.kernels._gemm_rows")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
+simt_model = importlib.import_module("gpurt.kernels._gemm_simt_model")
 tunable = importlib.import_module("gpurt.kernels.tunable")
 
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
@@ -56,7 +57,7 @@ def test_cut_costs_less_than_one_grid_in_the_model():
         p = _problem(m, n, k)
         head_rows, head = rows_mod.cut(p)
         whole = tune.heuristic(p)
-        assert rows_mod._cut_cost(p, head, head_rows) < 0.97 * tune._simt_cost(
+        assert rows_mod._cut_cost(p, head, head_rows) < 0.97 * simt_model.grid_cost(
             p, whole, whole.split_k)
         assert head_rows % head.bm == 0 and 0 < head_rows < m
 
