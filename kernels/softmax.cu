@@ -624,18 +624,19 @@ __device__ __forceinline__ float2 await_row(unsigned int* arrived, const float2*
     return total;
 }
 
-// Publish this chunk's `partial` of row `row` (thread 0), wait for the row's `chunks`
-// partials and return their total in every thread (await_row).
+// Publish this chunk's `partial` of row `row` (thread 0; a row's partials `stride` apart),
+// wait for the row's `chunks` partials and return their total in every thread (await_row).
 template <int OP>
 __device__ __forceinline__ float2 meet_row(float2 partial, unsigned int* counters,
                                            float2* partials, long long row, int chunk,
-                                           int chunks, float2* shared) {
+                                           int chunks, int stride, float2* shared) {
     unsigned int* arrived = counters + 1 + row;
+    float2* mine = partials + row * stride;
     if (threadIdx.x == 0) {
-        partials[row * chunks + chunk] = partial;
+        mine[chunk] = partial;
         add_release(arrived, 1u);  // orders the partial's store before the count
     }
-    return await_row<OP>(arrived, partials + row * chunks, chunks, shared);
+    return await_row<OP>(arrived, mine, chunks, shared);
 }
 
 // ---- the shared body ------------------------------------------------------------------------
@@ -770,21 +771,30 @@ struct Edges {
     }
 };
 
-// A group's share of a row: the body's columns from col0 (and, with `edges` live, the
-// row's edges) loaded into `h` and `edges`; returns the thread's partial with the edges folded
-// in, and the body's alone in `own` (store_row's). ONE: the 16-bit forward reduction in one
-// pass (Forward::one_pass16).
+// A group's share of a row: the body's columns from col0 up to `end` (and, with `edges`
+// live, the row's edges) loaded into `h` and `edges`; returns the thread's partial with the
+// edges folded in, and the body's alone in `own` (store_row's). ONE: the 16-bit forward
+// reduction in one pass (Forward::one_pass16).
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int ONE, int EDGES>
+__device__ __forceinline__ float2 load_share_upto(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
+                                                  Edges<DT, OP, VEC, GROUP, EDGES>& edges,
+                                                  const typename Elem<DT>::storage* const (&in)[2],
+                                                  int col0, int end, bool live, float2& own) {
+    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, edges.span.body_base, col0, end, live);
+    edges.load(in);
+    own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(
+        h, live_items<VEC, ITEMS, GROUP>(col0, end, live));
+    return edges.local(own);
+}
+
+// load_share_upto to the body's end.
 template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int ONE, int EDGES>
 __device__ __forceinline__ float2 load_share(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                              Edges<DT, OP, VEC, GROUP, EDGES>& edges,
                                              const typename Elem<DT>::storage* const (&in)[2],
                                              int col0, bool live, float2& own) {
-    const RowSpan& span = edges.span;
-    load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, span.body_base, col0, span.body, live);
-    edges.load(in);
-    own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(
-        h, live_items<VEC, ITEMS, GROUP>(col0, span.body, live));
-    return edges.local(own);
+    return load_share_upto<DT, OP, VEC, ITEMS, GROUP, SMEM, ONE>(h, edges, in, col0,
+                                                                 edges.span.body, live, own);
 }
 
 
@@ -1027,7 +1037,8 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(
         load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true, own),
         warp_total);
-    const float2 total = meet_row<OP>(mine, counters, partials, row, chunk, chunks, &row_total);
+    const float2 total = meet_row<OP>(mine, counters, partials, row, chunk, chunks, chunks,
+                                      &row_total);
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
                                                  span.body, true);
     edges.store(out, total);

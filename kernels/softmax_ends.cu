@@ -73,18 +73,13 @@ softmax_ends(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned
     const RowSpan& span = edges.span;
     // the chunk's columns of the body: [col0, end); the vectors past `end` count as outside
     const int end = (int)min((long long)span.body, (long long)col0 + width);
-    load_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, in, span.body_base, col0, end, true);
-    edges.load(in);
-    const float2 own = Policy<OP>::template local<ITEMS, VEC, ONE_PASS != 0>(
-        h, live_items<VEC, ITEMS, THREADS>(col0, end, true));
-    const float2 mine = reduce_warps<OP, THREADS, THREADS>(edges.local(own), warp_total);
-    unsigned int* arrived = counters + 1 + c.row;
-    float2* row_partials = partials + c.row * small;
-    if (threadIdx.x == 0) {
-        row_partials[c.chunk] = mine;
-        add_release(arrived, 1u);  // orders the partial's store before the count
-    }
-    const float2 total = await_row<OP>(arrived, row_partials, c.chunks, &row_total);
+    float2 own;
+    const float2 mine = reduce_warps<OP, THREADS, THREADS>(
+        load_share_upto<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, end,
+                                                                     true, own),
+        warp_total);
+    const float2 total = meet_row<OP>(mine, counters, partials, c.row, c.chunk, c.chunks, small,
+                                      &row_total);  // a row's partials `small` apart
     store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0, end,
                                                  true);
     edges.store(out, total);
