@@ -19,7 +19,7 @@ from . import _gemm_tune as tune
 from . import _gemm_tuner as tuning
 from . import tunable
 from ._gemm_launch import make_call, source_digest
-from ._gemm_tune import DT_F32, Config, Problem
+from ._gemm_tune import Config, Problem
 
 __all__ = ["choose", "rotating_operands", "span_bytes"]
 
@@ -52,7 +52,7 @@ def rotating_operands(plan: plans.Plan, stream: Any) -> tuple[list[tuple[int, in
     those are smaller than :func:`tunable.rotating_bytes` (torch.cuda.tunable's rotating
     buffer), copies at the same alignment (modulo 256 bytes) that hold that much more; and
     the arrays that hold the copies. Memory too short for a copy only means fewer copies."""
-    itemsize = 4 if plan.dt == DT_F32 else 2
+    itemsize = plan.itemsize
     spans = (span_bytes(plan.a, plan.m, plan.k, itemsize),
              span_bytes(plan.b, plan.n, plan.k, itemsize))
     want = tunable.rotating_bytes(gpurt.get_device_properties(plan.index).L2_cache_size)

@@ -379,7 +379,7 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     names = kernel_names(config, problem)
     kernels = compile_kernels(source_of(config, problem.dt), names,
                               arch_for(config, problem.capability))
-    itemsize = 4 if plan.dt == DT_F32 else 2
+    itemsize = plan.itemsize
     pair_ok = int(out_ptr % (2 * itemsize) == 0 and plan.ldc % 2 == 0)
     if pair_ok and out_ptr % (4 * itemsize) == 0 and plan.ldc % 4 == 0:
         pair_ok |= 2  # 4-element stores too (wgmma split-K's coalesced sum)

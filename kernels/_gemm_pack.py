@@ -118,7 +118,7 @@ def packed_plan(plan: Any, copies: tuple[PackCopy, ...]) -> Any:
 def copied_plan(plan: Any, packed: Any, copies: tuple[PackCopy, ...], stream: Any) -> Any:
     """``packed`` (:func:`packed_plan`) on real copies of ``plan``'s operands, made now on
     ``stream`` into new memory, for the tuner to time configs on."""
-    itemsize = 4 if plan.dt == DT_F32 else 2
+    itemsize = plan.itemsize
     room = gpurt.empty(scratch_bytes(copies, itemsize) // 4 + 32, dtype=np.float32,
                        device=plan.index, stream=stream)
     start = -(-room.ptr // 128) * 128
@@ -278,7 +278,7 @@ def c_copy_if_pays(plan: Any, problem: Problem, config: Config,
     ``GPURT_GEMM_DISABLE=pack``, and off GPUs without the TMA kernels."""
     if problem.capability != (9, 0) or "pack" in disabled_kernels():
         return None
-    itemsize = 4 if plan.dt == DT_F32 else 2
+    itemsize = plan.itemsize
     c_copy = c_copy_for(plan.out.ptr, plan.ldc, plan.m, plan.n, itemsize,
                         scratch_bytes(copies, itemsize))
     return c_copy if c_pays(config, c_copy, plan.out.ptr, itemsize) else None

@@ -124,6 +124,11 @@ class Plan:
     dt: int
     index: int
 
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of A, B and C: 4 (float32) or 2."""
+        return 4 if self.dt == DT_F32 else 2
+
 
 def _check_dtype(a: Any, b: Any) -> int:
     dt = _DTYPES.get(np.dtype(a.dtype))
@@ -204,7 +209,7 @@ def make_plan(a: Any, b: Any, out: Any, beta: float, c: Any, trans_a: bool, tran
 def problem_of(plan: Plan, allow_tf32: bool) -> Problem:
     props = gpurt.get_device_properties(plan.index)
     dt = DT_TF32 if plan.dt == DT_F32 and allow_tf32 else plan.dt
-    itemsize = 4 if plan.dt == DT_F32 else 2
+    itemsize = plan.itemsize
     align = 16 // itemsize
     aligned = all(op.ptr % 16 == 0 and op.ld % align == 0 for op in (plan.a, plan.b))
     # exact fp32 (simt) loads only rows along M or N 16 bytes at a time (K-major ones 4 bytes

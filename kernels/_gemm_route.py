@@ -64,8 +64,7 @@ def plan_call(plan: plans.Plan, allow_tf32: bool, config: Config | None,
 
 def _a_step(plan: plans.Plan, head_rows: int) -> int:
     """Bytes from A's first row to its row ``head_rows``."""
-    itemsize = 4 if plan.dt == DT_F32 else 2
-    return (head_rows * plan.a.ld if plan.a.kmajor else head_rows) * itemsize
+    return (head_rows * plan.a.ld if plan.a.kmajor else head_rows) * plan.itemsize
 
 
 def _tail_plan(plan: plans.Plan, head_rows: int) -> plans.Plan:
@@ -79,7 +78,7 @@ def rows_call(plan: plans.Plan, problem: Problem, head_rows: int, head: Config, 
     """``head`` over C's first ``head_rows`` rows, then the rest as its own GEMM (its config
     chosen, or tuned, for its own shape) on pointers moved past those rows. ``timing_plan``:
     as :func:`choosing.choose`'s (``plan`` on placeholders of copies)."""
-    itemsize = 4 if plan.dt == DT_F32 else 2
+    itemsize = plan.itemsize
     a_step = _a_step(plan, head_rows)
     out_step, cin_step = head_rows * plan.ldc * itemsize, head_rows * plan.ldcin * itemsize
     tail_plan = _tail_plan(plan, head_rows)
@@ -143,10 +142,9 @@ def pack_route(plan: plans.Plan, problem: Problem,
     if (problem.tma or plan.k == 0 or problem.capability != (9, 0)
             or problem.dt not in (DT_F16, DT_BF16, DT_TF32) or "pack" in tune.disabled_kernels()):
         return None
-    itemsize = 4 if plan.dt == DT_F32 else 2
     operands = [(op.ptr, op.ld, op.kmajor, rows, plan.k)
                 for op, rows in ((plan.a, plan.m), (plan.b, plan.n))]
-    copies = pack.copies_for(operands, itemsize)
+    copies = pack.copies_for(operands, plan.itemsize)
     if not copies:
         return None
     packed = pack.packed_plan(plan, copies)

@@ -6,7 +6,7 @@ waves of that tile, unsplit (its best rate), and the remaining rows are a second
 with its own choice (a K split that fills the GPU once: 184 x 3000 x 3000 on 64 x 128 tiles,
 split 7). Both are plain launches of the simt kernel on the same stream, on offset pointers,
 so the result is the same as one launch (each output element is summed by one kernel in the
-same order). The wave model of kernels/_gemm_tune.py decides where the cut pays.
+same order). The wave model of kernels/_gemm_simt_model.py decides where the cut pays.
 ``GPURT_GEMM_DISABLE=rows`` turns it off.
 """
 
@@ -32,9 +32,7 @@ def cut(problem: Problem) -> tuple[int, Config] | None:
     """(rows, head config) where ``problem`` (fp32, on the CUDA cores) runs faster as whole
     waves of ``head`` over its first ``rows`` rows and a second GEMM over the rest; None
     where one grid is as fast, the problem is not fp32 or GPURT_GEMM_DISABLE names rows."""
-    if problem.dt != tune.DT_F32 or "rows" in tune.disabled_kernels():
-        return None
-    return _search(problem)[0]
+    return _search(problem)[0] if problem.dt == tune.DT_F32 else None
 
 
 def modelled(problem: Problem) -> float:

@@ -42,7 +42,7 @@ class _Op:
 
 
 @dataclasses.dataclass
-class _Plan:  # what make_call reads of kernels/gemm.py's _Plan
+class _Plan:  # what make_call reads of kernels/_gemm_plan.py's Plan
     a: _Op
     b: _Op
     m: int = M
@@ -52,6 +52,7 @@ class _Plan:  # what make_call reads of kernels/gemm.py's _Plan
     ldcin: int = N
     dt: int = DT_F16
     index: int = 0
+    itemsize: int = 2
 
 
 @pytest.fixture
