@@ -16,7 +16,7 @@ import pytest
 
 import gpurt
 from test_gemm import check_replays, device, poisoned, rand
-from test_gemm_wgmma_x import _case, _hopper, _ids
+from test_gemm_wgmma_x import _case, _graph_case, _hopper, _ids
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
@@ -132,14 +132,4 @@ def test_many_tiles_per_cta(gpu_state, config):
 @pytest.mark.parametrize("config", [W192, VARIANTS[2]], ids=_ids)
 def test_in_a_graph(gpu_state, config):
     """Captured once, replayed on new inputs."""
-    _hopper()
-    rng = np.random.default_rng(71)
-    m, n, k = 520, 1000, 264
-    a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
-    da, db, out = device(a), device(b), poisoned((m, n), gpurt.bfloat16)
-    gemm_mod.gemm(da, db, out=out, config=config)  # planned before the capture
-    graph = gpurt.CUDAGraph()
-    with gpurt.graph(graph):
-        gemm_mod.gemm(da, db, out=out, config=config)
-    check_replays(graph, da, db, out, rng, config.label())
-    del graph
+    _graph_case(config, np.random.default_rng(71))

@@ -232,8 +232,12 @@ def test_variant_many_tiles_per_cta(gpu_state, config):
 @pytest.mark.parametrize("config", [VARIANTS[1], VARIANTS[4], PP_PS], ids=_ids)
 def test_variant_in_a_graph(gpu_state, config):
     """Captured once, replayed on new inputs: the tensor maps hold the captured pointers."""
+    _graph_case(config, np.random.default_rng(47))
+
+
+def _graph_case(config: Config, rng: np.random.Generator) -> None:
+    """``config`` captured once and replayed on new inputs, checked against float64."""
     _hopper()
-    rng = np.random.default_rng(47)
     m, n, k = 520, 1000, 264
     a, b = rand(rng, (m, k), gpurt.bfloat16), rand(rng, (k, n), gpurt.bfloat16)
     da, db, out = device(a), device(b), poisoned((m, n), gpurt.bfloat16)
