@@ -19,12 +19,13 @@ from gpurt.kernels import tunable
 from gpurt.kernels.gemm import gemm
 
 # (M, N, K): the squares, then the decode and projection shapes of issue 17 and its irregular
-# sizes (a result covers every shape in its power-of-two bucket), squares first so that a short
-# budget still tunes them.
+# sizes (a result covers its exact shape only), squares first so that a short budget still
+# tunes them.
 SQUARES = tuple((n, n, n) for n in (1024, 2048, 4096, 8192))
 INFERENCE = tuple((m, n, k) for m in (1, 16, 64, 128)
                   for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)))
-IRREGULAR = ((1000, 1000, 1000), (3000, 5000, 2000), (8192, 8192, 512))
+IRREGULAR = ((1000, 1000, 1000), (3000, 5000, 2000), (8192, 8192, 512), (1536, 1536, 1536),
+             (2000, 3000, 1000), (3000, 3000, 3000), (256, 11008, 4096), (4096, 4096, 1024))
 SHAPES = SQUARES + INFERENCE + IRREGULAR
 DTYPES = (ml_dtypes.bfloat16, np.float16)
 

@@ -1,6 +1,6 @@
 """Which config a gemm call runs: remembered by the tuner, timed now (each candidate on
-operands rotating past the L2, torch.cuda.tunable's rotating buffer, behind a spin kernel), or
-the heuristic's (kernels/_gemm_tune.py)."""
+operands rotating past the L2, torch.cuda.tunable's rotating buffer, behind a spin kernel, in
+rounds over the candidates), or the heuristic's (kernels/_gemm_tune.py)."""
 
 from __future__ import annotations
 
@@ -75,40 +75,47 @@ def rotating_operands(plan: plans.Plan, stream: Any) -> tuple[list[tuple[int, in
     return pairs, held
 
 
-def _time_config(plan: plans.Plan, problem: Problem, config: Config, tuning_stream: Any,
-                 operands: list[tuple[int, int]]) -> float:
-    """Device time (ms) of one run of ``config`` into a scratch output, the runs taking the
-    ``operands`` pairs in turn: the median of three batches, each queued behind a spin kernel
-    so that host time never counts as device time."""
-    scratch = gpurt.empty((plan.m, plan.n), dtype=plan.out.dtype, device=plan.index,
-                          stream=tuning_stream)
-    spin = gpurt.compile(_SPIN, arch=gpurt.get_arch(plan.index))["gemm_tune_spin"]
-    into_scratch = dataclasses.replace(plan, out=scratch, ldc=plan.n, cin=None, ldcin=0)
+class _Batches:
+    """Times batches of one config's runs into a scratch output, the runs taking the
+    ``operands`` pairs in turn, each batch queued behind a spin kernel so that host time never
+    counts as device time. A config's first call loads and warms it up and sizes its
+    batches; every call returns one batch's device time per run (ms)."""
 
-    turn = itertools.cycle(operands)
+    def __init__(self, plan: plans.Plan, problem: Problem, stream: Any,
+                 operands: list[tuple[int, int]]) -> None:
+        self.scratch = gpurt.empty((plan.m, plan.n), dtype=plan.out.dtype, device=plan.index,
+                                   stream=stream)
+        self.spin = gpurt.compile(_SPIN, arch=gpurt.get_arch(plan.index))["gemm_tune_spin"]
+        self.plan = dataclasses.replace(plan, out=self.scratch, ldc=plan.n, cin=None, ldcin=0)
+        self.problem, self.stream = problem, stream
+        self.turn = itertools.cycle(operands)
+        self.sized: dict[Config, tuple[Any, int]] = {}
 
-    def batch(count: int) -> float:
+    def _batch(self, call: Any, count: int) -> float:
         cycles = int(2e9 * (200e-6 + count * 150e-6))  # covers the host enqueueing `count`
-        spin(1, 1, (cycles,), stream=tuning_stream)
+        self.spin(1, 1, (cycles,), stream=self.stream)
         start, stop = gpurt.Event(enable_timing=True), gpurt.Event(enable_timing=True)
-        start.record(tuning_stream)
+        start.record(self.stream)
         for _ in range(count):
-            a_ptr, b_ptr = next(turn)
-            call.launch(a_ptr, b_ptr, scratch.ptr, 0, 1.0, 0.0, tuning_stream)
-        stop.record(tuning_stream)
+            a_ptr, b_ptr = next(self.turn)
+            call.launch(a_ptr, b_ptr, self.scratch.ptr, 0, 1.0, 0.0, self.stream)
+        stop.record(self.stream)
         stop.synchronize()
         return start.elapsed_time(stop) / count
 
-    try:
-        call = make_call(into_scratch, problem, config, scratch.ptr)
-        first = batch(1)  # loads and warms up
-        # three batches of about 2 ms each, within the tunable limits per candidate
-        budget_ms = min(6.0, tunable.get_max_tuning_duration())
-        runs = min(int(budget_ms / max(first, 1e-3)), tunable.get_max_tuning_iterations())
-        count = max(1, min(20, runs // 3))
-        return sorted(batch(count) for _ in range(3))[1]
-    finally:
-        tuning_stream.synchronize()
+    def __call__(self, config: Config) -> float:
+        try:
+            if config not in self.sized:
+                call = make_call(self.plan, self.problem, config, self.scratch.ptr)
+                self._batch(call, 1)  # loads the kernel
+                one = self._batch(call, 1)
+                # batches of about 2 ms, within the tunable limits per candidate
+                budget_ms = min(6.0, tunable.get_max_tuning_duration())
+                runs = min(int(budget_ms / max(one, 1e-3)), tunable.get_max_tuning_iterations())
+                self.sized[config] = (call, max(1, min(20, runs // tuning.ROUNDS)))
+            return self._batch(*self.sized[config])
+        finally:
+            self.stream.synchronize()
 
 
 def choose(plan: plans.Plan, problem: Problem, stream: Any,
@@ -132,5 +139,5 @@ def choose(plan: plans.Plan, problem: Problem, stream: Any,
     with gpurt.device(plan.index):
         tuning_stream = gpurt.Stream()
     operands, _held = rotating_operands(plan, tuning_stream)  # the copies live until here
-    return tuner.choose(key, tune.candidates(problem), lambda config: _time_config(
-        plan, problem, config, tuning_stream, operands))
+    return tuner.choose(key, tune.candidates(problem),
+                        _Batches(plan, problem, tuning_stream, operands))

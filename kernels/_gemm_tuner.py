@@ -1,5 +1,5 @@
 """The GEMM autotuner: times a problem's candidates (kernels/_gemm_tune.py) once per (device,
-kernels' source, dtype, layout, shape bucket) and remembers the winner on disk next to gpurt's
+kernels' source, dtype, layout, alignment, shape) and remembers the winner on disk next to gpurt's
 kernel cache. ``GPURT_GEMM_AUTOTUNE=0`` turns it off (heuristics only, the results file is
 neither read nor written).
 
@@ -22,7 +22,7 @@ from ._gemm_config import Config, Problem
 from ._gemm_types import DT_NAMES as _DT_NAMES
 
 __all__ = ["Tuner", "autotune_enabled", "problem_key", "parse_results", "read_results",
-           "FILE_NAME", "SCHEMA", "TUNE_MIN_MACS", "DEFAULT_MARGIN"]
+           "FILE_NAME", "SCHEMA", "TUNE_MIN_MACS", "DEFAULT_MARGIN", "ROUNDS"]
 
 # Tuning a problem below this many multiply-adds costs more than it could ever save.
 TUNE_MIN_MACS = 1 << 27
@@ -32,6 +32,10 @@ TUNE_MIN_MACS = 1 << 27
 # 0.94 against 0.88 of cuBLAS, 16x4096^2 0.95 against 0.73, 128x4096^2 0.99 against 0.92;
 # benchmarks/notes_gemm.md, session 10's final runs), where the picks it beat were within 5%.
 DEFAULT_MARGIN = 0.05
+# Each candidate's timing is the median of this many batches, taken in rounds over all
+# candidates, so that a drift of the clocks while tuning (an idle GPU ramping up) reaches every
+# candidate alike instead of the first ones alone.
+ROUNDS = 3
 _SCHEMA = 1
 FILE_NAME = "gemm-tune-v1.json"
 
@@ -42,18 +46,16 @@ def autotune_enabled() -> bool:
     return value not in ("0", "false", "off", "no")
 
 
-def _bucket(value: int) -> int:
-    """The power of two at or above ``value`` (shapes within a bucket share a tuning result)."""
-    return 1 << max(0, (value - 1).bit_length())
-
-
 def problem_key(problem: Problem, device: str, source_digest: str) -> str:
-    """The results file key: device, kernels' source, dtype, layout, alignment, shape bucket."""
+    """The results file key: device, kernels' source, dtype, layout, alignment, shape. The
+    shape is exact, as torch's TunableOp keys it: the best tiles follow the number of tiles per
+    wave, which shapes of one power-of-two bucket do not share (1536^3 ran 128 x 256 tiles,
+    2048^3's pick, at 0.61 of cuBLAS where its own 128 x 192 runs 0.75)."""
     layout = ("K" if problem.a_kmajor else "M") + ("K" if problem.b_kmajor else "N")
     align = ("tma" if problem.tma else "vec") if problem.vec else "any"
     if problem.tma and not problem.pitch128:  # the best tiles differ (notes_gemm.md)
         align = "tma16"
-    shape = f"{_bucket(problem.m)}x{_bucket(problem.n)}x{_bucket(problem.k)}"
+    shape = f"{problem.m}x{problem.n}x{problem.k}"
     return "|".join([device, source_digest, _DT_NAMES[problem.dt], layout, align, shape])
 
 
@@ -192,38 +194,42 @@ class Tuner:
     def choose(self, key: str, configs: list[Config],
                time_ms: Callable[[Config], float | None]) -> Config:
         """The remembered winner for ``key``, else the fastest of ``configs`` by ``time_ms``
-        (None or an exception: that config cannot run and is skipped), remembered. The first
-        config (the heuristic's pick) stays the winner unless another times at least
-        :data:`DEFAULT_MARGIN` faster."""
+        (one batch's ms per call; None or an exception: that config cannot run and is
+        skipped from then on), remembered. Each config's time is the median of :data:`ROUNDS`
+        calls, made in rounds over the configs. The first config (the heuristic's pick) stays
+        the winner unless another times at least :data:`DEFAULT_MARGIN` faster."""
         known = self.lookup(key)
         if known is not None and known in configs:
             return known
-        timings: dict[str, float] = {}
-        best: Config | None = None
-        best_ms = default_ms = float("inf")
-        for config in configs:
-            try:
-                ms = time_ms(config)
-            except Exception as exc:  # a variant that fails to compile or launch is skipped
-                warnings.warn(f"gpurt: GEMM variant {config.label()} failed while tuning: {exc}",
-                              RuntimeWarning, stacklevel=2)
-                ms = None
-            if ms is None:
-                continue
-            timings[config.label()] = round(ms, 5)
-            if config is configs[0]:
-                default_ms = ms
-            if ms < best_ms:
-                best, best_ms = config, ms
-        if best is None:
+        samples: dict[Config, list[float]] = {config: [] for config in configs}
+        for _ in range(ROUNDS):
+            for config in [c for c in configs if c in samples]:
+                ms = self._time_one(config, time_ms)
+                if ms is None:
+                    del samples[config]
+                else:
+                    samples[config].append(ms)
+        timed = {config: sorted(times)[len(times) // 2] for config, times in samples.items()}
+        if not timed:
             return configs[0]
-        if best_ms > default_ms * (1.0 - DEFAULT_MARGIN):
-            best, best_ms = configs[0], default_ms
+        best = min(timed, key=timed.__getitem__)
+        if configs[0] in timed and timed[best] > timed[configs[0]] * (1.0 - DEFAULT_MARGIN):
+            best = configs[0]
         with self._lock:
-            self._results[key] = {"config": best.to_json(), "ms": round(best_ms, 5),
-                                  "timings_ms": timings}
+            self._results[key] = {"config": best.to_json(), "ms": round(timed[best], 5),
+                                  "timings_ms": {c.label(): round(ms, 5)
+                                                 for c, ms in timed.items()}}
             self._write_file()
         return best
+
+    @staticmethod
+    def _time_one(config: Config, time_ms: Callable[[Config], float | None]) -> float | None:
+        try:
+            return time_ms(config)
+        except Exception as exc:  # a variant that fails to compile or launch is skipped
+            warnings.warn(f"gpurt: GEMM variant {config.label()} failed while tuning: {exc}",
+                          RuntimeWarning, stacklevel=3)
+            return None
 
     def results(self) -> dict[str, dict[str, Any]]:
         """A copy of every result known to this process (after loading the file)."""

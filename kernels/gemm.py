@@ -24,7 +24,7 @@ Accumulation is always fp32. Five kernel families (CUDA sources kernels/gemm_*.c
            16-byte aligned rows; TF32 needs the small operand K-major.
 
 A call is validated and described by kernels/_gemm_plan.py. Its variant and tiles come from
-kernels/_gemm_tune.py's candidates and heuristic, timed once per shape bucket by
+kernels/_gemm_tune.py's candidates and heuristic, timed once per shape by
 kernels/_gemm_tuner.py and remembered on disk when autotuning is on (``GPURT_GEMM_AUTOTUNE=0``
 turns it off), chosen by the heuristic otherwise (kernels/_gemm_choose.py); it runs as one
 kernel or as kernels/_gemm_route.py's routes of several launches. Kernels compile through

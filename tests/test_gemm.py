@@ -448,14 +448,17 @@ def test_tensor_maps_promote_l2_fills_only_for_128_byte_rows(monkeypatch):
                     promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B]
 
 
-def test_problem_key_buckets():
+def test_problem_key_is_the_exact_shape():
     key = tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abc")
-    assert key == tuning.problem_key(problem(4096, 3900, 2049), "NVIDIA H100", "abc")
-    assert key != tuning.problem_key(problem(4097, 4096, 3000), "NVIDIA H100", "abc")
+    assert key == tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abc")
+    # one tile more or less per wave: shapes of one power-of-two bucket get their own results
+    assert key != tuning.problem_key(problem(4096, 4096, 3000), "NVIDIA H100", "abc")
+    assert key != tuning.problem_key(problem(4000, 4095, 3000), "NVIDIA H100", "abc")
+    assert key != tuning.problem_key(problem(4000, 4096, 3001), "NVIDIA H100", "abc")
     assert key != tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H200", "abc")
     assert key != tuning.problem_key(problem(4000, 4096, 3000), "NVIDIA H100", "abd")
     assert key != tuning.problem_key(problem(4000, 4096, 3000, b_k=True), "NVIDIA H100", "abc")
-    assert "bfloat16" in key and "KN" in key and "4096x4096x4096" in key
+    assert "bfloat16" in key and "KN" in key and key.endswith("4000x4096x3000")
     # pitches that are not 128-byte multiples have their own results (their best tiles differ)
     unaligned = problem(4000, 4096, 3000, pitch128=False)
     assert key != tuning.problem_key(unaligned, "NVIDIA H100", "abc")
@@ -474,7 +477,7 @@ def test_tuner_picks_fastest_and_persists(tmp_path):
         return times[config]
 
     assert tuner.choose("k1", configs, timer) == configs[-1]
-    assert calls == configs
+    assert calls == configs * tuning.ROUNDS  # in rounds over every config
     path = folder / "gemm-tune-v1.json"
     assert path.exists()
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
@@ -505,6 +508,20 @@ def test_tuner_keeps_the_heuristics_pick_unless_clearly_beaten():
     times[configs[0]] = None  # the first cannot run: the fastest of the rest, however close
     times[configs[1]] = close
     assert tuning.Tuner(None).choose("k", configs, times.__getitem__) == configs[1]
+
+
+def test_tuner_takes_each_configs_median_over_rounds():
+    """A drift while tuning (clocks ramping up in the first round) reaches every config in
+    one of its ROUNDS samples only, and a config that fails in a later round is dropped."""
+    configs = tune.candidates(problem())[:4]
+    rounds = {c: iter([9.0, 2.0 + i, 2.0 + i][:tuning.ROUNDS]) for i, c in enumerate(configs)}
+    rounds[configs[2]] = iter([0.1, None])  # fastest in round 1, then cannot run
+
+    tuner = tuning.Tuner(None)
+    assert tuner.choose("k", configs, lambda c: next(rounds[c])) == configs[0]
+    timings = tuner.results()["k"]["timings_ms"]
+    assert timings == {configs[0].label(): 2.0, configs[1].label(): 3.0,
+                       configs[3].label(): 5.0}
 
 
 def test_tuner_skips_failures_and_survives_corruption(tmp_path):
