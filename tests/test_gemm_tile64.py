@@ -1,9 +1,9 @@
 """64-row tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma_x.cu's gemm_wgmma_64: a producer
 and one consumer warpgroup, m64nBNk16, gemm_wgmma.cu's body with TBM = 64). CPU: configs,
-names, what they reject, compiled without spills, the wave model's choices, the tuner's and the
-sweep's lists. GPU: every layout, both 16-bit types, edge tiles, many tiles per CTA, alpha/
-beta/Cin, offset views, plain and pipelined stores, graph replay, against float64 on poisoned
-outputs."""
+names, what they reject, compiled without spills, the tuner's and the sweep's lists (the
+heuristic does not take them yet). GPU: every layout, both 16-bit types, edge tiles, many tiles
+per CTA, alpha/beta/Cin, offset views, plain and pipelined stores, graph replay, against
+float64 on poisoned outputs."""
 
 from __future__ import annotations
 
@@ -82,16 +82,14 @@ def test_tuner_and_sweep_offer_it():
     assert T64 not in tune.all_configs(_problem(1000, 1000, 1000, dt=tune.DT_TF32))
 
 
-def test_wave_model_choices():
-    """64 x 128 tiles where 128-row ones leave half of the SMs idle (1000^3, 1024^3: 128 tiles
-    against 64); the big squares and the shapes of whole waves keep their tiles."""
-    assert tune.heuristic(_problem(1000, 1000, 1000, pitch128=False)) == T64
-    assert tune.heuristic(_problem(1024, 1024, 1024)) == T64
-    for dims in ((4096, 4096, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (256, 11008, 4096),
-                 (1536, 1536, 1536), (512, 4096, 4096)):
-        assert tune.heuristic(_problem(*dims)).bm == 128, dims
-    assert tune.heuristic(_problem(2000, 3000, 1000, pitch128=False)) == tune._WGMMA_192_C2
-    assert tune.heuristic(_problem(1000, 1000, 1000, dt=tune.DT_TF32)).bm == 128
+def test_heuristic_leaves_it_to_the_tuner():
+    """Not timed yet (notes_gemm.md, s11-tile64): the heuristic keeps its 128-row tiles, also
+    at 1000^3 and 1024^3 where 64 x 128 makes 128 tiles against 64; the tuner times it there."""
+    for dims, pitch128 in (((1000, 1000, 1000), False), ((1024, 1024, 1024), True),
+                           ((768, 768, 768), True), ((4096, 4096, 4096), True)):
+        problem = _problem(*dims, pitch128=pitch128)
+        assert tune.heuristic(problem).bm == 128, dims
+        assert T64 in tune.candidates(problem)[1:], dims
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
