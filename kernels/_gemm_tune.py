@@ -288,7 +288,9 @@ def candidates(problem: Problem) -> list[Config]:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
-        pool += [_WGMMA_192, _WGMMA_64]
+        pool.append(_WGMMA_192)
+        if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
+            pool.append(_WGMMA_64)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2]

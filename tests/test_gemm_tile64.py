@@ -84,12 +84,13 @@ def test_tuner_and_sweep_offer_it():
 
 def test_heuristic_leaves_it_to_the_tuner():
     """Not timed yet (notes_gemm.md, s11-tile64): the heuristic keeps its 128-row tiles, also
-    at 1000^3 and 1024^3 where 64 x 128 makes 128 tiles against 64; the tuner times it there."""
+    at 1000^3 and 1024^3 where 64 x 128 makes 128 tiles against 64; the tuner times it where
+    128 x 128 tiles leave SMs idle, not on grids of whole waves like 4096^3."""
     for dims, pitch128 in (((1000, 1000, 1000), False), ((1024, 1024, 1024), True),
                            ((768, 768, 768), True), ((4096, 4096, 4096), True)):
         problem = _problem(*dims, pitch128=pitch128)
         assert tune.heuristic(problem).bm == 128, dims
-        assert T64 in tune.candidates(problem)[1:], dims
+        assert (T64 in tune.candidates(problem)[1:]) == (dims[0] < 4096), dims
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
