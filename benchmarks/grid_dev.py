@@ -31,6 +31,7 @@ import gpurt  # noqa: E402
 
 gm = importlib.import_module("gpurt.kernels.gemm")
 launch = importlib.import_module("gpurt.kernels._gemm_launch")
+plans = importlib.import_module("gpurt.kernels._gemm_plan")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
 Config = tune.Config
 
@@ -62,9 +63,9 @@ def variants(dtype: str) -> list[Config]:
 
 
 def problem_of(a: Any, b: Any, tf32: bool) -> Any:
-    plan, _, _ = gm._plan(gpurt.asarray(a), gpurt.asarray(b), None, 0.0, None, False, False,
-                          gpurt.as_stream(None, 0))
-    return gm._problem(plan, tf32)
+    plan, _, _ = plans.make_plan(gpurt.asarray(a), gpurt.asarray(b), None, 0.0, None, False,
+                                 False, gpurt.as_stream(None, 0))
+    return plans.problem_of(plan, tf32)
 
 
 # ---- timing --------------------------------------------------------------------------------------

@@ -54,6 +54,10 @@ VARIANTS = {
     "mid pp ps g16": _v(MID, stages=5, pingpong=True, pipe_store=True, group_m=16),
     "w192": tune._WGMMA_192, "w192 c2": tune._WGMMA_192_C2,
     "w192 c2x2": tune._WGMMA_192_C2X2, "w192 g8": _v(tune._WGMMA_192, group_m=8),
+    "t64": tune._WGMMA_64, "t64 s5": _v(tune._WGMMA_64, stages=5),
+    "t64 plain": _v(tune._WGMMA_64, tma_store=False, stages=6),
+    "t64 ps": _v(tune._WGMMA_64, pipe_store=True),
+    "t64 w256": Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
@@ -106,7 +110,15 @@ TILE192 = {
     (4096, 4096, 1024, False): ("wide", "w192"), (4096, 4096, 4096, False): ("wide", "w192"),
     (8192, 8192, 8192, False): (),
 }
-SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192}
+# Session 11 (s11-tile64, `--set tile64`): 64-row tiles (one consumer warpgroup) where 128-row
+# ones leave SMs idle, against the choice before them; warm too.
+TILE64 = {
+    (1000, 1000, 1000, False): ("mid ps", "narrow", "t64", "t64 s5", "t64 plain", "t64 ps"),
+    (1024, 1024, 1024, False): ("narrow", "mid", "t64", "t64 s5"),
+    (768, 768, 768, False): ("narrow", "t64"), (1000, 1000, 4000, False): ("mid", "t64"),
+    (256, 4096, 4096, False): ("t64", "t64 w256"),
+}
+SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile64": TILE64}
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -239,8 +251,8 @@ def run_timing(json_path: str, set_: str) -> None:
     shapes = SETS.get(set_) or {(*key, False): v for key, v in SHAPES.items()}
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         for (m, n, k, b_nk), names in shapes.items():
-            time_shape(m, n, k, b_nk, names, 1 if set_ in ("first", "tile192") else 2, stream,
-                       l2, state, save, warm=set_ in ("shortk", "tile192"))
+            time_shape(m, n, k, b_nk, names, 1 if set_ in ("first", "tile192", "tile64") else 2,
+                       stream, l2, state, save, warm=set_ in ("shortk", "tile192", "tile64"))
     summary(json_path)
 
 
@@ -326,6 +338,12 @@ def sanitize(set_: str) -> None:
         cases += [(136, 456, 200, w192[1], True, True), (264, 600, 200, w192[2], False, True),
                   (1536, 1000, 136, w192[0], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "tile64":  # every layout; beta with Cin; several tiles per CTA; plain stores
+        t64 = [VARIANTS[name] for name in ("t64", "t64 plain", "t64 ps", "t64 w256")]
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in t64]
+        cases += [(136, 264, 200, t64[1], True, True), (72, 600, 200, t64[3], True, False),
+                  (64 * 140, 300, 136, t64[0], False, True), (1000, 1000, 136, t64[2], True, True)]
+        sys.exit(1 if run_checks(cases) else 0)
     if set_ == "split":
         c2x2 = VARIANTS["wide c2x2"]
         cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
@@ -348,13 +366,15 @@ def precompile(set_: str) -> None:
     if set_ == "tile192":  # and the tests' plain stores
         new = [VARIANTS[v] for v in ("w192", "w192 c2", "w192 c2x2")]
         new.append(_v(tune._WGMMA_192, tma_store=False, group_m=8))
+    if set_ == "tile64":  # tests/test_gemm_tile64.py's variants, in every layout
+        new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256")]
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
                 for config in new:
                     jobs.add(launch.program(config, problem))
-    shapes = SETS[set_] if set_ in ("shortk", "tile192") else (
+    shapes = SETS[set_] if set_ in ("shortk", "tile192", "tile64") else (
         {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS)
     for (m, n, k, b_nk), names in shapes.items():
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
@@ -368,10 +388,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
-    parser.add_argument("--set", choices=("first", "split", "shortk", "tile192"),
+    parser.add_argument("--set", choices=("first", "split", "shortk", "tile192", "tile64"),
                         default="first",
-                        help="the shapes of session 9's first or second call, or session 10's "
-                             "short K or 128 x 192 tiles")
+                        help="the shapes of session 9's first or second call, session 10's "
+                             "short K or 128 x 192 tiles, or session 11's 64-row tiles")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

@@ -9,6 +9,7 @@
 # (total limit: $TOTAL, 285 s). SET=split: session 9's second call (wgirr_dev.py --set split:
 # split-row shapes, no ncu); SET=shortk: session 10's short-K ping-pong (its programs only);
 # SET=tile192: session 10's 128 x 192 tiles (its programs only; warm timings too).
+# SET=tile64: session 11's 64-row tiles (its programs only; warm timings too; no ncu).
 # TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
 set -u
 top=${1:?OUTDIR}
@@ -52,7 +53,7 @@ metrics=gpu__time_duration.sum,lts__t_requests.sum,lts__t_requests_srcunit_tex.s
 metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
 metrics=$metrics,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
-[ "$set_" != split ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
+[ "$set_" != split ] && [ "$set_" != tile64 ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
     --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu --set "$set_" > "$out/ncu.csv" 2> "$out/ncu.err"
 echo "ncu rc=$? $(grep -c gemm_wgmma "$out/ncu.csv") kernel rows"; pack
 step done

@@ -40,7 +40,9 @@ class Config:
     in turn, each written while the other's store is read (bn 128 or 256, with tma_store; with
     pingpong a ring of four, a whole tile per consumer).
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages fill shared
-    memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle."""
+    memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle, and
+    64-row tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which
+    fill the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128)."""
 
     kernel: str
     bm: int
@@ -62,10 +64,15 @@ class Config:
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
-        if self.kernel == "wgmma" and (self.bm != 128 or self.bk not in (32, 64)
+        if self.kernel == "wgmma" and (self.bm not in (64, 128) or self.bk not in (32, 64)
                                        or self.bn not in (64, 128, 192, 256)):
-            raise ValueError(f"the wgmma kernel takes 128 x (64|128|192|256) x 64 tiles (x 32 "
-                             f"for TF32), not {self}")
+            raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
+                             f"(128 x 32 for TF32), not {self}")
+        if self.kernel == "wgmma" and self.bm == 64 and (
+                self.bk != 64 or self.split_k != 1 or self.cluster_m != 1 or self.cluster_n != 1
+                or self.pingpong):
+            raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs without clusters "
+                             f"or ping-pong: {self}")
         if self.kernel == "wgmma" and self.bn == 192 and (self.bk != 64 or self.split_k != 1):
             raise ValueError(f"128 x 192 wgmma tiles are for unsplit 16-bit GEMMs: {self}")
         if self.kernel == "wgmma" and self.bn == 64 and self.cluster_m != 1:
@@ -103,8 +110,8 @@ class Config:
 
     @property
     def threads(self) -> int:
-        if self.kernel == "wgmma":
-            return 384
+        if self.kernel == "wgmma":  # a producer and bm / 64 consumer warpgroups
+            return 128 + 2 * self.bm
         if self.kernel == "skinny":
             return _skinny.threads(self)
         if self.kernel == "decode":
@@ -127,7 +134,7 @@ class Config:
             return 0  # 32 KiB, static
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             stage = (self.bm + self.bn) * 128
-            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
+            staging = self.bm * 128 * 2 if self.tma_store else 0  # 16 KiB per consumer
             if self.pingpong and self.pipe_store:
                 staging *= 2  # a whole 128 x 128 tile per consumer
             return self.stages * stage + staging + 2 * 8 * self.stages + 1024
@@ -139,7 +146,8 @@ class Config:
     @property
     def source(self) -> str:
         """The CUDA file holding this kernel."""
-        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong or self.pipe_store):
+        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong or self.pipe_store
+                                       or self.bm == 64):
             return "gemm_wgmma_x.cu"
         return f"gemm_{self.kernel}.cu"
 
@@ -164,6 +172,9 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
+        if self.kernel == "wgmma" and self.bm == 64:
+            return (f"gemm_wgmma_64<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
+                    f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.source == "gemm_wgmma_x.cu":
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "

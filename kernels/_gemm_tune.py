@@ -105,6 +105,12 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 _WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
+# 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma_x.cu's
+# gemm_wgmma_64; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
+# for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling
+# at 1000^3) against 64 of 128 x 128. Right on an H200 (tests, memcheck, racecheck) but not yet
+# timed: the tuner's candidate only, not the heuristic's (notes_gemm.md, s11-tile64).
+_WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.1}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -283,6 +289,8 @@ def candidates(problem: Problem) -> list[Config]:
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
         pool.append(_WGMMA_192)
+        if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
+            pool.append(_WGMMA_64)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2]
@@ -333,7 +341,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_C2X2, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
+                   _WGMMA_192, _WGMMA_192_C2X2, _WGMMA_64, *_CLUSTER_RATE_PITCH16,
+                   *_PIPE_STORE.values(),
                    _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)

@@ -435,15 +435,19 @@ __device__ __forceinline__ void sum_half_tile_quads(u16* __restrict__ C,
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
 // tickets on `counters` after writing their slices (see the file comment). CN = 2, PP and PS:
-// gemm_wgmma_x's variants (see there).
+// gemm_wgmma_x's variants (see there). TBM = 64: gemm_wgmma_x's 64-row tiles, one consumer
+// warpgroup (256 threads), unsplit, no clusters, no ping-pong.
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
-          int CN = 1, bool PP = false, bool PS = false>
+          int CN = 1, bool PP = false, bool PS = false, int TBM = 128>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
     float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
     float* __restrict__ partial, int splits, unsigned* __restrict__ counters) {
     using namespace wg;
+    static_assert(TBM == 128 || (TBM == 64 && CM == 1 && CN == 1 && !PP && !SPLIT),
+                  "64-row tiles: one consumer warpgroup, unsplit, without clusters");
+    constexpr int BM = TBM, CONSUMERS = TBM / 64;  // consumer warpgroups of 64 rows each
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
     static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
@@ -453,7 +457,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
-    constexpr int STAGE_READERS = (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS) * (CM + CN - 1);
+    constexpr int STAGE_READERS = (PP ? 4 : 4 * CONSUMERS) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -464,7 +468,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma)
     constexpr u32 OUT_BYTES = PP && PS ? 2 * STAGE_OUT_BYTES : STAGE_OUT_BYTES;
     const u32 out_stage = b_ring + STAGES * B_BYTES;
-    const u32 full_bar = out_stage + (EPI_TMA ? 2 * OUT_BYTES : 0);
+    const u32 full_bar = out_stage + (EPI_TMA ? CONSUMERS * OUT_BYTES : 0);
     const u32 empty_bar = full_bar + STAGES * 8;
     const bool use_tma_store = EPI_TMA && tma_store_ok != 0 && partial == nullptr;
 
