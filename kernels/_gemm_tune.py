@@ -108,9 +108,11 @@ _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
 # 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma_x.cu's
 # gemm_wgmma_64; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
 # for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling
-# at 1000^3) against 64 of 128 x 128. Right on an H200 (tests, memcheck, racecheck) but not yet
-# timed: the tuner's candidate only, not the heuristic's (notes_gemm.md, s11-tile64).
+# at 1000^3) against 64 of 128 x 128. Multiply-add rate in _TILE_RATE's units, by whether rows
+# lie at 128-byte pitches (True) or not: an H200's one-wave grids (notes_gemm.md, s11-tile64;
+# 1024^3 6.8 us against 7.2 for 128 x 64, 1000^3 10.4-10.8 against 11.0 for 128 x 128).
 _WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
+_ROWS64_RATE = {True: 0.62, False: 0.45}
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.1}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -453,7 +455,7 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        filled = _fill_best(problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7]],
+        filled = _fill_best(problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7], _WGMMA_64],
                             lambda config: config.tiles(m, n),
                             _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
         if wide.tiles(m, n) * 2 >= problem.sm_count:
@@ -465,6 +467,8 @@ def heuristic(problem: Problem) -> Config:
         split = _wave_split(problem, _WGMMA[1])
         if split == 1:
             return _short_k_store(problem, filled)
+        if filled is _WGMMA_64 and _WGMMA_64.tiles(m, n) * 10 >= problem.sm_count * 9:
+            return filled  # one full wave unsplit (H200, 256x4096x4096: 15.5 us, split 20.9)
         thin = _decode.few_tiles(problem)  # thin decode tiles, K split over clusters of 8
         if thin is not None and eligible(problem, _decode_config(thin)):
             return _decode_config(thin)
@@ -503,8 +507,7 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
         return filled
     m, n = problem.m, problem.n
     best = filled
-    best_cost = -(-filled.tiles(m, n) // problem.sm_count) * filled.bn / \
-        _TILE_RATE_PITCH16[filled.bn]
+    best_cost = _wave_cost(problem, filled, filled.tiles(m, n), _TILE_RATE_PITCH16)
     for config, rate in _CLUSTER_RATE_PITCH16.items():
         if not eligible(problem, config):
             continue
@@ -543,19 +546,26 @@ _TILE_RATE = {256: 1.0, 192: 0.9, 128: 0.84, 64: 0.6}
 _TILE_RATE_PITCH16 = {256: 1.0, 192: 0.9, 128: 0.84, 64: 0.38}
 
 
+def _wave_cost(problem: Problem, config: Config, tiles: int, rates: dict[int, float]) -> float:
+    """The wave model's time of a persistent wgmma grid of ``tiles``: each SM runs ceil(tiles /
+    SMs) tiles one after another, each taking its multiply-adds over its rate (``rates`` per
+    width of 128-row tiles, _ROWS64_RATE for 64-row ones), in units of a 128 x 1 tile."""
+    rate = rates[config.bn] if config.bm == 128 else _ROWS64_RATE[problem.pitch128]
+    return -(-tiles // problem.sm_count) * config.bm * config.bn / 128 / rate
+
+
 def _fill_best(problem: Problem, configs: list[Config], tiles: Callable[[Config], int],
                rates: dict[int, float] = _TILE_RATE) -> Config:
-    """Of wgmma configs with 128-row tiles (widest first), the one whose persistent grid should
-    finish first by a wave-fill model: each SM runs ceil(tiles / SMs) tiles one after another,
-    each taking its width over its rate. A grid of 1.1 waves costs as much as one of 2, so
-    narrower tiles win where they fill the last wave (1024^2: 64 tiles of 128 x 128 leave half
-    of 132 SMs idle, 128 of 128 x 64 fill them). Ties keep the wider tile; the first config is
-    returned when none is eligible. ``rates``: the multiply-add rate per tile width."""
+    """Of wgmma configs (widest first), the one whose persistent grid should finish first by
+    the wave model (_wave_cost). A grid of 1.1 waves costs as much as one of 2, so narrower
+    tiles win where they fill the last wave (1024^2: 64 tiles of 128 x 128 leave half of 132
+    SMs idle, 128 of 128 x 64 fill them). Ties keep the earlier config; the first is returned
+    when none is eligible. ``rates``: the multiply-add rate per width of 128-row tiles."""
     best, best_cost = configs[0], float("inf")
     for config in configs:
         if not eligible(problem, config):
             continue
-        cost = -(-tiles(config) // problem.sm_count) * config.bn / rates[config.bn]
+        cost = _wave_cost(problem, config, tiles(config), rates)
         if cost < best_cost:
             best, best_cost = config, cost
     return best

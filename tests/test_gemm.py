@@ -245,7 +245,7 @@ def test_wgmma_split_for_few_tiles(monkeypatch):
     chosen = tune.heuristic(problem(128, 4096, 4096))
     assert (chosen.kernel, chosen.bn, chosen.split_k, chosen.tma_store) == ("wgmma", 128, 4, False)
     assert tune.heuristic(problem(64, 14336, 4096)).split_k == 7
-    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA[7]  # 128 x 64, unsplit
+    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA_64  # 64 x 128, unsplit
     found = tune.candidates(problem(128, 4096, 4096))
     assert dataclasses.replace(tune._WGMMA[1], split_k=4) in found
     # s8-splitk2: 128 x 64 tiles in 4 slices where those items fit the SMs, 16+ K tiles deep
