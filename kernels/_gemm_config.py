@@ -40,7 +40,9 @@ class Config:
     in turn, each written while the other's store is read (bn 128 or 256, with tma_store; with
     pingpong a ring of four, a whole tile per consumer).
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages fill shared
-    memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle."""
+    memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle, and
+    192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
+    along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
     kernel: str
     bm: int
@@ -62,10 +64,15 @@ class Config:
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
-        if self.kernel == "wgmma" and (self.bm != 128 or self.bk not in (32, 64)
+        if self.kernel == "wgmma" and (self.bm not in (128, 192) or self.bk not in (32, 64)
                                        or self.bn not in (64, 128, 192, 256)):
             raise ValueError(f"the wgmma kernel takes 128 x (64|128|192|256) x 64 tiles (x 32 "
-                             f"for TF32), not {self}")
+                             f"for TF32) and 192 x (128|192) x 64 ones, not {self}")
+        if self.kernel == "wgmma" and self.bm == 192 and (
+                self.bk != 64 or self.bn not in (128, 192) or self.split_k != 1
+                or self.cluster_n != 1 or self.pingpong or self.pipe_store):
+            raise ValueError(f"192-row wgmma tiles are 192 x (128|192) x 64 for unsplit 16-bit "
+                             f"GEMMs, clusters along M only, no pingpong or pipe_store: {self}")
         if self.kernel == "wgmma" and self.bn == 192 and (self.bk != 64 or self.split_k != 1):
             raise ValueError(f"128 x 192 wgmma tiles are for unsplit 16-bit GEMMs: {self}")
         if self.kernel == "wgmma" and self.bn == 64 and self.cluster_m != 1:
@@ -103,8 +110,8 @@ class Config:
 
     @property
     def threads(self) -> int:
-        if self.kernel == "wgmma":
-            return 384
+        if self.kernel == "wgmma":  # a producer warpgroup and one consumer per 64 rows
+            return 128 + 2 * self.bm
         if self.kernel == "skinny":
             return _skinny.threads(self)
         if self.kernel == "decode":
@@ -127,7 +134,7 @@ class Config:
             return 0  # 32 KiB, static
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             stage = (self.bm + self.bn) * 128
-            staging = 2 * 64 * 128 * 2 if self.tma_store else 0  # 2 consumers x 16 KiB
+            staging = self.bm // 64 * 64 * 128 * 2 if self.tma_store else 0  # 16 KiB each
             if self.pingpong and self.pipe_store:
                 staging *= 2  # a whole 128 x 128 tile per consumer
             return self.stages * stage + staging + 2 * 8 * self.stages + 1024
@@ -168,6 +175,9 @@ class Config:
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
+        if self.kernel == "wgmma" and self.bm != 128:
+            return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}>")
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "

@@ -310,7 +310,7 @@ def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes
     if call.swap:
         a_ptr, b_ptr = b_ptr, a_ptr
     map_a = tensor_map(a_ptr, call.a_kmajor, call.m, call.k, call.lda, call.dt,
-                       128 // config.cluster_n)
+                       config.bm // config.cluster_n)
     map_b = tensor_map(b_ptr, call.b_kmajor, call.n, call.k, call.ldb, call.dt,
                        config.bn // config.cluster_m)
     rows, cols = (call.n, call.m) if call.swap else (call.m, call.n)  # C in memory
@@ -395,7 +395,7 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     if config.kernel == "wgmma":
         grid = min(tiles * config.split_k, problem.sm_count)
         if config.cluster > 1:
-            pairs = -(-plan.m // (128 * config.cluster_m)) * -(-plan.n // (config.bn
+            pairs = -(-plan.m // (config.bm * config.cluster_m)) * -(-plan.n // (config.bn
                                                                            * config.cluster_n))
             clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))
             grid = config.cluster * clusters

@@ -105,6 +105,15 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 _WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
+# 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
+# warpgroups): cuBLAS's 192 x 192 (3000^3: 256 tiles, 1.94 waves) and 192 x 128 (2000x3000x1000:
+# 264 tiles, 2.0 waves), in 2-CTA clusters along M (B multicast) on split rows. 3 stages of
+# 192 x 192 and 4 of 192 x 128 fit shared memory with the TMA-store staging (16 KiB a slab).
+_WGMMA_T192 = Config("wgmma", 192, 192, 64, stages=3, group_m=8, tma_store=True)
+_WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
+_WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=4, group_m=8, tma_store=True)
+_WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
+_TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.1}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -282,10 +291,11 @@ def candidates(problem: Problem) -> list[Config]:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
-        pool.append(_WGMMA_192)
+        pool += [_WGMMA_192, _WGMMA_T192, _WGMMA_T192N128]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
-            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2]
+            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192_C2,
+                     _WGMMA_T192N128_C2]
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -333,8 +343,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_C2X2, *_CLUSTER_RATE_PITCH16, *_PIPE_STORE.values(),
-                   _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
+                   _WGMMA_192, _WGMMA_192_C2X2, *_TALL, *_CLUSTER_RATE_PITCH16,
+                   *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
