@@ -62,9 +62,9 @@ def variants(dtype: str) -> list[Config]:
 
 
 def problem_of(a: Any, b: Any, tf32: bool) -> Any:
-    plan, _, _ = gm._plan(gpurt.asarray(a), gpurt.asarray(b), None, 0.0, None, False, False,
-                          gpurt.as_stream(None, 0))
-    return gm._problem(plan, tf32)
+    plan, _, _ = gm.plans.make_plan(gpurt.asarray(a), gpurt.asarray(b), None, 0.0, None, False,
+                                    False, gpurt.as_stream(None, 0))
+    return gm.plans.problem_of(plan, tf32)
 
 
 # ---- timing --------------------------------------------------------------------------------------

@@ -91,6 +91,22 @@ def test_tuner_and_sweep_offer_them():
                                                                  dt=tune.DT_TF32)))
 
 
+def test_wave_model_choices():
+    """The chooser takes 192 x 128 where it won on an H200 (s11-tile192r: 1536^3, one wave of
+    96 tiles either way) and keeps the 128-row tiles where they won or the 192-row ones make
+    more waves, at short K (pipelined and ping-pong epilogues), on split rows and for TF32."""
+    assert tune.heuristic(_problem(1536, 1536, 1536)) == T128
+    assert tune.heuristic(_problem(1536, 1536, 1024)) == tune._WGMMA_192  # short K
+    assert tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)).bm == 128
+    assert tune.heuristic(_problem(256, 11008, 4096)) == tune._WGMMA_192  # 116 CTAs, one wave
+    for dims in ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 8192)):
+        assert tune.heuristic(_problem(*dims)) == tune._WGMMA[4], dims
+    assert tune.heuristic(_problem(3000, 3000, 3000, pitch128=False)) == tune._WGMMA_MID_C2X2
+    assert tune.heuristic(_problem(2000, 3000, 1000, pitch128=False)) == tune._WGMMA_192_C2
+    assert tune.heuristic(_problem(3000, 5000, 2000, pitch128=False)) == tune._WGMMA_C2X2
+    assert tune.heuristic(_problem(1536, 1536, 1536, dt=tune.DT_TF32)).bm == 128
+
+
 # ---- GPU -----------------------------------------------------------------------------------------
 
 
