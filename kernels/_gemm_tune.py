@@ -459,12 +459,9 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        # 192 x 128 (timed on 128-byte rows, K >= 1536; at short K the 128-row tiles have
-        # the pipelined store and ping-pong epilogues, _short_k_store)
-        tall = (_WGMMA_T192N128,) if problem.pitch128 and problem.k > 1024 else ()
-        filled = _fill_best(problem, [wide, _WGMMA_192, *tall, _WGMMA[5], _WGMMA[7]],
-                            lambda config: config.tiles(m, n),
-                            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
+        filled = _tall_for(problem, _fill_best(
+            problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7]], lambda config: config.tiles(m, n),
+            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
             return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
@@ -550,33 +547,42 @@ _TILE_RATE = {256: 1.0, 192: 0.9, 128: 0.84, 64: 0.6}
 # 1000^3 they took 1.17x (H100) and 1.07x (H200) the time of 128 x 128 ones, one wave each,
 # against 0.78x at 1024^3 (notes_gemm.md, session 7).
 _TILE_RATE_PITCH16 = {256: 1.0, 192: 0.9, 128: 0.84, 64: 0.38}
-# The same for 192-row tiles (_TALL) on 128-byte rows, by (bm, bn), fitted to an H200's times
-# against 128 x 256 / 128 x 192 in the same run (notes_gemm.md, s11-tile192r): 192 x 128 0.92
-# at 4096^3 (6 waves), 0.96 at 1536^3 (one wave of 96, 16.3 us against 17.4 for 128 x 192),
-# 0.995 at 2048x8192x8192. (192 x 192 fitted 0.97-1.03 at 4096^3, 8192^3 and 2048x8192x8192,
-# and lost to 128 x 256 at each: with that rate it costs 288 a wave against 256, and it won at
-# no shape timed, split rows included: the tuner's only, like both tiles' 2-CTA clusters.)
-_TALL_RATE = {(192, 128): 0.92}
 
 
 def _fill_best(problem: Problem, configs: list[Config], tiles: Callable[[Config], int],
                rates: dict[int, float] = _TILE_RATE) -> Config:
-    """Of wgmma configs (widest first), the one whose persistent grid should finish first by
-    a wave-fill model: each SM runs ceil(tiles / SMs) tiles one after another, each taking its
-    area (in widths of 128-row tiles) over its rate. A grid of 1.1 waves costs as much as one
-    of 2, so narrower tiles win where they fill the last wave (1024^2: 64 tiles of 128 x 128
-    leave half of 132 SMs idle, 128 of 128 x 64 fill them). Ties keep the earlier config; the
-    first is returned when none is eligible. ``rates``: the multiply-add rate per tile width
-    of 128-row tiles (_TALL_RATE: of 192-row ones)."""
+    """Of wgmma configs with 128-row tiles (widest first), the one whose persistent grid should
+    finish first by a wave-fill model: each SM runs ceil(tiles / SMs) tiles one after another,
+    each taking its width over its rate. A grid of 1.1 waves costs as much as one of 2, so
+    narrower tiles win where they fill the last wave (1024^2: 64 tiles of 128 x 128 leave half
+    of 132 SMs idle, 128 of 128 x 64 fill them). Ties keep the wider tile; the first config is
+    returned when none is eligible. ``rates``: the multiply-add rate per tile width."""
     best, best_cost = configs[0], float("inf")
     for config in configs:
         if not eligible(problem, config):
             continue
-        rate = rates[config.bn] if config.bm == 128 else _TALL_RATE[config.bm, config.bn]
-        cost = -(-tiles(config) // problem.sm_count) * config.bm * config.bn / 128 / rate
+        cost = -(-tiles(config) // problem.sm_count) * config.bn / rates[config.bn]
         if cost < best_cost:
             best, best_cost = config, cost
     return best
+
+
+def _tall_for(problem: Problem, config: Config) -> Config:
+    """192 x 128 tiles (_WGMMA_T192N128) instead of ``config`` where it is 128 x 192 on rows of
+    128-byte multiples with K > 1024 and they make no more waves: the same work and loads per
+    tile, spread over three consumer warpgroups with one 128-wide epilogue pass each (128 x 192:
+    two, each with a 128- and a 64-wide pass). An H200 (notes_gemm.md, s11-tile192r), 1536^3,
+    96 tiles either way: 16.3 / 25.9 / 15.8 us cold / single / warm against 17.4 / 26.8 / 15.9.
+    Against 128 x 256 they lost (4096^3: 6 waves against 4, 228 against 187 us; 2048x8192x8192
+    455 against 402), and at K <= 1024 the 128-row tiles have the short-K epilogues
+    (_short_k_store); on split rows they were not timed unclustered, and lost in 2 x 1
+    clusters. 192 x 192 lost or tied at every shape timed: the tuner's only."""
+    tall = _WGMMA_T192N128
+    if (config != _WGMMA_192 or not problem.pitch128 or problem.k <= 1024
+            or not eligible(problem, tall)):
+        return config
+    waves = [-(-c.tiles(problem.m, problem.n) // problem.sm_count) for c in (tall, config)]
+    return tall if waves[0] <= waves[1] else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:
