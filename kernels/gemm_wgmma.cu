@@ -6,8 +6,9 @@
 // m64nBNk16 wgmma, accumulating in registers, then writes its half out). gemm_wgmma_bm's
 // 192-row tiles have 3 consumers (4 warpgroups), each on a 64-row slab. The ring is guarded by
 // two mbarriers per stage: `full` completes when the TMA bytes have landed (expect_tx), `empty`
-// when all consumer warps (8; 12 with 192-row tiles) have finished reading the stage; both are waited on by phase parity.
-// The consumers keep one wgmma group in flight and release the previous stage when it retires.
+// when all consumer warps (8; 12 with 192-row tiles) have finished reading the stage; both are
+// waited on by phase parity. The consumers keep one wgmma group in flight and release the
+// previous stage when it retires.
 //
 // The grid is persistent (one CTA per SM): CTA b takes tiles b, b + gridDim.x, ... in grouped
 // order (group_m tile rows swept column by column, see grouped_tile) so concurrently running
