@@ -58,6 +58,9 @@ VARIANTS = {
     "t64 plain": _v(tune._WGMMA_64, tma_store=False, stages=6),
     "t64 ps": _v(tune._WGMMA_64, pipe_store=True),
     "t64 w256": Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),
+    "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
+    "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
+    "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
@@ -118,7 +121,21 @@ TILE64 = {
     (768, 768, 768, False): ("narrow", "t64"), (1000, 1000, 4000, False): ("mid", "t64"),
     (256, 4096, 4096, False): ("t64", "t64 w256"),
 }
-SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile64": TILE64}
+# Session 11 (s11-tile192r, `--set tile192r`): 192-row tiles (3 consumer warpgroups) against
+# the choice before them at cuBLAS's 192-row shapes, the shapes they may change and the big
+# squares; warm too. (3000^3 and 2000x3000x1000: rows of 6000 and 2000 bytes, split L2 lines.)
+TILE192R = {
+    (3000, 3000, 3000, False): ("t192", "t192 c2", "t192 c2 g16", "t192x128 c2", "w192 c2"),
+    (2000, 3000, 1000, False): ("t192x128", "t192x128 c2", "t192 c2", "mid c2x2"),
+    (4096, 4096, 4096, False): ("t192", "t192x128"),
+    (8192, 8192, 8192, False): ("t192",),
+    (2048, 8192, 8192, False): ("t192", "t192x128"),
+    (3000, 5000, 2000, False): ("t192 c2", "t192x128 c2"),
+    (1536, 1536, 1536, False): ("t192", "t192x128"),
+    (256, 11008, 4096, False): ("t192x128",),
+}
+SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
+        "tile64": TILE64}
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -251,8 +268,9 @@ def run_timing(json_path: str, set_: str) -> None:
     shapes = SETS.get(set_) or {(*key, False): v for key, v in SHAPES.items()}
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         for (m, n, k, b_nk), names in shapes.items():
-            time_shape(m, n, k, b_nk, names, 1 if set_ in ("first", "tile192", "tile64") else 2,
-                       stream, l2, state, save, warm=set_ in ("shortk", "tile192", "tile64"))
+            own = set_ in ("first", "tile192", "tile192r", "tile64")
+            time_shape(m, n, k, b_nk, names, 1 if own else 2, stream, l2, state, save,
+                       warm=set_ in ("shortk", "tile192", "tile192r", "tile64"))
     summary(json_path)
 
 
@@ -282,12 +300,15 @@ def ncu_calls(set_: str) -> None:
     """Each (shape, variant) once, after a warm-up call outside the profiled range (ncu's
     --profile-from-start off with cudaProfilerStart/Stop around the measured call)."""
     shapes = ((8192, 8192, 512),) if set_ == "shortk" else NCU_SHAPES
+    names = NCU_SHORT_K if set_ == "shortk" else NCU_VARIANTS
+    if set_ == "tile192r":
+        shapes, names = ((3000, 3000, 3000),), ("mid c2x2", "t192 c2", "w192 c2")
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ga, gb, gout = gpurt.asarray(a), gpurt.asarray(b), gpurt.asarray(out)
-        for name in NCU_SHORT_K if set_ == "shortk" else NCU_VARIANTS:
+        for name in names:
             config = VARIANTS[name]
             gm.gemm(ga, gb, out=gout, config=config)
             torch.cuda.synchronize()
@@ -343,6 +364,11 @@ def sanitize(set_: str) -> None:
         cases = [(200, 520, 136, c, False, False, 0.5) for c in t64]
         cases += [(136, 264, 200, t64[1], True, True), (72, 600, 200, t64[3], True, False),
                   (64 * 140, 300, 136, t64[0], False, True), (1000, 1000, 136, t64[2], True, True)]
+    if set_ == "tile192r":  # alone and in clusters; beta; several tiles per CTA
+        tall = [VARIANTS[name] for name in ("t192", "t192 c2", "t192x128", "t192x128 c2")]
+        cases = [(232, 520, 136, c, False, False, 0.5) for c in tall]
+        cases += [(400, 456, 200, tall[1], True, True), (600, 300, 136, tall[3], False, True),
+                  (1536, 1000, 136, tall[0], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "split":
         c2x2 = VARIANTS["wide c2x2"]
@@ -368,13 +394,15 @@ def precompile(set_: str) -> None:
         new.append(_v(tune._WGMMA_192, tma_store=False, group_m=8))
     if set_ == "tile64":  # tests/test_gemm_tile64.py's variants, in every layout
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256")]
+    if set_ == "tile192r":  # and the tests' plain stores
+        new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
                 for config in new:
                     jobs.add(launch.program(config, problem))
-    shapes = SETS[set_] if set_ in ("shortk", "tile192", "tile64") else (
+    shapes = SETS[set_] if set_ in ("shortk", "tile192", "tile192r", "tile64") else (
         {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS)
     for (m, n, k, b_nk), names in shapes.items():
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
@@ -388,10 +416,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
-    parser.add_argument("--set", choices=("first", "split", "shortk", "tile192", "tile64"),
+    parser.add_argument("--set",
+                        choices=("first", "split", "shortk", "tile192", "tile192r", "tile64"),
                         default="first",
                         help="the shapes of session 9's first or second call, session 10's "
-                             "short K or 128 x 192 tiles, or session 11's 64-row tiles")
+                             "short K or 128 x 192 tiles, or session 11's 192- or 64-row tiles")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

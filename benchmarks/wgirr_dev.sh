@@ -8,7 +8,8 @@
 # Usage: [SET=split|shortk] [TESTS="pytest args"] bash benchmarks/wgirr_dev.sh OUTDIR
 # (total limit: $TOTAL, 285 s). SET=split: session 9's second call (wgirr_dev.py --set split:
 # split-row shapes, no ncu); SET=shortk: session 10's short-K ping-pong (its programs only);
-# SET=tile192: session 10's 128 x 192 tiles (its programs only; warm timings too).
+# SET=tile192: session 10's 128 x 192 tiles (its programs only; warm timings too); SET=tile192r:
+# session 11's 192-row tiles (likewise, and ncu at 3000^3).
 # SET=tile64: session 11's 64-row tiles (its programs only; warm timings too; no ncu).
 # TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
 set -u

@@ -42,7 +42,9 @@ class Config:
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages fill shared
     memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle, and
     64-row tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which
-    fill the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128)."""
+    fill the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128), and
+    192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
+    along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
     kernel: str
     bm: int
@@ -64,15 +66,20 @@ class Config:
             raise ValueError(f"unknown GEMM kernel {self.kernel!r}")
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
-        if self.kernel == "wgmma" and (self.bm not in (64, 128) or self.bk not in (32, 64)
+        if self.kernel == "wgmma" and (self.bm not in (64, 128, 192) or self.bk not in (32, 64)
                                        or self.bn not in (64, 128, 192, 256)):
             raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
-                             f"(128 x 32 for TF32), not {self}")
+                             f"(128 x 32 for TF32) and 192 x (128|192) x 64 ones, not {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
                 self.bk != 64 or self.split_k != 1 or self.cluster_m != 1 or self.cluster_n != 1
                 or self.pingpong):
             raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs without clusters "
                              f"or ping-pong: {self}")
+        if self.kernel == "wgmma" and self.bm == 192 and (
+                self.bk != 64 or self.bn not in (128, 192) or self.split_k != 1
+                or self.cluster_n != 1 or self.pingpong or self.pipe_store):
+            raise ValueError(f"192-row wgmma tiles are 192 x (128|192) x 64 for unsplit 16-bit "
+                             f"GEMMs, clusters along M only, no pingpong or pipe_store: {self}")
         if self.kernel == "wgmma" and self.bn == 192 and (self.bk != 64 or self.split_k != 1):
             raise ValueError(f"128 x 192 wgmma tiles are for unsplit 16-bit GEMMs: {self}")
         if self.kernel == "wgmma" and self.bn == 64 and self.cluster_m != 1:
@@ -179,6 +186,9 @@ class Config:
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
+        if self.kernel == "wgmma" and self.bm != 128:
+            return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}>")
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "

@@ -102,6 +102,10 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 # 0.61; on split rows in 2 x 1 clusters (B multicast) 2000x3000x1000 (256 tiles, 1.94 waves)
 # 0.86 against 0.81 for the 2 x 2 wide ones, 3000^3 0.83 (= 128 x 128 in 2 x 2). 2 x 2
 # clusters of them lost everywhere (30 at once make 3 rounds of 256 tiles): the tuner's only.
+# Their 2 x 1 clusters' rate 1.13 (was 1.1): at 3000^3 (3 rounds against 5 of 128 x 128 in
+# 2 x 2) they were as fast or faster on an H100 (95.8 / 109.9 / 94.6 us cold / single / warm
+# against 96.5 / 121.4 / 96.0) and an H200 (87.1 / 98.4 / 86.4 against 89.6 / 114.1 / 89.3,
+# s11-tile192r): fitted 1.13 and 1.16.
 _WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
@@ -113,8 +117,18 @@ _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
 # 1024^3 6.8 us against 7.2 for 128 x 64, 1000^3 10.4-10.8 against 11.0 for 128 x 128).
 _WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
 _ROWS64_RATE = {True: 0.62, False: 0.45}
+# 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
+# warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
+# B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for
+# row-major C it computes C^T, its M being our N.) 3 stages of 192 x 192 and 4 of 192 x 128
+# fit shared memory with the TMA-store staging (16 KiB a slab).
+_WGMMA_T192 = Config("wgmma", 192, 192, 64, stages=3, group_m=8, tma_store=True)
+_WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
+_WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=4, group_m=8, tma_store=True)
+_WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
+_TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
-                         _WGMMA_192_C2: 1.1}
+                         _WGMMA_192_C2: 1.13}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
 # short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
@@ -290,12 +304,13 @@ def candidates(problem: Problem) -> list[Config]:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
-        pool.append(_WGMMA_192)
+        pool += [_WGMMA_192, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
             pool.append(_WGMMA_64)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
-            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2]
+            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192_C2,
+                     _WGMMA_T192N128_C2]
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -343,9 +358,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_C2X2, _WGMMA_64, *_CLUSTER_RATE_PITCH16,
-                   *_PIPE_STORE.values(),
-                   _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
+                   _WGMMA_192, _WGMMA_192_C2X2, _WGMMA_64, *_TALL, *_CLUSTER_RATE_PITCH16,
+                   *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
         elif config.kernel == "decode":
@@ -455,9 +469,10 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        filled = _fill_best(problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7], _WGMMA_64],
-                            lambda config: config.tiles(m, n),
-                            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)
+        filled = _tall_for(problem, _fill_best(
+            problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7], _WGMMA_64],
+            lambda config: config.tiles(m, n),
+            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
             return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
@@ -550,7 +565,7 @@ def _wave_cost(problem: Problem, config: Config, tiles: int, rates: dict[int, fl
     """The wave model's time of a persistent wgmma grid of ``tiles``: each SM runs ceil(tiles /
     SMs) tiles one after another, each taking its multiply-adds over its rate (``rates`` per
     width of 128-row tiles, _ROWS64_RATE for 64-row ones), in units of a 128 x 1 tile."""
-    rate = rates[config.bn] if config.bm == 128 else _ROWS64_RATE[problem.pitch128]
+    rate = _ROWS64_RATE[problem.pitch128] if config.bm == 64 else rates[config.bn]
     return -(-tiles // problem.sm_count) * config.bm * config.bn / 128 / rate
 
 
@@ -569,6 +584,24 @@ def _fill_best(problem: Problem, configs: list[Config], tiles: Callable[[Config]
         if cost < best_cost:
             best, best_cost = config, cost
     return best
+
+
+def _tall_for(problem: Problem, config: Config) -> Config:
+    """192 x 128 tiles (_WGMMA_T192N128) instead of ``config`` where it is 128 x 192 on rows of
+    128-byte multiples with K > 1024 and they make no more waves: the same work and loads per
+    tile, spread over three consumer warpgroups with one 128-wide epilogue pass each (128 x 192:
+    two, each with a 128- and a 64-wide pass). An H200 (notes_gemm.md, s11-tile192r), 1536^3,
+    96 tiles either way: 16.3 / 25.9 / 15.8 us cold / single / warm against 17.4 / 26.8 / 15.9.
+    Against 128 x 256 they lost (4096^3: 6 waves against 4, 228 against 187 us; 2048x8192x8192
+    455 against 402), and at K <= 1024 the 128-row tiles have the short-K epilogues
+    (_short_k_store); on split rows they were not timed unclustered, and lost in 2 x 1
+    clusters. 192 x 192 lost or tied at every shape timed: the tuner's only."""
+    tall = _WGMMA_T192N128
+    if (config != _WGMMA_192 or not problem.pitch128 or problem.k <= 1024
+            or not eligible(problem, tall)):
+        return config
+    waves = [-(-c.tiles(problem.m, problem.n) // problem.sm_count) for c in (tall, config)]
+    return tall if waves[0] <= waves[1] else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:

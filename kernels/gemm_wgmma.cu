@@ -3,10 +3,12 @@
 // A CTA of 3 warpgroups: warpgroup 0 produces (one thread issues the TMA copies of each K tile
 // into a STAGES-deep ring of shared memory and gives its other registers away with setmaxnreg),
 // warpgroups 1 and 2 consume (each multiplies a 64 x BN half of the 128 x BN tile with
-// m64nBNk16 wgmma, accumulating in registers, then writes its half out). The ring is guarded by
+// m64nBNk16 wgmma, accumulating in registers, then writes its half out). gemm_wgmma_bm's
+// 192-row tiles have 3 consumers (4 warpgroups), each on a 64-row slab. The ring is guarded by
 // two mbarriers per stage: `full` completes when the TMA bytes have landed (expect_tx), `empty`
-// when all 8 consumer warps have finished reading the stage; both are waited on by phase parity.
-// The consumers keep one wgmma group in flight and release the previous stage when it retires.
+// when all consumer warps (8; 12 with 192-row tiles) have finished reading the stage; both are
+// waited on by phase parity. The consumers keep one wgmma group in flight and release the
+// previous stage when it retires.
 //
 // The grid is persistent (one CTA per SM): CTA b takes tiles b, b + gridDim.x, ... in grouped
 // order (group_m tile rows swept column by column, see grouped_tile) so concurrently running
@@ -435,29 +437,32 @@ __device__ __forceinline__ void sum_half_tile_quads(u16* __restrict__ C,
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
 // tickets on `counters` after writing their slices (see the file comment). CN = 2, PP and PS:
-// gemm_wgmma_x's variants (see there). TBM = 64: gemm_wgmma_x's 64-row tiles, one consumer
-// warpgroup (256 threads), unsplit, no clusters, no ping-pong.
+// gemm_wgmma_x's variants (see there). BM = 64: gemm_wgmma_x's 64-row tiles, one consumer
+// warpgroup (256 threads), unsplit, no clusters; BM = 192: gemm_wgmma_bm's, three consumer
+// warpgroups (512 threads), unsplit, clusters along M only. Neither with ping-pong.
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
-          int CN = 1, bool PP = false, bool PS = false, int TBM = 128>
+          int CN = 1, bool PP = false, bool PS = false, int BM = wg::BM>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
     float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
     float* __restrict__ partial, int splits, unsigned* __restrict__ counters) {
     using namespace wg;
-    static_assert(TBM == 128 || (TBM == 64 && CM == 1 && CN == 1 && !PP && !SPLIT),
-                  "64-row tiles: one consumer warpgroup, unsplit, without clusters");
-    constexpr int BM = TBM, CONSUMERS = TBM / 64;  // consumer warpgroups of 64 rows each
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
     static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
     static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
     static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
                   "consumer, unsplit");
     static_assert(!(PP && PS) || BN == 128, "ping-pong's pipelined store: 128 x 128 tiles");
+    static_assert(BM == 128 || (BM == 64 && CM == 1 && CN == 1 && !PP && !SPLIT) ||
+                  (BM == 192 && CN == 1 && !PP && !SPLIT),
+                  "64-row tiles: unsplit, no clusters; 192-row tiles: unsplit, clusters along M");
+    constexpr int CONSUMERS = BM / 64;  // consumer warpgroups, one 64 x BN slab of the tile each
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
-    constexpr int STAGE_READERS = (PP ? 4 : 4 * CONSUMERS) * (CM + CN - 1);
+    constexpr int STAGE_READERS =
+        (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -552,7 +557,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        // the producer's 40 and the consumers' registers within the 64 Ki of the SM
+        constexpr int CONSUMER_REGS = BM == 192 ? 152 : 232;
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
         const int half = warpgroup - 1;  // rows [64 * half, 64 * half + 64) of the tile
         const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
         // Descriptor constants: K-major tiles step 32 bytes per 16 k inside the swizzle atom;
@@ -716,6 +723,22 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
     gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, partial, splits, nullptr);
+}
+
+// BM = 192: 192 x BN tiles (BN = 128 or 192), three consumer warpgroups (512 threads), each
+// taking a 64-row slab of the tile with the same m64nBNk16 wgmma and epilogue: cuBLAS's tile
+// shapes at grids that 128-row tiles fill badly (3000^3: 256 tiles of 192 x 192 make 1.94 waves,
+// 576 of 128 x 128 4.4). Unsplit, clusters along M only (B multicast as gemm_wgmma's).
+template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
+__global__ void __launch_bounds__(128 + 2 * BM, 1)
+gemm_wgmma_bm(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
+              const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
+              const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
+              float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
+              int splits) {
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, false, BM>(
+        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
+        tma_store_ok, nullptr, 1, nullptr);
 }
 
 // Split-K in one launch: `partial` holds splits x M x N fp32 slices, `counters` one zeroed

@@ -273,6 +273,7 @@ def test_split_grids_round_to_whole_waves() -> None:
 def test_column_splits_fit_the_kernels_occupancy(monkeypatch) -> None:
     monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", True)
     monkeypatch.setattr(reduction, "COLUMN_SPLIT_WAVES", 2)  # splits aimed at two waves
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_LEAST_FEW", 0)  # splits of 32 rows a thread
 
     def plan(shape, per_sm, dtype=np.float32):
         monkeypatch.setattr(reduction, "_blocks_per_sm", lambda kernel, device: per_sm)
@@ -287,6 +288,25 @@ def test_column_splits_fit_the_kernels_occupancy(monkeypatch) -> None:
     assert plan((1024, 16928), 8).splits == 1          # 529 blocks: over half a wave
     monkeypatch.setattr(reduction, "COLUMN_SPLIT_FIT", False)
     assert plan((4099, 8191), 8).grid == (67, 17, 1)
+
+
+@pytest.mark.usefixtures("sm90")
+def test_short_column_splits_take_shorter_chunks(monkeypatch) -> None:
+    """A column split that K keeps under-filled takes COLUMN_SPLIT_LEAST_FEW elements a thread
+    where that still makes at most COLUMN_SPLIT_FEW splits; else COLUMN_SPLIT_LEAST."""
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_LEAST", 32)
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_LEAST_FEW", 16)
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_FEW", 16)
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_few")
+
+    def grid(shape, dtype=np.float32):
+        return r._plan([fake_array(shape, dtype)], [None], 0, False).grid[:2]
+
+    assert grid((2047, 10007)) == (81, 13) and grid((2047, 10007), BF16) == (41, 16)
+    assert grid((4099, 8191), BF16) == (34, 17)  # 31 splits at 16: too many, as at 32
+    assert grid((4099, 8191)) == (67, 15)  # the wave, not K, limits it
+    monkeypatch.setattr(reduction, "COLUMN_SPLIT_LEAST_FEW", 0)
+    assert grid((2047, 10007)) == (81, 8) and grid((2047, 10007), BF16) == (41, 8)
 
 
 @pytest.mark.usefixtures("sm90")

@@ -39,6 +39,14 @@ SPLIT_WAVES = 1  # a split row reduction aims at this many waves of 8 blocks per
 # s8-colfold)
 COLUMN_SPLIT_WAVES = 1
 COLUMN_SPLIT_LEAST = 32  # reduced elements per thread of a column split, at least
+# ... or COLUMN_SPLIT_LEAST_FEW where that still makes at most COLUMN_SPLIT_FEW splits: a grid
+# that K, not the wave, keeps under-filled takes up to twice the splits, more loads in flight,
+# while its fold stays short (H200: 2047x10007 float32 77.0 -> 79.5% of copy as 81x13 blocks
+# instead of 81x8; H100, s9-colsum: bfloat16 66.2 -> 68.5, float32 83.1 -> 83.5 as 41x16 /
+# 81x13; the 31 splits of least 16 for 4099x8191 16-bit lost 4 points on both cards:
+# notes_bandwidth.md, s11-colsum).
+COLUMN_SPLIT_LEAST_FEW = 16
+COLUMN_SPLIT_FEW = 16
 # Bytes per load of the column walk where the arrays allow (consecutive outputs per thread):
 # 4 keeps one float32 output per thread.
 COLUMN_VECTOR_BYTES = 4
@@ -407,8 +415,8 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
            device: int) -> tuple[int, int]:
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block (the row walk's
-    vectors run along K, the column walk's across the outputs). Grids of more than half a
-    wave are not split: the split's partials, memset and fold cost more than the unfilled
+    vectors run along K, the column walk's across the outputs; see COLUMN_SPLIT_LEAST_FEW
+    for the column walk's shorter splits). Grids of more than half a wave are not split: the split's partials, memset and fold cost more than the unfilled
     wave (H100: 1023x65537 float32, 529 blocks, 96.0% of copy unsplit, 91.7% as 529x3;
     1024x65536 bfloat16 93.6% unsplit, 85.2% as 1024x2)."""
     waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
@@ -418,6 +426,9 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
     splits = 1
     if 2 * blocks <= wave and k > least:  # whole waves: a partial last wave idles SMs
         splits = min(target // blocks, -(-k // least), 65535)
+        if walk == "column" and COLUMN_SPLIT_LEAST_FEW:  # shorter splits, still few
+            few = min(target // blocks, -(-k // (BLOCK // width * COLUMN_SPLIT_LEAST_FEW)))
+            splits = few if splits < few <= COLUMN_SPLIT_FEW else splits
     step = vec if walk == "row" else 1
     chunk = -(-k // splits) if k else 1
     chunk = -(-chunk // step) * step

@@ -1,0 +1,148 @@
+"""192-row tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma.cu gemm_wgmma_bm: three
+consumer warpgroups of 64 rows, 512 threads; 192 x 192 and 192 x 128, alone or in 2-CTA
+clusters along M that multicast B). CPU: configs, names, what they reject, compiled without
+spills, the chooser's candidates. GPU: every layout, both 16-bit types, edge tiles in M (inside
+each 64-row slab), N and K, clusters whose second CTA has no tile, many tiles per CTA, alpha /
+beta / Cin, offset views, plain stores, graph replay, against float64 on poisoned outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import gpurt
+from test_gemm_wgmma_x import _case, _graph_case, _hopper, _ids
+
+gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
+tune = importlib.import_module("gpurt.kernels._gemm_tune")
+Config = tune.Config
+
+T192, T128 = tune._WGMMA_T192, tune._WGMMA_T192N128
+VARIANTS = [
+    T192,
+    tune._WGMMA_T192_C2,  # B multicast in pairs along M
+    T128,
+    tune._WGMMA_T192N128_C2,
+    dataclasses.replace(T192, tma_store=False),  # plain stores
+]
+
+
+def _problem(m, n, k, pitch128=True, b_k=False, dt=tune.DT_BF16):
+    return tune.Problem(m, n, k, dt, True, b_k, True, True, (9, 0), 132, pitch128=pitch128)
+
+
+def test_config_fields():
+    assert T192.label() == "wgmma 192x192x64 s3 tmaC g8"
+    assert T192.threads == 512 and tune._WGMMA[4].threads == 384
+    assert T192.name_expression(2, True, False, True) == \
+        "gemm_wgmma_bm<2, 192, 192, 3, true, false, 1, true>"
+    assert VARIANTS[3].name_expression(1, False, True, True) == \
+        "gemm_wgmma_bm<1, 192, 128, 4, false, true, 2, true>"
+    assert T192.source == "gemm_wgmma.cu"
+    # stages of (192 + BN) x 128 bytes and 3 slabs of 16 KiB staging fit an H100's 227 KiB
+    for config in (T192, T128):
+        assert config.shared_mem(True, False) <= 227 * 1024
+        deeper = dataclasses.replace(config, stages=config.stages + 1)
+        assert deeper.shared_mem(True, False) > 227 * 1024
+    # the 128-row tiles' footprint is unchanged
+    assert tune._WGMMA[4].shared_mem(True, True) == 4 * 384 * 128 + 32768 + 64 + 1024
+    assert T192.tiles(3000, 3000) == 16 * 16 and T128.tiles(2000, 3000) == 11 * 24
+    assert Config.from_json(VARIANTS[1].to_json()) == VARIANTS[1]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(bn=256), "192-row"),  # 128 accumulators a thread: over the consumers' registers
+    (dict(bn=64), "192-row"),
+    (dict(split_k=2), "192-row"),
+    (dict(cluster_n=2), "192-row"),
+    (dict(pipe_store=True), "192-row"),
+    (dict(bm=256), "wgmma kernel takes"),
+    (dict(bk=32), "192-row"),  # TF32
+])
+def test_config_rejects(bad, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(T192, **bad)
+
+
+def test_compiles_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
+    names = sorted({config.name_expression(dt, a_k, b_k, True)
+                    for config in (T192, VARIANTS[3])
+                    for dt, a_k, b_k in ((tune.DT_BF16, True, False), (tune.DT_F16, False, True))})
+    module = gpurt.compile(gemm_launch.text("gemm_wgmma.cu"), options=["--ptxas-options=-v"],
+                           name_expressions=names, arch="sm_90a", program_name="gemm_wgmma.cu",
+                           headers=gemm_launch.headers("gemm_wgmma.cu"))
+    log = module.log
+    assert "warning" not in log.lower(), log
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert len(spills) == len(names) and set(spills) == {"0"}, log
+
+
+def test_tuner_and_sweep_offer_them():
+    assert set(tune._TALL) <= set(tune.all_configs(_problem(4096, 4096, 4096)))
+    assert {T192, T128} <= set(tune.candidates(_problem(4096, 4096, 4096)))
+    split_rows = tune.candidates(_problem(3000, 3000, 3000, pitch128=False))
+    assert {tune._WGMMA_T192_C2, tune._WGMMA_T192N128_C2} <= set(split_rows)
+    assert not any(c.bm == 192 for c in tune.candidates(_problem(2000, 3000, 1000,
+                                                                 dt=tune.DT_TF32)))
+
+
+def test_wave_model_choices():
+    """The chooser takes 192 x 128 where it won on an H200 (s11-tile192r: 1536^3, one wave of
+    96 tiles either way) and keeps the 128-row tiles where they won or the 192-row ones make
+    more waves, at short K (pipelined and ping-pong epilogues), on split rows and for TF32."""
+    assert tune.heuristic(_problem(1536, 1536, 1536)) == T128
+    assert tune.heuristic(_problem(1536, 1536, 1024)) == tune._WGMMA_192  # short K
+    assert tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)).bm == 128
+    assert tune.heuristic(_problem(256, 11008, 4096)) == tune._WGMMA_192  # 116 CTAs, one wave
+    for dims in ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 8192)):
+        assert tune.heuristic(_problem(*dims)) == tune._WGMMA[4], dims
+    # 128 x 192 in 2 x 1 clusters: 3 rounds of pairs, faster than 5 of 128 x 128 in 2 x 2
+    assert tune.heuristic(_problem(3000, 3000, 3000, pitch128=False)) == tune._WGMMA_192_C2
+    assert tune.heuristic(_problem(2000, 3000, 1000, pitch128=False)) == tune._WGMMA_192_C2
+    assert tune.heuristic(_problem(3000, 5000, 2000, pitch128=False)) == tune._WGMMA_C2X2
+    assert tune.heuristic(_problem(1536, 1536, 1536, dt=tune.DT_TF32)).bm == 128
+
+
+# ---- GPU -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", VARIANTS, ids=_ids)
+def test_layouts_and_edges(gpu_state, config):
+    """Every layout, both 16-bit types; edge tiles in M (the last tile's rows end inside its
+    first, second and third slab), N and K, and odd tile counts, so some clusters have CTAs
+    without a tile."""
+    _hopper()
+    rng = np.random.default_rng(73)
+    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
+        for dtype in (gpurt.bfloat16, np.float16):
+            _case(rng, config, dtype, 3 * 192 - 8, 3 * config.bn + 8, 3 * 64 + 8, trans_a,
+                  trans_b)
+    _case(rng, config, gpurt.bfloat16, 192 + 40, 2 * config.bn + 72, 72, beta=0.5)
+    _case(rng, config, np.float16, 192 + 136, 2 * config.bn + 24, 1000, beta=-1.0, offset=8)
+    _case(rng, config, gpurt.bfloat16, 264, config.bn + 24, 136, trans_b=True, odd_out=True)
+    _case(rng, config, gpurt.bfloat16, 72, 40, 200, trans_a=True)  # one tile, mostly empty
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", VARIANTS, ids=_ids)
+def test_many_tiles_per_cta(gpu_state, config):
+    """Far more tiles than CTAs, and issue 17's shapes on split rows (pitches of 2000 bytes)."""
+    _hopper()
+    rng = np.random.default_rng(79)
+    sms = gpurt.get_device_properties().multi_processor_count
+    _case(rng, config, gpurt.bfloat16, 192 * (sms // 4 + 3), 1000, 520)
+    _case(rng, config, gpurt.bfloat16, 1000, 1000, 1000, beta=0.25)
+    _case(rng, config, np.float16, 2000, 3000, 264, trans_b=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [T192, VARIANTS[3]], ids=_ids)
+def test_in_a_graph(gpu_state, config):
+    """Captured once, replayed on new inputs."""
+    _graph_case(config, np.random.default_rng(83))
