@@ -120,7 +120,7 @@ def choose(plan: plans.Plan, problem: Problem, stream: Any,
         return tune.heuristic(problem)
     tuner = tunable.tuner()
     name = gpurt.get_device_name(plan.index)
-    key = tuning.problem_key(problem, name, source_digest())
+    key = tuning.problem_key(problem, name, source_digest(), tune.heuristic(problem))
     known = tuner.lookup(key)
     if known is not None and tune.eligible(problem, known):
         return known

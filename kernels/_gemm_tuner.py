@@ -47,14 +47,20 @@ def _bucket(value: int) -> int:
     return 1 << max(0, (value - 1).bit_length())
 
 
-def problem_key(problem: Problem, device: str, source_digest: str) -> str:
-    """The results file key: device, kernels' source, dtype, layout, alignment, shape bucket."""
+def problem_key(problem: Problem, device: str, source_digest: str,
+                pick: Config | None = None) -> str:
+    """The results file key: device, kernels' source, dtype, layout, alignment, shape bucket
+    and ``pick`` (the heuristic's config for ``problem``, where given). Shapes of one bucket
+    share a result only where the heuristic picks alike: 1536^3 and 2048^3 share the 2048
+    bucket, but 144 128 x 128 tiles on 132 SMs are not 256 (benchmarks/notes_gemm.md, s11-simt:
+    1536^3 fp32 ran 2048^3's tuned 128 x 256 tile, one CTA on 72 of 132 SMs, at 0.70)."""
     layout = ("K" if problem.a_kmajor else "M") + ("K" if problem.b_kmajor else "N")
     align = ("tma" if problem.tma else "vec") if problem.vec else "any"
     if problem.tma and not problem.pitch128:  # the best tiles differ (notes_gemm.md)
         align = "tma16"
     shape = f"{_bucket(problem.m)}x{_bucket(problem.n)}x{_bucket(problem.k)}"
-    return "|".join([device, source_digest, _DT_NAMES[problem.dt], layout, align, shape])
+    parts = [device, source_digest, _DT_NAMES[problem.dt], layout, align, shape]
+    return "|".join(parts if pick is None else [*parts, pick.label()])
 
 
 _MAX_FILE_BYTES = 16 << 20  # a results file is a few KiB; anything this large is not one

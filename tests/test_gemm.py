@@ -461,6 +461,21 @@ def test_problem_key_buckets():
     assert key != tuning.problem_key(unaligned, "NVIDIA H100", "abc")
 
 
+def test_problem_key_parts_bucket_by_heuristic_pick():
+    # 1536^3 and 2048^3 share the 2048 bucket, but not the heuristic's pick (fp32: a split
+    # 64 x 128 grid against one wave of 128 x 256 tiles), so not a tuning result
+    def key(size):
+        p = problem(size, size, size, dt=tune.DT_F32)
+        return tuning.problem_key(p, "NVIDIA H100", "abc", tune.heuristic(p))
+
+    assert tune.heuristic(problem(1536, 1536, 1536, dt=tune.DT_F32)) != tune.heuristic(
+        problem(2048, 2048, 2048, dt=tune.DT_F32))
+    assert key(1536) != key(2048)
+    assert key(1000) == key(1024)  # alike picks (128 x 256 split 4) still share
+    assert key(1536).startswith(tuning.problem_key(problem(1536, 1536, 1536, dt=tune.DT_F32),
+                                                   "NVIDIA H100", "abc") + "|")
+
+
 def test_tuner_picks_fastest_and_persists(tmp_path):
     folder = tmp_path / "cache"
     tuner = tuning.Tuner(str(folder))
