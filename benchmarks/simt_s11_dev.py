@@ -8,6 +8,7 @@ warm call of a chosen kernel for ncu.
     python benchmarks/simt_s11_dev.py time --shapes 1536x1536x1536,... [--json PATH]
     python benchmarks/simt_s11_dev.py configs --shapes 1536x1536x1536 [--json PATH]
     python benchmarks/simt_s11_dev.py profile --shapes 1536x1536x1536,... [--json PATH]
+    python benchmarks/simt_s11_dev.py precompile   (row-major A and B only)
     python benchmarks/simt_s11_dev.py one M N K cublas|auto|TILE   (TILE: an index of _SIMT,
         unsplit; two calls on the same operands, the second warm for ncu --launch-skip 1)
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,15 @@ CONFIGS = {
                       *_splits(_S[6], 4, 6), *_splits(_S[2], 3), *_splits(_S[0], 6)],
     (1000, 1000, 4000): [*_splits(_S[0], 4, 8), *_splits(_S[3], 2, 3, 4),
                          *_splits(_S[2], 2), *_splits(_S[1], 4)],
+    # 2053 x 3001 x 1999's tail on 16-byte rows (the packed route's copies): the tuner took
+    # 32 x 128 x 8 (which the heuristic keeps for M <= 32) 5% faster than 64 x 128 x 8
+    # 1000^3 warm: cuBLAS's own grid (64 x 128 x 8, 128 CTAs of 4 warps) at other ring
+    # depths and K tiles, and the pick with a deeper ring
+    (1000, 1000, 1000): [_S[3], *(dataclasses.replace(_S[3], stages=s) for s in (3, 5, 6)),
+                         dataclasses.replace(_S[3], bk=16, stages=3),
+                         dataclasses.replace(_S[0], stages=4, split_k=4)],
+    (645, 3008, 1999): [*_splits(_S[7], 1, 2, 3), *_splits(_S[3], 1, 2), *_splits(_S[6], 1),
+                        *_splits(_S[5], 2), *_splits(_S[8], 1)],
 }
 
 
@@ -70,7 +81,7 @@ def one(m: int, n: int, k: int, which: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["time", "configs", "profile", "one"])
+    parser.add_argument("mode", choices=["time", "configs", "profile", "one", "precompile"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--shapes", default="1536x1536x1536")
     parser.add_argument("--json", default=None)
@@ -80,6 +91,11 @@ def main() -> None:
         s10.time_shapes(shapes, args.json, ["auto"])  # type: ignore[arg-type]
     elif args.mode == "configs":
         time_configs(shapes, args.json)  # type: ignore[arg-type]
+    elif args.mode == "precompile":
+        s10.precompile([(True, False)])
+        p = tune.Problem(256, 256, 256, tune.DT_F32, True, False, True, True, (9, 0), 132)
+        gl = importlib.import_module("gpurt.kernels._gemm_launch")
+        gl.compile_programs([gl.program(c, p) for c in CONFIGS[(1000, 1000, 1000)]])
     elif args.mode == "profile":
         s10.SHAPES = shapes[:3]
         s10.profile(args.json)

@@ -190,3 +190,25 @@ def test_rotating_copies_hold_the_operands_at_their_alignment(gpu_state, offset)
             assert np.array_equal(out, want)
     tunable.set_rotating_buffer_size(0)
     assert choosing.rotating_operands(plan, stream)[0] == [(plan.a.ptr, plan.b.ptr)]
+
+
+@pytest.mark.gpu
+def test_shapes_of_one_bucket_with_different_picks_are_tuned_apart(gpu_state):
+    """768^3 and 1024^3 fp32 share the 1024 bucket but not the heuristic's pick, so each is
+    timed and kept under its own key (before, 768^3 ran 1024^3's 128 x 256 split 4), and each
+    result is right against float64."""
+    rng = np.random.default_rng(11)
+    tunable.enable(True)
+    tunable.tuning_enable(True)
+    tunable.set_max_tuning_iterations(3)
+    for size in (1024, 768):
+        a = rng.standard_normal((size, size)).astype(np.float32)
+        b = rng.standard_normal((size, size)).astype(np.float32)
+        out = gpurt.asarray(np.full((size, size), np.nan, np.float32))
+        gemm_mod.gemm(gpurt.asarray(a), gpurt.asarray(b), out=out)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        got = out.to_numpy().astype(np.float64)
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    keys = sorted(tunable.get_results())
+    assert len(keys) == 2 and all("|1024x1024x1024|" in key for key in keys)
+    assert keys[0].rsplit("|", 1)[1] != keys[1].rsplit("|", 1)[1]
