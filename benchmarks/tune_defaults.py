@@ -19,8 +19,8 @@ from gpurt.kernels import tunable
 from gpurt.kernels.gemm import gemm
 
 # (M, N, K): the squares, then the decode and projection shapes of issue 17 and its irregular
-# sizes (a result covers every shape in its power-of-two bucket), squares first so that a short
-# budget still tunes them.
+# sizes (a result covers the shapes of its power-of-two bucket that the heuristic picks alike),
+# squares first so that a short budget still tunes them.
 SQUARES = tuple((n, n, n) for n in (1024, 2048, 4096, 8192))
 INFERENCE = tuple((m, n, k) for m in (1, 16, 64, 128)
                   for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)))
