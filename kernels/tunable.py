@@ -2,9 +2,10 @@
 
 gemm chooses its kernel variant by timing the candidates once per (device, dtype, layout,
 alignment, shape bucket, heuristic's pick) and remembering the fastest in a results file;
-without tuning it uses heuristics. Unlike torch's TunableOp, tuning is on by default here (turn it off with
-``enable(False)`` or ``GPURT_GEMM_AUTOTUNE=0``), and the results file is written after each
-newly tuned problem (atomically, merged with what other processes wrote meanwhile)::
+without tuning it uses heuristics. Unlike torch's TunableOp, tuning is on by default here
+(turn it off with ``enable(False)`` or ``GPURT_GEMM_AUTOTUNE=0``), and the results file is
+written after each newly tuned problem (atomically, merged with what other processes wrote
+meanwhile)::
 
     from gpurt.kernels import tunable
     tunable.tuning_enable(False)          # use known results, tune nothing new
