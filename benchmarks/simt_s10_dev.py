@@ -86,8 +86,9 @@ def _mode(kind: str, forced: Any = None) -> None:
 
 def _label(data: Any) -> str:
     stream = gpurt.Stream()
-    plan, _, _ = gm._plan(data.ga[0], data.gb[0], data.gout, 0.0, None, False, False, stream)
-    return str(gm._label(gm._plan_call(plan, False, None, stream)))
+    plan, _, _ = gm.plans.make_plan(data.ga[0], data.gb[0], data.gout, 0.0, None, False,
+                                    False, stream)
+    return str(gm.routes.label(gm.routes.plan_call(plan, False, None, stream)))
 
 
 def time_shapes(shapes: list[tuple[int, int, int]], json_path: str | None,
@@ -278,12 +279,14 @@ def sanitize_pack(step: int = 1) -> None:
     _mode("auto")
 
 
-def precompile() -> None:
+def precompile(layouts: list[tuple[bool, bool]] | None = None) -> None:
     """The programs the timing, the tests and the sanitizer need: every simt tile in every
-    layout with and without vector loads, split and not; the 8-deep wide tile; the copies."""
+    layout (or ``layouts``: (A K-major, B K-major) pairs) with and without vector loads, split
+    and not; the 8-deep wide tile; the copies."""
     gl = importlib.import_module("gpurt.kernels._gemm_launch")
     todo: dict[Any, None] = {}
-    layouts = [(a_k, b_k) for a_k in (True, False) for b_k in (True, False)]
+    if layouts is None:
+        layouts = [(a_k, b_k) for a_k in (True, False) for b_k in (True, False)]
     for base in (*tune._SIMT, _WIDE_BK8):
         for split, (a_k, b_k), vec in [(s, lay, v) for s in (1, 2) for lay in layouts
                                        for v in (True, False)]:

@@ -190,3 +190,24 @@ def test_rotating_copies_hold_the_operands_at_their_alignment(gpu_state, offset)
             assert np.array_equal(out, want)
     tunable.set_rotating_buffer_size(0)
     assert choosing.rotating_operands(plan, stream)[0] == [(plan.a.ptr, plan.b.ptr)]
+
+
+@pytest.mark.gpu
+def test_shapes_of_one_bucket_are_tuned_apart(gpu_state):
+    """768^3 and 1024^3 fp32 (one power-of-two bucket, different best grids) are each timed
+    and kept under their own exact-shape key (before session 11, 768^3 ran 1024^3's 128 x 256
+    split 4), and each result is right against float64."""
+    rng = np.random.default_rng(11)
+    tunable.enable(True)
+    tunable.tuning_enable(True)
+    tunable.set_max_tuning_iterations(3)
+    for size in (1024, 768):
+        a = rng.standard_normal((size, size)).astype(np.float32)
+        b = rng.standard_normal((size, size)).astype(np.float32)
+        out = gpurt.asarray(np.full((size, size), np.nan, np.float32))
+        gemm_mod.gemm(gpurt.asarray(a), gpurt.asarray(b), out=out)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        got = out.to_numpy().astype(np.float64)
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    shapes = sorted(key.rsplit("|", 1)[1] for key in tunable.get_results())
+    assert shapes == ["1024x1024x1024", "768x768x768"]
