@@ -303,7 +303,9 @@ SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
 # s10-soft16: the chooser's picks for the 16-bit rows of 200k-1M (and fp32 rows of 1M), with
 # ncu of the ticket kernel in softmax_routes_dev.sh (set softprofile). Session 10's
 # softmax_meet (ticket chunks meeting through slots, L2 prefetches) lost or tied everywhere
-# and was removed; commit 3235936 on branch s10-soft16 has it (set softmeet).
+# and was removed; commit 3235936 on branch s10-soft16 has it (set softmeet). Session 11's
+# softmax_pipe (a cluster per row walking rows, two stages) lost everywhere and was removed;
+# commit 0a73c35 on branch s11-soft has it and the ends sweep around 50/50 (set softpipe).
 SOFTPROFILE: dict[tuple[int, int, np.dtype, str], list] = {
     (rows, cols, dtype, "softmax"): [] for rows, cols, dtype in (
         (64, 1_000_003, BF16), (64, 1_000_003, F16), (8, 1_000_003, BF16),
@@ -333,58 +335,9 @@ SOFTENDS: dict[tuple[int, int, np.dtype, str], list] = {
         (1024, 131072, BF16, "softmax"), (64, 1_000_003, F32, "softmax"),
         (8, 1_000_003, F32, "softmax"))}
 
-
-def _sweep(rows: int, cols: int, dtype: np.dtype, op: int, shapes: list) -> list:
-    """s11-soft: the chooser's ticket chunks (not persistent) with ends (split, head %,
-    tail %) around s10-softends' 50/50; (0, 0, 0): the plain ticket chunks."""
-    pick = dataclasses.replace(_pick(rows, cols, dtype, op), persist=0)
-    return [dataclasses.replace(pick, ends=e, ends_head=h, ends_tail=t) for e, h, t in shapes
-            if pick.kind == "ticket" and (e == 0 or pick.items % e == 0)]
-
-
-def _pipes(dtype: np.dtype, op: int, *shapes: tuple, edges: bool = True) -> list:
-    """softmax_pipe candidates: (items, threads, cluster, CTAs per SM, mode)."""
-    code = plan.dtype_code(dtype)
-    return [V("cluster", code, op, 16 // dtype.itemsize, items, threads, threads, cluster,
-              blocks, items, edges, code != 0 and op < B, pipe=mode)
-            for items, threads, cluster, blocks, mode in shapes]
-
-
-_AROUND = [(2, 25, 25), (2, 75, 75), (2, 50, 25), (2, 25, 50), (2, 50, 75), (2, 75, 50)]
-_C8, _C8E = (4, 1024, 8, 1, 1), (4, 1024, 8, 1, 2)  # one 1024-thread CTA per SM
-_C16, _C16E = (4, 1024, 16, 1, 1), (4, 1024, 16, 1, 2)
-# s11-soft: (1) ends settings around 50/50 (16-bit forward), the same mix for float32 and
-# for the 16-bit backward's ticket chunks (the pick is persistent); (2) softmax_pipe, a
-# cluster per row walking rows (one-wave launches first; the long rows' and short rows'
-# picks for the record). The chooser's pick is timed first in each case.
-SOFTPIPE: dict[tuple[int, int, np.dtype, str], list] = {
-    (300, 200_003, BF16, "softmax"): [*_sweep(300, 200_003, BF16, 0, _AROUND),
-                                      *_pipes(BF16, 0, _C8, _C8E, (4, 512, 16, 2, 1))],
-    (64, 1_000_003, BF16, "softmax"): _sweep(64, 1_000_003, BF16, 0, _AROUND),
-    (64, 1_000_003, F16, "softmax"): _sweep(64, 1_000_003, F16, 0, _AROUND[:2]),
-    (64, 1_000_003, F32, "softmax"): _sweep(64, 1_000_003, F32, 0, [
-        (2, 25, 25), (2, 25, 0), (2, 50, 0), (2, 75, 0), (2, 0, 50), (2, 10, 10)]),
-    (64, 1_000_003, BF16, "softmax_backward"): _sweep(64, 1_000_003, BF16, B, [
-        (0, 0, 0), (2, 50, 50), (2, 25, 25), (2, 100, 100)]),
-    (64, 200_003, BF16, "softmax"): _pipes(BF16, 0, _C8, _C8E, (8, 512, 8, 1, 1),
-                                           (4, 512, 16, 2, 1), _C16, _C16E),
-    (64, 200_003, F16, "softmax"): _pipes(F16, 0, _C8, _C8E),
-    (8, 200_003, BF16, "softmax"): _pipes(BF16, 0, _C8),
-    (32, 500_009, BF16, "softmax"): _pipes(BF16, 0, _C16, _C16E, (8, 512, 16, 1, 1)),
-    (64, 500_009, BF16, "softmax"): _pipes(BF16, 0, _C16, _C16E),
-    (1000, 200_003, BF16, "softmax"): _pipes(BF16, 0, _C8, _C8E),
-    (8, 1_000_003, BF16, "softmax"): [],
-    (64, 200_003, F32, "softmax"): _pipes(F32, 0, _C16, _C16E),
-    (300, 200_003, F32, "softmax"): _pipes(F32, 0, _C16, _C16E),
-    (64, 200_003, BF16, "softmax_backward"): _pipes(BF16, B, (2, 1024, 16, 1, 1)),
-    (4096, 50257, BF16, "softmax"): _pipes(BF16, 0, (4, 1024, 2, 1, 1), (4, 512, 4, 2, 1)),
-    (4096, 32001, BF16, "softmax"): _pipes(BF16, 0, (4, 512, 2, 2, 1)),
-    (4096, 50257, F32, "softmax"): _pipes(F32, 0, (4, 1024, 4, 1, 1)),
-}
-
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
         "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
-        "softprofile": SOFTPROFILE, "softends": SOFTENDS, "softpipe": SOFTPIPE}
+        "softprofile": SOFTPROFILE, "softends": SOFTENDS}
 
 
 
@@ -480,11 +433,6 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     if routes_set == "softends":
         ends = importlib.import_module("test_softmax_ends")
         variants += ends.ends_variants() + ends.ends_variants(long=True)
-    elif routes_set == "softpipe":  # its tests' variants, and the chooser's for their rows
-        pipe_tests = importlib.import_module("test_softmax_pipe")
-        variants += pipe_tests.pipe_variants() + pipe_tests.pipe_variants(long=True)
-        variants += [plan.choose_variant(200_003, dtype, plan.SOFTMAX, rows=24)
-                     for dtype in (F32, BF16)]
     elif routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
         if routes_set == "softpersist":
             variants += tests.persist_variants() + tests.persist_variants(long=True)
@@ -501,8 +449,7 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     context = multiprocessing.get_context("spawn")  # no CUDA context in the workers
     arch = gpurt.get_arch()
     with concurrent.futures.ProcessPoolExecutor(os.cpu_count(), mp_context=context) as pool:
-        bench = (pool.submit(_bench_program, arch)
-                 if routes_set in ("softprofile", "softends", "softpipe")
+        bench = (pool.submit(_bench_program, arch) if routes_set in ("softprofile", "softends")
                  else None)
         list(pool.map(_compile, [j[0] for j in jobs], [arch] * len(jobs), [j[1] for j in jobs]))
         if bench is not None:

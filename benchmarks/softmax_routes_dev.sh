@@ -11,12 +11,11 @@
 # for 16-bit rows of 200k-1M, ncu with PM sampling of the ticket kernel at 64x1000003 bf16 and
 # fp32 (benchmarks/ncu_timeline.py), bench_softmax.py --quick), softends (s10-softends: ticket
 # chunks with the rows at the launch's two ends in smaller chunks, softmax_ends; its tests are
-# tests/test_softmax_ends.py; with DEADLINE=S the bench gets what is left of S seconds),
-# softpipe (s11-soft: ends settings around 50/50, and softmax_pipe, a cluster per row walking
-# rows; its tests are tests/test_softmax_pipe.py).
+# tests/test_softmax_ends.py; with DEADLINE=S the bench gets what is left of S seconds).
 # Session 9's lagged chunks
-# (sets softlag, softlag2) and session 10's softmax_meet (set softmeet) lost and were
-# removed; they are on branches s9-soft16 and s10-soft16 (3235936). Logs are packed into
+# (sets softlag, softlag2), session 10's softmax_meet (set softmeet) and session 11's
+# softmax_pipe with its ends sweep (set softpipe) lost and were removed; they are on branches
+# s9-soft16, s10-soft16 (3235936) and s11-soft (0a73c35). Logs are packed into
 # PACK_TO (default OUTDIR)/runs.tgz after every step (a run stopped by its limit keeps them).
 #
 #     [PACK_TO=DIR] bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
@@ -63,13 +62,6 @@ case "$set_name" in
         racecheck="ends_chunks_against and float16 and not bfloat16 and not log and not backward"
         synccheck="ends_chunks_against and float32 and softmax_backward and not log"
         limits=(95 40 25 15 12 60) ;;
-    softpipe)
-        files=tests/test_softmax_pipe.py
-        tests="not compile"
-        memcheck="pipe_rows and bfloat16 and softmax and not log and not backward"
-        racecheck="pipe_rows and float16 and not bfloat16 and not log and not backward"
-        synccheck="pipe_rows and float32 and softmax_backward and not log"
-        limits=(95 38 18 14 10 60) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -27,15 +27,13 @@ __all__ = [
 ]
 
 SOURCE_PATH = Path(__file__).with_name("softmax.cu")
-# appended, in this order: they use softmax.cu's helpers
-APPENDED = tuple(Path(__file__).with_name(n) for n in ("softmax_ends.cu", "softmax_pipe.cu"))
+ENDS_PATH = Path(__file__).with_name("softmax_ends.cu")  # appended: uses softmax.cu's helpers
 
 
 def source_text() -> str:
-    """The CUDA source of every variant: softmax.cu, then softmax_ends.cu and softmax_pipe.cu
-    (one program, so that the runtime, the prebuilt kernels and the benchmarks build the same
-    text)."""
-    return "\n".join(p.read_text() for p in (SOURCE_PATH, *APPENDED))
+    """The CUDA source of every variant: softmax.cu, then softmax_ends.cu (one program, so
+    that the runtime, the prebuilt kernels and the benchmarks build the same text)."""
+    return SOURCE_PATH.read_text() + "\n" + ENDS_PATH.read_text()
 
 
 # Codes shared with softmax.cu: the DT and OP template parameters.
@@ -222,11 +220,7 @@ class Variant:
     ``ends`` (``ticket``, not ``persist``): softmax_ends, the rows at the launch's two ends
     in chunks of 1/``ends`` the columns (2, 4 or 8; it divides ``items``): the first rows
     whose small chunks fill ``ends_head`` % of the CTAs that fit at once, and the last ones
-    that fill ``ends_tail`` % (:meth:`ends_rows`); ``pipe`` (``cluster``, every vector in
-    shared memory: ``smem_items == items``): softmax_pipe, a grid of as many clusters as fit
-    at once, each walking rows with two stages so that the next row's loads overlap the
-    current one's meeting and writes: 1 issues them after the current row's reduction, 2
-    before it.
+    that fill ``ends_tail`` % (:meth:`ends_rows`).
     """
 
     kind: str
@@ -245,7 +239,6 @@ class Variant:
     ends: int = 0
     ends_head: int = 100
     ends_tail: int = 100
-    pipe: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -288,10 +281,6 @@ class Variant:
         if self.ends_head < 0 or self.ends_tail < 0:
             raise ValueError(f"ends_head={self.ends_head}, ends_tail={self.ends_tail}: "
                              "percentages >= 0")
-        if self.pipe not in (0, 1, 2) or (self.pipe and (self.kind != "cluster"
-                                                          or self.smem_items != self.items)):
-            raise ValueError(f"pipe={self.pipe}: 0, or 1 or 2 for cluster variants with every "
-                             "vector in shared memory (smem_items == items)")
 
     @property
     def inputs(self) -> int:
@@ -317,7 +306,7 @@ class Variant:
     @property
     def shared_mem(self) -> int:
         """Dynamic shared memory per CTA in bytes (the shared-memory items)."""
-        stages = 2 if self.persist or self.pipe else 1
+        stages = 2 if self.persist else 1
         return stages * self.inputs * self.smem_items * self.threads * 16
 
     def names(self) -> tuple[str, ...]:
@@ -329,10 +318,6 @@ class Variant:
         if self.kind == "rows":
             return (f"softmax_rows<{common}, {self.group}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
-        if self.pipe:
-            return (f"softmax_pipe<{common}, {self.threads}, {self.cluster}, "
-                    f"{self.min_blocks}, {int(self.edges)}, {int(self.one_pass)}, "
-                    f"{int(self.pipe == 2)}>",)
         if self.kind == "cluster":
             return (f"softmax_cluster<{common}, {self.threads}, {self.cluster}, "
                     f"{self.min_blocks}, {self.smem_items}{edges}>",)
@@ -376,9 +361,8 @@ class Variant:
         return 2 * rows * self.most_chunks(cols), 1 + rows
 
     def grid(self, rows: int, cols: int) -> int:
-        """CTAs in the launch (each of the two launches for ``split``; ``persist``,
-        ``pipe``: at most this many, as many as fit at once; ``ends``: more,
-        :meth:`ends_grid`)."""
+        """CTAs in the launch (each of the two launches for ``split``; ``persist``: at
+        most this many, as many as fit at once; ``ends``: more, :meth:`ends_grid`)."""
         if self.kind == "rows":
             return -(-rows // (self.threads // self.group))
         if self.kind == "cluster":

@@ -25,9 +25,6 @@
 //                    while the current one waits for its row and writes (Stage).
 //   softmax_ends     (softmax_ends.cu, appended to this source) softmax_ticket's chunks with
 //                    the rows at the launch's two ends in smaller chunks (16-bit forward).
-//   softmax_pipe     (softmax_pipe.cu, appended too) a cluster per row as softmax_cluster,
-//                    each cluster walking several rows with two stages in shared memory: the
-//                    next row's loads overlap the current row's meeting and writes.
 //   softmax_partial + softmax_finish
 //                    rows too long for a cluster: each CTA reduces one chunk into a float2
 //                    workspace, a second launch re-reads the chunk, combines the row's
@@ -834,25 +831,6 @@ struct Landed {
     }
 };
 
-// store_row for a CTA's vectors (GROUP == THREADS) whose copies have all landed: no cp.async
-// wait (which would also wait for copies of another stage issued since).
-template <int DT, int OP, int VEC, int ITEMS, int THREADS, int SMEM>
-__device__ __forceinline__ void store_landed(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
-                                             float2 own, float2 total,
-                                             typename Elem<DT>::storage* out, long long base,
-                                             int col0, int end) {
-    Landed<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM> landed{h};
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        const int col = col0 + (i * THREADS + (int)threadIdx.x) * VEC;
-        if (col < end) {
-            float y[VEC];
-            Policy<OP>::finish(landed, own, total, i, y);
-            Access<DT, VEC>::store(out + base + col, y);
-        }
-    }
-}
-
 // Wait until at most N of this thread's copy groups are in flight (any N).
 template <int N>
 __device__ __forceinline__ void copy_async_wait_n() {
@@ -912,8 +890,17 @@ struct Stage {
                                            const float2* partials, int chunks, float2* shared) {
         const float2 total = await_row<OP>(counters + 1 + row, partials + row * chunks, chunks,
                                            shared);
-        store_landed<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, edges.span.body_base,
-                                                        col0, edges.span.body);
+        Landed<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM> landed{h};
+        const int body = edges.span.body;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int col = col0 + (i * THREADS + (int)threadIdx.x) * VEC;
+            if (col < body) {
+                float y[VEC];
+                Policy<OP>::finish(landed, own, total, i, y);
+                Access<DT, VEC>::store(out + edges.span.body_base + col, y);
+            }
+        }
         edges.store(out, total);
     }
 };

@@ -46,7 +46,6 @@ from gpurt import amp
 
 from . import _autocast
 from . import _gemm_workspace as workspace
-from . import _softmax_pipe as pipes
 from ._sms import usable_sms
 from ._softmax_plan import (
     LOG_SOFTMAX,
@@ -86,7 +85,7 @@ os.register_at_fork(after_in_child=lambda: globals().update(_lock=threading.Lock
 
 
 def source() -> str:
-    """The CUDA source of every variant (softmax.cu, then softmax_ends.cu and softmax_pipe.cu)."""
+    """The CUDA source of every variant (softmax.cu, then softmax_ends.cu)."""
     global _source
     if _source is None:
         _source = source_text()
@@ -310,10 +309,6 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     if variant.kind == "ticket" and not tickets_fit(variant, variant.most_chunks(view.cols),
                                                     index):
         variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
-    if variant.kind == "ticket":  # a cluster per row walking rows, where it stands in
-        pipe = pipes.pipe_variant(variant, view.rows, view.cols, resident_ctas(variant, index))
-        if pipe is not None and resident_clusters(pipe, index) > 0:
-            return plan_variant(pipe, inputs, out, view, index)
     if variant.ends:
         variant = variant.for_launch(view.rows, view.cols, resident_ctas(variant, index))
     return plan_variant(variant, inputs, out, view, index)
@@ -330,16 +325,6 @@ def resident_ctas(variant: Variant, index: int) -> int:
     kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
     per_sm = kernel.max_active_blocks_per_multiprocessor(variant.threads, variant.shared_mem)
     return per_sm * usable_sms(index, gpurt.get_device_properties(index).multi_processor_count)
-
-
-def resident_clusters(variant: Variant, index: int) -> int:
-    """How many clusters of the cluster ``variant`` device ``index`` (the current device)
-    runs at once (cuOccupancyMaxActiveClusters; 0: not even one)."""
-    kernel = _kernels_for(variant, gpurt.get_arch(index))[0]
-    if variant.non_portable:  # idempotent
-        kernel.set_attribute(_NON_PORTABLE, 1, device=index)
-    config = gpurt.LaunchConfig(variant.cluster, variant.threads, variant.shared_mem)
-    return kernel.max_active_clusters(config, device=index)
 
 
 def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsView,
@@ -369,12 +354,6 @@ def plan_variant(variant: Variant, inputs: Sequence[Any], out: Any, view: RowsVi
         one = kernels[0].planned(config, a, b, out.ptr, 0, 0, *args,
                                  varying=(0, 1, 2, 3, 4), device=index)
         return _Call((one,), grid, chunks, index, room=variant.workspace(view.rows, view.cols))
-    if variant.pipe:  # as many clusters as fit at once, each walking rows
-        clusters = resident_clusters(variant, index)
-        if clusters < 1 or view.cols > variant.capacity:
-            raise ValueError(f"{variant.names()[0]} does not suit rows of {view.cols} on "
-                             f"device {index} ({clusters} clusters fit at once)")
-        grid = min(view.rows, clusters) * variant.cluster
     if variant.kind != "split":
         config = gpurt.LaunchConfig(grid, variant.threads, variant.shared_mem)
         one = kernels[0].planned(config, a, b, out.ptr, view.rows, view.cols,
