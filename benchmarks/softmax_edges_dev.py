@@ -303,7 +303,9 @@ SOFTPERSIST: dict[tuple[int, int, np.dtype, str], list] = {
 # s10-soft16: the chooser's picks for the 16-bit rows of 200k-1M (and fp32 rows of 1M), with
 # ncu of the ticket kernel in softmax_routes_dev.sh (set softprofile). Session 10's
 # softmax_meet (ticket chunks meeting through slots, L2 prefetches) lost or tied everywhere
-# and was removed; commit 3235936 on branch s10-soft16 has it (set softmeet).
+# and was removed; commit 3235936 on branch s10-soft16 has it (set softmeet). Session 11's
+# softmax_pipe (a cluster per row walking rows, two stages) lost everywhere and was removed;
+# commit 0a73c35 on branch s11-soft has it and the ends sweep around 50/50 (set softpipe).
 SOFTPROFILE: dict[tuple[int, int, np.dtype, str], list] = {
     (rows, cols, dtype, "softmax"): [] for rows, cols, dtype in (
         (64, 1_000_003, BF16), (64, 1_000_003, F16), (8, 1_000_003, BF16),

@@ -13,8 +13,9 @@
 # chunks with the rows at the launch's two ends in smaller chunks, softmax_ends; its tests are
 # tests/test_softmax_ends.py; with DEADLINE=S the bench gets what is left of S seconds).
 # Session 9's lagged chunks
-# (sets softlag, softlag2) and session 10's softmax_meet (set softmeet) lost and were
-# removed; they are on branches s9-soft16 and s10-soft16 (3235936). Logs are packed into
+# (sets softlag, softlag2), session 10's softmax_meet (set softmeet) and session 11's
+# softmax_pipe with its ends sweep (set softpipe) lost and were removed; they are on branches
+# s9-soft16, s10-soft16 (3235936) and s11-soft (0a73c35). Logs are packed into
 # PACK_TO (default OUTDIR)/runs.tgz after every step (a run stopped by its limit keeps them).
 #
 #     [PACK_TO=DIR] bash benchmarks/softmax_routes_dev.sh SET OUTDIR [OLD_SOFTMAX_CU]
