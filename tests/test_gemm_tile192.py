@@ -94,7 +94,7 @@ def test_wave_model_choices():
     for dims in ((4096, 4096, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 11008, 4096),
                  (256, 14336, 4096)):  # 192-wide tiles would add a wave
         assert tune.heuristic(_problem(*dims)).bn == 256, dims
-    assert tune.heuristic(_problem(1024, 1024, 1024)) == tune._WGMMA[7]
+    assert tune.heuristic(_problem(1024, 1024, 1024)) == tune._WGMMA_64  # s11-tile64
     assert tune.heuristic(_problem(2000, 3000, 1000, dt=tune.DT_TF32)).bn != 192
 
 

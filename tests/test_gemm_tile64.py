@@ -82,15 +82,18 @@ def test_tuner_and_sweep_offer_it():
     assert T64 not in tune.all_configs(_problem(1000, 1000, 1000, dt=tune.DT_TF32))
 
 
-def test_heuristic_leaves_it_to_the_tuner():
-    """Not timed yet (notes_gemm.md, s11-tile64): the heuristic keeps its 128-row tiles, also
-    at 1000^3 and 1024^3 where 64 x 128 makes 128 tiles against 64; the tuner times it where
-    128 x 128 tiles leave SMs idle, not on grids of whole waves like 4096^3."""
+def test_heuristic_takes_them_where_128_row_tiles_leave_sms_idle():
+    """The wave model (H200, s11-tile64) takes 64 x 128 where 128 x 128 leaves SMs idle: 1000^3
+    and 1024^3 (128 tiles against 64), 768^3, and one full wave of them unsplit before split-K
+    at 256x4096x4096; not on grids of whole waves like 4096^3, which the tuner does not time it
+    on either."""
     for dims, pitch128 in (((1000, 1000, 1000), False), ((1024, 1024, 1024), True),
-                           ((768, 768, 768), True), ((4096, 4096, 4096), True)):
+                           ((768, 768, 768), True), ((256, 4096, 4096), True)):
         problem = _problem(*dims, pitch128=pitch128)
-        assert tune.heuristic(problem).bm == 128, dims
-        assert (T64 in tune.candidates(problem)[1:]) == (dims[0] < 4096), dims
+        assert tune.heuristic(problem) == T64, dims
+        assert T64 in tune.candidates(problem), dims
+    problem = _problem(4096, 4096, 4096)
+    assert tune.heuristic(problem).bm == 128 and T64 not in tune.candidates(problem)
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
