@@ -416,9 +416,10 @@ def _split(blocks: int, k: int, vec: int, walk: str, group: int, width: int,
     """(splits of K over gridDim.y, reduced elements per split): enough blocks to fill the
     device (8 per SM), each split still long enough to be worth a block (the row walk's
     vectors run along K, the column walk's across the outputs; see COLUMN_SPLIT_LEAST_FEW
-    for the column walk's shorter splits). Grids of more than half a wave are not split: the split's partials, memset and fold cost more than the unfilled
-    wave (H100: 1023x65537 float32, 529 blocks, 96.0% of copy unsplit, 91.7% as 529x3;
-    1024x65536 bfloat16 93.6% unsplit, 85.2% as 1024x2)."""
+    for the column walk's shorter splits). Grids of more than half a wave are not split: the
+    split's partials, memset and fold cost more than the unfilled wave (H100: 1023x65537
+    float32, 529 blocks, 96.0% of copy unsplit, 91.7% as 529x3; 1024x65536 bfloat16 93.6%
+    unsplit, 85.2% as 1024x2)."""
     waves = COLUMN_SPLIT_WAVES if walk == "column" else SPLIT_WAVES
     wave = gpurt.get_device_properties(device).multi_processor_count * 8
     target = wave * waves
