@@ -14,9 +14,10 @@ import re
 import numpy as np
 import pytest
 
+import _wgmma_tiles as tiles
 import gpurt
 from test_gemm import check_replays, device, poisoned, rand
-from test_gemm_wgmma_x import _case, _graph_case, _hopper, _ids
+from test_gemm_wgmma_x import _graph_case, _ids
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
@@ -32,8 +33,7 @@ VARIANTS = [
 ]
 
 
-def _problem(m, n, k, pitch128=True, b_k=False, dt=tune.DT_BF16):
-    return tune.Problem(m, n, k, dt, True, b_k, True, True, (9, 0), 132, pitch128=pitch128)
+_problem = tiles.problem
 
 
 def test_config_fields():
@@ -61,19 +61,7 @@ def test_config_rejects(bad, match):
 
 
 def test_compiles_without_spills(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
-    for config in (W192, VARIANTS[2]):
-        names = sorted({config.name_expression(dt, a_k, b_k, True)
-                        for dt, a_k, b_k in ((tune.DT_BF16, True, False),
-                                             (tune.DT_F16, False, True))})
-        source = config.source
-        module = gpurt.compile(gemm_launch.text(source), options=["--ptxas-options=-v"],
-                               name_expressions=names, arch="sm_90a", program_name=source,
-                               headers=gemm_launch.headers(source))
-        log = module.log
-        assert "warning" not in log.lower(), log
-        spills = re.findall(r"(\d+) bytes spill stores", log)
-        assert len(spills) == len(names) and set(spills) == {"0"}, log
+    tiles.assert_compiles_without_spills([W192, VARIANTS[2]], tmp_path, monkeypatch)
 
 
 def test_tuner_and_sweep_offer_it():
@@ -104,29 +92,13 @@ def test_wave_model_choices():
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", VARIANTS, ids=_ids)
 def test_layouts_and_edges(gpu_state, config):
-    """Every layout, both 16-bit types; edge tiles in M, N (inside the last 64-column pass and
-    inside the first) and K, and odd tile counts, so some clusters have CTAs without a tile."""
-    _hopper()
-    rng = np.random.default_rng(61)
-    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
-        for dtype in (gpurt.bfloat16, np.float16):
-            _case(rng, config, dtype, 3 * 128 - 8, 3 * 192 + 8, 3 * 64 + 8, trans_a, trans_b)
-    _case(rng, config, gpurt.bfloat16, 200, 2 * 192 + 136, 72, beta=0.5)  # last pass 64 wide
-    _case(rng, config, np.float16, 136, 2 * 192 + 72, 1000, beta=-1.0, offset=8)
-    _case(rng, config, gpurt.bfloat16, 264, 192 + 24, 136, trans_b=True, odd_out=True)
-    _case(rng, config, gpurt.bfloat16, 72, 40, 200, trans_a=True)  # one tile, mostly empty
+    tiles.layouts_and_edges(config, 61)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", VARIANTS, ids=_ids)
 def test_many_tiles_per_cta(gpu_state, config):
-    """Far more tiles than CTAs, and issue 17's shapes on split rows (pitches of 2000 bytes)."""
-    _hopper()
-    rng = np.random.default_rng(67)
-    sms = gpurt.get_device_properties().multi_processor_count
-    _case(rng, config, gpurt.bfloat16, 128 * (sms // 4 + 3), 1000, 520)
-    _case(rng, config, gpurt.bfloat16, 1000, 1000, 1000, beta=0.25)
-    _case(rng, config, np.float16, 2000, 3000, 264, trans_b=True)
+    tiles.many_tiles_per_cta(config, 67)
 
 
 @pytest.mark.gpu

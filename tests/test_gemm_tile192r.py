@@ -14,8 +14,9 @@ import re
 import numpy as np
 import pytest
 
+import _wgmma_tiles as tiles
 import gpurt
-from test_gemm_wgmma_x import _case, _graph_case, _hopper, _ids
+from test_gemm_wgmma_x import _graph_case, _ids
 
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
@@ -31,8 +32,7 @@ VARIANTS = [
 ]
 
 
-def _problem(m, n, k, pitch128=True, b_k=False, dt=tune.DT_BF16):
-    return tune.Problem(m, n, k, dt, True, b_k, True, True, (9, 0), 132, pitch128=pitch128)
+_problem = tiles.problem
 
 
 def test_config_fields():
@@ -69,17 +69,7 @@ def test_config_rejects(bad, match):
 
 
 def test_compiles_without_spills(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
-    names = sorted({config.name_expression(dt, a_k, b_k, True)
-                    for config in (T192, VARIANTS[3])
-                    for dt, a_k, b_k in ((tune.DT_BF16, True, False), (tune.DT_F16, False, True))})
-    module = gpurt.compile(gemm_launch.text("gemm_wgmma.cu"), options=["--ptxas-options=-v"],
-                           name_expressions=names, arch="sm_90a", program_name="gemm_wgmma.cu",
-                           headers=gemm_launch.headers("gemm_wgmma.cu"))
-    log = module.log
-    assert "warning" not in log.lower(), log
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    assert len(spills) == len(names) and set(spills) == {"0"}, log
+    tiles.assert_compiles_without_spills([T192, VARIANTS[3]], tmp_path, monkeypatch)
 
 
 def test_tuner_and_sweep_offer_them():
@@ -114,31 +104,13 @@ def test_wave_model_choices():
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", VARIANTS, ids=_ids)
 def test_layouts_and_edges(gpu_state, config):
-    """Every layout, both 16-bit types; edge tiles in M (the last tile's rows end inside its
-    first, second and third slab), N and K, and odd tile counts, so some clusters have CTAs
-    without a tile."""
-    _hopper()
-    rng = np.random.default_rng(73)
-    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
-        for dtype in (gpurt.bfloat16, np.float16):
-            _case(rng, config, dtype, 3 * 192 - 8, 3 * config.bn + 8, 3 * 64 + 8, trans_a,
-                  trans_b)
-    _case(rng, config, gpurt.bfloat16, 192 + 40, 2 * config.bn + 72, 72, beta=0.5)
-    _case(rng, config, np.float16, 192 + 136, 2 * config.bn + 24, 1000, beta=-1.0, offset=8)
-    _case(rng, config, gpurt.bfloat16, 264, config.bn + 24, 136, trans_b=True, odd_out=True)
-    _case(rng, config, gpurt.bfloat16, 72, 40, 200, trans_a=True)  # one tile, mostly empty
+    tiles.layouts_and_edges(config, 73)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", VARIANTS, ids=_ids)
 def test_many_tiles_per_cta(gpu_state, config):
-    """Far more tiles than CTAs, and issue 17's shapes on split rows (pitches of 2000 bytes)."""
-    _hopper()
-    rng = np.random.default_rng(79)
-    sms = gpurt.get_device_properties().multi_processor_count
-    _case(rng, config, gpurt.bfloat16, 192 * (sms // 4 + 3), 1000, 520)
-    _case(rng, config, gpurt.bfloat16, 1000, 1000, 1000, beta=0.25)
-    _case(rng, config, np.float16, 2000, 3000, 264, trans_b=True)
+    tiles.many_tiles_per_cta(config, 79)
 
 
 @pytest.mark.gpu

@@ -1,7 +1,7 @@
 """64-row tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma_x.cu's gemm_wgmma_64: a producer
-and one consumer warpgroup, m64nBNk16, gemm_wgmma.cu's body with TBM = 64). CPU: configs,
-names, what they reject, compiled without spills, the tuner's and the sweep's lists (the
-heuristic does not take them yet). GPU: every layout, both 16-bit types, edge tiles, many tiles
+and one consumer warpgroup, m64nBNk16, gemm_wgmma.cu's body with BM = 64). CPU: configs,
+names, what they reject, compiled without spills, the tuner's and the sweep's lists, the
+heuristic's picks. GPU: every layout, both 16-bit types, edge tiles, many tiles
 per CTA, alpha/beta/Cin, offset views, plain and pipelined stores, graph replay, against
 float64 on poisoned outputs."""
 
@@ -14,8 +14,9 @@ import re
 import numpy as np
 import pytest
 
+import _wgmma_tiles as tiles
 import gpurt
-from test_gemm_wgmma_x import _case, _graph_case, _hopper, _ids
+from test_gemm_wgmma_x import _graph_case, _ids
 
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 tune = importlib.import_module("gpurt.kernels._gemm_tune")
@@ -30,8 +31,7 @@ VARIANTS = [
 ]
 
 
-def _problem(m, n, k, pitch128=True, b_k=False, dt=tune.DT_BF16):
-    return tune.Problem(m, n, k, dt, True, b_k, True, True, (9, 0), 132, pitch128=pitch128)
+_problem = tiles.problem
 
 
 def test_config_fields():
@@ -62,18 +62,7 @@ def test_config_rejects(bad):
 
 def test_compiles_without_spills(tmp_path, monkeypatch):
     """232 registers (the consumers' setmaxnreg): 256 threads hold 59392 of the SM's 65536."""
-    monkeypatch.setenv("GPURT_CACHE_DIR", str(tmp_path))
-    names = sorted({config.name_expression(dt, a_k, b_k, True) for config in VARIANTS
-                    for dt, a_k, b_k in ((tune.DT_BF16, True, False), (tune.DT_F16, False, True))})
-    source = T64.source
-    module = gpurt.compile(gemm_launch.text(source), options=["--ptxas-options=-v"],
-                           name_expressions=names, arch="sm_90a", program_name=source,
-                           headers=gemm_launch.headers(source))
-    log = module.log
-    assert "warning" not in log.lower(), log
-    spills = re.findall(r"(\d+) bytes spill stores", log)
-    assert len(spills) == len(names) and set(spills) == {"0"}, log
-    assert set(re.findall(r"Used (\d+) registers", log)) == {"232"}, log
+    tiles.assert_compiles_without_spills(VARIANTS, tmp_path, monkeypatch, registers="232")
 
 
 def test_tuner_and_sweep_offer_it():
@@ -102,30 +91,13 @@ def test_heuristic_takes_them_where_128_row_tiles_leave_sms_idle():
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", VARIANTS, ids=_ids)
 def test_layouts_and_edges(gpu_state, config):
-    """Every layout, both 16-bit types; edge tiles in M (inside the 64 rows), N and K."""
-    _hopper()
-    rng = np.random.default_rng(83)
-    for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
-        for dtype in (gpurt.bfloat16, np.float16):
-            _case(rng, config, dtype, 3 * 64 - 8, 3 * config.bn + 8, 3 * 64 + 8, trans_a,
-                  trans_b)
-    _case(rng, config, gpurt.bfloat16, 200, 264, 72, beta=0.5)  # 2 K tiles, Cin
-    _case(rng, config, np.float16, 136, 520, 1000, beta=-1.0, offset=8)  # K not a multiple
-    _case(rng, config, gpurt.bfloat16, 72, 2 * config.bn + 24, 136, trans_b=True, odd_out=True)
-    _case(rng, config, gpurt.bfloat16, 24, 40, 200, trans_a=True)  # one tile, mostly empty
+    tiles.layouts_and_edges(config, 83)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", VARIANTS, ids=_ids)
 def test_many_tiles_per_cta(gpu_state, config):
-    """Far more tiles than CTAs (each CTA walks several, its stores overlapping the next
-    tile's loads), and issue 17's shapes on split rows (pitches of 2000 bytes)."""
-    _hopper()
-    rng = np.random.default_rng(89)
-    sms = gpurt.get_device_properties().multi_processor_count
-    _case(rng, config, gpurt.bfloat16, 64 * (sms // 4 + 3), 1000, 520)
-    _case(rng, config, gpurt.bfloat16, 1000, 1000, 1000, beta=0.25)
-    _case(rng, config, np.float16, 1000, 3000, 264, trans_a=True, trans_b=True)
+    tiles.many_tiles_per_cta(config, 89)
 
 
 @pytest.mark.gpu
