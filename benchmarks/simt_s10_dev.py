@@ -186,6 +186,18 @@ def one(m: int, n: int, k: int, which: str) -> None:
     torch.cuda.synchronize()
 
 
+def _checked_gemm(a: Any, b: Any, ta: bool, tb: bool) -> float:
+    """One gemm call (alpha 0.5, beta -1.5 with C in) into a NaN-poisoned output; its relative
+    error against float64."""
+    m, n = a.shape[1] if ta else a.shape[0], b.shape[0] if tb else b.shape[1]
+    c = torch.randn(m, n, device="cuda")
+    out = torch.full((m, n), float("nan"), device="cuda")
+    gm.gemm(a, b, out=out, trans_a=ta, trans_b=tb, alpha=0.5, beta=-1.5, c=c)
+    ref = 0.5 * ((a.double().T if ta else a.double()) @ (b.double().T if tb else b.double()))
+    ref -= 1.5 * c.double()
+    return float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+
+
 def sanitize(step: int = 1) -> None:
     """Cut calls of both head tiles, every layout, beta/Cin, tails split and not (every
     ``step``-th of them: racecheck takes ~9 s a call)."""
@@ -196,12 +208,7 @@ def sanitize(step: int = 1) -> None:
         _mode("forced", (head_rows, head))
         a = torch.randn((k, m) if ta else (m, k), device="cuda")
         b = torch.randn((n, k) if tb else (k, n), device="cuda")
-        c = torch.randn(m, n, device="cuda")
-        out = torch.full((m, n), float("nan"), device="cuda")
-        gm.gemm(a, b, out=out, trans_a=ta, trans_b=tb, alpha=0.5, beta=-1.5, c=c)
-        ref = 0.5 * ((a.double().T if ta else a.double()) @ (b.double().T if tb else b.double()))
-        ref -= 1.5 * c.double()
-        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        err = _checked_gemm(a, b, ta, tb)
         cuts = [e[0] for e in gm._calls.values() if isinstance(e[0], rows_mod.RowsCall)]
         ok = err < 1e-5 and len(cuts) == 1
         print("PASS" if ok else "FAIL", m, n, k, ta, tb, cuts[0].label() if cuts else "no cut",
@@ -266,12 +273,7 @@ def sanitize_pack(step: int = 1) -> None:
         _mode("forced", cut)
         a = torch.randn((k, m + 3) if ta else (m, k + 3), device="cuda")[:, 3:]
         b = torch.randn((n, k) if tb else (k, n), device="cuda")
-        c = torch.randn(m, n, device="cuda")
-        out = torch.full((m, n), float("nan"), device="cuda")
-        gm.gemm(a, b, out=out, trans_a=ta, trans_b=tb, alpha=0.5, beta=-1.5, c=c)
-        ref = 0.5 * ((a.double().T if ta else a.double()) @ (b.double().T if tb else b.double()))
-        ref -= 1.5 * c.double()
-        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        err = _checked_gemm(a, b, ta, tb)
         packs = [e[0] for e in gm._calls.values() if isinstance(e[0], pack.PackedCall)]
         ok = err < 1e-5 and len(packs) == 1
         print("PASS" if ok else "FAIL", m, n, k, ta, tb, packs[0].label() if packs else "no pack",

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 import gpurt
+import test_gemm
 from test_gemm_wgmma_x import _case, _hopper
 
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
@@ -20,8 +21,8 @@ tune = importlib.import_module("gpurt.kernels._gemm_tune")
 
 def problem(m: int, n: int, k: int, pitch128: bool = True, b_k: bool = False,
             dt: int = tune.DT_BF16) -> Any:
-    """An H100's problem with a row-major A (K-major)."""
-    return tune.Problem(m, n, k, dt, True, b_k, True, True, (9, 0), 132, pitch128=pitch128)
+    """test_gemm's H100 problem (a row-major A), with these tests' argument order."""
+    return test_gemm.problem(m, n, k, dt=dt, b_k=b_k, pitch128=pitch128)
 
 
 def assert_compiles_without_spills(configs: list[Any], tmp_path: Any, monkeypatch: Any,
