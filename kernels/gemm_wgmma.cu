@@ -41,6 +41,10 @@ constexpr int THREADS = 384;
 constexpr int CONSUMER_WARPS = 8;
 constexpr int CHUNK_BYTES = 64 * 128;  // one [64][64] box of 16-bit elements
 constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128 columns of C
+// The dynamic shared memory a CTA may take on sm_90 (227 KiB). A ring too deep to leave two
+// staging boxes per consumer beside it (128 x 192 with 5 stages, cuBLAS's depth) stages C
+// through one box per consumer, 64 columns a pass (Config.shared_mem keeps the same rule).
+constexpr int SMEM_MAX = 227 * 1024;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -287,7 +291,8 @@ __device__ __forceinline__ void wgmma_wait() {
 // at buffer (pass p in box (first_box + p) % NBOX), waiting only until the box's previous
 // store (NBOX stores back) has been read, so writing one box overlaps the TMA reading the
 // others (the plain form waits for every pass's store before the next pass). NBOX = 4: the
-// ping-pong consumers' ring of a whole 128 x 128 tile (first_box 0 and 2 for its halves).
+// ping-pong consumers' ring of a whole 128 x 128 tile (first_box 0 and 2 for its halves);
+// NBOX = 1: the one box of a ring too deep for two (SMEM_MAX), each pass waiting for the last.
 template <int DT, int BN, bool PIPE = false, int NBOX = 2>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
@@ -295,7 +300,8 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                                                u32 buffer, int half, int t, int col0, int row0,
                                                int first_box = 0) {
     const int row = r - row0;  // 0..63 (and row + 8)
-    static_assert(!PIPE || BN % 128 == 0, "an even number of 64-wide passes per half tile");
+    static_assert(!PIPE || NBOX == 1 || BN % 128 == 0,
+                  "an even number of 64-wide passes per half tile (but in one box)");
     constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass (but the last)
 #pragma unroll
     for (int pass = 0; pass < (BN + WIDTH - 1) / WIDTH; ++pass) {
@@ -470,8 +476,12 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
     // EPI_TMA: each consumer stages 64 x 128 pieces of its C half here (two 128-byte-swizzled
     // [64][64] boxes) and one of its threads stores them with TMA while the next tile starts.
-    // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma)
-    constexpr u32 OUT_BYTES = PP && PS ? 2 * STAGE_OUT_BYTES : STAGE_OUT_BYTES;
+    // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma;
+    // ONE_BOX: one [64][64] box per consumer where two would not fit beside the ring)
+    constexpr bool ONE_BOX = EPI_TMA && !PP &&
+        STAGES * (A_BYTES + B_BYTES + 16) + 1024 + CONSUMERS * STAGE_OUT_BYTES > SMEM_MAX;
+    constexpr u32 OUT_BYTES =
+        PP && PS ? 2 * STAGE_OUT_BYTES : ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES;
     const u32 out_stage = b_ring + STAGES * B_BYTES;
     const u32 full_bar = out_stage + (EPI_TMA ? CONSUMERS * OUT_BYTES : 0);
     const u32 empty_bar = full_bar + STAGES * 8;
@@ -693,9 +703,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 }
             }
             if (use_tma_store) {
-                store_half_tma<DT, BN, PS>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                                           out_stage + half * STAGE_OUT_BYTES, half, t,
-                                           tn * BN, tm * BM + half * 64);
+                store_half_tma<DT, BN, PS || ONE_BOX, ONE_BOX ? 1 : 2>(
+                    d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
+                    out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES), half, t,
+                    tn * BN, tm * BM + half * 64);
                 continue;
             }
 #pragma unroll
