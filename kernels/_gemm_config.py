@@ -42,7 +42,8 @@ class Config:
     whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128);
     ``pipe_store``: the TMA-store epilogue writes 64 columns at a time into two staging boxes
     in turn, each written while the other's store is read (bn 128 or 256, with tma_store; with
-    pingpong a ring of four, a whole tile per consumer).
+    pingpong a ring of four, a whole tile per consumer; 128 x 192 with 5 stages: one box and
+    the A half of the tile's last stage, held until the stores have read it).
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
@@ -103,10 +104,11 @@ class Config:
                 or self.cluster_n not in (1, 2) or (self.pingpong and self.bn > 128)):
             raise ValueError(f"cluster_n=2 and pingpong are for the unsplit 16-bit wgmma kernel "
                              f"(pingpong with bn <= 128): {self}")
+        deep192 = self.bm == 128 and self.bn == 192 and self.stages == 5  # + the held stage
         if self.pipe_store and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
-                                or not self.tma_store or self.bn % 128):
+                                or not self.tma_store or (self.bn % 128 and not deep192)):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
-                             f"(bn 128 or 256): {self}")
+                             f"(bn 128 or 256, or 128 x 192 with 5 stages): {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
