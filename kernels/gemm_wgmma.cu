@@ -352,9 +352,9 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                 if constexpr (BN % 128 != 0) {  // BN = 192's last pass: one box
                     if (pass * WIDTH + box * 64 >= BN) continue;
                 }
-                tma_store(map, ALT && pass % 2 != 0
-                                   ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES,
-                          col0 + pass * WIDTH + box * 64, row0);
+                const u32 src = ALT && pass % 2 != 0
+                    ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES;
+                tma_store(map, src, col0 + pass * WIDTH + box * 64, row0);
             }
             bulk_commit();
         }
