@@ -429,8 +429,7 @@ def precompile(set_: str) -> None:
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
     if set_ == "stages":  # and the tests' (tests/test_gemm_stages.py)
         new = [VARIANTS[v] for v in _STAGES_NEW]
-        new += [_v(tune._WGMMA_192_S5, tma_store=False, group_m=8), _v(tune._WGMMA_T192, stages=4),
-                _v(tune._WGMMA_T192N128, stages=5)]
+        new += [_v(tune._WGMMA_T192, stages=4)]
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
