@@ -395,7 +395,7 @@ def sanitize(set_: str) -> None:
         deep = [VARIANTS[name] for name in _STAGES_NEW]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
         cases += [(136, 456, 200, deep[3], True, True), (264, 600, 200, deep[2], False, True),
-                  (1536, 1000, 136, deep[3], True, False), (1536, 1000, 136, deep[1], False, False)]
+                  (4096, 1000, 136, deep[3], True, False), (4096, 1000, 136, deep[1], False, False)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "split":
         c2x2 = VARIANTS["wide c2x2"]
