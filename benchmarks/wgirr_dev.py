@@ -61,6 +61,11 @@ VARIANTS = {
     "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
     "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
     "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
+    "w192 s5": tune._WGMMA_192_S5, "w192 c2 s5": tune._WGMMA_192_C2_S5,
+    "w192 s5 ps": _v(tune._WGMMA_192_S5, pipe_store=True),
+    "w192 c2 s5 ps": _v(tune._WGMMA_192_C2_S5, pipe_store=True),
+    "t192 s4 c2": _v(tune._WGMMA_T192_C2, stages=4),
+    "t192x128 s5": _v(tune._WGMMA_T192N128, stages=5),
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
@@ -134,8 +139,23 @@ TILE192R = {
     (1536, 1536, 1536, False): ("t192", "t192x128"),
     (256, 11008, 4096, False): ("t192x128",),
 }
+# Session 11b (s11b-stages, `--set stages`): 5 stages, cuBLAS's depth, against the current
+# choice ("auto") at 2000x3000x1000 (cuBLAS: our 128 x 192 c2 with 5 stages) and 3000^3 first:
+# "s5" stages C through one box per consumer (three waits per tile), "s5 ps" through that box
+# and the last stage's A half in turn (released after the tile's stores read it); 192 x 192
+# with 4 stages and 192 x 128 with 5 (one box per slab) beside them; warm too.
+STAGES5 = {
+    (2000, 3000, 1000, False): ("w192 c2 s5", "w192 c2 s5 ps", "w192 s5"),
+    (3000, 3000, 3000, False): ("w192 c2 s5", "w192 c2 s5 ps", "t192 s4 c2", "mid c2x2"),
+    (256, 11008, 4096, False): ("w192 s5", "w192 s5 ps"),
+    (1536, 1536, 1536, False): ("w192", "w192 s5", "w192 s5 ps", "t192x128 s5"),
+    (3000, 5000, 2000, False): ("w192 c2", "w192 c2 s5", "w192 c2 s5 ps"),
+}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
-        "tile64": TILE64}
+        "tile64": TILE64, "stages": STAGES5}
+# the sets timed once (the others twice), warm too
+_OWN = ("first", "tile192", "tile192r", "tile64", "stages")
+_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -268,9 +288,8 @@ def run_timing(json_path: str, set_: str) -> None:
     shapes = SETS.get(set_) or {(*key, False): v for key, v in SHAPES.items()}
     with torch.cuda.stream(torch.cuda.ExternalStream(stream.cuda_stream)):
         for (m, n, k, b_nk), names in shapes.items():
-            own = set_ in ("first", "tile192", "tile192r", "tile64")
-            time_shape(m, n, k, b_nk, names, 1 if own else 2, stream, l2, state, save,
-                       warm=set_ in ("shortk", "tile192", "tile192r", "tile64"))
+            time_shape(m, n, k, b_nk, names, 1 if set_ in _OWN else 2, stream, l2, state, save,
+                       warm=set_ in _WARM)
     summary(json_path)
 
 
@@ -303,6 +322,8 @@ def ncu_calls(set_: str) -> None:
     names = NCU_SHORT_K if set_ == "shortk" else NCU_VARIANTS
     if set_ == "tile192r":
         shapes, names = ((3000, 3000, 3000),), ("mid c2x2", "t192 c2", "w192 c2")
+    if set_ == "stages":
+        shapes, names = ((3000, 3000, 3000),), ("w192 c2", "w192 c2 s5", "w192 c2 s5 ps")
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -370,6 +391,12 @@ def sanitize(set_: str) -> None:
         cases += [(400, 456, 200, tall[1], True, True), (600, 300, 136, tall[3], False, True),
                   (1536, 1000, 136, tall[0], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "stages":  # one box, and the last stage's A half too; beta; several tiles a CTA
+        deep = [VARIANTS[name] for name in _STAGES_NEW]
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
+        cases += [(136, 456, 200, deep[3], True, True), (264, 600, 200, deep[2], False, True),
+                  (4096, 1000, 136, deep[3], True, False), (4096, 1000, 136, deep[1], False, False)]
+        sys.exit(1 if run_checks(cases) else 0)
     if set_ == "split":
         c2x2 = VARIANTS["wide c2x2"]
         cases = [(2048, 2048, 136, c2x2, False, False), (520, 1000, 200, c2x2, True, True, 0.5),
@@ -384,6 +411,10 @@ def sanitize(set_: str) -> None:
     sys.exit(1 if run_checks(cases) else 0)
 
 
+_STAGES_NEW = ("w192 s5", "w192 c2 s5", "w192 s5 ps", "w192 c2 s5 ps", "t192 s4 c2",
+               "t192x128 s5")
+
+
 def precompile(set_: str) -> None:
     """Every program the checks, timings and ncu calls use, compiled in parallel (``shortk``:
     only that set's)."""
@@ -396,13 +427,16 @@ def precompile(set_: str) -> None:
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256")]
     if set_ == "tile192r":  # and the tests' plain stores
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
+    if set_ == "stages":  # and the tests' (tests/test_gemm_stages.py)
+        new = [VARIANTS[v] for v in _STAGES_NEW]
+        new += [_v(tune._WGMMA_T192, stages=4)]
     for dt in (tune.DT_BF16, tune.DT_F16):
         for a_k in (True, False):
             for b_k in (True, False):
                 problem = tune.Problem(1000, 1000, 1000, dt, a_k, b_k, True, True, (9, 0), 132)
                 for config in new:
                     jobs.add(launch.program(config, problem))
-    shapes = SETS[set_] if set_ in ("shortk", "tile192", "tile192r", "tile64") else (
+    shapes = SETS[set_] if set_ in _WARM else (
         {(*key, False): v for key, v in SHAPES.items()} | SPLIT_ROWS)
     for (m, n, k, b_nk), names in shapes.items():
         problem = tune.Problem(m, n, k, tune.DT_BF16, True, b_nk, True, True, (9, 0), 132,
@@ -417,10 +451,10 @@ if __name__ == "__main__":
     parser.add_argument("mode", choices=("precompile", "check", "time", "ncu", "sanitize"))
     parser.add_argument("--json", default="wgirr_time.json")
     parser.add_argument("--set",
-                        choices=("first", "split", "shortk", "tile192", "tile192r", "tile64"),
-                        default="first",
+                        choices=("first", *SETS), default="first",
                         help="the shapes of session 9's first or second call, session 10's "
-                             "short K or 128 x 192 tiles, or session 11's 192- or 64-row tiles")
+                             "short K or 128 x 192 tiles, session 11's 192- or 64-row tiles, "
+                             "or 5 stages of 128 x 192 (stages)")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

@@ -11,7 +11,9 @@
 # SET=tile192: session 10's 128 x 192 tiles (its programs only; warm timings too); SET=tile192r:
 # session 11's 192-row tiles (likewise, and ncu at 3000^3).
 # SET=tile64: session 11's 64-row tiles (its programs only; warm timings too; no ncu).
+# SET=stages: session 11b's 5 stages of 128 x 192 (likewise, and ncu at 3000^3).
 # TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
+# SAN_TOOLS: the compute-sanitizer tools, SAN_LIMIT seconds each (default: memcheck racecheck).
 set -u
 top=${1:?OUTDIR}
 work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
@@ -43,7 +45,7 @@ fi
 pack
 step sanitizers
 san="compute-sanitizer --report-api-errors no --error-exitcode 3"
-for tool in memcheck racecheck; do
+for tool in ${SAN_TOOLS:-memcheck racecheck}; do
     log="$out/san-$tool.log"
     timeout ${SAN_LIMIT:-18} $san --tool $tool python3 -P benchmarks/wgirr_dev.py sanitize --set "$set_" > "$log" 2>&1
     echo "$tool rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed: $(tail -n 1 "$log")"

@@ -16,6 +16,10 @@ from ._gemm_types import DT_TF32
 
 __all__ = ["Config", "Problem"]
 
+# The dynamic shared memory per block of sm_90 (227 KiB; gemm_wgmma.cu's SMEM_MAX): the 16-bit
+# wgmma kernel stages C through one box per consumer where two would not fit beside the ring.
+_SMEM_SM90 = 227 * 1024
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -38,11 +42,13 @@ class Config:
     whole tiles in turn, so one's epilogue overlaps the other's main loop (bn <= 128);
     ``pipe_store``: the TMA-store epilogue writes 64 columns at a time into two staging boxes
     in turn, each written while the other's store is read (bn 128 or 256, with tma_store; with
-    pingpong a ring of four, a whole tile per consumer).
-    The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages fill shared
-    memory), which make whole waves where 128 x 256 ones leave a last wave mostly idle, and
-    64-row tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which
-    fill the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128), and
+    pingpong a ring of four, a whole tile per consumer; 128 x 192 with 5 stages: one box and
+    the A half of the tile's last stage, held until the stores have read it).
+    The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
+    staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
+    which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
+    tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which fill
+    the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128), and
     192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
     along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
@@ -82,6 +88,9 @@ class Config:
                              f"GEMMs, clusters along M only, no pingpong or pipe_store: {self}")
         if self.kernel == "wgmma" and self.bn == 192 and (self.bk != 64 or self.split_k != 1):
             raise ValueError(f"128 x 192 wgmma tiles are for unsplit 16-bit GEMMs: {self}")
+        if self.kernel == "wgmma" and self.bm == 128 and self.bn == 192 and self.stages > 5:
+            raise ValueError(f"128 x 192 wgmma tiles take at most 5 stages of 40 KiB (with one "
+                             f"staging box per consumer at 5): {self}")
         if self.kernel == "wgmma" and self.bn == 64 and self.cluster_m != 1:
             raise ValueError(f"wgmma clusters multicast 64-wide chunks of B: bn >= 128, not {self}")
         if self.kernel == "wgmma" and self.bk == 32 and self.cluster_m != 1:
@@ -95,10 +104,11 @@ class Config:
                 or self.cluster_n not in (1, 2) or (self.pingpong and self.bn > 128)):
             raise ValueError(f"cluster_n=2 and pingpong are for the unsplit 16-bit wgmma kernel "
                              f"(pingpong with bn <= 128): {self}")
+        deep192 = self.bm == 128 and self.bn == 192 and self.stages == 5  # + the held stage
         if self.pipe_store and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
-                                or not self.tma_store or self.bn % 128):
+                                or not self.tma_store or (self.bn % 128 and not deep192)):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
-                             f"(bn 128 or 256): {self}")
+                             f"(bn 128 or 256, or 128 x 192 with 5 stages): {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
@@ -140,11 +150,13 @@ class Config:
         if self.kernel == "rowload":
             return 0  # 32 KiB, static
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
-            stage = (self.bm + self.bn) * 128
+            ring = self.stages * ((self.bm + self.bn) * 128 + 2 * 8) + 1024  # + barriers, slack
             staging = self.bm * 128 * 2 if self.tma_store else 0  # 16 KiB per consumer
             if self.pingpong and self.pipe_store:
                 staging *= 2  # a whole 128 x 128 tile per consumer
-            return self.stages * stage + staging + 2 * 8 * self.stages + 1024
+            elif not self.pingpong and self.bk == 64 and ring + staging > _SMEM_SM90:
+                staging //= 2  # one 64-wide box per consumer (gemm_wgmma.cu's ONE_BOX)
+            return ring + staging
         pad = 8 if itemsize == 2 else 4
         a = self.bm * (self.bk + pad) if a_kmajor else self.bk * (self.bm + pad)
         b = self.bn * (self.bk + pad) if b_kmajor else self.bk * (self.bn + pad)

@@ -109,6 +109,12 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 _WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
+# The same with 5 stages, cuBLAS's depth at 2000x3000x1000 (its "192x128_64x5_1x2" is ours
+# 128 x 192 c2): 5 x 40 KiB leave room for one 64-wide TMA-store staging box per consumer
+# (Config.shared_mem), stored in three 64-column passes. Not timed yet (issue 17, s11b-stages):
+# reachable only as gemm(config=...), neither the heuristic's nor the tuner's.
+_WGMMA_192_S5 = dataclasses.replace(_WGMMA_192, stages=5)
+_WGMMA_192_C2_S5 = dataclasses.replace(_WGMMA_192_C2, stages=5)
 # 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma_x.cu's
 # gemm_wgmma_64; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
 # for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling

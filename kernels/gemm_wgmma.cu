@@ -41,6 +41,10 @@ constexpr int THREADS = 384;
 constexpr int CONSUMER_WARPS = 8;
 constexpr int CHUNK_BYTES = 64 * 128;  // one [64][64] box of 16-bit elements
 constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128 columns of C
+// The dynamic shared memory a CTA may take on sm_90 (227 KiB). A ring too deep to leave two
+// staging boxes per consumer beside it (128 x 192 with 5 stages, cuBLAS's depth) stages C
+// through one box per consumer, 64 columns a pass (Config.shared_mem keeps the same rule).
+constexpr int SMEM_MAX = 227 * 1024;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -287,20 +291,33 @@ __device__ __forceinline__ void wgmma_wait() {
 // at buffer (pass p in box (first_box + p) % NBOX), waiting only until the box's previous
 // store (NBOX stores back) has been read, so writing one box overlaps the TMA reading the
 // others (the plain form waits for every pass's store before the next pass). NBOX = 4: the
-// ping-pong consumers' ring of a whole 128 x 128 tile (first_box 0 and 2 for its halves).
-template <int DT, int BN, bool PIPE = false, int NBOX = 2>
+// ping-pong consumers' ring of a whole 128 x 128 tile (first_box 0 and 2 for its halves);
+// NBOX = 1: the one box of a ring too deep for two (SMEM_MAX), each pass waiting for the last;
+// with ALT the odd passes go to `alt` instead (the A half of the consumer's last stage, held
+// until these stores have read it), so a pass waits only for the store two passes back.
+template <int DT, int BN, bool PIPE = false, int NBOX = 2, bool ALT = false>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
                                                i64 ldcin, float alpha, float beta, int r, int c,
                                                u32 buffer, int half, int t, int col0, int row0,
-                                               int first_box = 0) {
+                                               int first_box = 0, u32 alt = 0) {
     const int row = r - row0;  // 0..63 (and row + 8)
-    static_assert(!PIPE || BN % 128 == 0, "an even number of 64-wide passes per half tile");
+    static_assert(!PIPE || NBOX == 1 || BN % 128 == 0,
+                  "an even number of 64-wide passes per half tile (but in one box)");
+    static_assert(!ALT || (PIPE && NBOX == 1), "ALT: 64-wide passes, one box and `alt`");
     constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass (but the last)
 #pragma unroll
     for (int pass = 0; pass < (BN + WIDTH - 1) / WIDTH; ++pass) {
-        if (t == 0) bulk_wait_read<PIPE ? NBOX - 1 : 0>();
-        named_sync(1 + half, 128);
+        if constexpr (ALT) {  // `alt` is fresh each tile; the box's last store: 2 passes back
+            if (pass % 2 == 0) {  // (pass 0: the previous tile's last)
+                if (t == 0 && pass == 0) bulk_wait_read<0>();
+                if (t == 0 && pass > 0) bulk_wait_read<1>();
+                named_sync(1 + half, 128);
+            }
+        } else {
+            if (t == 0) bulk_wait_read<PIPE ? NBOX - 1 : 0>();
+            named_sync(1 + half, 128);
+        }
 #pragma unroll
         for (int jj = 0; jj < WIDTH / 8; ++jj) {
             const int j = pass * (WIDTH / 8) + jj;
@@ -308,7 +325,8 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                 if (j >= BN / 8) break;
             }
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
-            const u32 chunk = buffer + (PIPE ? (first_box + pass) % NBOX : cc / 64) * CHUNK_BYTES;
+            const u32 chunk = ALT && pass % 2 != 0
+                ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : cc / 64) * CHUNK_BYTES;
             const int byte = (cc % 64) * 2;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -334,8 +352,9 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                 if constexpr (BN % 128 != 0) {  // BN = 192's last pass: one box
                     if (pass * WIDTH + box * 64 >= BN) continue;
                 }
-                tma_store(map, buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES,
-                          col0 + pass * WIDTH + box * 64, row0);
+                const u32 src = ALT && pass % 2 != 0
+                    ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES;
+                tma_store(map, src, col0 + pass * WIDTH + box * 64, row0);
             }
             bulk_commit();
         }
@@ -470,8 +489,17 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const u32 a_ring = base, b_ring = base + STAGES * A_BYTES;
     // EPI_TMA: each consumer stages 64 x 128 pieces of its C half here (two 128-byte-swizzled
     // [64][64] boxes) and one of its threads stores them with TMA while the next tile starts.
-    // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma)
-    constexpr u32 OUT_BYTES = PP && PS ? 2 * STAGE_OUT_BYTES : STAGE_OUT_BYTES;
+    // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma;
+    // ONE_BOX: one [64][64] box per consumer where two would not fit beside the ring)
+    constexpr bool ONE_BOX = EPI_TMA && !PP &&
+        STAGES * (A_BYTES + B_BYTES + 16) + 1024 + CONSUMERS * STAGE_OUT_BYTES > SMEM_MAX;
+    constexpr u32 OUT_BYTES =
+        PP && PS ? 2 * STAGE_OUT_BYTES : ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES;
+    // ONE_BOX with PS (128 x 192, 5 stages, pipe_store): a consumer holds its tile's last stage
+    // and stages every other 64-column pass in that stage's A half, which only its own wgmmas
+    // read; the stage is released once those stores have read it.
+    constexpr bool HOLD = ONE_BOX && PS;
+    static_assert(!HOLD || (BN == 192 && !SPLIT), "HOLD: 3 passes of 64 columns, unsplit");
     const u32 out_stage = b_ring + STAGES * B_BYTES;
     const u32 full_bar = out_stage + (EPI_TMA ? CONSUMERS * OUT_BYTES : 0);
     const u32 empty_bar = full_bar + STAGES * 8;
@@ -629,7 +657,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 prev = s;
             }
             wgmma_wait<0>();
-            if (k_end > k_begin) release(prev);
+            if (k_end > k_begin && !(HOLD && use_tma_store)) release(prev);
 
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
             const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
@@ -693,9 +721,20 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 }
             }
             if (use_tma_store) {
-                store_half_tma<DT, BN, PS>(d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                                           out_stage + half * STAGE_OUT_BYTES, half, t,
-                                           tn * BN, tm * BM + half * 64);
+                if constexpr (HOLD) {  // passes 0, 2 in the own box, 1 in the held stage
+                    store_half_tma<DT, BN, true, 1, true>(
+                        d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
+                        out_stage + half * CHUNK_BYTES, half, t, tn * BN, tm * BM + half * 64, 0,
+                        a_ring + prev * A_BYTES + a_half);
+                    if (t == 0) bulk_wait_read<1>();  // pass 1's store has read the stage
+                    named_sync(1 + half, 128);
+                    release(prev);
+                } else {
+                    store_half_tma<DT, BN, PS || ONE_BOX, ONE_BOX ? 1 : 2>(
+                        d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
+                        out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES), half, t,
+                        tn * BN, tm * BM + half * 64);
+                }
                 continue;
             }
 #pragma unroll

@@ -44,7 +44,7 @@ def test_config_fields():
         "gemm_wgmma_x<1, 192, 4, false, true, 2, 2, false, true>"
     # 4 stages of 16 + 24 KiB and the TMA-store staging fit the 227 KiB of an H100's SM
     assert W192.shared_mem(True, False) <= 227 * 1024
-    assert dataclasses.replace(W192, stages=5).shared_mem(True, False) > 227 * 1024
+    # (5 stages fit with one staging box per consumer: tests/test_gemm_stages.py)
     assert Config.from_json(W192.to_json()) == W192
     assert W192.tiles(2000, 3000) == 16 * 16 and tune._WGMMA[4].tiles(2000, 3000) == 16 * 12
 

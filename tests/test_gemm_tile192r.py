@@ -47,7 +47,9 @@ def test_config_fields():
     for config in (T192, T128):
         assert config.shared_mem(True, False) <= 227 * 1024
         deeper = dataclasses.replace(config, stages=config.stages + 1)
-        assert deeper.shared_mem(True, False) > 227 * 1024
+        # one more stage fits with one staging box a slab (test_gemm_stages.py), not two
+        assert deeper.shared_mem(True, False) <= 227 * 1024 < \
+            deeper.shared_mem(True, False) + 3 * 8192
     # the 128-row tiles' footprint is unchanged
     assert tune._WGMMA[4].shared_mem(True, True) == 4 * 384 * 128 + 32768 + 64 + 1024
     assert T192.tiles(3000, 3000) == 16 * 16 and T128.tiles(2000, 3000) == 11 * 24
