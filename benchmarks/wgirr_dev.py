@@ -61,11 +61,13 @@ VARIANTS = {
     "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
     "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
     "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
-    "w192 s5": tune._WGMMA_192_S5, "w192 c2 s5": tune._WGMMA_192_C2_S5,
-    "w192 s5 ps": _v(tune._WGMMA_192_S5, pipe_store=True),
-    "w192 c2 s5 ps": _v(tune._WGMMA_192_C2_S5, pipe_store=True),
-    "t192 s4 c2": _v(tune._WGMMA_T192_C2, stages=4),
-    "t192x128 s5": _v(tune._WGMMA_T192N128, stages=5),
+    "w192 s5": _v(tune._WGMMA_192, pipe_store=False),
+    "w192 c2 s5": _v(tune._WGMMA_192_C2, pipe_store=False),
+    "w192 s5 ps": tune._WGMMA_192, "w192 c2 s5 ps": tune._WGMMA_192_C2,
+    "w192 s4": tune._WGMMA_192_S4, "w192 c2 s4": _v(tune._WGMMA_192_S4, cluster_m=2),
+    "t192 s3": _v(tune._WGMMA_T192, stages=3), "t192 s3 c2": _v(tune._WGMMA_T192_C2, stages=3),
+    "t192 s4 c2": tune._WGMMA_T192_C2, "t192x128 s4": _v(tune._WGMMA_T192N128, stages=4),
+    "t192x128 s5": tune._WGMMA_T192N128,
 }
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
@@ -151,11 +153,23 @@ STAGES5 = {
     (1536, 1536, 1536, False): ("w192", "w192 s5", "w192 s5 ps", "t192x128 s5"),
     (3000, 5000, 2000, False): ("w192 c2", "w192 c2 s5", "w192 c2 s5 ps"),
 }
+# Session 12 (`--set s12`): the defaults session 12 changed (5 stages of 128 x 192 with the
+# pipelined epilogue, 192 x 192 with 4 stages in 2 x 1 clusters on split rows, 192 x 128 with
+# 5) against the picks they replaced, at the shapes where the choice changed, timed and not.
+S12 = {
+    (3000, 3000, 3000, False): ("w192 c2 s4",), (4099, 4099, 4099, False): ("w192 c2 s4",),
+    (3001, 3001, 3001, False): ("w192 c2 s4",), (6000, 6000, 2000, False): ("wide c2",),
+    (7000, 3000, 1000, False): ("wide c2x2",), (3000, 3000, 1000, False): ("w192 c2 s4",),
+    (2000, 3000, 1000, False): ("w192 c2 s4",), (1500, 1500, 1500, False): ("w192 c2 s4",),
+    (1000, 3000, 5000, False): ("w192 c2 s4",), (1024, 3072, 1024, False): ("w192 s4",),
+    (2304, 2304, 2304, False): ("t192x128 s4",), (512, 11008, 4096, False): ("t192x128 s4",),
+    (1536, 1536, 1536, False): ("t192x128 s4",), (256, 11008, 4096, False): ("w192 s4",),
+}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
-        "tile64": TILE64, "stages": STAGES5}
+        "tile64": TILE64, "stages": STAGES5, "s12": S12}
 # the sets timed once (the others twice), warm too
-_OWN = ("first", "tile192", "tile192r", "tile64", "stages")
-_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages")
+_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12")
+_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -391,7 +405,7 @@ def sanitize(set_: str) -> None:
         cases += [(400, 456, 200, tall[1], True, True), (600, 300, 136, tall[3], False, True),
                   (1536, 1000, 136, tall[0], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
-    if set_ == "stages":  # one box, and the last stage's A half too; beta; several tiles a CTA
+    if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
         cases += [(136, 456, 200, deep[3], True, True), (264, 600, 200, deep[2], False, True),
@@ -427,7 +441,7 @@ def precompile(set_: str) -> None:
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256")]
     if set_ == "tile192r":  # and the tests' plain stores
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
-    if set_ == "stages":  # and the tests' (tests/test_gemm_stages.py)
+    if set_ in ("stages", "s12"):  # and the tests' (tests/test_gemm_stages.py)
         new = [VARIANTS[v] for v in _STAGES_NEW]
         new += [_v(tune._WGMMA_T192, stages=4)]
     for dt in (tune.DT_BF16, tune.DT_F16):
@@ -454,7 +468,7 @@ if __name__ == "__main__":
                         choices=("first", *SETS), default="first",
                         help="the shapes of session 9's first or second call, session 10's "
                              "short K or 128 x 192 tiles, session 11's 192- or 64-row tiles, "
-                             "or 5 stages of 128 x 192 (stages)")
+                             "5 stages of 128 x 192 (stages) or session 12's defaults (s12)")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

@@ -106,15 +106,17 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 # 2 x 2) they were as fast or faster on an H100 (95.8 / 109.9 / 94.6 us cold / single / warm
 # against 96.5 / 121.4 / 96.0) and an H200 (87.1 / 98.4 / 86.4 against 89.6 / 114.1 / 89.3,
 # s11-tile192r): fitted 1.13 and 1.16.
-_WGMMA_192 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
+# 5 stages (cuBLAS's depth at 2000x3000x1000, its "192x128_64x5_1x2" being ours 128 x 192
+# c2) with the pipelined epilogue: one staging box per consumer and the A half of the tile's
+# last stage, held until the stores have read it (Config.shared_mem). H100 (notes_gemm.md,
+# s11b-stages), kernel-only vs cuBLAS against 4 stages: 2000x3000x1000 c2 0.887 / warm 0.897
+# against 0.836 / 0.838; 256x11008x4096 1.08 against 1.02; 1536^3 0.79 against 0.77;
+# 3000x5000x2000 c2 0.906 against 0.878; 3000^3 c2 tied (0.825). 5 stages staged through one
+# box without the held stage came between the two.
+_WGMMA_192_S4 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
+_WGMMA_192 = dataclasses.replace(_WGMMA_192_S4, stages=5, pipe_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
-_WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192, cluster_m=2, cluster_n=2)
-# The same with 5 stages, cuBLAS's depth at 2000x3000x1000 (its "192x128_64x5_1x2" is ours
-# 128 x 192 c2): 5 x 40 KiB leave room for one 64-wide TMA-store staging box per consumer
-# (Config.shared_mem), stored in three 64-column passes. Not timed yet (issue 17, s11b-stages):
-# reachable only as gemm(config=...), neither the heuristic's nor the tuner's.
-_WGMMA_192_S5 = dataclasses.replace(_WGMMA_192, stages=5)
-_WGMMA_192_C2_S5 = dataclasses.replace(_WGMMA_192_C2, stages=5)
+_WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192_S4, cluster_m=2, cluster_n=2)
 # 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma_x.cu's
 # gemm_wgmma_64; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
 # for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling
@@ -126,15 +128,18 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
 # B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for
-# row-major C it computes C^T, its M being our N.) 3 stages of 192 x 192 and 4 of 192 x 128
-# fit shared memory with the TMA-store staging (16 KiB a slab).
-_WGMMA_T192 = Config("wgmma", 192, 192, 64, stages=3, group_m=8, tma_store=True)
+# row-major C it computes C^T, its M being our N.) 4 stages of 192 x 192 and 5 of 192 x 128
+# fit shared memory with one TMA-store staging box a slab (s11b-stages; 3 and 4 stages with
+# two boxes before). H100 (notes_gemm.md, session 12): 3000^3 192 x 192 s4 in 2 x 1 clusters
+# 0.937 / warm 1.03 of cuBLAS against 0.825 / 0.91 for 128 x 192 c2 (rate 1.28 below);
+# 1536^3 192 x 128 s5 0.797 against 0.767 with 4 stages.
+_WGMMA_T192 = Config("wgmma", 192, 192, 64, stages=4, group_m=8, tma_store=True)
 _WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
-_WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=4, group_m=8, tma_store=True)
+_WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=5, group_m=8, tma_store=True)
 _WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
 _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
-                         _WGMMA_192_C2: 1.13}
+                         _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
 # The plain 16-bit tiles with the pipelined TMA-store epilogue (Config.pipe_store). Where K is
 # short (at most 16 K tiles per tile) the epilogue weighs most: on an H100 (session 9)
@@ -310,13 +315,12 @@ def candidates(problem: Problem) -> list[Config]:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
-        pool += [_WGMMA_192, _WGMMA_T192, _WGMMA_T192N128]
+        pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
             pool.append(_WGMMA_64)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
-            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192_C2,
-                     _WGMMA_T192N128_C2]
+            pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
         pool += _wgmma_splits(problem)
         pool += [_skinny_config(t) for t in _skinny.candidates(problem)]
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -364,7 +368,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_C2X2, _WGMMA_64, *_TALL, *_CLUSTER_RATE_PITCH16,
+                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, *_TALL,
+                   *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
             splits = {1, max(2, _wave_split(problem, config))}  # stores (128 x 64: tmaC unsplit)
@@ -534,7 +539,7 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
             continue
         blocks = -(-m // (config.bm * config.cluster_m)) * -(-n // (config.bn * config.cluster_n))
         at_once = max(1, problem.sm_count * _CLUSTERS_PER_132_SMS[config.cluster] // 132)
-        cost = -(-blocks // at_once) * config.bn / rate
+        cost = -(-blocks // at_once) * config.bm * config.bn / 128 / rate
         if cost < best_cost:
             best, best_cost = config, cost
     return best

@@ -148,7 +148,7 @@ def test_split_rows_choose_clusters():
            (2048, 11000, 4000): c2x2,
            (2000, 2000, 2000): c2, (4000, 4000, 4000): c2,  # 32 / 128 blocks of 4: 2 / 5 waves
            (1000, 5000, 2000): mid_c2x2,
-           (3000, 3000, 3000): tune._WGMMA_192_C2}  # 3 rounds of pairs (s11-tile192r)
+           (3000, 3000, 3000): tune._WGMMA_T192_C2}  # 2 rounds of pairs (session 12)
     for dims, config in won.items():
         for b_k in (False, True):
             assert tune.heuristic(problem(*dims, b_k=b_k)) == config, dims
