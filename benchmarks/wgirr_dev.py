@@ -338,6 +338,8 @@ def ncu_calls(set_: str) -> None:
         shapes, names = ((3000, 3000, 3000),), ("mid c2x2", "t192 c2", "w192 c2")
     if set_ == "stages":
         shapes, names = ((3000, 3000, 3000),), ("w192 c2", "w192 c2 s5", "w192 c2 s5 ps")
+    if set_ == "s12":  # the 64-row tile and 128 x 128 pipelined against cuBLAS (torch) itself
+        shapes, names = ((1000, 1000, 1000), (768, 768, 768)), ("t64", "mid ps")
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -352,6 +354,14 @@ def ncu_calls(set_: str) -> None:
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
             print(f"ncu {m}x{n}x{k} {name} = {config.label()}", flush=True)
+        if set_ == "s12":
+            torch.matmul(a, b, out=out)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            torch.matmul(a, b, out=out)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            print(f"ncu {m}x{n}x{k} cuBLAS", flush=True)
 
 
 # ---- correctness ---------------------------------------------------------------------------------
