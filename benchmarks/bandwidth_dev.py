@@ -47,26 +47,16 @@ from gpurt._random import kernels as rkernels
 # REALIGN_BATCH_FROM (the realigned loop as whole batches of loads where a vector holds at
 # least this many elements; 1: everywhere, 0: nowhere). "twins": also aligned shapes of the
 # odd ones' bytes (4096x8192 bfloat16 reached only 82.5% of copy there).
-# Session 12 (s12-col16): 16-bit column sums against float32's. "wide": reduction.
-# COLUMN_WIDE_MIN_BLOCKS (16-bit realigned walks whose grid fits built for that many blocks a
-# SM: 40 registers, all 4 loads of a batch in flight); "fvec": reduction.FOLD_VECTOR (their
-# fold's 16-byte partial loads), "vbatch": reduce_codegen.FOLD_VECTOR_BATCH. Filters: "odd"
-# (odd widths, and the twins where "twins"), "only16" (16-bit shapes alone), "aligned" (widths
-# a multiple of 8 alone). Session 10's variants (batchfrom 1 / 0) ran in its call.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
          "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
-         "batchfrom": 8, "wide": 0, "fvec": False, "vbatch": 5}
-_WIDE = {**_BASE, "wide": 6, "odd": True, "only16": True}
+         "batchfrom": 8}
 REDUCE_VARIANTS = [
-    {**_BASE, "twins": True},  # main (the shipped defaults), every column shape
-    _WIDE,  # the 16-bit realigned walk at 40 registers
-    {**_WIDE, "fvec": True},  # ... and its fold's 16-byte loads
+    {**_BASE, "rows": True, "twins": True},  # main (the shipped defaults)
+    {**_BASE, "batchfrom": 1, "odd": True},  # batched everywhere
+    {**_BASE, "batchfrom": 0, "odd": True},  # batched nowhere
     {**_BASE, "fold": False, "walk": True, "odd": True, "twins": True},  # the walk alone
-    {**_WIDE, "fold": False, "walk": True},  # the wide walk alone
-    {**_BASE, "vector": 8, "aligned": True, "twins": True},  # aligned 16-bit: 8-byte loads
     {**_BASE, "odd": True},  # main again: the run's noise
-    {**_WIDE, "fvec": True},  # again
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -85,10 +75,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
           "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
-          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM"),
-          "wide": (reduction, "COLUMN_WIDE_MIN_BLOCKS"),
-          "fvec": (reduction, "FOLD_VECTOR"),
-          "vbatch": (reduce_codegen, "FOLD_VECTOR_BATCH")}
+          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -96,8 +83,7 @@ REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (8192, 8192, 0, "bfloat16"), (1024, 65536, 0, "bfloat16"),
                  (4099, 8191, 0, "float32"), (4099, 8191, 0, "bfloat16"),
                  (4099, 8191, 0, "float16"), (2047, 10007, 0, "float32"),
-                 (2047, 10007, 0, "bfloat16"), (2047, 10007, 0, "float16"),
-                 (65536, 1023, 0, "float32"),
+                 (2047, 10007, 0, "bfloat16"), (65536, 1023, 0, "float32"),
                  (65536, 1023, 0, "bfloat16"), (1023, 65537, 0, "float32"),
                  (1023, 65537, 0, "bfloat16")]
 # aligned shapes of about the odd ones' bytes: run under variants with "twins"
@@ -185,9 +171,6 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
                     continue
                 if variant.get("odd") and shape[1] % 8 == 0 and shape not in TWIN_SHAPES:
                     continue
-                if variant.get("only16") and shape[3] == "float32" or \
-                        variant.get("aligned") and shape[1] % 8:
-                    continue
                 rows.append(_reduce_row(timer, copy, torch, kernel, shape, torch_gbps, variant))
                 print(json.dumps(rows[-1]), flush=True)
     for name, (module, attr) in _KNOBS.items():
@@ -221,9 +204,7 @@ def _reduce_row(timer: Timer, copy: float, torch: Any, kernel: Any, shape: tuple
             "gpurt_GBps": round(gbps, 1), "torch_GBps": round(torch_gbps[shape], 1),
             "pct_copy": round(100 * gbps / copy, 1),
             "vs_torch": round(gbps / torch_gbps[shape], 3), "rel_err": max(errs),
-            "plan": None if plan is None else [plan.grid, plan.splits],
-            "bounds": None if plan is None else
-            plan.kernel.module.source.split("__launch_bounds__(")[1].split(")")[0]}
+            "plan": None if plan is None else [plan.grid, plan.splits]}
 
 
 def elementwise_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:

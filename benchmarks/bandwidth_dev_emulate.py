@@ -12,10 +12,9 @@ shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not 
 
 TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
-COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values).
-WIDE=N FOLD_VECTOR=1 VBATCH=B: reduction.COLUMN_WIDE_MIN_BLOCKS, reduction.FOLD_VECTOR
-(16-byte partial loads in the fold of a wide-capped walk, padded partial rows),
-reduce_codegen.FOLD_VECTOR_BATCH; with WIDE set, 16-bit realigned split cases. TICKET=T:
+COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). WIDE=N FOLD_VECTOR=1 VBATCH=B:
+reduction.COLUMN_WIDE_MIN_BLOCKS, reduction.FOLD_VECTOR (16-byte partial loads in the fold of a
+wide-capped walk, padded partial rows), reduce_codegen.FOLD_VECTOR_BATCH. TICKET=T:
 reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
 realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
