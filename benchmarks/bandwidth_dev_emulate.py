@@ -12,9 +12,7 @@ shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not 
 
 TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
-COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). WIDE=N FOLD_VECTOR=1 VBATCH=B:
-reduction.COLUMN_WIDE_MIN_BLOCKS, reduction.FOLD_VECTOR (16-byte partial loads in the fold of a
-wide-capped walk, padded partial rows), reduce_codegen.FOLD_VECTOR_BATCH. TICKET=T:
+COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
 reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
 realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
@@ -50,9 +48,6 @@ FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
 realign_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
                                                       realign_codegen.REALIGN_BATCH_FROM))
-reduction.COLUMN_WIDE_MIN_BLOCKS = int(os.environ.get("WIDE", reduction.COLUMN_WIDE_MIN_BLOCKS))
-reduction.FOLD_VECTOR = bool(int(os.environ.get("FOLD_VECTOR", reduction.FOLD_VECTOR)))
-reduce_codegen.FOLD_VECTOR_BATCH = int(os.environ.get("VBATCH", reduce_codegen.FOLD_VECTOR_BATCH))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
 captured = []
 orig = api.compile
@@ -85,8 +80,6 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
     return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 template <class T> T __ldcg(const T* p) { return *p; }
-struct uint4 { unsigned x, y, z, w; };
-inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 template <class T> T __shfl_xor_sync(unsigned, T v, int) { std::abort(); return v; }
 struct __nv_bfloat16 { uint16_t b; };
 struct __half { uint16_t b; };
@@ -147,7 +140,7 @@ int main() {{
     FILE* f = fopen("in.bin", "rb"); fread(in, {item}, nin, f); fclose(f);
     float* out = (float*)aligned_alloc(64, (({nout} * 4 + 63) / 64) * 64);
     for (int i = 0; i < {nout}; ++i) out[i] = NAN;
-    long long np_ = (long long){plan.splits} * {plan.pitch or plan.size};
+    long long np_ = (long long){plan.splits} * {plan.size};
     float* partial = (float*)malloc(np_ * 4);
     for (long long i = 0; i < np_; ++i) partial[i] = NAN;
     unsigned* counts = (unsigned*)calloc({plan.counts}, 4);
@@ -191,8 +184,7 @@ int main() {{
     print(f"{'ok ' if ok else 'BAD'} {shape} {index} axis={axis} kd={keepdims} "
           f"{np.dtype(dtype).name} w={width} v={vector} u={unroll} grid={plan.grid} "
           f"splits={plan.splits} per={per} r={realign} tree={reduction.COLUMN_FOLD_TREE} "
-          f"batch={reduce_codegen.FOLD_BATCH} fv={plan.pitch != plan.size} "
-          f"err={err:.2e}", flush=True)
+          f"batch={reduce_codegen.FOLD_BATCH} err={err:.2e}", flush=True)
     return ok
 
 if __name__ == "__main__":
@@ -214,12 +206,6 @@ if __name__ == "__main__":
                  ((1000, 8191), 0, None, False),
                  ((301, 1039), 0, (slice(None, None, -1), slice(2, None)), False),
                  ((130, 257), 0, (slice(None, None, -1), slice(None)), False)]
-    if os.environ.get("WIDE"):  # 16-bit realigned splits under the wide cap: one level, trees
-        combos = [(32, 4)]
-        cases = [((2100, 1041), 0, None, False), ((2100, 1041), 0, (slice(None, None, -1),
-                                                                   slice(1, None)), True),
-                 ((70000, 37), 0, None, False), ((9000, 301), 0, (slice(3, None), slice(2, None)),
-                                                 False), ((4099, 8191), 0, None, False)]
     if os.environ.get("QUICK"):
         combos, cases = [(32, 4), (32, 16), (256, 16)], cases[1:5] + cases[6:]
     for (width, vector), dtype in itertools.product(combos, [np.float32, BF]):

@@ -51,9 +51,6 @@ COLUMN_UNROLL = 4
 # The column fold's partials a thread loads before folding them (all in flight at once: the
 # fold runs after the walk, on the kernel's critical path, one L2 round trip per batch).
 FOLD_BATCH = 8
-# The column fold's 16-byte loads (reduction.FOLD_VECTOR): vectors of partials a thread loads
-# before folding them (x 4 float32 partials in registers: 5 covers 20 splits in one batch).
-FOLD_VECTOR_BATCH = 5
 # Blocks per SM a folding or realigned column walk's kernel is built for (__launch_bounds__'
 # second argument: 8 x 256 threads caps it at 32 registers, as the walk alone needs; without
 # it the fold's batch takes 34-48, the realigned walk's batched loop 35-38, and the walk loses
@@ -125,10 +122,7 @@ class ReduceLayout:
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
     sets the elements back in their columns at the end (see realign_codegen.py); ``tree``:
-    splits per group of a column fold in two levels (0: one level; see _fold);
-    ``fold_vec``: partials per 16-byte load of the column fold (1: one a load), its partial
-    rows padded to a multiple of it (``pitch``); ``min_blocks``: the register cap's blocks
-    per SM where not COLUMN_MIN_BLOCKS (0)."""
+    splits per group of a column fold in two levels (0: one level; see _fold)."""
 
     walk: str
     group: int
@@ -142,8 +136,6 @@ class ReduceLayout:
     spread: int = 1
     realign: bool = False
     tree: int = 0
-    fold_vec: int = 1
-    min_blocks: int = 0
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -203,17 +195,10 @@ def map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
-def pitch(layout: ReduceLayout) -> str:
-    """The C expression of a partial row's length in elements: M, padded to whole vectors
-    of the column fold's 16-byte loads where ``fold_vec`` > 1."""
-    v = layout.fold_vec
-    return "_M" if v == 1 else f"(((long long)_M + {v - 1}) / {v} * {v})"
-
-
 def _store(ops: Sequence[Operand], layout: ReduceLayout, indent: str) -> str:
     """Write the result ``_acc`` of output ``_m``: a partial, or post_map's outputs."""
     if layout.split:
-        return f"{indent}_partial[(long long)blockIdx.y * {pitch(layout)} + _m] = _acc;\n"
+        return f"{indent}_partial[(long long)blockIdx.y * _M + _m] = _acc;\n"
     outs = [op for op in ops if op.kind == "out"]
     text = _decompose("_m", "s", "ts", layout.kept, [op.name for op in outs], layout.index,
                       indent)
@@ -452,8 +437,6 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     threads, ``groups`` of threads share the rows and meet in shared memory. ``final``: store
     through post_map, else into row ``first`` (a tree's first level; the next ticket fences
     it)."""
-    if layout.fold_vec > 1:
-        return _fold_columns_vec(ops, layout, per, rows, final)
     idx, batch = layout.index, FOLD_BATCH
     first, stride, count = rows
     groups = fold_groups(per)
@@ -496,67 +479,6 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     return "".join(out)
 
 
-_L2_VECTOR = r"""
-// 16 bytes of 4-byte partials written by other blocks of this grid, read through L2.
-template <typename R> __device__ __forceinline__ R _gpurt_bits(unsigned u) { return R(u); }
-template <> __device__ __forceinline__ float _gpurt_bits<float>(unsigned u) {
-    return __uint_as_float(u); }
-template <typename R> __device__ __forceinline__ _gpurt_vec<R, 4> _gpurt_l2v(const R* p) {
-    static_assert(sizeof(R) == 4, "4-byte partials");
-    const uint4 w = __ldcg(reinterpret_cast<const uint4*>(p));
-    return {{_gpurt_bits<R>(w.x), _gpurt_bits<R>(w.y), _gpurt_bits<R>(w.z),
-             _gpurt_bits<R>(w.w)}};
-}
-"""
-
-
-def _fold_columns_vec(ops: Sequence[Operand], layout: ReduceLayout, per: int,
-                      rows: tuple[str, str, str], final: bool) -> str:
-    """_fold_columns with 16-byte loads of ``fold_vec`` consecutive partials (rows padded to
-    ``pitch``): ``per / fold_vec`` threads across the block's outputs, the rest in groups
-    sharing the rows, ``FOLD_VECTOR_BATCH`` vectors a thread in flight at once; every group
-    leaves its sums in shared memory, then a thread per output folds the groups in order."""
-    idx, v, batch = layout.index, layout.fold_vec, FOLD_VECTOR_BATCH
-    first, stride, count = rows
-    span = per // v
-    groups = max(1, BLOCK // span)
-    vec = f"_gpurt_vec<_type_reduce, {v}>"
-    row = f"(long long)({first} + _i * {stride}) * {pitch(layout)} + _m0"
-    if final:
-        store = _store(ops, dataclasses.replace(layout, split=False), " " * 8)
-    else:
-        store = f"        _partial[(long long)({first}) * {pitch(layout)} + _m] = _acc;\n"
-    return "".join([
-        "    {\n", f"    const int _n = {count};\n",
-        f"    __shared__ _type_reduce _shf[{groups}][{per}];\n",
-        f"    const int _fg = threadIdx.x / {span}, _ov = threadIdx.x % {span};\n",
-        f"    const {idx} _m0 = ({idx})blockIdx.x * {per} + _ov * {v};\n",
-        f"    if (_fg < {groups} && _m0 < _M) {{\n",
-        f"        _type_reduce _a[{v}];\n",
-        f"        #pragma unroll\n        for (int _e = 0; _e < {v}; ++_e)"
-        " _a[_e] = _gpurt_identity();\n",
-        f"        for (int _i0 = _fg; _i0 < _n; _i0 += {groups * batch}) {{\n",
-        f"            {vec} _b[{batch}];\n",
-        f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j) {{\n",
-        f"                const int _i = _i0 + _j * {groups};\n",
-        f"                if (_i < _n) _b[_j] = _gpurt_l2v<_type_reduce>(_partial + {row});\n",
-        "            }\n",
-        f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)\n",
-        f"            if (_i0 + _j * {groups} < _n) {{\n",
-        f"                #pragma unroll\n                for (int _e = 0; _e < {v}; ++_e)"
-        " _a[_e] = _gpurt_reduce(_a[_e], _b[_j].v[_e]);\n",
-        "            }\n        }\n",
-        f"        #pragma unroll\n        for (int _e = 0; _e < {v}; ++_e)"
-        f" _shf[_fg][_ov * {v} + _e] = _a[_e];\n",
-        "    }\n", "    __syncthreads();\n",
-        f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n",
-        f"        const {idx} _m = ({idx})blockIdx.x * {per} + _o;\n",
-        "        if (_m >= _M) break;\n",
-        "        _type_reduce _acc = _shf[0][_o];\n",
-        f"        #pragma unroll\n        for (int _g = 1; _g < {groups}; ++_g)"
-        " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n", store, "    }\n", "    }\n"])
-
-
 def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
     """The user's expressions as device functions: identity, map, reduce, post-map."""
     ins = [op for op in ops if op.kind == "in"]
@@ -596,11 +518,9 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
         realign if layout.realign and realign is not None else _column_walk
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
-    cap = layout.min_blocks or COLUMN_MIN_BLOCKS
-    capped = layout.walk == "column" and (layout.fold or layout.realign) and cap
-    bounds = f"{BLOCK}, {cap}" if capped else f"{BLOCK}"
-    helpers = _HELPERS + (_L2_VECTOR if layout.fold and layout.fold_vec > 1 else "")
-    return (f"{PRELUDE}{helpers}\n{text.preamble}\n{_functions(text, ops)}\n"
+    capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
+    bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
+    return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'
             f"        {params}) {{\n{walk(ops, layout)}{fold}}}\n")
 

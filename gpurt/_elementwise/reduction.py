@@ -84,20 +84,6 @@ COLUMN_FOLD_TREE_FROM = 32
 # loses: 1023x65537 float32 96.0 -> 84.3, 8192^2 float32 96.2 -> 90.7; notes_bandwidth.md,
 # s9-colsum). 0: COLUMN_WIDTH everywhere.
 COLUMN_TREE_WIDTH = 16
-# Blocks per SM the register cap of a realigned column walk with vectors of 8 or more elements
-# (16- and 8-bit) is built for where its grid fits that many a SM at once (0: the cap of every
-# column walk, reduce_codegen.COLUMN_MIN_BLOCKS). Under 8 blocks' 32 registers the 16-bit loop
-# (8 float32 sums a thread) keeps only 2 of its 4 16-byte loads in flight (SASS: two loads, the
-# first folded, then the other two); at 6 blocks' 40 all 4 go at once. K keeps those grids
-# under-filled (4099x8191: 34x17 blocks, 4.4 a SM; 2047x10007: 41x16, 5 a SM), so they fit.
-COLUMN_WIDE_MIN_BLOCKS = 0
-# The fold of a column walk built for COLUMN_WIDE_MIN_BLOCKS (reduce_codegen._fold_columns_vec):
-# True = 16 bytes (four float32 partials) a load, partial rows padded to whole vectors, so that
-# four groups of the block's threads share each output's partial rows, 5 vectors a thread in
-# flight (the realigned 16-bit walk's 248 outputs a block leave one thread an output: 17
-# splits = 3 batches of 8, three L2 round trips after the walk; 20 registers of partials spill
-# under 8 blocks' 32); False: one partial a load.
-FOLD_VECTOR = False
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -126,7 +112,6 @@ class ReductionPlan:
     device: int
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
     counts: int = 0  # the fold's counters (reduce_codegen._fold)
-    pitch: int = 0  # a partial row's elements where not ``size`` (reduce_codegen.pitch)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
@@ -143,8 +128,7 @@ class ReductionPlan:
             launches = self.launches or self._plan_launches(head, pointers, 0)
             launches[0](None, *head, *pointers)
             return outputs
-        partials = gpurt.empty(self.splits * (self.pitch or self.size), self.partial,
-                               index)  # held (not
+        partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
         if self.fold:
             counts = counters.take(index, self.counts)
@@ -332,13 +316,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
-    fold = FOLD and splits > 1
-    sms = gpurt.get_device_properties(device).multi_processor_count
-    wide = COLUMN_WIDE_MIN_BLOCKS if realign and vec >= 8 and \
-        blocks * splits <= sms * COLUMN_WIDE_MIN_BLOCKS else 0
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          fold, width, spread, realign, tree,
-                          _fold_vec(reduce_dtype, per_block) if fold and wide else 1, wide)
+                          FOLD and splits > 1, width, spread, realign, tree)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -349,13 +328,14 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
 
     kernel = build(layout)
     if walk == "column" and splits > 1 and COLUMN_SPLIT_FIT:
-        resident = sms * _blocks_per_sm(kernel, device)
+        resident = gpurt.get_device_properties(device).multi_processor_count * \
+            _blocks_per_sm(kernel, device)
         fitted = _fit_waves(blocks, splits, resident)
         if fitted != splits:
             chunk = -(-k // fitted)
             splits = -(-k // chunk)
             if splits == 1:
-                layout = dataclasses.replace(layout, split=False, fold=False, fold_vec=1)
+                layout = dataclasses.replace(layout, split=False, fold=False)
                 kernel = build(layout)
     finish = None
     if splits > 1 and not layout.fold:
@@ -369,8 +349,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values),
-        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)),
-        -(-m // layout.fold_vec) * layout.fold_vec)
+        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,15 +388,6 @@ def _grid(walk: str, arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
         rows > COLUMN_FOLD_TREE_FROM else 0
     return _Grid(vec, spread, realign, group, width, per_block, blocks, splits, chunk, tree)
-
-
-def _fold_vec(reduce_dtype: np.dtype, per_block: int) -> int:
-    """Partials per 16-byte load of the column fold where FOLD_VECTOR (1: one a load): four
-    4-byte partials (float32, int32, uint32), a vector that divides the block's outputs."""
-    partial = partial_dtype(reduce_dtype)
-    if not FOLD_VECTOR or partial.itemsize != 4 or partial.kind not in "fiu":
-        return 1
-    return 4 if per_block % 4 == 0 and per_block // 4 <= BLOCK else 1
 
 
 def _finish_blocks(m: int) -> int:
