@@ -165,8 +165,8 @@ class Config:
     @property
     def source(self) -> str:
         """The CUDA file holding this kernel."""
-        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong or self.pipe_store
-                                       or self.bm == 64):
+        if self.kernel == "wgmma" and self.bm == 128 and (self.cluster_n > 1 or self.pingpong
+                                                          or self.pipe_store):
             return "gemm_wgmma_x.cu"
         return f"gemm_{self.kernel}.cu"
 
@@ -191,16 +191,14 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
-        if self.kernel == "wgmma" and self.bm == 64:
-            return (f"gemm_wgmma_64<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.source == "gemm_wgmma_x.cu":
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.kernel == "wgmma" and self.bm != 128:
             return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{self.cluster_m}, {str(self.tma_store).lower()}>")
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}"
+                    + (", true>" if self.pipe_store else ">"))
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "

@@ -117,8 +117,8 @@ _WGMMA_192_S4 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=Tr
 _WGMMA_192 = dataclasses.replace(_WGMMA_192_S4, stages=5, pipe_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192_S4, cluster_m=2, cluster_n=2)
-# 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma_x.cu's
-# gemm_wgmma_64; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
+# 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma.cu's
+# gemm_wgmma_bm; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
 # for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling
 # at 1000^3) against 64 of 128 x 128. Multiply-add rate in _TILE_RATE's units, by whether rows
 # lie at 128-byte pitches (True) or not: an H200's one-wave grids (notes_gemm.md, s11-tile64;

@@ -1,4 +1,4 @@
-"""64-row tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma_x.cu's gemm_wgmma_64: a producer
+"""64-row tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma.cu's gemm_wgmma_bm: a producer
 and one consumer warpgroup, m64nBNk16, gemm_wgmma.cu's body with BM = 64). CPU: configs,
 names, what they reject, compiled without spills, the tuner's and the sweep's lists, the
 heuristic's picks. GPU: every layout, both 16-bit types, edge tiles, many tiles
@@ -37,11 +37,11 @@ _problem = tiles.problem
 def test_config_fields():
     assert T64.label() == "wgmma 64x128x64 s8 tmaC g8"
     assert T64.threads == 256 and tune._WGMMA[5].threads == 384
-    assert T64.source == "gemm_wgmma_x.cu"
+    assert T64.source == VARIANTS[2].source == "gemm_wgmma.cu"
     assert T64.name_expression(2, True, False, True) == \
-        "gemm_wgmma_64<2, 128, 8, true, false, true>"
+        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 1, true>"
     assert VARIANTS[2].name_expression(1, False, True, True) == \
-        "gemm_wgmma_64<1, 128, 8, false, true, true, true>"
+        "gemm_wgmma_bm<1, 64, 128, 8, false, true, 1, true, true>"
     # 8 stages of 8 + 16 KiB and one consumer's 16 KiB of TMA-store staging fit 227 KiB
     assert T64.shared_mem(True, False) == 8 * 24 * 1024 + 16 * 1024 + 16 * 8 + 1024
     assert T64.shared_mem(True, False) <= 227 * 1024
