@@ -47,8 +47,8 @@ class Config:
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
-    tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which fill
-    the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128), and
+    tiles (``bm`` = 64: one consumer warpgroup, unsplit, clusters along M only, no ping-pong),
+    which fill the SMs where 128-row ones leave half of them idle (1000^3), and
     192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
     along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
@@ -77,10 +77,9 @@ class Config:
             raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
                              f"(128 x 32 for TF32) and 192 x (128|192) x 64 ones, not {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
-                self.bk != 64 or self.split_k != 1 or self.cluster_m != 1 or self.cluster_n != 1
-                or self.pingpong):
-            raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs without clusters "
-                             f"or ping-pong: {self}")
+                self.bk != 64 or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
+            raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs, clusters along M "
+                             f"only, without ping-pong: {self}")
         if self.kernel == "wgmma" and self.bm == 192 and (
                 self.bk != 64 or self.bn not in (128, 192) or self.split_k != 1
                 or self.cluster_n != 1 or self.pingpong or self.pipe_store):

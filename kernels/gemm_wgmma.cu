@@ -473,9 +473,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
                   "consumer, unsplit");
     static_assert(!(PP && PS) || BN == 128, "ping-pong's pipelined store: 128 x 128 tiles");
-    static_assert(BM == 128 || (BM == 64 && CM == 1 && CN == 1 && !PP && !SPLIT) ||
-                  (BM == 192 && CN == 1 && !PP && !SPLIT),
-                  "64-row tiles: unsplit, no clusters; 192-row tiles: unsplit, clusters along M");
+    static_assert(BM == 128 || ((BM == 64 || BM == 192) && CN == 1 && !PP && !SPLIT),
+                  "64- and 192-row tiles: unsplit, clusters along M only, no ping-pong");
     constexpr int CONSUMERS = BM / 64;  // consumer warpgroups, one 64 x BN slab of the tile each
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
