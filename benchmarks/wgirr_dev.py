@@ -59,7 +59,6 @@ VARIANTS = {
     "t64 ps": _v(tune._WGMMA_64, pipe_store=True),
     "t64 w256": Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),
     "t64 c2": tune._WGMMA_64_C2, "t64 c2 ps": _v(tune._WGMMA_64_C2, pipe_store=True),
-    "t64 n96": tune._WGMMA_64N96,
     "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
     "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
     "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
@@ -170,12 +169,11 @@ S12 = {
 # Session 12 (s12-tile64n, `--set s12t64`): 64 x 128 tiles in 2-CTA clusters along M (B
 # multicast) against the picks before them (64 x 128 alone, the tuner's 128 x 128 pipelined)
 # and cuBLAS's own tiling (ours 128 x 64 in 1 x 2 clusters: for a row-major C cuBLAS's
-# "64x128 ... 2x1" is our N x M); 64 x 96 (plain stores) and 64 x 128 with plain stores at
-# 768^3; "auto" is the heuristic with the clusters; warm too.
+# "64x128 ... 2x1" is our N x M); "auto" is the heuristic with the clusters; warm too.
 _T64C = ("t64 c2", "narrow c1x2")
 S12T64 = {
     (1000, 1000, 1000, False): ("t64", "mid ps", *_T64C, "t64 c2 ps"),
-    (768, 768, 768, False): (*_T64C, "t64 n96", "t64 plain"), (1024, 1024, 1024, False): _T64C,
+    (768, 768, 768, False): _T64C, (1024, 1024, 1024, False): _T64C,
     (1000, 1000, 4000, False): ("t64", "t64 c2", "mid"), (256, 4096, 4096, False): ("t64 c2",),
     (2000, 3000, 1000, False): (), (1536, 1536, 1536, False): (),
 }
@@ -436,9 +434,6 @@ def sanitize(set_: str) -> None:
         cases = [(200, 520, 136, c, False, False, 0.5) for c in t64c]
         cases += [(136, 264, 200, t64c[0], True, True), (1000, 1000, 136, t64c[1], True, False),
                   (64 * 141, 300, 136, t64c[0], False, True)]
-        n96 = VARIANTS["t64 n96"]  # 96 wide: K- and N-major B, edges, many tiles a CTA
-        cases += [(200, 300, 136, n96, False, False, 0.5), (136, 200, 200, n96, True, True),
-                  (64 * 141, 300, 136, n96, False, True)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]
@@ -476,7 +471,7 @@ def precompile(set_: str) -> None:
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256")]
     if set_ == "s12t64":  # the same, with session 12's clusters
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256", "t64 c2",
-                                     "t64 c2 ps", "t64 n96")]
+                                     "t64 c2 ps")]
     if set_ == "tile192r":  # and the tests' plain stores
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
     if set_ in ("stages", "s12"):  # and the tests' (tests/test_gemm_stages.py)

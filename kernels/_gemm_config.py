@@ -47,9 +47,8 @@ class Config:
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
-    tiles (``bm`` = 64: one consumer warpgroup, unsplit, clusters along M only, no ping-pong;
-    also 96 wide, unclustered with plain stores: an N-major B loads 128 columns), which fill
-    the SMs where 128-row ones leave half of them idle (1000^3, 768^3), and
+    tiles (``bm`` = 64: one consumer warpgroup, unsplit, clusters along M only, no ping-pong),
+    which fill the SMs where 128-row ones leave half of them idle (1000^3), and
     192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
     along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
@@ -74,13 +73,9 @@ class Config:
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
         if self.kernel == "wgmma" and (self.bm not in (64, 128, 192) or self.bk not in (32, 64)
-                                       or self.bn not in (64, 96, 128, 192, 256)):
+                                       or self.bn not in (64, 128, 192, 256)):
             raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
-                             f"(128 x 32 for TF32), 64 x 96 and 192 x (128|192) ones, not {self}")
-        if self.kernel == "wgmma" and self.bn == 96 and (
-                self.bm != 64 or self.cluster_m != 1 or self.tma_store):
-            raise ValueError(f"96-wide wgmma tiles are 64-row ones without clusters, with plain "
-                             f"stores: {self}")
+                             f"(128 x 32 for TF32) and 192 x (128|192) x 64 ones, not {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
                 self.bk != 64 or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
             raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs, clusters along M "
@@ -154,8 +149,7 @@ class Config:
         if self.kernel == "rowload":
             return 0  # 32 KiB, static
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
-            bn = self.bn if b_kmajor else -(-self.bn // 64) * 64  # N-major B: 64-wide chunks
-            ring = self.stages * ((self.bm + bn) * 128 + 2 * 8) + 1024  # + barriers, slack
+            ring = self.stages * ((self.bm + self.bn) * 128 + 2 * 8) + 1024  # + barriers, slack
             staging = self.bm * 128 * 2 if self.tma_store else 0  # 16 KiB per consumer
             if self.pingpong and self.pipe_store:
                 staging *= 2  # a whole 128 x 128 tile per consumer

@@ -131,10 +131,6 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # limit these one-wave grids (1000^3: cuBLAS's kernel moved 0.65x our 64 x 128's L2 traffic
 # with its clusters, Nsight Compute, H100). _rows64_cluster says where the heuristic takes it.
 _WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2)
-# 64 x 96 (m64n96, plain stores; an N-major B loads two 64-wide chunks): more CTAs where
-# 64 x 128 leaves SMs idle on aligned rows (768^3: 96 tiles against 72; cuBLAS runs 120 CTAs
-# of 80 x 64 there). Not timed yet: gemm(config=...) only.
-_WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=8, group_m=8)
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
 # B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for

@@ -181,9 +181,6 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define WG_OUT_0_64 WG_OUT_0_32, WG_OUT_32_64
-#define WG_OUT_32_48 \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 #define WG_OUT_64_128 \
     "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
@@ -203,10 +200,6 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
 #define WG_REG_32 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define WG_REG_48 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define WG_REG_64 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
@@ -236,11 +229,11 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB))
 
 // d (+)= A(64 x 16) * B(16 x N); scale_d = 0 ignores d's old value. TA/TB: M/N-major operand.
-// N = 16 and 32 are the decode family's (gemm_decode.cu), 96 the 64-row tiles' (gemm_wgmma_bm).
+// N = 16 and 32 are the decode family's (gemm_decode.cu).
 template <int N, int DT, int TA, int TB>
 __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 16 || N == 32 || N == 64 || N == 96 || N == 128 || N == 192 || N == 256,
-                  "BN is 16, 32, 64, 96, 128, 192 or 256");
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
+                  "BN is 16, 32, 64, 128, 192 or 256");
     if constexpr (N == 16 && DT == DT_BF16) {
         WG_ASM("m64n16k16", "bf16", "%10", WG_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n",
                WG_OUT_0_8);
@@ -259,12 +252,6 @@ __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
     } else if constexpr (N == 64) {
         WG_ASM("m64n64k16", "f16", "%34", WG_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n",
                WG_OUT_0_32);
-    } else if constexpr (N == 96 && DT == DT_BF16) {
-        WG_ASM("m64n96k16", "bf16", "%50", WG_REG_48, "%48, %49, p, 1, 1, %51, %52;\n}\n",
-               WG_OUT_0_32, WG_OUT_32_48);
-    } else if constexpr (N == 96) {
-        WG_ASM("m64n96k16", "f16", "%50", WG_REG_48, "%48, %49, p, 1, 1, %51, %52;\n}\n",
-               WG_OUT_0_32, WG_OUT_32_48);
     } else if constexpr (N == 128 && DT == DT_BF16) {
         WG_ASM("m64n128k16", "bf16", "%66", WG_REG_64, "%64, %65, p, 1, 1, %67, %68;\n}\n",
                WG_OUT_0_64);
@@ -494,12 +481,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // tile row's CN CTAs share A, its tile column's CM share B)
     constexpr int STAGE_READERS =
         (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (CM + CN - 1);
-    // BN = 96 (64-row tiles): an N-major B tile is loaded as two 64-wide chunks, of which the
-    // wgmma reads the first 96 columns
-    constexpr int BN_LOAD = B_K ? BN : (BN + 63) / 64 * 64;
-    static_assert(BN % 64 == 0 || (BM == 64 && CM == 1 && !EPI_TMA && !PS),
-                  "BN = 96: 64-row tiles, no clusters, plain stores");
-    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN_LOAD * BK * 2;
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
     const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
@@ -580,7 +562,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     // with CM = 2: B's half, into the CTAs of its tile column
                     const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
                     if (CM == 1) {
-                        tma_load_tile<B_K, BN_LOAD>(b_dst, &tma_b, k0, tn * BN, full);
+                        tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
                     } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
                         const int part = rm * (BN / 2);
                         tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,

@@ -30,7 +30,6 @@ VARIANTS = [
     Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),  # m64n256: 128 accs
     tune._WGMMA_64_C2,  # 2-CTA clusters along M, B multicast (s12-tile64n)
     dataclasses.replace(tune._WGMMA_64_C2, pipe_store=True, tma_store=True),
-    tune._WGMMA_64N96,  # m64n96, plain stores (s12-tile64n)
 ]
 T64_C2 = tune._WGMMA_64_C2
 
