@@ -170,10 +170,12 @@ S12 = {
 # multicast) against the picks before them (64 x 128 alone, the tuner's 128 x 128 pipelined)
 # and cuBLAS's own tiling (ours 128 x 64 in 1 x 2 clusters: for a row-major C cuBLAS's
 # "64x128 ... 2x1" is our N x M); "auto" is the heuristic with the clusters; warm too.
+# (The H100 run, benchmarks/results/gemm-dev-s12-tile64n-nvidia-h100.json, also timed 64 x 96
+# tiles at 768^3, commit c9e2050, since dropped.)
 _T64C = ("t64 c2", "narrow c1x2")
 S12T64 = {
     (1000, 1000, 1000, False): ("t64", "mid ps", *_T64C, "t64 c2 ps"),
-    (768, 768, 768, False): _T64C, (1024, 1024, 1024, False): _T64C,
+    (768, 768, 768, False): (*_T64C, "t64 plain"), (1024, 1024, 1024, False): _T64C,
     (1000, 1000, 4000, False): ("t64", "t64 c2", "mid"), (256, 4096, 4096, False): ("t64 c2",),
     (2000, 3000, 1000, False): (), (1536, 1536, 1536, False): (),
 }

@@ -127,9 +127,14 @@ _WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
 _ROWS64_RATE = {True: 0.62, False: 0.45}
 # The same in 2-CTA clusters along M (session 12, s12-tile64n): each CTA loads its 64 rows of
 # A and half of the pair's common 128-column B tile, multicast into both, so a CTA loads
-# 16 KiB a K tile where it loaded 24: on rows that are not 128-byte multiples the L2's requests
-# limit these one-wave grids (1000^3: cuBLAS's kernel moved 0.65x our 64 x 128's L2 traffic
-# with its clusters, Nsight Compute, H100). _rows64_cluster says where the heuristic takes it.
+# 16 KiB a K tile where it loaded 24. On rows that are not 128-byte multiples the L2's requests
+# limit these one-wave grids: at 1000^3 the clusters cut them by a third (Nsight Compute: 0.60
+# M against 0.91 M, cuBLAS 0.57 M). H100, kernel-only cold / warm (notes_gemm.md,
+# s12-tile64n): 1000^3 10.8-10.9 / 10.5-10.7 us against 11.8 / 11.4 alone and 11.1 / 11.3 for
+# 128 x 128 pipelined (cuBLAS 8.7); 1000x1000x4000 25.0 against 33.6 alone and 27.9 for
+# 128 x 128 (cuBLAS 21.9). On 128-byte rows they lost: 1024^3 9.3 against 7.4, 768^3 8.0
+# against 6.3, 256x4096x4096 20.2 against 17.5. _rows64_cluster says where the heuristic
+# takes them; the tuner's candidates on split rows only.
 _WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2)
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
@@ -555,7 +560,8 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
 def _rows64_cluster(problem: Problem, config: Config) -> Config:
     """``config``, or where it is the 64-row tile (_WGMMA_64) on rows that are not 128-byte
     multiples the same tile in 2-CTA clusters along M (_WGMMA_64_C2: B multicast, a third
-    fewer bytes loaded per CTA) when the pairs run at once as one wave."""
+    fewer bytes loaded per CTA) when the pairs run at once as one wave (H100: 1000^3 10.9 us
+    against 11.8, 1000x1000x4000 25.0 against 33.6; on 128-byte rows they lost everywhere)."""
     if config != _WGMMA_64 or problem.pitch128 or not eligible(problem, _WGMMA_64_C2):
         return config
     pairs = -(-problem.m // 128) * -(-problem.n // _WGMMA_64_C2.bn)
