@@ -560,13 +560,17 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
 def _rows64_cluster(problem: Problem, config: Config) -> Config:
     """``config``, or where it is the 64-row tile (_WGMMA_64) on rows that are not 128-byte
     multiples the same tile in 2-CTA clusters along M (_WGMMA_64_C2: B multicast, a third
-    fewer bytes loaded per CTA) when the pairs run at once as one wave (H100: 1000^3 10.9 us
-    against 11.8, 1000x1000x4000 25.0 against 33.6; on 128-byte rows they lost everywhere)."""
+    fewer bytes loaded per CTA) where its tiles fill at least 90% of the SMs (the L2's requests
+    are the limit there) and the pairs run at once as one wave. H100: 1000^3 10.9 us against
+    11.8, 1000x1000x4000 25.0 against 33.6 (128 CTAs each); on 128-byte rows, where the L2 is
+    not the limit, they lost at every shape timed (1024^3 9.3 against 7.4), so smaller grids
+    (untimed) keep the plain tile."""
     if config != _WGMMA_64 or problem.pitch128 or not eligible(problem, _WGMMA_64_C2):
         return config
+    sms = problem.sm_count
     pairs = -(-problem.m // 128) * -(-problem.n // _WGMMA_64_C2.bn)
-    at_once = problem.sm_count * _CLUSTERS_PER_132_SMS[2] // 132
-    return _WGMMA_64_C2 if pairs <= at_once else config
+    full = _WGMMA_64.tiles(problem.m, problem.n) * 10 >= sms * 9
+    return _WGMMA_64_C2 if full and pairs <= sms * _CLUSTERS_PER_132_SMS[2] // 132 else config
 
 
 def _short_k_store(problem: Problem, config: Config) -> Config:

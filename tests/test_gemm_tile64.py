@@ -98,15 +98,18 @@ def test_heuristic_takes_them_where_128_row_tiles_leave_sms_idle():
 
 def test_heuristic_clusters_them_on_split_rows():
     """On rows that are not 128-byte multiples the L2's requests limit the one-wave grids of
-    64 x 128 tiles: 2-CTA clusters along M (B multicast) where the pairs run as one wave
-    (s12-tile64n, H100); not where they would take two (66 pairs at once on 132 SMs)."""
-    for dims in ((1000, 1000, 1000), (1000, 1000, 4000), (1000, 768, 1000)):
+    64 x 128 tiles: 2-CTA clusters along M (B multicast) where the tiles fill 90% of the SMs
+    and the pairs run as one wave (s12-tile64n, H100); not on fewer tiles (the L2 is not the
+    limit there: untimed) nor where the pairs would take two waves (66 at once on 132 SMs)."""
+    for dims in ((1000, 1000, 1000), (1000, 1000, 4000), (1000, 1000, 2000), (1024, 1000, 500)):
         problem = _problem(*dims, pitch128=False)
         assert tune.heuristic(problem) == T64_C2, dims
         assert T64_C2 in tune.candidates(problem), dims
     assert tune._rows64_cluster(_problem(1000, 1000, 1000, pitch128=False), T64) == T64_C2
     assert tune._rows64_cluster(_problem(1000, 1000, 1000), T64) == T64  # 128-byte rows
     assert tune._rows64_cluster(_problem(1000, 1200, 1000, pitch128=False), T64) == T64
+    assert tune._rows64_cluster(_problem(1000, 768, 1000, pitch128=False), T64) == T64  # 96
+    assert tune.heuristic(_problem(1000, 768, 1000, pitch128=False)) == T64
     assert tune._rows64_cluster(_problem(1000, 1000, 1000, pitch128=False),
                                 tune._WGMMA[5]) == tune._WGMMA[5]
 
