@@ -119,9 +119,10 @@ _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192_S4, cluster_m=2, cluster_n=2)
 # 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma.cu's
 # gemm_wgmma_bm; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
-# for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling
-# at 1000^3) against 64 of 128 x 128. Multiply-add rate in _TILE_RATE's units, by whether rows
-# lie at 128-byte pitches (True) or not: an H200's one-wave grids (notes_gemm.md, s11-tile64;
+# for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (the mirror
+# of cuBLAS's at 1000^3, our 128 x 64 in 1 x 2 clusters) against 64 of 128 x 128.
+# Multiply-add rate in _TILE_RATE's units, by whether rows lie at 128-byte pitches (True) or
+# not: an H200's one-wave grids (notes_gemm.md, s11-tile64;
 # 1024^3 6.8 us against 7.2 for 128 x 64, 1000^3 10.4-10.8 against 11.0 for 128 x 128).
 _WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
 _ROWS64_RATE = {True: 0.62, False: 0.45}
