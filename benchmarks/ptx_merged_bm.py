@@ -3,7 +3,8 @@ against the two wrappers it replaced at a revision before the merge (gemm_wgmma_
 gemm_wgmma_64 and gemm_wgmma.cu's gemm_wgmma_bm without PS; CPU only): every gemm_wgmma_bm
 name of ``_gemm_launch.programs`` plus the 64-row pipelined stores, each whole ``.entry``
 compared as ptx_identity.py does, with the kernels' mangled names (which the new template
-value PS changes) and the trailing comment naming the next entry taken out.
+value PS changes) and the trailing comment naming the next entry taken out. The 64-row tiles in
+clusters (new) are left out.
 
     python benchmarks/ptx_merged_bm.py REV
 """
@@ -22,9 +23,19 @@ launch = importlib.import_module("gpurt.kernels._gemm_launch")
 FILES = ("gemm_common.cu", "gemm_wgmma.cu", "gemm_wgmma_x.cu")
 
 
+def _args(name: str) -> list[str]:
+    return [a.strip() for a in name[name.index("<") + 1:-1].split(",")]
+
+
+def _clustered_64(name: str) -> bool:
+    """A 64-row tile in clusters (new in session 12: nothing to compare with)."""
+    args = _args(name)
+    return args[1] == "64" and args[6] != "1"
+
+
 def old_name(name: str) -> tuple[str, str]:
     """The instantiation (and its file) at REV that ``name`` replaces."""
-    dt, bm, bn, stages, a_k, b_k, cm, epi, *ps = (a.strip() for a in name[14:-1].split(","))
+    dt, bm, bn, stages, a_k, b_k, _, epi, *ps = _args(name)
     if bm == "64":
         return f"gemm_wgmma_64<{', '.join([dt, bn, stages, a_k, b_k, epi, *ps])}>", FILES[2]
     return name, FILES[1]
@@ -37,7 +48,7 @@ def normalised(text: str) -> str:
 
 def main(rev: str) -> int:
     names = sorted({n for _, found, _ in launch.programs("sm_90a") for n in found
-                    if n.startswith("gemm_wgmma_bm<")})
+                    if n.startswith("gemm_wgmma_bm<") and not _clustered_64(n)})
     names += [f"gemm_wgmma_bm<{dt}, 64, 128, 8, {a}, {b}, 1, true, true>" for dt in (1, 2)
               for a in ("true", "false") for b in ("true", "false")]
     old = {f: pi._revision_text(rev, f) for f in FILES}
