@@ -58,6 +58,7 @@ VARIANTS = {
     "t64 plain": _v(tune._WGMMA_64, tma_store=False, stages=6),
     "t64 ps": _v(tune._WGMMA_64, pipe_store=True),
     "t64 w256": Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),
+    "t64 c2": tune._WGMMA_64_C2, "t64 c2 ps": _v(tune._WGMMA_64_C2, pipe_store=True),
     "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
     "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
     "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
@@ -165,11 +166,24 @@ S12 = {
     (2304, 2304, 2304, False): ("t192x128 s4",), (512, 11008, 4096, False): ("t192x128 s4",),
     (1536, 1536, 1536, False): ("t192x128 s4",), (256, 11008, 4096, False): ("w192 s4",),
 }
+# Session 12 (s12-tile64n, `--set s12t64`): 64 x 128 tiles in 2-CTA clusters along M (B
+# multicast) against the picks before them (64 x 128 alone, the tuner's 128 x 128 pipelined)
+# and cuBLAS's own tiling (ours 128 x 64 in 1 x 2 clusters: for a row-major C cuBLAS's
+# "64x128 ... 2x1" is our N x M); "auto" is the heuristic with the clusters; warm too.
+# (The H100 run, benchmarks/results/gemm-dev-s12-tile64n-nvidia-h100.json, also timed 64 x 96
+# tiles at 768^3, commit c9e2050, since dropped.)
+_T64C = ("t64 c2", "narrow c1x2")
+S12T64 = {
+    (1000, 1000, 1000, False): ("t64", "mid ps", *_T64C, "t64 c2 ps"),
+    (768, 768, 768, False): (*_T64C, "t64 plain"), (1024, 1024, 1024, False): _T64C,
+    (1000, 1000, 4000, False): ("t64", "t64 c2", "mid"), (256, 4096, 4096, False): ("t64 c2",),
+    (2000, 3000, 1000, False): (), (1536, 1536, 1536, False): (),
+}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
-        "tile64": TILE64, "stages": STAGES5, "s12": S12}
+        "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64}
 # the sets timed once (the others twice), warm too
-_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12")
-_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12")
+_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
+_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -340,6 +354,8 @@ def ncu_calls(set_: str) -> None:
         shapes, names = ((3000, 3000, 3000),), ("w192 c2", "w192 c2 s5", "w192 c2 s5 ps")
     if set_ == "s12":  # the 64-row tile and 128 x 128 pipelined against cuBLAS (torch) itself
         shapes, names = ((1000, 1000, 1000), (768, 768, 768)), ("t64", "mid ps")
+    if set_ == "s12t64":  # the L2 requests of 64 x 128 alone and in clusters, cuBLAS's tiling
+        shapes, names = ((1000, 1000, 1000),), ("t64", "t64 c2", "narrow c1x2")
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -415,6 +431,12 @@ def sanitize(set_: str) -> None:
         cases += [(400, 456, 200, tall[1], True, True), (600, 300, 136, tall[3], False, True),
                   (1536, 1000, 136, tall[0], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s12t64":  # clusters whose second CTA has no tile; beta; N-major; many tiles
+        t64c = [VARIANTS[name] for name in ("t64 c2", "t64 c2 ps")]
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in t64c]
+        cases += [(136, 264, 200, t64c[0], True, True), (1000, 1000, 136, t64c[1], True, False),
+                  (64 * 141, 300, 136, t64c[0], False, True)]
+        sys.exit(1 if run_checks(cases) else 0)
     if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
@@ -449,6 +471,9 @@ def precompile(set_: str) -> None:
         new.append(_v(tune._WGMMA_192, tma_store=False, group_m=8))
     if set_ == "tile64":  # tests/test_gemm_tile64.py's variants, in every layout
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256")]
+    if set_ == "s12t64":  # the same, with session 12's clusters
+        new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256", "t64 c2",
+                                     "t64 c2 ps")]
     if set_ == "tile192r":  # and the tests' plain stores
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
     if set_ in ("stages", "s12"):  # and the tests' (tests/test_gemm_stages.py)
@@ -478,7 +503,8 @@ if __name__ == "__main__":
                         choices=("first", *SETS), default="first",
                         help="the shapes of session 9's first or second call, session 10's "
                              "short K or 128 x 192 tiles, session 11's 192- or 64-row tiles, "
-                             "5 stages of 128 x 192 (stages) or session 12's defaults (s12)")
+                             "5 stages of 128 x 192 (stages), session 12's defaults (s12) or "
+                             "64-row tiles in clusters (s12t64)")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

@@ -47,8 +47,8 @@ class Config:
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
-    tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which fill
-    the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128), and
+    tiles (``bm`` = 64: one consumer warpgroup, unsplit, clusters along M only, no ping-pong),
+    which fill the SMs where 128-row ones leave half of them idle (1000^3), and
     192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
     along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
@@ -77,10 +77,9 @@ class Config:
             raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
                              f"(128 x 32 for TF32) and 192 x (128|192) x 64 ones, not {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
-                self.bk != 64 or self.split_k != 1 or self.cluster_m != 1 or self.cluster_n != 1
-                or self.pingpong):
-            raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs without clusters "
-                             f"or ping-pong: {self}")
+                self.bk != 64 or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
+            raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs, clusters along M "
+                             f"only, without ping-pong: {self}")
         if self.kernel == "wgmma" and self.bm == 192 and (
                 self.bk != 64 or self.bn not in (128, 192) or self.split_k != 1
                 or self.cluster_n != 1 or self.pingpong or self.pipe_store):
@@ -165,8 +164,8 @@ class Config:
     @property
     def source(self) -> str:
         """The CUDA file holding this kernel."""
-        if self.kernel == "wgmma" and (self.cluster_n > 1 or self.pingpong or self.pipe_store
-                                       or self.bm == 64):
+        if self.kernel == "wgmma" and self.bm == 128 and (self.cluster_n > 1 or self.pingpong
+                                                          or self.pipe_store):
             return "gemm_wgmma_x.cu"
         return f"gemm_{self.kernel}.cu"
 
@@ -191,16 +190,14 @@ class Config:
             a_k = str(a_kmajor and b_kmajor).lower()
             return (f"gemm_wgmma_tf32<{self.bn}, {self.stages}, {a_k}, {out_t}, "
                     f"{str(self.tma_store).lower()}>")
-        if self.kernel == "wgmma" and self.bm == 64:
-            return (f"gemm_wgmma_64<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.source == "gemm_wgmma_x.cu":
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
         if self.kernel == "wgmma" and self.bm != 128:
             return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{self.cluster_m}, {str(self.tma_store).lower()}>")
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}"
+                    + (", true>" if self.pipe_store else ">"))
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "

@@ -117,14 +117,26 @@ _WGMMA_192_S4 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=Tr
 _WGMMA_192 = dataclasses.replace(_WGMMA_192_S4, stages=5, pipe_store=True)
 _WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192_S4, cluster_m=2, cluster_n=2)
-# 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma_x.cu's
-# gemm_wgmma_64; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
-# for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (cuBLAS's tiling
-# at 1000^3) against 64 of 128 x 128. Multiply-add rate in _TILE_RATE's units, by whether rows
-# lie at 128-byte pitches (True) or not: an H200's one-wave grids (notes_gemm.md, s11-tile64;
+# 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma.cu's
+# gemm_wgmma_bm; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
+# for grids those leave half idle: 1000^3 and 1024^3 make 128 tiles of 64 x 128 (the mirror
+# of cuBLAS's at 1000^3, our 128 x 64 in 1 x 2 clusters) against 64 of 128 x 128.
+# Multiply-add rate in _TILE_RATE's units, by whether rows lie at 128-byte pitches (True) or
+# not: an H200's one-wave grids (notes_gemm.md, s11-tile64;
 # 1024^3 6.8 us against 7.2 for 128 x 64, 1000^3 10.4-10.8 against 11.0 for 128 x 128).
 _WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
 _ROWS64_RATE = {True: 0.62, False: 0.45}
+# The same in 2-CTA clusters along M (session 12, s12-tile64n): each CTA loads its 64 rows of
+# A and half of the pair's common 128-column B tile, multicast into both, so a CTA loads
+# 16 KiB a K tile where it loaded 24. On rows that are not 128-byte multiples the L2's requests
+# limit these one-wave grids: at 1000^3 the clusters cut them by a third (Nsight Compute: 0.60
+# M against 0.91 M, cuBLAS 0.57 M). H100, kernel-only cold / warm (notes_gemm.md,
+# s12-tile64n): 1000^3 10.8-10.9 / 10.5-10.7 us against 11.8 / 11.4 alone and 11.1 / 11.3 for
+# 128 x 128 pipelined (cuBLAS 8.7); 1000x1000x4000 25.0 against 33.6 alone and 27.9 for
+# 128 x 128 (cuBLAS 21.9). On 128-byte rows they lost: 1024^3 9.3 against 7.4, 768^3 8.0
+# against 6.3, 256x4096x4096 20.2 against 17.5. _rows64_cluster says where the heuristic
+# takes them; the tuner's candidates on split rows only.
+_WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2)
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
 # B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for
@@ -317,7 +329,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
         pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
-            pool.append(_WGMMA_64)
+            pool += [_WGMMA_64] if problem.pitch128 else [_WGMMA_64, _WGMMA_64_C2]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -368,7 +380,7 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, *_TALL,
+                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2, *_TALL,
                    *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
@@ -492,9 +504,10 @@ def heuristic(problem: Problem) -> Config:
         # on 128 x 64 tiles where they allow one (H100: 1.5-1.7x faster than 128 x 128)
         split = _wave_split(problem, _WGMMA[1])
         if split == 1:
-            return _short_k_store(problem, filled)
+            return _rows64_cluster(problem, _short_k_store(problem, filled))
         if filled is _WGMMA_64 and _WGMMA_64.tiles(m, n) * 10 >= problem.sm_count * 9:
-            return filled  # one full wave unsplit (H200, 256x4096x4096: 15.5 us, split 20.9)
+            # one full wave unsplit (H200, 256x4096x4096: 15.5 us, split 20.9)
+            return _rows64_cluster(problem, filled)
         thin = _decode.few_tiles(problem)  # thin decode tiles, K split over clusters of 8
         if thin is not None and eligible(problem, _decode_config(thin)):
             return _decode_config(thin)
@@ -543,6 +556,22 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
         if cost < best_cost:
             best, best_cost = config, cost
     return best
+
+
+def _rows64_cluster(problem: Problem, config: Config) -> Config:
+    """``config``, or where it is the 64-row tile (_WGMMA_64) on rows that are not 128-byte
+    multiples the same tile in 2-CTA clusters along M (_WGMMA_64_C2: B multicast, a third
+    fewer bytes loaded per CTA) where its tiles fill at least 90% of the SMs (the L2's requests
+    are the limit there) and the pairs run at once as one wave. H100: 1000^3 10.9 us against
+    11.8, 1000x1000x4000 25.0 against 33.6 (128 CTAs each); on 128-byte rows, where the L2 is
+    not the limit, they lost at every shape timed (1024^3 9.3 against 7.4), so smaller grids
+    (untimed) keep the plain tile."""
+    if config != _WGMMA_64 or problem.pitch128 or not eligible(problem, _WGMMA_64_C2):
+        return config
+    sms = problem.sm_count
+    pairs = -(-problem.m // 128) * -(-problem.n // _WGMMA_64_C2.bn)
+    full = _WGMMA_64.tiles(problem.m, problem.n) * 10 >= sms * 9
+    return _WGMMA_64_C2 if full and pairs <= sms * _CLUSTERS_PER_132_SMS[2] // 132 else config
 
 
 def _short_k_store(problem: Problem, config: Config) -> Config:

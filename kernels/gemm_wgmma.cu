@@ -4,9 +4,10 @@
 // into a STAGES-deep ring of shared memory and gives its other registers away with setmaxnreg),
 // warpgroups 1 and 2 consume (each multiplies a 64 x BN half of the 128 x BN tile with
 // m64nBNk16 wgmma, accumulating in registers, then writes its half out). gemm_wgmma_bm's
-// 192-row tiles have 3 consumers (4 warpgroups), each on a 64-row slab. The ring is guarded by
-// two mbarriers per stage: `full` completes when the TMA bytes have landed (expect_tx), `empty`
-// when all consumer warps (8; 12 with 192-row tiles) have finished reading the stage; both are
+// 64- and 192-row tiles have 1 and 3 consumers (2 and 4 warpgroups), each on a 64-row slab.
+// The ring is guarded by two mbarriers per stage: `full` completes when the TMA bytes have
+// landed (expect_tx), `empty` when all consumer warps (8; 4 with 64-row tiles, 12 with 192-row
+// ones; times the CTAs a stage is multicast to) have finished reading the stage; both are
 // waited on by phase parity. The consumers keep one wgmma group in flight and release the
 // previous stage when it retires.
 //
@@ -456,9 +457,8 @@ __device__ __forceinline__ void sum_half_tile_quads(u16* __restrict__ C,
 
 // The kernel body; SPLIT: the fused split-K kernel (gemm_wgmma_splitk), whose CTAs take
 // tickets on `counters` after writing their slices (see the file comment). CN = 2, PP and PS:
-// gemm_wgmma_x's variants (see there). BM = 64: gemm_wgmma_x's 64-row tiles, one consumer
-// warpgroup (256 threads), unsplit, no clusters; BM = 192: gemm_wgmma_bm's, three consumer
-// warpgroups (512 threads), unsplit, clusters along M only. Neither with ping-pong.
+// gemm_wgmma_x's variants (see there). BM = 64 and 192: gemm_wgmma_bm's tiles, one and three
+// consumer warpgroups (256 and 512 threads), unsplit, clusters along M only, no ping-pong.
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
           int CN = 1, bool PP = false, bool PS = false, int BM = wg::BM>
 __device__ __forceinline__ void gemm_wgmma_body(
@@ -473,9 +473,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
                   "consumer, unsplit");
     static_assert(!(PP && PS) || BN == 128, "ping-pong's pipelined store: 128 x 128 tiles");
-    static_assert(BM == 128 || (BM == 64 && CM == 1 && CN == 1 && !PP && !SPLIT) ||
-                  (BM == 192 && CN == 1 && !PP && !SPLIT),
-                  "64-row tiles: unsplit, no clusters; 192-row tiles: unsplit, clusters along M");
+    static_assert(BM == 128 || ((BM == 64 || BM == 192) && CN == 1 && !PP && !SPLIT),
+                  "64- and 192-row tiles: unsplit, clusters along M only, no ping-pong");
     constexpr int CONSUMERS = BM / 64;  // consumer warpgroups, one 64 x BN slab of the tile each
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
@@ -764,18 +763,22 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
         tma_store_ok, partial, splits, nullptr);
 }
 
-// BM = 192: 192 x BN tiles (BN = 128 or 192), three consumer warpgroups (512 threads), each
-// taking a 64-row slab of the tile with the same m64nBNk16 wgmma and epilogue: cuBLAS's tile
-// shapes at grids that 128-row tiles fill badly (3000^3: 256 tiles of 192 x 192 make 1.94 waves,
-// 576 of 128 x 128 4.4). Unsplit, clusters along M only (B multicast as gemm_wgmma's).
-template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
+// BM != 128: 64- and 192-row tiles (Config.bm), BM / 64 consumer warpgroups (128 + 2 BM
+// threads), each taking a 64-row slab of the tile with the same m64nBNk16 wgmma and epilogue.
+// BM = 64: one consumer (256 threads), twice as many tiles as 128-row ones, for grids those
+// leave half idle (1000^3, 1024^3: cuBLAS's 64 x 128); PS: the pipelined TMA-store epilogue.
+// BM = 192 (BN = 128 or 192): three consumers (512 threads), cuBLAS's tile shapes at grids
+// that 128-row tiles fill badly (3000^3: 256 tiles of 192 x 192 make 1.94 waves, 576 of
+// 128 x 128 4.4). Unsplit, no ping-pong, clusters along M only (B multicast as gemm_wgmma's).
+template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA,
+          bool PS = false>
 __global__ void __launch_bounds__(128 + 2 * BM, 1)
 gemm_wgmma_bm(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
               const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
               const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
               float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
               int splits) {
-    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, false, BM>(
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);
 }

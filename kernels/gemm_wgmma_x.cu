@@ -1,9 +1,9 @@
 // gemm_wgmma_x: the 16-bit wgmma kernel's variants for issue 17's irregular and short-K shapes
 // (Config.cluster_n, Config.pingpong, Config.pipe_store), on gemm_wgmma.cu's body: clusters
 // along N that multicast A, ping-pong consumers (wg::consume_pingpong below), a pipelined
-// TMA-store epilogue, and 64-row tiles of one consumer warpgroup (gemm_wgmma_64, Config.bm =
-// 64). Kept apart so that
-// gemm_wgmma.cu's own kernels compile as before (their PTX is unchanged by the CN/PP switches).
+// TMA-store epilogue (64- and 192-row tiles: gemm_wgmma.cu's gemm_wgmma_bm). Kept apart so
+// that gemm_wgmma.cu's own kernels compile as before (their PTX is unchanged by the CN/PP
+// switches).
 #include "gemm_wgmma.cu"
 
 namespace wg {
@@ -111,22 +111,6 @@ gemm_wgmma_x(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ 
              float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
              int splits) {
     gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, CN, PP, PS>(
-        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
-        tma_store_ok, nullptr, 1, nullptr);
-}
-
-// 64-row tiles (Config.bm = 64; issue 17's one-wave grids such as 1000^3, cuBLAS's 64 x 128
-// tiles): a producer warpgroup and ONE consumer warpgroup of m64nBNk16 wgmma, so twice as many
-// tiles as 128-row ones fill an SM each where those leave half of the SMs idle. Unsplit, no
-// clusters, no ping-pong; the arguments are gemm_wgmma's (partial and splits unused).
-template <int DT, int BN, int STAGES, bool A_K, bool B_K, bool EPI_TMA, bool PS = false>
-__global__ void __launch_bounds__(256, 1)
-gemm_wgmma_64(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
-              const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
-              const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
-              float beta, int group_m, int pair_ok, int tma_store_ok,
-              float* __restrict__ partial, int splits) {
-    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, 1, EPI_TMA, false, 1, false, PS, 64>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);
 }

@@ -297,11 +297,12 @@ def test_wave_fill_tiles(monkeypatch):
         assert narrow in tune.candidates(problem(1024, 1024, 1024, dt=dt))
     # rows that are not 128-byte multiples (1000 16-bit elements): 128 x 128 beats 128 x 64 in
     # one wave (H100 1.17x, H200 1.07x), and 64 x 128 beats both (H200, s11-tile64: 10.8 us
-    # against 11.0); TF32 keeps its choice (even there); wider grids keep 128 x 256
+    # against 11.0), in 2-CTA clusters along M (s12-tile64n); TF32 keeps its choice (even
+    # there); wider grids keep 128 x 256
     for dt in (tune.DT_BF16, tune.DT_F16):
         for dims in ((1000, 1000, 1000), (1024, 1024, 1024)):
             chosen = tune.heuristic(problem(*dims, dt=dt, pitch128=False))
-            assert chosen == tune._WGMMA_64, dims
+            assert chosen == tune._WGMMA_64_C2, dims
         for dims in ((2000, 2000, 2000), (3000, 5000, 2000)):
             assert tune.heuristic(problem(*dims, dt=dt, pitch128=False)).bn == 256, dims
     assert tune.heuristic(problem(1000, 1000, 1000, dt=tune.DT_TF32, pitch128=False)) == narrow32

@@ -155,8 +155,9 @@ def test_split_rows_choose_clusters():
         assert tune.heuristic(problem(*dims, pitch128=True)).cluster == 1
         assert {c2, c2x2, mid_c2x2} <= set(tune.candidates(problem(*dims)))
         assert c2x2 not in tune.candidates(problem(*dims, pitch128=True))
-    # 1000^3: 64 tiles of 128 x 128, half a wave: 128 of 64 x 128 instead (s11-tile64)
-    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA_64
+    # 1000^3: 64 tiles of 128 x 128, half a wave: 128 of 64 x 128 instead (s11-tile64), in
+    # 2-CTA clusters along M (s12-tile64n)
+    assert tune.heuristic(problem(1000, 1000, 1000)) == tune._WGMMA_64_C2
     assert tune.heuristic(problem(8192, 8192, 512, pitch128=True)) == tune._PINGPONG
     # the ping-pong tiles: K <= 512, >= 8 of them per SM, rows of 128-byte multiples
     assert tune._PINGPONG == PP_PS
