@@ -7,8 +7,9 @@ output); forced tiles at 1000^3 and on 2053 x 3001 x 1999's tail; one warm call 
 
     python benchmarks/simt_s12_dev.py time --shapes 1000x1000x1000,... [--json PATH]
     python benchmarks/simt_s12_dev.py configs --shapes 1000x1000x1000,645x3008x1999 [--json P]
+    python benchmarks/simt_s12_dev.py profile --shapes 2053x3001x1999,1000x1000x1000 [--json P]
     python benchmarks/simt_s12_dev.py one M N K cublas|auto|BM,BN,BK,WN,STAGES,SPLIT,KSTEP
-    python benchmarks/simt_s12_dev.py sanitize
+    python benchmarks/simt_s12_dev.py sanitize [STEP]
     python benchmarks/simt_s12_dev.py precompile
 
 ``time`` runs each shape as ``auto`` (the heuristic's plan, old kernel), ``ks8`` (every
@@ -112,32 +113,38 @@ def _checked(a: Any, b: Any, ta: bool, tb: bool, config: Any) -> float:
     return err if err == err else float("inf")
 
 
-def sanitize() -> None:
+def sanitize(step: int = 1) -> None:
     """Rolled tiles (split and not, 8 x 8 and 8 x 16 outputs a thread, 3 warp rows) in two
-    layouts on offset views, alpha/beta/Cin, into NaN-poisoned outputs."""
+    layouts on offset views, alpha/beta/Cin, into NaN-poisoned outputs (every ``step``-th
+    case: racecheck takes ~9 s a call)."""
     cases = [(_ks(_S[3], 4, split_k=3), 131, 261, 1003), (_ks(_S[0], 8), 137, 300, 411),
              (_ks(_S[8], 2), 100, 130, 77)]
-    for config, m, n, k in cases:
-        for ta, tb in ((False, False), (True, True)):
-            a = torch.randn((k, m + 3) if ta else (m, k + 3), device="cuda")[:, 3:]
-            b = torch.randn((n, k) if tb else (k, n), device="cuda")
-            err = _checked(a, b, ta, tb, config)
-            print("PASS" if err < 1e-5 else "FAIL", config.label(), m, n, k, ta, tb,
-                  f"{err:.2e}", flush=True)
+    combos = [(c, t) for c in cases for t in ((False, False), (True, True))]
+    for (config, m, n, k), (ta, tb) in combos[::step]:
+        a = torch.randn((k, m + 3) if ta else (m, k + 3), device="cuda")[:, 3:]
+        b = torch.randn((n, k) if tb else (k, n), device="cuda")
+        err = _checked(a, b, ta, tb, config)
+        print("PASS" if err < 1e-5 else "FAIL", config.label(), m, n, k, ta, tb,
+              f"{err:.2e}", flush=True)
 
 
 def precompile() -> None:
-    """The programs of CONFIGS and of every simt tile with each mode's kstep, row-major A and
-    B (16-byte rows and not), split and not."""
+    """What the timing, the sanitizer and the simt GPU tests need: every simt tile (and
+    tests/test_gemm_simt_kstep.py's rolled ones) in every layout, each mode's tiles and
+    CONFIGS with row-major A and B; with and without 16-byte rows, split and not."""
     gl = importlib.import_module("gpurt.kernels._gemm_launch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    rolled = [dataclasses.replace(c, kstep=s) for c, s in
+              importlib.import_module("test_gemm_simt_kstep").ROLLED]
+    row_major = [c for cs in CONFIGS.values() for c in cs]
+    row_major += [with_kstep(c, steps) for c in _S for steps in MODES.values()]
+    layouts = [(a_k, b_k) for a_k in (True, False) for b_k in (True, False)]
     todo: dict[Any, None] = {}
-    configs = [c for cs in CONFIGS.values() for c in cs]
-    configs += [dataclasses.replace(with_kstep(c, steps), split_k=s) for c in _S
-                for steps in MODES.values() for s in (1, 2)]
-    for config in configs:
-        for vec in (True, False):
-            p = tune.Problem(256, 256, 256, tune.DT_F32, True, False, vec, vec, (9, 0), 132)
-            todo[gl.program(config, p)] = None
+    for configs, lays in ((row_major, [(True, False)]), ([*_S, *rolled], layouts)):
+        for config, (a_k, b_k), vec, split in [(c, lay, v, s) for c in configs for lay in lays
+                                               for v in (True, False) for s in (1, 2)]:
+            p = tune.Problem(256, 256, 256, tune.DT_F32, a_k, b_k, vec, vec, (9, 0), 132)
+            todo[gl.program(dataclasses.replace(config, split_k=split), p)] = None
     todo[("gemm_pack.cu", ("gemm_pack<unsigned int>",), "sm_90")] = None
     print(f"compiling {len(todo)} programs", flush=True)
     gl.compile_programs(list(todo))
@@ -145,7 +152,8 @@ def precompile() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["time", "configs", "one", "sanitize", "precompile"])
+    parser.add_argument("mode", choices=["time", "configs", "one", "sanitize", "precompile",
+                                         "profile"])
     parser.add_argument("args", nargs="*")
     parser.add_argument("--shapes", default="1000x1000x1000")
     parser.add_argument("--modes", default=",".join(MODES))
@@ -157,8 +165,11 @@ def main() -> None:
     elif args.mode == "configs":
         s11.CONFIGS = CONFIGS
         s11.time_configs(shapes, args.json)  # type: ignore[arg-type]
+    elif args.mode == "profile":  # each kernel's name, grid and time (ours: copy, head, tail)
+        s10.SHAPES = shapes
+        s10.profile(args.json)
     elif args.mode == "sanitize":
-        sanitize()
+        sanitize(int(args.args[0]) if args.args else 1)
     elif args.mode == "precompile":
         precompile()
     else:

@@ -20,8 +20,7 @@ tune = importlib.import_module("gpurt.kernels._gemm_tune")
 Config = tune.Config
 
 # (tile, kstep): 8 x 8 and 8 x 16 outputs a thread, 2 and 3 warp rows, 8- and 16-deep K tiles
-ROLLED = [(tune._SIMT[3], 4), (tune._SIMT[3], 2), (tune._SIMT[0], 8), (tune._SIMT[0], 4),
-          (tune._SIMT[2], 8), (tune._SIMT[8], 2), (tune._SIMT[7], 4)]
+ROLLED = [(tune._SIMT[3], 2), (tune._SIMT[0], 8), (tune._SIMT[2], 4), (tune._SIMT[8], 4)]
 
 
 def _ids(value):
