@@ -67,13 +67,16 @@ def _ks(base: Any, kstep: int, **changes: Any) -> Any:
 # forced variants: 1000^3 on cuBLAS's grid (64 x 128 x 8, 128 CTAs of 4 warps) with the K loop
 # rolled, 16-deep K tiles (half the barriers), the pick's wide tile rolled; 2053 x 3001 x 1999's
 # tail on the packed copies: the tuner's 32 x 128 x 8 and tiles of 8 x 16 outputs a thread that
-# fill the GPU once (64 x 256 split 2: 264 CTAs, 2 an SM)
+# fill the GPU once (64 x 256 split 2: 264 CTAs, 2 an SM); 4096^3's wide tile with a deeper ring
+# and with 8-deep K tiles (half the straight-line code, as cuBLAS's 256 x 128 x 8)
 CONFIGS = {
     (1000, 1000, 1000): [_S[3], _ks(_S[3], 4), _ks(_S[3], 2), _ks(_S[3], 0, bk=16, stages=3),
                          _ks(_S[3], 8, bk=16, stages=3), _ks(_S[3], 0, bk=16, stages=4),
                          _ks(_S[0], 0, split_k=4), _ks(_S[0], 8, split_k=4),
                          _ks(_S[0], 4, split_k=4), _ks(_S[1], 0, split_k=2),
                          _ks(_S[1], 8, split_k=2)],
+    (4096, 4096, 4096): [_ks(_S[0], 0, stages=4), _ks(_S[0], 8, stages=4),
+                         _ks(_S[0], 0, bk=8, stages=4)],
     (645, 3008, 1999): [_S[7], _ks(_S[7], 4), _S[3], _ks(_S[3], 4), _ks(_S[4], 0, split_k=2),
                         _ks(_S[4], 8, split_k=2), _ks(_S[4], 0, split_k=3),
                         _ks(_S[1], 0, split_k=2), _ks(_S[0], 0, split_k=2)],

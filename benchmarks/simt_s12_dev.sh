@@ -27,7 +27,8 @@ timeout $(cap 70) $dev time --json "$out/time.json" --shapes \
 3000x3000x3000,4099x4099x4099,2000x3000x1000 > "$out/time.log" 2>&1
 echo "time rc=$?"; pack
 step configs
-timeout $(cap 22) $dev configs --shapes 1000x1000x1000,645x3008x1999 --json "$out/configs.json" \
+timeout $(cap 28) $dev configs --shapes 1000x1000x1000,645x3008x1999,4096x4096x4096 \
+    --json "$out/configs.json" \
     > "$out/configs.log" 2>&1
 echo "configs rc=$?"; pack
 step profile
