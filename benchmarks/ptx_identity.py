@@ -8,7 +8,7 @@ from the working tree's, and each whole ``.entry`` is compared after normalising
         [--own-name]
 
 ``--exclude`` drops the names that contain TEXT (e.g. instantiations REV cannot compile).
-``--own-name`` compares each entry with its own mangled name (and its parameters') replaced:
+``--own-name`` compares each entry with the entries' mangled names (and parameters') replaced:
 a template value added with a default changes every instantiation's name, not its code.
 """
 
@@ -41,7 +41,7 @@ def _check(result: tuple) -> tuple:
 def entries(texts: dict[str, str], source: str, names: list[str], arch: str,
             own_name: bool = False) -> dict[str, str]:
     """Each name's normalised .entry text, compiled from ``texts`` (file name -> text);
-    ``own_name``: with the entry's mangled name replaced by ENTRY."""
+    ``own_name``: with the entries' mangled names replaced by ENTRY."""
     headers = {key: texts[key.removeprefix("./")] for key in launch.headers(source)}
     (prog,) = _check(nvrtc.nvrtcCreateProgram(
         texts[source].encode(), source.encode(), len(headers),
@@ -66,9 +66,10 @@ def entries(texts: dict[str, str], source: str, names: list[str], arch: str,
         assert match is not None
         body = re.sub(r"_cu_[0-9a-f]{8}_[0-9]+", "_cu_", chunk)
         body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)
-        if own_name:
-            body = body.replace(match.group(1), "ENTRY")
         found[match.group(1)] = " ".join(body.split())
+    if own_name:  # each chunk also names the next entry (its .globl line)
+        for mangled in sorted(lowered.values(), key=len, reverse=True):
+            found = {key: body.replace(mangled, "ENTRY") for key, body in found.items()}
     return {name: found[lowered[name]] for name in names}
 
 
