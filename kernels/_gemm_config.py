@@ -50,10 +50,7 @@ class Config:
     tiles (``bm`` = 64: one consumer warpgroup, unsplit, no clusters or ping-pong), which fill
     the SMs where 128-row ones leave half of them idle (1000^3: cuBLAS's 64 x 128), and
     192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
-    along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000.
-    ``kstep`` (simt only): 0 unrolls each K tile's bk steps into straight-line code; an even
-    divisor of bk below it runs them as a loop of kstep steps (less code per K tile, for the
-    instruction cache; kernels/gemm_simt.cu's KSTEP)."""
+    along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
 
     kernel: str
     bm: int
@@ -69,7 +66,6 @@ class Config:
     cluster_n: int = 1
     pingpong: bool = False
     pipe_store: bool = False
-    kstep: int = 0
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode", "rowload"):
@@ -119,10 +115,6 @@ class Config:
                                       self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
             raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
                              f"32 x 64 or 32 x 128, not {self}")
-        if self.kstep and (self.kernel != "simt" or self.kstep % 2 or self.bk % self.kstep
-                           or self.kstep >= self.bk or self.kstep < 0):
-            raise ValueError(f"kstep is 0 or an even divisor of a simt tile's bk below it: "
-                             f"{self}")
         if self.kernel == "skinny":
             _skinny.validate(self)
         if self.kernel == "decode":
@@ -184,9 +176,8 @@ class Config:
         split = "_splitk" if self.split_k > 1 else ""  # the kernel that sums its slices
         if self.kernel == "simt":
             tn = (self.wn or 64) // 8
-            kstep = f", {self.kstep}" if self.kstep else ""
             return (f"gemm_simt{split}<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, "
-                    f"{ak}, {bk_}, {v}{kstep}>")
+                    f"{ak}, {bk_}, {v}>")
         if self.kernel == "skinny":
             return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
         if self.kernel == "decode":  # a_kmajor, b_kmajor: X's and Y's layouts
@@ -240,8 +231,6 @@ class Config:
             text += " tmaC"
         if self.pipe_store:
             text += " ps"
-        if self.kstep:
-            text += f" ks{self.kstep}"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:

@@ -385,8 +385,7 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
 #define GEMM_SIMT_SPLIT 0
 #endif  // !defined(GEMM_SIMT_SPLIT)
 
-template <int BM, int BN, int BK, int TN, int STAGES, bool A_K, bool B_K, bool VEC,
-          int KSTEP = 0>
+template <int BM, int BN, int BK, int TN, int STAGES, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / 32) * (BN / (8 * TN)) * 32, TN == 8 ? 2 : 1)
 #if GEMM_SIMT_SPLIT
 gemm_simt_splitk(
@@ -403,8 +402,6 @@ gemm_simt(
     using namespace simt;
     static_assert(TN == 8 || TN == 16, "a thread computes 8 x 8 or 8 x 16 outputs");
     static_assert(STAGES >= 2, "the ring needs two stages at least");
-    static_assert(KSTEP == 0 || (KSTEP % 2 == 0 && BK % KSTEP == 0 && KSTEP < BK),
-                  "KSTEP: 0 (a K tile's steps unrolled) or an even divisor of BK below it");
     constexpr int WN = 8 * TN;  // warp tile: 32 x WN
     constexpr int WARPS_N = BN / WN;
     constexpr int THREADS = (BM / 32) * WARPS_N * 32;
@@ -460,35 +457,27 @@ gemm_simt(
         for (int q = 0; q < TN / 4; ++q)
             load_shared(&b[n][4 * q], b_frag + read + 4 * (k * (BN + PAD) + 32 * q));
     };
-    // Each K tile's BK steps run as a loop of KS steps unrolled (KSTEP 0: all BK of them, in
-    // straight-line code; fewer: less code per K tile, for the instruction cache).
-    constexpr int KS = KSTEP ? KSTEP : BK;
     load_fragments(0, 0);
     for (int t = 0; t < tiles; ++t) {
-#pragma unroll 1
-        for (int k0 = 0; k0 < BK; k0 += KS) {
-            const bool last = k0 == BK - KS;
 #pragma unroll
-            for (int h = 0; h < KS; ++h) {
-                if (h == KS - 1 && last) {  // copy tile t + STAGES - 1 into the stage tile
-                                            // t - 1 used
-                    if (t + STAGES - 1 < tiles) {
-                        a_copy.template copy<false>(ring + write, 0, A);
-                        b_copy.template copy<false>(ring + write + A_TILE, 0, B);
-                    }
-                    copy_commit();
-                    copy_wait<STAGES - 2>();  // tile t + 1 has landed ...
-                    __syncthreads();          // ... for every thread, and tile t - 1 is free
-                    write = read;
-                    read = read == (STAGES - 1) * STAGE ? 0 : read + STAGE;
+        for (int k = 0; k < BK; ++k) {
+            if (k == BK - 1) {  // copy tile t + STAGES - 1 into the stage tile t - 1 used
+                if (t + STAGES - 1 < tiles) {
+                    a_copy.template copy<false>(ring + write, 0, A);
+                    b_copy.template copy<false>(ring + write + A_TILE, 0, B);
                 }
-                load_fragments((h + 1) % 2, h == KS - 1 && last ? 0 : k0 + h + 1);
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j)
-                        acc[i][j] = fmaf(a[h % 2][i], b[h % 2][j], acc[i][j]);
+                copy_commit();
+                copy_wait<STAGES - 2>();  // tile t + 1 has landed ...
+                __syncthreads();          // ... for every thread, and tile t - 1 is free
+                write = read;
+                read = read == (STAGES - 1) * STAGE ? 0 : read + STAGE;
             }
+            load_fragments((k + 1) % 2, (k + 1) % BK);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j)
+                    acc[i][j] = fmaf(a[k % 2][i], b[k % 2][j], acc[i][j]);
         }
     }
 
