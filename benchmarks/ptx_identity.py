@@ -5,8 +5,11 @@ from the working tree's, and each whole ``.entry`` is compared after normalising
 ``_cu_<hash>_<n>``, branch-label numbering and whitespace. Prints the names that differ.
 
     python benchmarks/ptx_identity.py REV [SOURCE ...] [--arch sm_90a] [--exclude TEXT ...]
+        [--own-name]
 
 ``--exclude`` drops the names that contain TEXT (e.g. instantiations REV cannot compile).
+``--own-name`` compares each entry with the entries' mangled names (and parameters') replaced:
+a template value added with a default changes every instantiation's name, not its code.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ def _check(result: tuple) -> tuple:
     return result[1:]
 
 
-def entries(texts: dict[str, str], source: str, names: list[str], arch: str) -> dict[str, str]:
-    """Each name's normalised .entry text, compiled from ``texts`` (file name -> text)."""
+def entries(texts: dict[str, str], source: str, names: list[str], arch: str,
+            own_name: bool = False) -> dict[str, str]:
+    """Each name's normalised .entry text, compiled from ``texts`` (file name -> text);
+    ``own_name``: with the entries' mangled names replaced by ENTRY."""
     headers = {key: texts[key.removeprefix("./")] for key in launch.headers(source)}
     (prog,) = _check(nvrtc.nvrtcCreateProgram(
         texts[source].encode(), source.encode(), len(headers),
@@ -62,6 +67,9 @@ def entries(texts: dict[str, str], source: str, names: list[str], arch: str) -> 
         body = re.sub(r"_cu_[0-9a-f]{8}_[0-9]+", "_cu_", chunk)
         body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)
         found[match.group(1)] = " ".join(body.split())
+    if own_name:  # each chunk also names the next entry (its .globl line)
+        for mangled in sorted(lowered.values(), key=len, reverse=True):
+            found = {key: body.replace(mangled, "ENTRY") for key, body in found.items()}
     return {name: found[lowered[name]] for name in names}
 
 
@@ -70,6 +78,7 @@ def main() -> int:
     parser.add_argument("rev")
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--exclude", action="append", default=[])
+    parser.add_argument("--own-name", action="store_true")
     parser.add_argument("sources", nargs="*", default=list(WGMMA_FAMILY))
     args = parser.parse_args()
     programs = collections.defaultdict(set)
@@ -81,8 +90,8 @@ def main() -> int:
     total = differ = 0
     for source in args.sources:
         names = sorted(n for n in programs[source] if not any(x in n for x in args.exclude))
-        before = entries(old, source, names, args.arch)
-        after = entries(new, source, names, args.arch)
+        before = entries(old, source, names, args.arch, args.own_name)
+        after = entries(new, source, names, args.arch, args.own_name)
         for name in names:
             total += 1
             if before[name] != after[name]:
