@@ -105,12 +105,6 @@ __device__ __forceinline__ void tma_load_tile(u32 dst, const TmaDesc* map, int k
     }
 }
 
-// A compile-time bool as a value (for generic lambdas).
-template <bool B>
-struct Flag {
-    static constexpr bool value = B;
-};
-
 // Fetch a tensor map into the TMA unit's descriptor cache ahead of its first copy.
 __device__ __forceinline__ void prefetch_tensormap(const TmaDesc* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
@@ -820,17 +814,19 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     named_sync(1 + half, 128);
                     release(prev);
                 } else {
-                    auto store = [&](auto nobeta) {
-                        store_half_tma<DT, BN, PS || ONE_BOX, ONE_BOX ? 1 : 2, false,
-                                       decltype(nobeta)::value>(
-                            d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                            out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES), half,
-                            t, tn * BN, tm * BM + half * 64);
-                    };
-                    if ((LEAN & LEAN_EPI) != 0 && beta == 0.f)
-                        store(Flag<(LEAN & LEAN_EPI) != 0>{});
+                    // (two calls, not a generic lambda: NVRTC 13 takes those for host code)
+                    constexpr bool NOBETA = (LEAN & LEAN_EPI) != 0;
+                    constexpr int NBOX = ONE_BOX ? 1 : 2;
+                    const u32 buffer =
+                        out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES);
+                    if (NOBETA && beta == 0.f)
+                        store_half_tma<DT, BN, PS || ONE_BOX, NBOX, false, NOBETA>(
+                            d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c, buffer, half, t,
+                            tn * BN, tm * BM + half * 64);
                     else
-                        store(Flag<false>{});
+                        store_half_tma<DT, BN, PS || ONE_BOX, NBOX>(
+                            d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c, buffer, half, t,
+                            tn * BN, tm * BM + half * 64);
                 }
                 continue;
             }

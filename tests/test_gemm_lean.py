@@ -1,9 +1,10 @@
 """The lean forms of the 16-bit wgmma kernel (Config.lean; kernels/gemm_wgmma.cu's
 gemm_wgmma_lean: descriptors by offset, the first stages' copies before the CTA barrier, an
-epilogue without the per-element beta test, stores straight from the registers). CPU: names, labels, what they reject, compiled
-without spills. GPU: every layout, both 16-bit types, edge tiles, K shorter than the ring,
-alpha/beta/Cin, offset views, many tiles per CTA, in clusters, with the pipelined and the
-held-stage epilogues, graph replay, against float64 on poisoned outputs."""
+epilogue without the per-element beta test, stores straight from the registers). CPU: names,
+labels, what they reject, compiled without spills. GPU: every layout, both 16-bit types, edge
+tiles, K shorter than the ring, alpha/beta/Cin, offset views, many tiles per CTA, in clusters,
+with the pipelined and the held-stage epilogues, graph replay, against float64 on poisoned
+outputs."""
 
 from __future__ import annotations
 
