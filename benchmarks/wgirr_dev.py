@@ -59,7 +59,7 @@ VARIANTS = {
     "t64 plain": _v(tune._WGMMA_64, tma_store=False, stages=6),
     "t64 ps": _v(tune._WGMMA_64, pipe_store=True),
     "t64 w256": Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),
-    "t64 c2": tune._WGMMA_64_C2, "t64 c2 ps": _v(tune._WGMMA_64_C2, pipe_store=True),
+    "t64 c2": tune._WGMMA_64_C2, "t64 c2 ps": _v(tune._WGMMA_64_C2, pipe_store=True, lean=0),
     "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
     "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
     "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
@@ -72,7 +72,7 @@ VARIANTS = {
     "t192x128 s5": tune._WGMMA_T192N128,
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
-_LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": tune._WGMMA_64_C2,
+_LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
                "mid ps": VARIANTS["mid ps"], "w192 c2 s5 ps": tune._WGMMA_192_C2,
                "t64 plain": _v(tune._WGMMA_64, tma_store=False)}
 VARIANTS |= {f"{name} lean{bits}": _v(config, lean=bits)
@@ -190,12 +190,12 @@ S12T64 = {
 # (1 descriptors by offset, 2 early first copies, 4 beta-free staging, 8 direct stores).
 S12LEAN = {
     (1000, 1000, 1000, False): ("t64 c2 lean1", "t64 c2 lean7", "t64 c2 lean15", "mid ps",
-                                "mid ps lean15", "t64 lean15"),
+                                "mid ps lean15", "t64 lean15", "t64 c2 lean4", "t64 lean4"),
     (768, 768, 768, False): ("t64 lean1", "t64 lean2", "t64 lean4", "t64 lean7", "t64 lean15",
                              "t64 plain lean15"),
-    (1024, 1024, 1024, False): ("t64 lean1", "t64 lean7", "t64 lean15"),
+    (1024, 1024, 1024, False): ("t64 lean1", "t64 lean7", "t64 lean15", "t64 lean4"),
     (1000, 1000, 4000, False): ("t64 c2 lean7", "t64 c2 lean15"),
-    (256, 4096, 4096, False): ("t64 lean7", "t64 lean15"),
+    (256, 4096, 4096, False): ("t64 lean7", "t64 lean15", "t64 lean4"),
     (2000, 3000, 1000, False): ("w192 c2 s5 ps lean3", "w192 c2 s5 ps lean15"),
 }
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
