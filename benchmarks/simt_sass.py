@@ -32,8 +32,7 @@ def _check(result: tuple) -> tuple:
     return result[1:]
 
 
-def cubin(names: list[str], arch: str = "sm_90") -> bytes:
-    source = "gemm_simt.cu"
+def cubin(names: list[str], arch: str = "sm_90", source: str = "gemm_simt.cu") -> bytes:
     headers = {key: launch.text(key.removeprefix("./")) for key in launch.headers(source)}
     (prog,) = _check(nvrtc.nvrtcCreateProgram(
         launch.text(source).encode(), source.encode(), len(headers),

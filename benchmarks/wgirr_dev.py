@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -58,7 +59,7 @@ VARIANTS = {
     "t64 plain": _v(tune._WGMMA_64, tma_store=False, stages=6),
     "t64 ps": _v(tune._WGMMA_64, pipe_store=True),
     "t64 w256": Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),
-    "t64 c2": tune._WGMMA_64_C2, "t64 c2 ps": _v(tune._WGMMA_64_C2, pipe_store=True),
+    "t64 c2": tune._WGMMA_64_C2, "t64 c2 ps": _v(tune._WGMMA_64_C2, pipe_store=True, lean=0),
     "t192": tune._WGMMA_T192, "t192 c2": tune._WGMMA_T192_C2,
     "t192x128": tune._WGMMA_T192N128, "t192x128 c2": tune._WGMMA_T192N128_C2,
     "t192 c2 g16": _v(tune._WGMMA_T192_C2, group_m=16),
@@ -70,6 +71,12 @@ VARIANTS = {
     "t192 s4 c2": tune._WGMMA_T192_C2, "t192x128 s4": _v(tune._WGMMA_T192N128, stages=4),
     "t192x128 s5": tune._WGMMA_T192N128,
 }
+# Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
+_LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
+               "mid ps": VARIANTS["mid ps"], "w192 c2 s5 ps": tune._WGMMA_192_C2,
+               "t64 plain": _v(tune._WGMMA_64, tma_store=False)}
+VARIANTS |= {f"{name} lean{bits}": _v(config, lean=bits)
+             for name, config in _LEAN_BASES.items() for bits in (1, 2, 3, 4, 7, 15)}
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
 # big squares).
@@ -179,11 +186,23 @@ S12T64 = {
     (1000, 1000, 4000, False): ("t64", "t64 c2", "mid"), (256, 4096, 4096, False): ("t64 c2",),
     (2000, 3000, 1000, False): (), (1536, 1536, 1536, False): (),
 }
+# Session 12 (s12b-k1000, `--set s12lean`): the fixed cost of a CTA's one tile, cut bit by bit
+# (1 descriptors by offset, 2 early first copies, 4 beta-free staging, 8 direct stores).
+S12LEAN = {
+    (1000, 1000, 1000, False): ("t64 c2 lean1", "t64 c2 lean7", "t64 c2 lean15", "mid ps",
+                                "mid ps lean15", "t64 lean15", "t64 c2 lean4", "t64 lean4"),
+    (768, 768, 768, False): ("t64 lean1", "t64 lean2", "t64 lean4", "t64 lean7", "t64 lean15",
+                             "t64 plain lean15"),
+    (1024, 1024, 1024, False): ("t64 lean1", "t64 lean7", "t64 lean15", "t64 lean4"),
+    (1000, 1000, 4000, False): ("t64 c2 lean7", "t64 c2 lean15"),
+    (256, 4096, 4096, False): ("t64 lean7", "t64 lean15", "t64 lean4"),
+    (2000, 3000, 1000, False): ("w192 c2 s5 ps lean3", "w192 c2 s5 ps lean15"),
+}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
-        "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64}
+        "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN}
 # the sets timed once (the others twice), warm too
-_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
-_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
+_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean")
+_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -354,6 +373,9 @@ def ncu_calls(set_: str) -> None:
         shapes, names = ((3000, 3000, 3000),), ("w192 c2", "w192 c2 s5", "w192 c2 s5 ps")
     if set_ == "s12":  # the 64-row tile and 128 x 128 pipelined against cuBLAS (torch) itself
         shapes, names = ((1000, 1000, 1000), (768, 768, 768)), ("t64", "mid ps")
+    if set_ == "s12lean":  # the instructions and L2 requests with and without the lean bits
+        shapes = ((1000, 1000, 1000), (768, 768, 768))
+        names = ("t64", "t64 lean15", "t64 c2", "t64 c2 lean15")
     if set_ == "s12t64":  # the L2 requests of 64 x 128 alone and in clusters, cuBLAS's tiling
         shapes, names = ((1000, 1000, 1000),), ("t64", "t64 c2", "narrow c1x2")
     for m, n, k in shapes:
@@ -437,6 +459,14 @@ def sanitize(set_: str) -> None:
         cases += [(136, 264, 200, t64c[0], True, True), (1000, 1000, 136, t64c[1], True, False),
                   (64 * 141, 300, 136, t64c[0], False, True)]
         sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s12lean":  # the direct stores and their fallbacks; early copies; held stage
+        lean = [VARIANTS[name] for name in ("t64 lean15", "t64 c2 lean15", "t64 lean2",
+                                            "w192 c2 s5 ps lean15", "mid ps lean15")]
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in lean]
+        cases += [(1024, 1024, 136, lean[0], False, False), (1000, 1000, 136, lean[1], True, True),
+                  (136, 264, 200, lean[2], True, True), (4096, 1000, 136, lean[3], True, False),
+                  (1000, 1000, 520, lean[4], False, True)]
+        sys.exit(1 if run_checks(cases) else 0)
     if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
@@ -474,6 +504,9 @@ def precompile(set_: str) -> None:
     if set_ == "s12t64":  # the same, with session 12's clusters
         new = [VARIANTS[v] for v in ("t64", "t64 plain", "t64 ps", "t64 w256", "t64 c2",
                                      "t64 c2 ps")]
+    if set_ == "s12lean":  # and the tests' (tests/test_gemm_lean.py)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        new = list(importlib.import_module("test_gemm_lean").VARIANTS)
     if set_ == "tile192r":  # and the tests' plain stores
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
     if set_ in ("stages", "s12"):  # and the tests' (tests/test_gemm_stages.py)
@@ -504,7 +537,7 @@ if __name__ == "__main__":
                         help="the shapes of session 9's first or second call, session 10's "
                              "short K or 128 x 192 tiles, session 11's 192- or 64-row tiles, "
                              "5 stages of 128 x 192 (stages), session 12's defaults (s12) or "
-                             "64-row tiles in clusters (s12t64)")
+                             "64-row tiles in clusters (s12t64) or the lean bits (s12lean)")
     args = parser.parse_args()
     os.environ["GPURT_GEMM_AUTOTUNE"] = "0"
     if args.mode == "precompile":

@@ -13,6 +13,7 @@
 # SET=tile64: session 11's 64-row tiles (its programs only; warm timings too; no ncu).
 # SET=stages: session 11b's 5 stages of 128 x 192 (likewise, and ncu at 3000^3).
 # SET=s12t64: session 12's 64-row tiles in clusters (likewise, and ncu at 1000^3).
+# SET=s12lean: session 12's lean bits (likewise, and ncu at 1000^3 and 768^3; synccheck too).
 # TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
 # SAN_TOOLS: the compute-sanitizer tools, SAN_LIMIT seconds each (default: memcheck racecheck).
 set -u
@@ -57,6 +58,7 @@ metrics=gpu__time_duration.sum,lts__t_requests.sum,lts__t_requests_srcunit_tex.s
 metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum
 metrics=$metrics,lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
+metrics=$metrics,smsp__inst_executed.sum,sm__cycles_elapsed.max
 [ "$set_" != split ] && [ "$set_" != tile64 ] && [ $(left) -gt 12 ] && timeout $(( $(left) - 4 )) ncu --profile-from-start off --clock-control none --csv \
     --metrics $metrics python3 -P benchmarks/wgirr_dev.py ncu --set "$set_" > "$out/ncu.csv" 2> "$out/ncu.err"
 echo "ncu rc=$? $(grep -c gemm_wgmma "$out/ncu.csv") kernel rows"; pack

@@ -44,6 +44,12 @@ class Config:
     in turn, each written while the other's store is read (bn 128 or 256, with tma_store; with
     pingpong a ring of four, a whole tile per consumer; 128 x 192 with 5 stages: one box and
     the A half of the tile's last stage, held until the stores have read it).
+    ``lean`` (unsplit 16-bit wgmma without cluster_n or pingpong; kernels/gemm_wgmma.cu's
+    gemm_wgmma_lean): bits that cut the fixed cost of a CTA's tile, for grids of about one
+    tile per CTA: 1 descriptors by offset (the K loop's address arithmetic), 2 the first
+    stages' copies before the CTA barrier (tensor maps prefetched), 4 an epilogue without the
+    per-element beta test when beta == 0, 8 stores straight from the registers where a
+    consumer's half tile is inside C, beta == 0 and C takes 8-byte stores.
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
@@ -66,6 +72,7 @@ class Config:
     cluster_n: int = 1
     pingpong: bool = False
     pipe_store: bool = False
+    lean: int = 0
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode", "rowload"):
@@ -108,6 +115,10 @@ class Config:
                                 or not self.tma_store or (self.bn % 128 and not deep192)):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
                              f"(bn 128 or 256, or 128 x 192 with 5 stages): {self}")
+        if self.lean and (not 0 < self.lean < 16 or self.kernel != "wgmma" or self.bk != 64
+                          or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
+            raise ValueError(f"lean (bits 1, 2, 4, 8) is for the unsplit 16-bit wgmma kernel "
+                             f"without cluster_n or pingpong: {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
@@ -164,8 +175,8 @@ class Config:
     @property
     def source(self) -> str:
         """The CUDA file holding this kernel."""
-        if self.kernel == "wgmma" and self.bm == 128 and (self.cluster_n > 1 or self.pingpong
-                                                          or self.pipe_store):
+        if self.kernel == "wgmma" and self.bm == 128 and not self.lean and (
+                self.cluster_n > 1 or self.pingpong or self.pipe_store):
             return "gemm_wgmma_x.cu"
         return f"gemm_{self.kernel}.cu"
 
@@ -194,6 +205,10 @@ class Config:
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
+        if self.kernel == "wgmma" and self.lean:
+            return (f"gemm_wgmma_lean<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}, "
+                    f"{str(self.pipe_store).lower()}, {self.lean}>")
         if self.kernel == "wgmma" and self.bm != 128:
             return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {str(self.tma_store).lower()}"
@@ -228,6 +243,8 @@ class Config:
             text += " tmaC"
         if self.pipe_store:
             text += " ps"
+        if self.lean:
+            text += f" lean{self.lean}"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:

@@ -135,8 +135,11 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # 128 x 128 pipelined (cuBLAS 8.7); 1000x1000x4000 25.0 against 33.6 alone and 27.9 for
 # 128 x 128 (cuBLAS 21.9). On 128-byte rows they lost: 1024^3 9.3 against 7.4, 768^3 8.0
 # against 6.3, 256x4096x4096 20.2 against 17.5. _rows64_cluster says where the heuristic
-# takes them; the tuner's candidates on split rows only.
-_WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2)
+# takes them; the tuner's candidates on split rows only. In its lean form (Config.lean = 7:
+# descriptors by offset, tensor maps prefetched, no per-element beta test in the staged
+# epilogue; s12b-k1000, H100 cold / warm): 1000^3 10.0 / 9.7 us against 10.6 / 10.4,
+# 1000x1000x4000 24.3 / 23.8 against 24.9 / 24.3.
+_WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2, lean=7)
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
 # B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for

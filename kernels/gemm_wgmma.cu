@@ -46,6 +46,12 @@ constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128
 // staging boxes per consumer beside it (128 x 192 with 5 stages, cuBLAS's depth) stages C
 // through one box per consumer, 64 columns a pass (Config.shared_mem keeps the same rule).
 constexpr int SMEM_MAX = 227 * 1024;
+// gemm_wgmma_lean's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
+// Config.lean): K-loop descriptors as a base plus constant offsets (no per-wgmma descriptor
+// arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
+// an epilogue without the per-element beta test when beta == 0; stores straight from the
+// registers (no staging, proxy fence, barriers or store wait) where they may (LEAN_DIRECT).
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_DIRECT = 8;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -97,6 +103,11 @@ __device__ __forceinline__ void tma_load_tile(u32 dst, const TmaDesc* map, int k
         for (int j = 0; j < ROWS / 64; ++j)
             tma_load(dst + j * CHUNK_BYTES, map, row0 + j * 64, k0, bar);
     }
+}
+
+// Fetch a tensor map into the TMA unit's descriptor cache ahead of its first copy.
+__device__ __forceinline__ void prefetch_tensormap(const TmaDesc* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
 
 // 2-D TMA store of the box at (inner, outer) from src (bulk-group completion; clipped at the
@@ -296,7 +307,8 @@ __device__ __forceinline__ void wgmma_wait() {
 // NBOX = 1: the one box of a ring too deep for two (SMEM_MAX), each pass waiting for the last;
 // with ALT the odd passes go to `alt` instead (the A half of the consumer's last stage, held
 // until these stores have read it), so a pass waits only for the store two passes back.
-template <int DT, int BN, bool PIPE = false, int NBOX = 2, bool ALT = false>
+// NOBETA: the caller knows beta == 0 (no per-element test of beta: LEAN_EPI).
+template <int DT, int BN, bool PIPE = false, int NBOX = 2, bool ALT = false, bool NOBETA = false>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
                                                i64 ldcin, float alpha, float beta, int r, int c,
@@ -333,7 +345,7 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
             for (int h = 0; h < 2; ++h) {
                 const int rr = row + 8 * h;
                 float v0 = alpha * d[4 * j + 2 * h], v1 = alpha * d[4 * j + 2 * h + 1];
-                if (beta != 0.f) {
+                if (!NOBETA && beta != 0.f) {
                     const int gr = r + 8 * h, gc = c + 8 * j;
                     if (gr < M && gc < N) {
                         const u16* src = Cin + (i64)gr * ldcin + gc;
@@ -358,6 +370,29 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                 tma_store(map, src, col0 + pass * WIDTH + box * 64, row0);
             }
             bulk_commit();
+        }
+    }
+}
+
+// LEAN_DIRECT's epilogue of one consumer's 64 x BN half tile, inside C, beta = 0, C taking
+// 8-byte stores of 4 elements: lane pairs (q, q ^ 1) of a quad swap one bf16x2 pair per two
+// 8-column blocks, so the even lane stores 4 columns of block j and the odd one 4 of block
+// j + 1 (a warp writes 32 contiguous bytes of each of its 8 rows: whole sectors).
+template <int DT, int BN>
+__device__ __forceinline__ void store_half_direct(const float* d, u16* __restrict__ C, i64 ldc,
+                                                  float alpha, int r, int c, int lane) {
+    const bool odd = (lane & 1) != 0;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j += 2) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 p0 = pack2<DT>(alpha * d[4 * j + 2 * h], alpha * d[4 * j + 2 * h + 1]);
+            const u32 p1 =
+                pack2<DT>(alpha * d[4 * j + 4 + 2 * h], alpha * d[4 * j + 5 + 2 * h]);
+            const u32 got = __shfl_xor_sync(0xffffffffu, odd ? p0 : p1, 1);
+            const int col = odd ? c + 8 * j + 6 : c + 8 * j;
+            *reinterpret_cast<uint2*>(C + (i64)(r + 8 * h) * ldc + col) =
+                odd ? make_uint2(got, p1) : make_uint2(p0, got);
         }
     }
 }
@@ -460,7 +495,7 @@ __device__ __forceinline__ void sum_half_tile_quads(u16* __restrict__ C,
 // gemm_wgmma_x's variants (see there). BM = 64 and 192: gemm_wgmma_bm's tiles, one and three
 // consumer warpgroups (256 and 512 threads), unsplit, clusters along M only, no ping-pong.
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
-          int CN = 1, bool PP = false, bool PS = false, int BM = wg::BM>
+          int CN = 1, bool PP = false, bool PS = false, int BM = wg::BM, int LEAN = 0>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -516,12 +551,73 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const int first = blockIdx.x / CS, step = gridDim.x / CS;
     const int warpgroup = threadIdx.x / 128;
 
+    // The producer's copies of K tile kt of tile (tm, tn) into ring slot it % STAGES, once
+    // the consumers have released the slot's previous use.
+    auto load_stage = [&](int it, int kt, int tm, int tn) {
+        const int s = it % STAGES;
+        mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
+        const u32 full = full_bar + 8 * s;
+        mbar_expect_tx(full, A_BYTES + B_BYTES);
+        const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
+        const int k0 = kt * BK;
+        if constexpr (CN == 1) {
+            tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
+        } else {  // rows [64 rn, 64 rn + 64) of the A tile, into its tile row
+            const auto a_mask = (unsigned short)((1 << rm) | (1 << (rm + CM)));
+            const int part = rn * 64;
+            if (A_K)
+                tma_load_multicast(a_dst + part * 128, &tma_a, k0, tm * BM + part,
+                                   full, a_mask);
+            else
+                tma_load_multicast(a_dst + rn * CHUNK_BYTES, &tma_a, tm * BM + part,
+                                   k0, full, a_mask);
+        }
+        // with CM = 2: B's half, into the CTAs of its tile column
+        const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
+        if (CM == 1) {
+            tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
+        } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
+            const int part = rm * (BN / 2);
+            tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
+                               b_mask);
+        } else if constexpr (BN % 128 != 0) {  // BN = 192: chunks 0, 2 | 1
+#pragma unroll
+            for (int chunk = rm; chunk < BN / 64; chunk += 2)
+                tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
+                                   tn * BN + chunk * 64, k0, full, b_mask);
+        } else {  // 64-wide chunks [rm BN/128, (rm + 1) BN/128)
+#pragma unroll
+            for (int j = 0; j < BN / 128; ++j) {
+                const int chunk = rm * (BN / 128) + j;
+                tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
+                                   tn * BN + chunk * 64, k0, full, b_mask);
+            }
+        }
+    };
+    // LEAN_EARLY (one CTA, no cluster): the producer thread issues its first tile's first
+    // STAGES K tiles right after initialising the barriers, before the CTA barrier, the
+    // setmaxnreg and the tile arithmetic of the loop below; `early` of them.
+    constexpr bool EARLY = (LEAN & LEAN_EARLY) != 0 && CS == 1 && !SPLIT;
+    int early = 0;
     if (threadIdx.x == 0) {
+        if constexpr ((LEAN & LEAN_EARLY) != 0) {
+            prefetch_tensormap(&tma_a);
+            prefetch_tensormap(&tma_b);
+            if (use_tma_store) prefetch_tensormap(&tma_c);
+        }
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);
             mbar_init(empty_bar + 8 * s, STAGE_READERS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        if constexpr (EARLY) {
+            if (first < items) {
+                int tm, tn;
+                grouped_tile(first % tiles, rows, cols, max(group_m, 1), tm, tn);
+                early = min(STAGES, k_tiles);
+                for (int kt = 0; kt < early; ++kt) load_stage(kt, kt, tm, tn);
+            }
+        }
     }
     if (CS > 1) {
         cluster_sync();  // the peer's barriers exist before anything reaches them
@@ -541,45 +637,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 const int k_begin = item / tiles * per_split;
                 const int k_end = min(k_tiles, k_begin + per_split);
                 for (int kt = k_begin; kt < k_end; ++kt, ++it) {
-                    const int s = it % STAGES;
-                    mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
-                    const u32 full = full_bar + 8 * s;
-                    mbar_expect_tx(full, A_BYTES + B_BYTES);
-                    const u32 a_dst = a_ring + s * A_BYTES, b_dst = b_ring + s * B_BYTES;
-                    const int k0 = kt * BK;
-                    if constexpr (CN == 1) {
-                        tma_load_tile<A_K, BM>(a_dst, &tma_a, k0, tm * BM, full);
-                    } else {  // rows [64 rn, 64 rn + 64) of the A tile, into its tile row
-                        const auto a_mask = (unsigned short)((1 << rm) | (1 << (rm + CM)));
-                        const int part = rn * 64;
-                        if (A_K)
-                            tma_load_multicast(a_dst + part * 128, &tma_a, k0, tm * BM + part,
-                                               full, a_mask);
-                        else
-                            tma_load_multicast(a_dst + rn * CHUNK_BYTES, &tma_a, tm * BM + part,
-                                               k0, full, a_mask);
+                    if constexpr (EARLY) {
+                        if (it < early) continue;  // issued before the CTA barrier
                     }
-                    // with CM = 2: B's half, into the CTAs of its tile column
-                    const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
-                    if (CM == 1) {
-                        tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
-                    } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
-                        const int part = rm * (BN / 2);
-                        tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
-                                           b_mask);
-                    } else if constexpr (BN % 128 != 0) {  // BN = 192: chunks 0, 2 | 1
-#pragma unroll
-                        for (int chunk = rm; chunk < BN / 64; chunk += 2)
-                            tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
-                                               tn * BN + chunk * 64, k0, full, b_mask);
-                    } else {  // 64-wide chunks [rm BN/128, (rm + 1) BN/128)
-#pragma unroll
-                        for (int j = 0; j < BN / 128; ++j) {
-                            const int chunk = rm * (BN / 128) + j;
-                            tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
-                                               tn * BN + chunk * 64, k0, full, b_mask);
-                        }
-                    }
+                    load_stage(it, kt, tm, tn);
                 }
             }
         }
@@ -600,6 +661,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
         constexpr u32 A_SBO = 1024, B_SBO = 1024;
 #endif
         const u32 a_half = A_K ? half * 64 * 128 : half * CHUNK_BYTES;
+        // LEAN_DESC: slot 0's descriptors; a slot's and a k step's differ in the address field
+        // alone (bits 0-13, address / 16, which stays below 2^14 inside shared memory)
+        const u64 a_desc0 = make_desc(a_ring + a_half, A_LBO, A_SBO);
+        const u64 b_desc0 = make_desc(b_ring, B_LBO, B_SBO);
+        // a descriptor whose low word (the address field) is moved by `units` of 16 bytes
+        auto moved = [](u64 desc, u32 units) {
+            return (desc & ~0xFFFFFFFFull) | (u32)((u32)desc + units);
+        };
         // A stage is free once every consumer warp of every CTA it was multicast to is done.
         auto release = [&](int s) {
             if (lane == 0) {
@@ -643,8 +712,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
-                    const u64 da = make_desc(a_tile + kk * A_STEP, A_LBO, A_SBO);
-                    const u64 db = make_desc(b_tile + kk * B_STEP, B_LBO, B_SBO);
+                    u64 da, db;
+                    if constexpr ((LEAN & LEAN_DESC) != 0) {
+                        da = moved(a_desc0, (u32)s * (A_BYTES / 16) + kk * (A_STEP / 16));
+                        db = moved(b_desc0, (u32)s * (B_BYTES / 16) + kk * (B_STEP / 16));
+                    } else {
+                        da = make_desc(a_tile + kk * A_STEP, A_LBO, A_SBO);
+                        db = make_desc(b_tile + kk * B_STEP, B_LBO, B_SBO);
+                    }
                     wgmma<BN, DT, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db,
                                                           (kt > k_begin || kk > 0) ? 1 : 0);
                 }
@@ -719,6 +794,16 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     continue;
                 }
             }
+            if constexpr ((LEAN & LEAN_DIRECT) != 0) {
+                const int row0 = tm * BM + half * 64, col0 = tn * BN;
+                if (beta == 0.f && (pair_ok & 2) != 0 && row0 + 64 <= M && col0 + BN <= N) {
+                    store_half_direct<DT, BN>(d, C, ldc, alpha, r, c, lane);
+                    if constexpr (HOLD) {
+                        if (use_tma_store) release(prev);  // (held for the staged epilogue)
+                    }
+                    continue;
+                }
+            }
             if (use_tma_store) {
                 if constexpr (HOLD) {  // passes 0, 2 in the own box, 1 in the held stage
                     store_half_tma<DT, BN, true, 1, true>(
@@ -729,10 +814,19 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     named_sync(1 + half, 128);
                     release(prev);
                 } else {
-                    store_half_tma<DT, BN, PS || ONE_BOX, ONE_BOX ? 1 : 2>(
-                        d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c,
-                        out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES), half, t,
-                        tn * BN, tm * BM + half * 64);
+                    // (two calls, not a generic lambda: NVRTC 13 takes those for host code)
+                    constexpr bool NOBETA = (LEAN & LEAN_EPI) != 0;
+                    constexpr int NBOX = ONE_BOX ? 1 : 2;
+                    const u32 buffer =
+                        out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES);
+                    if (NOBETA && beta == 0.f)
+                        store_half_tma<DT, BN, PS || ONE_BOX, NBOX, false, NOBETA>(
+                            d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c, buffer, half, t,
+                            tn * BN, tm * BM + half * 64);
+                    else
+                        store_half_tma<DT, BN, PS || ONE_BOX, NBOX>(
+                            d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c, buffer, half, t,
+                            tn * BN, tm * BM + half * 64);
                 }
                 continue;
             }
@@ -779,6 +873,22 @@ gemm_wgmma_bm(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__
               float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
               int splits) {
     gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM>(
+        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
+        tma_store_ok, nullptr, 1, nullptr);
+}
+
+// gemm_wgmma_bm (any BM: 64, 128 or 192) with the LEAN bits (wg::LEAN_*) for grids of about
+// one tile per CTA, where the per-tile fixed cost is not spread over several tiles.
+template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool PS,
+          int LEAN>
+__global__ void __launch_bounds__(128 + 2 * BM, 1)
+gemm_wgmma_lean(const __grid_constant__ wg::TmaDesc tma_a,
+                const __grid_constant__ wg::TmaDesc tma_b,
+                const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
+                const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
+                float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
+                float* __restrict__ partial, int splits) {
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM, LEAN>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);
 }
