@@ -49,9 +49,8 @@ constexpr int SMEM_MAX = 227 * 1024;
 // gemm_wgmma_lean's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
 // Config.lean): K-loop descriptors as a base plus constant offsets (no per-wgmma descriptor
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
-// an epilogue without the per-element beta test when beta == 0; stores straight from the
-// registers (no staging, proxy fence, barriers or store wait) where they may (LEAN_DIRECT).
-constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_DIRECT = 8;
+// an epilogue without the per-element beta test when beta == 0.
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -370,29 +369,6 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                 tma_store(map, src, col0 + pass * WIDTH + box * 64, row0);
             }
             bulk_commit();
-        }
-    }
-}
-
-// LEAN_DIRECT's epilogue of one consumer's 64 x BN half tile, inside C, beta = 0, C taking
-// 8-byte stores of 4 elements: lane pairs (q, q ^ 1) of a quad swap one bf16x2 pair per two
-// 8-column blocks, so the even lane stores 4 columns of block j and the odd one 4 of block
-// j + 1 (a warp writes 32 contiguous bytes of each of its 8 rows: whole sectors).
-template <int DT, int BN>
-__device__ __forceinline__ void store_half_direct(const float* d, u16* __restrict__ C, i64 ldc,
-                                                  float alpha, int r, int c, int lane) {
-    const bool odd = (lane & 1) != 0;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j += 2) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32 p0 = pack2<DT>(alpha * d[4 * j + 2 * h], alpha * d[4 * j + 2 * h + 1]);
-            const u32 p1 =
-                pack2<DT>(alpha * d[4 * j + 4 + 2 * h], alpha * d[4 * j + 5 + 2 * h]);
-            const u32 got = __shfl_xor_sync(0xffffffffu, odd ? p0 : p1, 1);
-            const int col = odd ? c + 8 * j + 6 : c + 8 * j;
-            *reinterpret_cast<uint2*>(C + (i64)(r + 8 * h) * ldc + col) =
-                odd ? make_uint2(got, p1) : make_uint2(p0, got);
         }
     }
 }
@@ -790,16 +766,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
                         for (int p = 0; p < NP; ++p)
                             store_pair<DT>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, rr[p],
                                            cc[p], v0[p], v1[p], pair_ok != 0);
-                    }
-                    continue;
-                }
-            }
-            if constexpr ((LEAN & LEAN_DIRECT) != 0) {
-                const int row0 = tm * BM + half * 64, col0 = tn * BN;
-                if (beta == 0.f && (pair_ok & 2) != 0 && row0 + 64 <= M && col0 + BN <= N) {
-                    store_half_direct<DT, BN>(d, C, ldc, alpha, r, c, lane);
-                    if constexpr (HOLD) {
-                        if (use_tma_store) release(prev);  // (held for the staged epilogue)
                     }
                     continue;
                 }
