@@ -140,6 +140,10 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # epilogue; s12b-k1000, H100 cold / warm): 1000^3 10.0 / 9.7 us against 10.6 / 10.4,
 # 1000x1000x4000 24.3 / 23.8 against 24.9 / 24.3.
 _WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2, lean=7)
+# Unclustered with the beta-free epilogue (lean 4): 768^3 5.5 us against 6.1 (H100, s12b-k1000),
+# untimed elsewhere; a tuner candidate beside _WGMMA_64, so a table tuned with it holds the
+# faster of the two at each shape whichever the heuristic takes.
+_WGMMA_64_LEAN4 = dataclasses.replace(_WGMMA_64, lean=4)
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
 # B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for
@@ -332,7 +336,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
         pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
-            pool += [_WGMMA_64] if problem.pitch128 else [_WGMMA_64, _WGMMA_64_C2]
+            pool += [_WGMMA_64, _WGMMA_64_LEAN4] + ([] if problem.pitch128 else [_WGMMA_64_C2])
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -383,7 +387,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2, *_TALL,
+                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2,
+                   _WGMMA_64_LEAN4, *_TALL,
                    *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain

@@ -29,7 +29,8 @@ VARIANTS = [
     dataclasses.replace(tune._WGMMA_192_C2, lean=7),  # 128 x 192 s5: the held stage
     dataclasses.replace(tune._WGMMA_T192, lean=7),  # 192 x 192: three consumers
     dataclasses.replace(T64, tma_store=False, lean=7),  # plain stores
-    dataclasses.replace(T64, lean=5),  # staged TMA stores, beta-free, no early copies
+    tune._WGMMA_64_LEAN4,  # the tuner's candidate: beta-free staged stores alone
+    dataclasses.replace(T64, lean=5),  # and descriptors by offset
 ]
 
 
@@ -54,6 +55,18 @@ def test_config_fields():
 def test_config_rejects(bad):
     with pytest.raises(ValueError, match="lean"):
         dataclasses.replace(VARIANTS[0], **bad)
+
+
+def test_tuner_offers_lean4_beside_the_64_row_tile():
+    """Where the tuner times the 64 x 128 tile it times its lean 4 form too (a tuned table
+    then holds the faster at each shape); the sanitizer sweep runs it."""
+    assert tune._WGMMA_64_LEAN4 == dataclasses.replace(T64, lean=4)
+    for dims, pitch128 in (((768, 768, 768), True), ((1000, 1000, 1000), False),
+                           ((256, 4096, 4096), True)):
+        offered = tune.candidates(tiles.problem(*dims, pitch128=pitch128))
+        assert T64 in offered and tune._WGMMA_64_LEAN4 in offered, dims
+    assert tune._WGMMA_64_LEAN4 not in tune.candidates(tiles.problem(4096, 4096, 4096))
+    assert tune._WGMMA_64_LEAN4 in tune.all_configs(tiles.problem(1000, 1000, 1000))
 
 
 def test_compiles_without_spills(tmp_path, monkeypatch):
