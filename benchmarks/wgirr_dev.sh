@@ -63,7 +63,7 @@ if [ "${TUNE_S:-0}" -gt 0 ] && [ $(left) -gt 40 ]; then
         --budget $((lim - 25)) -o "$top/gemm-tune.json" > "$out/tune.log" 2>&1
     echo "tune rc=$? $(grep -c 'tuned in' "$out/tune.log") tuned; $(tail -n 1 "$out/tune.log")"
     if [ ! -s "$top/gemm-tune.json" ]; then  # killed: the results file written after each tune
-        found=$(find "$GPURT_CACHE_DIR" -name gemm-tune-v1.json | head -n 1)
+        found=$(find "$GPURT_CACHE_DIR" -name gemm-tune-v1.json 2>/dev/null | head -n 1)
         [ -n "$found" ] && cp "$found" "$top/gemm-tune.json" && echo "tune: copied $found"
     fi
     pack
