@@ -223,6 +223,10 @@ class Config:
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.bm) * -(-n // self.bn)
 
+    def blocks(self, m: int, n: int) -> int:
+        """Clusters of tiles (cluster_m x cluster_n) that cover an m x n C; tiles alone."""
+        return -(-m // (self.bm * self.cluster_m)) * -(-n // (self.bn * self.cluster_n))
+
     @property
     def cluster(self) -> int:
         """CTAs per cluster (1: no clusters)."""

@@ -395,9 +395,8 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     if config.kernel == "wgmma":
         grid = min(tiles * config.split_k, problem.sm_count)
         if config.cluster > 1:
-            pairs = -(-plan.m // (config.bm * config.cluster_m)) * -(-plan.n // (config.bn
-                                                                           * config.cluster_n))
-            clusters = min(pairs, max_clusters(kernels[0], config, smem, plan.index))
+            clusters = min(config.blocks(plan.m, plan.n),
+                           max_clusters(kernels[0], config, smem, plan.index))
             grid = config.cluster * clusters
     counters = 0
     if config.split_k > 1:  # one per tile; wgmma: one per consumer's half tile

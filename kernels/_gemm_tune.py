@@ -558,9 +558,8 @@ def _split_row_cluster(problem: Problem, filled: Config) -> Config:
     for config, rate in _CLUSTER_RATE_PITCH16.items():
         if not eligible(problem, config):
             continue
-        blocks = -(-m // (config.bm * config.cluster_m)) * -(-n // (config.bn * config.cluster_n))
-        at_once = max(1, problem.sm_count * _CLUSTERS_PER_132_SMS[config.cluster] // 132)
-        cost = -(-blocks // at_once) * config.bm * config.bn / 128 / rate
+        rounds = -(-config.blocks(m, n) // _clusters_at_once(problem, config))
+        cost = rounds * config.bm * config.bn / 128 / rate
         if cost < best_cost:
             best, best_cost = config, cost
     return best
@@ -576,10 +575,15 @@ def _rows64_cluster(problem: Problem, config: Config) -> Config:
     (untimed) keep the plain tile."""
     if config != _WGMMA_64 or problem.pitch128 or not eligible(problem, _WGMMA_64_C2):
         return config
-    sms = problem.sm_count
-    pairs = -(-problem.m // 128) * -(-problem.n // _WGMMA_64_C2.bn)
-    full = _WGMMA_64.tiles(problem.m, problem.n) * 10 >= sms * 9
-    return _WGMMA_64_C2 if full and pairs <= sms * _CLUSTERS_PER_132_SMS[2] // 132 else config
+    m, n = problem.m, problem.n
+    full = _WGMMA_64.tiles(m, n) * 10 >= problem.sm_count * 9
+    one_wave = _WGMMA_64_C2.blocks(m, n) <= _clusters_at_once(problem, _WGMMA_64_C2)
+    return _WGMMA_64_C2 if full and one_wave else config
+
+
+def _clusters_at_once(problem: Problem, config: Config) -> int:
+    """How many of ``config``'s clusters run at once (_CLUSTERS_PER_132_SMS, scaled)."""
+    return max(1, problem.sm_count * _CLUSTERS_PER_132_SMS[config.cluster] // 132)
 
 
 def _short_k_store(problem: Problem, config: Config) -> Config:
@@ -643,7 +647,7 @@ def _tall_for(problem: Problem, config: Config) -> Config:
     Against 128 x 256 they lost (4096^3: 6 waves against 4, 228 against 187 us; 2048x8192x8192
     455 against 402), and at K <= 1024 the 128-row tiles have the short-K epilogues
     (_short_k_store); on split rows they were not timed unclustered, and lost in 2 x 1
-    clusters. 192 x 192 lost or tied at every shape timed: the tuner's only."""
+    clusters. 192 x 192 takes split rows in 2 x 1 clusters (_split_row_cluster), not here."""
     tall = _WGMMA_T192N128
     if (config != _WGMMA_192 or not problem.pitch128 or problem.k <= 1024
             or not eligible(problem, tall)):
