@@ -45,7 +45,7 @@ class Config:
     pingpong a ring of four, a whole tile per consumer; 128 x 192 with 5 stages: one box and
     the A half of the tile's last stage, held until the stores have read it).
     ``lean`` (unsplit 16-bit wgmma without cluster_n or pingpong; kernels/gemm_wgmma.cu's
-    gemm_wgmma_lean): bits that cut the fixed cost of a CTA's tile, for grids of about one
+    gemm_wgmma_bm): bits that cut the fixed cost of a CTA's tile, for grids of about one
     tile per CTA: 1 descriptors by offset (the K loop's address arithmetic), 2 the first
     stages' copies before the CTA barrier (tensor maps prefetched), 4 an epilogue without the
     per-element beta test when beta == 0 (session 12's bit 8, stores straight from the
@@ -205,14 +205,11 @@ class Config:
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
-        if self.kernel == "wgmma" and self.lean:
-            return (f"gemm_wgmma_lean<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{self.cluster_m}, {str(self.tma_store).lower()}, "
-                    f"{str(self.pipe_store).lower()}, {self.lean}>")
-        if self.kernel == "wgmma" and self.bm != 128:
+        if self.kernel == "wgmma" and (self.bm != 128 or self.lean):
+            tail = f", {str(self.pipe_store).lower()}, {self.lean}>" if self.lean else (
+                ", true>" if self.pipe_store else ">")
             return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{self.cluster_m}, {str(self.tma_store).lower()}"
-                    + (", true>" if self.pipe_store else ">"))
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}" + tail)
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "

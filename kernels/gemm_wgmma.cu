@@ -46,7 +46,7 @@ constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128
 // staging boxes per consumer beside it (128 x 192 with 5 stages, cuBLAS's depth) stages C
 // through one box per consumer, 64 columns a pass (Config.shared_mem keeps the same rule).
 constexpr int SMEM_MAX = 227 * 1024;
-// gemm_wgmma_lean's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
+// gemm_wgmma_bm's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
 // Config.lean): K-loop descriptors as a base plus constant offsets (no per-wgmma descriptor
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
 // an epilogue without the per-element beta test when beta == 0.
@@ -830,30 +830,16 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
 // BM = 192 (BN = 128 or 192): three consumers (512 threads), cuBLAS's tile shapes at grids
 // that 128-row tiles fill badly (3000^3: 256 tiles of 192 x 192 make 1.94 waves, 576 of
 // 128 x 128 4.4). Unsplit, no ping-pong, clusters along M only (B multicast as gemm_wgmma's).
+// LEAN (any BM, 128 too): the wg::LEAN_* bits for grids of about one tile per CTA, where the
+// per-tile fixed cost is not spread over several tiles.
 template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA,
-          bool PS = false>
+          bool PS = false, int LEAN = 0>
 __global__ void __launch_bounds__(128 + 2 * BM, 1)
 gemm_wgmma_bm(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
               const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
               const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
               float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
               int splits) {
-    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM>(
-        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
-        tma_store_ok, nullptr, 1, nullptr);
-}
-
-// gemm_wgmma_bm (any BM: 64, 128 or 192) with the LEAN bits (wg::LEAN_*) for grids of about
-// one tile per CTA, where the per-tile fixed cost is not spread over several tiles.
-template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool PS,
-          int LEAN>
-__global__ void __launch_bounds__(128 + 2 * BM, 1)
-gemm_wgmma_lean(const __grid_constant__ wg::TmaDesc tma_a,
-                const __grid_constant__ wg::TmaDesc tma_b,
-                const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
-                const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
-                float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
-                float* __restrict__ partial, int splits) {
     gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM, LEAN>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);

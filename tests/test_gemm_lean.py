@@ -1,5 +1,5 @@
-"""The lean forms of the 16-bit wgmma kernel (Config.lean; kernels/gemm_wgmma.cu's
-gemm_wgmma_lean: descriptors by offset, the first stages' copies before the CTA barrier, an
+"""The lean forms of the 16-bit wgmma kernel (Config.lean; kernels/gemm_wgmma.cu's gemm_wgmma_bm,
+its LEAN bits: descriptors by offset, the first stages' copies before the CTA barrier, an
 epilogue without the per-element beta test). CPU: names, labels, what they reject, compiled
 without spills. GPU: every layout, both 16-bit types, edge tiles, K shorter than the ring,
 alpha/beta/Cin, offset views, many tiles per CTA, in clusters, with the pipelined and the
@@ -39,9 +39,9 @@ def test_config_fields():
     assert lean.label() == "wgmma 64x128x64 s8 tmaC lean5 g8"
     assert lean.source == VARIANTS[4].source == "gemm_wgmma.cu"
     assert lean.name_expression(2, True, False, True) == \
-        "gemm_wgmma_lean<2, 64, 128, 8, true, false, 1, true, false, 5>"
+        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 1, true, false, 5>"
     assert VARIANTS[4].name_expression(1, False, True, True) == \
-        "gemm_wgmma_lean<1, 128, 128, 6, false, true, 1, true, true, 7>"
+        "gemm_wgmma_bm<1, 128, 128, 6, false, true, 1, true, true, 7>"
     assert lean.shared_mem(True, False) == T64.shared_mem(True, False)
     assert lean.threads == T64.threads
     assert Config.from_json(lean.to_json()) == lean

@@ -54,7 +54,7 @@ def test_config_fields():
     assert T64_C2.label() == "wgmma 64x128x64 s8 c2 tmaC lean7 g8" and T64_C2.cluster == 2
     assert T64_C2.threads == 256 and T64_C2.shared_mem(True, False) == T64.shared_mem(True, False)
     assert T64_C2.name_expression(2, True, False, True) == \
-        "gemm_wgmma_lean<2, 64, 128, 8, true, false, 2, true, false, 7>"
+        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true, false, 7>"
     assert dataclasses.replace(T64_C2, lean=0).name_expression(2, True, False, True) == \
         "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true>"
 
