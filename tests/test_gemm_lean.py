@@ -29,8 +29,9 @@ VARIANTS = [
     dataclasses.replace(tune._WGMMA_192_C2, lean=7),  # 128 x 192 s5: the held stage
     dataclasses.replace(tune._WGMMA_T192, lean=7),  # 192 x 192: three consumers
     dataclasses.replace(T64, tma_store=False, lean=7),  # plain stores
+    dataclasses.replace(T64, lean=0),  # the plain 64 x 128 tile
     tune._WGMMA_64_LEAN4,  # the tuner's candidate: beta-free staged stores alone
-    dataclasses.replace(T64, lean=5),  # and descriptors by offset
+    T64,  # the default: lean 5, and descriptors by offset
 ]
 
 
@@ -45,7 +46,8 @@ def test_config_fields():
     assert lean.shared_mem(True, False) == T64.shared_mem(True, False)
     assert lean.threads == T64.threads
     assert Config.from_json(lean.to_json()) == lean
-    assert T64.lean == 0 and "lean" not in T64.label()  # the defaults are unchanged
+    assert T64.lean == 5 and tune._WGMMA_64_C2.lean == 7  # the defaults (s12c-lean)
+    assert "lean" not in VARIANTS[-3].label()
 
 
 @pytest.mark.parametrize("bad", [
