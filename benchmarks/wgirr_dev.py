@@ -76,7 +76,7 @@ _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
                "mid ps": VARIANTS["mid ps"], "w192 c2 s5 ps": tune._WGMMA_192_C2,
                "t64 plain": _v(tune._WGMMA_64, tma_store=False)}
 VARIANTS |= {f"{name} lean{bits}": _v(config, lean=bits)
-             for name, config in _LEAN_BASES.items() for bits in (1, 2, 3, 4, 7, 15)}
+             for name, config in _LEAN_BASES.items() for bits in (1, 2, 3, 4, 5, 7)}
 # Per shape, the variants timed beside "auto" (session 9: every cluster config after the
 # remote-arrive fix, the ordered ping-pong where CTAs hold several tiles, no regression on the
 # big squares).
@@ -186,22 +186,21 @@ S12T64 = {
     (1000, 1000, 4000, False): ("t64", "t64 c2", "mid"), (256, 4096, 4096, False): ("t64 c2",),
     (2000, 3000, 1000, False): (), (1536, 1536, 1536, False): (),
 }
-# Session 12 (s12b-k1000, `--set s12lean`): the fixed cost of a CTA's one tile, cut bit by bit
-# (1 descriptors by offset, 2 early first copies, 4 beta-free staging, 8 direct stores).
+# `--set s12lean`: the lean bits (1 descriptors by offset, 2 early first copies, 4 beta-free
+# staging). Session 12 (s12b-k1000, 96f0d25) timed them bit by bit with bit 8 (direct stores,
+# since dropped); s12c-lean: lean 4 and 5 on the unclustered 64 x 128 tile against lean 0
+# ("t64") and cuBLAS, twice each, where the heuristic takes that tile (128-byte rows) and on
+# split rows (1000^3, 1000x1000x4000: "auto" is the c2 lean7 tile there).
+_T64_LEAN = ("t64", "t64 lean4", "t64 lean5")
 S12LEAN = {
-    (1000, 1000, 1000, False): ("t64 c2 lean1", "t64 c2 lean7", "t64 c2 lean15", "mid ps",
-                                "mid ps lean15", "t64 lean15", "t64 c2 lean4", "t64 lean4"),
-    (768, 768, 768, False): ("t64 lean1", "t64 lean2", "t64 lean4", "t64 lean7", "t64 lean15",
-                             "t64 plain lean15"),
-    (1024, 1024, 1024, False): ("t64 lean1", "t64 lean7", "t64 lean15", "t64 lean4"),
-    (1000, 1000, 4000, False): ("t64 c2 lean7", "t64 c2 lean15"),
-    (256, 4096, 4096, False): ("t64 lean7", "t64 lean15", "t64 lean4"),
-    (2000, 3000, 1000, False): ("w192 c2 s5 ps lean3", "w192 c2 s5 ps lean15"),
+    (768, 768, 768, False): _T64_LEAN, (1024, 1024, 1024, False): _T64_LEAN,
+    (256, 4096, 4096, False): _T64_LEAN, (1000, 1000, 4000, False): _T64_LEAN,
+    (1000, 1000, 1000, False): _T64_LEAN,
 }
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN}
 # the sets timed once (the others twice), warm too
-_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean")
+_OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean")
 
 
@@ -374,8 +373,8 @@ def ncu_calls(set_: str) -> None:
     if set_ == "s12":  # the 64-row tile and 128 x 128 pipelined against cuBLAS (torch) itself
         shapes, names = ((1000, 1000, 1000), (768, 768, 768)), ("t64", "mid ps")
     if set_ == "s12lean":  # the instructions and L2 requests with and without the lean bits
-        shapes = ((1000, 1000, 1000), (768, 768, 768))
-        names = ("t64", "t64 lean15", "t64 c2", "t64 c2 lean15")
+        shapes = ((768, 768, 768), (1024, 1024, 1024))
+        names = ("t64", "t64 lean4", "t64 lean5")
     if set_ == "s12t64":  # the L2 requests of 64 x 128 alone and in clusters, cuBLAS's tiling
         shapes, names = ((1000, 1000, 1000),), ("t64", "t64 c2", "narrow c1x2")
     for m, n, k in shapes:
@@ -459,13 +458,14 @@ def sanitize(set_: str) -> None:
         cases += [(136, 264, 200, t64c[0], True, True), (1000, 1000, 136, t64c[1], True, False),
                   (64 * 141, 300, 136, t64c[0], False, True)]
         sys.exit(1 if run_checks(cases) else 0)
-    if set_ == "s12lean":  # the direct stores and their fallbacks; early copies; held stage
-        lean = [VARIANTS[name] for name in ("t64 lean15", "t64 c2 lean15", "t64 lean2",
-                                            "w192 c2 s5 ps lean15", "mid ps lean15")]
+    if set_ == "s12lean":  # beta's fallback; early copies; clusters; held stage; many tiles
+        lean = [VARIANTS[name] for name in ("t64 lean7", "t64 c2 lean7", "t64 lean2",
+                                            "w192 c2 s5 ps lean7", "mid ps lean7", "t64 lean5")]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in lean]
-        cases += [(1024, 1024, 136, lean[0], False, False), (1000, 1000, 136, lean[1], True, True),
+        cases += [(1024, 1024, 136, lean[5], False, False), (1000, 1000, 136, lean[1], True, True),
                   (136, 264, 200, lean[2], True, True), (4096, 1000, 136, lean[3], True, False),
-                  (1000, 1000, 520, lean[4], False, True)]
+                  (1000, 1000, 520, lean[4], False, True),
+                  (64 * 140, 300, 136, lean[0], False, True)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]

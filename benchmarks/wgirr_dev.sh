@@ -13,9 +13,12 @@
 # SET=tile64: session 11's 64-row tiles (its programs only; warm timings too; no ncu).
 # SET=stages: session 11b's 5 stages of 128 x 192 (likewise, and ncu at 3000^3).
 # SET=s12t64: session 12's 64-row tiles in clusters (likewise, and ncu at 1000^3).
-# SET=s12lean: session 12's lean bits (likewise, and ncu at 1000^3 and 768^3; synccheck too).
+# SET=s12lean: the lean bits (twice each, warm too; ncu at 768^3 and 1024^3; synccheck too).
 # TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
 # SAN_TOOLS: the compute-sanitizer tools, SAN_LIMIT seconds each (default: memcheck racecheck).
+# TUNE_S: seconds (at most) for the default tuning table after the sanitizers, autotuner on,
+# this site's kernel cache (benchmarks/tune_defaults.py -> OUTDIR/gemm-tune.json; a .cu edit
+# moves the GEMM source digest, and the committed table's keys with it). Default 0: none.
 set -u
 top=${1:?OUTDIR}
 work=$(mktemp -d)  # logs outside OUTDIR: only runs.tgz and the timings' JSON go back
@@ -53,6 +56,18 @@ for tool in ${SAN_TOOLS:-memcheck racecheck}; do
     echo "$tool rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed: $(tail -n 1 "$log")"
 done
 pack
+if [ "${TUNE_S:-0}" -gt 0 ] && [ $(left) -gt 40 ]; then
+    step tune
+    lim=$(( $(left) - 5 )); [ $lim -gt $TUNE_S ] && lim=$TUNE_S
+    GPURT_GEMM_AUTOTUNE=1 timeout -k 5 $lim python3 -P benchmarks/tune_defaults.py \
+        --budget $((lim - 25)) -o "$top/gemm-tune.json" > "$out/tune.log" 2>&1
+    echo "tune rc=$? $(grep -c 'tuned in' "$out/tune.log") tuned; $(tail -n 1 "$out/tune.log")"
+    if [ ! -s "$top/gemm-tune.json" ]; then  # killed: the results file written after each tune
+        found=$(find "$GPURT_CACHE_DIR" -name gemm-tune-v1.json 2>/dev/null | head -n 1)
+        [ -n "$found" ] && cp "$found" "$top/gemm-tune.json" && echo "tune: copied $found"
+    fi
+    pack
+fi
 step ncu
 metrics=gpu__time_duration.sum,lts__t_requests.sum,lts__t_requests_srcunit_tex.sum
 metrics=$metrics,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum

@@ -45,11 +45,11 @@ class Config:
     pingpong a ring of four, a whole tile per consumer; 128 x 192 with 5 stages: one box and
     the A half of the tile's last stage, held until the stores have read it).
     ``lean`` (unsplit 16-bit wgmma without cluster_n or pingpong; kernels/gemm_wgmma.cu's
-    gemm_wgmma_lean): bits that cut the fixed cost of a CTA's tile, for grids of about one
+    gemm_wgmma_bm): bits that cut the fixed cost of a CTA's tile, for grids of about one
     tile per CTA: 1 descriptors by offset (the K loop's address arithmetic), 2 the first
     stages' copies before the CTA barrier (tensor maps prefetched), 4 an epilogue without the
-    per-element beta test when beta == 0, 8 stores straight from the registers where a
-    consumer's half tile is inside C, beta == 0 and C takes 8-byte stores.
+    per-element beta test when beta == 0 (session 12's bit 8, stores straight from the
+    registers, lost or tied wherever it was timed and is gone).
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
@@ -115,9 +115,9 @@ class Config:
                                 or not self.tma_store or (self.bn % 128 and not deep192)):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
                              f"(bn 128 or 256, or 128 x 192 with 5 stages): {self}")
-        if self.lean and (not 0 < self.lean < 16 or self.kernel != "wgmma" or self.bk != 64
+        if self.lean and (not 0 < self.lean < 8 or self.kernel != "wgmma" or self.bk != 64
                           or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
-            raise ValueError(f"lean (bits 1, 2, 4, 8) is for the unsplit 16-bit wgmma kernel "
+            raise ValueError(f"lean (bits 1, 2, 4) is for the unsplit 16-bit wgmma kernel "
                              f"without cluster_n or pingpong: {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
@@ -205,14 +205,11 @@ class Config:
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
-        if self.kernel == "wgmma" and self.lean:
-            return (f"gemm_wgmma_lean<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{self.cluster_m}, {str(self.tma_store).lower()}, "
-                    f"{str(self.pipe_store).lower()}, {self.lean}>")
-        if self.kernel == "wgmma" and self.bm != 128:
+        if self.kernel == "wgmma" and (self.bm != 128 or self.lean):
+            tail = f", {str(self.pipe_store).lower()}, {self.lean}>" if self.lean else (
+                ", true>" if self.pipe_store else ">")
             return (f"gemm_wgmma_bm<{dt}, {self.bm}, {self.bn}, {self.stages}, {ak}, {bk_}, "
-                    f"{self.cluster_m}, {str(self.tma_store).lower()}"
-                    + (", true>" if self.pipe_store else ">"))
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}" + tail)
         if self.kernel == "wgmma":
             epi = str(self.tma_store).lower()
             return (f"gemm_wgmma{split}<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "

@@ -124,7 +124,10 @@ _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192_S4, cluster_m=2, cluster_n=2)
 # Multiply-add rate in _TILE_RATE's units, by whether rows lie at 128-byte pitches (True) or
 # not: an H200's one-wave grids (notes_gemm.md, s11-tile64;
 # 1024^3 6.8 us against 7.2 for 128 x 64, 1000^3 10.4-10.8 against 11.0 for 128 x 128).
-_WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True)
+# Lean 5 (descriptors by offset, the beta-free epilogue; Config.lean): H100, kernel-only
+# cold, two rounds (notes_gemm.md, s12c-lean): 768^3 5.2-5.3 us against 5.8 at lean 0,
+# 1024^3 6.4-6.5 against 7.4-7.6, 256x4096x4096 16.8-16.9 against 17.4-17.5.
+_WGMMA_64 = Config("wgmma", 64, 128, 64, stages=8, group_m=8, tma_store=True, lean=5)
 _ROWS64_RATE = {True: 0.62, False: 0.45}
 # The same in 2-CTA clusters along M (session 12, s12-tile64n): each CTA loads its 64 rows of
 # A and half of the pair's common 128-column B tile, multicast into both, so a CTA loads
@@ -140,6 +143,10 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # epilogue; s12b-k1000, H100 cold / warm): 1000^3 10.0 / 9.7 us against 10.6 / 10.4,
 # 1000x1000x4000 24.3 / 23.8 against 24.9 / 24.3.
 _WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2, lean=7)
+# Unclustered with the beta-free epilogue alone (lean 4): within 0.1-0.3 us of lean 5 at the
+# three shapes above, ahead at 768^3 in one round of two; a tuner candidate beside _WGMMA_64,
+# so a table tuned with it holds the faster of the two at each shape.
+_WGMMA_64_LEAN4 = dataclasses.replace(_WGMMA_64, lean=4)
 # 192-row tiles (issue 17, s11-tile192r; kernels/gemm_wgmma.cu gemm_wgmma_bm: 3 consumer
 # warpgroups): cuBLAS's 192 x 192 at 3000^3 (256 tiles, 1.94 waves; 2-CTA clusters along M,
 # B multicast) and 192 x 128. (cuBLAS's "192x128" at 2000x3000x1000 is ours 128 x 192: for
@@ -332,7 +339,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
         pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
-            pool += [_WGMMA_64] if problem.pitch128 else [_WGMMA_64, _WGMMA_64_C2]
+            pool += [_WGMMA_64, _WGMMA_64_LEAN4] + ([] if problem.pitch128 else [_WGMMA_64_C2])
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -383,7 +390,8 @@ def all_configs(problem: Problem) -> list[Config]:
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
-                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2, *_TALL,
+                   _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2,
+                   _WGMMA_64_LEAN4, *_TALL,
                    *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain

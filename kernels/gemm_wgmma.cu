@@ -46,12 +46,11 @@ constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128
 // staging boxes per consumer beside it (128 x 192 with 5 stages, cuBLAS's depth) stages C
 // through one box per consumer, 64 columns a pass (Config.shared_mem keeps the same rule).
 constexpr int SMEM_MAX = 227 * 1024;
-// gemm_wgmma_lean's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
+// gemm_wgmma_bm's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
 // Config.lean): K-loop descriptors as a base plus constant offsets (no per-wgmma descriptor
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
-// an epilogue without the per-element beta test when beta == 0; stores straight from the
-// registers (no staging, proxy fence, barriers or store wait) where they may (LEAN_DIRECT).
-constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_DIRECT = 8;
+// an epilogue without the per-element beta test when beta == 0.
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -370,29 +369,6 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                 tma_store(map, src, col0 + pass * WIDTH + box * 64, row0);
             }
             bulk_commit();
-        }
-    }
-}
-
-// LEAN_DIRECT's epilogue of one consumer's 64 x BN half tile, inside C, beta = 0, C taking
-// 8-byte stores of 4 elements: lane pairs (q, q ^ 1) of a quad swap one bf16x2 pair per two
-// 8-column blocks, so the even lane stores 4 columns of block j and the odd one 4 of block
-// j + 1 (a warp writes 32 contiguous bytes of each of its 8 rows: whole sectors).
-template <int DT, int BN>
-__device__ __forceinline__ void store_half_direct(const float* d, u16* __restrict__ C, i64 ldc,
-                                                  float alpha, int r, int c, int lane) {
-    const bool odd = (lane & 1) != 0;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j += 2) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32 p0 = pack2<DT>(alpha * d[4 * j + 2 * h], alpha * d[4 * j + 2 * h + 1]);
-            const u32 p1 =
-                pack2<DT>(alpha * d[4 * j + 4 + 2 * h], alpha * d[4 * j + 5 + 2 * h]);
-            const u32 got = __shfl_xor_sync(0xffffffffu, odd ? p0 : p1, 1);
-            const int col = odd ? c + 8 * j + 6 : c + 8 * j;
-            *reinterpret_cast<uint2*>(C + (i64)(r + 8 * h) * ldc + col) =
-                odd ? make_uint2(got, p1) : make_uint2(p0, got);
         }
     }
 }
@@ -794,16 +770,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     continue;
                 }
             }
-            if constexpr ((LEAN & LEAN_DIRECT) != 0) {
-                const int row0 = tm * BM + half * 64, col0 = tn * BN;
-                if (beta == 0.f && (pair_ok & 2) != 0 && row0 + 64 <= M && col0 + BN <= N) {
-                    store_half_direct<DT, BN>(d, C, ldc, alpha, r, c, lane);
-                    if constexpr (HOLD) {
-                        if (use_tma_store) release(prev);  // (held for the staged epilogue)
-                    }
-                    continue;
-                }
-            }
             if (use_tma_store) {
                 if constexpr (HOLD) {  // passes 0, 2 in the own box, 1 in the held stage
                     store_half_tma<DT, BN, true, 1, true>(
@@ -864,30 +830,16 @@ gemm_wgmma(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg
 // BM = 192 (BN = 128 or 192): three consumers (512 threads), cuBLAS's tile shapes at grids
 // that 128-row tiles fill badly (3000^3: 256 tiles of 192 x 192 make 1.94 waves, 576 of
 // 128 x 128 4.4). Unsplit, no ping-pong, clusters along M only (B multicast as gemm_wgmma's).
+// LEAN (any BM, 128 too): the wg::LEAN_* bits for grids of about one tile per CTA, where the
+// per-tile fixed cost is not spread over several tiles.
 template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA,
-          bool PS = false>
+          bool PS = false, int LEAN = 0>
 __global__ void __launch_bounds__(128 + 2 * BM, 1)
 gemm_wgmma_bm(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
               const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
               const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
               float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
               int splits) {
-    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM>(
-        tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
-        tma_store_ok, nullptr, 1, nullptr);
-}
-
-// gemm_wgmma_bm (any BM: 64, 128 or 192) with the LEAN bits (wg::LEAN_*) for grids of about
-// one tile per CTA, where the per-tile fixed cost is not spread over several tiles.
-template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool PS,
-          int LEAN>
-__global__ void __launch_bounds__(128 + 2 * BM, 1)
-gemm_wgmma_lean(const __grid_constant__ wg::TmaDesc tma_a,
-                const __grid_constant__ wg::TmaDesc tma_b,
-                const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
-                const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
-                float alpha, float beta, int group_m, int pair_ok, int tma_store_ok,
-                float* __restrict__ partial, int splits) {
     gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM, LEAN>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);

@@ -30,6 +30,7 @@ VARIANTS = [
     Config("wgmma", 64, 256, 64, stages=5, group_m=16, tma_store=True),  # m64n256: 128 accs
     tune._WGMMA_64_C2,  # 2-CTA clusters along M, B multicast (s12-tile64n)
     dataclasses.replace(tune._WGMMA_64_C2, pipe_store=True, lean=0),
+    dataclasses.replace(T64, lean=0),  # the plain tile (the default until s12c-lean)
 ]
 T64_C2 = tune._WGMMA_64_C2
 
@@ -38,13 +39,13 @@ _problem = tiles.problem
 
 
 def test_config_fields():
-    assert T64.label() == "wgmma 64x128x64 s8 tmaC g8"
+    assert T64.label() == "wgmma 64x128x64 s8 tmaC lean5 g8"
     assert T64.threads == 256 and tune._WGMMA[5].threads == 384
     assert T64.source == VARIANTS[2].source == "gemm_wgmma.cu"
     assert T64.name_expression(2, True, False, True) == \
-        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 1, true>"
+        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 1, true, false, 5>"
     assert VARIANTS[2].name_expression(1, False, True, True) == \
-        "gemm_wgmma_bm<1, 64, 128, 8, false, true, 1, true, true>"
+        "gemm_wgmma_bm<1, 64, 128, 8, false, true, 1, true, true, 5>"
     # 8 stages of 8 + 16 KiB and one consumer's 16 KiB of TMA-store staging fit 227 KiB
     assert T64.shared_mem(True, False) == 8 * 24 * 1024 + 16 * 1024 + 16 * 8 + 1024
     assert T64.shared_mem(True, False) <= 227 * 1024
@@ -54,7 +55,7 @@ def test_config_fields():
     assert T64_C2.label() == "wgmma 64x128x64 s8 c2 tmaC lean7 g8" and T64_C2.cluster == 2
     assert T64_C2.threads == 256 and T64_C2.shared_mem(True, False) == T64.shared_mem(True, False)
     assert T64_C2.name_expression(2, True, False, True) == \
-        "gemm_wgmma_lean<2, 64, 128, 8, true, false, 2, true, false, 7>"
+        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true, false, 7>"
     assert dataclasses.replace(T64_C2, lean=0).name_expression(2, True, False, True) == \
         "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true>"
 
