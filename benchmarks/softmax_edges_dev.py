@@ -335,9 +335,31 @@ SOFTENDS: dict[tuple[int, int, np.dtype, str], list] = {
         (1024, 131072, BF16, "softmax"), (64, 1_000_003, F32, "softmax"),
         (8, 1_000_003, F32, "softmax"))}
 
+
+def _smem(rows: int, cols: int, op: int, *smem: int) -> list:
+    """The chooser's pick for float32 rows of ``cols`` with other shared-memory shares."""
+    pick = plan.choose_variant(cols, F32, op, rows=rows)
+    return [dataclasses.replace(pick, smem_items=s) for s in smem]
+
+
+# session 13 (lead): fp32 rows with edges, against the shared-memory shares whose kernels
+# ptxas (NVRTC 13.0, the GPU machine's; 13.5 too) builds without spills: the ticket pick
+# (smem 10) spills 32 bytes and writes 7% more to L2 (ncu, H100) at 64x1000003; the aligned
+# twins (no edges) for reference
+S13EDGES: dict[tuple[int, int, np.dtype, str], list] = {
+    (64, 1_000_003, F32, "softmax"): _smem(64, 1_000_003, 0, 5, 6),
+    (64, 1_000_004, F32, "softmax"): [],
+    (1024, 131_071, F32, "softmax"): _smem(1024, 131_071, 0, 18, 20),
+    (1024, 131_072, F32, "softmax"): [],
+    (300, 200_003, F32, "softmax"): _smem(300, 200_003, 0, 13, 14),
+    (300, 200_004, F32, "softmax"): [],
+    (4096, 50_257, F32, "softmax"): _smem(4096, 50_257, 0, 10, 14, 15),
+    (4096, 50_260, F32, "softmax"): [],
+}
+
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
         "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
-        "softprofile": SOFTPROFILE, "softends": SOFTENDS}
+        "softprofile": SOFTPROFILE, "softends": SOFTENDS, "s13edges": S13EDGES}
 
 
 

@@ -76,7 +76,9 @@ class LongRows:
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
     (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
     ``ends`` (with ``ends_head``, ``ends_tail``): its ticket chunks (not persistent) with the
-    rows at the launch's two ends in smaller chunks (the Variant fields). Rows
+    rows at the launch's two ends in smaller chunks (the Variant fields); ``edges_smem``:
+    (kind, items, smem_items) for rows with edges, whose kernels need other shares of shared
+    memory than rows without (ptxas spills the defaults' registers). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
     operation that meet through a ticket (``ticket`` variants)."""
 
@@ -98,6 +100,17 @@ class LongRows:
     ends: int = 0
     ends_head: int = 100
     ends_tail: int = 100
+    edges_smem: tuple[tuple[str, int, int], ...] = ()
+
+    def with_edges(self, variant: Variant) -> Variant:
+        """``variant`` (of this shape) with the shared-memory share ``edges_smem`` gives
+        rows with edges of its kind and items (not persistent: those keep two stages)."""
+        if not variant.edges or variant.persist:
+            return variant
+        for kind, items, smem in self.edges_smem:
+            if variant.kind == kind and variant.items == items:
+                return dataclasses.replace(variant, smem_items=smem)
+        return variant
 
 
 # Measured in notes_softmax.md (runs 5 and 6, % of copy on the H200).
@@ -110,8 +123,15 @@ _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
 # (s8-softpersist, H100, 300x200003: 85.1% of copy where the clusters of 4 read 79.4; at
 # 64x1000003 the same chunks read 83.6 against 85.2 for the wide ticket chunks kept there;
 # clusters of 2 and 8 unmeasured with it, kept)
+# Rows with edges (session 13, H100, % of copy, two rounds, against the defaults' 10 of 32
+# vectors in shared memory, which NVRTC 13.0's ptxas builds with 24-32 bytes of spills that
+# write 7% more to L2 (ncu): ticket chunks with 6 (no spills) 64x1000003 89.0 / 89.1 against
+# 84.1 / 84.2 (aligned 64x1000004: 87.4); clusters of 2 with 20, 1024x131071 91.2 / 91.2
+# against 85.4 / 85.6 (18: 90.5); clusters of 8 take 20 unmeasured (no spills either);
+# the persistent chunks' 12 of 16 stay (13, 14: within 0.5)
 _WIDE_PERSIST4 = dataclasses.replace(_WIDE, persist=1, persist_items=16, persist_smem=12,
-                                     persist_ctas=(4,))
+                                     persist_ctas=(4,),
+                                     edges_smem=(("ticket", 32, 6), ("cluster", 32, 20)))
 # 131072: 98.7 (92.2); rows of 1M in ticket chunks (s7-softlong, H100, 64x1000003): 92.3%
 # of copy where the split reads 60.5 (log_softmax backward 95.2 / 74.7)
 _WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)
@@ -123,6 +143,10 @@ _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)
 # 8 of 16 vectors in shared memory: 93.4 at 65536 on the H200 in run 6, run 4's 91.8), and
 # log_softmax 96.8 against 91.1
 _RUN4_ALONE = LongRows(1024, 1, 32, 16, 192 * 1024, clusters=False)
+# float32 softmax rows with edges: 10 of 16 vectors in shared memory, not 12 (session 13,
+# H100, 4096x50257: 96.4 / 96.4% of copy against 93.5 / 93.5, where 12 spills with NVRTC
+# 13.0; 14: 96.0; aligned 4096x50260: 96.9)
+_RUN4_ALONE_SOFTMAX = dataclasses.replace(_RUN4_ALONE, edges_smem=(("rows", 16, 10),))
 # 16-bit backward rows of 32k-64k elements: one CTA of 512 threads (128 registers), 4 of its
 # 16 vectors per input in registers: bf16 4096x50257 90.3% of copy on the H200, where run 4's
 # shape (a 2-CTA cluster, 3 of 4 in shared memory) read 59.2 (benchmarks/bandwidth_dev.py,
@@ -165,7 +189,7 @@ _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tick
                      one_pass=True, ends=2, ends_head=50, ends_tail=50)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
-    (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE),
+    (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE_SOFTMAX),
     # 131072: 88.1 (run 4: 82.2). Issue 17 (H100, rows of 50257): the paired shape 91.1,
     # run 4's alone 96.8, the registers-only 2-CTA clusters of 1024 threads 59.9
     (LOG_SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
@@ -458,7 +482,8 @@ def choose_variant(
 
     def ticket_chunks(shape: LongRows) -> Variant:
         """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
-        ticket = _ticket(shape, code, op, vec, edges, persist=not shape.persist_ctas)
+        ticket = shape.with_edges(_ticket(shape, code, op, vec, edges,
+                                          persist=not shape.persist_ctas))
         if many(ticket):
             return ticket
         return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
@@ -503,7 +528,7 @@ def choose_variant(
             continue
         if variant.items <= held:
             return variant
-        return dataclasses.replace(variant, smem_items=variant.items - keep)
+        return shape.with_edges(dataclasses.replace(variant, smem_items=variant.items - keep))
     ctas = _pow2_at_least(-(-nvec // (MAX_THREADS * most)))
     if ctas == 1:
         return fit("rows", MAX_THREADS, MAX_THREADS)
