@@ -9,7 +9,7 @@ variant first checked against float64 into a NaN-poisoned output); ``configs``: 
 
     python benchmarks/simt_s13_dev.py time --shapes 1000x1000x1000,... [--json PATH]
     python benchmarks/simt_s13_dev.py configs --shapes 1000x1000x1000,645x3008x1999 [--json P]
-    python benchmarks/simt_s13_dev.py sanitize
+    python benchmarks/simt_s13_dev.py sanitize [--count N]
     python benchmarks/simt_s13_dev.py precompile
 """
 
@@ -41,7 +41,7 @@ S3 = tune.Config("simt", 64, 128, 8, stages=3)  # cuBLAS's 64 x 128 x 8, 3 stage
 TALL = dataclasses.replace(S3, wm=64, wn=32)  # ... and its warps of 64 x 32
 # 1000^3 on cuBLAS's grid (128 CTAs of 4 warps) old, flat, tall, both, and the pick (128 x 256
 # split 4) flat; 2053 x 3001 x 1999's tail on the packed copies (645 x 3008 x 1999, 264 CTAs
-# of 64 x 128: the heuristic's tile) the same ways
+# of 64 x 128: the heuristic's tile) the same ways; 768^3
 CONFIGS = {
     (1000, 1000, 1000): [S3, _flat(S3), TALL, _flat(TALL), _S[3], _flat(_S[3]),
                          _flat(dataclasses.replace(_S[3], wm=64, wn=32)),
@@ -49,6 +49,13 @@ CONFIGS = {
                          _flat(dataclasses.replace(_S[0], split_k=4))],
     (645, 3008, 1999): [_S[3], _flat(_S[3]), S3, _flat(S3), _flat(TALL),
                         _flat(dataclasses.replace(_S[3], wm=64, wn=32))],
+    # 64 x 128 x 8 split 7 (the pick: 504 CTAs, all resident at 124 registers, the spread
+    # ending) and flat (2 CTAs an SM: two waves, the last-CTA ending), flat splits that fit
+    (768, 768, 768): [dataclasses.replace(_S[3], split_k=7),
+                      _flat(dataclasses.replace(_S[3], split_k=7)),
+                      _flat(dataclasses.replace(_S[3], split_k=3)),
+                      _flat(dataclasses.replace(_S[3], split_k=4)),
+                      _flat(dataclasses.replace(_S[3], wm=64, wn=32, split_k=3))],
 }
 
 # compute-sanitizer's calls (config, m, n, k, split): offset views (4-byte copies), one layout
@@ -72,12 +79,12 @@ def _mode(kind: str, forced: Any = None) -> None:
 s10._mode = _mode
 
 
-def sanitize() -> None:
+def sanitize(count: int) -> None:
     """Variant calls on odd sizes, offset views, beta/Cin, every layout once: tall and flat
     64 x 128 unsplit, split (spread and last-CTA endings) and with K below one tile; the wide
-    tile flat split; a 3-warp-row tile flat."""
+    tile flat split; a 3-warp-row tile flat (the first ``count`` of them)."""
     gl = importlib.import_module("gpurt.kernels._gemm_launch")
-    for index, (config, m, n, k, split) in enumerate(SANITIZE):
+    for index, (config, m, n, k, split) in enumerate(SANITIZE[:count]):
         ta, tb = LAYOUTS[index % 4]
         for spread in (True, False) if split > 1 else (True,):
             gl.SPREAD_SPLIT_K = spread
@@ -133,6 +140,7 @@ def main() -> None:
     parser.add_argument("mode", choices=["time", "configs", "sanitize", "precompile"])
     parser.add_argument("--shapes", default="1000x1000x1000")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--count", type=int, default=len(SANITIZE), help="sanitize: cases")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in text.split("x")) for text in args.shapes.split(",")]
     if args.mode == "time":
@@ -141,7 +149,7 @@ def main() -> None:
         s11.CONFIGS = CONFIGS
         s11.time_configs(shapes, args.json)  # type: ignore[arg-type]
     elif args.mode == "sanitize":
-        sanitize()
+        sanitize(args.count)
     else:
         precompile()
 

@@ -4,7 +4,7 @@
 # shapes against cuBLAS (cold / warm / single), two rounds; forced tiles at 1000^3 and on
 # 2053 x 3001 x 1999's tail; tests/test_gemm_simt_flat.py; memcheck and racecheck over the
 # variants; the main loops' SASS as compiled there. Each step time-limited; logs and JSON in
-# OUTDIR, packed into OUTDIR/runs.tgz as it goes.
+# OUTDIR, packed into $PACK (default OUTDIR/runs.tgz) as it goes.
 # Usage: bash benchmarks/simt_s13_dev.sh OUTDIR   (total limit: $TOTAL, 228 s)
 set -u
 out=${1:?OUTDIR}
@@ -12,7 +12,7 @@ total=${TOTAL:-228}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 export GPURT_GEMM_AUTOTUNE=0
 dev="python3 -P benchmarks/simt_s13_dev.py"
-pack() { tar -czf "$out/runs.tgz" -C "$out" --exclude runs.tgz . 2>/dev/null; }
+pack() { tar -czf "${PACK:-$out/runs.tgz}" -C "$out" --exclude runs.tgz . 2>/dev/null; }
 cap() { local l=$(( $(left) - 5 )); [ $l -gt 3 ] || l=3; [ $l -lt $1 ] && echo $l || echo $1; }
 shapes=1000x1000x1000,2053x3001x1999,4096x4096x4096,1536x1536x1536,1024x1024x1024,\
 768x768x768,3000x3000x3000
@@ -26,7 +26,8 @@ for round in 1 2; do
     echo "time rc=$?"; cut -c1-200 "$out/time-r$round.log" | grep -v '^{' | head -5; pack
 done
 step configs
-timeout $(cap 25) $dev configs --shapes 1000x1000x1000,645x3008x1999 --json "$out/configs.json" \
+timeout $(cap 30) $dev configs --shapes 1000x1000x1000,645x3008x1999,768x768x768 \
+    --json "$out/configs.json" \
     > "$out/configs.log" 2>&1
 echo "configs rc=$?"; pack
 step pytest
@@ -38,7 +39,8 @@ timeout $(cap 15) compute-sanitizer --tool memcheck --report-api-errors no $dev 
     > "$out/memcheck.log" 2>&1
 echo "memcheck rc=$?"; tail -n 2 "$out/memcheck.log"; pack
 step racecheck
-timeout $(cap 30) compute-sanitizer --tool racecheck --report-api-errors no $dev sanitize \
+timeout $(cap 30) compute-sanitizer --tool racecheck --report-api-errors no \
+    $dev sanitize --count 3 \
     > "$out/racecheck.log" 2>&1
 echo "racecheck rc=$?"; tail -n 2 "$out/racecheck.log"; pack
 step sass

@@ -56,8 +56,9 @@ def test_flat_and_tall_configs():
         == "gemm_simt<64, 128, 8, 8, 3, true, false, true, 1>"
     assert TALL.name_expression(tune.DT_F32, False, True, False) == \
         "gemm_simt<64, 128, 8, 8, 3, false, true, false, 2>"
-    assert dataclasses.replace(flat_tall, split_k=3).name_expression(
-        tune.DT_F32, True, False, True) == "gemm_simt_splitk<64, 128, 8, 8, 3, true, false, true, 3>"
+    split = dataclasses.replace(flat_tall, split_k=3)
+    assert split.name_expression(tune.DT_F32, True, False, True) == \
+        "gemm_simt_splitk<64, 128, 8, 8, 3, true, false, true, 3>"
     assert flat_tall.label() == "simt 64x128x8 w64x32 s3 flat g8"
     assert Config.from_json(flat_tall.to_json()) == flat_tall
     for bad in [dict(wm=64, wn=64), dict(wm=32, wn=32), dict(bm=32, wm=64, wn=32)]:
