@@ -50,9 +50,6 @@ class Config:
     stages' copies before the CTA barrier (tensor maps prefetched), 4 an epilogue without the
     per-element beta test when beta == 0 (session 12's bit 8, stores straight from the
     registers, lost or tied wherever it was timed and is gone).
-    ``flat`` (simt): the next tile's copies without a branch, so the compiler can interleave
-    them with the FFMAs (kernels/gemm_simt.cu's FLAGS bit 1); simt ``wm x wn`` = 64 x 32 gives
-    each warp a 64 x 32 tile (cuBLAS's layout at 64 x 128) instead of 32 x 64.
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
@@ -76,7 +73,6 @@ class Config:
     pingpong: bool = False
     pipe_store: bool = False
     lean: int = 0
-    flat: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode", "rowload"):
@@ -125,15 +121,10 @@ class Config:
                              f"without cluster_n or pingpong: {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
-        tall = self.kernel == "simt" and (self.wm, self.wn) == (64, 32)
-        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % (self.wm or 32) or
-                                      (self.wn not in (0, 64, 128) and not tall) or
-                                      self.wm not in (0, 32, 64) or (self.wm == 64) != tall or
-                                      self.bn % (self.wn or 64)):
+        if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or
+                                      self.wn not in (0, 64, 128) or self.bn % (self.wn or 64)):
             raise ValueError(f"simt tiles are (32 i) x (64|128 j) x (8|16) with warp tiles "
-                             f"32 x 64, 32 x 128 or 64 x 32, not {self}")
-        if self.flat and self.kernel != "simt":
-            raise ValueError(f"flat is for the simt kernel only: {self}")
+                             f"32 x 64 or 32 x 128, not {self}")
         if self.kernel == "skinny":
             _skinny.validate(self)
         if self.kernel == "decode":
@@ -155,7 +146,7 @@ class Config:
         if self.kernel == "rowload":
             return 256
         if self.kernel == "simt":
-            return (self.bm // (self.wm or 32)) * (self.bn // (self.wn or 64)) * 32
+            return (self.bm // 32) * (self.bn // (self.wn or 64)) * 32
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
 
     def shared_mem(self, a_kmajor: bool, b_kmajor: bool, itemsize: int = 2) -> int:
@@ -194,10 +185,9 @@ class Config:
         ak, bk_, v = (str(x).lower() for x in (a_kmajor, b_kmajor, vec))
         split = "_splitk" if self.split_k > 1 else ""  # the kernel that sums its slices
         if self.kernel == "simt":
-            tn = 8 if self.wn == 32 else (self.wn or 64) // 8
-            flags = int(self.flat) | (2 if self.wn == 32 else 0)  # gemm_simt.cu's FLAGS
+            tn = (self.wn or 64) // 8
             return (f"gemm_simt{split}<{self.bm}, {self.bn}, {self.bk}, {tn}, {self.stages}, "
-                    f"{ak}, {bk_}, {v}" + (f", {flags}>" if flags else ">"))
+                    f"{ak}, {bk_}, {v}>")
         if self.kernel == "skinny":
             return _skinny.name_expression(self, dt, a_kmajor, b_kmajor, vec)
         if self.kernel == "decode":  # a_kmajor, b_kmajor: X's and Y's layouts
@@ -256,8 +246,6 @@ class Config:
             text += " ps"
         if self.lean:
             text += f" lean{self.lean}"
-        if self.flat:
-            text += " flat"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:

@@ -99,13 +99,9 @@ struct KMajorCopy {
     }
 
     // Copies the next K tile into the shared tile at `tile`. FIRST: it is the partial one,
-    // zero where k < k_lo (read from `fallback` there, with no bytes taken). GUARD (the
-    // branch-free loop, FLAGS bit 1): `live` false zero-fills the tile without reading (a
-    // tile past the slice's end), and the rows step to the next tile only where `more` (there
-    // is one), so no address ever leaves the slice.
-    template <bool FIRST, bool GUARD = false>
-    __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback,
-                                         bool live = true, bool more = true) {
+    // zero where k < k_lo (read from `fallback` there, with no bytes taken).
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             if constexpr (!EXACT) {  // rows past the slab (its last pass) copy nothing
@@ -115,14 +111,9 @@ struct KMajorCopy {
             for (int e = 0; e < KPT; ++e) {
                 const bool ok = !FIRST || k + kl + e * KL >= k_lo;
                 copy_async<4>(tile + dst + 4 * (e * KL * (MN + PAD) + p * R),
-                              ok ? row[p] + e * KL : fallback,
-                              ok && (!GUARD || live) ? 4 : 0);
+                              ok ? row[p] + e * KL : fallback, ok ? 4 : 0);
             }
-            if constexpr (GUARD) {
-                row[p] += more ? BK : 0;
-            } else {
-                row[p] += BK;
-            }
+            row[p] += BK;
         }
         k += BK;
     }
@@ -152,30 +143,23 @@ struct MNMajorCopy {
         next = src + (i64)(k_first + kr) * ld + (valid > 0 ? mn0 + col : 0);
     }
 
-    // As KMajorCopy::copy (GUARD, live, more too).
-    template <bool FIRST, bool GUARD = false>
-    __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback,
-                                         bool live = true, bool more = true) {
+    template <bool FIRST>
+    __device__ __forceinline__ void copy(u32 tile, int k_lo, const float* fallback) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
             if (C * R != BK && kr + c * R >= BK) break;  // past the slab (the last chunk)
             const float* from = next + (i64)c * R * ld;
             const u32 to = tile + dst + 4 * c * R * (MN + PAD);
             const bool ok = !FIRST || k + kr + c * R >= k_lo;
-            const bool take = ok && (!GUARD || live);
             if (VEC) {
-                copy_async<16>(to, ok ? from : fallback, take ? 4 * valid : 0);
+                copy_async<16>(to, ok ? from : fallback, ok ? 4 * valid : 0);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    copy_async<4>(to + 4 * e, ok ? from + e : fallback, take && e < valid ? 4 : 0);
+                    copy_async<4>(to + 4 * e, ok ? from + e : fallback, ok && e < valid ? 4 : 0);
             }
         }
-        if constexpr (GUARD) {
-            next += more ? BK * ld : 0;
-        } else {
-            next += BK * ld;
-        }
+        next += BK * ld;
         k += BK;
     }
 };
@@ -197,9 +181,9 @@ __device__ __forceinline__ float4 load_slice4(const float* __restrict__ slice, i
 }
 
 // The sums over K slices 0..gridDim.z - 1, in that order, of ROWS x TN outputs (rows `rows`,
-// columns c0 + CS q + 0..3): each slice's loads of them issued together, so their latencies
+// columns c0 + 32 q + 0..3): each slice's loads of them issued together, so their latencies
 // overlap.
-template <int ROWS, int TN, bool VEC, int CS = 32>
+template <int ROWS, int TN, bool VEC>
 __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i64 total,
                                            const int (&rows)[ROWS], int c0, int N,
                                            float4 (&sum)[ROWS][TN / 4]) {
@@ -214,7 +198,7 @@ __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i6
         for (int i = 0; i < ROWS; ++i)
 #pragma unroll
             for (int q = 0; q < TN / 4; ++q)
-                v[i][q] = load_slice4<VEC>(partial + s * total, rows[i], c0 + CS * q, N);
+                v[i][q] = load_slice4<VEC>(partial + s * total, rows[i], c0 + 32 * q, N);
 #pragma unroll
         for (int i = 0; i < ROWS; ++i)
 #pragma unroll
@@ -318,14 +302,13 @@ __device__ __forceinline__ void splitk_spread(float* __restrict__ C,
 }
 
 // Split-K's end (gemm_simt_splitk): each thread stores the raw sums it holds (acc[i][j]: row
-// r0 + i % 4 + RS (i / 4), column c0 + j % 4 + CS (j / 4); RS 16 and CS 32 but in warps of
-// 64 x 32, 32 and 16) to its K slice's partial[slice]
+// r0 + i % 4 + 16 (i / 4), column c0 + j % 4 + 32 (j / 4)) to its K slice's partial[slice]
 // (float4 where N % 4 == 0), takes the tile's ticket, and in the tile's last CTA sums the same
 // outputs over the slices and stores C with alpha, beta and Cin. The sums are splitk_finish's
 // (slice order, from 0: the same bits), but where its loop loaded one pair of one slice at a
 // time, each thread here loads ROWS rows x TN columns (the outputs it held) of two slices at
 // once, 16 bytes wide (ROWS = 1 for 8 x 8 thread tiles: they keep to 128 registers).
-template <int BM, int BN, int TN, int THREADS, int RS = 16, int CS = 32>
+template <int BM, int BN, int TN, int THREADS>
 __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __restrict__ C,
                                            const float* __restrict__ Cin,
                                            float* __restrict__ partial,
@@ -338,10 +321,10 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
     float* mine = partial + blockIdx.z * total;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const int r = r0 + i % 4 + (i / 4) * RS;
+        const int r = r0 + i % 4 + (i / 4) * 16;
 #pragma unroll
         for (int q = 0; q < TN / 4; ++q) {
-            const int c = c0 + CS * q;
+            const int c = c0 + 32 * q;
             if (r >= M || c >= N) continue;
             float* p = mine + (i64)r * N + c;
             if (vec) {
@@ -366,19 +349,19 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
         int rows[ROWS];  // rows past the matrix read its last row (never stored)
 #pragma unroll
         for (int i = 0; i < ROWS; ++i)
-            rows[i] = min(r0 + (i0 + i) % 4 + ((i0 + i) / 4) * RS, M - 1);
+            rows[i] = min(r0 + (i0 + i) % 4 + ((i0 + i) / 4) * 16, M - 1);
         float4 sum[ROWS][TN / 4];
         if (vec) {
-            sum_slices<ROWS, TN, true, CS>(partial, total, rows, c0, N, sum);
+            sum_slices<ROWS, TN, true>(partial, total, rows, c0, N, sum);
         } else {
-            sum_slices<ROWS, TN, false, CS>(partial, total, rows, c0, N, sum);
+            sum_slices<ROWS, TN, false>(partial, total, rows, c0, N, sum);
         }
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
-            const int r = r0 + (i0 + i) % 4 + ((i0 + i) / 4) * RS;
+            const int r = r0 + (i0 + i) % 4 + ((i0 + i) / 4) * 16;
 #pragma unroll
             for (int q = 0; q < TN / 4; ++q) {
-                const int c = c0 + CS * q;
+                const int c = c0 + 32 * q;
                 store_pair<DT_F32>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c,
                                    sum[i][q].x, sum[i][q].y, pair_ok);
                 store_pair<DT_F32>(C, Cin, nullptr, M, N, ldc, ldcin, alpha, beta, r, c + 2,
@@ -402,13 +385,7 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
 #define GEMM_SIMT_SPLIT 0
 #endif  // !defined(GEMM_SIMT_SPLIT)
 
-// FLAGS (0 for the tuned kernels): bit 1 (FLAT) copies each next tile without a branch (tiles
-// past the slice zero-filled, its last tile's addresses held), so the K tile is one block of
-// straight-line code the compiler can interleave the copies' address arithmetic into, as
-// cuBLAS's SGEMM does; bit 2 (TALL, TN = 8) gives each warp a 64 x 32 tile (lanes 8 x 4)
-// instead of 32 x 64 (4 x 8), cuBLAS's warpsize1x4x1 at 64 x 128.
-template <int BM, int BN, int BK, int TN, int STAGES, bool A_K, bool B_K, bool VEC,
-          int FLAGS = 0>
+template <int BM, int BN, int BK, int TN, int STAGES, bool A_K, bool B_K, bool VEC>
 __global__ void __launch_bounds__((BM / 32) * (BN / (8 * TN)) * 32, TN == 8 ? 2 : 1)
 #if GEMM_SIMT_SPLIT
 gemm_simt_splitk(
@@ -425,12 +402,9 @@ gemm_simt(
     using namespace simt;
     static_assert(TN == 8 || TN == 16, "a thread computes 8 x 8 or 8 x 16 outputs");
     static_assert(STAGES >= 2, "the ring needs two stages at least");
-    constexpr bool FLAT = FLAGS & 1, TALL = FLAGS & 2;
-    static_assert(!TALL || (TN == 8 && BM % 64 == 0), "64 x 32 warp tiles are 8 x 8 a thread");
-    constexpr int WM = TALL ? 64 : 32, WN = TALL ? 32 : 8 * TN;  // warp tile: WM x WN
-    constexpr int LN = WN / TN, RS = 128 / LN, CS = 4 * LN;  // lanes along N; quadrant steps
+    constexpr int WN = 8 * TN;  // warp tile: 32 x WN
     constexpr int WARPS_N = BN / WN;
-    constexpr int THREADS = (BM / WM) * WARPS_N * 32;
+    constexpr int THREADS = (BM / 32) * WARPS_N * 32;
     // The ring: STAGES x (A tile [BK][BM + PAD], B tile [BK][BN + PAD]).
     constexpr int A_TILE = BK * (BM + PAD) * 4, STAGE = A_TILE + BK * (BN + PAD) * 4;
     extern __shared__ __align__(16) float smem[];
@@ -446,26 +420,19 @@ gemm_simt(
     const int k_first = k_end - tiles * BK;  // the first tile is the partial one
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int am = (warp / WARPS_N) * WM + (lane / LN) * 4;  // first A row, B column read
-    const int bn = (warp % WARPS_N) * WN + (lane % LN) * 4;
+    const int am = (warp / WARPS_N) * 32 + (lane / 8) * 4;  // first A row, B column read
+    const int bn = (warp % WARPS_N) * WN + (lane % 8) * 4;
 
     TileCopy<BM, BK, THREADS, A_K, VEC> a_copy(A, lda, m0, M, k_first, tid);
     TileCopy<BN, BK, THREADS, B_K, VEC> b_copy(B, ldb, n0, N, k_first, tid);
     if (tiles > 0) {
-        a_copy.template copy<true, FLAT>(ring, k_begin, A, true, tiles > 1);
-        b_copy.template copy<true, FLAT>(ring + A_TILE, k_begin, B, true, tiles > 1);
+        a_copy.template copy<true>(ring, k_begin, A);
+        b_copy.template copy<true>(ring + A_TILE, k_begin, B);
     }
     copy_commit();
 #pragma unroll
     for (int s = 1; s < STAGES - 1; ++s) {
-        if constexpr (FLAT) {  // see the loop's
-            if (tiles > 0) {
-                a_copy.template copy<false, true>(ring + s * STAGE, 0, A, s < tiles,
-                                                  s + 1 < tiles);
-                b_copy.template copy<false, true>(ring + s * STAGE + A_TILE, 0, B, s < tiles,
-                                                  s + 1 < tiles);
-            }
-        } else if (s < tiles) {
+        if (s < tiles) {
             a_copy.template copy<false>(ring + s * STAGE, 0, A);
             b_copy.template copy<false>(ring + s * STAGE + A_TILE, 0, B);
         }
@@ -485,23 +452,17 @@ gemm_simt(
     const u32 a_frag = ring + 4 * am, b_frag = ring + A_TILE + 4 * bn;
     auto load_fragments = [&](int n, int k) {
         load_shared(&a[n][0], a_frag + read + 4 * k * (BM + PAD));
-        load_shared(&a[n][4], a_frag + read + 4 * (k * (BM + PAD) + RS));
+        load_shared(&a[n][4], a_frag + read + 4 * (k * (BM + PAD) + 16));
 #pragma unroll
         for (int q = 0; q < TN / 4; ++q)
-            load_shared(&b[n][4 * q], b_frag + read + 4 * (k * (BN + PAD) + CS * q));
+            load_shared(&b[n][4 * q], b_frag + read + 4 * (k * (BN + PAD) + 32 * q));
     };
     load_fragments(0, 0);
     for (int t = 0; t < tiles; ++t) {
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             if (k == BK - 1) {  // copy tile t + STAGES - 1 into the stage tile t - 1 used
-                if constexpr (FLAT) {  // no branch: past the last tile, zeros
-                    const int j = t + STAGES - 1;
-                    a_copy.template copy<false, true>(ring + write, 0, A, j < tiles,
-                                                      j + 1 < tiles);
-                    b_copy.template copy<false, true>(ring + write + A_TILE, 0, B, j < tiles,
-                                                      j + 1 < tiles);
-                } else if (t + STAGES - 1 < tiles) {
+                if (t + STAGES - 1 < tiles) {
                     a_copy.template copy<false>(ring + write, 0, A);
                     b_copy.template copy<false>(ring + write + A_TILE, 0, B);
                 }
@@ -520,19 +481,16 @@ gemm_simt(
         }
     }
 
-    if constexpr (FLAT) copy_wait<0>();  // the zero-fills past the last tile land
-
 #if GEMM_SIMT_SPLIT
-    splitk_end<BM, BN, TN, THREADS, RS, CS>(acc, C, Cin, partial, counters, M, N, ldc, ldcin,
-                                            alpha, beta, m0 + am, n0 + bn, m0, n0,
-                                            pair_ok != 0, spread != 0);
+    splitk_end<BM, BN, TN, THREADS>(acc, C, Cin, partial, counters, M, N, ldc, ldcin, alpha,
+                                    beta, m0 + am, n0 + bn, m0, n0, pair_ok != 0, spread != 0);
 #else
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const int r = m0 + am + (i % 4) + (i / 4) * RS;
+        const int r = m0 + am + (i % 4) + (i / 4) * 16;
 #pragma unroll
         for (int j = 0; j < TN; j += 2) {
-            const int c = n0 + bn + (j % 4) + (j / 4) * CS;
+            const int c = n0 + bn + (j % 4) + (j / 4) * 32;
             store_pair<DT_F32>(C, Cin, partial, M, N, ldc, ldcin, alpha, beta, r, c, acc[i][j],
                                acc[i][j + 1], pair_ok != 0);
         }
