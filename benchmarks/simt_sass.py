@@ -6,7 +6,9 @@ registers (reuse-cached ones left out) share one register bank (register number 
 Volta's two banks; not documented for Hopper).
 
     python benchmarks/simt_sass.py "gemm_simt<64, 128, 8, 8, 4, true, false, true>" ...
-        [--nvdisasm PATH] [--dump FILE.sass]
+        [--nvdisasm PATH] [--dump FILE.sass] [--usage]
+
+``--usage`` prints ptxas's registers / spill lines for each name (NVRTC's -v log).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def _check(result: tuple) -> tuple:
     return result[1:]
 
 
-def cubin(names: list[str], arch: str = "sm_90", source: str = "gemm_simt.cu") -> bytes:
+def cubin(names: list[str], arch: str = "sm_90", source: str = "gemm_simt.cu",
+          usage: bool = False) -> bytes:
     headers = {key: launch.text(key.removeprefix("./")) for key in launch.headers(source)}
     (prog,) = _check(nvrtc.nvrtcCreateProgram(
         launch.text(source).encode(), source.encode(), len(headers),
@@ -40,12 +43,17 @@ def cubin(names: list[str], arch: str = "sm_90", source: str = "gemm_simt.cu") -
     for name in names:
         _check(nvrtc.nvrtcAddNameExpression(prog, name.encode()))
     options = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
-    if nvrtc.nvrtcCompileProgram(prog, len(options), options)[0] != \
-            nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, log)
+    options += [b"--ptxas-options=-v"] if usage else []
+    ok = nvrtc.nvrtcCompileProgram(prog, len(options), options)[0] == \
+        nvrtc.nvrtcResult.NVRTC_SUCCESS
+    (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog))
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    if not ok:
         raise RuntimeError(log.decode())
+    if usage:
+        print("\n".join(x for x in log.decode().splitlines()
+                        if "registers" in x or "spill" in x or "Compiling entry" in x))
     (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog))
     code = b" " * size
     nvrtc.nvrtcGetCUBIN(prog, code)
@@ -112,12 +120,13 @@ def main() -> int:
     parser.add_argument("names", nargs="+")
     parser.add_argument("--nvdisasm", default=shutil.which("nvdisasm"))
     parser.add_argument("--dump", default=None)
+    parser.add_argument("--usage", action="store_true")
     args = parser.parse_args()
     if not args.nvdisasm:
         print("no nvdisasm (pip install nvidia-cuda-nvdisasm, or --nvdisasm PATH)")
         return 1
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin(args.names))
+        f.write(cubin(args.names, usage=args.usage))
         f.flush()
         sass = subprocess.run([args.nvdisasm, "-c", f.name], capture_output=True, text=True,
                               check=True).stdout
