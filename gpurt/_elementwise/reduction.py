@@ -84,6 +84,11 @@ COLUMN_FOLD_TREE_FROM = 32
 # loses: 1023x65537 float32 96.0 -> 84.3, 8192^2 float32 96.2 -> 90.7; notes_bandwidth.md,
 # s9-colsum). 0: COLUMN_WIDTH everywhere.
 COLUMN_TREE_WIDTH = 16
+# A one-level column fold whose partials (splits x outputs a block x the partial's 4 or 8
+# bytes) fit in this many bytes copies them all into shared memory at once (cp.async: one L2
+# round trip) and then folds them (reduce_codegen._fold_staged); 0: the batched fold only.
+# Off until timed (s13-col).
+FOLD_STAGE_BYTES = 0
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -317,7 +322,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign, tree)
+                          FOLD and splits > 1, width, spread, realign, tree,
+                          _stage(walk, splits, tree, per_block, reduce_dtype))
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -337,6 +343,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
             if splits == 1:
                 layout = dataclasses.replace(layout, split=False, fold=False)
                 kernel = build(layout)
+    assert not layout.stage or splits <= layout.stage  # fitting never adds splits
     finish = None
     if splits > 1 and not layout.fold:
         finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
@@ -388,6 +395,13 @@ def _grid(walk: str, arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
         rows > COLUMN_FOLD_TREE_FROM else 0
     return _Grid(vec, spread, realign, group, width, per_block, blocks, splits, chunk, tree)
+
+
+def _stage(walk: str, splits: int, tree: int, per_block: int, reduce_dtype: np.dtype) -> int:
+    """Partial rows the column fold stages in shared memory (FOLD_STAGE_BYTES; 0: none)."""
+    size = partial_dtype(reduce_dtype).itemsize
+    fits = splits * per_block * size <= FOLD_STAGE_BYTES and size in (4, 8)
+    return splits if FOLD and walk == "column" and splits > 1 and not tree and fits else 0
 
 
 def _finish_blocks(m: int) -> int:
