@@ -14,8 +14,9 @@ TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread 
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
 COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
 reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
-realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop). STAGE=BYTES:
-reduction.FOLD_STAGE_BYTES (the one-level column fold staged in shared memory).
+realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop). STAGE=BYTES,
+EARLY=1: reduction.FOLD_STAGE_BYTES, FOLD_EARLY (fold_codegen.py's variants; blocks run one
+after another, so the early folder, the last block to start, never waits here).
 """
 
 import itertools
@@ -48,6 +49,7 @@ BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
 FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
 reduction.FOLD_STAGE_BYTES = int(os.environ.get("STAGE", reduction.FOLD_STAGE_BYTES))
+reduction.FOLD_EARLY = bool(int(os.environ.get("EARLY", reduction.FOLD_EARLY)))
 realign_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
                                                       realign_codegen.REALIGN_BATCH_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
@@ -187,6 +189,7 @@ int main() {{
           f"{np.dtype(dtype).name} w={width} v={vector} u={unroll} grid={plan.grid} "
           f"splits={plan.splits} per={per} r={realign} tree={reduction.COLUMN_FOLD_TREE} "
           f"batch={reduce_codegen.FOLD_BATCH} stage={'_stg[' in src} "
+          f"early={'_gpurt_ticket = atomicAdd' in src} "
           f"err={err:.2e}", flush=True)
     return ok
 

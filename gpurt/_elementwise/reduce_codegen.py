@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from . import fold_codegen
 from .codegen import PRELUDE, Operand
 
 __all__ = [
@@ -95,24 +96,6 @@ __device__ __forceinline__ unsigned _gpurt_ticket_acq_rel(unsigned* p) {
     return atomicAdd(p, 1u);
 #endif
 }
-// The staged fold's copy of one partial into shared memory: cp.async (no register holds it,
-// so every copy of a thread is in flight at once) where the reduce type is 4 or 8 bytes.
-template <typename R> __device__ __forceinline__ void _gpurt_stage(R* dst, const R* src) {
-#ifdef __CUDA_ARCH__
-    if constexpr (sizeof(R) == 4 || sizeof(R) == 8) {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
-                     :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "n"(sizeof(R))
-                     : "memory");
-        return;
-    }
-#endif
-    *dst = _gpurt_l2(src);
-}
-__device__ __forceinline__ void _gpurt_stage_wait() {
-#ifdef __CUDA_ARCH__
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
 """
 
 
@@ -140,9 +123,8 @@ class ReduceLayout:
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
     sets the elements back in their columns at the end (see realign_codegen.py); ``tree``:
-    splits per group of a column fold in two levels (0: one level; see _fold); ``stage``:
-    partial rows the one-level column fold copies into shared memory at once (0: none; see
-    _fold_staged)."""
+    splits per group of a column fold in two levels (0: one level; see _fold); ``stage``,
+    ``early``: the one-level column fold's variants (fold_codegen.py)."""
 
     walk: str
     group: int
@@ -157,6 +139,7 @@ class ReduceLayout:
     realign: bool = False
     tree: int = 0
     stage: int = 0
+    early: bool = False
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -402,9 +385,13 @@ def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                                                  "(_ng > 1 ? _ng : (int)gridDim.y)"),
                               final=True)]
         return "".join(out)
-    out.append(_ticket("_count + blockIdx.x", "(int)gridDim.y", "_gpurt_last"))
+    if layout.walk == "column" and layout.early:
+        out.append(fold_codegen.EARLY_WAIT)
+    else:
+        out.append(_ticket("_count + blockIdx.x", "(int)gridDim.y", "_gpurt_last"))
     if layout.walk == "column" and layout.stage:
-        out.append(_fold_staged(ops, layout, per))
+        store = _store(ops, dataclasses.replace(layout, split=False), " " * 8)
+        out.append(fold_codegen.staged(layout.index, per, layout.stage, store, BLOCK))
     elif layout.walk == "column":
         out.append(_fold_columns(ops, layout, per, ("0", "1", "(int)gridDim.y"), final=True))
     elif per == 1:
@@ -502,29 +489,6 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     return "".join(out)
 
 
-def _fold_staged(ops: Sequence[Operand], layout: ReduceLayout, per: int) -> str:
-    """The one-level column fold with every partial of the block's outputs copied into
-    shared memory at once (at most ``layout.stage`` splits, as planned: one L2 round trip,
-    where _fold_columns takes one per FOLD_BATCH rows), then a thread per output folds them
-    in split order (the bits of _fold_columns' single group)."""
-    idx, rows = layout.index, layout.stage
-    first = f"({idx})blockIdx.x * {per}"
-    return "".join([
-        f"    {{\n    __shared__ _type_reduce _stg[{rows}][{per}];\n",
-        f"    for (int _t = threadIdx.x; _t < (int)gridDim.y * {per}; _t += {BLOCK}) {{\n",
-        f"        const {idx} _m = {first} + _t % {per};\n",
-        f"        if (_m < _M) _gpurt_stage(&_stg[_t / {per}][_t % {per}],"
-        f" _partial + (long long)(_t / {per}) * _M + _m);\n    }}\n",
-        "    _gpurt_stage_wait();\n    __syncthreads();\n",
-        f"    for (int _o = threadIdx.x; _o < {per}; _o += {BLOCK}) {{\n",
-        f"        const {idx} _m = {first} + _o;\n        if (_m >= _M) break;\n",
-        "        _type_reduce _acc = _gpurt_identity();\n",
-        "        for (int _i = 0; _i < (int)gridDim.y; ++_i)"
-        " _acc = _gpurt_reduce(_acc, _stg[_i][_o]);\n",
-        _store(ops, dataclasses.replace(layout, split=False), " " * 8),
-        "    }\n    }\n"])
-
-
 def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
     """The user's expressions as device functions: identity, map, reduce, post-map."""
     ins = [op for op in ops if op.kind == "in"]
@@ -566,9 +530,12 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
     fold = _fold(ops, layout) if layout.fold else ""
     capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
     bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
-    return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
+    variant = layout.fold and layout.walk == "column" and (layout.stage or layout.early)
+    helpers = _HELPERS + (fold_codegen.HELPERS if variant else "")
+    first = fold_codegen.EARLY_TICKET if layout.fold and layout.early else ""
+    return (f"{PRELUDE}{helpers}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'
-            f"        {params}) {{\n{walk(ops, layout)}{fold}}}\n")
+            f"        {params}) {{\n{first}{walk(ops, layout)}{fold}}}\n")
 
 
 def finish_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:

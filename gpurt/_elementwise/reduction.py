@@ -89,6 +89,10 @@ COLUMN_TREE_WIDTH = 16
 # round trip) and then folds them (reduce_codegen._fold_staged); 0: the batched fold only.
 # Off until timed (s13-col).
 FOLD_STAGE_BYTES = 0
+# A one-level column fold whose blocks take their ticket before the walk: the folder is known
+# when the walks end and waits for the others' published partials (fold_codegen.py, "early");
+# two counters a column block. Off until timed (s13-col).
+FOLD_EARLY = False
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -323,7 +327,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
                           FOLD and splits > 1, width, spread, realign, tree,
-                          _stage(walk, splits, tree, per_block, reduce_dtype))
+                          _stage(walk, splits, tree, per_block, reduce_dtype),
+                          FOLD_EARLY and FOLD and walk == "column" and splits > 1 and not tree)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -356,7 +361,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values),
-        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
+        blocks * (2 if layout.early else
+                  1 + (-(-splits // tree) if tree and splits > tree else 0)))
 
 
 @dataclasses.dataclass(frozen=True)

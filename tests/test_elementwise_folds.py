@@ -1,6 +1,7 @@
-"""The column fold staged in shared memory (reduction.FOLD_STAGE_BYTES, s13-col): where the
-planner stages, the source it builds (CPU, sm_90 through NVRTC), and staged sums, maxima, a
-mean and a dot against float64 on a GPU (the same bits every call; outputs poisoned)."""
+"""The one-level column fold's variants (fold_codegen.py, s13-col): staged in shared memory
+(reduction.FOLD_STAGE_BYTES) and the early ticket (reduction.FOLD_EARLY): where the planner
+takes them, the source it builds (CPU, sm_90 through NVRTC), and sums, maxima, a mean and a
+dot under each against float64 on a GPU (the same bits every call; outputs poisoned)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 import gpurt
 from _elementwise_fakes import fake_array, sm90  # noqa: F401  (fixture)
-from gpurt._elementwise import reduce_codegen, reduction
+from gpurt._elementwise import fold_codegen, reduce_codegen, reduction
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -51,10 +52,30 @@ def test_staged_only_where_the_partials_fit(monkeypatch) -> None:
     assert doubles.splits > 1 and "_stg[" in _kernel_text(doubles)
 
 
+@pytest.mark.usefixtures("sm90")
+def test_early_ticket_only_on_one_level_column_folds(monkeypatch) -> None:
+    """FOLD_EARLY: the ticket before the walk, two counters a column block, the folder's
+    wait; not on a tree (its tickets count groups) nor a row split."""
+    r = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_early_plan")
+
+    def plan(shape, dtype=np.float32, axis=0):
+        return r._plan([fake_array(shape, dtype)], [None], axis, False)
+
+    monkeypatch.setattr(reduction, "FOLD_EARLY", True)
+    early = plan((4099, 8191), BF16)
+    text = _kernel_text(early)
+    assert early.counts == 2 * early.grid[0]
+    assert text.index(fold_codegen.EARLY_TICKET) < text.index("_gpurt_vec")  # before the walk
+    assert fold_codegen.EARLY_WAIT in text and "_gpurt_ticket_acq_rel" not in text
+    tall = plan((65536, 1023), BF16)
+    assert "_gpurt_ticket = atomicAdd" not in _kernel_text(tall) and tall.counts > tall.grid[0]
+    assert "_gpurt_ticket = atomicAdd" not in _kernel_text(plan((1, 1 << 22), axis=1))
+    monkeypatch.setattr(reduction, "FOLD_EARLY", False)
+    assert plan((4099, 8191), BF16).counts == early.grid[0]
+
+
 def test_staged_source_copies_then_folds_in_split_order() -> None:
-    layout = reduce_codegen.ReduceLayout("column", 256, 1, 1, 8, True, "int", True,
-                                         realign=True, stage=5)
-    text = reduce_codegen._fold_staged([], layout, 248)
+    text = fold_codegen.staged("int", 248, 5, "STORE;\n", 256)
     assert "__shared__ _type_reduce _stg[5][248];" in text
     copy, fold = text.index("_gpurt_stage(&_stg"), text.index("_acc = _gpurt_reduce(_acc")
     assert copy < text.index("_gpurt_stage_wait();") < text.index("__syncthreads();") < fold
@@ -70,17 +91,21 @@ def poisoned(shape, dtype) -> gpurt.Array:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stage, early", [(1 << 15, False), (0, True), (1 << 15, True)],
+                         ids=["staged", "early", "both"])
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.int32, np.float64],
                          ids=lambda d: np.dtype(d).name)
-def test_staged_column_reductions_match_float64(gpu_state, monkeypatch, dtype) -> None:
-    """Staged folds (aligned, realigned, offset, reversed and keepdims views; sums, maxima,
-    a mean's post_map, a two-input dot) against float64 (exact for int32), three calls the
-    same bits, and the same bits as the batched fold where one thread takes each output."""
-    monkeypatch.setattr(reduction, "FOLD_STAGE_BYTES", 1 << 15)
+def test_fold_variants_match_float64(gpu_state, monkeypatch, dtype, stage, early) -> None:
+    """Each variant's folds (aligned, realigned, offset, reversed and keepdims views; sums,
+    maxima, a mean's post_map, a two-input dot) against float64 (exact for int32), three
+    calls the same bits (the kept counters), and the same bits as the shipped fold where
+    one thread takes each output."""
+    monkeypatch.setattr(reduction, "FOLD_STAGE_BYTES", stage)
+    monkeypatch.setattr(reduction, "FOLD_EARLY", early)
     rng = np.random.default_rng()
     ints = np.dtype(dtype).kind == "i"
     acc = "int32" if ints else "float64" if dtype is np.float64 else "float32"
-    name = np.dtype(dtype).name
+    name = f"{np.dtype(dtype).name}_{stage}_{early:d}"
     total = gpurt.ReductionKernel("T x", f"{acc} y", "x", "a + b", "y = a", "0",
                                   f"sum_staged_{name}", reduce_type=acc)
     most = gpurt.ReductionKernel("T x", f"{acc} y", "x", "max(a, b)", "y = a",
@@ -114,7 +139,10 @@ def test_staged_column_reductions_match_float64(gpu_state, monkeypatch, dtype) -
                 kernel(*args, out, axis=0, keepdims=keepdims)
                 got.append(out.numpy())
             plan = list(kernel._plans.values())[-1]
-            assert plan.splits > 1 and plan.fold and "_stg[" in _kernel_text(plan), index
+            text = _kernel_text(plan)
+            assert plan.splits > 1 and plan.fold, index
+            assert ("_stg[" in text) == bool(stage)
+            assert ("_gpurt_ticket = atomicAdd" in text) == early
             if ints:
                 np.testing.assert_array_equal(got[0], want.astype(np.int64))
             else:
@@ -126,8 +154,10 @@ def test_staged_column_reductions_match_float64(gpu_state, monkeypatch, dtype) -
         odd = dev[1:, 3:1030]
         want = total(odd, axis=0).numpy()
         monkeypatch.setattr(reduction, "FOLD_STAGE_BYTES", 0)
+        monkeypatch.setattr(reduction, "FOLD_EARLY", False)
         batched = gpurt.ReductionKernel("T x", "float32 y", "x", "a + b", "y = a", "0",
-                                        "sum_batched_bf16", reduce_type="float32")
+                                        f"sum_shipped_{name}", reduce_type="float32")
         got = batched(odd, axis=0).numpy()
-        assert "_stg[" not in _kernel_text(list(batched._plans.values())[-1])
+        shipped = _kernel_text(list(batched._plans.values())[-1])
+        assert "_stg[" not in shipped and "_gpurt_ticket = atomicAdd" not in shipped
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
