@@ -8,7 +8,9 @@ relative to the first block's t0, in us: the blocks' start spread, the walk ends
 median, p90, max), the last ticket, the fold's chain (t3 - t2 of the last column to finish),
 the span, against bytes / copy rate and the event-timed call.
 
-    python benchmarks/colsum_trace.py [--json PATH] [--npz PATH] [--stage BYTES]
+    python benchmarks/colsum_trace.py [--json PATH] [--npz PATH] [--variants STAGE:EARLY,...]
+
+(--variants: reduction.FOLD_STAGE_BYTES and FOLD_EARLY pairs, default 0:0, the shipped fold)
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ def run_case(timer: Timer, copy: float, torch: Any, case: tuple, buf: Any,
         calls.append((ms, host.reshape(blocks, SLOTS)))
     ms, trace = sorted(calls, key=lambda c: c[0])[CALLS // 2]  # the median call
     found = {"what": f"sum({axis}) {rows}x{cols} {dtype}", "grid": list(plan.grid[:2]),
-             "stage": reduction.FOLD_STAGE_BYTES, "rel_err": err,
+             "stage": reduction.FOLD_STAGE_BYTES, "early": reduction.FOLD_EARLY,
+             "rel_err": err,
              "event_us_all": sorted(round(c[0] * 1e3, 2) for c in calls),
              **summary(trace, blocks, nbytes, copy, ms)}
     return found, trace
@@ -140,7 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--npz")
-    parser.add_argument("--stage", default="0", help="FOLD_STAGE_BYTES values, comma-separated")
+    parser.add_argument("--variants", default="0:0", help="STAGE:EARLY pairs, comma-separated")
     args = parser.parse_args()
     torch = peer("torch")
     handle = int(torch.cuda.current_stream().cuda_stream)
@@ -151,14 +154,16 @@ def main() -> None:
     found: dict[str, Any] = {"device": gpurt.get_device_name(), "copy_GBps": copy, "rows": []}
     raw = {}
     with gpurt.stream(gpurt.ExternalStream(handle)):
-        for stage in (int(s) for s in args.stage.split(",")):
-            reduction.FOLD_STAGE_BYTES = stage
+        for variant in args.variants.split(","):
+            stage, early = (int(v) for v in variant.split(":"))
+            reduction.FOLD_STAGE_BYTES, reduction.FOLD_EARLY = stage, bool(early)
             for index, case in enumerate(CASES):
-                row, trace = run_case(timer, copy, torch, case, buf, f"tr{stage}_{index}")
+                name = f"tr{stage}_{early}_{index}"
+                row, trace = run_case(timer, copy, torch, case, buf, name)
                 found["rows"].append(row)
-                raw[f"{row['what']} stage {stage}".replace(" ", "_")] = trace
+                raw[f"{row['what']} {stage}:{early}".replace(" ", "_")] = trace
                 print(json.dumps(row), flush=True)
-    reduction.FOLD_STAGE_BYTES = 0
+    reduction.FOLD_STAGE_BYTES, reduction.FOLD_EARLY = 0, False
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(found, fh, indent=1)
