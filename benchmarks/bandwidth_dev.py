@@ -56,9 +56,9 @@ _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread
          "batchfrom": 8, "stage": 0, "early": False}
 REDUCE_VARIANTS = [
     {**_BASE, "s13": True},  # main (the shipped defaults)
+    {**_BASE, "stage": 20480, "early": True, "s13": True},
     {**_BASE, "stage": 20480, "s13": True},
     {**_BASE, "early": True, "s13": True},
-    {**_BASE, "stage": 20480, "early": True, "s13": True},
     {**_BASE, "s13": True},  # main again: the run's noise
     {**_BASE, "stage": 20480, "early": True, "s13": True},
 ]

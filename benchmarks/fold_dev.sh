@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s13-col's one device call (issue 20; run from the tree's root): gpurt importable as
 # scripts/gpu-check makes it (_device_site.sh), then, each step time-limited:
-#   dev     bandwidth_dev.py --areas reduce: the s13 variants (main, staged, early, both,
+#   dev     bandwidth_dev.py --areas reduce: the s13 variants (main, both, staged, early,
 #           main and both again) over the issue's shapes in float32/bfloat16/float16
 #   trace   colsum_trace.py: block-by-block times of the shipped fold and the variants
 #   tests   the GPU reduction tests (tests/test_elementwise*.py, test_bandwidth_cases.py)
@@ -15,11 +15,11 @@ total=${TOTAL:-230}
 logs="$out/logs"; mkdir -p "$logs"
 pack() { tar -C "$out" -czf "$out/runs.tgz" logs; }
 step dev
-(cd benchmarks && PYTHONUNBUFFERED=1 timeout ${DEV_LIMIT:-100} python3 bandwidth_dev.py \
+(cd benchmarks && PYTHONUNBUFFERED=1 timeout ${DEV_LIMIT:-95} python3 bandwidth_dev.py \
     --areas reduce --json "$out/dev.json") > "$logs/dev.log" 2>&1
 echo "dev rc=$?"; pack
 step trace
-(cd benchmarks && PYTHONUNBUFFERED=1 timeout ${TRACE_LIMIT:-40} python3 colsum_trace.py \
+(cd benchmarks && PYTHONUNBUFFERED=1 timeout ${TRACE_LIMIT:-35} python3 colsum_trace.py \
     --variants 0:0,20480:0,0:1,20480:1 --json "$out/trace.json" --npz "$logs/trace.npz") \
     > "$logs/trace.log" 2>&1
 echo "trace rc=$?"; pack
