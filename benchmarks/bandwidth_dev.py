@@ -47,20 +47,16 @@ from gpurt._random import kernels as rkernels
 # REALIGN_BATCH_FROM (the realigned loop as whole batches of loads where a vector holds at
 # least this many elements; 1: everywhere, 0: nowhere). "twins": also aligned shapes of the
 # odd ones' bytes (4096x8192 bfloat16 reached only 82.5% of copy there). Session 13
-# (s13-col): "stage": reduction.FOLD_STAGE_BYTES (the one-level column fold's partials copied
-# into shared memory at once), "early": reduction.FOLD_EARLY (the fold's ticket before the
-# walk; fold_codegen.py); "s13": only S13_SHAPES (the issue's shapes in every float dtype).
+# (s13-col): "s13": only S13_SHAPES (the issue's shapes in every float dtype); the session's
+# fold variants (staged in shared memory, an early ticket: both lost, removed; branch s13-col
+# at 444f161) and their rows: results/bandwidth-dev-s13-col-nvidia-h100.json.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
          "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
-         "batchfrom": 8, "stage": 0, "early": False}
+         "batchfrom": 8}
 REDUCE_VARIANTS = [
     {**_BASE, "s13": True},  # main (the shipped defaults)
-    {**_BASE, "stage": 20480, "early": True, "s13": True},
-    {**_BASE, "stage": 20480, "s13": True},
-    {**_BASE, "early": True, "s13": True},
     {**_BASE, "s13": True},  # main again: the run's noise
-    {**_BASE, "stage": 20480, "early": True, "s13": True},
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -79,9 +75,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
           "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
-          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM"),
-          "stage": (reduction, "FOLD_STAGE_BYTES"),
-          "early": (reduction, "FOLD_EARLY")}
+          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),

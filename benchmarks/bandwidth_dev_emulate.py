@@ -14,9 +14,7 @@ TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread 
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
 COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
 reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
-realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop). STAGE=BYTES,
-EARLY=1: reduction.FOLD_STAGE_BYTES, FOLD_EARLY (fold_codegen.py's variants; blocks run one
-after another, so the early folder, the last block to start, never waits here).
+realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
 
 import itertools
@@ -48,8 +46,6 @@ TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
 BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
 FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
-reduction.FOLD_STAGE_BYTES = int(os.environ.get("STAGE", reduction.FOLD_STAGE_BYTES))
-reduction.FOLD_EARLY = bool(int(os.environ.get("EARLY", reduction.FOLD_EARLY)))
 realign_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
                                                       realign_codegen.REALIGN_BATCH_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
@@ -188,9 +184,7 @@ int main() {{
     print(f"{'ok ' if ok else 'BAD'} {shape} {index} axis={axis} kd={keepdims} "
           f"{np.dtype(dtype).name} w={width} v={vector} u={unroll} grid={plan.grid} "
           f"splits={plan.splits} per={per} r={realign} tree={reduction.COLUMN_FOLD_TREE} "
-          f"batch={reduce_codegen.FOLD_BATCH} stage={'_stg[' in src} "
-          f"early={'_gpurt_ticket = atomicAdd' in src} "
-          f"err={err:.2e}", flush=True)
+          f"batch={reduce_codegen.FOLD_BATCH} err={err:.2e}", flush=True)
     return ok
 
 if __name__ == "__main__":

@@ -8,14 +8,20 @@ relative to the first block's t0, in us: the blocks' start spread, the walk ends
 median, p90, max), the last ticket, the fold's chain (t3 - t2 of the last column to finish),
 the span, against bytes / copy rate and the event-timed call.
 
-    python benchmarks/colsum_trace.py [--json PATH] [--npz PATH] [--variants STAGE:EARLY,...]
+    python benchmarks/colsum_trace.py [--json PATH] [--npz PATH] [--variant SPEC ...]
 
-(--variants: reduction.FOLD_STAGE_BYTES and FOLD_EARLY pairs, default 0:0, the shipped fold)
+SPEC: knobs to set, "module.NAME=value" joined by ";" (module: reduction, reduce_codegen,
+realign_codegen; value a Python literal), "" (the default, the only variant when none is
+given) for the shipped code. The probes cost registers: a kernel at the 32-register cap may
+spill under them (s13-col's early-ticket variant ran 4 us slower traced than untraced), so
+compare a variant's event time with its untraced timing (bandwidth_dev.py) first. Results of
+s13-col's H100 call: results/colsum-trace-s13-col-nvidia-h100.json (notes_bandwidth.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 from typing import Any
 
@@ -24,7 +30,7 @@ from _common import Timer, _ok, copy_gbps, peer
 from cuda.bindings import driver as cu
 
 import gpurt
-from gpurt._elementwise import reduction
+from gpurt._elementwise import realign_codegen, reduce_codegen, reduction
 
 # (rows, cols, axis, dtype): the issue's odd shapes, an aligned twin, a big aligned sum, an
 # unsplit one and a row sum (many short blocks: the reference for ramp and tail)
@@ -32,6 +38,8 @@ CASES = [(4099, 8191, 0, "bfloat16"), (4099, 8191, 0, "float32"), (2047, 10007, 
          (4096, 8192, 0, "bfloat16"), (8192, 8192, 0, "float32"), (1024, 65536, 0, "bfloat16"),
          (4096, 8192, 1, "bfloat16")]
 SLOTS = 8  # u64 a block: t0, t1, t2, t3, smid, folded, 0, 0
+MODULES = {"reduction": reduction, "reduce_codegen": reduce_codegen,
+           "realign_codegen": realign_codegen}
 CALLS = 7
 
 _PROBES = r"""
@@ -132,7 +140,6 @@ def run_case(timer: Timer, copy: float, torch: Any, case: tuple, buf: Any,
         calls.append((ms, host.reshape(blocks, SLOTS)))
     ms, trace = sorted(calls, key=lambda c: c[0])[CALLS // 2]  # the median call
     found = {"what": f"sum({axis}) {rows}x{cols} {dtype}", "grid": list(plan.grid[:2]),
-             "stage": reduction.FOLD_STAGE_BYTES, "early": reduction.FOLD_EARLY,
              "rel_err": err,
              "event_us_all": sorted(round(c[0] * 1e3, 2) for c in calls),
              **summary(trace, blocks, nbytes, copy, ms)}
@@ -143,7 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--npz")
-    parser.add_argument("--variants", default="0:0", help="STAGE:EARLY pairs, comma-separated")
+    parser.add_argument("--variant", action="append", help="knobs: module.NAME=value;...")
     args = parser.parse_args()
     torch = peer("torch")
     handle = int(torch.cuda.current_stream().cuda_stream)
@@ -154,21 +161,37 @@ def main() -> None:
     found: dict[str, Any] = {"device": gpurt.get_device_name(), "copy_GBps": copy, "rows": []}
     raw = {}
     with gpurt.stream(gpurt.ExternalStream(handle)):
-        for variant in args.variants.split(","):
-            stage, early = (int(v) for v in variant.split(":"))
-            reduction.FOLD_STAGE_BYTES, reduction.FOLD_EARLY = stage, bool(early)
-            for index, case in enumerate(CASES):
-                name = f"tr{stage}_{early}_{index}"
-                row, trace = run_case(timer, copy, torch, case, buf, name)
-                found["rows"].append(row)
-                raw[f"{row['what']} {stage}:{early}".replace(" ", "_")] = trace
-                print(json.dumps(row), flush=True)
-    reduction.FOLD_STAGE_BYTES, reduction.FOLD_EARLY = 0, False
+        for number, spec in enumerate(args.variant or [""]):
+            saved = _set(spec)
+            try:
+                for index, case in enumerate(CASES):
+                    row, trace = run_case(timer, copy, torch, case, buf, f"tr{number}_{index}")
+                    row["variant"] = spec
+                    found["rows"].append(row)
+                    raw[f"{row['what']} v{number}".replace(" ", "_")] = trace
+                    print(json.dumps(row), flush=True)
+            finally:
+                for (module, name), value in saved.items():
+                    setattr(module, name, value)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(found, fh, indent=1)
     if args.npz:
         np.savez_compressed(args.npz, **raw)
+
+
+def _set(spec: str) -> dict[tuple[Any, str], Any]:
+    """Set the knobs of ``spec`` (see the module docstring); returns their old values."""
+    saved = {}
+    for item in filter(None, (part.strip() for part in spec.split(";"))):
+        target, _, value = item.partition("=")
+        module_name, _, name = target.partition(".")
+        module = MODULES[module_name]
+        if not hasattr(module, name):
+            raise SystemExit(f"colsum_trace: {module_name} has no knob {name!r}")
+        saved[module, name] = getattr(module, name)
+        setattr(module, name, ast.literal_eval(value))
+    return saved
 
 
 def _once(timer: Timer, fn: Any) -> float:

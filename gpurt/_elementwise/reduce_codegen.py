@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from . import fold_codegen
 from .codegen import PRELUDE, Operand
 
 __all__ = [
@@ -123,8 +122,7 @@ class ReduceLayout:
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
     sets the elements back in their columns at the end (see realign_codegen.py); ``tree``:
-    splits per group of a column fold in two levels (0: one level; see _fold); ``stage``,
-    ``early``: the one-level column fold's variants (fold_codegen.py)."""
+    splits per group of a column fold in two levels (0: one level; see _fold)."""
 
     walk: str
     group: int
@@ -138,8 +136,6 @@ class ReduceLayout:
     spread: int = 1
     realign: bool = False
     tree: int = 0
-    stage: int = 0
-    early: bool = False
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -385,14 +381,8 @@ def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
                                                  "(_ng > 1 ? _ng : (int)gridDim.y)"),
                               final=True)]
         return "".join(out)
-    if layout.walk == "column" and layout.early:
-        out.append(fold_codegen.EARLY_WAIT)
-    else:
-        out.append(_ticket("_count + blockIdx.x", "(int)gridDim.y", "_gpurt_last"))
-    if layout.walk == "column" and layout.stage:
-        store = _store(ops, dataclasses.replace(layout, split=False), " " * 8)
-        out.append(fold_codegen.staged(layout.index, per, layout.stage, store, BLOCK))
-    elif layout.walk == "column":
+    out.append(_ticket("_count + blockIdx.x", "(int)gridDim.y", "_gpurt_last"))
+    if layout.walk == "column":
         out.append(_fold_columns(ops, layout, per, ("0", "1", "(int)gridDim.y"), final=True))
     elif per == 1:
         out.append(_fold_one(ops, layout))
@@ -530,12 +520,9 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
     fold = _fold(ops, layout) if layout.fold else ""
     capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
     bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
-    variant = layout.fold and layout.walk == "column" and (layout.stage or layout.early)
-    helpers = _HELPERS + (fold_codegen.HELPERS if variant else "")
-    first = fold_codegen.EARLY_TICKET if layout.fold and layout.early else ""
-    return (f"{PRELUDE}{helpers}\n{text.preamble}\n{_functions(text, ops)}\n"
+    return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'
-            f"        {params}) {{\n{first}{walk(ops, layout)}{fold}}}\n")
+            f"        {params}) {{\n{walk(ops, layout)}{fold}}}\n")
 
 
 def finish_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:

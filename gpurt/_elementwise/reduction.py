@@ -84,15 +84,6 @@ COLUMN_FOLD_TREE_FROM = 32
 # loses: 1023x65537 float32 96.0 -> 84.3, 8192^2 float32 96.2 -> 90.7; notes_bandwidth.md,
 # s9-colsum). 0: COLUMN_WIDTH everywhere.
 COLUMN_TREE_WIDTH = 16
-# A one-level column fold whose partials (splits x outputs a block x the partial's 4 or 8
-# bytes) fit in this many bytes copies them all into shared memory at once (cp.async: one L2
-# round trip) and then folds them (reduce_codegen._fold_staged); 0: the batched fold only.
-# Off until timed (s13-col).
-FOLD_STAGE_BYTES = 0
-# A one-level column fold whose blocks take their ticket before the walk: the folder is known
-# when the walks end and waits for the others' published partials (fold_codegen.py, "early");
-# two counters a column block. Off until timed (s13-col).
-FOLD_EARLY = False
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -326,9 +317,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign, tree,
-                          _stage(walk, splits, tree, per_block, reduce_dtype),
-                          FOLD_EARLY and FOLD and walk == "column" and splits > 1 and not tree)
+                          FOLD and splits > 1, width, spread, realign, tree)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -348,7 +337,6 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
             if splits == 1:
                 layout = dataclasses.replace(layout, split=False, fold=False)
                 kernel = build(layout)
-    assert not layout.stage or splits <= layout.stage  # fitting never adds splits
     finish = None
     if splits > 1 and not layout.fold:
         finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
@@ -361,8 +349,7 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values),
-        blocks * (2 if layout.early else
-                  1 + (-(-splits // tree) if tree and splits > tree else 0)))
+        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,13 +388,6 @@ def _grid(walk: str, arrays: Sequence[Any], in_kept: Sequence[tuple[int, ...]],
     tree = COLUMN_FOLD_TREE if FOLD and walk == "column" and splits > COLUMN_FOLD_TREE and \
         rows > COLUMN_FOLD_TREE_FROM else 0
     return _Grid(vec, spread, realign, group, width, per_block, blocks, splits, chunk, tree)
-
-
-def _stage(walk: str, splits: int, tree: int, per_block: int, reduce_dtype: np.dtype) -> int:
-    """Partial rows the column fold stages in shared memory (FOLD_STAGE_BYTES; 0: none)."""
-    size = partial_dtype(reduce_dtype).itemsize
-    fits = splits * per_block * size <= FOLD_STAGE_BYTES and size in (4, 8)
-    return splits if FOLD and walk == "column" and splits > 1 and not tree and fits else 0
 
 
 def _finish_blocks(m: int) -> int:
