@@ -160,6 +160,15 @@ _WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
 _WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=5, group_m=8, tma_store=True)
 _WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
 _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
+# 96-wide tiles (issue 17, s13-narrow; Config.narrow: N-major B and C's staging in 32-wide
+# boxes with the 64-byte swizzle): mid squares whose 128- and 192-wide tiles fill a wave
+# badly. cuBLAS runs 1536^3 as 128 tiles of ours 192 x 96 (5 stages, 1 x 2 clusters) where
+# 192 x 128 makes 96, and 768^3 as 120 of 64 x 80 (11 stages) where 64 x 128 makes 72, 64 x 96
+# 96. 5 stages of 192 x 96 and 10 of 64 x 96 fit 227 KiB beside C's staging (Config.narrow).
+_WGMMA_T192N96 = Config("wgmma", 192, 96, 64, stages=5, group_m=8, tma_store=True)
+_WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2)
+_WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=10, group_m=8, tma_store=True, lean=5)
+_NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -340,6 +349,8 @@ def candidates(problem: Problem) -> list[Config]:
         pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
             pool += [_WGMMA_64, _WGMMA_64_LEAN4] + ([] if problem.pitch128 else [_WGMMA_64_C2])
+        if _WGMMA[5].tiles(problem.m, problem.n) < 2 * problem.sm_count:  # one-wave-ish grids
+            pool += list(_NARROW)
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -391,7 +402,7 @@ def all_configs(problem: Problem) -> list[Config]:
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
                    _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2,
-                   _WGMMA_64_LEAN4, *_TALL,
+                   _WGMMA_64_LEAN4, *_TALL, *_NARROW,
                    *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain
