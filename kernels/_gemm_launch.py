@@ -161,7 +161,7 @@ def tensor_map(ptr: int, kmajor: bool, rows: int, k: int, ld: int, dt: int,
     if kmajor:
         return encode_map(ptr, k, rows, ld, dt, (width, box_rows))
     if narrow:
-        return encode_map(ptr, rows, k, ld, dt, (width // 2, width), swizzle=64)
+        return encode_map(ptr, rows, k, ld, dt, (width // 2, width), 64)
     return encode_map(ptr, rows, k, ld, dt, (width, width))
 
 
@@ -321,9 +321,10 @@ def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes
     map_b = tensor_map(b_ptr, call.b_kmajor, call.n, call.k, call.ldb, call.dt,
                        config.bn // config.cluster_m, narrow)
     rows, cols = (call.n, call.m) if call.swap else (call.m, call.n)  # C in memory
-    width = 128 // _itemsize(call.dt) // (2 if narrow else 1)
-    map_c = encode_map(out_ptr, cols, rows, call.ldc, call.dt, (width, 64),
-                       swizzle=64 if narrow else 128) if call.store_ok else _NO_MAP
+    box_c = (128 // _itemsize(call.dt) // (2 if narrow else 1), 64)
+    swizzle = (64,) if narrow else ()  # (else encode_map's 128-byte default)
+    map_c = encode_map(out_ptr, cols, rows, call.ldc, call.dt, box_c,
+                       *swizzle) if call.store_ok else _NO_MAP
     return map_a, map_b, map_c
 
 
