@@ -350,7 +350,7 @@ def candidates(problem: Problem) -> list[Config]:
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
             pool += [_WGMMA_64, _WGMMA_64_LEAN4] + ([] if problem.pitch128 else [_WGMMA_64_C2])
         if _WGMMA[5].tiles(problem.m, problem.n) < 2 * problem.sm_count:  # one-wave-ish grids
-            pool += list(_NARROW)
+            pool += [c for c in _NARROW if c.cluster_m == 1 or not problem.pitch128]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -514,10 +514,10 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        filled = _tall_for(problem, _fill_best(
+        filled = _narrow_for(problem, _tall_for(problem, _fill_best(
             problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7], _WGMMA_64],
             lambda config: config.tiles(m, n),
-            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16))
+            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
             return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
@@ -668,6 +668,27 @@ def _tall_for(problem: Problem, config: Config) -> Config:
         return config
     waves = [-(-c.tiles(problem.m, problem.n) // problem.sm_count) for c in (tall, config)]
     return tall if waves[0] <= waves[1] else config
+
+
+# The 96-wide tile _narrow_for may take instead of each chosen one (of the same rows per
+# consumer warpgroup and three consumers or one).
+_NARROWER = {_WGMMA_192: _WGMMA_T192N96, _WGMMA_T192N128: _WGMMA_T192N96,
+             _WGMMA_64: _WGMMA_64N96}
+
+
+def _narrow_for(problem: Problem, config: Config) -> Config:
+    """The 96-wide tile of _NARROWER instead of ``config`` where both grids make one wave on
+    rows of 128-byte multiples, ``config``'s filling at least half the SMs, and the 96-wide
+    one has at least 5/4 as many tiles: the same wave, finished sooner on more SMs. 1536^3:
+    128 tiles of 192 x 96 against 96 of 192 x 128 (cuBLAS's tiling); 768^3: 96 of 64 x 96
+    against 72 of 64 x 128. Split rows (the L2's requests the limit), smaller grids and grids
+    of several waves were not timed."""
+    narrow = _NARROWER.get(config)
+    if narrow is None or not problem.pitch128 or not eligible(problem, narrow):
+        return config
+    before, after = config.tiles(problem.m, problem.n), narrow.tiles(problem.m, problem.n)
+    fills = 2 * before >= problem.sm_count and after <= problem.sm_count
+    return narrow if fills and 5 * before <= 4 * after else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:
