@@ -80,14 +80,14 @@ class Config:
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
         if self.kernel == "wgmma" and (self.bm not in (64, 128, 192) or self.bk not in (32, 64)
-                                       or self.bn not in (64, 96, 128, 192, 256)):
+                                       or self.bn not in (64, 80, 96, 128, 192, 256)):
             raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
                              f"(128 x 32 for TF32), 192 x (128|192) x 64 ones and "
-                             f"(64|128|192) x 96 x 64 ones, not {self}")
+                             f"(64|128|192) x 96 x 64 and (64|128) x 80 x 64 ones, not {self}")
         if self.narrow and (self.bk != 64 or self.split_k != 1 or self.cluster_n != 1
                             or self.pingpong or self.pipe_store
                             or self.shared_mem(False, False) > _SMEM_SM90):
-            raise ValueError(f"96-wide wgmma tiles are for unsplit 16-bit GEMMs, clusters "
+            raise ValueError(f"96- and 80-wide wgmma tiles are for unsplit 16-bit GEMMs, clusters "
                              f"along M only, no pingpong or pipe_store, stages that fit "
                              f"227 KiB with C's staging: {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
@@ -144,9 +144,15 @@ class Config:
 
     @property
     def narrow(self) -> bool:
-        """A 16-bit wgmma tile whose width is not a multiple of 64 (96): its N-major B and its
-        staged C travel in 32-wide boxes with the 64-byte swizzle (kernels/gemm_wgmma.cu)."""
+        """A 16-bit wgmma tile whose width is not a multiple of 64 (96, 80): its N-major B and
+        its staged C travel in boxes of :attr:`box_width` columns (kernels/gemm_wgmma.cu)."""
         return self.kernel == "wgmma" and self.bn % 64 != 0
+
+    @property
+    def box_width(self) -> int:
+        """Columns of the wgmma kernel's N-major B boxes and C staging boxes: 64 with the
+        128-byte swizzle, 32 (bn 96) with the 64-byte one, 16 (bn 80) with the 32-byte one."""
+        return 64 if self.bn % 64 == 0 else 32 if self.bn % 32 == 0 else 16
 
     @property
     def threads(self) -> int:

@@ -164,11 +164,13 @@ _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
 # boxes with the 64-byte swizzle): mid squares whose 128- and 192-wide tiles fill a wave
 # badly. cuBLAS runs 1536^3 as 128 tiles of ours 192 x 96 (5 stages, 1 x 2 clusters) where
 # 192 x 128 makes 96, and 768^3 as 120 of 64 x 80 (11 stages) where 64 x 128 makes 72, 64 x 96
-# 96. 5 stages of 192 x 96 and 10 of 64 x 96 fit 227 KiB beside C's staging (Config.narrow).
+# 96. 5 stages of 192 x 96, 10 of 64 x 96 and 11 of 64 x 80 (cuBLAS's depth) fit 227 KiB
+# beside C's staging (Config.narrow).
 _WGMMA_T192N96 = Config("wgmma", 192, 96, 64, stages=5, group_m=8, tma_store=True)
 _WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2)
 _WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=10, group_m=8, tma_store=True, lean=5)
-_NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96)
+_WGMMA_64N80 = Config("wgmma", 64, 80, 64, stages=11, group_m=8, tma_store=True, lean=5)
+_NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}

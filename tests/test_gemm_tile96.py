@@ -1,9 +1,10 @@
-"""96-wide tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma.cu with BN = 96: m64n96k16,
-an N-major B and the staged C in 32-wide boxes with the 64-byte swizzle, wgmma descriptor
-layout type 2). CPU: configs, names, shared memory, what they reject, compiled without spills,
-the tuner's and the sweep's lists. GPU: every layout, both 16-bit types, edge tiles, 2-CTA
-clusters (B multicast as 32-wide chunks 0, 2 | 1), many tiles per CTA, alpha/beta/Cin, offset
-views, plain stores, graph replay, against float64 on poisoned outputs."""
+"""96- and 80-wide tiles on the 16-bit wgmma kernel (kernels/gemm_wgmma.cu with BN = 96 / 80:
+m64n96k16 / m64n80k16, an N-major B and the staged C in 32- / 16-wide boxes with the 64- /
+32-byte swizzle, wgmma descriptor layout type 2 / 3). CPU: configs, names, shared memory, what
+they reject, compiled without spills, the tuner's and the sweep's lists, the heuristic's
+picks. GPU: every layout, both 16-bit types, edge tiles, 2-CTA clusters (B multicast as
+chunks 0, 2, .. | 1, ..), many tiles per CTA, alpha/beta/Cin, offset views, plain stores, graph
+replay, against float64 on poisoned outputs."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ Config = tune.Config
 
 T192 = tune._WGMMA_T192N96
 T64 = tune._WGMMA_64N96
+T80 = tune._WGMMA_64N80
 VARIANTS = [
     T192,
     tune._WGMMA_T192N96_C2,  # 2-CTA clusters along M: B multicast
@@ -28,6 +30,8 @@ VARIANTS = [
     dataclasses.replace(T64, lean=0, stages=8),
     Config("wgmma", 128, 96, 64, stages=7, group_m=8, tma_store=True),  # gemm_wgmma's own
     dataclasses.replace(T192, tma_store=False),  # plain stores
+    T80,
+    Config("wgmma", 128, 80, 64, stages=7, group_m=8, tma_store=True, cluster_m=2),
 ]
 
 _problem = tiles.problem
@@ -49,6 +53,8 @@ def test_config_fields():
     assert T192.shared_mem(True, False) == 5 * (288 * 128 + 16) + 1024 + 192 * 96 * 2
     assert T64.shared_mem(False, False) == 10 * (160 * 128 + 16) + 1024 + 64 * 96 * 2
     assert VARIANTS[5].shared_mem(True, True) == 5 * (288 * 128 + 16) + 1024
+    assert T80.shared_mem(True, False) == 11 * (144 * 128 + 16) + 1024 + 64 * 80 * 2
+    assert (T80.box_width, T64.box_width, tune._WGMMA_64.box_width) == (16, 32, 64)
     for config in VARIANTS:
         assert config.shared_mem(True, True) <= 227 * 1024
         assert Config.from_json(config.to_json()) == config
@@ -59,10 +65,10 @@ def test_config_fields():
 @pytest.mark.parametrize("base, bad", [
     (T192, dict(split_k=2)), (T192, dict(pipe_store=True)), (T64, dict(cluster_n=2)),
     (VARIANTS[4], dict(pingpong=True)), (T192, dict(stages=6)), (T64, dict(stages=11)),
-    (VARIANTS[4], dict(stages=8)),
+    (VARIANTS[4], dict(stages=8)), (T80, dict(stages=12)), (T80, dict(bm=192)),
 ])
 def test_config_rejects(base, bad):
-    with pytest.raises(ValueError, match="96-wide wgmma tiles"):
+    with pytest.raises(ValueError, match="80-wide wgmma tiles"):
         dataclasses.replace(base, **bad)
     with pytest.raises(ValueError, match="bk=32|TF32|96-wide"):
         dataclasses.replace(VARIANTS[4], bk=32)
@@ -116,13 +122,13 @@ def test_layouts_and_edges(gpu_state, config):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", VARIANTS[:3], ids=_ids)
+@pytest.mark.parametrize("config", [*VARIANTS[:3], T80], ids=_ids)
 def test_many_tiles_per_cta(gpu_state, config):
     tiles.many_tiles_per_cta(config, 103)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [T192, T64], ids=_ids)
+@pytest.mark.parametrize("config", [T192, T64, T80], ids=_ids)
 def test_in_a_graph(gpu_state, config):
     """Captured once, replayed on new inputs."""
     _graph_case(config, np.random.default_rng(107))
