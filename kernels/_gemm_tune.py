@@ -160,12 +160,19 @@ _WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
 _WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=5, group_m=8, tma_store=True)
 _WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
 _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
-# 96-wide tiles (issue 17, s13-narrow; Config.narrow: N-major B and C's staging in 32-wide
-# boxes with the 64-byte swizzle): mid squares whose 128- and 192-wide tiles fill a wave
-# badly. cuBLAS runs 1536^3 as 128 tiles of ours 192 x 96 (5 stages, 1 x 2 clusters) where
-# 192 x 128 makes 96, and 768^3 as 120 of 64 x 80 (11 stages) where 64 x 128 makes 72, 64 x 96
-# 96. 5 stages of 192 x 96, 10 of 64 x 96 and 11 of 64 x 80 (cuBLAS's depth) fit 227 KiB
-# beside C's staging (Config.narrow).
+# 96- and 80-wide tiles (issue 17, s13-narrow; Config.narrow: N-major B and C's staging in
+# 32- / 16-wide boxes with the 64- / 32-byte swizzle): for mid squares whose 128- and 192-wide
+# tiles fill a wave badly (1536^3: 128 tiles of 192 x 96 against 96 of 192 x 128; 768^3: 96
+# of 64 x 96 or 120 of 64 x 80 against 72 of 64 x 128). 5 stages of 192 x 96, 10 of 64 x 96
+# and 11 of 64 x 80 fit 227 KiB beside C's staging. H100, kernel-only cold, row-major
+# operands (N-major B), two rounds (notes_gemm.md, s13-narrow): 1536^3 192 x 96 15.5-15.7 us
+# against 15.2 for 192 x 128 (cuBLAS 12.1), in 1 x 2 clusters 16.0; 768^3 64 x 96 6.1-6.2
+# against 5.7, 64 x 80 8.3-8.5; 640^3 64 x 96 5.0 against 5.2 (the one win); 1280^3 192 x 96
+# 12.7 against 11.0 (128 x 128); 384x2048x1024 64 x 96 8.1 against 6.2. Their N-major B boxes
+# of 64- or 32-byte rows take 1.7-1.8x (4x) the L2 requests of 128-byte ones (Nsight
+# Compute), which the fuller wave does not pay back: the heuristic does not take them; the
+# tuner times them on one-wave-ish grids (64 x 80 with a K-major B only, whose boxes keep
+# 128-byte rows: untimed).
 _WGMMA_T192N96 = Config("wgmma", 192, 96, 64, stages=5, group_m=8, tma_store=True)
 _WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2)
 _WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=10, group_m=8, tma_store=True, lean=5)
@@ -352,7 +359,8 @@ def candidates(problem: Problem) -> list[Config]:
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
             pool += [_WGMMA_64, _WGMMA_64_LEAN4] + ([] if problem.pitch128 else [_WGMMA_64_C2])
         if _WGMMA[5].tiles(problem.m, problem.n) < 2 * problem.sm_count:  # one-wave-ish grids
-            pool += [c for c in _NARROW if c.cluster_m == 1 or not problem.pitch128]
+            pool += [c for c in _NARROW if (c.cluster_m == 1 or not problem.pitch128)
+                     and (problem.b_kmajor or c.box_width >= 32)]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -516,10 +524,10 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        filled = _narrow_for(problem, _tall_for(problem, _fill_best(
+        filled = _tall_for(problem, _fill_best(
             problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7], _WGMMA_64],
             lambda config: config.tiles(m, n),
-            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)))
+            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
             return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
@@ -670,27 +678,6 @@ def _tall_for(problem: Problem, config: Config) -> Config:
         return config
     waves = [-(-c.tiles(problem.m, problem.n) // problem.sm_count) for c in (tall, config)]
     return tall if waves[0] <= waves[1] else config
-
-
-# The 96-wide tile _narrow_for may take instead of each chosen one (of the same rows per
-# consumer warpgroup and three consumers or one).
-_NARROWER = {_WGMMA_192: _WGMMA_T192N96, _WGMMA_T192N128: _WGMMA_T192N96,
-             _WGMMA_64: _WGMMA_64N96}
-
-
-def _narrow_for(problem: Problem, config: Config) -> Config:
-    """The 96-wide tile of _NARROWER instead of ``config`` where both grids make one wave on
-    rows of 128-byte multiples, ``config``'s filling at least half the SMs, and the 96-wide
-    one has at least 5/4 as many tiles: the same wave, finished sooner on more SMs. 1536^3:
-    128 tiles of 192 x 96 against 96 of 192 x 128 (cuBLAS's tiling); 768^3: 96 of 64 x 96
-    against 72 of 64 x 128. Split rows (the L2's requests the limit), smaller grids and grids
-    of several waves were not timed."""
-    narrow = _NARROWER.get(config)
-    if narrow is None or not problem.pitch128 or not eligible(problem, narrow):
-        return config
-    before, after = config.tiles(problem.m, problem.n), narrow.tiles(problem.m, problem.n)
-    fills = 2 * before >= problem.sm_count and after <= problem.sm_count
-    return narrow if fills and 5 * before <= 4 * after else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:

@@ -90,7 +90,7 @@ def test_defaults_take_the_winners():
     through one box alone lost to the held stage and is offered to no one."""
     picks = {((2000, 3000, 1000), False): C2_S5_PS, ((256, 11008, 4096), True): S5_PS,
              ((3000, 3000, 3000), False): dataclasses.replace(T192_S4, cluster_m=2),
-             ((2304, 2304, 2304), True): T192N128_S5}  # (1536^3: 192 x 96, tile96)
+             ((1536, 1536, 1536), True): T192N128_S5}
     for (dims, pitch128), config in picks.items():
         problem = _problem(*dims, pitch128=pitch128)
         assert tune.heuristic(problem) == config, dims

@@ -90,10 +90,8 @@ def test_wave_model_choices():
     """The chooser takes 192 x 128 where it won on an H200 (s11-tile192r: 1536^3, one wave of
     96 tiles either way) and keeps the 128-row tiles where they won or the 192-row ones make
     more waves, at short K (pipelined and ping-pong epilogues), on split rows and for TF32."""
-    # (one wave of 96 tiles: the heuristic takes 128 of 192 x 96 after it, test_gemm_tile96.py)
-    assert tune._tall_for(_problem(1536, 1536, 1536), tune._WGMMA_192) == tune._WGMMA_T192N128
-    assert tune._tall_for(_problem(1536, 1536, 1024), tune._WGMMA_192) == tune._WGMMA_192
-    assert tune.heuristic(_problem(1536, 1536, 1536)) == tune._WGMMA_T192N96
+    assert tune.heuristic(_problem(1536, 1536, 1536)) == tune._WGMMA_T192N128
+    assert tune.heuristic(_problem(1536, 1536, 1024)) == tune._WGMMA_192  # short K
     assert tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)).bm == 128
     assert tune.heuristic(_problem(256, 11008, 4096)) == tune._WGMMA_192  # 116 CTAs, one wave
     for dims in ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 8192)):
