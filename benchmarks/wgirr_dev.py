@@ -70,6 +70,11 @@ VARIANTS = {
     "t192 s3": _v(tune._WGMMA_T192, stages=3), "t192 s3 c2": _v(tune._WGMMA_T192_C2, stages=3),
     "t192 s4 c2": tune._WGMMA_T192_C2, "t192x128 s4": _v(tune._WGMMA_T192N128, stages=4),
     "t192x128 s5": tune._WGMMA_T192N128,
+    # session 13 (s13-narrow): 96- and 80-wide tiles
+    "t192n96": tune._WGMMA_T192N96, "t192n96 c2": tune._WGMMA_T192N96_C2,
+    "t64n96": tune._WGMMA_64N96, "t64n80": tune._WGMMA_64N80,
+    "t64n80 c2": _v(tune._WGMMA_64N80, cluster_m=2, lean=7),
+    "w96": Config("wgmma", 128, 96, 64, stages=7, group_m=8, tma_store=True),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -197,11 +202,26 @@ S12LEAN = {
     (256, 4096, 4096, False): _T64_LEAN, (1000, 1000, 4000, False): _T64_LEAN,
     (1000, 1000, 1000, False): _T64_LEAN,
 }
+# `--set s13narrow` (s13-narrow): 96- and 80-wide tiles against the picks before them ("auto"
+# is the branch's heuristic, which takes 192 x 96 at 1536^3 and 64 x 96 at 768^3 and
+# 384x2048x1024) where cuBLAS runs narrow tiles (192 x 96 in 1 x 2 clusters at 1536^3, 64 x 80
+# at 768^3 and 640^3), and the shapes the heuristic keeps (no regressions); twice, warm too.
+S13NARROW = {
+    (1536, 1536, 1536, False): ("t192x128 s5", "t192n96", "t192n96 c2"),
+    (768, 768, 768, False): ("t64", "t64n96", "t64n80", "t64n80 c2"),
+    (640, 640, 640, False): ("t64n96", "t64n80"),
+    (1280, 1280, 1280, False): ("t192n96",),
+    (1024, 1024, 1024, False): (), (256, 4096, 4096, False): (),
+    (1000, 1000, 1000, False): (), (2000, 3000, 1000, False): (),
+    (384, 2048, 1024, False): ("t64",),
+}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
-        "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN}
+        "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
+        "s13narrow": S13NARROW}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
-_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean")
+_WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
+         "s13narrow")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -375,6 +395,9 @@ def ncu_calls(set_: str) -> None:
     if set_ == "s12lean":  # the instructions and L2 requests with and without the lean bits
         shapes = ((768, 768, 768), (1024, 1024, 1024))
         names = ("t64", "t64 lean4", "t64 lean5")
+    if set_ == "s13narrow":  # the narrow tiles against the picks before them
+        shapes = ((1536, 1536, 1536), (768, 768, 768))
+        names = ("t192x128 s5", "t192n96", "t64", "t64n96", "t64n80")
     if set_ == "s12t64":  # the L2 requests of 64 x 128 alone and in clusters, cuBLAS's tiling
         shapes, names = ((1000, 1000, 1000),), ("t64", "t64 c2", "narrow c1x2")
     for m, n, k in shapes:
@@ -467,6 +490,13 @@ def sanitize(set_: str) -> None:
                   (1000, 1000, 520, lean[4], False, True),
                   (64 * 140, 300, 136, lean[0], False, True)]
         sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s13narrow":  # every narrow form; beta; N-major; clusters; many tiles a CTA
+        narrow = [*_s13_tests(), VARIANTS["t64n80 c2"]]
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in narrow]
+        cases += [(136, 264, 200, narrow[1], True, True), (1000, 1000, 136, narrow[6], True, True),
+                  (1536, 1000, 136, narrow[0], False, True),
+                  (1000, 760, 136, narrow[2], True, False, 0.0, torch.float16)]
+        sys.exit(1 if run_checks(cases) else 0)
     if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
@@ -485,6 +515,12 @@ def sanitize(set_: str) -> None:
     cases += [(1536, 1536, 136, VARIANTS[name], False, False) for name in ("mid pp", "mid pp c2")]
     cases.append((1536, 768, 136, VARIANTS["narrow pp"], True, False))
     sys.exit(1 if run_checks(cases) else 0)
+
+
+def _s13_tests() -> list[Config]:
+    """tests/test_gemm_tile96.py's variants (192 x 96, its clusters, 64 x 96, 64 x 80, ...)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    return list(importlib.import_module("test_gemm_tile96").VARIANTS)
 
 
 _STAGES_NEW = ("w192 s5", "w192 c2 s5", "w192 s5 ps", "w192 c2 s5 ps", "t192 s4 c2",
@@ -509,6 +545,10 @@ def precompile(set_: str) -> None:
         new = list(importlib.import_module("test_gemm_lean").VARIANTS)
     if set_ == "tile192r":  # and the tests' plain stores
         new = [*tune._TALL, _v(tune._WGMMA_T192, tma_store=False)]
+    if set_ == "s13narrow":  # and the tests' (tile96; then tile64's and tile192's)
+        new = [*_s13_tests(), VARIANTS["t64n80 c2"]]
+        for name in ("test_gemm_tile64", "test_gemm_tile192"):
+            new += importlib.import_module(name).VARIANTS
     if set_ in ("stages", "s12"):  # and the tests' (tests/test_gemm_stages.py)
         new = [VARIANTS[v] for v in _STAGES_NEW]
         new += [_v(tune._WGMMA_T192, stages=4)]

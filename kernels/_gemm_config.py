@@ -80,17 +80,24 @@ class Config:
         if min(self.bm, self.bn, self.bk, self.stages, self.split_k, self.group_m) < 1:
             raise ValueError(f"invalid GEMM config {self}")
         if self.kernel == "wgmma" and (self.bm not in (64, 128, 192) or self.bk not in (32, 64)
-                                       or self.bn not in (64, 128, 192, 256)):
+                                       or self.bn not in (64, 80, 96, 128, 192, 256)):
             raise ValueError(f"the wgmma kernel takes (64|128) x (64|128|192|256) x 64 tiles "
-                             f"(128 x 32 for TF32) and 192 x (128|192) x 64 ones, not {self}")
+                             f"(128 x 32 for TF32), 192 x (128|192) x 64 ones and "
+                             f"(64|128|192) x 96 x 64 and (64|128) x 80 x 64 ones, not {self}")
+        if self.narrow and (self.bk != 64 or self.split_k != 1 or self.cluster_n != 1
+                            or self.pingpong or self.pipe_store
+                            or self.shared_mem(False, False) > _SMEM_SM90):
+            raise ValueError(f"96- and 80-wide wgmma tiles are for unsplit 16-bit GEMMs, clusters "
+                             f"along M only, no pingpong or pipe_store, stages that fit "
+                             f"227 KiB with C's staging: {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
                 self.bk != 64 or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
             raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs, clusters along M "
                              f"only, without ping-pong: {self}")
         if self.kernel == "wgmma" and self.bm == 192 and (
-                self.bk != 64 or self.bn not in (128, 192) or self.split_k != 1
+                self.bk != 64 or self.bn not in (96, 128, 192) or self.split_k != 1
                 or self.cluster_n != 1 or self.pingpong or self.pipe_store):
-            raise ValueError(f"192-row wgmma tiles are 192 x (128|192) x 64 for unsplit 16-bit "
+            raise ValueError(f"192-row wgmma tiles are 192 x (96|128|192) x 64 for unsplit 16-bit "
                              f"GEMMs, clusters along M only, no pingpong or pipe_store: {self}")
         if self.kernel == "wgmma" and self.bn == 192 and (self.bk != 64 or self.split_k != 1):
             raise ValueError(f"128 x 192 wgmma tiles are for unsplit 16-bit GEMMs: {self}")
@@ -136,6 +143,18 @@ class Config:
             raise ValueError(f"mma warp tiles must divide the CTA tile in 16s: {self}")
 
     @property
+    def narrow(self) -> bool:
+        """A 16-bit wgmma tile whose width is not a multiple of 64 (96, 80): its N-major B and
+        its staged C travel in boxes of :attr:`box_width` columns (kernels/gemm_wgmma.cu)."""
+        return self.kernel == "wgmma" and self.bn % 64 != 0
+
+    @property
+    def box_width(self) -> int:
+        """Columns of the wgmma kernel's N-major B boxes and C staging boxes: 64 with the
+        128-byte swizzle, 32 (bn 96) with the 64-byte one, 16 (bn 80) with the 32-byte one."""
+        return 64 if self.bn % 64 == 0 else 32 if self.bn % 32 == 0 else 16
+
+    @property
     def threads(self) -> int:
         if self.kernel == "wgmma":  # a producer and bm / 64 consumer warpgroups
             return 128 + 2 * self.bm
@@ -162,7 +181,9 @@ class Config:
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             ring = self.stages * ((self.bm + self.bn) * 128 + 2 * 8) + 1024  # + barriers, slack
             staging = self.bm * 128 * 2 if self.tma_store else 0  # 16 KiB per consumer
-            if self.pingpong and self.pipe_store:
+            if self.narrow and self.tma_store:
+                staging = self.bm * self.bn * 2  # the consumer's whole 64 x bn half tile
+            elif self.pingpong and self.pipe_store:
                 staging *= 2  # a whole 128 x 128 tile per consumer
             elif not self.pingpong and self.bk == 64 and ring + staging > _SMEM_SM90:
                 staging //= 2  # one 64-wide box per consumer (gemm_wgmma.cu's ONE_BOX)

@@ -39,6 +39,9 @@ _TMA_TYPES = {DT_F16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               DT_BF16: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
               DT_F32: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
 _TF32_SOURCE = "gemm_wgmma_tf32.cu"
+_SWIZZLES = {128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+             64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+             32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B}
 
 # ---- sources and compiled kernels ----------------------------------------------------------
 
@@ -116,14 +119,16 @@ def arch_for(config: Config, capability: tuple[int, int]) -> str:
 _maps: dict[tuple[int, ...], bytes] = {}
 
 
-def encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[int, int]) -> bytes:
+def encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[int, int],
+               swizzle: int = 128) -> bytes:
     """A 128-byte CUtensorMap of a 2-D 16-bit or fp32 (DT_F32) matrix (wraps
     cuTensorMapEncodeTiled): rows of ``inner`` elements, ``ld`` apart; ``box`` = (inner, outer)
-    elements; 128-byte swizzle, zero fill outside. Rows at 128-byte multiples promote L2
+    elements; 128-byte swizzle (``swizzle`` = 64 or 32: that one, for boxes of rows that
+    long), zero fill outside. Rows at 128-byte multiples promote L2
     fills to 256 bytes; others not at all: a 128-byte box row then spans two L2 lines, and the
     promoted fills cost 3000x5000x2000 bf16 15% and 1000^3 10% (an H100, notes_gemm.md).
     Cached by its arguments."""
-    key = (ptr, inner, outer, ld, dt, *box)
+    key = (ptr, inner, outer, ld, dt, *box, swizzle)
     found = _maps.get(key)
     if found is None:
         u64, u32 = cu.cuuint64_t, cu.cuuint32_t
@@ -133,7 +138,7 @@ def encode_map(ptr: int, inner: int, outer: int, ld: int, dt: int, box: tuple[in
             _TMA_TYPES[dt], 2, ptr, [u64(inner), u64(outer)], [u64(ld * _itemsize(dt))],
             [u32(box[0]), u32(box[1])], [u32(1), u32(1)],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            _SWIZZLES[swizzle],
             promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B if aligned
             else promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
@@ -150,12 +155,16 @@ def _itemsize(dt: int) -> int:
 
 
 def tensor_map(ptr: int, kmajor: bool, rows: int, k: int, ld: int, dt: int,
-                box_rows: int) -> bytes:
+                box_rows: int, mn_width: int = 0) -> bytes:
     """The tensor map of one wgmma operand, in boxes of 128-byte rows (w = 64 16-bit or 32
-    fp32 elements): K-major boxes are [box_rows][w k], the others [w k][w rows]."""
+    fp32 elements): K-major boxes are [box_rows][w k], the others [w k][w rows] ([w k]
+    [mn_width rows] with the swizzle of their row length where ``mn_width`` is given and
+    narrower: a 96- or 80-wide tile's B, Config.box_width)."""
     width = 128 // _itemsize(dt)
     if kmajor:
         return encode_map(ptr, k, rows, ld, dt, (width, box_rows))
+    if 0 < mn_width < width:
+        return encode_map(ptr, rows, k, ld, dt, (mn_width, width), mn_width * _itemsize(dt))
     return encode_map(ptr, rows, k, ld, dt, (width, width))
 
 
@@ -311,11 +320,14 @@ def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes
         a_ptr, b_ptr = b_ptr, a_ptr
     map_a = tensor_map(a_ptr, call.a_kmajor, call.m, call.k, call.lda, call.dt,
                        config.bm // config.cluster_n)
+    narrow = config.narrow  # 96- and 80-wide tiles: narrower boxes of N-major B and of C
     map_b = tensor_map(b_ptr, call.b_kmajor, call.n, call.k, call.ldb, call.dt,
-                       config.bn // config.cluster_m)
+                       config.bn // config.cluster_m, config.box_width if narrow else 0)
     rows, cols = (call.n, call.m) if call.swap else (call.m, call.n)  # C in memory
-    map_c = encode_map(out_ptr, cols, rows, call.ldc, call.dt,
-                       (128 // _itemsize(call.dt), 64)) if call.store_ok else _NO_MAP
+    box_c = (config.box_width if narrow else 128 // _itemsize(call.dt), 64)
+    swizzle = (2 * config.box_width,) if narrow else ()  # (else encode_map's 128-byte one)
+    map_c = encode_map(out_ptr, cols, rows, call.ldc, call.dt, box_c,
+                       *swizzle) if call.store_ok else _NO_MAP
     return map_a, map_b, map_c
 
 

@@ -160,6 +160,24 @@ _WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
 _WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=5, group_m=8, tma_store=True)
 _WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
 _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
+# 96- and 80-wide tiles (issue 17, s13-narrow; Config.narrow: N-major B and C's staging in
+# 32- / 16-wide boxes with the 64- / 32-byte swizzle): for mid squares whose 128- and 192-wide
+# tiles fill a wave badly (1536^3: 128 tiles of 192 x 96 against 96 of 192 x 128; 768^3: 96
+# of 64 x 96 or 120 of 64 x 80 against 72 of 64 x 128). 5 stages of 192 x 96, 10 of 64 x 96
+# and 11 of 64 x 80 fit 227 KiB beside C's staging. H100, kernel-only cold, row-major
+# operands (N-major B), two rounds (notes_gemm.md, s13-narrow): 1536^3 192 x 96 15.5-15.7 us
+# against 15.2 for 192 x 128 (cuBLAS 12.1), in 1 x 2 clusters 16.0; 768^3 64 x 96 6.1-6.2
+# against 5.7, 64 x 80 8.3-8.5; 640^3 64 x 96 5.0 against 5.2 (the one win); 1280^3 192 x 96
+# 12.7 against 11.0 (128 x 128); 384x2048x1024 64 x 96 8.1 against 6.2. Their N-major B boxes
+# of 64- or 32-byte rows take 1.7-1.8x (4x) the L2 requests of 128-byte ones (Nsight
+# Compute), which the fuller wave does not pay back: the heuristic does not take them; the
+# tuner times them on one-wave-ish grids (64 x 80 with a K-major B only, whose boxes keep
+# 128-byte rows: untimed).
+_WGMMA_T192N96 = Config("wgmma", 192, 96, 64, stages=5, group_m=8, tma_store=True)
+_WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2)
+_WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=10, group_m=8, tma_store=True, lean=5)
+_WGMMA_64N80 = Config("wgmma", 64, 80, 64, stages=11, group_m=8, tma_store=True, lean=5)
+_NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -340,6 +358,9 @@ def candidates(problem: Problem) -> list[Config]:
         pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
         if _WGMMA[5].tiles(problem.m, problem.n) < problem.sm_count:  # SMs without a 128-row tile
             pool += [_WGMMA_64, _WGMMA_64_LEAN4] + ([] if problem.pitch128 else [_WGMMA_64_C2])
+        if _WGMMA[5].tiles(problem.m, problem.n) < 2 * problem.sm_count:  # one-wave-ish grids
+            pool += [c for c in _NARROW if (c.cluster_m == 1 or not problem.pitch128)
+                     and (problem.b_kmajor or c.box_width >= 32)]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -391,7 +412,7 @@ def all_configs(problem: Problem) -> list[Config]:
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
                    _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2,
-                   _WGMMA_64_LEAN4, *_TALL,
+                   _WGMMA_64_LEAN4, *_TALL, *_NARROW,
                    *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain

@@ -19,10 +19,13 @@
 // TMA multicast into both, which halves B's traffic from L2; a stage is then released to the
 // producers only when the consumers of both CTAs are done with it (remote mbarrier arrives).
 //
-// Tiles are 128 x BN x 64 of 16-bit elements (BN = 64, 128, 192 or 256) with 128-byte
+// Tiles are 128 x BN x 64 of 16-bit elements (BN = 64, 96, 128, 192 or 256) with 128-byte
 // swizzle: TMA writes them swizzled and the wgmma descriptors read them back with the same
 // swizzle. K-major operands come as one box [rows][64 k] per stage; M/N-major ones as boxes
-// [64 k][64 mn] side by side (wgmma transpose bit set). TMA zero-fills outside the matrix,
+// [64 k][64 mn] side by side (wgmma transpose bit set). Narrow tiles (BN = 96 or 80, not a
+// multiple of 64) take N-major B as boxes [64 k][W n] (W = box_width(BN): 32 with the 64-byte
+// swizzle, wgmma layout type 2; 16 with the 32-byte one, type 3), and stage C in [64][W]
+// boxes with the same swizzle, so one m64nBNk16 per k16 step reads B. TMA zero-fills outside the matrix,
 // so edge tiles need no special code; the epilogue masks its stores. The host (kernels/gemm.py) encodes the tensor maps and only
 // sends problems whose rows are 16-byte aligned (a TMA requirement).
 //
@@ -41,6 +44,16 @@ constexpr int BK = 64;
 constexpr int THREADS = 384;
 constexpr int CONSUMER_WARPS = 8;
 constexpr int CHUNK_BYTES = 64 * 128;  // one [64][64] box of 16-bit elements
+// N-major box width (in elements) of a BN-wide tile: 64 (128-byte swizzle) or, for narrow
+// tiles, 32 (BN = 96: 64-byte swizzle) or 16 (BN = 80: 32-byte swizzle); a [64][W] box of
+// rows of 2W bytes is W * 128 bytes.
+__host__ __device__ constexpr int box_width(int bn) {
+    return bn % 64 == 0 ? 64 : bn % 32 == 0 ? 32 : 16;
+}
+// The wgmma descriptor's layout type of boxes W wide: 1, 2, 3 = 128-, 64-, 32-byte swizzle.
+__host__ __device__ constexpr unsigned long long swizzle_layout(int w) {
+    return w == 64 ? 1 : w == 32 ? 2 : 3;
+}
 constexpr int STAGE_OUT_BYTES = 2 * CHUNK_BYTES;  // per consumer: 64 rows x 128 columns of C
 // The dynamic shared memory a CTA may take on sm_90 (227 KiB). A ring too deep to leave two
 // staging boxes per consumer beside it (128 x 192 with 5 stages, cuBLAS's depth) stages C
@@ -91,16 +104,16 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaDesc* map, int inner,
 }
 
 // The ROWS x BK tile at rows [row0, row0 + ROWS), columns [k0, k0 + BK) of a 16-bit matrix:
-// one box when it is K-major, else ROWS / 64 boxes of [64 k][64 rows], CHUNK_BYTES apart.
-template <bool K_MAJOR, int ROWS>
+// one box when it is K-major, else ROWS / W boxes of [64 k][W rows], W * 128 bytes apart.
+template <bool K_MAJOR, int ROWS, int W = 64>
 __device__ __forceinline__ void tma_load_tile(u32 dst, const TmaDesc* map, int k0, int row0,
                                               u32 bar) {
     if constexpr (K_MAJOR) {
         tma_load(dst, map, k0, row0, bar);
     } else {
 #pragma unroll
-        for (int j = 0; j < ROWS / 64; ++j)
-            tma_load(dst + j * CHUNK_BYTES, map, row0 + j * 64, k0, bar);
+        for (int j = 0; j < ROWS / W; ++j)
+            tma_load(dst + j * (W * 128), map, row0 + j * W, k0, bar);
     }
 }
 
@@ -168,10 +181,11 @@ __device__ __forceinline__ void cluster_sync() {
                  ::: "memory");
 }
 
-// Shared-memory matrix descriptor with 128-byte swizzle. Offsets in bytes (stored >> 4).
-__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
+// Shared-memory matrix descriptor with 128-byte swizzle (layout type 1; 2: 64-byte swizzle).
+// Offsets in bytes (stored >> 4).
+__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo, u64 layout = 1) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
-           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (layout << 62);
 }
 
 // Accumulator operand lists of the m64n16 .. m64n256 wgmma (generated, 8 per line).
@@ -191,6 +205,11 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define WG_OUT_0_64 WG_OUT_0_32, WG_OUT_32_64
+#define WG_OUT_32_40 \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define WG_OUT_32_48 \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 #define WG_OUT_64_128 \
     "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
@@ -210,6 +229,14 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
 #define WG_REG_32 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REG_40 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39"
+#define WG_REG_48 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define WG_REG_64 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
@@ -242,8 +269,8 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
 // N = 16 and 32 are the decode family's (gemm_decode.cu).
 template <int N, int DT, int TA, int TB>
 __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
-    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
-                  "BN is 16, 32, 64, 128, 192 or 256");
+    static_assert(N == 16 || N == 32 || N == 64 || N == 80 || N == 96 || N == 128 || N == 192 ||
+                  N == 256, "BN is 16, 32, 64, 80, 96, 128, 192 or 256");
     if constexpr (N == 16 && DT == DT_BF16) {
         WG_ASM("m64n16k16", "bf16", "%10", WG_REG_8, "%8, %9, p, 1, 1, %11, %12;\n}\n",
                WG_OUT_0_8);
@@ -262,6 +289,18 @@ __device__ __forceinline__ void wgmma(float* d, u64 da, u64 db, int scale_d) {
     } else if constexpr (N == 64) {
         WG_ASM("m64n64k16", "f16", "%34", WG_REG_32, "%32, %33, p, 1, 1, %35, %36;\n}\n",
                WG_OUT_0_32);
+    } else if constexpr (N == 80 && DT == DT_BF16) {
+        WG_ASM("m64n80k16", "bf16", "%42", WG_REG_40, "%40, %41, p, 1, 1, %43, %44;\n}\n",
+               WG_OUT_0_32, WG_OUT_32_40);
+    } else if constexpr (N == 80) {
+        WG_ASM("m64n80k16", "f16", "%42", WG_REG_40, "%40, %41, p, 1, 1, %43, %44;\n}\n",
+               WG_OUT_0_32, WG_OUT_32_40);
+    } else if constexpr (N == 96 && DT == DT_BF16) {
+        WG_ASM("m64n96k16", "bf16", "%50", WG_REG_48, "%48, %49, p, 1, 1, %51, %52;\n}\n",
+               WG_OUT_0_32, WG_OUT_32_48);
+    } else if constexpr (N == 96) {
+        WG_ASM("m64n96k16", "f16", "%50", WG_REG_48, "%48, %49, p, 1, 1, %51, %52;\n}\n",
+               WG_OUT_0_32, WG_OUT_32_48);
     } else if constexpr (N == 128 && DT == DT_BF16) {
         WG_ASM("m64n128k16", "bf16", "%66", WG_REG_64, "%64, %65, p, 1, 1, %67, %68;\n}\n",
                WG_OUT_0_64);
@@ -307,6 +346,9 @@ __device__ __forceinline__ void wgmma_wait() {
 // with ALT the odd passes go to `alt` instead (the A half of the consumer's last stage, held
 // until these stores have read it), so a pass waits only for the store two passes back.
 // NOBETA: the caller knows beta == 0 (no per-element test of beta: LEAN_EPI).
+// Narrow tiles (BN = 96, 80; box_width W = 32, 16): one pass into BN / W boxes of [64][W] with
+// the 2W-byte swizzle (unit u of row r at u ^ ((r W / 64) % (W / 8)): conflict-free too), C's
+// tensor map to match.
 template <int DT, int BN, bool PIPE = false, int NBOX = 2, bool ALT = false, bool NOBETA = false>
 __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* map,
                                                const u16* __restrict__ Cin, int M, int N,
@@ -318,6 +360,8 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                   "an even number of 64-wide passes per half tile (but in one box)");
     static_assert(!ALT || (PIPE && NBOX == 1), "ALT: 64-wide passes, one box and `alt`");
     constexpr int WIDTH = PIPE ? 64 : BN < 128 ? BN : 128;  // columns per pass (but the last)
+    constexpr int CW = box_width(BN);  // columns per staging box (of CW * 128 bytes)
+    static_assert(CW == 64 || (!PIPE && !ALT && NBOX == 2), "narrow tiles: one plain pass");
 #pragma unroll
     for (int pass = 0; pass < (BN + WIDTH - 1) / WIDTH; ++pass) {
         if constexpr (ALT) {  // `alt` is fresh each tile; the box's last store: 2 passes back
@@ -338,8 +382,10 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
             }
             const int cc = jj * 8 + (c - col0) % 8;  // column inside this 128-wide piece
             const u32 chunk = ALT && pass % 2 != 0
-                ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : cc / 64) * CHUNK_BYTES;
-            const int byte = (cc % 64) * 2;
+                ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : cc / CW) * (CW * 128);
+            const int byte = (cc % CW) * 2;
+            // the row's 16-byte units XORed with its row bits 7-9 (128-byte swizzle: rows of
+            // 128 bytes) or 7-8 (64-byte swizzle: rows of 64 bytes)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int rr = row + 8 * h;
@@ -352,7 +398,8 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
                         if (gc + 1 < N) v1 += beta * to_f32<DT>(src[1]);
                     }
                 }
-                const u32 addr = chunk + rr * 128 + ((((byte >> 4) ^ (rr & 7)) << 4) | (byte & 15));
+                const int units = CW == 64 ? rr & 7 : (rr * CW / 64) & (CW / 8 - 1);
+                const u32 addr = chunk + rr * (2 * CW) + ((((byte >> 4) ^ units) << 4) | (byte & 15));
                 st_shared_u32(addr, pack2<DT>(v0, v1));
             }
         }
@@ -360,13 +407,13 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
         named_sync(1 + half, 128);
         if (t == 0) {
 #pragma unroll
-            for (int box = 0; box < WIDTH / 64; ++box) {
+            for (int box = 0; box < WIDTH / CW; ++box) {
                 if constexpr (BN % 128 != 0) {  // BN = 192's last pass: one box
-                    if (pass * WIDTH + box * 64 >= BN) continue;
+                    if (pass * WIDTH + box * CW >= BN) continue;
                 }
                 const u32 src = ALT && pass % 2 != 0
-                    ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : box) * CHUNK_BYTES;
-                tma_store(map, src, col0 + pass * WIDTH + box * 64, row0);
+                    ? alt : buffer + (PIPE ? (first_box + pass) % NBOX : box) * (CW * 128);
+                tma_store(map, src, col0 + pass * WIDTH + box * CW, row0);
             }
             bulk_commit();
         }
@@ -479,7 +526,12 @@ __device__ __forceinline__ void gemm_wgmma_body(
     float* __restrict__ partial, int splits, unsigned* __restrict__ counters) {
     using namespace wg;
     static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs along M");
-    static_assert(CM == 1 || BN >= 128, "a cluster multicasts 64-wide chunks of B: BN >= 128");
+    static_assert(CM == 1 || BN >= 80, "a cluster multicasts chunks of B: BN >= 80");
+    // narrow tiles (BN = 96): N-major B and staged C in 32-wide boxes, 64-byte swizzle
+    constexpr bool NARROW = BN % 64 != 0;
+    constexpr int BW = box_width(BN);  // N-major B's box width
+    static_assert(!NARROW || ((BN == 96 || BN == 80) && !PP && !PS && !SPLIT && CN == 1),
+                  "narrow tiles: BN = 96 or 80, unsplit, no ping-pong, pipe_store or cluster_n");
     static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
     static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
                   "consumer, unsplit");
@@ -501,10 +553,13 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // [64][64] boxes) and one of its threads stores them with TMA while the next tile starts.
     // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma;
     // ONE_BOX: one [64][64] box per consumer where two would not fit beside the ring)
+    // (NARROW: the consumer's whole 64 x BN half tile, BN / BW boxes of [64][BW])
+    constexpr u32 HALF_OUT_BYTES = NARROW ? 64 * BN * 2 : STAGE_OUT_BYTES;
     constexpr bool ONE_BOX = EPI_TMA && !PP &&
-        STAGES * (A_BYTES + B_BYTES + 16) + 1024 + CONSUMERS * STAGE_OUT_BYTES > SMEM_MAX;
+        STAGES * (A_BYTES + B_BYTES + 16) + 1024 + CONSUMERS * HALF_OUT_BYTES > SMEM_MAX;
+    static_assert(!NARROW || !ONE_BOX, "narrow tiles: stages that leave room to stage C");
     constexpr u32 OUT_BYTES =
-        PP && PS ? 2 * STAGE_OUT_BYTES : ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES;
+        PP && PS ? 2 * STAGE_OUT_BYTES : ONE_BOX ? CHUNK_BYTES : HALF_OUT_BYTES;
     // ONE_BOX with PS (128 x 192, 5 stages, pipe_store): a consumer holds its tile's last stage
     // and stages every other 64-column pass in that stage's A half, which only its own wgmmas
     // read; the stage is released once those stores have read it.
@@ -551,16 +606,16 @@ __device__ __forceinline__ void gemm_wgmma_body(
         // with CM = 2: B's half, into the CTAs of its tile column
         const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
         if (CM == 1) {
-            tma_load_tile<B_K, BN>(b_dst, &tma_b, k0, tn * BN, full);
+            tma_load_tile<B_K, BN, BW>(b_dst, &tma_b, k0, tn * BN, full);
         } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
             const int part = rm * (BN / 2);
             tma_load_multicast(b_dst + part * 128, &tma_b, k0, tn * BN + part, full,
                                b_mask);
-        } else if constexpr (BN % 128 != 0) {  // BN = 192: chunks 0, 2 | 1
+        } else if constexpr (BN % 128 != 0) {  // BN = 192 (96, 80): BW-wide chunks 0, 2, .. | 1, ..
 #pragma unroll
-            for (int chunk = rm; chunk < BN / 64; chunk += 2)
-                tma_load_multicast(b_dst + chunk * CHUNK_BYTES, &tma_b,
-                                   tn * BN + chunk * 64, k0, full, b_mask);
+            for (int chunk = rm; chunk < BN / BW; chunk += 2)
+                tma_load_multicast(b_dst + chunk * (BW * 128), &tma_b,
+                                   tn * BN + chunk * BW, k0, full, b_mask);
         } else {  // 64-wide chunks [rm BN/128, (rm + 1) BN/128)
 #pragma unroll
             for (int j = 0; j < BN / 128; ++j) {
@@ -628,19 +683,23 @@ __device__ __forceinline__ void gemm_wgmma_body(
         const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
         // Descriptor constants: K-major tiles step 32 bytes per 16 k inside the swizzle atom;
         // M/N-major tiles step 16 rows of 128 bytes, and their 64-wide chunks are CHUNK_BYTES apart.
-        constexpr u32 A_STEP = A_K ? 32 : 2048, B_STEP = B_K ? 32 : 2048;
+        // (NARROW N-major B: 16 rows of 2 BW bytes, BW-wide chunks BW * 128 bytes apart, 8 rows
+        // of 2 BW bytes from one 8-k group to the next, the 2 BW-byte swizzle)
+        constexpr bool B_NARROW = NARROW && !B_K;
+        constexpr u32 A_STEP = A_K ? 32 : 2048, B_STEP = B_K ? 32 : 32 * BW;
+        constexpr u64 B_LAYOUT = B_K ? 1 : swizzle_layout(BW);
 #if GEMM_MN_DESC_SWAP  // debugging aid: the other reading of LBO/SBO for M/N-major operands
         constexpr u32 A_LBO = A_K ? 16 : 1024, B_LBO = B_K ? 16 : 1024;
         constexpr u32 A_SBO = A_K ? 1024 : CHUNK_BYTES, B_SBO = B_K ? 1024 : CHUNK_BYTES;
 #else
-        constexpr u32 A_LBO = A_K ? 16 : CHUNK_BYTES, B_LBO = B_K ? 16 : CHUNK_BYTES;
-        constexpr u32 A_SBO = 1024, B_SBO = 1024;
+        constexpr u32 A_LBO = A_K ? 16 : CHUNK_BYTES, B_LBO = B_K ? 16 : BW * 128;
+        constexpr u32 A_SBO = 1024, B_SBO = B_NARROW ? 16 * BW : 1024;
 #endif
         const u32 a_half = A_K ? half * 64 * 128 : half * CHUNK_BYTES;
         // LEAN_DESC: slot 0's descriptors; a slot's and a k step's differ in the address field
         // alone (bits 0-13, address / 16, which stays below 2^14 inside shared memory)
         const u64 a_desc0 = make_desc(a_ring + a_half, A_LBO, A_SBO);
-        const u64 b_desc0 = make_desc(b_ring, B_LBO, B_SBO);
+        const u64 b_desc0 = make_desc(b_ring, B_LBO, B_SBO, B_LAYOUT);
         // a descriptor whose low word (the address field) is moved by `units` of 16 bytes
         auto moved = [](u64 desc, u32 units) {
             return (desc & ~0xFFFFFFFFull) | (u32)((u32)desc + units);
@@ -694,7 +753,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                         db = moved(b_desc0, (u32)s * (B_BYTES / 16) + kk * (B_STEP / 16));
                     } else {
                         da = make_desc(a_tile + kk * A_STEP, A_LBO, A_SBO);
-                        db = make_desc(b_tile + kk * B_STEP, B_LBO, B_SBO);
+                        db = make_desc(b_tile + kk * B_STEP, B_LBO, B_SBO, B_LAYOUT);
                     }
                     wgmma<BN, DT, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db,
                                                           (kt > k_begin || kk > 0) ? 1 : 0);
@@ -784,7 +843,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     constexpr bool NOBETA = (LEAN & LEAN_EPI) != 0;
                     constexpr int NBOX = ONE_BOX ? 1 : 2;
                     const u32 buffer =
-                        out_stage + half * (ONE_BOX ? CHUNK_BYTES : STAGE_OUT_BYTES);
+                        out_stage + half * (ONE_BOX ? CHUNK_BYTES : HALF_OUT_BYTES);
                     if (NOBETA && beta == 0.f)
                         store_half_tma<DT, BN, PS || ONE_BOX, NBOX, false, NOBETA>(
                             d, &tma_c, Cin, M, N, ldcin, alpha, beta, r, c, buffer, half, t,
