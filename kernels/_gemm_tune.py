@@ -183,6 +183,10 @@ _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 # of C's rows by bm of its columns), whose operands stay in 128-byte box rows with a row-major
 # A (A^T is the kernel's K-major B: boxes of any row count) and any B.
 _SWAPPED = tuple(dataclasses.replace(c, swap=True) for c in _NARROW)
+# Whether the tuner times them (as the narrow tiles, on one-wave-ish grids). Off until a GPU
+# has run them: s13-ct built them with no device time left, and the tuner keeps the fastest
+# candidate without checking its result (tests/test_gemm_swap.py's GPU half checks them).
+SWAPPED_CANDIDATES = False
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -366,7 +370,8 @@ def candidates(problem: Problem) -> list[Config]:
         if _WGMMA[5].tiles(problem.m, problem.n) < 2 * problem.sm_count:  # one-wave-ish grids
             pool += [c for c in _NARROW if (c.cluster_m == 1 or not problem.pitch128)
                      and (problem.b_kmajor or c.box_width >= 32)]
-            pool += [c for c in _SWAPPED if (c.cluster_m == 1 or not problem.pitch128)
+            pool += [c for c in _SWAPPED if SWAPPED_CANDIDATES
+                     and (c.cluster_m == 1 or not problem.pitch128)
                      and (problem.a_kmajor or c.box_width >= 32)]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import types
 
 import numpy as np
 import pytest
@@ -79,11 +80,13 @@ def test_compiles_without_spills(tmp_path, monkeypatch):
     tiles.assert_compiles_without_spills(VARIANTS, tmp_path, monkeypatch)
 
 
-def test_tuner_and_sweep_offer_them():
-    """Candidates where 128 x 128 tiles make under two waves, as the narrow tiles (the
-    clusters on split rows only, 64 x 80 with a K-major A only: an M-major A^T is the
-    kernel's N-major B, in boxes of 32-byte rows); the sweep (all_configs) runs them
-    everywhere, never for TF32."""
+def test_tuner_and_sweep_offer_them(monkeypatch):
+    """With SWAPPED_CANDIDATES (off until a GPU has run them), candidates where 128 x 128
+    tiles make under two waves, as the narrow tiles (the clusters on split rows only, 64 x 80
+    with a K-major A only: an M-major A^T is the kernel's N-major B, in boxes of 32-byte
+    rows); the sweep (all_configs) runs them everywhere, never for TF32."""
+    assert not set(tune._SWAPPED) & set(tune.candidates(_problem(768, 768, 768)))
+    monkeypatch.setattr(tune, "SWAPPED_CANDIDATES", True)
     for dims in ((1536, 1536, 1536), (768, 768, 768), (1280, 1280, 1280), (640, 640, 640)):
         found = set(tune.candidates(_problem(*dims)))
         assert {T192, T64N96, T64N80} <= found and T192_C2 not in found, dims
@@ -94,6 +97,26 @@ def test_tuner_and_sweep_offer_them():
     assert set(tune._SWAPPED) <= set(tune.all_configs(_problem(4096, 4096, 4096)))
     assert not set(tune._SWAPPED) & set(tune.all_configs(_problem(1000, 1000, 1000,
                                                                    dt=tune.DT_TF32)))
+
+
+def test_call_swaps_operands_and_maps(monkeypatch):
+    """The launch of a swapped config (CPU: no kernel, maps recorded): the kernel's M is C's
+    N, its A is B (M-major here, [64 k][64 n] boxes), its B is A (K-major, [96 rows][64 k]
+    boxes); C's map is C itself in [96 rows][64 columns] boxes with the 128-byte swizzle."""
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    monkeypatch.setattr(launch, "compile_kernels", lambda *args: (None,))
+    ns = types.SimpleNamespace
+    plan = ns(itemsize=2, a=ns(kmajor=True, ld=1000), b=ns(kmajor=False, ld=1504), m=1000,
+              n=1500, k=1000, ldc=1512, ldcin=1500, dt=tune.DT_BF16, index=0)
+    call = launch.make_call(plan, _problem(1000, 1500, 1000), T192, 4096)
+    assert (call.swap, call.m, call.n, call.lda, call.ldb) == (True, 1500, 1000, 1504, 1000)
+    assert (call.a_kmajor, call.b_kmajor, call.grid, call.store_ok) == (False, True, 88, True)
+    seen = []
+    monkeypatch.setattr(launch, "encode_map", lambda *args: seen.append(args) or bytes(128))
+    launch._wgmma_maps(call, 111, 222, 333)
+    assert seen == [(222, 1500, 1000, 1504, tune.DT_BF16, (64, 64)),
+                    (111, 1000, 1000, 1000, tune.DT_BF16, (64, 96)),
+                    (333, 1500, 1000, 1512, tune.DT_BF16, (64, 96))]
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
