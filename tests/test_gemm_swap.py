@@ -93,6 +93,7 @@ def test_tuner_and_sweep_offer_them(monkeypatch):
         assert T192_C2 in tune.candidates(_problem(*dims, pitch128=False)), dims
         rows = tune.Problem(*dims, tune.DT_BF16, False, False, True, True, (9, 0), 132)
         assert T64N80 not in tune.candidates(rows) and T64N96 in tune.candidates(rows), dims
+        assert not tune.heuristic(_problem(*dims)).swap, dims  # untimed: never the pick
     assert not set(tune._SWAPPED) & set(tune.candidates(_problem(4096, 4096, 4096)))
     assert set(tune._SWAPPED) <= set(tune.all_configs(_problem(4096, 4096, 4096)))
     assert not set(tune._SWAPPED) & set(tune.all_configs(_problem(1000, 1000, 1000,
