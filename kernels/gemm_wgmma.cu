@@ -426,7 +426,8 @@ template <int DT, bool NOBETA>
 __device__ __forceinline__ float value_t(float acc, const u16* __restrict__ Cin, int M, int N,
                                          i64 ldcin, float alpha, float beta, int r, int c) {
     float v = alpha * acc;
-    if (!NOBETA && beta != 0.f && r < M && c < N) v += beta * to_f32<DT>(Cin[(i64)c * ldcin + r]);
+    if (!NOBETA && beta != 0.f && r < M && c < N)
+        v += beta * to_f32<DT>(Cin[(i64)c * ldcin + r]);
     return v;
 }
 
@@ -442,8 +443,9 @@ __device__ __forceinline__ void store_half_tma_t(const float* d, const TmaDesc* 
                                                  int c, u32 buffer, int half, int t, int col0,
                                                  int row0) {
     static_assert(BN % 16 == 0, "stmatrix x4: two 8-column groups of C^T at a time");
-    const int warp = t / 32, lane = t % 32, quad = lane / 8;  // quad: the block this lane
-    if (t == 0) bulk_wait_read<0>();                         // addresses a row of
+    // quad: the block (of the 4 an stmatrix x4 stores) one of whose rows this lane addresses
+    const int warp = t / 32, lane = t % 32, quad = lane / 8;
+    if (t == 0) bulk_wait_read<0>();  // the previous tile's store has read the box
     named_sync(1 + half, 128);
 #pragma unroll
     for (int j = 0; j < BN / 8; j += 2) {
