@@ -75,6 +75,10 @@ VARIANTS = {
     "t64n96": tune._WGMMA_64N96, "t64n80": tune._WGMMA_64N80,
     "t64n80 c2": _v(tune._WGMMA_64N80, cluster_m=2, lean=7),
     "w96": Config("wgmma", 128, 96, 64, stages=7, group_m=8, tma_store=True),
+    # session 13 (s13-ct): the same tiles on C^T = B^T A^T (Config.swap; bn along C's rows)
+    "t192n96 T": tune._SWAPPED[0], "t192n96 T c2": tune._SWAPPED[1],
+    "t64n96 T": tune._SWAPPED[2], "t64n80 T": tune._SWAPPED[3],
+    "t64n80 T s8": _v(tune._SWAPPED[3], stages=8), "t64 T": _v(tune._WGMMA_64, swap=True),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -215,13 +219,24 @@ S13NARROW = {
     (1000, 1000, 1000, False): (), (2000, 3000, 1000, False): (),
     (384, 2048, 1024, False): ("t64",),
 }
+# `--set s13ct` (s13-ct): cuBLAS's narrow tiles on C^T = B^T A^T (their operands in 128-byte
+# box rows) against the picks ("auto") where cuBLAS runs them (192x96 in 1 x 2 clusters at
+# 1536^3, 64x80 at 768^3 and 640^3) and the shapes nothing should change; twice, warm too.
+S13CT = {
+    (1536, 1536, 1536, False): ("t192n96 T", "t192n96 T c2", "t192n96"),
+    (768, 768, 768, False): ("t64n80 T", "t64n80 T s8", "t64n96 T"),
+    (640, 640, 640, False): ("t64n80 T", "t64n96 T", "t64n96"),
+    (1280, 1280, 1280, False): ("t192n96 T",),
+    (1000, 1000, 1000, False): ("t64 T",), (2000, 3000, 1000, False): (),
+    (256, 4096, 4096, False): (),
+}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
-        "s13narrow": S13NARROW}
+        "s13narrow": S13NARROW, "s13ct": S13CT}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
-         "s13narrow")
+         "s13narrow", "s13ct")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -398,6 +413,9 @@ def ncu_calls(set_: str) -> None:
     if set_ == "s13narrow":  # the narrow tiles against the picks before them
         shapes = ((1536, 1536, 1536), (768, 768, 768))
         names = ("t192x128 s5", "t192n96", "t64", "t64n96", "t64n80")
+    if set_ == "s13ct":  # the swapped tiles' L2 requests against the picks
+        shapes = ((1536, 1536, 1536), (768, 768, 768))
+        names = ("t192x128 s5", "t192n96 T", "t192n96 T c2", "t64", "t64n80 T")
     if set_ == "s12t64":  # the L2 requests of 64 x 128 alone and in clusters, cuBLAS's tiling
         shapes, names = ((1000, 1000, 1000),), ("t64", "t64 c2", "narrow c1x2")
     for m, n, k in shapes:
@@ -497,6 +515,14 @@ def sanitize(set_: str) -> None:
                   (1536, 1000, 136, narrow[0], False, True),
                   (1000, 760, 136, narrow[2], True, False, 0.0, torch.float16)]
         sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s13ct":  # every swapped form; beta; N-major; clusters; many tiles a CTA
+        swapped = _tests_of("test_gemm_swap")
+        cases = [(200, 520, 136, c, False, False, 0.5) for c in swapped]
+        cases += [(136, 264, 200, swapped[1], True, True),
+                  (1000, 1000, 136, swapped[3], True, True),
+                  (1000, 1536, 136, swapped[0], False, True),
+                  (760, 1000, 136, swapped[2], True, False, 0.0, torch.float16)]
+        sys.exit(1 if run_checks(cases) else 0)
     if set_ in ("stages", "s12"):  # one box, and the last stage's A half; beta; many tiles a CTA
         deep = [VARIANTS[name] for name in _STAGES_NEW]
         cases = [(200, 520, 136, c, False, False, 0.5) for c in deep]
@@ -519,8 +545,13 @@ def sanitize(set_: str) -> None:
 
 def _s13_tests() -> list[Config]:
     """tests/test_gemm_tile96.py's variants (192 x 96, its clusters, 64 x 96, 64 x 80, ...)."""
+    return _tests_of("test_gemm_tile96")
+
+
+def _tests_of(module: str) -> list[Config]:
+    """The VARIANTS of tests/<module>.py."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    return list(importlib.import_module("test_gemm_tile96").VARIANTS)
+    return list(importlib.import_module(module).VARIANTS)
 
 
 _STAGES_NEW = ("w192 s5", "w192 c2 s5", "w192 s5 ps", "w192 c2 s5 ps", "t192 s4 c2",
@@ -549,6 +580,8 @@ def precompile(set_: str) -> None:
         new = [*_s13_tests(), VARIANTS["t64n80 c2"]]
         for name in ("test_gemm_tile64", "test_gemm_tile192"):
             new += importlib.import_module(name).VARIANTS
+    if set_ == "s13ct":  # and the tests' (tests/test_gemm_swap.py)
+        new = [*_tests_of("test_gemm_swap"), VARIANTS["t64n80 T s8"]]
     if set_ in ("stages", "s12"):  # and the tests' (tests/test_gemm_stages.py)
         new = [VARIANTS[v] for v in _STAGES_NEW]
         new += [_v(tune._WGMMA_T192, stages=4)]

@@ -15,6 +15,7 @@
 # SET=s12t64: session 12's 64-row tiles in clusters (likewise, and ncu at 1000^3).
 # SET=s12lean: the lean bits (twice each, warm too; ncu at 768^3 and 1024^3; synccheck too).
 # SET=s13narrow: the 96- and 80-wide tiles (twice each, warm too; the tests' variants precompiled).
+# SET=s13ct: the same tiles on C^T = B^T A^T (Config.swap; likewise; ncu at 1536^3 and 768^3).
 # TESTS: the pytest selection (default: tests/test_gemm_wgmma_x.py -k "not compile").
 # SAN_TOOLS: the compute-sanitizer tools, SAN_LIMIT seconds each (default: memcheck racecheck).
 # TUNE_S: seconds (at most) for the default tuning table after the sanitizers, autotuner on,

@@ -56,7 +56,12 @@ class Config:
     tiles (``bm`` = 64: one consumer warpgroup, unsplit, clusters along M only, no ping-pong),
     which fill the SMs where 128-row ones leave half of them idle (1000^3), and
     192-row tiles (``bm`` = 192, bn 128 or 192: three consumer warpgroups, unsplit, clusters
-    along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000."""
+    along M only), cuBLAS's tiles at 3000^3 and 2000x3000x1000.
+    ``swap`` (16-bit wgmma, unsplit, bn 64, 80, 96 or 128, no cluster_n, pingpong or
+    pipe_store; kernels/gemm_wgmma.cu's gemm_wgmma_t): the kernel computes C^T = B^T A^T, so
+    ``bm`` runs along C's columns and ``bn`` along its rows (cuBLAS's naming: "192x96" is 96 of
+    C's rows by 192 columns), and stores its tiles transposed into C; a row-major A and B are
+    then read in 128-byte box rows whatever ``bn``."""
 
     kernel: str
     bm: int
@@ -73,6 +78,7 @@ class Config:
     pingpong: bool = False
     pipe_store: bool = False
     lean: int = 0
+    swap: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel not in ("simt", "mma", "wgmma", "skinny", "decode", "rowload"):
@@ -90,6 +96,13 @@ class Config:
             raise ValueError(f"96- and 80-wide wgmma tiles are for unsplit 16-bit GEMMs, clusters "
                              f"along M only, no pingpong or pipe_store, stages that fit "
                              f"227 KiB with C's staging: {self}")
+        if self.swap and (self.kernel != "wgmma" or self.bk != 64 or self.split_k != 1
+                          or self.bn not in (64, 80, 96, 128) or self.cluster_n != 1
+                          or self.pingpong or self.pipe_store
+                          or self.shared_mem(False, False) > _SMEM_SM90):
+            raise ValueError(f"swap (C^T = B^T A^T) is for unsplit 16-bit wgmma tiles with bn 64, "
+                             f"80, 96 or 128, clusters along M only, no pingpong or pipe_store, "
+                             f"stages that fit 227 KiB with C's staging: {self}")
         if self.kernel == "wgmma" and self.bm == 64 and (
                 self.bk != 64 or self.split_k != 1 or self.cluster_n != 1 or self.pingpong):
             raise ValueError(f"64-row wgmma tiles are for unsplit 16-bit GEMMs, clusters along M "
@@ -181,7 +194,7 @@ class Config:
         if self.kernel == "wgmma":  # 128-byte rows of K: bk 64 x 2 bytes or 32 x 4 (TF32)
             ring = self.stages * ((self.bm + self.bn) * 128 + 2 * 8) + 1024  # + barriers, slack
             staging = self.bm * 128 * 2 if self.tma_store else 0  # 16 KiB per consumer
-            if self.narrow and self.tma_store:
+            if (self.narrow or self.swap) and self.tma_store:
                 staging = self.bm * self.bn * 2  # the consumer's whole 64 x bn half tile
             elif self.pingpong and self.pipe_store:
                 staging *= 2  # a whole 128 x 128 tile per consumer
@@ -226,6 +239,9 @@ class Config:
             return (f"gemm_wgmma_x<{dt}, {self.bn}, {self.stages}, {ak}, {bk_}, "
                     f"{self.cluster_m}, {self.cluster_n}, {str(self.pingpong).lower()}, "
                     f"{str(self.tma_store).lower()}" + (", true>" if self.pipe_store else ">"))
+        if self.swap:  # the kernel's A is B^T (K-major as B is), its B is A^T
+            return (f"gemm_wgmma_t<{dt}, {self.bm}, {self.bn}, {self.stages}, {bk_}, {ak}, "
+                    f"{self.cluster_m}, {str(self.tma_store).lower()}, {self.lean}>")
         if self.kernel == "wgmma" and (self.bm != 128 or self.lean):
             tail = f", {str(self.pipe_store).lower()}, {self.lean}>" if self.lean else (
                 ", true>" if self.pipe_store else ">")
@@ -239,10 +255,15 @@ class Config:
                 f"{self.stages}, {ak}, {bk_}, {v}>")
 
     def tiles(self, m: int, n: int) -> int:
+        """Tiles that cover an m x n C (a swapped config's tiles cover C^T)."""
+        if self.swap:
+            m, n = n, m
         return -(-m // self.bm) * -(-n // self.bn)
 
     def blocks(self, m: int, n: int) -> int:
         """Clusters of tiles (cluster_m x cluster_n) that cover an m x n C; tiles alone."""
+        if self.swap:
+            m, n = n, m
         return -(-m // (self.bm * self.cluster_m)) * -(-n // (self.bn * self.cluster_n))
 
     @property
@@ -267,6 +288,8 @@ class Config:
             text += " ps"
         if self.lean:
             text += f" lean{self.lean}"
+        if self.swap:
+            text += " T"
         return text + f" g{self.group_m}"
 
     def to_json(self) -> dict[str, Any]:

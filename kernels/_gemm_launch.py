@@ -193,7 +193,8 @@ class Call:
     b_kmajor: bool
     dt: int
     index: int
-    swap: bool  # TF32 wgmma: the kernel computes C^T = B^T A^T (m, n, a, b are its own)
+    swap: bool  # wgmma computes C^T = B^T A^T (TF32 with an N-major B, Config.swap; m, n,
+    # a, b are its own)
     pair_ok: int  # C's base and pitch allow paired stores (bit 0), 4-element ones (bit 1)
     store_ok: bool  # the wgmma epilogue may store C with TMA
     smem: int
@@ -314,7 +315,7 @@ def _decode_maps(call: Call, a_ptr: int, b_ptr: int) -> tuple[bytes, bytes]:
 
 def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes, ...]:
     """The tensor maps of A, B and C (C's only where the epilogue stores with TMA) of a
-    wgmma call, with A and B swapped for TF32's transposed product."""
+    wgmma call, with A and B swapped for the transposed product (TF32's, Config.swap)."""
     config = call.config
     if call.swap:
         a_ptr, b_ptr = b_ptr, a_ptr
@@ -326,6 +327,8 @@ def _wgmma_maps(call: Call, a_ptr: int, b_ptr: int, out_ptr: int) -> tuple[bytes
     rows, cols = (call.n, call.m) if call.swap else (call.m, call.n)  # C in memory
     box_c = (config.box_width if narrow else 128 // _itemsize(call.dt), 64)
     swizzle = (2 * config.box_width,) if narrow else ()  # (else encode_map's 128-byte one)
+    if config.swap:  # a [bn rows][64 columns] box of C (the kernel's 64 x bn C^T slab)
+        box_c, swizzle = (64, config.bn), ()
     map_c = encode_map(out_ptr, cols, rows, call.ldc, call.dt, box_c,
                        *swizzle) if call.store_ok else _NO_MAP
     return map_a, map_b, map_c
@@ -397,10 +400,14 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
         pair_ok |= 2  # 4-element stores too (wgmma split-K's coalesced sum)
     smem = config.shared_mem(plan.a.kmajor, plan.b.kmajor, itemsize)
     a, b, m, n = plan.a, plan.b, plan.m, plan.n
-    swap = config.kernel == "wgmma" and problem.dt == DT_TF32 and not b.kmajor
-    if swap:  # wgmma's TF32 B must be K-major: C^T = B^T A^T, stored transposed
+    # wgmma's TF32 B must be K-major: C^T = B^T A^T, stored transposed; Config.swap asks for it
+    swap = config.kernel == "wgmma" and (config.swap or (problem.dt == DT_TF32
+                                                         and not b.kmajor))
+    tiles = config.tiles(m, n)  # (of our C: a swapped config counts its own)
+    if swap:
         a, b, m, n = b, a, n, m
-    tiles = config.tiles(m, n)
+        if not config.swap:
+            tiles = config.tiles(m, n)
     store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc * itemsize % 16 == 0
     grid: int | tuple[int, int, int] = (tiles, 1, config.split_k)
     clusters = 0

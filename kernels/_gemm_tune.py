@@ -178,6 +178,15 @@ _WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2)
 _WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=10, group_m=8, tma_store=True, lean=5)
 _WGMMA_64N80 = Config("wgmma", 64, 80, 64, stages=11, group_m=8, tma_store=True, lean=5)
 _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
+# The same tiles on C^T = B^T A^T (issue 17, s13-ct; Config.swap, kernels/gemm_wgmma.cu's
+# gemm_wgmma_t): cuBLAS's own ("192x96" at 1536^3, "64x80" at 640^3 and 768^3 are bn = 96 / 80
+# of C's rows by bm of its columns), whose operands stay in 128-byte box rows with a row-major
+# A (A^T is the kernel's K-major B: boxes of any row count) and any B.
+_SWAPPED = tuple(dataclasses.replace(c, swap=True) for c in _NARROW)
+# Whether the tuner times them (as the narrow tiles, on one-wave-ish grids). Off until a GPU
+# has run them: s13-ct built them with no device time left, and the tuner keeps the fastest
+# candidate without checking its result (tests/test_gemm_swap.py's GPU half checks them).
+SWAPPED_CANDIDATES = False
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -361,6 +370,9 @@ def candidates(problem: Problem) -> list[Config]:
         if _WGMMA[5].tiles(problem.m, problem.n) < 2 * problem.sm_count:  # one-wave-ish grids
             pool += [c for c in _NARROW if (c.cluster_m == 1 or not problem.pitch128)
                      and (problem.b_kmajor or c.box_width >= 32)]
+            pool += [c for c in _SWAPPED if SWAPPED_CANDIDATES
+                     and (c.cluster_m == 1 or not problem.pitch128)
+                     and (problem.a_kmajor or c.box_width >= 32)]
         pool += _with_split(problem, (*_MMA, _MMA_SMALL))
         if not problem.pitch128:
             pool += [*_CLUSTER_RATE_PITCH16, _WGMMA_192_C2X2, _WGMMA_T192N128_C2]
@@ -412,7 +424,7 @@ def all_configs(problem: Problem) -> list[Config]:
     rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
                    _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2,
-                   _WGMMA_64_LEAN4, *_TALL, *_NARROW,
+                   _WGMMA_64_LEAN4, *_TALL, *_NARROW, *_SWAPPED,
                    *_CLUSTER_RATE_PITCH16,
                    *_PIPE_STORE.values(), _PINGPONG, *_WGMMA_TF32, *skinny, *decode, *rowload):
         if config.kernel == "wgmma" and config in (*_WGMMA[:2], _WGMMA[7]):  # split-K: plain

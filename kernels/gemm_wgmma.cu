@@ -420,6 +420,75 @@ __device__ __forceinline__ void store_half_tma(const float* d, const TmaDesc* ma
     }
 }
 
+// The transposed product's value (OUT_T: the kernel computes C^T = B^T A^T) at its element
+// (r, c) = C's (c, r): alpha * acc (+ beta * Cin[c][r]); M, N: C^T's rows and columns.
+template <int DT, bool NOBETA>
+__device__ __forceinline__ float value_t(float acc, const u16* __restrict__ Cin, int M, int N,
+                                         i64 ldcin, float alpha, float beta, int r, int c) {
+    float v = alpha * acc;
+    if (!NOBETA && beta != 0.f && r < M && c < N)
+        v += beta * to_f32<DT>(Cin[(i64)c * ldcin + r]);
+    return v;
+}
+
+// OUT_T's epilogue for one consumer's 64 x BN slab of C^T, which is BN rows x 64 columns of C:
+// stmatrix .trans writes each 8 x 8 block of the accumulator fragments transposed, 8 C rows of
+// 16 bytes (8 columns), into one [BN][64] box with the 128-byte swizzle (unit u of row q at
+// u ^ (q % 8): the 8 rows of a block on 8 different bank groups), which thread 0 stores with
+// C's tensor map (box 64 columns x BN rows) at C's (col0, row0) = C^T's (row0, col0).
+template <int DT, int BN, bool NOBETA>
+__device__ __forceinline__ void store_half_tma_t(const float* d, const TmaDesc* map,
+                                                 const u16* __restrict__ Cin, int M, int N,
+                                                 i64 ldcin, float alpha, float beta, int r,
+                                                 int c, u32 buffer, int half, int t, int col0,
+                                                 int row0) {
+    static_assert(BN % 16 == 0, "stmatrix x4: two 8-column groups of C^T at a time");
+    // quad: the block (of the 4 an stmatrix x4 stores) one of whose rows this lane addresses
+    const int warp = t / 32, lane = t % 32, quad = lane / 8;
+    if (t == 0) bulk_wait_read<0>();  // the previous tile's store has read the box
+    named_sync(1 + half, 128);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j += 2) {
+        u32 v[4];  // block q: columns 8 (j + q / 2) of C^T, rows + 8 (q % 2) of the warp's 16
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int jj = j + q / 2, h = q % 2;
+            v[q] = pack2<DT>(
+                value_t<DT, NOBETA>(d[4 * jj + 2 * h], Cin, M, N, ldcin, alpha, beta, r + 8 * h,
+                                    c + 8 * jj),
+                value_t<DT, NOBETA>(d[4 * jj + 2 * h + 1], Cin, M, N, ldcin, alpha, beta,
+                                    r + 8 * h, c + 8 * jj + 1));
+        }
+        // this lane's row of block `quad` in the box: C row 8 (j + quad / 2) + lane % 8 of the
+        // slab, its 16-byte unit 2 warp + quad % 2 (C columns 16 warp + 8 (quad % 2) + 0..7)
+        const int row = 8 * (j + quad / 2) + lane % 8, unit = 2 * warp + quad % 2;
+        const u32 addr = buffer + row * 128 + ((unit ^ (row & 7)) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                     ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                     : "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    named_sync(1 + half, 128);
+    if (t == 0) {
+        tma_store(map, buffer, row0, col0);
+        bulk_commit();
+    }
+}
+
+// OUT_T's plain stores (C's rows not 16-byte aligned): one element at a time, C = (C^T)^T.
+template <int DT, int BN>
+__device__ __forceinline__ void store_half_t(const float* d, u16* __restrict__ C,
+                                             const u16* __restrict__ Cin, int M, int N, i64 ldc,
+                                             i64 ldcin, float alpha, float beta, int r, int c) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+        const int rr = r + 8 * ((i / 2) % 2), cc = c + 8 * (i / 4) + i % 2;
+        if (rr < M && cc < N)
+            C[(i64)cc * ldc + rr] = from_f32<DT>(
+                value_t<DT, false>(d[i], Cin, M, N, ldcin, alpha, beta, rr, cc));
+    }
+}
+
 // Split-K's ticket, taken by the 128 threads of consumer warpgroup `half` after each wrote its
 // part of a slice: true (in all of them) when this is the last of the `splits` slices of the
 // half tile to arrive. Then the counter is reset to 0 for the next launch, and the other
@@ -517,8 +586,10 @@ __device__ __forceinline__ void sum_half_tile_quads(u16* __restrict__ C,
 // tickets on `counters` after writing their slices (see the file comment). CN = 2, PP and PS:
 // gemm_wgmma_x's variants (see there). BM = 64 and 192: gemm_wgmma_bm's tiles, one and three
 // consumer warpgroups (256 and 512 threads), unsplit, clusters along M only, no ping-pong.
+// OUT_T: gemm_wgmma_t's transposed output (the kernel's C is C^T; store_half_tma_t).
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA, bool SPLIT,
-          int CN = 1, bool PP = false, bool PS = false, int BM = wg::BM, int LEAN = 0>
+          int CN = 1, bool PP = false, bool PS = false, int BM = wg::BM, int LEAN = 0,
+          bool OUT_T = false>
 __device__ __forceinline__ void gemm_wgmma_body(
     const wg::TmaDesc& tma_a, const wg::TmaDesc& tma_b, const wg::TmaDesc& tma_c,
     u16* __restrict__ C, const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin,
@@ -532,6 +603,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr int BW = box_width(BN);  // N-major B's box width
     static_assert(!NARROW || ((BN == 96 || BN == 80) && !PP && !PS && !SPLIT && CN == 1),
                   "narrow tiles: BN = 96 or 80, unsplit, no ping-pong, pipe_store or cluster_n");
+    static_assert(!OUT_T || (BN % 16 == 0 && BN <= 128 && !PP && !PS && !SPLIT && CN == 1),
+                  "transposed output: BN = 64, 80, 96 or 128, unsplit, no ping-pong, "
+                  "pipe_store or cluster_n");
     static_assert(CN == 1 || CN == 2, "clusters of 1 or 2 CTAs along N");
     static_assert(!PP || (BN <= 128 && !SPLIT), "ping-pong: one 128 x BN tile (BN <= 128) per "
                   "consumer, unsplit");
@@ -553,11 +627,13 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // [64][64] boxes) and one of its threads stores them with TMA while the next tile starts.
     // (PP with PS: a whole 128 x 128 tile per consumer, the 4-box ring of store_half_tma;
     // ONE_BOX: one [64][64] box per consumer where two would not fit beside the ring)
-    // (NARROW: the consumer's whole 64 x BN half tile, BN / BW boxes of [64][BW])
-    constexpr u32 HALF_OUT_BYTES = NARROW ? 64 * BN * 2 : STAGE_OUT_BYTES;
+    // (NARROW: the consumer's whole 64 x BN half tile, BN / BW boxes of [64][BW]; OUT_T: the
+    // same bytes as one [BN][64] box of C)
+    constexpr u32 HALF_OUT_BYTES = NARROW || OUT_T ? 64 * BN * 2 : STAGE_OUT_BYTES;
     constexpr bool ONE_BOX = EPI_TMA && !PP &&
         STAGES * (A_BYTES + B_BYTES + 16) + 1024 + CONSUMERS * HALF_OUT_BYTES > SMEM_MAX;
-    static_assert(!NARROW || !ONE_BOX, "narrow tiles: stages that leave room to stage C");
+    static_assert(!(NARROW || OUT_T) || !ONE_BOX,
+                  "narrow tiles, transposed output: stages that leave room to stage C");
     constexpr u32 OUT_BYTES =
         PP && PS ? 2 * STAGE_OUT_BYTES : ONE_BOX ? CHUNK_BYTES : HALF_OUT_BYTES;
     // ONE_BOX with PS (128 x 192, 5 stages, pipe_store): a consumer holds its tile's last stage
@@ -829,6 +905,20 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     continue;
                 }
             }
+            if constexpr (OUT_T) {  // C^T's slab, transposed into C
+                constexpr bool NOBETA = (LEAN & LEAN_EPI) != 0;
+                const int col0 = tn * BN, row0 = tm * BM + half * 64;
+                const u32 buffer = out_stage + half * OUT_BYTES;
+                if (!use_tma_store)
+                    store_half_t<DT, BN>(d, C, Cin, M, N, ldc, ldcin, alpha, beta, r, c);
+                else if (NOBETA && beta == 0.f)
+                    store_half_tma_t<DT, BN, NOBETA>(d, &tma_c, Cin, M, N, ldcin, alpha, beta,
+                                                     r, c, buffer, half, t, col0, row0);
+                else
+                    store_half_tma_t<DT, BN, false>(d, &tma_c, Cin, M, N, ldcin, alpha, beta,
+                                                    r, c, buffer, half, t, col0, row0);
+                continue;
+            }
             if (use_tma_store) {
                 if constexpr (HOLD) {  // passes 0, 2 in the own box, 1 in the held stage
                     store_half_tma<DT, BN, true, 1, true>(
@@ -902,6 +992,23 @@ gemm_wgmma_bm(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__
     gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, PS, BM, LEAN>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);
+}
+
+// C^T = B^T A^T (Config.swap): gemm_wgmma_bm's kernel on the transposed problem (the host swaps
+// A and B, M and N: this kernel's M runs along C's columns), storing its C^T tiles transposed
+// into C (store_half_tma_t), so a tile narrow in C's rows (cuBLAS's 192 x 96, 64 x 80) reads
+// its operands in 128-byte box rows: A^T's rows K-major, B^T's M-major. Unsplit, BN <= 128.
+template <int DT, int BM, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA,
+          int LEAN = 0>
+__global__ void __launch_bounds__(128 + 2 * BM, 1)
+gemm_wgmma_t(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ wg::TmaDesc tma_b,
+             const __grid_constant__ wg::TmaDesc tma_c, u16* __restrict__ C,
+             const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
+             float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
+             int splits) {
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, 1, false, false, BM, LEAN,
+                    true>(tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m,
+                          pair_ok, tma_store_ok, nullptr, 1, nullptr);
 }
 
 // Split-K in one launch: `partial` holds splits x M x N fp32 slices, `counters` one zeroed

@@ -51,7 +51,7 @@ def layouts_and_edges(config: Any, seed: int) -> None:
     TMA store cannot write, one mostly empty tile."""
     _hopper()
     rng = np.random.default_rng(seed)
-    bm, bn = config.bm, config.bn
+    bm, bn = (config.bn, config.bm) if config.swap else (config.bm, config.bn)  # C's tile
     for trans_a, trans_b in [(False, False), (True, False), (False, True), (True, True)]:
         for dtype in (gpurt.bfloat16, np.float16):
             _case(rng, config, dtype, 3 * bm - 8, 3 * bn + 8, 3 * 64 + 8, trans_a, trans_b)
