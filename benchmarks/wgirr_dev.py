@@ -230,13 +230,18 @@ S13CT = {
     (1000, 1000, 1000, False): ("t64 T",), (2000, 3000, 1000, False): (),
     (256, 4096, 4096, False): (),
 }
+# `--set s13swap` (session 13, lead): shapes the heuristic's _swapped_for re-picked (192 x 96 on
+# C^T, "auto") against 192 x 128, the pick before, twice each; 1536^3 was timed in s13ct
+S13SWAP = {(m, n, k, False): ("t192x128 s5",) for m, n, k in (
+    (1536, 1536, 4096), (1152, 2048, 2048), (2000, 1152, 1536), (768, 3000, 1536),
+    (3000, 768, 4096))}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
-        "s13narrow": S13NARROW, "s13ct": S13CT}
+        "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
-         "s13narrow", "s13ct")
+         "s13narrow", "s13ct", "s13swap")
 
 
 # ---- timing --------------------------------------------------------------------------------------

@@ -182,11 +182,18 @@ _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 # gemm_wgmma_t): cuBLAS's own ("192x96" at 1536^3, "64x80" at 640^3 and 768^3 are bn = 96 / 80
 # of C's rows by bm of its columns), whose operands stay in 128-byte box rows with a row-major
 # A (A^T is the kernel's K-major B: boxes of any row count) and any B.
+# H100, kernel-only cold, row-major operands, two rounds (notes_gemm.md, session 13 lead):
+# 1536^3 192 x 96 swapped 13.1 / 13.0 us against 15.6 / 15.6 for 192 x 128 (x0.94 of cuBLAS
+# against x0.79; warm and single call the same way); 640^3 64 x 80 / 64 x 96 swapped x0.97-0.98
+# against x0.92 for 64 x 128 lean5; 768^3 64 x 96 swapped x0.89 / x0.885 against x0.88 (a
+# tie); lost at 1280^3 (x0.80 against x0.83 for 128 x 128), 1000^3 (64 x 128 swapped x0.78
+# against x0.85) and, clustered, at 1536^3 (x0.80-0.81). The heuristic takes 192 x 96 swapped
+# where _swapped_for says; the tuner times all four on one-wave-ish grids.
 _SWAPPED = tuple(dataclasses.replace(c, swap=True) for c in _NARROW)
-# Whether the tuner times them (as the narrow tiles, on one-wave-ish grids). Off until a GPU
-# has run them: s13-ct built them with no device time left, and the tuner keeps the fastest
-# candidate without checking its result (tests/test_gemm_swap.py's GPU half checks them).
-SWAPPED_CANDIDATES = False
+_WGMMA_T192N96_T = _SWAPPED[0]
+# Whether the tuner times them (as the narrow tiles, on one-wave-ish grids): on since their
+# GPU tests and memcheck / racecheck / synccheck passed (H100, session 13).
+SWAPPED_CANDIDATES = True
 _CLUSTER_RATE_PITCH16 = {_WGMMA[6]: 1.2, _WGMMA_C2X2: 1.33, _WGMMA_MID_C2X2: 1.25,
                          _WGMMA_192_C2: 1.13, _WGMMA_T192_C2: 1.28}
 _CLUSTERS_PER_132_SMS = {2: 66, 4: 30}
@@ -536,10 +543,10 @@ def heuristic(problem: Problem) -> Config:
         return _MMA_SMALL
     wide = _WGMMA[4] if n > 128 else _WGMMA[5]  # the TMA-store epilogue: fastest measured
     if eligible(problem, wide):
-        filled = _tall_for(problem, _fill_best(
+        filled = _swapped_for(problem, _tall_for(problem, _fill_best(
             problem, [wide, _WGMMA_192, _WGMMA[5], _WGMMA[7], _WGMMA_64],
             lambda config: config.tiles(m, n),
-            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16))
+            _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
             return _short_k_store(problem, _split_row_cluster(problem, filled))
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
@@ -690,6 +697,22 @@ def _tall_for(problem: Problem, config: Config) -> Config:
         return config
     waves = [-(-c.tiles(problem.m, problem.n) // problem.sm_count) for c in (tall, config)]
     return tall if waves[0] <= waves[1] else config
+
+
+def _swapped_for(problem: Problem, config: Config) -> Config:
+    """192 x 96 tiles of C^T (_WGMMA_T192N96_T, 96 rows of C by 192 columns) instead of
+    ``config`` where it is 192 x 128 (_tall_for's) on rows of 128-byte multiples with a
+    row-major A and B (as timed), both grids make one wave, 192 x 128's filling at least half
+    the SMs, and the swapped one has at least 5/4 as many tiles: cuBLAS's tiling at 1536^3
+    (128 tiles against 96; H100 x0.94 of cuBLAS against x0.79). Other layouts, split rows and
+    the 64-row tiles (768^3: a tie) were not taken."""
+    swapped = _WGMMA_T192N96_T
+    if (config != _WGMMA_T192N128 or not problem.pitch128 or not problem.a_kmajor
+            or problem.b_kmajor or not eligible(problem, swapped)):
+        return config
+    before, after = config.tiles(problem.m, problem.n), swapped.tiles(problem.m, problem.n)
+    fills = 2 * before >= problem.sm_count and after <= problem.sm_count
+    return swapped if fills and 5 * before <= 4 * after else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:

@@ -90,7 +90,8 @@ def test_defaults_take_the_winners():
     through one box alone lost to the held stage and is offered to no one."""
     picks = {((2000, 3000, 1000), False): C2_S5_PS, ((256, 11008, 4096), True): S5_PS,
              ((3000, 3000, 3000), False): dataclasses.replace(T192_S4, cluster_m=2),
-             ((1536, 1536, 1536), True): T192N128_S5}
+             ((1536, 1536, 1536), True): tune._WGMMA_T192N96_T}  # C^T (session 13)
+    assert tune._tall_for(_problem(1536, 1536, 1536), tune._WGMMA_192) == T192N128_S5
     for (dims, pitch128), config in picks.items():
         problem = _problem(*dims, pitch128=pitch128)
         assert tune.heuristic(problem) == config, dims

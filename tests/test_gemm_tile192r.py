@@ -90,7 +90,9 @@ def test_wave_model_choices():
     """The chooser takes 192 x 128 where it won on an H200 (s11-tile192r: 1536^3, one wave of
     96 tiles either way) and keeps the 128-row tiles where they won or the 192-row ones make
     more waves, at short K (pipelined and ping-pong epilogues), on split rows and for TF32."""
-    assert tune.heuristic(_problem(1536, 1536, 1536)) == tune._WGMMA_T192N128
+    assert tune._tall_for(_problem(1536, 1536, 1536), tune._WGMMA_192) == tune._WGMMA_T192N128
+    # which _swapped_for then turns into 192 x 96 tiles of C^T (H100, session 13)
+    assert tune.heuristic(_problem(1536, 1536, 1536)) == tune._WGMMA_T192N96_T
     assert tune.heuristic(_problem(1536, 1536, 1024)) == tune._WGMMA_192  # short K
     assert tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)).bm == 128
     assert tune.heuristic(_problem(256, 11008, 4096)) == tune._WGMMA_192  # 116 CTAs, one wave
