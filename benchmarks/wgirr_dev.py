@@ -235,13 +235,25 @@ S13CT = {
 S13SWAP = {(m, n, k, False): ("t192x128 s5",) for m, n, k in (
     (1536, 1536, 4096), (1152, 2048, 2048), (2000, 1152, 1536), (768, 3000, 1536),
     (3000, 768, 4096))}
+# Prepared for session 14 (lead, session 13; untimed): `--set s14split`, split-row shapes (rows
+# that are not 128-byte multiples) where 192 x 128 unclustered may beat the heuristic's
+# 128 x 192 in 2-CTA clusters (768x3000x1536: x0.916 against x0.834, session 13); `--set
+# s14small`, small squares and near-squares where the swapped 64 x 80 / 64 x 96 tiles may beat
+# 64 x 128 lean5 (640^3: x0.97-0.98 against x0.92; 768^3 a tie)
+S14SPLIT = {(m, n, k, False): ("t192x128 s5", "t192x128 c2") for m, n, k in (
+    (768, 3000, 1536), (768, 3000, 4096), (1000, 3000, 2000), (1536, 3000, 1536),
+    (2000, 2000, 2000), (1000, 6000, 1000))}
+S14SMALL = {(m, n, k, False): ("t64n80 T", "t64n96 T") for m, n, k in (
+    (512, 512, 512), (576, 576, 576), (640, 640, 640), (704, 704, 704), (640, 768, 1024),
+    (768, 640, 2048), (896, 896, 896))}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
-        "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP}
+        "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
+        "s14split": S14SPLIT, "s14small": S14SMALL}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
-         "s13narrow", "s13ct", "s13swap")
+         "s13narrow", "s13ct", "s13swap", "s14split", "s14small")
 
 
 # ---- timing --------------------------------------------------------------------------------------
