@@ -403,11 +403,10 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
     # wgmma's TF32 B must be K-major: C^T = B^T A^T, stored transposed; Config.swap asks for it
     swap = config.kernel == "wgmma" and (config.swap or (problem.dt == DT_TF32
                                                          and not b.kmajor))
-    tiles = config.tiles(m, n)  # (of our C: a swapped config counts its own)
+    # tiles of the kernel's C (C^T when swapped: a swapped Config counts those itself)
+    tiles = config.tiles(n, m) if swap and not config.swap else config.tiles(m, n)
     if swap:
         a, b, m, n = b, a, n, m
-        if not config.swap:
-            tiles = config.tiles(m, n)
     store_ok = config.tma_store and out_ptr % 16 == 0 and plan.ldc * itemsize % 16 == 0
     grid: int | tuple[int, int, int] = (tiles, 1, config.split_k)
     clusters = 0

@@ -190,7 +190,7 @@ _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 # against x0.85) and, clustered, at 1536^3 (x0.80-0.81). The heuristic takes 192 x 96 swapped
 # where _swapped_for says; the tuner times all four on one-wave-ish grids.
 _SWAPPED = tuple(dataclasses.replace(c, swap=True) for c in _NARROW)
-_WGMMA_T192N96_T = _SWAPPED[0]
+_WGMMA_T192N96_T = dataclasses.replace(_WGMMA_T192N96, swap=True)
 # Whether the tuner times them (as the narrow tiles, on one-wave-ish grids): on since their
 # GPU tests and memcheck / racecheck / synccheck passed (H100, session 13).
 SWAPPED_CANDIDATES = True
