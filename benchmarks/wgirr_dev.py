@@ -246,14 +246,25 @@ S14SPLIT = {(m, n, k, False): ("t192x128 s5", "t192x128 c2") for m, n, k in (
 S14SMALL = {(m, n, k, False): ("t64n80 T", "t64n96 T") for m, n, k in (
     (512, 512, 512), (576, 576, 576), (640, 640, 640), (704, 704, 704), (640, 768, 1024),
     (768, 640, 2048), (896, 896, 896))}
+# `--set s14check` (session 14, lead): shapes the session's heuristic rules re-pick and that
+# were not timed (auto) against the picks before: _tall_split_rows' 192 x 128 against 128 x 192
+# in 2 x 1 clusters (also with a K-major B), _swapped64_for's 64 x 80 of C^T against 64 x 128
+# lean5 (and 64 x 80 of C^T on a K-major B, which the rule leaves out)
+_OLD_C2 = ("w192 c2 s5 ps",)
+S14CHECK = {(700, 3000, 1500, False): _OLD_C2, (700, 3000, 1500, True): _OLD_C2,
+            (576, 4000, 4096, False): _OLD_C2, (768, 3000, 1536, True): _OLD_C2,
+            (1500, 1500, 1500, False): _OLD_C2,
+            (384, 1024, 4096, False): ("t64",), (448, 448, 448, False): ("t64",),
+            (256, 1024, 1024, False): ("t64",), (384, 384, 2048, False): ("t64",),
+            (640, 640, 640, True): ("t64n80 T",), (704, 704, 704, True): ("t64n80 T",)}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
-        "s14split": S14SPLIT, "s14small": S14SMALL}
+        "s14split": S14SPLIT, "s14small": S14SMALL, "s14check": S14CHECK}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
-         "s13narrow", "s13ct", "s13swap", "s14split", "s14small")
+         "s13narrow", "s13ct", "s13swap", "s14split", "s14small", "s14check")
 
 
 # ---- timing --------------------------------------------------------------------------------------

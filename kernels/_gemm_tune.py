@@ -191,6 +191,7 @@ _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 # where _swapped_for says; the tuner times all four on one-wave-ish grids.
 _SWAPPED = tuple(dataclasses.replace(c, swap=True) for c in _NARROW)
 _WGMMA_T192N96_T = dataclasses.replace(_WGMMA_T192N96, swap=True)
+_WGMMA_64N80_T = dataclasses.replace(_WGMMA_64N80, swap=True)
 # Whether the tuner times them (as the narrow tiles, on one-wave-ish grids): on since their
 # GPU tests and memcheck / racecheck / synccheck passed (H100, session 13).
 SWAPPED_CANDIDATES = True
@@ -548,14 +549,16 @@ def heuristic(problem: Problem) -> Config:
             lambda config: config.tiles(m, n),
             _TILE_RATE if problem.pitch128 else _TILE_RATE_PITCH16)))
         if wide.tiles(m, n) * 2 >= problem.sm_count:
-            return _short_k_store(problem, _split_row_cluster(problem, filled))
+            clustered = _short_k_store(problem, _split_row_cluster(problem, filled))
+            return _tall_split_rows(problem, clustered)
         # few tiles (decode shapes, M = 32..128): split K (H200: 0.6-0.93 of cuBLAS where
         # the mma split-K path gave 0.28-0.68) on a long K, else the tiles that fill the grid
         # best (1024^3: 128 x 64 0.82 of cuBLAS, 128 x 128 0.61, split-K 0.34-0.40); a split
         # on 128 x 64 tiles where they allow one (H100: 1.5-1.7x faster than 128 x 128)
         split = _wave_split(problem, _WGMMA[1])
         if split == 1:
-            return _rows64_cluster(problem, _short_k_store(problem, filled))
+            stored = _short_k_store(problem, filled)
+            return _rows64_cluster(problem, _swapped64_for(problem, stored))
         if filled is _WGMMA_64 and _WGMMA_64.tiles(m, n) * 10 >= problem.sm_count * 9:
             # one full wave unsplit (H200, 256x4096x4096: 15.5 us, split 20.9)
             return _rows64_cluster(problem, filled)
@@ -713,6 +716,41 @@ def _swapped_for(problem: Problem, config: Config) -> Config:
     before, after = config.tiles(problem.m, problem.n), swapped.tiles(problem.m, problem.n)
     fills = 2 * before >= problem.sm_count and after <= problem.sm_count
     return swapped if fills and 5 * before <= 4 * after else config
+
+
+def _tall_split_rows(problem: Problem, config: Config) -> Config:
+    """192 x 128 tiles (_WGMMA_T192N128, unclustered) instead of ``config`` where it is
+    128 x 192, alone or in 2 x 1 clusters, on rows that are not 128-byte multiples with
+    K > 1024, and 192 x 128's grid makes one wave of no more tiles. H100, kernel-only, two
+    rounds (notes_gemm.md, session 14 s14split): 768x3000x1536 x0.92 of cuBLAS against x0.83
+    for 128 x 192 c2, 768x3000x4096 x0.96-0.98 against x0.90-0.91; where 192 x 128 made two
+    waves (1000x3000x2000, 1536x3000x1536, 2000^3, 1000x6000x1000) it ran at x0.49-0.71."""
+    tall = _WGMMA_T192N128
+    if (config not in (_WGMMA_192, _WGMMA_192_C2) or problem.pitch128 or problem.k <= 1024
+            or not eligible(problem, tall)):
+        return config
+    tiles = tall.tiles(problem.m, problem.n)
+    fits = tiles <= problem.sm_count and tiles <= _WGMMA_192.tiles(problem.m, problem.n)
+    return tall if fits else config
+
+
+def _swapped64_for(problem: Problem, config: Config) -> Config:
+    """64 x 80 tiles of C^T (_WGMMA_64N80_T: 80 rows of C by 64 columns) instead of ``config``
+    where it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A and
+    B (as timed), and the swapped grid has at least 5/4 its tiles but fills at most 4/5 of the
+    SMs. H100, kernel-only, two rounds (notes_gemm.md, session 14 s14small), against
+    64 x 128 lean5: 576^3 x0.96-0.97 against x0.86-0.88, 640^3 x1.01-1.03 against x0.93-0.94,
+    704^3 x1.01-1.02 against x0.95, 640x768x1024 x0.91-0.95 against x0.85-0.86, 768x640x2048
+    x0.78-0.79 against x0.755; 512^3 x0.87-0.88 against x0.79-0.82 (warm). Fuller swapped
+    grids lost or tied (768^3, 120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against
+    x0.95-0.96)."""
+    swapped = _WGMMA_64N80_T
+    if (config != _WGMMA_64 or not problem.pitch128 or not problem.a_kmajor
+            or problem.b_kmajor or not eligible(problem, swapped)):
+        return config
+    before, after = config.tiles(problem.m, problem.n), swapped.tiles(problem.m, problem.n)
+    fits = 5 * after <= 4 * problem.sm_count and 4 * after >= 5 * before
+    return swapped if fits else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:

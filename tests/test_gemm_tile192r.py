@@ -94,7 +94,8 @@ def test_wave_model_choices():
     # which _swapped_for then turns into 192 x 96 tiles of C^T (H100, session 13)
     assert tune.heuristic(_problem(1536, 1536, 1536)) == tune._WGMMA_T192N96_T
     assert tune.heuristic(_problem(1536, 1536, 1024)) == tune._WGMMA_192  # short K
-    assert tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)).bm == 128
+    # split rows: 192 x 128 unclustered where it makes one wave (session 14, _tall_split_rows)
+    assert tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)) == tune._WGMMA_T192N128
     assert tune.heuristic(_problem(256, 11008, 4096)) == tune._WGMMA_192  # 116 CTAs, one wave
     for dims in ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 8192, 8192)):
         assert tune.heuristic(_problem(*dims)) == tune._WGMMA[4], dims
@@ -104,6 +105,26 @@ def test_wave_model_choices():
     assert tune.heuristic(_problem(2000, 3000, 1000, pitch128=False)) == tune._WGMMA_192_C2
     assert tune.heuristic(_problem(3000, 5000, 2000, pitch128=False)) == tune._WGMMA_C2X2
     assert tune.heuristic(_problem(1536, 1536, 1536, dt=tune.DT_TF32)).bm == 128
+
+
+def test_tall_split_rows():
+    """_tall_split_rows: on rows that are not 128-byte multiples, 192 x 128 unclustered in
+    place of 128 x 192 (alone or in 2 x 1 clusters) where its grid makes one wave of no more
+    tiles and K > 1024 (H100, session 14: 768x3000x1536 x0.92 of cuBLAS against x0.83,
+    768x3000x4096 x0.97 against x0.91); not where it makes two waves (lost there: x0.49-0.71),
+    at short K, or on 128-byte rows (_tall_for's ground)."""
+    for dims in ((768, 3000, 1536), (768, 3000, 4096), (700, 3000, 1500)):
+        assert tune.heuristic(_problem(*dims, pitch128=False)) == tune._WGMMA_T192N128, dims
+        assert tune.heuristic(_problem(*dims, pitch128=False, b_k=True)) == tune._WGMMA_T192N128
+    for dims in ((1000, 3000, 2000), (1536, 3000, 1536), (2000, 2000, 2000), (1000, 6000, 1000),
+                 (768, 3000, 1024)):
+        assert tune.heuristic(_problem(*dims, pitch128=False)).cluster_m == 2, dims
+    for config in (tune._WGMMA_192, tune._WGMMA_192_C2):
+        assert tune._tall_split_rows(_problem(768, 3000, 1536), config) == config  # pitch128
+        assert tune._tall_split_rows(_problem(768, 3000, 1536, pitch128=False),
+                                     config) == tune._WGMMA_T192N128
+    assert tune._tall_split_rows(_problem(768, 3000, 1536, pitch128=False),
+                                 tune._WGMMA[4]) == tune._WGMMA[4]
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
