@@ -40,6 +40,7 @@ OTHER = [(8192, 8192, 512), (16, 4096, 4096), (128, 4096, 4096), (4096, 4096, 10
          (256, 11008, 4096), (1536, 1536, 1536),  # 128 x 192 tiles (session 10, s10-tile192)
          (256, 4096, 4096), (768, 768, 768),  # 64 x 128 tiles (session 11, s11-tile64)
          (3000, 3000, 1000), (6000, 6000, 2000),  # 192 x 192 in 2 x 1 clusters (session 12)
+         (640, 640, 640), (768, 3000, 1536),  # 64 x 80 of C^T; split-row 192 x 128 (session 14)
          # rows TMA cannot read (8198-byte 16-bit rows): the packed route, the rowload kernel
          # (M <= 4) or the mma path where the copies would not pay (kernels/_gemm_pack.py)
          (4099, 4096, 4096), (4096, 4099, 4096), (4096, 4096, 4099), (2053, 3001, 1999),
