@@ -722,9 +722,11 @@ def _tall_split_rows(problem: Problem, config: Config) -> Config:
     """192 x 128 tiles (_WGMMA_T192N128, unclustered) instead of ``config`` where it is
     128 x 192, alone or in 2 x 1 clusters, on rows that are not 128-byte multiples with
     K > 1024, and 192 x 128's grid makes one wave of no more tiles. H100, kernel-only, two
-    rounds (notes_gemm.md, session 14 s14split): 768x3000x1536 x0.92 of cuBLAS against x0.83
-    for 128 x 192 c2, 768x3000x4096 x0.96-0.98 against x0.90-0.91; where 192 x 128 made two
-    waves (1000x3000x2000, 1536x3000x1536, 2000^3, 1000x6000x1000) it ran at x0.49-0.71."""
+    rounds (notes_gemm.md, session 14 s14split and s14check): 768x3000x1536 x0.92 of cuBLAS
+    against x0.83 for 128 x 192 c2 (K-major B x0.78-0.79 against x0.71-0.73), 768x3000x4096
+    x0.96-0.98 against x0.90-0.91, 576x4000x4096 x0.88 against x0.70-0.71; where 192 x 128
+    made two waves (1000x3000x2000, 1536x3000x1536, 2000^3, 1000x6000x1000) it ran at
+    x0.49-0.71."""
     tall = _WGMMA_T192N128
     if (config not in (_WGMMA_192, _WGMMA_192_C2) or problem.pitch128 or problem.k <= 1024
             or not eligible(problem, tall)):
@@ -736,17 +738,18 @@ def _tall_split_rows(problem: Problem, config: Config) -> Config:
 
 def _swapped64_for(problem: Problem, config: Config) -> Config:
     """64 x 80 tiles of C^T (_WGMMA_64N80_T: 80 rows of C by 64 columns) instead of ``config``
-    where it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A and
-    B (as timed), and the swapped grid has at least 5/4 its tiles but fills at most 4/5 of the
-    SMs. H100, kernel-only, two rounds (notes_gemm.md, session 14 s14small), against
-    64 x 128 lean5: 576^3 x0.96-0.97 against x0.86-0.88, 640^3 x1.01-1.03 against x0.93-0.94,
-    704^3 x1.01-1.02 against x0.95, 640x768x1024 x0.91-0.95 against x0.85-0.86, 768x640x2048
-    x0.78-0.79 against x0.755; 512^3 x0.87-0.88 against x0.79-0.82 (warm). Fuller swapped
-    grids lost or tied (768^3, 120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against
-    x0.95-0.96)."""
+    where it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A
+    (A^T is the kernel's K-major B) and the swapped grid has at least 5/4 its tiles but fills
+    at most 4/5 of the SMs. H100, kernel-only, two rounds each, against 64 x 128 lean5
+    (notes_gemm.md, session 14 s14small and s14check): 576^3 x0.96-0.97 against x0.86-0.88,
+    640^3 x1.01-1.03 against x0.93-0.94 (K-major B x0.99 against x0.91), 704^3 x1.01-1.02
+    against x0.95 (K-major B x1.00-1.02 against x0.91-0.93), 640x768x1024 x0.91-0.95
+    against x0.85-0.86, 384x384x2048 x0.89 against x0.77, 384x1024x4096 x0.77-0.89 against
+    x0.75-0.79, 256x1024x1024 x0.85 against x0.82. Fuller swapped grids lost or tied (768^3,
+    120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against x0.95-0.96)."""
     swapped = _WGMMA_64N80_T
     if (config != _WGMMA_64 or not problem.pitch128 or not problem.a_kmajor
-            or problem.b_kmajor or not eligible(problem, swapped)):
+            or not eligible(problem, swapped)):
         return config
     before, after = config.tiles(problem.m, problem.n), swapped.tiles(problem.m, problem.n)
     fits = 5 * after <= 4 * problem.sm_count and 4 * after >= 5 * before

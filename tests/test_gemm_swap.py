@@ -175,16 +175,20 @@ def test_heuristic_takes_192_by_96_swapped_where_it_fills_the_wave():
 
 def test_heuristic_takes_64_by_80_swapped_on_small_grids():
     """_swapped64_for: 64 x 80 tiles of C^T instead of 64 x 128 lean5 on 128-byte rows of a
-    row-major A and B where the swapped grid has >= 5/4 the tiles and fills <= 4/5 of the SMs
-    (H100, session 14: 640^3 x1.01-1.03 of cuBLAS against x0.93-0.94, 576^3 x0.96-0.97
-    against x0.86-0.88, 704^3, 640x768x1024, 768x640x2048, 512^3 likewise); not at 768^3 or
-    896^3 (fuller grids: a tie, a loss), on split rows or with a K-major B (untimed)."""
+    row-major A (either B) where the swapped grid has >= 5/4 the tiles and fills <= 4/5 of the
+    SMs (H100, session 14: 640^3 x1.01-1.03 of cuBLAS against x0.93-0.94, 576^3 x0.96-0.97
+    against x0.86-0.88, 704^3, 640x768x1024, 768x640x2048, 384x384x2048, K-major B at 640^3
+    and 704^3 likewise); not at 768^3 or 896^3 (fuller grids: a tie, a loss), on split rows
+    or with a column-major A (untimed)."""
     for dims in ((512, 512, 512), (576, 576, 576), (640, 640, 640), (704, 704, 704),
-                 (640, 768, 1024), (768, 640, 2048)):
+                 (640, 768, 1024), (768, 640, 2048), (384, 384, 2048), (384, 1024, 4096)):
         assert tune.heuristic(_problem(*dims)) == T64N80, dims
+    for dims in ((640, 640, 640), (704, 704, 704)):
+        assert tune.heuristic(_problem(*dims, b_k=True)) == T64N80, dims
     for dims in ((768, 768, 768), (896, 896, 896), (1000, 1000, 1000), (256, 4096, 4096)):
         assert tune.heuristic(_problem(*dims)) == tune._WGMMA_64, dims
-    assert tune.heuristic(_problem(640, 640, 640, b_k=True)) == tune._WGMMA_64
     assert not tune.heuristic(_problem(600, 600, 600, pitch128=False)).swap
+    column_a = tune.Problem(640, 640, 640, tune.DT_BF16, False, False, True, True, (9, 0), 132)
+    assert not tune.heuristic(column_a).swap
     assert tune._swapped64_for(_problem(640, 640, 640), tune._WGMMA_T192N128) == \
         tune._WGMMA_T192N128

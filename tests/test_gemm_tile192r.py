@@ -111,9 +111,10 @@ def test_tall_split_rows():
     """_tall_split_rows: on rows that are not 128-byte multiples, 192 x 128 unclustered in
     place of 128 x 192 (alone or in 2 x 1 clusters) where its grid makes one wave of no more
     tiles and K > 1024 (H100, session 14: 768x3000x1536 x0.92 of cuBLAS against x0.83,
-    768x3000x4096 x0.97 against x0.91); not where it makes two waves (lost there: x0.49-0.71),
+    768x3000x4096 x0.97 against x0.91, 576x4000x4096 x0.88 against x0.70, K-major B too);
+    not where it makes two waves (lost there: x0.49-0.71),
     at short K, or on 128-byte rows (_tall_for's ground)."""
-    for dims in ((768, 3000, 1536), (768, 3000, 4096), (700, 3000, 1500)):
+    for dims in ((768, 3000, 1536), (768, 3000, 4096), (576, 4000, 4096)):
         assert tune.heuristic(_problem(*dims, pitch128=False)) == tune._WGMMA_T192N128, dims
         assert tune.heuristic(_problem(*dims, pitch128=False, b_k=True)) == tune._WGMMA_T192N128
     for dims in ((1000, 3000, 2000), (1536, 3000, 1536), (2000, 2000, 2000), (1000, 6000, 1000),
