@@ -5,32 +5,34 @@
 #           fitted carveout, both, tagged with a polling sleep, main and tagged again) over
 #           S14_SHAPES (skipped with AREAS=)
 #   tests   $TESTS (default the tagged fold's) beside memcheck, racecheck and synccheck over
-#           benchmarks/tagged_sweep.py (TAGGED=${TAGGED:-1})
+#           benchmarks/tagged_sweep.py (TAGGED=${TAGGED:-1}, the early ticket; memcheck also
+#           with the late one)
 # Results in OUTDIR: dev.json and logs/.
-# Usage: bash benchmarks/col_dev.sh OUTDIR   (total limit: $TOTAL, 280 s)
+# Usage: bash benchmarks/col_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
 set -u
 out=${1:?OUTDIR}
-total=${TOTAL:-280}
+total=${TOTAL:-285}
 . "$(dirname "${BASH_SOURCE[0]}")/_device_site.sh"
 logs="$out/logs"; mkdir -p "$logs"
 if [ -n "${AREAS-reduce}" ]; then
     step dev
-    (cd benchmarks && PYTHONUNBUFFERED=1 timeout ${DEV_LIMIT:-150} python3 bandwidth_dev.py \
+    (cd benchmarks && PYTHONUNBUFFERED=1 timeout ${DEV_LIMIT:-165} python3 bandwidth_dev.py \
         --areas "${AREAS-reduce}" --json "$out/dev.json") > "$logs/dev.log" 2>&1
     echo "dev rc=$?"
 fi
 step tests
 limit=$(left); [ $limit -gt 20 ] || limit=20
-for tool in memcheck racecheck synccheck; do
-    TAGGED=${TAGGED:-1} GPURT_NO_CACHING=1 timeout $limit compute-sanitizer --tool $tool \
-        --report-api-errors no --print-limit 20 python3 -P benchmarks/tagged_sweep.py \
-        > "$logs/$tool.log" 2>&1 &
+for run in memcheck racecheck synccheck memcheck-late; do  # -late: TAGTICKET=late
+    ticket=early; [ "$run" = memcheck-late ] && ticket=late
+    TAGGED=${TAGGED:-1} TAGTICKET=$ticket GPURT_NO_CACHING=1 timeout $limit \
+        compute-sanitizer --tool ${run%-late} --report-api-errors no --print-limit 20 \
+        python3 -P benchmarks/tagged_sweep.py > "$logs/$run.log" 2>&1 &
 done
 timeout $limit python3 -P -m pytest -p no:cacheprovider -q ${PYTEST_ARGS-} \
     ${TESTS-tests/test_elementwise_tagged.py} > "$logs/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$logs/pytest.log"
 wait
-for tool in memcheck racecheck synccheck; do
+for tool in memcheck racecheck synccheck memcheck-late; do
     echo "$tool: $(grep -E 'calls:|tagged sweep|SUMMARY|Error' "$logs/$tool.log" | head -5 | tr '\n' ' ')"
 done
 step done
