@@ -5,8 +5,8 @@
 #           fitted carveout, both, tagged with a polling sleep, main and tagged again) over
 #           S14_SHAPES (skipped with AREAS=)
 #   tests   $TESTS (default the tagged fold's) beside memcheck, racecheck and synccheck over
-#           benchmarks/tagged_sweep.py (TAGGED=${TAGGED:-1}, the early ticket; memcheck also
-#           with the late one)
+#           benchmarks/tagged_sweep.py (TAGGED=${TAGGED:-1}, TAGLOAD=${TAGLOAD:-relaxed}, the
+#           early ticket; memcheck also with the late one)
 # Results in OUTDIR: dev.json and logs/.
 # Usage: bash benchmarks/col_dev.sh OUTDIR   (total limit: $TOTAL, 285 s)
 set -u
@@ -24,7 +24,8 @@ step tests
 limit=$(left); [ $limit -gt 20 ] || limit=20
 for run in memcheck racecheck synccheck memcheck-late; do  # -late: TAGTICKET=late
     ticket=early; [ "$run" = memcheck-late ] && ticket=late
-    TAGGED=${TAGGED:-1} TAGTICKET=$ticket GPURT_NO_CACHING=1 timeout $limit \
+    TAGGED=${TAGGED:-1} TAGTICKET=$ticket TAGLOAD=${TAGLOAD:-relaxed} GPURT_NO_CACHING=1 \
+        timeout $limit \
         compute-sanitizer --tool ${run%-late} --report-api-errors no --print-limit 20 \
         python3 -P benchmarks/tagged_sweep.py > "$logs/$run.log" 2>&1 &
 done

@@ -3,7 +3,8 @@ tier's reduce cases of scripts/sanitize_sweep.py and split column reductions mad
 tagged fold (realigned and aligned rows, reversed and keepdims views, an int32 maximum, a
 two-input dot, a float64 sum beside them on the shipped fold), each checked against float64
 and called twice (the second call on the words the first left zeroed). $TAGGED (default 1):
-the knob; $POLL: reduce_codegen.POLL_NANOSLEEP; $TAGTICKET: reduce_codegen.TAGGED_TICKET.
+the knob; $POLL: reduce_codegen.POLL_NANOSLEEP; $TAGTICKET, $TAGLOAD:
+reduce_codegen.TAGGED_TICKET, TAGGED_LOAD.
 
     compute-sanitizer --tool memcheck python3 -P benchmarks/tagged_sweep.py
 """
@@ -29,6 +30,7 @@ def main() -> None:
     reduction.COLUMN_TAGGED = bool(int(os.environ.get("TAGGED", "1")))
     reduce_codegen.POLL_NANOSLEEP = int(os.environ.get("POLL", "0"))
     reduce_codegen.TAGGED_TICKET = os.environ.get("TAGTICKET", "early")
+    reduce_codegen.TAGGED_LOAD = os.environ.get("TAGLOAD", "relaxed")
     calls = sanitize_sweep.run_cases("quick", ("reduce",))
     rng = np.random.default_rng(14)
     total = gpurt.ReductionKernel("T x", "float32 y", "x", "a + b", "y = a", "0", "tag_sum",

@@ -67,15 +67,20 @@ CASES = [((4099, 1024), np.float32, (slice(None), slice(None)), False),
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ticket", ["early", "late"])
+@pytest.mark.parametrize("ticket, load, poll", [("early", "relaxed", "each"),
+                                                ("late", "relaxed", "each"),
+                                                ("early", "cg", "each"), ("late", "cg", "batch")])
 @pytest.mark.parametrize("shape, dtype, index, keepdims", CASES,
                          ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) and
                          isinstance(c[0], int) else None)
 def test_tagged_sums_match_the_shipped_fold(gpu_state, monkeypatch, shape, dtype, index,
-                                            keepdims, ticket) -> None:
-    """Three tagged calls (either ticket): the same bits each time and as the shipped fold
-    (the same order of partials), against float64; outputs poisoned first."""
+                                            keepdims, ticket, load, poll) -> None:
+    """Three tagged calls (either ticket, poll load and way): the same bits each time and
+    as the shipped fold (the same order of partials), against float64; outputs poisoned
+    first."""
     monkeypatch.setattr(reduce_codegen, "TAGGED_TICKET", ticket)
+    monkeypatch.setattr(reduce_codegen, "TAGGED_LOAD", load)
+    monkeypatch.setattr(reduce_codegen, "TAGGED_POLL", poll)
     dtype = np.dtype(dtype)
     rng = np.random.default_rng()
     x = rng.standard_normal(shape).astype(dtype)
@@ -83,7 +88,7 @@ def test_tagged_sums_match_the_shipped_fold(gpu_state, monkeypatch, shape, dtype
     dev = gpurt.asarray(x)[index]
     fill = np.full(want.shape, np.nan, dtype)
     monkeypatch.setattr(reduction, "COLUMN_TAGGED", True)
-    r = _sum(f"sum_tagged_{ticket}_{dtype.name}")
+    r = _sum(f"sum_tagged_{ticket}_{load}_{poll}_{dtype.name}")
     got = [r(dev, gpurt.asarray(fill), axis=0, keepdims=keepdims).numpy() for _ in range(3)]
     plan = list(r._plans.values())[-1]
     assert plan.splits > 1 and plan.words_at, plan.grid

@@ -67,6 +67,12 @@ TICKET = "acqrel"
 # before the walk (its result waited for after it), "late" = thread 0 after its tagged stores
 # (a relaxed atomic, no fence: the folder, the last, polls the words still in flight).
 TAGGED_TICKET = "early"
+# A tagged fold's words a thread polls at once (FOLD_BATCH for the shipped fold), and how it
+# polls those not yet tagged: "each" alone in turn, "batch" all of them again at once.
+TAGGED_BATCH = 8
+TAGGED_POLL = "each"
+# A tagged fold's poll: "relaxed" (ld.relaxed.gpu) or "cg" (ld.global.cg, see _gpurt_poll).
+TAGGED_LOAD = "relaxed"
 # Nanoseconds a tagged fold's thread sleeps between polls of a partial not yet stored (0:
 # spin; see ReduceLayout.tagged).
 POLL_NANOSLEEP = 0
@@ -135,10 +141,16 @@ template <typename R> __device__ __forceinline__ void _gpurt_put_tagged(
     __atomic_store_n(p, w, __ATOMIC_RELAXED);
 #endif
 }
+// The poll: ld.relaxed.gpu (strong), or with _GPURT_POLL_CG an L2 load (ld.global.cg: weak,
+// one aligned 8-byte access, volatile so that each poll reads again).
 __device__ __forceinline__ unsigned long long _gpurt_poll(const unsigned long long* p) {
 #ifdef __CUDA_ARCH__
     unsigned long long w;
+#ifdef _GPURT_POLL_CG
+    asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+#else
     asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+#endif
     return w;
 #else
     return __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -523,7 +535,7 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     threads, ``groups`` of threads share the rows and meet in shared memory. ``final``: store
     through post_map, else into row ``first`` (a tree's first level; the next ticket fences
     it)."""
-    idx, batch = layout.index, FOLD_BATCH
+    idx, batch = layout.index, TAGGED_BATCH if layout.tagged else FOLD_BATCH
     first, stride, count = rows
     groups = fold_groups(per)
     span = BLOCK // groups
@@ -531,23 +543,8 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     fold = ["        _type_reduce _acc = _gpurt_identity();\n",
             f"        for (int _i0 = _fg; _i0 < _n; _i0 += {groups * batch}) {{\n"]
     loop = f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)"
-    if layout.tagged:  # poll each untagged word until tagged, fold it, set it back to 0
-        sleep = f"__nanosleep({POLL_NANOSLEEP}); " if POLL_NANOSLEEP else ""
-        fold += [f"            unsigned long long _b[{batch}];\n",
-                 f"{loop} {{\n",
-                 f"                const int _i = _i0 + _j * {groups};\n",
-                 f"                _b[_j] = _i < _n ? _gpurt_poll(_partial + {row})"
-                 " : 1ull << 32;\n",
-                 "            }\n",
-                 f"{loop} {{\n",
-                 f"                const int _i = _i0 + _j * {groups};\n",
-                 f"                while (!(_b[_j] >> 32)) {{ {sleep}"
-                 f"_b[_j] = _gpurt_poll(_partial + {row}); }}\n",
-                 "                if (_i < _n) {\n",
-                 f"                    _partial[{row}] = 0ull;\n",
-                 "                    _acc = _gpurt_reduce(_acc, "
-                 "_gpurt_untag<_type_reduce>(_b[_j]));\n",
-                 "                }\n            }\n        }\n"]
+    if layout.tagged:
+        fold += _tagged_batch(batch, groups, row)
     else:
         fold += [f"            _type_reduce _b[{batch}];\n",
                  f"{loop} {{\n",
@@ -583,6 +580,33 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
                 " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n", store, "    }\n"]
     out.append("    }\n")
     return "".join(out)
+
+
+def _tagged_batch(batch: int, groups: int, row: str) -> list[str]:
+    """One batch of a tagged fold: ``batch`` words (rows ``_i0 + j * groups``) polled at once,
+    then (TAGGED_POLL) each untagged one polled alone until tagged ("each") or every
+    untagged one again at once until all are ("batch"); folded in order, set back to 0."""
+    loop = f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)"
+    sleep = f"__nanosleep({POLL_NANOSLEEP}); " if POLL_NANOSLEEP else ""
+    at = f"                const int _i = _i0 + _j * {groups};\n"
+    poll = f"_b[_j] = _gpurt_poll(_partial + {row});"
+    out = [f"            unsigned long long _b[{batch}];\n", f"{loop} {{\n", at,
+           f"                _b[_j] = _i < _n ? _gpurt_poll(_partial + {row}) : 1ull << 32;\n",
+           "            }\n"]
+    if TAGGED_POLL == "batch":
+        out += ["            for (;;) {\n                bool _all = true;\n",
+                f"{loop} _all = _all && (_b[_j] >> 32);\n",
+                f"                if (_all) break;\n                {sleep}\n",
+                f"{loop} {{\n    {at}                    if (!(_b[_j] >> 32)) {poll}\n",
+                "                }\n            }\n"]
+    out += [f"{loop} {{\n", at]
+    if TAGGED_POLL != "batch":
+        out.append(f"                while (!(_b[_j] >> 32)) {{ {sleep}{poll} }}\n")
+    out += ["                if (_i < _n) {\n",
+            f"                    _partial[{row}] = 0ull;\n",
+            "                    _acc = _gpurt_reduce(_acc, _gpurt_untag<_type_reduce>(_b[_j]));\n",
+            "                }\n            }\n        }\n"]
+    return out
 
 
 def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
@@ -625,7 +649,8 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
     early = _EARLY_TICKET if layout.tagged and TAGGED_TICKET == "early" else ""
-    helpers = _TAGGED_HELPERS if layout.tagged else ""
+    helpers = ("#define _GPURT_POLL_CG\n" if TAGGED_LOAD == "cg" else "") + _TAGGED_HELPERS \
+        if layout.tagged else ""
     capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
     bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
     return (f"{PRELUDE}{_HELPERS}{helpers}\n{text.preamble}\n{_functions(text, ops)}\n"
