@@ -50,26 +50,17 @@ from gpurt._random import kernels as rkernels
 # (s13-col): "s13": only S13_SHAPES (the shapes in every float dtype); the session's
 # fold variants (staged in shared memory, an early ticket: both lost, removed; branch s13-col
 # at 444f161) and their rows: results/bandwidth-dev-s13-col-nvidia-h100.json. Session 14
-# (s14-col): "s14": only S14_SHAPES; "tagged": reduction.COLUMN_TAGGED (tagged partials,
-# reduce_codegen._fold_tagged), "tagticket"/"tagload"/"tagpoll"/"tagbatch": reduce_codegen.
-# TAGGED_TICKET/_LOAD/_POLL/_BATCH, "poll": reduce_codegen.POLL_NANOSLEEP, "carve": reduction.
-# COLUMN_CARVEOUT (-1 the driver's, "fit" the grid's blocks per SM).
+# (s14-col): "s14": only S14_SHAPES; the session's variants (tagged partials polled by a folder
+# chosen by an early or late ticket, a fitted shared-memory carveout: all lost on the issue's
+# odd shapes, removed; branch s14-col at 2377f6b, benchmarks/col_dev.sh) and their rows:
+# results/bandwidth-dev-s14-col-{1,2}-nvidia-h100.json.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
          "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
-         "batchfrom": 8, "tagged": False, "poll": 0, "tagticket": "early", "carve": -1,
-         "tagload": "relaxed", "tagpoll": "each", "tagbatch": 8}
-REDUCE_VARIANTS = [  # run 2 (run 1: main, tagged early/late, carve fit, tagged + carve,
-    # tagged + poll 100, main, tagged early/late; results/bandwidth-dev-s14-col-1-nvidia-h100.json)
+         "batchfrom": 8}
+REDUCE_VARIANTS = [
     {**_BASE, "s14": True},  # main (the shipped defaults)
-    {**_BASE, "s14": True, "tagged": True, "tagticket": "late"},
-    {**_BASE, "s14": True, "tagged": True, "tagticket": "late", "tagload": "cg"},
-    {**_BASE, "s14": True, "tagged": True, "tagload": "cg"},
-    {**_BASE, "s14": True, "tagged": True, "tagticket": "late", "tagload": "cg",
-     "tagpoll": "batch", "tagbatch": 4},
     {**_BASE, "s14": True},  # main again: the run's noise
-    {**_BASE, "s14": True, "tagged": True, "tagticket": "late", "tagload": "cg"},
-    {**_BASE, "s14": True, "tagged": True, "tagload": "cg"},
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -88,14 +79,7 @@ _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "fold": (reduction, "FOLD"),
           "ticket": (reduce_codegen, "TICKET"),
           "treewidth": (reduction, "COLUMN_TREE_WIDTH"),
-          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM"),
-          "tagged": (reduction, "COLUMN_TAGGED"),
-          "poll": (reduce_codegen, "POLL_NANOSLEEP"),
-          "tagticket": (reduce_codegen, "TAGGED_TICKET"),
-          "tagload": (reduce_codegen, "TAGGED_LOAD"),
-          "tagpoll": (reduce_codegen, "TAGGED_POLL"),
-          "tagbatch": (reduce_codegen, "TAGGED_BATCH"),
-          "carve": (reduction, "COLUMN_CARVEOUT")}
+          "batchfrom": (realign_codegen, "REALIGN_BATCH_FROM")}
 # (rows, cols, axis, dtype name): row sums run only under variants with "rows"
 REDUCE_SHAPES = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
                  (1, 1 << 26, -1, "float32"), (8192, 8192, 0, "float32"),
@@ -233,7 +217,7 @@ def _reduce_row(timer: Timer, copy: float, torch: Any, kernel: Any, shape: tuple
             "gpurt_GBps": round(gbps, 1), "torch_GBps": round(torch_gbps[shape], 1),
             "pct_copy": round(100 * gbps / copy, 1),
             "vs_torch": round(gbps / torch_gbps[shape], 3), "rel_err": max(errs),
-            "plan": None if plan is None else [plan.grid, plan.splits, bool(plan.words_at)]}
+            "plan": None if plan is None else [plan.grid, plan.splits]}
 
 
 def elementwise_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:

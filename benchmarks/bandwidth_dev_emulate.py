@@ -7,19 +7,14 @@ them), checked against float64 numpy. SAN="-fsanitize=address" (with
 ASAN_OPTIONS=detect_leaks=0) checks the addresses, SAN="-fsanitize=thread" races on the
 shared arrays (racecheck's job). Shuffles are not emulated (the row walk is not covered).
 
-    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [TICKET=T] [BATCH_FROM=N] [TAGGED=1] \
-        [TAGTICKET=late] \
-        [SAN=...] \
+    SMS=8 [QUICK=1] [REALIGN=1] [TREE=G] [BATCH=B] [FROM=R] [TICKET=T] [BATCH_FROM=N] [SAN=...] \
         python benchmarks/bandwidth_dev_emulate.py
 
 TREE=G BATCH=B FROM=R: the column fold in two levels of G splits where a thread of one level
 would read more than R partial rows, B partials in flight a thread (reduction.COLUMN_FOLD_TREE,
 COLUMN_FOLD_TREE_FROM, reduce_codegen.FOLD_BATCH; default: the shipped values). TICKET=T:
 reduce_codegen.TICKET (the acq_rel atomic is emulated by atomicAdd). BATCH_FROM=N:
-realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop). TAGGED=1
-[TAGTICKET=late]: reduction.COLUMN_TAGGED, reduce_codegen.TAGGED_TICKET (blocks run one after
-another, the folder last: its polls find every word; the run checks that the words are back
-to 0 with the counters).
+realign_codegen.REALIGN_BATCH_FROM (the realigned walk's batched loop).
 """
 
 import itertools
@@ -51,8 +46,6 @@ TREE = int(os.environ.get("TREE", reduction.COLUMN_FOLD_TREE))
 BATCH = int(os.environ.get("BATCH", reduce_codegen.FOLD_BATCH))
 FROM = int(os.environ.get("FROM", reduction.COLUMN_FOLD_TREE_FROM))
 reduce_codegen.TICKET = os.environ.get("TICKET", reduce_codegen.TICKET)
-reduction.COLUMN_TAGGED = bool(int(os.environ.get("TAGGED", int(reduction.COLUMN_TAGGED))))
-reduce_codegen.TAGGED_TICKET = os.environ.get("TAGTICKET", reduce_codegen.TAGGED_TICKET)
 realign_codegen.REALIGN_BATCH_FROM = int(os.environ.get("BATCH_FROM",
                                                       realign_codegen.REALIGN_BATCH_FROM))
 reduction._blocks_per_sm = lambda kernel, device: int(os.environ.get("PER_SM", "8"))
@@ -84,7 +77,6 @@ thread_local dim3 threadIdx, blockIdx; dim3 gridDim, blockDim;
 std::barrier<>* g_bar;
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __nanosleep(unsigned) {}
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
     return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 template <class T> T __ldcg(const T* p) { return *p; }
@@ -129,8 +121,7 @@ def emulate(shape, axis, dtype, keepdims=False, index=None, width=32, vector=16,
     nout = int(np.prod(plan.out_shape))
     args = [f"(const {'float' if dtype == np.float32 else '__nv_bfloat16'}*)(in + {off // item})"]
     if plan.splits > 1:
-        args += [f"(unsigned long long*)(counts + {plan.words_at})" if plan.words_at
-                 else "partial"]
+        args += ["partial"]
         if plan.fold:
             args += ["counts"]
     if plan.fold or plan.splits == 1:

@@ -63,19 +63,6 @@ COLUMN_MIN_BLOCKS = 8
 # (4099x8191 bfloat16 76.1 -> 77.8% of copy, 65536x1023 bfloat16 77.9 -> 80.1, 1 x 64 Mi
 # 95.6 -> 96.1); "one" within noise of "all" (notes_bandwidth.md, s9-colsum).
 TICKET = "acqrel"
-# When a tagged fold's block takes its ticket (ReduceLayout.tagged): "early" = thread 0
-# before the walk (its result waited for after it), "late" = thread 0 after its tagged stores
-# (a relaxed atomic, no fence: the folder, the last, polls the words still in flight).
-TAGGED_TICKET = "early"
-# A tagged fold's words a thread polls at once (FOLD_BATCH for the shipped fold), and how it
-# polls those not yet tagged: "each" alone in turn, "batch" all of them again at once.
-TAGGED_BATCH = 8
-TAGGED_POLL = "each"
-# A tagged fold's poll: "relaxed" (ld.relaxed.gpu) or "cg" (ld.global.cg, see _gpurt_poll).
-TAGGED_LOAD = "relaxed"
-# Nanoseconds a tagged fold's thread sleeps between polls of a partial not yet stored (0:
-# spin; see ReduceLayout.tagged).
-POLL_NANOSLEEP = 0
 
 _HELPERS = r"""
 template <typename R> __device__ __forceinline__ R _gpurt_shfl(R v, int d) {
@@ -110,60 +97,6 @@ __device__ __forceinline__ unsigned _gpurt_ticket_acq_rel(unsigned* p) {
 }
 """
 
-# Tagged partials' device helpers (ReduceLayout.tagged), in a tagged kernel's source only.
-_TAGGED_HELPERS = r"""
-// The tagged fold's ticket: atom.inc (0, 1, ..., last, then back to 0: the counter is left
-// zeroed), whose result is waited for only where used (atomicAdd's is shuffled at once:
-// ptxas aggregates it over the warp).
-__device__ __forceinline__ unsigned _gpurt_ticket_inc(unsigned* p, unsigned last) {
-#ifdef __CUDA_ARCH__
-    unsigned t;
-    asm volatile("atom.relaxed.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(t) : "l"(p), "r"(last));
-    return t;
-#else
-    const unsigned t = atomicAdd(p, 1u);
-    if (t == last) *p = 0u;
-    return t;
-#endif
-}
-// Tagged partials (ReduceLayout.tagged): a 4-byte partial in the low half of a 64-bit word
-// whose high half is 1 (0: not stored yet), stored and polled as one single-copy-atomic
-// access (relaxed, device scope: no fence orders anything else).
-template <typename R> __device__ __forceinline__ void _gpurt_put_tagged(
-        unsigned long long* p, const R v) {
-    static_assert(sizeof(R) == 4, "tagged partials hold 4 bytes");
-    unsigned bits;
-    memcpy(&bits, &v, 4);
-    const unsigned long long w = (1ull << 32) | bits;
-#ifdef __CUDA_ARCH__
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(w) : "memory");
-#else
-    __atomic_store_n(p, w, __ATOMIC_RELAXED);
-#endif
-}
-// The poll: ld.relaxed.gpu (strong), or with _GPURT_POLL_CG an L2 load (ld.global.cg: weak,
-// one aligned 8-byte access, volatile so that each poll reads again).
-__device__ __forceinline__ unsigned long long _gpurt_poll(const unsigned long long* p) {
-#ifdef __CUDA_ARCH__
-    unsigned long long w;
-#ifdef _GPURT_POLL_CG
-    asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-#else
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-#endif
-    return w;
-#else
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-#endif
-}
-template <typename R> __device__ __forceinline__ R _gpurt_untag(const unsigned long long w) {
-    const unsigned bits = (unsigned)w;
-    R v;
-    memcpy(&v, &bits, 4);
-    return v;
-}
-"""
-
 
 @dataclasses.dataclass(frozen=True)
 class ReduceText:
@@ -189,9 +122,7 @@ class ReduceLayout:
     the column walk (``vec`` adjacent outputs each, or ``spread`` outputs ``width`` apart);
     ``realign``: the column walk loads aligned ``vec``-vectors around misaligned rows and
     sets the elements back in their columns at the end (see realign_codegen.py); ``tree``:
-    splits per group of a column fold in two levels (0: one level; see _fold); ``tagged``:
-    a one-level column fold of 4-byte partials stored as tagged words, its folder chosen by
-    a ticket taken before the walk (see _fold_tagged)."""
+    splits per group of a column fold in two levels (0: one level; see _fold)."""
 
     walk: str
     group: int
@@ -205,7 +136,6 @@ class ReduceLayout:
     spread: int = 1
     realign: bool = False
     tree: int = 0
-    tagged: bool = False
 
 
 def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
@@ -217,8 +147,7 @@ def _params(ops: Sequence[Operand], layout: ReduceLayout) -> list[str]:
         elif op.kind == "scalar":
             params.append(f"{op.compute} {op.name}")
     if layout.split:
-        params.append("unsigned long long* _partial" if layout.tagged
-                      else "_type_reduce* _partial")
+        params.append("_type_reduce* _partial")
     if layout.fold:
         params.append("unsigned int* _count")
     if layout.fold or not layout.split:
@@ -268,8 +197,6 @@ def map_step(ops: Sequence[Operand], fetch: dict[str, str], indent: str,
 
 def _store(ops: Sequence[Operand], layout: ReduceLayout, indent: str) -> str:
     """Write the result ``_acc`` of output ``_m``: a partial, or post_map's outputs."""
-    if layout.split and layout.tagged:
-        return f"{indent}_gpurt_put_tagged(_partial + (long long)blockIdx.y * _M + _m, _acc);\n"
     if layout.split:
         return f"{indent}_partial[(long long)blockIdx.y * _M + _m] = _acc;\n"
     outs = [op for op in ops if op.kind == "out"]
@@ -435,9 +362,6 @@ def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     apart)."""
     out = ["    __shared__ int _gpurt_last;\n"]
     per = outputs_per_block(layout)
-    if layout.tagged:
-        return out[0] + _fold_tagged() + _fold_columns(ops, layout, per,
-                                                         ("0", "1", "(int)gridDim.y"), True)
     if layout.walk == "column" and layout.tree:
         g = layout.tree
         out += [f"    const int _gm = ((int)gridDim.y + {g - 1}) / {g};  // groups at most\n",
@@ -465,28 +389,6 @@ def _fold(ops: Sequence[Operand], layout: ReduceLayout) -> str:
     else:
         out.append(_fold_warps(ops, layout, per))
     return "".join(out)
-
-
-# A tagged fold's ticket, taken by thread 0 before the walk (its result waited for after it).
-_EARLY_TICKET = ("    unsigned _gpurt_ticket = 0;  // the fold's: see _fold_tagged\n"
-                 "    if (threadIdx.x == 0) _gpurt_ticket =\n"
-                 "        _gpurt_ticket_inc(_count + blockIdx.x, gridDim.y - 1);\n")
-
-
-def _fold_tagged() -> str:
-    """A tagged split's end (``layout.tagged``): the block whose ticket is the last of
-    blockIdx.x's column of the grid folds, the others are done once their tagged partials are
-    stored (no fence). The ticket (TAGGED_TICKET) is taken before the walk (_EARLY_TICKET:
-    the folder polls each split's word until its tag is set, folding the splits stored while
-    the last still walks; it waits only for blocks that took a ticket before it, running
-    and waiting for nobody, so the wait ends whatever the grid's residency) or after the
-    block's stores (one relaxed atomic: the folder's polls find the words stored or in
-    flight). The ticket's atom.inc leaves the counter at 0 and the folder sets every word
-    back to 0, for the stream's next launch (counters.py)."""
-    ticket = "_gpurt_ticket" if TAGGED_TICKET == "early" else \
-        "_gpurt_ticket_inc(_count + blockIdx.x, gridDim.y - 1)"
-    return (f"    if (threadIdx.x == 0) _gpurt_last = {ticket} == gridDim.y - 1;\n"
-            "    __syncthreads();\n    if (!_gpurt_last) return;\n")
 
 
 _SHUFFLE = ("#pragma unroll\n        for (int _d = 16; _d > 0; _d >>= 1)"
@@ -535,27 +437,22 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
     threads, ``groups`` of threads share the rows and meet in shared memory. ``final``: store
     through post_map, else into row ``first`` (a tree's first level; the next ticket fences
     it)."""
-    idx, batch = layout.index, TAGGED_BATCH if layout.tagged else FOLD_BATCH
+    idx, batch = layout.index, FOLD_BATCH
     first, stride, count = rows
     groups = fold_groups(per)
     span = BLOCK // groups
     row = f"(long long)({first} + _i * {stride}) * _M + _m"
     fold = ["        _type_reduce _acc = _gpurt_identity();\n",
-            f"        for (int _i0 = _fg; _i0 < _n; _i0 += {groups * batch}) {{\n"]
-    loop = f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)"
-    if layout.tagged:
-        fold += _tagged_batch(batch, groups, row)
-    else:
-        fold += [f"            _type_reduce _b[{batch}];\n",
-                 f"{loop} {{\n",
-                 f"                const int _i = _i0 + _j * {groups};\n",
-                 f"                _b[_j] = _i < _n ? _gpurt_l2(_partial + {row})"
-                 " : _gpurt_identity();\n",
-                 "            }\n",
-                 f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)\n",
-                 f"                if (_i0 + _j * {groups} < _n) "
-                 "_acc = _gpurt_reduce(_acc, _b[_j]);\n",
-                 "        }\n"]
+            f"        for (int _i0 = _fg; _i0 < _n; _i0 += {groups * batch}) {{\n",
+            f"            _type_reduce _b[{batch}];\n",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j) {{\n",
+            f"                const int _i = _i0 + _j * {groups};\n",
+            f"                _b[_j] = _i < _n ? _gpurt_l2(_partial + {row})"
+            " : _gpurt_identity();\n",
+            "            }\n",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)\n",
+            f"                if (_i0 + _j * {groups} < _n) _acc = _gpurt_reduce(_acc, _b[_j]);\n",
+            "        }\n"]
     if final:
         store = _store(ops, dataclasses.replace(layout, split=False), " " * 8)
     else:
@@ -580,33 +477,6 @@ def _fold_columns(ops: Sequence[Operand], layout: ReduceLayout, per: int,
                 " _acc = _gpurt_reduce(_acc, _shf[_g][_o]);\n", store, "    }\n"]
     out.append("    }\n")
     return "".join(out)
-
-
-def _tagged_batch(batch: int, groups: int, row: str) -> list[str]:
-    """One batch of a tagged fold: ``batch`` words (rows ``_i0 + j * groups``) polled at once,
-    then (TAGGED_POLL) each untagged one polled alone until tagged ("each") or every
-    untagged one again at once until all are ("batch"); folded in order, set back to 0."""
-    loop = f"            #pragma unroll\n            for (int _j = 0; _j < {batch}; ++_j)"
-    sleep = f"__nanosleep({POLL_NANOSLEEP}); " if POLL_NANOSLEEP else ""
-    at = f"                const int _i = _i0 + _j * {groups};\n"
-    poll = f"_b[_j] = _gpurt_poll(_partial + {row});"
-    out = [f"            unsigned long long _b[{batch}];\n", f"{loop} {{\n", at,
-           f"                _b[_j] = _i < _n ? _gpurt_poll(_partial + {row}) : 1ull << 32;\n",
-           "            }\n"]
-    if TAGGED_POLL == "batch":
-        out += ["            for (;;) {\n                bool _all = true;\n",
-                f"{loop} _all = _all && (_b[_j] >> 32);\n",
-                f"                if (_all) break;\n                {sleep}\n",
-                f"{loop} {{\n    {at}                    if (!(_b[_j] >> 32)) {poll}\n",
-                "                }\n            }\n"]
-    out += [f"{loop} {{\n", at]
-    if TAGGED_POLL != "batch":
-        out.append(f"                while (!(_b[_j] >> 32)) {{ {sleep}{poll} }}\n")
-    out += ["                if (_i < _n) {\n",
-            f"                    _partial[{row}] = 0ull;\n",
-            "                    _acc = _gpurt_reduce(_acc, _gpurt_untag<_type_reduce>(_b[_j]));\n",
-            "                }\n            }\n        }\n"]
-    return out
 
 
 def _functions(text: ReduceText, ops: Sequence[Operand]) -> str:
@@ -648,14 +518,11 @@ def reduce_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout
         realign if layout.realign and realign is not None else _column_walk
     params = ",\n        ".join(_params(ops, layout))
     fold = _fold(ops, layout) if layout.fold else ""
-    early = _EARLY_TICKET if layout.tagged and TAGGED_TICKET == "early" else ""
-    helpers = ("#define _GPURT_POLL_CG\n" if TAGGED_LOAD == "cg" else "") + _TAGGED_HELPERS \
-        if layout.tagged else ""
     capped = layout.walk == "column" and (layout.fold or layout.realign) and COLUMN_MIN_BLOCKS
     bounds = f"{BLOCK}, {COLUMN_MIN_BLOCKS}" if capped else f"{BLOCK}"
-    return (f"{PRELUDE}{_HELPERS}{helpers}\n{text.preamble}\n{_functions(text, ops)}\n"
+    return (f"{PRELUDE}{_HELPERS}\n{text.preamble}\n{_functions(text, ops)}\n"
             f'extern "C" __global__ void __launch_bounds__({bounds}) {text.name}(\n'
-            f"        {params}) {{\n{early}{walk(ops, layout)}{fold}}}\n")
+            f"        {params}) {{\n{walk(ops, layout)}{fold}}}\n")
 
 
 def finish_source(text: ReduceText, ops: Sequence[Operand], layout: ReduceLayout) -> str:

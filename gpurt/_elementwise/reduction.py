@@ -84,14 +84,6 @@ COLUMN_FOLD_TREE_FROM = 32
 # loses: 1023x65537 float32 96.0 -> 84.3, 8192^2 float32 96.2 -> 90.7; notes_bandwidth.md,
 # s9-colsum). 0: COLUMN_WIDTH everywhere.
 COLUMN_TREE_WIDTH = 16
-# A one-level column fold of 4-byte partials as tagged words (reduce_codegen._fold_tagged):
-# no fence or ticket after the walk, the folder (chosen before it) polls the words; they and
-# the counters are kept zeroed per stream (counters.py).
-COLUMN_TAGGED = False
-# The column kernels' preferred shared memory carveout (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_
-# MEMORY_CARVEOUT, percent of the SM's shared memory): -1 none (the driver's choice), "fit":
-# sized to the blocks per SM the grid puts there (the rest stays L1), else this percent.
-COLUMN_CARVEOUT: int | str = -1
 
 
 def partial_dtype(dtype: np.dtype) -> np.dtype:
@@ -121,7 +113,6 @@ class ReductionPlan:
     arrays: tuple[bool, ...]  # per value: an Array (else a scalar)
     counts: int = 0  # the fold's counters (reduce_codegen._fold)
     launches: tuple[Any, ...] = ()  # planned launches (Kernel.planned), made at the first run
-    words_at: int = 0  # tagged partials: their first uint32 in the counters (0: none)
 
     def run(self, values: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
         """Allocate the missing outputs, launch (on the plan's device, its current stream),
@@ -136,13 +127,6 @@ class ReductionPlan:
         if self.partial is None:
             launches = self.launches or self._plan_launches(head, pointers, 0)
             launches[0](None, *head, *pointers)
-            return outputs
-        if self.words_at:  # tagged partials: kept zeroed after the counters
-            counts = counters.take(index, self.counts)
-            launches = self.launches or self._plan_launches(
-                head, pointers, counts.ptr + 4 * self.words_at, counts.ptr)
-            launches[0](None, *head, counts.ptr + 4 * self.words_at, counts.ptr, *pointers)
-            del counts
             return outputs
         partials = gpurt.empty(self.splits * self.size, self.partial, index)  # held (not
         partial = partials.ptr  # only its address) until the kernels are queued
@@ -332,11 +316,8 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
              sum((d - 1) * abs(s) for d, s in zip(red_dims, rs))
              for ks, rs in zip(in_kept_c, red_strides)]
     index = "int" if max([m * k, m * splits, *spans]) < _INT_LIMIT - BLOCK * 16 else "long long"
-    tagged = COLUMN_TAGGED and walk == "column" and not tree and \
-        partial_dtype(reduce_dtype).itemsize == 4
     layout = ReduceLayout(walk, group, len(kept_dims), len(red_dims), vec, splits > 1, index,
-                          FOLD and splits > 1, width, spread, realign, tree,
-                          tagged and FOLD and splits > 1)
+                          FOLD and splits > 1, width, spread, realign, tree)
     assert outputs_per_block(layout) == per_block
     arch = gpurt.get_arch(device)
 
@@ -354,43 +335,21 @@ def plan_reduction(text: ReduceText, params: Sequence[Operand], values: Sequence
             chunk = -(-k // fitted)
             splits = -(-k // chunk)
             if splits == 1:
-                layout = dataclasses.replace(layout, split=False, fold=False, tagged=False)
+                layout = dataclasses.replace(layout, split=False, fold=False)
                 kernel = build(layout)
-    if walk == "column" and COLUMN_CARVEOUT != -1:
-        _set_carveout(kernel, device, blocks * splits)
     finish = None
     if splits > 1 and not layout.fold:
         finish = gpurt.compile(finish_source(text, ops, layout), OPTIONS, arch=arch,
                                program_name=f"{text.name}_finish.cu")[f"{text.name}_finish"]
     middle = (m, k, chunk, *kept_dims, *red_dims,
               *(s for ks, rs in zip(in_kept_c, red_strides) for s in (*ks, *rs)))
-    counts = blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0))
-    words_at = counts + counts % 2 if layout.tagged else 0  # 8-byte aligned
     return ReductionPlan(
         kernel, finish, (blocks, splits, 1), _finish_blocks(m), middle,
         tuple(s for st in out_kept_c for s in st),
         (m, k, splits), tuple(kept_dims), out_shape, tuple(out_dtypes),
         partial_dtype(reduce_dtype) if splits > 1 else None, layout.fold, splits, m, device,
         tuple(type(v) is gpurt.Array for v in values),
-        words_at + 2 * splits * m if words_at else counts, words_at=words_at)
-
-
-def _set_carveout(kernel: Any, device: int, blocks: int) -> None:
-    """COLUMN_CARVEOUT on ``kernel`` (a grid of ``blocks``): "fit" asks for the shared memory
-    of the blocks per SM the grid puts there (at most the occupancy), 1 KiB reserved a
-    block."""
-    from cuda.bindings.driver import CUfunction_attribute
-
-    percent = COLUMN_CARVEOUT
-    if percent == "fit":
-        props = gpurt.get_device_properties(device)
-        per_sm = min(_blocks_per_sm(kernel, device), -(-blocks // props.multi_processor_count))
-        need = per_sm * (kernel.attribute(
-            CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device) + 1024)
-        percent = min(100, -(-100 * need // props.shared_memory_per_multiprocessor))
-    kernel.set_attribute(
-        CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, int(percent),
-        device)
+        blocks * (1 + (-(-splits // tree) if tree and splits > tree else 0)))
 
 
 @dataclasses.dataclass(frozen=True)
