@@ -49,14 +49,18 @@ from gpurt._random import kernels as rkernels
 # odd ones' bytes (4096x8192 bfloat16 reached only 82.5% of copy there). Session 13
 # (s13-col): "s13": only S13_SHAPES (the issue's shapes in every float dtype); the session's
 # fold variants (staged in shared memory, an early ticket: both lost, removed; branch s13-col
-# at 444f161) and their rows: results/bandwidth-dev-s13-col-nvidia-h100.json.
+# at 444f161) and their rows: results/bandwidth-dev-s13-col-nvidia-h100.json. Session 14
+# (s14-col): "s14": only S14_SHAPES; the session's variants (tagged partials polled by a folder
+# chosen by an early or late ticket, a fitted shared-memory carveout: all lost on the issue's
+# odd shapes, removed; branch s14-col at 2377f6b, benchmarks/col_dev.sh) and their rows:
+# results/bandwidth-dev-s14-col-{1,2}-nvidia-h100.json.
 _BASE = {"width": 32, "vector": 4, "unroll": 4, "waves": 1, "least": 32, "spread": 4,
          "realign": 16, "all": False, "fit": True, "keep": True, "batch": 8, "tree": 16,
          "from": 32, "cap": 8, "fold": True, "ticket": "acqrel", "treewidth": 16,
          "batchfrom": 8}
 REDUCE_VARIANTS = [
-    {**_BASE, "s13": True},  # main (the shipped defaults)
-    {**_BASE, "s13": True},  # main again: the run's noise
+    {**_BASE, "s14": True},  # main (the shipped defaults)
+    {**_BASE, "s14": True},  # main again: the run's noise
 ]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
@@ -93,6 +97,10 @@ TWIN_SHAPES = [(4096, 8192, 0, "float32"), (4096, 8192, 0, "bfloat16"),
 S13_SHAPES = [(r, c, 0, dt) for r, c in ((4099, 8191), (2047, 10007), (4096, 8192),
                                          (65536, 1023), (8192, 8192), (1023, 65537))
               for dt in ("float32", "bfloat16", "float16")]
+S14_SHAPES = [(r, c, 0, dt) for r, c in ((4099, 8191), (2047, 10007)) for dt in
+              ("float32", "bfloat16", "float16")] + \
+    [(r, c, 0, dt) for r, c in ((8192, 8192), (1024, 65536)) for dt in ("float32", "bfloat16")] + \
+    [(4096, 8192, 0, "bfloat16"), (65536, 1023, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -169,8 +177,8 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-            shapes = S13_SHAPES if variant.get("s13") else \
-                REDUCE_SHAPES + (TWIN_SHAPES if variant.get("twins") else [])
+            shapes = S14_SHAPES if variant.get("s14") else S13_SHAPES if variant.get("s13") \
+                else REDUCE_SHAPES + (TWIN_SHAPES if variant.get("twins") else [])
             for shape in shapes:
                 if shape[2] != 0 and not variant.get("rows"):
                     continue
