@@ -309,7 +309,7 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     if variant.kind == "ticket" and not tickets_fit(variant, variant.most_chunks(view.cols),
                                                     index):
         variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
-    if variant.ends:
+    if variant.ends or variant.persist:
         variant = variant.for_launch(view.rows, view.cols, resident_ctas(variant, index))
     return plan_variant(variant, inputs, out, view, index)
 
