@@ -127,14 +127,16 @@ def test_chooser_picks_the_measured_routes():
         "softmax_rows<0, 2, 4, 8, 1024, 1024, 1, 6>",)
     assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4>",)
-    # fp32 softmax backward rows the wide shape holds in clusters of 8: its ticket chunks
-    # (s14-soft); log_softmax backward keeps the clusters
+    # fp32 backward rows the wide shape holds in clusters of 8: its ticket chunks (s14-soft);
+    # clusters of 4 keep theirs
     assert pick(200_003, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4, 1>",)
+    assert pick(200_003, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<0, 3, 4, 16, 512, 1, 4, 1>",)
     assert pick(262144, F32, plan.SOFTMAX_BACKWARD).chunks(262144) == 8
     assert pick(131073, F32, plan.SOFTMAX_BACKWARD).kind == "ticket"
-    assert pick(200_003, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
-        "softmax_cluster<0, 3, 4, 16, 512, 8, 1, 4, 1>",)
+    assert pick(100_003, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4, 1>",)
     assert pick(200_003, F32, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
     assert pick(131072, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_cluster<0, 3, 4, 16, 512, 4, 1, 4>",)
@@ -155,16 +157,27 @@ def test_chooser_picks_the_measured_routes():
     assert pick(200_003, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<1, 3, 8, 16, 512, 1, 12, 1>",)
     assert pick(200_003, BF16, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
-    # fp32 softmax rows the wide shape holds in clusters of 4: its ticket chunks (s14-soft;
-    # s8-softpersist's persistent chunks before), for few rows (TICKET_FEW_CTAS) the small
-    # ones; log_softmax keeps the clusters
-    assert pick(200_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>",)
+    # fp32 softmax rows the wide shape holds in clusters of 4: its persistent chunks
+    # (s8-softpersist) in launches of fewer than TICKET_MANY_CTAS of its ticket chunks, its
+    # ticket chunks in longer ones and for many rows (s14-soft), for few rows
+    # (TICKET_FEW_CTAS) the small ones; clusters of 8 its ticket chunks (s14-soft)
+    persistent = "softmax_persist<0, 0, 4, 16, 512, 1, 12, 1, 0, 0>"
+    wide = "softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>"
+    assert pick(200_003, F32).names() == (wide,)
+    assert pick(200_003, F32, rows=192).names() == (wide,)  # 768 chunks
+    assert pick(200_003, F32, rows=191).names() == (persistent,)
+    assert pick(200_003, F32, rows=10).names() == (persistent,)  # 70 persistent chunks
+    assert pick(200_003, F32, rows=9).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>",)
     assert pick(262144, F32).chunks(262144) == 4  # chunks of 65536
-    assert pick(200_003, F32, rows=16).names() == pick(200_003, F32).names()  # 64 chunks
-    assert pick(200_003, F32, rows=15).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>",)
-    assert pick(200_003, F32, plan.LOG_SOFTMAX).kind == "cluster"
+    assert pick(300_001, F32).names() == (wide,)
+    assert pick(300_001, F32, rows=64).names() == (wide,)
+    # log_softmax: the ticket chunks for clusters of 4, clusters of 8 as before
+    assert pick(200_003, F32, plan.LOG_SOFTMAX).names() == (
+        "softmax_ticket<0, 1, 4, 32, 512, 1, 10, 1>",)
+    assert pick(300_001, F32, plan.LOG_SOFTMAX).kind == "cluster"
     assert pick(200_003, F32, tickets=False).kind == "cluster"
-    assert pick(262145, F32).kind == "cluster"
+    assert pick(262145, F32).kind == "ticket"  # clusters of 8: ticket chunks (s14-soft)
+    assert pick(262145, F32, tickets=False).kind == "cluster"
     assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
@@ -177,7 +190,8 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>",)
     assert pick(1_000_003, F32, rows=3).smem_items == 0  # the split's CTA shape
     assert pick(131071, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 2, 1, 20, 1>",)
-    assert pick(300_001, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 8, 1, 20, 1>",)
+    assert pick(300_001, F32, tickets=False).names() == (
+        "softmax_cluster<0, 0, 4, 32, 512, 8, 1, 20, 1>",)
     assert pick(50257, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 10, 1>",)
     assert pick(50257, F32, plan.LOG_SOFTMAX).smem_items == 12
     assert pick(1_000_003, F32, plan.LOG_SOFTMAX).smem_items == 10
@@ -210,6 +224,9 @@ def test_chooser_picks_the_measured_routes():
     assert persistent.for_launch(9, 1_000_003, 132) == persistent
     assert persistent.for_launch(34, 200_003, 132) == persistent  # 4 chunks a row
     assert persistent.for_launch(33, 200_003, 132).items == 16
+    assert persistent.for_launch(4, 1_000_003, 132) == persistent  # 124 chunks: one wave
+    assert persistent.for_launch(5, 1_000_003, 132).items == 16
+    assert pick(200_003, F32, rows=20).for_launch(20, 200_003, 132).persist  # forward
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<1, 3, 8, 16, 512, 1, 12>",)
     assert pick(1_048_577, F32).chunks(1_048_577) == 17
@@ -235,40 +252,39 @@ def test_chooser_picks_the_measured_routes():
 
 
 def test_few_rows_of_one_cta_or_a_cluster_take_small_chunks():
-    """Rows that one CTA or a cluster holds, in launches whose rows make no more than
-    FEW_ROWS_CTAS chunks of the split's CTA shape (at least two a row): those ticket chunks
-    (s14-soft); more rows, short rows, narrow accesses, no clusters: the pick as before."""
+    """Rows that one CTA or a cluster holds, in launches whose rows make at least
+    FEW_ROWS_CHUNKS chunks each of the split's CTA shape and no more than FEW_ROWS_CTAS in
+    all: those ticket chunks (s14-soft); more rows, shorter rows, narrow accesses, no
+    clusters: the pick as before."""
     pick = plan.choose_variant
-    small = {(F32, plan.SOFTMAX): "softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>",
-             (F32, plan.SOFTMAX_BACKWARD): "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>",
-             (BF16, plan.SOFTMAX): "softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",
-             (BF16, plan.SOFTMAX_BACKWARD): "softmax_ticket<2, 2, 8, 2, 512, 2, 0, 1>"}
-    for (dtype, op), name in small.items():
-        for cols in (32001, 50257):
-            many = pick(cols, dtype, op)
-            assert many.kind in ("rows", "cluster")
-            chunks = plan.Variant("ticket", plan.dtype_code(dtype), op, 16 // dtype.itemsize,
-                                  32 // ((2 if op else 1) * (16 // dtype.itemsize)), 512,
-                                  512, min_blocks=2).chunks(cols)
-            most = plan.FEW_ROWS_CTAS // chunks
-            for rows in (1, 8, most):
-                assert pick(cols, dtype, op, rows=rows).names() == (name,), (cols, rows)
-            assert pick(cols, dtype, op, rows=most + 1) == many
-            assert pick(cols, dtype, op, clusters=False, rows=1).kind != "ticket"
-            assert pick(cols, dtype, op, tickets=False, rows=1) == many
-    # fp32 64x50257: 4 chunks a row, 256 in all; 65 rows keep one CTA a row
-    assert pick(50257, F32, rows=64).kind == "ticket"
+    cases = [(50257, F32, plan.SOFTMAX, "softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>", 4),
+             (50257, F32, plan.SOFTMAX_BACKWARD, "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>", 7),
+             (32001, F32, plan.SOFTMAX_BACKWARD, "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>", 4),
+             (50257, BF16, plan.SOFTMAX, "softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>", 4),
+             (50257, BF16, plan.SOFTMAX_BACKWARD, "softmax_ticket<2, 2, 8, 2, 512, 2, 0, 1>", 7),
+             (32001, BF16, plan.SOFTMAX_BACKWARD, "softmax_ticket<2, 2, 8, 2, 512, 2, 0, 1>", 4)]
+    for cols, dtype, op, name, chunks in cases:
+        many = pick(cols, dtype, op)
+        assert many.kind in ("rows", "cluster")
+        most = plan.FEW_ROWS_CTAS // chunks
+        for rows in (1, 8, most):
+            assert pick(cols, dtype, op, rows=rows).names() == (name,), (cols, rows)
+        assert pick(cols, dtype, op, rows=most + 1) == many
+        assert pick(cols, dtype, op, clusters=False, rows=1).kind != "ticket"
+        assert pick(cols, dtype, op, tickets=False, rows=1) == many
+    assert pick(50257, F32, rows=64).kind == "ticket"  # 4 chunks a row, 256 in all
     assert pick(50257, F32, rows=65).names() == pick(50257, F32).names()
-    # rows of one small chunk keep their CTA (fp32 16384 elements); lane groups keep theirs
-    assert pick(16384, F32, rows=1) == pick(16384, F32)
-    assert pick(16385, F32, rows=1).kind == "ticket"
+    # rows of fewer than 4 small chunks keep their CTA (fp32 forward 32001: 2 chunks of
+    # 16384; 49152: 3), and so do lane groups and narrow accesses (a misaligned array)
+    assert pick(32001, F32, rows=1) == pick(32001, F32)
+    assert pick(49152, F32, rows=1) == pick(49152, F32)
+    assert pick(49153, F32, rows=1).kind == "ticket"
     assert pick(1000, F32, rows=1) == pick(1000, F32)
-    # narrow accesses (a misaligned array) keep the CTA a row
     assert pick(50257, F32, vec=1, rows=1) == pick(50257, F32, vec=1)
-    # clusters of the long-rows shapes too: fp32 log_softmax 8x200003 (13 chunks a row)
-    assert pick(200_003, F32, plan.LOG_SOFTMAX, rows=8).names() == (
+    # clusters of the long-rows shapes too: fp32 log_softmax 8x300001 (19 chunks a row)
+    assert pick(300_001, F32, plan.LOG_SOFTMAX, rows=8).names() == (
         "softmax_ticket<0, 1, 4, 8, 512, 2, 0, 1>",)
-    assert pick(200_003, F32, plan.LOG_SOFTMAX, rows=20).kind == "cluster"
+    assert pick(300_001, F32, plan.LOG_SOFTMAX, rows=14).kind == "cluster"
 
 
 def test_widest_vec_follows_length_and_alignment():
@@ -955,12 +971,12 @@ def test_the_split_stands_in_where_a_rows_chunks_do_not_fit(gpu_state, monkeypat
 FEW_ROWS_LAUNCHES = [
     ((8, 50257), F32, "softmax", "softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>"),
     ((8, 50257), F32, "softmax_backward", "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>"),
-    ((8, 32001), BF16, "log_softmax", "softmax_ticket<2, 1, 8, 4, 512, 2, 0, 1>"),
+    ((8, 50257), BF16, "log_softmax", "softmax_ticket<2, 1, 8, 4, 512, 2, 0, 1>"),
     ((8, 50257), BF16, "log_softmax_backward", "softmax_ticket<2, 3, 8, 2, 512, 2, 0, 1>"),
-    ((16, 200_003), F32, "softmax", "softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>"),
+    ((16, 300_001), F32, "softmax", "softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>"),
     ((10, 200_003), F32, "softmax_backward", "softmax_ticket<0, 2, 4, 16, 512, 1, 4, 1>"),
     ((16, 200_003), BF16, "softmax", "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 1, 1>"),
-    ((10, 200_003), BF16, "softmax_backward", "softmax_ticket<2, 2, 8, 16, 512, 1, 12, 1>"),
+    ((20, 200_003), BF16, "softmax_backward", "softmax_ticket<2, 2, 8, 16, 512, 1, 12, 1>"),
 ]
 
 
