@@ -133,6 +133,12 @@ _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
 # chunks: 300x300001 67.3 / 91.8, 64 rows 58.1 / 75.1); few rows take the small chunks (8 rows
 # of 200003 37.4 against 21.9 for the clusters of 4). Rows that fill the clusters exactly
 # (262144, 524288 elements) are unmeasured with the ticket chunks.
+# Rows with edges (session 13, H100, % of copy, two rounds, against the defaults' 10 of 32
+# vectors in shared memory, which NVRTC 13.0's ptxas builds with 24-32 bytes of spills that
+# write 7% more to L2 (ncu): ticket chunks with 6 (no spills) 64x1000003 89.0 / 89.1 against
+# 84.1 / 84.2 (aligned 64x1000004: 87.4); clusters of 2 with 20, 1024x131071 91.2 / 91.2
+# against 85.4 / 85.6 (18: 90.5); clusters of 8 take 20 unmeasured (no spills either);
+# the persistent chunks' 12 of 16 stay (13, 14: within 0.5)
 _WIDE_SOFTMAX = dataclasses.replace(_WIDE, persist=1, persist_items=16, persist_smem=12,
                                     persist_ctas=(4,), ticket_ctas=(4, 8),
                                     edges_smem=(("ticket", 32, 6), ("cluster", 32, 20)))
