@@ -123,7 +123,8 @@ class LongRows:
 _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
 # fp32 softmax rows that the wide shape holds in clusters of 4 (131073-262144 elements): its
 # CTAs in a persistent grid, two stages of 16 vectors a thread with 12 in shared memory
-# (s8-softpersist, H100, 300x200003: 85.1% of copy where the clusters of 4 read 79.4), in
+# (s8-softpersist, H100, 300x200003: 85.1% of copy where the clusters of 4 read 79.4; at
+# 64x1000003 the same chunks read 83.6 against 85.2 for the wide ticket chunks kept there), in
 # launches of fewer than TICKET_MANY_CTAS wide ticket chunks; longer launches (and rows of
 # clusters of 8, 262145-524288 elements) take its ticket chunks (s14-soft, H100, % of copy,
 # ticket chunks against the persistent ones: 200003 at 500 / 300 / 264 / 200 rows 91.1 /
