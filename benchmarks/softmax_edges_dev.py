@@ -357,9 +357,115 @@ S13EDGES: dict[tuple[int, int, np.dtype, str], list] = {
     (4096, 50_260, F32, "softmax"): [],
 }
 
+# session 14 (s14-soft): issue 17's odd row lengths at every row count, the chooser's pick
+# against the other forms the plan offers: ticket chunks of the long-rows shape with and
+# without the launch's ends in half chunks, half-size ticket chunks, CTAs of 256 threads four
+# per SM, the few-rows chunks (512 threads, registers only, two per SM), the persistent
+# chunks, clusters of the pick's shape; mid-length rows (32001, 50257) also in the few-rows
+# chunks and as two half chunks (ticket) or a 2-CTA cluster of half the pick
+S14_ROWS = (1, 8, 32, 64, 100, 132, 200, 264, 300, 500)
+S14_ROWS_1M = (1, 8, 32, 64, 132, 264)
+
+
+def _s14(rows: int, cols: int, dtype: np.dtype, op: int) -> list:
+    """The forms to time against the chooser's pick for ``rows`` x ``cols`` (odd lengths)."""
+    dt = plan.dtype_code(dtype)
+    most = plan.HELD // ((2 if op >= B else 1) * (16 // dtype.itemsize))
+    # the many-rows pick, the few-rows chunks (not one pass: the chooser's)
+    found = [plan.choose_variant(cols, dtype, op),
+             dataclasses.replace(_small(dt, op, most, 512, 2), one_pass=False)]
+    if cols < 65536:  # mid rows: the pick in two half chunks or a 2-CTA cluster of halves
+        pick = plan.choose_variant(cols, dtype, op)
+        items, smem = pick.items // 2, pick.smem_items // 2
+        if pick.kind == "rows" and pick.group == pick.threads and items >= 2:
+            found += [V("ticket", dt, op, pick.vec, items, pick.threads, pick.threads,
+                        min_blocks=pick.min_blocks, smem_items=smem, edges=True,
+                        one_pass=pick.one_pass),
+                      V("cluster", dt, op, pick.vec, items, pick.threads, pick.threads, 2,
+                        pick.min_blocks, smem, True, pick.one_pass)]
+        return found
+    if dt and op < B:  # 16-bit forward: the _PAIRED16 chunks, with ends, halves, 256 x 4/SM
+        ticket = _one(_ticket(dt, op, 16, 512, 2, 12))
+        found += [ticket, dataclasses.replace(ticket, ends=2, ends_head=50, ends_tail=50),
+                  _one(_ticket(dt, op, 8, 512, 2, 4)), _one(_ticket(dt, op, 16, 256, 4, 12))]
+    elif dt:  # 16-bit backward: persistent (the pick), its ticket form, the wide ticket
+        found += [_persist(dt, op, 8, 512, 1, 6, 1), _ticket(dt, op, 8, 512, 1, 6),
+                  _ticket(dt, op, 16, 512, 1, 12), _persist(dt, op, 8, 256, 2, 6, 1)]
+    elif op < B:  # fp32 forward: persistent, wide ticket, clusters of 4 (rows of 200003)
+        found += [_persist(0, op, 16, 512, 1, 12, 1), _ticket(0, op, 32, 512, 1, 6),
+                  _ticket(0, op, 16, 512, 1, 8)]
+        if cols <= 262144:
+            found.append(V("cluster", 0, op, 4, 32, 512, 512, 4, 1, 20, True))
+    else:  # fp32 backward: wide ticket, persistent, clusters of 8 (rows of 200003)
+        found += [_ticket(0, op, 16, 512, 1, 4), _persist(0, op, 8, 512, 1, 6, 1)]
+        if cols <= 262144:
+            found.append(V("cluster", 0, op, 4, 16, 512, 512, 8, 1, 4, True))
+    return found
+
+
+S14SOFT: dict[tuple[int, int, np.dtype, str], list] = {
+    (rows, cols, dtype, name): _s14(rows, cols, dtype, OPS[name])
+    for cols in (200_003, 50_257, 32_001, 1_000_003) for dtype in (BF16, F32)
+    for name in ("softmax", "softmax_backward")
+    for rows in (S14_ROWS_1M if cols > 500_000 else S14_ROWS)}
+S14SOFT.update({(64, 200_003, BF16, "log_softmax"): _s14(64, 200_003, BF16, plan.LOG_SOFTMAX),
+                (300, 200_003, BF16, "log_softmax"): _s14(300, 200_003, BF16, plan.LOG_SOFTMAX),
+                (64, 50_257, F32, "log_softmax"): _s14(64, 50_257, F32, plan.LOG_SOFTMAX)})
+
+
+
+def _check(rows: int, cols: int, dtype: np.dtype, op: int, *more: Any) -> list:
+    """s14-soft's second run: the chooser's pick (first, as routes() adds it) against the
+    pick before the session (``more``, forced), and the many-rows pick."""
+    return [*more, plan.choose_variant(cols, dtype, op)]
+
+
+LS, LOG1M = plan.LOG_SOFTMAX, plan.choose_variant(1_000_003, F32, plan.LOG_SOFTMAX)
+_OLD_F = [_persist(0, 0, 16, 512, 1, 12, 1), V("cluster", 0, 0, 4, 32, 512, 512, 4, 1, 20, True)]
+_OLD_B = [V("cluster", 0, B, 4, 16, 512, 512, 8, 1, 4, True)]
+_T16 = _one(_ticket(2, 0, 16, 512, 2, 12))
+_P16B = _persist(2, B, 8, 512, 1, 6, 1)
+# s14-soft's second run: the new rules at row counts and lengths the sweep did not time
+# (fp32 rows of 131073-262144 and their neighbours, mid rows of 12001-40000 in few rows,
+# one-wave 16-bit launches), against the picks before; log_softmax and log_softmax backward
+# in the wide ticket chunks where they keep their clusters (a lead, not a rule)
+S14CHECK: dict[tuple[int, int, np.dtype, str], list] = {
+    **{(r, c, F32, "softmax"): _OLD_F for r, c in (
+        (16, 200_003), (48, 200_003), (64, 150_003), (300, 150_003), (300, 250_007))},
+    (64, 300_001, F32, "softmax"): [_ticket(0, 0, 32, 512, 1, 6)],
+    (300, 300_001, F32, "softmax"): [_ticket(0, 0, 32, 512, 1, 6)],
+    **{(r, c, F32, "softmax_backward"): _OLD_B for r, c in (
+        (16, 200_003), (300, 150_003), (64, 250_007))},
+    (64, 100_003, F32, "softmax_backward"): [_ticket(0, B, 16, 512, 1, 4)],
+    (300, 100_003, F32, "softmax_backward"): [_ticket(0, B, 16, 512, 1, 4)],
+    (300, 50_257, F32, "softmax_backward"): [_ticket(0, B, 16, 512, 1, 4)],
+    (64, 200_003, F32, "log_softmax"): [LOG1M],
+    (300, 200_003, F32, "log_softmax"): [LOG1M],
+    (64, 200_003, F32, "log_softmax_backward"): [_ticket(0, LB, 16, 512, 1, 4)],
+    (300, 200_003, F32, "log_softmax_backward"): [_ticket(0, LB, 16, 512, 1, 4)],
+    **{(r, c, dt, name): _check(r, c, dt, OPS[name]) for r, c, dt, name in (
+        (8, 20_000, F32, "softmax"), (64, 20_000, F32, "softmax"), (128, 20_000, F32, "softmax"),
+        (8, 12_001, F32, "softmax_backward"), (64, 12_001, F32, "softmax_backward"),
+        (128, 12_001, F32, "softmax_backward"), (32, 40_000, BF16, "softmax"),
+        (85, 40_000, BF16, "softmax"), (16, 20_000, BF16, "softmax_backward"),
+        (85, 20_000, BF16, "softmax_backward"), (100, 32_001, F32, "softmax"),
+        (48, 50_257, F32, "log_softmax_backward"), (48, 50_257, BF16, "log_softmax"))},
+    **{(r, c, dt, name): [_T16 if dt == BF16 and name == "softmax" else
+                          _one(_ticket(plan.dtype_code(dt), OPS[name], 16, 512, 2, 12))]
+       for r, c, dt, name in (
+        (8, 1_000_003, BF16, "softmax"), (16, 200_003, BF16, "softmax"),
+        (36, 200_003, BF16, "softmax"), (8, 500_009, BF16, "softmax"),
+        (16, 500_009, BF16, "softmax"), (16, 200_003, F16, "softmax"),
+        (32, 200_003, BF16, "log_softmax"), (8, 1_000_003, F16, "softmax"))},
+    **{(r, c, dt, "softmax_backward"): [_P16B if dt == BF16 else _persist(1, B, 8, 512, 1, 6, 1)]
+       for r, c, dt in ((8, 1_000_003, BF16), (4, 1_000_003, BF16), (32, 200_003, BF16),
+                        (24, 200_003, BF16), (16, 500_009, BF16), (8, 1_000_003, F16))},
+}
+
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
         "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
-        "softprofile": SOFTPROFILE, "softends": SOFTENDS, "s13edges": S13EDGES}
+        "softprofile": SOFTPROFILE, "softends": SOFTENDS, "s13edges": S13EDGES,
+        "s14soft": S14SOFT, "s14check": S14CHECK}
 
 
 
@@ -394,9 +500,9 @@ def routes(timer: Timer, copy: float, torch: Any, sources: dict[str, str],
         nbytes = (len(made) + 1) * rows * cols * dtype.itemsize
         torch_pct = 100 * nbytes / timer.ms(torch_call(op, made, torch)) / 1e6 / copy
         pick = plan.choose_variant(cols, dtype, op, rows=rows)
-        if pick.ends:  # as softmax._plan launches it
+        if pick.ends or pick.persist:  # as softmax._plan launches it
             pick = pick.for_launch(rows, cols, sm.resident_ctas(pick, gpurt.current_device()))
-        for entry in [pick, *variants]:
+        for entry in [pick, *(v for v in dict.fromkeys(variants) if v != pick)]:
             if isinstance(entry, tuple) and entry[0] not in sources:
                 continue
             path, v = (sources[entry[0]], entry[1]) if isinstance(entry, tuple) else (None, entry)
@@ -462,7 +568,7 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
                      for cols in (7, 1000, 4099, 32001, 50257, 131071)]
-    elif routes_set != "softbf16":
+    elif routes_set not in ("softbf16", "s14soft", "s14check"):
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     # one job per kernel and source (softmax_ends variants differ in runtime arguments only)

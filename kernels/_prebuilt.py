@@ -88,7 +88,8 @@ def softmax_variants(arch: str) -> list[softmax_plan.Variant]:
     power of two (its thresholds are all powers of two in vectors), with the access width
     and edges row_access gives them, for many rows and for one (smaller ticket chunks), and
     the split that stands in where a row's ticket chunks do not fit the device (and the
-    ticket chunks that stand in for softmax_ends in launches of one wave: Variant.for_launch).
+    forms that stand in for softmax_ends and the persistent chunks in launches of one wave:
+    Variant.launch_forms).
     Misaligned views compile their variants at first use."""
     clusters = int(_plain(arch)[3:]) >= 90
     found: dict[softmax_plan.Variant, None] = {}
@@ -105,8 +106,8 @@ def softmax_variants(arch: str) -> list[softmax_plan.Variant]:
                         found[softmax_plan.choose_variant(
                             cols, dtype, op, vec=vec, edges=edges, clusters=clusters,
                             rows=rows, tickets=tickets)] = None
-    for variant in [v for v in found if v.ends]:
-        found[variant.for_launch(1, 1, 1)] = None
+    for variant in list(found):
+        found.update(dict.fromkeys(variant.launch_forms()))
     return list(found)
 
 

@@ -74,7 +74,9 @@ class LongRows:
     ``persist``: its ticket chunks in a persistent grid (the Variant.persist mode),
     ``persist_items`` vectors a thread of which ``persist_smem`` in shared memory (two
     stages of them): for rows that would take a cluster of ``persist_ctas`` of its CTAs
-    (and no more than TICKET_FEW_CTAS chunks), or (empty) wherever it takes ticket chunks;
+    in launches of at least TICKET_FEW_CTAS and fewer than TICKET_MANY_CTAS chunks, or
+    (empty) wherever it takes ticket chunks; ``ticket_ctas``: rows that would take a cluster
+    of this many of its CTAs take its ticket chunks instead (few: the small ones);
     ``ends`` (with ``ends_head``, ``ends_tail``): its ticket chunks (not persistent) with the
     rows at the launch's two ends in smaller chunks (the Variant fields); ``edges_smem``:
     (kind, items, smem_items) for rows with edges, whose kernels need other shares of shared
@@ -97,6 +99,7 @@ class LongRows:
     persist_items: int = 0
     persist_smem: int = 0
     persist_ctas: tuple[int, ...] = ()
+    ticket_ctas: tuple[int, ...] = ()
     ends: int = 0
     ends_head: int = 100
     ends_tail: int = 100
@@ -121,20 +124,38 @@ _WIDE = LongRows(512, 1, 88, 88, 128 * 1024, alone=False)
 # fp32 softmax rows that the wide shape holds in clusters of 4 (131073-262144 elements): its
 # CTAs in a persistent grid, two stages of 16 vectors a thread with 12 in shared memory
 # (s8-softpersist, H100, 300x200003: 85.1% of copy where the clusters of 4 read 79.4; at
-# 64x1000003 the same chunks read 83.6 against 85.2 for the wide ticket chunks kept there;
-# clusters of 2 and 8 unmeasured with it, kept)
+# 64x1000003 the same chunks read 83.6 against 85.2 for the wide ticket chunks kept there), in
+# launches of fewer than TICKET_MANY_CTAS wide ticket chunks; longer launches (and rows of
+# clusters of 8, 262145-524288 elements) take its ticket chunks (s14-soft, H100, % of copy,
+# ticket chunks against the persistent ones: 200003 at 500 / 300 / 264 / 200 rows 91.1 /
+# 87.1, 88.5 / 85.5, 87.7 / 85.3, 85.5 / 83.7, 300x250007 90.1 / 87.2, 300x150003 86.2 /
+# 86.5; shorter launches lose: 132 rows 81.2 / 81.9, 100 77.9 / 78.9, 64 73.4 / 73.4,
+# 48 64.1 / 69.3, 16 44.6 / 49.6, 64x150003 64.7 / 68.4; clusters of 8 against the ticket
+# chunks: 300x300001 67.3 / 91.8, 64 rows 58.1 / 75.1); few rows take the small chunks (8 rows
+# of 200003 37.4 against 21.9 for the clusters of 4). Rows that fill the clusters exactly
+# (262144, 524288 elements) are unmeasured with the ticket chunks.
 # Rows with edges (session 13, H100, % of copy, two rounds, against the defaults' 10 of 32
 # vectors in shared memory, which NVRTC 13.0's ptxas builds with 24-32 bytes of spills that
 # write 7% more to L2 (ncu): ticket chunks with 6 (no spills) 64x1000003 89.0 / 89.1 against
 # 84.1 / 84.2 (aligned 64x1000004: 87.4); clusters of 2 with 20, 1024x131071 91.2 / 91.2
 # against 85.4 / 85.6 (18: 90.5); clusters of 8 take 20 unmeasured (no spills either);
 # the persistent chunks' 12 of 16 stay (13, 14: within 0.5)
-_WIDE_PERSIST4 = dataclasses.replace(_WIDE, persist=1, persist_items=16, persist_smem=12,
-                                     persist_ctas=(4,),
-                                     edges_smem=(("ticket", 32, 6), ("cluster", 32, 20)))
+_WIDE_SOFTMAX = dataclasses.replace(_WIDE, persist=1, persist_items=16, persist_smem=12,
+                                    persist_ctas=(4,), ticket_ctas=(4, 8),
+                                    edges_smem=(("ticket", 32, 6), ("cluster", 32, 20)))
+# fp32 log_softmax rows of clusters of 4: the wide ticket chunks (s14-soft, H100, 200003:
+# 300 rows 89.5 / 80.6% of copy, 64 rows 72.4 / 62.3); clusters of 8 unmeasured, kept
+_WIDE_LOG = dataclasses.replace(_WIDE, ticket_ctas=(4,))
 # 131072: 98.7 (92.2); rows of 1M in ticket chunks (s7-softlong, H100, 64x1000003): 92.3%
 # of copy where the split reads 60.5 (log_softmax backward 95.2 / 74.7)
-_WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False)
+# Rows that it holds in clusters of 8 (131073-262144 elements): its ticket chunks (s14-soft,
+# H100, % of copy against the clusters of 8, softmax backward 200003: 64 rows 87.3 / 71.7,
+# 100 91.8 / 74.9, 300 97.1 / 85.3, 500 98.0 / 87.2, 32 rows 80.6 / 63.8 (the persistent
+# chunks of 512 x 8: 82.4), 300x150003 96.5 / 73.7, 64x250007 88.8 / 78.6; log_softmax
+# backward 64x200003 88.4 / 75.7, 300 rows 97.9 / 87.9); few rows the small chunks (8 rows
+# 54.3 / 42.4). Clusters of 4 (100003: 64 rows 77.5 / 67.8, 300 rows 93.8 / 87.2) keep
+# theirs: rows that fill them (bench_softmax's 1024x131072, ~99%) are unmeasured as tickets.
+_WIDE_BACKWARD = LongRows(512, 1, 96, 96, 64 * 1024, alone=False, ticket_ctas=(8,))
 # run 4's shape, alone for 32768 backward: 101.6; bf16 rows of 1M in ticket chunks of it
 # (s7-softlong, H100, 64x1000003): 67.2% of copy, the split 59.1
 _RUN4 = LongRows(1024, 1, 32, 16, 192 * 1024)
@@ -189,10 +210,10 @@ _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tick
                      one_pass=True, ends=2, ends_head=50, ends_tail=50)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
-    (SOFTMAX, 4): (_WIDE_PERSIST4, _RUN4_ALONE_SOFTMAX),
+    (SOFTMAX, 4): (_WIDE_SOFTMAX, _RUN4_ALONE_SOFTMAX),
     # 131072: 88.1 (run 4: 82.2). Issue 17 (H100, rows of 50257): the paired shape 91.1,
     # run 4's alone 96.8, the registers-only 2-CTA clusters of 1024 threads 59.9
-    (LOG_SOFTMAX, 4): (_WIDE, _RUN4_ALONE),
+    (LOG_SOFTMAX, 4): (_WIDE_LOG, _RUN4_ALONE),
     (SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
     # issue 17 (H100, 50257): 100.0 with the wide backward shape, 86.0 with run 4's alone
     (LOG_SOFTMAX_BACKWARD, 4): (_WIDE_BACKWARD, _RUN4),
@@ -213,6 +234,24 @@ MAX_CLUSTER = 16
 # fp32 softmax 2x1000003: 36.6% of copy against 25.0 for the wide chunks, 32 of them, and
 # 31.1 for the split; 8x1000003, 128 wide chunks: 60.9 wide, 58.4 small, 51.4 split)
 TICKET_FEW_CTAS = 64
+# Launches of rows that one CTA or a cluster holds (sm_90, 16-byte vectors) whose rows in
+# the split's CTA shape (two per SM, registers only) make at least FEW_ROWS_CHUNKS chunks
+# each and no more than FEW_ROWS_CTAS in all (within one residency: 264 on an H100 or H200's
+# 132 SMs) take those ticket chunks: one CTA a row would leave SMs idle (s14-soft, H100, % of
+# copy against the pick: fp32 rows of 50257 (4 chunks), 64 rows 55.8 / 48.6, 32 rows 37.4 /
+# 27.5, backward (7 chunks) 32 rows 55.0 / 41.6; fp32 backward 64x32001 62.3 / 55.4; bf16
+# 64x50257 36.4 / 34.0, backward 32 rows 35.6 / 28.1; bf16 backward 64x32001 42.0 / 39.6).
+# Fewer chunks a row gain little or lose (fp32 64x20000, 2 chunks, 32.9 / 36.3, 128 rows
+# 50.2 / 59.0; bf16 backward 85x20000, 3 chunks, 37.2 / 43.8; fp32 64x32001 44.6 / 43.6),
+# and so do more chunks in all (fp32 100x50257 56.8 / 62.7, bf16 backward 64x50257, 448
+# chunks, 46.2 / 48.9; fp32 backward 64x50257, 448, gains, 68.2 / 63.1 against its 2-CTA
+# clusters, but keeps them). Also fp32 8x200003 37.4 / 21.9 (clusters of 4).
+FEW_ROWS_CHUNKS = 4
+FEW_ROWS_CTAS = 256
+# Launches of at least this many of a shape's ticket chunks take those rather than its
+# persistent chunks where both are offered (persist_ctas; about six residencies of one CTA
+# per SM on 132 SMs; s14-soft, _WIDE_SOFTMAX's numbers)
+TICKET_MANY_CTAS = 768
 SPLIT_THREADS = 512
 MAX_GRID_X = 2**31 - 1
 # Rows of at least this many 16-byte vectors whose length or alignment rules out 16-byte
@@ -393,13 +432,43 @@ class Variant:
             return rows * self.cluster
         return rows * self.chunks(cols)  # ticket, split
 
+    def launch_forms(self) -> tuple[Variant, ...]:
+        """The variants :meth:`for_launch` may take in place of this one, the first
+        preferred: ``ends``, its chunks of 1/``ends`` the columns (the same CTA with as many
+        vectors in registers), then its ticket chunks; ``persist`` backward, its ticket
+        chunks of both stages' vectors (the same registers and shared memory in one stage;
+        forward, the float32 ones would be a shape unmeasured and not checked for spills)."""
+        if self.ends:
+            plain = dataclasses.replace(self, ends=0, ends_head=100, ends_tail=100)
+            items = self.items // self.ends
+            small = dataclasses.replace(plain, items=items,
+                                        smem_items=max(0, self.smem_items - self.items + items))
+            return small, plain
+        if self.persist and self.op >= SOFTMAX_BACKWARD:
+            return (dataclasses.replace(self, persist=0, items=2 * self.items,
+                                        smem_items=2 * self.smem_items),)
+        return ()
+
     def for_launch(self, rows: int, cols: int, resident: int) -> Variant:
         """This variant for a launch of ``rows`` x ``cols`` when ``resident`` CTAs fit at
-        once: without ``ends`` (the ticket chunks) when one residency holds all the chunks
-        (a single wave has no two ends to shorten: s10-softends measured it slower there)."""
-        if self.ends and self.grid(rows, cols) <= resident:
-            return dataclasses.replace(self, ends=0, ends_head=100, ends_tail=100)
-        return self
+        once: the first of :meth:`launch_forms` whose chunks one residency holds, where this
+        variant's chunks are one residency or less (``ends``) or more (``persist``). A single
+        wave has no two ends to shorten (s10-softends measured the ends slower there) and
+        smaller chunks spread it over more of the SMs (s14-soft, H100, bf16 softmax, % of
+        copy, chunks of half size against the ticket chunks: 8x1000003 56.3 / 52.5,
+        32x200003 48.7 / 45.9, 16x200003 33.0 / 25.9, 36x200003 52.3 / 38.9, 16x500009
+        55.8 / 52.5, bf16 log_softmax 32x200003 49.4 / 46.4; 64x200003, 448 half chunks,
+        57.8 / 57.5, keeps them). Persistent CTAs walking more than one chunk each lose to
+        one wave of chunks twice as large (bf16 softmax backward, the one-stage chunks
+        against the persistent ones: 8x1000003 71.6 / 66.5, 32x200003 64.4 / 61.1,
+        16x500009 71.5 / 68.8, 24x200003 55.1 / 53.9; 4x1000003, 124 persistent chunks,
+        one each, 50.4 / 55.5, and 32x1000003, 4 waves, 82.2 / 84.2, keep them)."""
+        if self.ends and self.grid(rows, cols) > resident:
+            return self
+        if self.persist and self.grid(rows, cols) <= resident:
+            return self
+        return next((form for form in self.launch_forms()
+                     if form.grid(rows, cols) <= resident), self)
 
     def ends_grid(self, rows: int, cols: int, head: int, tail: int) -> int:
         """``ends``: CTAs in the launch with ``head`` and ``tail`` rows in small chunks."""
@@ -451,13 +520,35 @@ def choose_variant(
     ``vec`` and ``edges`` default to :func:`row_access` for 16-byte aligned arrays (pass
     what the pointers allow); ``clusters=False`` for devices without thread-block clusters
     (before sm_90); ``rows`` (None: many): with few, ticket chunks are smaller
-    (TICKET_FEW_CTAS); ``tickets=False`` where the device cannot hold a row's chunks at once.
+    (TICKET_FEW_CTAS), and rows that one CTA or a cluster holds take small ticket chunks
+    (FEW_ROWS_CTAS); ``tickets=False`` where the device cannot hold a row's chunks at once.
     Short rows share a CTA in lane groups; longer ones get a CTA of up to 1024 threads, then
     a cluster of up to PORTABLE_CLUSTER such CTAs (16-bit rows: ticket chunks as soon as one
     CTA is not enough, ``tickets_past``); longer still (sm_90), chunks of the first
     LONG_ROWS shape that meet through a global workspace (``ticket``); else the two-launch
     split.
     """
+    variant = _choose(cols, dtype, op, vec, edges, clusters, rows, tickets)
+    if (rows is None or not (clusters and tickets) or variant.kind not in ("rows", "cluster")
+            or variant.group != variant.threads
+            or variant.vec * _STORAGE_BYTES[variant.dtype] != 16):
+        return variant
+    small = _small_chunks(variant.dtype, op, variant.vec, variant.edges)
+    chunks = small.chunks(cols)
+    return small if FEW_ROWS_CHUNKS <= chunks and rows * chunks <= FEW_ROWS_CTAS else variant
+
+
+def _small_chunks(code: int, op: int, vec: int, edges: bool) -> Variant:
+    """Ticket chunks of the split's CTA shape for launches of few rows: registers only, two
+    CTAs per multiprocessor (TICKET_FEW_CTAS, FEW_ROWS_CTAS)."""
+    inputs = 2 if op >= SOFTMAX_BACKWARD else 1
+    return Variant("ticket", code, op, vec, max(1, HELD // (inputs * vec)), SPLIT_THREADS,
+                   SPLIT_THREADS, min_blocks=2, edges=edges)
+
+
+def _choose(cols: int, dtype: Any, op: int, vec: int | None, edges: bool, clusters: bool,
+            rows: int | None, tickets: bool) -> Variant:
+    """choose_variant's pick before its few-rows rule (FEW_ROWS_CTAS)."""
     code = dtype_code(dtype)
     if op not in range(4):
         raise ValueError(f"op must be 0..3, got {op}")
@@ -484,10 +575,7 @@ def choose_variant(
         """Chunks of ``shape``, or for few of them (TICKET_FEW_CTAS), of the split's CTA."""
         ticket = shape.with_edges(_ticket(shape, code, op, vec, edges,
                                           persist=not shape.persist_ctas))
-        if many(ticket):
-            return ticket
-        return Variant("ticket", code, op, vec, most, SPLIT_THREADS, SPLIT_THREADS,
-                       min_blocks=2, edges=edges)
+        return ticket if many(ticket) else _small_chunks(code, op, vec, edges)
 
     items = next((n for limit, n in ITEMS_BY_VECTORS if nvec <= limit), LARGE_ITEMS)
     items = min(items, most)
@@ -512,12 +600,13 @@ def choose_variant(
         room = shape.smem // (inputs * shape.threads * 16)
         total = 1 << ((keep + room).bit_length() - 1)  # a power of two, at most keep + room
         ctas = _pow2_at_least(-(-nvec // (shape.threads * total)))
-        if ctas > 1 and shape.tickets_past and tickets:
-            return ticket_chunks(shape)
         if ctas in shape.persist_ctas and tickets:
             persist = _ticket(shape, code, op, vec, edges, persist=True)
-            if many(persist):
+            ticket = _ticket(shape, code, op, vec, edges, persist=False)
+            if many(persist) and rows is not None and rows * ticket.chunks(cols) < TICKET_MANY_CTAS:
                 return persist
+        if tickets and ((ctas > 1 and shape.tickets_past) or ctas in shape.ticket_ctas):
+            return ticket_chunks(shape)
         if ctas > PORTABLE_CLUSTER or (
                 ctas == 1 and not shape.alone) or (
                 ctas > 1 and not shape.clusters):

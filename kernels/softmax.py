@@ -17,7 +17,8 @@ each that take a row's chunks in order from a ticket (counters in the stream's k
 workspace, which the kernels leave zero) and wait for each other's partials, reading their
 inputs once (16-bit forward: the rows at a launch's two ends in chunks of half size,
 softmax_ends.cu), for some rows in a persistent grid that loads the next chunk while the current
-one waits and writes; before sm_90, or where a row's chunks cannot all be resident, a
+one waits and writes; launches of few rows take small chunks even where one CTA or a cluster
+would hold a row; before sm_90, or where a row's chunks cannot all be resident, a
 two-launch split that reads its inputs twice).
 Each variant is compiled once per architecture through :func:`gpurt.compile`
 (cached on disk by gpurt); :func:`precompile` builds many in one NVRTC program.
@@ -309,7 +310,7 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     if variant.kind == "ticket" and not tickets_fit(variant, variant.most_chunks(view.cols),
                                                     index):
         variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
-    if variant.ends:
+    if variant.ends or variant.persist:
         variant = variant.for_launch(view.rows, view.cols, resident_ctas(variant, index))
     return plan_variant(variant, inputs, out, view, index)
 

@@ -98,10 +98,11 @@ def test_chooser_holds_every_row_on_chip_or_splits(clusters):
                         assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
                         assert v.one_pass == first.one_pass
                         assert v.chunks(cols) >= 2, (cols, v)
-                        assert v.persist == (first.persist if not first.persist_ctas else 0)
-                    elif v.persist:  # in place of a cluster of persist_ctas CTAs
-                        assert first.persist_ctas and v.chunks(cols) >= 2, (cols, v)
+                        assert v.persist == first.persist
+                    elif v.kind == "ticket" and first.ticket_ctas and cols <= room:
+                        # in place of a cluster of ticket_ctas CTAs
                         assert (v.threads, v.min_blocks) == (first.threads, first.blocks)
+                        assert v.chunks(cols) >= 2 and not v.persist, (cols, v)
                     else:
                         assert cols > room, (cols, v)
                     assert v.chunks(cols) * v.columns >= cols
@@ -126,6 +127,17 @@ def test_chooser_picks_the_measured_routes():
         "softmax_rows<0, 2, 4, 8, 1024, 1024, 1, 6>",)
     assert pick(131072, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4>",)
+    # fp32 backward rows the wide shape holds in clusters of 8: its ticket chunks (s14-soft);
+    # clusters of 4 keep theirs
+    assert pick(200_003, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<0, 2, 4, 16, 512, 1, 4, 1>",)
+    assert pick(200_003, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
+        "softmax_ticket<0, 3, 4, 16, 512, 1, 4, 1>",)
+    assert pick(262144, F32, plan.SOFTMAX_BACKWARD).chunks(262144) == 8
+    assert pick(131073, F32, plan.SOFTMAX_BACKWARD).kind == "ticket"
+    assert pick(100_003, F32, plan.SOFTMAX_BACKWARD).names() == (
+        "softmax_cluster<0, 2, 4, 16, 512, 4, 1, 4, 1>",)
+    assert pick(200_003, F32, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
     assert pick(131072, F32, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_cluster<0, 3, 4, 16, 512, 4, 1, 4>",)
     assert pick(131072, F32, plan.LOG_SOFTMAX).names() == (
@@ -146,13 +158,26 @@ def test_chooser_picks_the_measured_routes():
         "softmax_ticket<1, 3, 8, 16, 512, 1, 12, 1>",)
     assert pick(200_003, BF16, plan.SOFTMAX_BACKWARD, tickets=False).kind == "cluster"
     # fp32 softmax rows the wide shape holds in clusters of 4: its persistent chunks
-    # (s8-softpersist), but for few rows (TICKET_FEW_CTAS) and log_softmax
-    assert pick(200_003, F32).names() == ("softmax_persist<0, 0, 4, 16, 512, 1, 12, 1, 0, 0>",)
-    assert pick(262144, F32).chunks(262144) == 8  # chunks of 32768
-    assert pick(200_003, F32, rows=7).names() == ("softmax_cluster<0, 0, 4, 32, 512, 4, 1, 20, 1>",)
-    assert pick(200_003, F32, plan.LOG_SOFTMAX).kind == "cluster"
+    # (s8-softpersist) in launches of fewer than TICKET_MANY_CTAS of its ticket chunks, its
+    # ticket chunks in longer ones and for many rows (s14-soft), for few rows
+    # (TICKET_FEW_CTAS) the small ones; clusters of 8 its ticket chunks (s14-soft)
+    persistent = "softmax_persist<0, 0, 4, 16, 512, 1, 12, 1, 0, 0>"
+    wide = "softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>"
+    assert pick(200_003, F32).names() == (wide,)
+    assert pick(200_003, F32, rows=192).names() == (wide,)  # 768 chunks
+    assert pick(200_003, F32, rows=191).names() == (persistent,)
+    assert pick(200_003, F32, rows=10).names() == (persistent,)  # 70 persistent chunks
+    assert pick(200_003, F32, rows=9).names() == ("softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>",)
+    assert pick(262144, F32).chunks(262144) == 4  # chunks of 65536
+    assert pick(300_001, F32).names() == (wide,)
+    assert pick(300_001, F32, rows=64).names() == (wide,)
+    # log_softmax: the ticket chunks for clusters of 4, clusters of 8 as before
+    assert pick(200_003, F32, plan.LOG_SOFTMAX).names() == (
+        "softmax_ticket<0, 1, 4, 32, 512, 1, 10, 1>",)
+    assert pick(300_001, F32, plan.LOG_SOFTMAX).kind == "cluster"
     assert pick(200_003, F32, tickets=False).kind == "cluster"
-    assert pick(262145, F32).kind == "cluster"
+    assert pick(262145, F32).kind == "ticket"  # clusters of 8: ticket chunks (s14-soft)
+    assert pick(262145, F32, tickets=False).kind == "cluster"
     assert pick(65537, BF16, rows=1).names() == ("softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>",)
     # rows of 1M: chunks of the first LONG_ROWS shape meeting through a ticket, every dtype
     # and op (for launches of fewer than TICKET_FEW_CTAS of them, the split's CTAs, two per
@@ -165,9 +190,9 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_003, F32).names() == ("softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>",)
     assert pick(1_000_003, F32, rows=3).smem_items == 0  # the split's CTA shape
     assert pick(131071, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 2, 1, 20, 1>",)
-    assert pick(300_001, F32).names() == ("softmax_cluster<0, 0, 4, 32, 512, 8, 1, 20, 1>",)
+    assert pick(300_001, F32, tickets=False).names() == (
+        "softmax_cluster<0, 0, 4, 32, 512, 8, 1, 20, 1>",)
     assert pick(50257, F32).names() == ("softmax_rows<0, 0, 4, 16, 1024, 1024, 1, 10, 1>",)
-    assert pick(200_003, F32).smem_items == 12  # persistent chunks: two stages, unchanged
     assert pick(50257, F32, plan.LOG_SOFTMAX).smem_items == 12
     assert pick(1_000_003, F32, plan.LOG_SOFTMAX).smem_items == 10
     assert pick(131071, F32, vec=4, edges=False).smem_items == 10
@@ -176,15 +201,32 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
     assert (pick(1_000_000, BF16).ends_head, pick(1_000_000, BF16).ends_tail) == (50, 50)
     # launches that one residency holds: the ticket chunks (_plan)
-    assert pick(1_000_000, BF16).for_launch(8, 1_000_000, 264).names() == (
+    # (s14-soft: in chunks of half size where one residency holds those)
+    assert pick(1_000_000, BF16).for_launch(9, 1_000_000, 264).names() == (
         "softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
-    assert pick(1_000_000, BF16).for_launch(8, 1_000_000, 264) == dataclasses.replace(
+    assert pick(1_000_000, BF16).for_launch(9, 1_000_000, 264) == dataclasses.replace(
         pick(1_000_000, BF16), ends=0, ends_head=100, ends_tail=100)
+    assert pick(1_000_000, BF16).for_launch(8, 1_000_000, 264).names() == (
+        "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 0, 1>",)  # 31 chunks a row, 248 in all
+    assert pick(200_003, BF16).for_launch(37, 200_003, 264).items == 8  # 7 chunks a row
+    assert pick(200_003, BF16).for_launch(38, 200_003, 264).items == 16
+    assert pick(200_003, BF16).for_launch(66, 200_003, 264).ends == 0  # 4 chunks a row
     assert pick(1_000_000, BF16).for_launch(17, 1_000_000, 264).ends == 2
     assert pick(1_000_000, F32).for_launch(8, 1_000_000, 264) == pick(1_000_000, F32)
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<0, 2, 4, 16, 512, 1, 4>",)
     assert pick(1_000_000, BF16, plan.SOFTMAX_BACKWARD).chunks(1_000_000) == 31
+    # 16-bit softmax backward launches that one residency holds in chunks of both stages:
+    # those, not the persistent grid (s14-soft)
+    persistent = pick(1_000_003, BF16, plan.SOFTMAX_BACKWARD)
+    assert persistent.for_launch(8, 1_000_003, 132).names() == (
+        "softmax_ticket<2, 2, 8, 16, 512, 1, 12, 1>",)  # 16 chunks a row
+    assert persistent.for_launch(9, 1_000_003, 132) == persistent
+    assert persistent.for_launch(34, 200_003, 132) == persistent  # 4 chunks a row
+    assert persistent.for_launch(33, 200_003, 132).items == 16
+    assert persistent.for_launch(4, 1_000_003, 132) == persistent  # 124 chunks: one wave
+    assert persistent.for_launch(5, 1_000_003, 132).items == 16
+    assert pick(200_003, F32, rows=20).for_launch(20, 200_003, 132).persist  # forward
     assert pick(1_000_000, F16, plan.LOG_SOFTMAX_BACKWARD).names() == (
         "softmax_ticket<1, 3, 8, 16, 512, 1, 12>",)
     assert pick(1_048_577, F32).chunks(1_048_577) == 17
@@ -207,6 +249,42 @@ def test_chooser_picks_the_measured_routes():
     assert pick(32001, BF16, clusters=False).names() == (
         "softmax_rows<2, 0, 8, 4, 1024, 1024, 1, 0, 1>",)
     assert pick(131072, F32, clusters=False).kind == "split"
+
+
+def test_few_rows_of_one_cta_or_a_cluster_take_small_chunks():
+    """Rows that one CTA or a cluster holds, in launches whose rows make at least
+    FEW_ROWS_CHUNKS chunks each of the split's CTA shape and no more than FEW_ROWS_CTAS in
+    all: those ticket chunks (s14-soft); more rows, shorter rows, narrow accesses, no
+    clusters: the pick as before."""
+    pick = plan.choose_variant
+    cases = [(50257, F32, plan.SOFTMAX, "softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>", 4),
+             (50257, F32, plan.SOFTMAX_BACKWARD, "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>", 7),
+             (32001, F32, plan.SOFTMAX_BACKWARD, "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>", 4),
+             (50257, BF16, plan.SOFTMAX, "softmax_ticket<2, 0, 8, 4, 512, 2, 0, 1>", 4),
+             (50257, BF16, plan.SOFTMAX_BACKWARD, "softmax_ticket<2, 2, 8, 2, 512, 2, 0, 1>", 7),
+             (32001, BF16, plan.SOFTMAX_BACKWARD, "softmax_ticket<2, 2, 8, 2, 512, 2, 0, 1>", 4)]
+    for cols, dtype, op, name, chunks in cases:
+        many = pick(cols, dtype, op)
+        assert many.kind in ("rows", "cluster")
+        most = plan.FEW_ROWS_CTAS // chunks
+        for rows in (1, 8, most):
+            assert pick(cols, dtype, op, rows=rows).names() == (name,), (cols, rows)
+        assert pick(cols, dtype, op, rows=most + 1) == many
+        assert pick(cols, dtype, op, clusters=False, rows=1).kind != "ticket"
+        assert pick(cols, dtype, op, tickets=False, rows=1) == many
+    assert pick(50257, F32, rows=64).kind == "ticket"  # 4 chunks a row, 256 in all
+    assert pick(50257, F32, rows=65).names() == pick(50257, F32).names()
+    # rows of fewer than 4 small chunks keep their CTA (fp32 forward 32001: 2 chunks of
+    # 16384; 49152: 3), and so do lane groups and narrow accesses (a misaligned array)
+    assert pick(32001, F32, rows=1) == pick(32001, F32)
+    assert pick(49152, F32, rows=1) == pick(49152, F32)
+    assert pick(49153, F32, rows=1).kind == "ticket"
+    assert pick(1000, F32, rows=1) == pick(1000, F32)
+    assert pick(50257, F32, vec=1, rows=1) == pick(50257, F32, vec=1)
+    # clusters of the long-rows shapes too: fp32 log_softmax 8x300001 (19 chunks a row)
+    assert pick(300_001, F32, plan.LOG_SOFTMAX, rows=8).names() == (
+        "softmax_ticket<0, 1, 4, 8, 512, 2, 0, 1>",)
+    assert pick(300_001, F32, plan.LOG_SOFTMAX, rows=14).kind == "cluster"
 
 
 def test_widest_vec_follows_length_and_alignment():
@@ -883,3 +961,44 @@ def test_the_split_stands_in_where_a_rows_chunks_do_not_fit(gpu_state, monkeypat
     finally:
         sm.clear_plans()
     assert chosen and all(v.kind == "split" for v in chosen), chosen
+
+
+# s14-soft's chooser rules through softmax(): (shape, dtype, op) -> what _plan launches on
+# an H100 / H200 (132 SMs): the few-rows chunks for rows of one CTA or a cluster, the ticket
+# chunks that replace clusters of 4 (fp32 softmax) and of 8 (fp32 softmax backward), the
+# half chunks of a one-wave 16-bit forward launch, the one-stage chunks of a one-wave 16-bit
+# softmax backward launch
+FEW_ROWS_LAUNCHES = [
+    ((8, 50257), F32, "softmax", "softmax_ticket<0, 0, 4, 8, 512, 2, 0, 1>"),
+    ((8, 50257), F32, "softmax_backward", "softmax_ticket<0, 2, 4, 4, 512, 2, 0, 1>"),
+    ((8, 50257), BF16, "log_softmax", "softmax_ticket<2, 1, 8, 4, 512, 2, 0, 1>"),
+    ((8, 50257), BF16, "log_softmax_backward", "softmax_ticket<2, 3, 8, 2, 512, 2, 0, 1>"),
+    ((16, 300_001), F32, "softmax", "softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>"),
+    ((10, 200_003), F32, "softmax_backward", "softmax_ticket<0, 2, 4, 16, 512, 1, 4, 1>"),
+    ((16, 200_003), BF16, "softmax", "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 1, 1>"),
+    ((20, 200_003), BF16, "softmax_backward", "softmax_ticket<2, 2, 8, 16, 512, 1, 12, 1>"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dtype, op_name, name", FEW_ROWS_LAUNCHES,
+                         ids=lambda x: getattr(x, "name", str(x)))
+def test_few_rows_launches_against_float64(shape, dtype, op_name, name, gpu_state, monkeypatch):
+    """What softmax() launches for these shapes (sm_90 with 132 SMs: the variant above) and
+    its results at offsets 0 and 3 against float64, poisoned output."""
+    chosen = []
+
+    def recording(variant, *args):
+        chosen.append(variant)
+        return planned(variant, *args)
+
+    planned = sm.plan_variant
+    monkeypatch.setattr(sm, "plan_variant", recording)
+    sm.clear_plans()
+    try:
+        check_long_rows(OPS[op_name], shape, dtype, np.random.default_rng([shape[1], 14]))
+    finally:
+        sm.clear_plans()
+    props = gpurt.get_device_properties()
+    if gpurt.get_device_capability()[0] >= 9 and props.multi_processor_count == 132:
+        assert {v.names()[0] for v in chosen} == {name}, chosen
