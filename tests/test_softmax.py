@@ -937,6 +937,19 @@ def test_cupy_arrays(compiled, gpu_state):
     assert error(cp.asnumpy(out), ref, size) < 1e-5
 
 
+def _record_plans(monkeypatch) -> list:
+    """The variants softmax() plans from now on (sm.plan_variant wrapped), in order."""
+    chosen = []
+    planned = sm.plan_variant
+
+    def recording(variant, *args):
+        chosen.append(variant)
+        return planned(variant, *args)
+
+    monkeypatch.setattr(sm, "plan_variant", recording)
+    return chosen
+
+
 @pytest.mark.gpu
 def test_the_split_stands_in_where_a_rows_chunks_do_not_fit(gpu_state, monkeypatch):
     """An H100/H200 holds a row's chunks at once; where a device could not (too few SMs, a
@@ -946,14 +959,7 @@ def test_the_split_stands_in_where_a_rows_chunks_do_not_fit(gpu_state, monkeypat
         assert ticket.kind == "ticket"
         assert sm.tickets_fit(ticket, ticket.chunks(1_000_003), gpurt.current_device())
         assert not sm.tickets_fit(ticket, 10**6, gpurt.current_device())
-    chosen = []
-
-    def recording(variant, *args):
-        chosen.append(variant)
-        return planned(variant, *args)
-
-    planned = sm.plan_variant
-    monkeypatch.setattr(sm, "plan_variant", recording)
+    chosen = _record_plans(monkeypatch)
     monkeypatch.setattr(sm, "tickets_fit", lambda variant, chunks, index: False)
     sm.clear_plans()
     try:
@@ -986,14 +992,7 @@ FEW_ROWS_LAUNCHES = [
 def test_few_rows_launches_against_float64(shape, dtype, op_name, name, gpu_state, monkeypatch):
     """What softmax() launches for these shapes (sm_90 with 132 SMs: the variant above) and
     its results at offsets 0 and 3 against float64, poisoned output."""
-    chosen = []
-
-    def recording(variant, *args):
-        chosen.append(variant)
-        return planned(variant, *args)
-
-    planned = sm.plan_variant
-    monkeypatch.setattr(sm, "plan_variant", recording)
+    chosen = _record_plans(monkeypatch)
     sm.clear_plans()
     try:
         check_long_rows(OPS[op_name], shape, dtype, np.random.default_rng([shape[1], 14]))
