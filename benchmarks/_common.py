@@ -194,15 +194,17 @@ def bandwidth_timer(suite: str, json_path: str | None, repeat: int,
     return Timer(int(stream.cuda_stream), repeat), torch
 
 
-def copy_gbps(timer: Timer) -> float:
-    """The device's copy bandwidth in GB/s (bytes read plus written) timed by ``timer``."""
+def copy_gbps(timer: Timer, nbytes: int = COPY_BYTES) -> float:
+    """The device's copy bandwidth in GB/s (bytes read plus written) timed by ``timer``: a
+    device-to-device copy of ``nbytes`` (default 1 GiB, the ceiling; a kernel's own byte count
+    gives what a single launch of that size can reach)."""
     import gpurt
 
-    src = gpurt.empty(COPY_BYTES, dtype="uint8")
-    dst = gpurt.empty(COPY_BYTES, dtype="uint8")
-    _ok(cu.cuMemsetD8Async(src.ptr, 7, COPY_BYTES, timer.handle))
-    ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, COPY_BYTES, timer.handle)))
-    return 2 * COPY_BYTES / ms / 1e6
+    src = gpurt.empty(nbytes, dtype="uint8")
+    dst = gpurt.empty(nbytes, dtype="uint8")
+    _ok(cu.cuMemsetD8Async(src.ptr, 7, nbytes, timer.handle))
+    ms = timer.ms(lambda: _ok(cu.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, timer.handle)))
+    return 2 * nbytes / ms / 1e6
 
 
 class HostBackend:
