@@ -6,7 +6,7 @@ median of many after warm-up. Before every timed call a 512 MiB read keeps the d
 while the host launches (so host launch time is not counted, for any library) and evicts the
 inputs from L2, leaving it clean (benchmarks/_common.Timer; a memset did until session 7, and
 each call paid for writing its dirty lines back). The copy ceiling is a 1 GiB device-to-device
-copy timed the same way; each row also times a copy of its own bytes (``copy_same``), what one
+copy timed the same way; each row also times a copy of its own bytes (``samecopy``), what one
 launch of that size can reach. Issue 7's targets: forward >= 90% of copy on fp32 4096x8192,
 65536x1024, 8192x32768, 1024x131072 and bf16 16384x4096; backward (one kernel) >= 85%. Issue
 17's: >= 85% for row lengths that are not multiples of the vector width. notes_softmax.md has
@@ -69,7 +69,7 @@ CASES = [
     (1000, 200_003, BF16, "softmax", 85),
     (64, 200_003, BF16, "softmax", 85),  # one wave of ticket chunks (s11-soft)
     # few rows (session 14, s14-soft's chooser): a launch of a few MB, where even a copy of
-    # the same bytes ("copy_same") is far below the 1 GiB copy
+    # the same bytes ("samecopy") is far below the 1 GiB copy
     (8, 200_003, F32, "softmax", 85),
     (32, 50257, F32, "softmax", 85),
     (132, 32001, BF16, "softmax", 85),
@@ -147,8 +147,8 @@ def measure(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
         }
         # a copy moving the same bytes (read + written) in one launch: the ceiling at this size
         same = copy_gbps(timer, nbytes // 2)
-        row["copy_same_GBps"] = same
-        row["pct_copy_same"] = 100 * gbps / same
+        row["samecopy_GBps"] = same
+        row["pct_samecopy"] = 100 * gbps / same
         if torch is not None:
             torch_gbps = nbytes / timer.ms(torch_call(op, made, torch)) / 1e6
             row["torch_GBps"] = torch_gbps

@@ -58,14 +58,15 @@ BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
 
 IMPL_KEYS = ("impl", "lib", "library", "implementation")
 # implementations by display order; gpurt is the subject, the rest are peers
-KNOWN_IMPLS = ("gpurt", "torch", "cupy", "cuda_core", "raw", "cublas", "copy", "nvtx", "numba",
-               "jax", "triton", "pycuda")
-REFERENCES = ("copy", "raw")  # bounds rather than competitors: shown apart in the charts
+KNOWN_IMPLS = ("gpurt", "torch", "cupy", "cuda_core", "raw", "cublas", "copy", "samecopy", "nvtx",
+               "numba", "jax", "triton", "pycuda")
+# bounds rather than competitors: shown apart in the charts
+REFERENCES = ("copy", "samecopy", "raw")
 SKIPPED_PREFIXES = ("ratio", "speedup", "vs_")  # a suite's own ratios: publish computes them
 # other spellings of an implementation (as a prefix of the row's text)
 ALIASES = {"cuda.core": "cuda_core", "cuda-core": "cuda_core", "driver": "raw"}
 LABELS = {"cuda_core": "cuda.core", "cupy": "CuPy", "raw": "raw driver", "cublas": "cuBLAS",
-          "copy": "memcpy"}
+          "copy": "memcpy", "samecopy": "memcpy of the same bytes"}
 # metric-name suffix -> (unit, which is better)
 UNITS: dict[str, tuple[str, str]] = {
     "ns": ("ns", "lower"), "us": ("us", "lower"), "ms": ("ms", "lower"), "s": ("s", "lower"),
