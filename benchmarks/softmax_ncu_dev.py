@@ -35,10 +35,8 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=3)
     args = parser.parse_args()
     dtype, op = DTYPES[args.dtype], OPS[args.op]
-    variant = plan.choose_variant(args.cols, dtype, op, rows=args.rows)
-    if variant.ends or variant.persist:  # the form softmax() launches (kernels/softmax.py)
-        variant = variant.for_launch(args.rows, args.cols,
-                                     sm.resident_ctas(variant, gpurt.current_device()))
+    variant = sm.launch_form(plan.choose_variant(args.cols, dtype, op, rows=args.rows),
+                             args.rows, args.cols, gpurt.current_device())
     rng = np.random.default_rng(17)
     shape = (args.rows, args.cols)
     arrays = [gpurt.asarray(rng.standard_normal(shape).astype(dtype))

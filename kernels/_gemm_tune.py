@@ -709,13 +709,12 @@ def _swapped_for(problem: Problem, config: Config) -> Config:
     the SMs, and the swapped one has at least 5/4 as many tiles: cuBLAS's tiling at 1536^3
     (128 tiles against 96; H100 x0.94 of cuBLAS against x0.79). Other layouts, split rows and
     the 64-row tiles (768^3: a tie) were not taken."""
-    swapped = _WGMMA_T192N96_T
-    if (config != _WGMMA_T192N128 or not problem.pitch128 or not problem.a_kmajor
-            or problem.b_kmajor or not eligible(problem, swapped)):
+    if problem.b_kmajor:
         return config
-    before, after = config.tiles(problem.m, problem.n), swapped.tiles(problem.m, problem.n)
-    fills = 2 * before >= problem.sm_count and after <= problem.sm_count
-    return swapped if fills and 5 * before <= 4 * after else config
+    sms = problem.sm_count
+    return _swap_where(problem, config, _WGMMA_T192N128, _WGMMA_T192N96_T,
+                       lambda before, after: 2 * before >= sms and after <= sms
+                       and 5 * before <= 4 * after)
 
 
 def _tall_split_rows(problem: Problem, config: Config) -> Config:
@@ -747,13 +746,21 @@ def _swapped64_for(problem: Problem, config: Config) -> Config:
     against x0.85-0.86, 384x384x2048 x0.89 against x0.77, 384x1024x4096 x0.77-0.89 against
     x0.75-0.79, 256x1024x1024 x0.85 against x0.82. Fuller swapped grids lost or tied (768^3,
     120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against x0.95-0.96)."""
-    swapped = _WGMMA_64N80_T
-    if (config != _WGMMA_64 or not problem.pitch128 or not problem.a_kmajor
+    sms = problem.sm_count
+    return _swap_where(problem, config, _WGMMA_64, _WGMMA_64N80_T,
+                       lambda before, after: 5 * after <= 4 * sms and 4 * after >= 5 * before)
+
+
+def _swap_where(problem: Problem, config: Config, base: Config, swapped: Config,
+                wins: Callable[[int, int], bool]) -> Config:
+    """``swapped`` (tiles of C^T) in place of ``config`` where it is ``base`` on rows of
+    128-byte multiples of a row-major A (the ground timed) and ``wins(tiles of base, tiles of
+    swapped)``; else ``config``."""
+    if (config != base or not problem.pitch128 or not problem.a_kmajor
             or not eligible(problem, swapped)):
         return config
-    before, after = config.tiles(problem.m, problem.n), swapped.tiles(problem.m, problem.n)
-    fits = 5 * after <= 4 * problem.sm_count and 4 * after >= 5 * before
-    return swapped if fits else config
+    m, n = problem.m, problem.n
+    return swapped if wins(base.tiles(m, n), swapped.tiles(m, n)) else config
 
 
 def _tf32_tiles(problem: Problem, config: Config) -> int:

@@ -310,9 +310,16 @@ def _plan(op: int, inputs: Sequence[Any], out: Any, view: RowsView, index: int) 
     if variant.kind == "ticket" and not tickets_fit(variant, variant.most_chunks(view.cols),
                                                     index):
         variant = choose_variant(view.cols, out.dtype, op, vec=vec, edges=edges, tickets=False)
+    return plan_variant(launch_form(variant, view.rows, view.cols, index), inputs, out, view,
+                        index)
+
+
+def launch_form(variant: Variant, rows: int, cols: int, index: int) -> Variant:
+    """The form of ``variant`` a launch of ``rows`` x ``cols`` on device ``index`` takes
+    (Variant.for_launch: one-wave launches drop the ends or the persistent grid)."""
     if variant.ends or variant.persist:
-        variant = variant.for_launch(view.rows, view.cols, resident_ctas(variant, index))
-    return plan_variant(variant, inputs, out, view, index)
+        return variant.for_launch(rows, cols, resident_ctas(variant, index))
+    return variant
 
 
 def tickets_fit(variant: Variant, chunks: int, index: int) -> bool:
