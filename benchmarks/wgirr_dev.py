@@ -82,6 +82,8 @@ VARIANTS = {
     # session 14 (prepared): the swapped 64-row tiles in 2-CTA clusters (A^T multicast)
     "t64n80 T c2": _v(tune._SWAPPED[3], cluster_m=2, lean=7),
     "t64n96 T c2": _v(tune._SWAPPED[2], cluster_m=2, lean=7),
+    # session 15: cuBLAS's 1000^3 tiling (its 64 x 128 along C's columns x rows, 2-CTA clusters)
+    "t64 T c2": _v(tune._WGMMA_64, swap=True, cluster_m=2, lean=7),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -264,8 +266,10 @@ S14CHECK = {(700, 3000, 1500, False): _OLD_C2, (700, 3000, 1500, True): _OLD_C2,
 # 2-CTA clusters along the kernel's M (C's columns; A^T multicast, as cuBLAS's 768^3 tile runs
 # in clusters) on the fuller grids where unclustered they tied or lost (768^3, 896^3), at
 # 1000^3 and 1024^3 (the one-wave 64 x 128 shapes) and at 640^3 (the rule's ground)
-S15C2 = {(m, n, k, False): ("t64n80 T", "t64n80 T c2", "t64n96 T c2") for m, n, k in (
-    (640, 640, 640), (768, 768, 768), (896, 896, 896), (1000, 1000, 1000), (1024, 1024, 1024))}
+S15C2 = {(m, n, k, False): ("t64n80 T", "t64n80 T c2", "t64n96 T c2", "t64 T", "t64 T c2")
+         for m, n, k in ((640, 640, 640), (768, 768, 768), (896, 896, 896), (1000, 1000, 1000),
+                         (1024, 1024, 1024))}
+S15C2[(1000, 1000, 1000, True)] = ("t64 T", "t64 T c2", "t64n80 T c2")
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,

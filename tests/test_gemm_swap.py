@@ -33,6 +33,10 @@ VARIANTS = [
     dataclasses.replace(T192, tma_store=False),  # element stores
     Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True, swap=True),
     Config("wgmma", 64, 64, 64, stages=12, group_m=8, tma_store=True, lean=3, swap=True),
+    # session 15: the 64-row tiles of C^T in 2-CTA clusters (cuBLAS's 768^3 / 1000^3 tilings)
+    dataclasses.replace(T64N80, cluster_m=2, lean=7),
+    dataclasses.replace(T64N96, cluster_m=2, lean=7),
+    dataclasses.replace(tune._WGMMA_64, swap=True, cluster_m=2, lean=7),
 ]
 
 _problem = tiles.problem
