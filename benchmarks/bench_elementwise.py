@@ -41,7 +41,9 @@ REDUCTIONS = [(8192, 8192, -1, "float32"), (65536, 1024, -1, "float32"),
               (8192, 8192, 0, "bfloat16"), (1024, 65536, 0, "bfloat16"),
               (4099, 8191, 0, "bfloat16"), (4099, 8191, 0, "float16"),
               (2047, 10007, 0, "float32"), (65536, 1023, 0, "float32"),
-              (1023, 65537, 0, "bfloat16"), (1, BIG, -1, "float32")]
+              (1023, 65537, 0, "bfloat16"), (1, BIG, -1, "float32"),
+              # the two column sums furthest from the copy (issue 20): 16-bit, odd widths
+              (2047, 10007, 0, "bfloat16"), (65536, 1023, 0, "bfloat16")]
 
 AXPY = gpurt.ElementwiseKernel("T x, T y", "T z", "z = x * 2 + y", "bench_axpy")
 SCALE = gpurt.ElementwiseKernel("T x", "T z", "z = x * 2", "bench_scale")
