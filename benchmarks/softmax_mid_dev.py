@@ -1,0 +1,74 @@
+"""Issue 17 dev harness (session 15, lead): mid-length rows (32001, 50257: the vocabularies of
+inference logits) at batch-like row counts (132-500), where the chooser runs one CTA a row and
+reaches 55-84% of the 1 GiB copy (notes_softmax.md v20). Session 14 timed the few-rows chunks,
+half-row ticket chunks and 2-CTA clusters there, never the persistent ticket chunks
+(softmax_persist: two stages a CTA, the next chunk's loads in flight during a chunk's wait and
+writes), which overlap a row's loads with another's writes inside each CTA. This set forces
+them (quarter-, eighth- and half-row chunks, both orders of the next chunk's loads) next to
+the chooser's pick, each checked against torch in float64 on a poisoned output
+(softmax_edges_dev.routes), and also times a copy of each case's own bytes.
+
+    python benchmarks/softmax_mid_dev.py [--json PATH] [--warm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import softmax_edges_dev as dev
+from _common import Timer, copy_gbps, peer
+from bench_softmax import BF16, F32
+
+import gpurt
+
+ROWS = (132, 200, 264, 300, 500)
+
+
+def _forms(dt: int) -> list:
+    """Persistent ticket chunks for forward rows of 16-bit (dt 1, 2) or float32 (dt 0)
+    elements: (vectors a thread, threads, CTAs per SM, vectors in shared memory, order)."""
+    if dt:
+        shapes = [(4, 512, 2, 0, 2), (4, 512, 2, 0, 1), (2, 512, 2, 0, 2), (4, 256, 4, 0, 2),
+                  (8, 512, 2, 4, 2)]
+    else:
+        shapes = [(8, 512, 2, 0, 2), (4, 512, 2, 0, 2), (8, 256, 4, 0, 2), (16, 512, 1, 8, 2)]
+    return [dev._persist(dt, 0, items, threads, blocks, smem, order)
+            for items, threads, blocks, smem, order in shapes]
+
+
+S15MID = {(rows, cols, BF16, "softmax"): _forms(2) for cols in (50_257, 32_001) for rows in ROWS}
+S15MID.update({(rows, 50_257, F32, "softmax"): _forms(0) for rows in (132, 300)})
+dev.SETS["s15mid"] = S15MID
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json")
+    parser.add_argument("--warm", action="store_true")
+    args = parser.parse_args()
+    if args.warm:
+        print(f"compiled {dev.warm('s15mid', {})} variants", flush=True)
+    torch = peer("torch")
+    handle = int(torch.cuda.current_stream().cuda_stream)
+    timer = Timer(handle, repeat=30)
+    copy = copy_gbps(timer)
+    found = dev.routes(timer, copy, torch, {}, "s15mid")
+    same = {}
+    for rows, cols, dtype, _ in S15MID:  # one copy launch of each case's bytes (read + write)
+        same[f"{rows}x{cols} {dtype.name} softmax"] = copy_gbps(timer, rows * cols * dtype.itemsize)
+    for row in found:
+        if "pct_copy" in row:
+            row["pct_samecopy"] = round(row["pct_copy"] * copy / same[row["case"]], 1)
+    print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
+    for r in found:
+        print(f"{r['case']:>30} {r['variant']:>60} "
+              + (f"{r['pct_copy']:>6} {r['pct_samecopy']:>6}" if "err" in r else r["failed"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": gpurt.get_device_name(), "copy_GBps": copy, "samecopy_GBps": same,
+                       "routes": found}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
