@@ -8,12 +8,17 @@ them (quarter-, eighth- and half-row chunks, both orders of the next chunk's loa
 the chooser's pick, each checked against torch in float64 on a poisoned output
 (softmax_edges_dev.routes), and also times a copy of each case's own bytes.
 
-    python benchmarks/softmax_mid_dev.py [--json PATH] [--warm]
+    python benchmarks/softmax_mid_dev.py [--json PATH] [--warm] [--old PATH]
+
+``--old PATH``: instead, the chooser's pick at EXP_CASES compiled from the shipped source and
+from PATH (a copy of softmax.cu with some exps replaced by a multiplication: wrong results, a
+bound on what the MUFU work costs; the errors are recorded, not checked).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 
 import softmax_edges_dev as dev
@@ -40,22 +45,39 @@ def _forms(dt: int) -> list:
 S15MID = {(rows, cols, BF16, "softmax"): _forms(2) for cols in (50_257, 32_001) for rows in ROWS}
 S15MID.update({(rows, 50_257, F32, "softmax"): _forms(0) for rows in (132, 300)})
 dev.SETS["s15mid"] = S15MID
+EXP_CASES = [(64, 200_003), (300, 200_003), (132, 50_257), (300, 50_257), (300, 32_001)]
+
+
+def _exp_set() -> dict:
+    """EXP_CASES (bf16 softmax): the pick as softmax() launches it, from the --old source."""
+    sm = importlib.import_module("gpurt.kernels.softmax")
+    chosen = {}
+    for rows, cols in EXP_CASES:
+        pick = sm.launch_form(dev.plan.choose_variant(cols, BF16, 0, rows=rows), rows, cols,
+                              gpurt.current_device())
+        chosen[rows, cols, BF16, "softmax"] = [(dev.OLD, pick)]
+    return chosen
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--warm", action="store_true")
+    parser.add_argument("--old")
     args = parser.parse_args()
-    if args.warm:
+    name, sources = "s15mid", {}
+    if args.old:
+        dev.SETS["s15exp"] = _exp_set()
+        name, sources = "s15exp", {dev.OLD: args.old}
+    elif args.warm:
         print(f"compiled {dev.warm('s15mid', {})} variants", flush=True)
     torch = peer("torch")
     handle = int(torch.cuda.current_stream().cuda_stream)
     timer = Timer(handle, repeat=30)
     copy = copy_gbps(timer)
-    found = dev.routes(timer, copy, torch, {}, "s15mid")
+    found = dev.routes(timer, copy, torch, sources, name)
     same = {}
-    for rows, cols, dtype, _ in S15MID:  # one copy launch of each case's bytes (read + write)
+    for rows, cols, dtype, _ in dev.SETS[name]:  # a copy launch of each case's bytes
         same[f"{rows}x{cols} {dtype.name} softmax"] = copy_gbps(timer, rows * cols * dtype.itemsize)
     for row in found:
         if "pct_copy" in row:
