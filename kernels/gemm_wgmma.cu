@@ -62,8 +62,12 @@ constexpr int SMEM_MAX = 227 * 1024;
 // gemm_wgmma_bm's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
 // Config.lean): K-loop descriptors as a base plus constant offsets (no per-wgmma descriptor
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
-// an epilogue without the per-element beta test when beta == 0.
-constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4;
+// an epilogue without the per-element beta test when beta == 0. With 2-CTA clusters:
+// LEAN_CSYNC, the cluster barrier's two ends split (relaxed at the start; at the end each
+// thread arrives once it has no remote operation left, before the epilogue, and waits last);
+// LEAN_NOMC, each CTA loads its whole B tile itself (no multicast, no remote arrives: the
+// cluster launch and barriers alone, a measuring aid).
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8, LEAN_NOMC = 16;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -179,6 +183,18 @@ __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
                  ::: "memory");
+}
+// The same barrier's two halves, each executed once per thread (LEAN_CSYNC): the arrive
+// (relaxed: nothing of this thread's to publish; release: its remote arrives and copies before
+// it) and the wait.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
 // Shared-memory matrix descriptor with 128-byte swizzle (layout type 1; 2: 64-byte swizzle).
@@ -616,8 +632,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
+    constexpr bool NOMC = (LEAN & LEAN_NOMC) != 0 && CM == 2 && CN == 1;
+    constexpr bool CSYNC = (LEAN & LEAN_CSYNC) != 0 && CS > 1;
     constexpr int STAGE_READERS =
-        (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (CM + CN - 1);
+        (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (NOMC ? 1 : CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -681,7 +699,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
         }
         // with CM = 2: B's half, into the CTAs of its tile column
         const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
-        if (CM == 1) {
+        if (CM == 1 || NOMC) {
             tma_load_tile<B_K, BN, BW>(b_dst, &tma_b, k0, tn * BN, full);
         } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
             const int part = rm * (BN / 2);
@@ -726,7 +744,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         }
     }
-    if (CS > 1) {
+    if constexpr (CSYNC) {  // (the barriers' init fence orders them for the peer)
+        cluster_arrive_relaxed();
+        cluster_wait();
+    } else if (CS > 1) {
         cluster_sync();  // the peer's barriers exist before anything reaches them
     } else {
         __syncthreads();
@@ -751,6 +772,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 }
             }
         }
+        if constexpr (CSYNC) cluster_arrive();  // its copies are issued
     } else {
         // the producer's 40 and the consumers' registers within the 64 Ki of the SM
         constexpr int CONSUMER_REGS = BM == 192 ? 152 : 232;
@@ -785,7 +807,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             if (lane == 0) {
                 mbar_arrive(empty_bar + 8 * s);
                 if constexpr (CN == 1) {
-                    if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+                    if (CM > 1 && !NOMC) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
                 } else {  // the peer sharing A, and with CM = 2 the one sharing B
                     mbar_arrive_remote(empty_bar + 8 * s, rm + CM * (rn ^ 1));
                     if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, (rm ^ 1) + CM * rn);
@@ -843,6 +865,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
             wgmma_wait<0>();
             if (k_end > k_begin && !(HOLD && use_tma_store)) release(prev);
+            if constexpr (CSYNC) {  // the CTA's last remote arrive is behind it
+                static_assert(!HOLD && !PP, "LEAN_CSYNC: no held stage, no ping-pong");
+                if (item + step >= items) cluster_arrive();
+            }
 
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
             const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
@@ -954,9 +980,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         }
         if (use_tma_store && t == 0) bulk_wait_all();  // the stores are done before the CTA ends
+        if constexpr (CSYNC) {
+            if (first >= items) cluster_arrive();  // no item: arrived nowhere above
+        }
     }
-    if (CS > 1) {
-        cluster_sync();  // no CTA leaves while its peer may still write into it or arrive on it
+    if constexpr (CSYNC) {
+        cluster_wait();  // no CTA leaves while its peer may still write into it or arrive on it
+    } else if (CS > 1) {
+        cluster_sync();
     }
 }
 

@@ -27,6 +27,10 @@ VARIANTS = [
     dataclasses.replace(tune._WGMMA_64_C2, lean=7),  # clusters: no early copies
     dataclasses.replace(tune._WGMMA[5], pipe_store=True, lean=7),  # 128 x 128 pipelined
     dataclasses.replace(tune._WGMMA_192_C2, lean=7),  # 128 x 192 s5: the held stage
+    dataclasses.replace(tune._WGMMA_64_C2, lean=15),  # the cluster barrier split
+    dataclasses.replace(tune._WGMMA_64_C2, lean=23),  # clusters without multicast
+    dataclasses.replace(tune._WGMMA_64_C2, lean=31),
+    dataclasses.replace(tune._WGMMA_64_C2, lean=15, swap=True),  # C^T, split barrier
     dataclasses.replace(tune._WGMMA_T192, lean=7),  # 192 x 192: three consumers
     dataclasses.replace(T64, tma_store=False, lean=7),  # plain stores
     dataclasses.replace(T64, lean=0),  # the plain 64 x 128 tile
@@ -51,8 +55,8 @@ def test_config_fields():
 
 
 @pytest.mark.parametrize("bad", [
-    dict(lean=8), dict(lean=15), dict(lean=-1), dict(split_k=2, bm=128), dict(cluster_n=2, bm=128),
-    dict(pingpong=True, bm=128),
+    dict(lean=8), dict(lean=15), dict(lean=16), dict(lean=32), dict(lean=-1),
+    dict(split_k=2, bm=128), dict(cluster_n=2, bm=128), dict(pingpong=True, bm=128),
 ])
 def test_config_rejects(bad):
     with pytest.raises(ValueError, match="lean"):
