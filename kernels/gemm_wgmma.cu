@@ -64,10 +64,8 @@ constexpr int SMEM_MAX = 227 * 1024;
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
 // an epilogue without the per-element beta test when beta == 0. With 2-CTA clusters:
 // LEAN_CSYNC, the cluster barrier's two ends split (relaxed at the start; at the end each
-// thread arrives once it has no remote operation left, before the epilogue, and waits last);
-// LEAN_NOMC, each CTA loads its whole B tile itself (no multicast, no remote arrives: the
-// cluster launch and barriers alone, a measuring aid).
-constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8, LEAN_NOMC = 16;
+// thread arrives once it has no remote operation left, before the epilogue, and waits last).
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -632,10 +630,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
-    constexpr bool NOMC = (LEAN & LEAN_NOMC) != 0 && CM == 2 && CN == 1;
     constexpr bool CSYNC = (LEAN & LEAN_CSYNC) != 0 && CS > 1;
     constexpr int STAGE_READERS =
-        (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (NOMC ? 1 : CM + CN - 1);
+        (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // 128-byte swizzle atoms must start at 1024-byte boundaries; the host adds 1 KiB of slack.
@@ -699,7 +696,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
         }
         // with CM = 2: B's half, into the CTAs of its tile column
         const auto b_mask = (unsigned short)(CN == 1 ? 0x3 : 0x3 << (CM * rn));
-        if (CM == 1 || NOMC) {
+        if (CM == 1) {
             tma_load_tile<B_K, BN, BW>(b_dst, &tma_b, k0, tn * BN, full);
         } else if (B_K) {  // rows [rm BN/2, (rm + 1) BN/2) of the B tile
             const int part = rm * (BN / 2);
@@ -807,7 +804,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             if (lane == 0) {
                 mbar_arrive(empty_bar + 8 * s);
                 if constexpr (CN == 1) {
-                    if (CM > 1 && !NOMC) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
+                    if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, rank ^ 1);
                 } else {  // the peer sharing A, and with CM = 2 the one sharing B
                     mbar_arrive_remote(empty_bar + 8 * s, rm + CM * (rn ^ 1));
                     if (CM > 1) mbar_arrive_remote(empty_bar + 8 * s, (rm ^ 1) + CM * rn);

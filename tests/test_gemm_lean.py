@@ -24,12 +24,11 @@ VARIANTS = [
     dataclasses.replace(T64, lean=7),  # every bit
     dataclasses.replace(T64, lean=1),
     dataclasses.replace(T64, lean=2),
-    dataclasses.replace(tune._WGMMA_64_C2, lean=7),  # clusters: no early copies
+    dataclasses.replace(tune._WGMMA_64_C2, lean=7),  # clusters: the barrier whole
     dataclasses.replace(tune._WGMMA[5], pipe_store=True, lean=7),  # 128 x 128 pipelined
     dataclasses.replace(tune._WGMMA_192_C2, lean=7),  # 128 x 192 s5: the held stage
     dataclasses.replace(tune._WGMMA_64_C2, lean=15),  # the cluster barrier split
-    dataclasses.replace(tune._WGMMA_64_C2, lean=23),  # clusters without multicast
-    dataclasses.replace(tune._WGMMA_64_C2, lean=31),
+    dataclasses.replace(tune._WGMMA_64_C2, lean=11),
     dataclasses.replace(tune._WGMMA_64_C2, lean=15, swap=True),  # C^T, split barrier
     dataclasses.replace(tune._WGMMA_T192, lean=7),  # 192 x 192: three consumers
     dataclasses.replace(T64, tma_store=False, lean=7),  # plain stores
@@ -50,7 +49,7 @@ def test_config_fields():
     assert lean.shared_mem(True, False) == T64.shared_mem(True, False)
     assert lean.threads == T64.threads
     assert Config.from_json(lean.to_json()) == lean
-    assert T64.lean == 5 and tune._WGMMA_64_C2.lean == 7  # the defaults (s12c-lean)
+    assert T64.lean == 5 and tune._WGMMA_64_C2.lean == 15  # the defaults (s12c-lean, s15)
     assert "lean" not in VARIANTS[-3].label()
 
 
