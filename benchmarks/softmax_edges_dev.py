@@ -462,10 +462,37 @@ S14CHECK: dict[tuple[int, int, np.dtype, str], list] = {
                         (24, 200_003, BF16), (16, 500_009, BF16), (8, 1_000_003, F16))},
 }
 
+
+def _s15w(rows: int, cols: int, dtype: np.dtype) -> list:
+    """s15-soft1w (issue 17, the one-wave 16-bit softmax): softmax_ticket's TUNE knobs
+    (Variant.tune: 1 the one-pass reduction's shared-memory vectors first, 3 also 1 / sum
+    once a thread, 7 also chunks of equal length) on the _PAIRED16 ticket chunks (512 x 16,
+    12 in shared memory; plain first) and on its half chunks (512 x 8, 4; plain and 7), and
+    for rows of one CTA the few-rows chunks (the pick, two passes) with 1 / sum once and
+    equal chunks (6)."""
+    dt = plan.dtype_code(dtype)
+    ticket = _one(_ticket(dt, 0, 16, 512, 2, 12))
+    half = _one(_ticket(dt, 0, 8, 512, 2, 4))
+    found = [ticket, *(dataclasses.replace(ticket, tune=t) for t in (1, 3, 7)), half,
+             dataclasses.replace(half, tune=7)]
+    if cols < 65536:
+        found.append(dataclasses.replace(_small(dt, 0, 4, 512, 2), one_pass=False, tune=6))
+    return found
+
+
+S15W: dict[tuple[int, int, np.dtype, str], list] = {
+    **{(rows, cols, dtype, "softmax"): _s15w(rows, cols, dtype) for dtype in (BF16, F16)
+       for rows, cols in ((16, 200_003), (32, 200_003), (64, 200_003), (100, 200_003),
+                          (132, 200_003), (8, 1_000_003), (32, 1_000_003), (64, 50_257))},
+    # the control: the pick (and the tuned chunks 3, 7) at 300 rows
+    **{(300, 200_003, dtype, "softmax"): _s15w(300, 200_003, dtype)[2:4]
+       for dtype in (BF16, F16)},
+}
+
 SETS = {"issue17": ROUTES, "follow-up": FOLLOW_UP, "edge-keep": EDGE_KEEP, "ticket": TICKET,
         "softbf16": SOFTBF16, "softlong16": SOFTLONG16, "softpersist": SOFTPERSIST,
         "softprofile": SOFTPROFILE, "softends": SOFTENDS, "s13edges": S13EDGES,
-        "s14soft": S14SOFT, "s14check": S14CHECK}
+        "s14soft": S14SOFT, "s14check": S14CHECK, "s15w": S15W}
 
 
 
@@ -558,6 +585,8 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
     tests = importlib.import_module("test_softmax")
     if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
+    if routes_set == "s15w":
+        variants += tests.tuned_variants()
     if routes_set == "softends":
         ends = importlib.import_module("test_softmax_ends")
         variants += ends.ends_variants() + ends.ends_variants(long=True)
@@ -568,7 +597,7 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)
                      for cols in (7, 1000, 4099, 32001, 50257, 131071)]
-    elif routes_set not in ("softbf16", "s14soft", "s14check"):
+    elif routes_set not in ("softbf16", "s14soft", "s14check", "s15w"):
         variants += tests.ticket_variants()
     variants += [plan.choose_variant(1_000_003, F32, op, tickets=False) for op in range(4)]
     # one job per kernel and source (softmax_ends variants differ in runtime arguments only)

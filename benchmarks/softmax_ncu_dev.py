@@ -4,12 +4,16 @@
 PM-sampling timeline from the report).
 
     python benchmarks/softmax_ncu_dev.py [--rows 64] [--cols 1000003] [--dtype bfloat16]
-        [--op softmax] [--launches 3]
+        [--op softmax] [--launches 3] [--tune N]
+
+``--tune``: the pick's launch form with softmax_ticket's TUNE bits N (Variant.tune; ticket
+chunks only, s15-soft1w).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 
 import ml_dtypes
@@ -33,10 +37,13 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=tuple(DTYPES))
     parser.add_argument("--op", default="softmax", choices=tuple(OPS))
     parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument("--tune", type=int, default=0)
     args = parser.parse_args()
     dtype, op = DTYPES[args.dtype], OPS[args.op]
     variant = sm.launch_form(plan.choose_variant(args.cols, dtype, op, rows=args.rows),
                              args.rows, args.cols, gpurt.current_device())
+    if args.tune:
+        variant = dataclasses.replace(variant, tune=args.tune)
     rng = np.random.default_rng(17)
     shape = (args.rows, args.cols)
     arrays = [gpurt.asarray(rng.standard_normal(shape).astype(dtype))

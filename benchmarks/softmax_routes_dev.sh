@@ -11,7 +11,9 @@
 # for 16-bit rows of 200k-1M, ncu with PM sampling of the ticket kernel at 64x1000003 bf16 and
 # fp32 (benchmarks/ncu_timeline.py), bench_softmax.py --quick), softends (s10-softends: ticket
 # chunks with the rows at the launch's two ends in smaller chunks, softmax_ends; its tests are
-# tests/test_softmax_ends.py; with DEADLINE=S the bench gets what is left of S seconds).
+# tests/test_softmax_ends.py; with DEADLINE=S the bench gets what is left of S seconds),
+# s15w (s15-soft1w: softmax_ticket's TUNE knobs on the one-wave 16-bit forward against the
+# pick and the copy; its tests and sanitizers over the tuned variants).
 # Session 9's lagged chunks
 # (sets softlag, softlag2), session 10's softmax_meet (set softmeet) and session 11's
 # softmax_pipe with its ends sweep (set softpipe) lost and were removed; they are on branches
@@ -62,6 +64,12 @@ case "$set_name" in
         racecheck="ends_chunks_against and float16 and not bfloat16 and not log and not backward"
         synccheck="ends_chunks_against and float32 and softmax_backward and not log"
         limits=(95 40 25 15 12 60) ;;
+    s15w)
+        tests="tuned"
+        memcheck="tuned_ticket"
+        racecheck="tuned_ticket and bfloat16"
+        synccheck="tuned_ticket and bfloat16"
+        limits=(140 40 25 15 10 0) ;;
     *) echo "unknown set $set_name" >&2; exit 2 ;;
 esac
 tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

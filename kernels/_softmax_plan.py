@@ -283,7 +283,10 @@ class Variant:
     ``ends`` (``ticket``, not ``persist``): softmax_ends, the rows at the launch's two ends
     in chunks of 1/``ends`` the columns (2, 4 or 8; it divides ``items``): the first rows
     whose small chunks fill ``ends_head`` % of the CTAs that fit at once, and the last ones
-    that fill ``ends_tail`` % (:meth:`ends_rows`).
+    that fill ``ends_tail`` % (:meth:`ends_rows`); ``tune`` (``ticket``, not ``persist`` nor
+    ``ends``): softmax_ticket's TUNE bits (softmax.cu: TUNE_ORDER 1, the one-pass
+    reduction's shared-memory vectors first; TUNE_PRE 2, forward, the outputs' 1 / sum once a
+    thread; TUNE_EVEN 4, chunks of equal length), 0 as before.
     """
 
     kind: str
@@ -302,6 +305,7 @@ class Variant:
     ends: int = 0
     ends_head: int = 100
     ends_tail: int = 100
+    tune: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -341,6 +345,11 @@ class Variant:
                 self.kind != "ticket" or self.persist or self.items % self.ends)):
             raise ValueError(f"ends={self.ends}: 0, or 2, 4 or 8 dividing items for ticket "
                              "variants (not persist)")
+        if not 0 <= self.tune <= 7 or (self.tune and (
+                self.kind != "ticket" or self.persist or self.ends
+                or (self.tune & 2 and self.op >= SOFTMAX_BACKWARD))):
+            raise ValueError(f"tune={self.tune}: 0, or 1-7 for ticket variants (not persist "
+                             "nor ends; 2 forward only)")
         if self.ends_head < 0 or self.ends_tail < 0:
             raise ValueError(f"ends_head={self.ends_head}, ends_tail={self.ends_tail}: "
                              "percentages >= 0")
@@ -392,6 +401,8 @@ class Variant:
             return (f"softmax_ends<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, {self.ends}>",)
         if self.kind == "ticket":
+            if self.tune:  # EDGES and ONE_PASS spelled out before it
+                edges = f", {int(self.edges)}, {int(self.one_pass)}, {self.tune}"
             return (f"softmax_ticket<{common}, {self.threads}, {self.min_blocks}, "
                     f"{self.smem_items}{edges}>",)
         return (f"softmax_partial<{common}, {self.threads}{edges}>",

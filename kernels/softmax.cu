@@ -146,20 +146,32 @@ __device__ __forceinline__ void copy_async_commit() {
 // Wait until at most `pending` of this thread's committed copy groups are still in flight
 // (fewer is always safe: 7 stands for more). `pending` is a constant once loops are unrolled.
 // (-DSM_COPY_WAIT_ALL: wait for all at the first use, for comparisons.)
+#define SM_WAIT_CASE(n) \
+    case n: asm volatile("cp.async.wait_group " #n ";" ::: "memory"); break;
 __device__ __forceinline__ void copy_async_wait(int pending) {
 #if __CUDA_ARCH__ >= 800
 #ifdef SM_COPY_WAIT_ALL
     pending = 0;
 #endif
-#define SM_WAIT_CASE(n) \
-    case n: asm volatile("cp.async.wait_group " #n ";" ::: "memory"); break;
     switch (pending < 7 ? pending : 7) {
         SM_WAIT_CASE(0) SM_WAIT_CASE(1) SM_WAIT_CASE(2) SM_WAIT_CASE(3)
         SM_WAIT_CASE(4) SM_WAIT_CASE(5) SM_WAIT_CASE(6) SM_WAIT_CASE(7)
     }
-#undef SM_WAIT_CASE
 #endif
 }
+// copy_async_wait up to 15 (TUNE_ORDER). (Not one function with a flag: its larger switch
+// changes what NVVM makes of the default kernels around it.)
+__device__ __forceinline__ void copy_async_wait_exact(int pending) {
+#if __CUDA_ARCH__ >= 800
+    switch (pending < 15 ? pending : 15) {
+        SM_WAIT_CASE(0) SM_WAIT_CASE(1) SM_WAIT_CASE(2) SM_WAIT_CASE(3)
+        SM_WAIT_CASE(4) SM_WAIT_CASE(5) SM_WAIT_CASE(6) SM_WAIT_CASE(7)
+        SM_WAIT_CASE(8) SM_WAIT_CASE(9) SM_WAIT_CASE(10) SM_WAIT_CASE(11)
+        SM_WAIT_CASE(12) SM_WAIT_CASE(13) SM_WAIT_CASE(14) SM_WAIT_CASE(15)
+    }
+#endif
+}
+#undef SM_WAIT_CASE
 // Shared-memory vectors are read and written with explicit instructions, so that each use
 // reads again (cheap) instead of the compiler keeping every value in registers.
 __device__ __forceinline__ uint4 load_shared(const uint4* p) {
@@ -189,11 +201,14 @@ struct Held {
     __device__ __forceinline__ R* shared_vec(int t, int i) const {
         return slot + (t * SMEM + i - REG) * blockDim.x;
     }
-    // Vector i of input t as loaded (from shared memory once its copy has landed).
-    __device__ __forceinline__ R raw(int t, int i) const {
+    // Vector i of input t as loaded (from shared memory once its copy has landed; `exact`:
+    // waiting for no later group, up to 15 of them).
+    __device__ __forceinline__ R raw(int t, int i, bool exact = false) const {
         if constexpr (SMEM > 0) {
             if (i >= REG) {
-                copy_async_wait(NIN * (ITEMS - i) - 1 - t);  // groups committed after it
+                const int later = NIN * (ITEMS - i) - 1 - t;  // groups committed after it
+                if (exact) copy_async_wait_exact(later);
+                else copy_async_wait(later);
                 return load_shared(shared_vec(t, i));
             }
         }
@@ -227,6 +242,20 @@ __device__ __forceinline__ float2 combine_max_sum(float2 a, float2 b) {
 }
 
 template <int OP> struct Policy;
+
+// Knobs of softmax_ticket (its TUNE bits; 0: as before), issue 17's one-wave 16-bit forward
+// (s15-soft1w, benchmarks/notes_softmax.md v23):
+//   TUNE_ORDER  the one-pass reduction reads the shared-memory vectors first, in the order
+//               their copies were committed, each waiting for its own group only (up to 15
+//               later ones in flight), then the register vectors: ptxas issues the register
+//               loads after the copies, so they land last and the default order (registers
+//               first) waits for almost every load before its first exp.
+//   TUNE_PRE    the outputs' 1 / sum (log_softmax: log(sum)) once a thread, not once a vector
+//               (the same values: the division and its slow path were inside every vector's
+//               branch).
+//   TUNE_EVEN   a row's chunks share its body equally (whole vectors) instead of full chunks
+//               and a short last one: a wave's compute spreads over every SM.
+constexpr int TUNE_ORDER = 1, TUNE_PRE = 2, TUNE_EVEN = 4;
 
 // exp2 with float32 subnormal results flushed to zero: one MUFU.EX2 (exp2f adds a scaling
 // around it for subnormals); for 16-bit outputs only.
@@ -298,9 +327,10 @@ struct Forward {
     // outputs need one multiplication each. 16-bit inputs: local16 (ONE: in one pass).
     // `live`: how many of the thread's vectors lie inside the row (a prefix; 16-bit only,
     // the rest hold -inf).
-    template <int ITEMS, int VEC, bool ONE = false, class H>
+    template <int ITEMS, int VEC, bool ONE = false, int TUNE = 0, class H>
     static __device__ __forceinline__ float2 local(H& h, int live) {
-        if constexpr (sizeof(typename H::A::S) == 2) return local16<ITEMS, VEC, ONE>(h, live);
+        if constexpr (sizeof(typename H::A::S) == 2)
+            return local16<ITEMS, VEC, ONE, TUNE>(h, live);
         else return local32<ITEMS, VEC>(h);
     }
 
@@ -339,15 +369,16 @@ struct Forward {
     // which keep the compiler from loading the next shared-memory vector during the current
     // one's exps (up to 8 vectors a thread: with 16, the loads in flight spill at 64
     // registers).
-    template <int ITEMS, int VEC, bool ONE, class H>
+    template <int ITEMS, int VEC, bool ONE, int TUNE = 0, class H>
     static __device__ __forceinline__ float2 local16(const H& h, int live) {
+        const bool ORDER = (TUNE & TUNE_ORDER) != 0;
         if constexpr (ITEMS <= 8) {
             if (live == ITEMS) {
-                if constexpr (ONE) return one_pass16<ITEMS, VEC, true>(h, ITEMS);
+                if constexpr (ONE) return one_pass16<ITEMS, VEC, true, ORDER>(h, ITEMS);
                 else return passes16<ITEMS, VEC, true>(h, ITEMS);
             }
         }
-        if constexpr (ONE) return one_pass16<ITEMS, VEC, false>(h, live);
+        if constexpr (ONE) return one_pass16<ITEMS, VEC, false, ORDER>(h, live);
         else return passes16<ITEMS, VEC, false>(h, live);
     }
 
@@ -382,17 +413,22 @@ struct Forward {
     // sum rescaled, only when a vector's maximum passes it by more: one exp per vector at
     // most, mostly none. The partial is then rescaled to the thread's maximum (exact, as
     // the two-pass form's). -FLT_MAX as the first reference makes -inf values (and
-    // padding) add exp(-inf) = 0 and any finite maximum move it.
-    template <int ITEMS, int VEC, bool ALL, class H>
+    // padding) add exp(-inf) = 0 and any finite maximum move it. ORDER (TUNE_ORDER, Held
+    // only): the shared-memory vectors first, each waiting for its own copy only.
+    template <int ITEMS, int VEC, bool ALL, bool ORDER = false, class H>
     static __device__ __forceinline__ float2 one_pass16(const H& h, int some) {
         typedef typename H::A A;
         const float LAZY = 8.0f;
         const int live = ALL ? ITEMS : some;
         float m = SM_NEG_INF, ref = -3.402823466e38f, s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
+        for (int j = 0; j < ITEMS; ++j) {
+            int i = j;  // ORDER: the ITEMS - REG shared-memory vectors, then the registers
+            if constexpr (ORDER) i = j < ITEMS - H::REG ? H::REG + j : j - (ITEMS - H::REG);
             if (i >= live) continue;
-            const typename A::R raw = h.raw(0, i);
+            typename A::R raw;
+            if constexpr (ORDER) raw = h.raw(0, i, true);
+            else raw = h.raw(0, i);
             const float top = max_vec<H::DTYPE>(raw, SM_NEG_INF);
             m = fmaxf(m, top);
             if (top > ref + LAZY) {  // also +inf: then s is 0 * ... + NaN, as torch's row
@@ -413,9 +449,15 @@ struct Forward {
         return m == SM_NEG_INF ? 0.0f : m;
     }
 
+    // The row's total as finish<PRE> takes it: (max, 1 / sum), log_softmax (max, log(sum)).
+    static __device__ __forceinline__ float2 prepare(float2 row) {
+        return make_float2(row.x, OP == 0 ? 1.0f / row.y : logf(row.y));
+    }
+
     // own: this thread's partial (float32 softmax: its exps are relative to own's maximum,
-    // unless RAW: `h` holds the inputs as loaded, as 16-bit ones always are).
-    template <int VEC, bool RAW = false, class H>
+    // unless RAW: `h` holds the inputs as loaded, as 16-bit ones always are). PRE: `row`
+    // is prepare's.
+    template <int VEC, bool RAW = false, bool PRE = false, class H>
     static __device__ __forceinline__ void finish(const H& h, float2 own, float2 row, int i,
                                                   float (&y)[VEC]) {
         const bool wide = sizeof(typename H::A::S) == 4;
@@ -423,7 +465,7 @@ struct Forward {
         float c[VEC];
         h.item(0, i, c);
         if (OP == 0) {
-            const float inv = 1.0f / row.y;
+            const float inv = PRE ? row.y : 1.0f / row.y;
             if (in_place) {
                 // A thread with no maximum of its own holds exps of 0 (or NaN from NaNs): its
                 // scale is 0 * inv (NaN for a NaN row, and for a row of only -inf, where
@@ -441,7 +483,7 @@ struct Forward {
                 for (int k = 0; k < VEC; ++k) y[k] = exp2_ftz((c[k] - row.x) * SM_LOG2E) * inv;
             }
         } else {
-            const float log_sum = logf(row.y);
+            const float log_sum = PRE ? row.y : logf(row.y);
 #pragma unroll
             for (int k = 0; k < VEC; ++k) y[k] = (c[k] - row.x) - log_sum;
         }
@@ -674,18 +716,23 @@ __device__ __forceinline__ void load_row(Held<DT, Policy<OP>::NIN, VEC, ITEMS, S
     }
 }
 
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM>
+// TUNE_PRE (forward only): the row's factor once (Forward::prepare), not in every vector.
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int TUNE = 0>
 __device__ __forceinline__ void store_row(const Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                           float2 own, float2 total,
                                           typename Elem<DT>::storage* out,
                                           long long base, int col0, int cols, bool live) {
     const int lane = threadIdx.x % GROUP;
+    const bool PRE = (TUNE & TUNE_PRE) != 0;
+    float2 row = total;  // PRE: prepare's
+    if constexpr (PRE) row = Policy<OP>::prepare(total);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
         const int col = col0 + (i * GROUP + lane) * VEC;
         if (live && col < cols) {
             float y[VEC];
-            Policy<OP>::finish(h, own, total, i, y);
+            if constexpr (PRE) Policy<OP>::template finish<VEC, false, true>(h, own, row, i, y);
+            else Policy<OP>::finish(h, own, total, i, y);
             Access<DT, VEC>::store(out + base + col, y);
         }
     }
@@ -775,15 +822,17 @@ struct Edges {
 // live, the row's edges) loaded into `h` and `edges`; returns the thread's partial with the
 // edges folded in, and the body's alone in `own` (store_row's). ONE: the 16-bit forward
 // reduction in one pass (Forward::one_pass16).
-template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int ONE, int EDGES>
+template <int DT, int OP, int VEC, int ITEMS, int GROUP, int SMEM, int ONE, int EDGES,
+          int TUNE = 0>
 __device__ __forceinline__ float2 load_share_upto(Held<DT, Policy<OP>::NIN, VEC, ITEMS, SMEM>& h,
                                                   Edges<DT, OP, VEC, GROUP, EDGES>& edges,
                                                   const typename Elem<DT>::storage* const (&in)[2],
                                                   int col0, int end, bool live, float2& own) {
     load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, edges.span.body_base, col0, end, live);
     edges.load(in);
-    own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(
-        h, live_items<VEC, ITEMS, GROUP>(col0, end, live));
+    const int n = live_items<VEC, ITEMS, GROUP>(col0, end, live);
+    if constexpr (TUNE != 0) own = Policy<OP>::template local<ITEMS, VEC, ONE != 0, TUNE>(h, n);
+    else own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(h, n);
     return edges.local(own);
 }
 
@@ -1008,11 +1057,11 @@ softmax_cluster(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, long 
 #endif
 
 // Rows longer than a cluster holds, in one launch: see meet_row. `counters`, `partials`: the
-// workspace.
+// workspace. TUNE: the TUNE_ bits (16-bit forward; 0 as before).
 // (Chunks of equal length instead of full ones and a short last one read 2-8 points slower
-// on an H100 in s8-softlong16, not explained: benchmarks/notes_softmax.md, v13.)
+// on an H100 in s8-softlong16, not explained: benchmarks/notes_softmax.md, v13; TUNE_EVEN.)
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES = 0,
-          int ONE_PASS = 0>
+          int ONE_PASS = 0, int TUNE = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
                unsigned int* counters, float2* partials, long long rows, int cols, int chunks) {
@@ -1025,7 +1074,7 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
     const long long row = ticket / (unsigned int)chunks;
     if (row >= rows) return;  // only with a workspace not zeroed: never write out of bounds
     const int chunk = (int)(ticket % (unsigned int)chunks);
-    const int col0 = chunk * (THREADS * ITEMS * VEC);
+    int col0 = chunk * (THREADS * ITEMS * VEC);  // full chunks (TUNE_EVEN: below)
     const long long base = row * (long long)cols;
     const SM_STORAGE* in[2] = {a, b};
     extern __shared__ uint4 shared_items[];
@@ -1033,14 +1082,21 @@ softmax_ticket(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out,
     h.slot = reinterpret_cast<typename SM_HELD(SMEM)::R*>(shared_items) + threadIdx.x;
     Edges<DT, OP, VEC, THREADS, EDGES> edges(a, base, cols, chunk == 0);
     const RowSpan& span = edges.span;
+    int end = span.body;  // the chunk's body columns: [col0, end)
+    if constexpr ((TUNE & TUNE_EVEN) != 0) {
+        const int step = (span.body / VEC + chunks - 1) / chunks * VEC;
+        col0 = chunk * step;
+        end = min(col0 + step, span.body);
+    }
     float2 own;
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(
-        load_share<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, true, own),
+        load_share_upto<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS, EDGES, TUNE>(
+            h, edges, in, col0, end, true, own),
         warp_total);
     const float2 total = meet_row<OP>(mine, counters, partials, row, chunk, chunks, chunks,
                                       &row_total);
-    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0,
-                                                 span.body, true);
+    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM, TUNE>(h, own, total, out, span.body_base, col0,
+                                                       end, true);
     edges.store(out, total);
 }
 

@@ -352,6 +352,19 @@ def test_variant_names_grid_and_chunks():
                                    threads=512), **bad})
     with pytest.raises(ValueError, match="persist"):
         plan.Variant("rows", 0, 0, 4, 4, 512, 512, persist=1)
+    # softmax_ticket's TUNE bits: every template parameter spelled before them
+    assert dataclasses.replace(one, tune=7).names() == (
+        "softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1, 7>",)
+    assert dataclasses.replace(ticket, tune=4).names() == (
+        "softmax_ticket<0, 1, 4, 32, 512, 1, 10, 1, 0, 4>",)
+    assert dataclasses.replace(one, tune=7).grid(3, 1_000_003) == one.grid(3, 1_000_003)
+    for bad in (dict(tune=8), dict(tune=-1), dict(tune=1, persist=1), dict(tune=1, ends=2),
+                dict(tune=2, op=2)):
+        with pytest.raises(ValueError, match="tune"):
+            plan.Variant(**{**dict(kind="ticket", dtype=2, op=0, vec=8, items=4, group=512,
+                                   threads=512), **bad})
+    with pytest.raises(ValueError, match="tune"):
+        plan.Variant("rows", 0, 0, 4, 4, 512, 512, tune=1)
 
 
 def test_row_access_takes_16_byte_vectors_with_edges_where_addresses_agree():
@@ -418,6 +431,16 @@ def test_every_variant_compiles_for_sm_90_without_local_memory():
         assert set(frames) == set(names)  # addresses with 1024 threads x 16 vectors
         spilled = {n: b for n, b in frames.items() if b > (32 if n in smem_names else 0)}
         assert not spilled, spilled
+
+
+def test_tuned_variants_compile_for_sm_90_without_local_memory():
+    """softmax_ticket's TUNE variants (tuned_variants): no stack frame (ptxas)."""
+    names = sorted({n for v in tuned_variants() for n in v.names()})
+    module = gpurt.compile(sm.source(), options=("--ptxas-options=-v",), name_expressions=names,
+                           arch="sm_90", program_name="softmax.cu")
+    assert set(names) <= set(module.lowered_names)
+    frames = [line for line in module.log.splitlines() if "bytes stack frame" in line]
+    assert frames and all(line.split(".", 1)[-1].split()[0] == "0" for line in frames), frames
 
 
 def test_pre_hopper_variants_compile_for_sm_80():
@@ -815,20 +838,60 @@ def test_16bit_forward_shapes_against_float64(dtype, op_name, gpu_state):
             lengths = (50257, 65537, 200_003)
         elif variant.group < variant.threads:
             lengths = (1, 7, 100, 1000, 1024)
-        for cols in lengths:
-            for offset, scale in ((0, 1.0), (1, 1.0), (3, 1e3 if dtype == F16 else 1e4)):
-                a, _ = inputs(op, (5, cols), dtype, rng, scale)
-                a[0, cols // 3] = np.nan
-                a[3, cols // 2] = np.inf
-                a[4] = np.linspace(-60.0, 60.0, cols).astype(dtype)
-                ref, size = reference(op, a.astype(np.float64), None)
-                out = offset_view(np.full((5, cols), 12345, dtype), offset)  # poison
-                if variant is None:
-                    run_op(op, offset_view(a, offset), None, out=out)
-                else:
-                    run_variant(variant, [offset_view(a, offset)], out)
-                err = error(out.to_numpy(), ref, size)
-                assert err < TOLERANCE[dtype], (variant, cols, offset, scale, err)
+        check_forward16(op, dtype, rng, variant, lengths)
+
+
+def check_forward16(op: int, dtype: np.dtype, rng: np.random.Generator,
+                    variant: plan.Variant | None, lengths: tuple[int, ...]) -> None:
+    """test_16bit_forward_shapes_against_float64's rows for ``variant`` (None: the
+    chooser's pick) at each of ``lengths``."""
+    for cols in lengths:
+        for offset, scale in ((0, 1.0), (1, 1.0), (3, 1e3 if dtype == F16 else 1e4)):
+            a, _ = inputs(op, (5, cols), dtype, rng, scale)
+            a[0, cols // 3] = np.nan
+            a[3, cols // 2] = np.inf
+            a[4] = np.linspace(-60.0, 60.0, cols).astype(dtype)
+            ref, size = reference(op, a.astype(np.float64), None)
+            out = offset_view(np.full((5, cols), 12345, dtype), offset)  # poison
+            if variant is None:
+                run_op(op, offset_view(a, offset), None, out=out)
+            else:
+                run_variant(variant, [offset_view(a, offset)], out)
+            err = error(out.to_numpy(), ref, size)
+            assert err < TOLERANCE[dtype], (variant, cols, offset, scale, err)
+
+
+def tuned_variants() -> list[plan.Variant]:
+    """softmax_ticket's TUNE knobs (s15-soft1w: 1 the shared-memory vectors first, 3 also
+    1 / sum once, 7 also chunks of equal length) on the 16-bit forward ticket chunks in one
+    pass (512 threads x 16 vectors, 12 in shared memory) and small ones (128 x 4, 2 in
+    shared memory: many chunks a row, and empty equal chunks in short rows)."""
+    found = []
+    for dtype in (F16, BF16):
+        code = plan.dtype_code(dtype)
+        for op in (plan.SOFTMAX, plan.LOG_SOFTMAX):
+            for tune in (1, 3, 7):
+                found += [plan.Variant("ticket", code, op, 8, items, threads, threads,
+                                       min_blocks=blocks, smem_items=smem, edges=True,
+                                       one_pass=True, tune=tune)
+                          for items, threads, blocks, smem in ((16, 512, 2, 12), (4, 128, 4, 2))]
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=lambda d: d.name)
+def test_tuned_ticket_chunks_against_float64(dtype, op_name, gpu_state):
+    """The TUNE variants as test_16bit_forward_shapes_against_float64 checks the ticket
+    chunks (the small ones at rows of 1 to 11009 elements, in up to 22 chunks)."""
+    op = OPS[op_name]
+    code = plan.dtype_code(dtype)
+    rng = np.random.default_rng([op, dtype.itemsize, 1515])
+    variants = [v for v in tuned_variants() if (v.dtype, v.op) == (code, op)]
+    assert len(variants) == 6
+    for variant in variants:
+        lengths = (50257, 65537, 200_003) if variant.threads == 512 else (1, 7, 1000, 4099, 11009)
+        check_forward16(op, dtype, rng, variant, lengths)
 
 
 @pytest.mark.gpu
