@@ -8,22 +8,25 @@ them (quarter-, eighth- and half-row chunks, both orders of the next chunk's loa
 the chooser's pick, each checked against torch in float64 on a poisoned output
 (softmax_edges_dev.routes), and also times a copy of each case's own bytes.
 
-    python benchmarks/softmax_mid_dev.py [--json PATH] [--warm] [--old PATH]
+    python benchmarks/softmax_mid_dev.py [--json PATH] [--warm] [--old PATH] [--tune]
 
 ``--old PATH``: instead, the chooser's pick at EXP_CASES compiled from the shipped source and
 from PATH (a copy of softmax.cu with some exps replaced by a multiplication: wrong results, a
-bound on what the MUFU work costs; the errors are recorded, not checked).
+bound on what the MUFU work costs; the errors are recorded, not checked). ``--tune``: the
+one-wave 16-bit forward launches at TUNE_CASES as softmax() launches them (tuned: the
+chooser's TUNE bits) against the same forms untuned.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 
 import softmax_edges_dev as dev
 from _common import Timer, copy_gbps, peer
-from bench_softmax import BF16, F32
+from bench_softmax import BF16, F16, F32
 
 import gpurt
 
@@ -48,6 +51,25 @@ dev.SETS["s15mid"] = S15MID
 EXP_CASES = [(64, 200_003), (300, 200_003), (132, 50_257), (300, 50_257), (300, 32_001)]
 
 
+TUNE_CASES = [(r, 200_003, dt, op) for r in (8, 16, 24, 32, 48, 64) for dt in (BF16, F16)
+              for op in ("softmax",)] + [
+    (r, c, BF16, "softmax") for r, c in ((4, 1_000_003), (8, 1_000_003), (8, 1_000_000),
+                                         (9, 1_000_000), (8, 500_009))] + [
+    (32, 200_003, BF16, "log_softmax"), (64, 200_003, BF16, "log_softmax"),
+    (64, 200_003, F16, "log_softmax")]
+
+
+def _tune_set() -> dict:
+    """TUNE_CASES: softmax()'s launch (routes' pick) against its form with tune 0."""
+    sm = importlib.import_module("gpurt.kernels.softmax")
+    chosen = {}
+    for rows, cols, dtype, name in TUNE_CASES:
+        pick = sm.launch_form(dev.plan.choose_variant(cols, dtype, dev.OPS[name], rows=rows),
+                              rows, cols, gpurt.current_device())
+        chosen[rows, cols, dtype, name] = [dataclasses.replace(pick, tune=0)]
+    return chosen
+
+
 def _exp_set() -> dict:
     """EXP_CASES (bf16 softmax): the pick as softmax() launches it, from the --old source."""
     sm = importlib.import_module("gpurt.kernels.softmax")
@@ -64,9 +86,13 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--old")
+    parser.add_argument("--tune", action="store_true")
     args = parser.parse_args()
     name, sources = "s15mid", {}
-    if args.old:
+    if args.tune:
+        dev.SETS["s15tune"] = _tune_set()
+        name = "s15tune"
+    elif args.old:
         dev.SETS["s15exp"] = _exp_set()
         name, sources = "s15exp", {dev.OLD: args.old}
     elif args.warm:
@@ -78,7 +104,9 @@ def main() -> None:
     found = dev.routes(timer, copy, torch, sources, name)
     same = {}
     for rows, cols, dtype, _ in dev.SETS[name]:  # a copy launch of each case's bytes
-        same[f"{rows}x{cols} {dtype.name} softmax"] = copy_gbps(timer, rows * cols * dtype.itemsize)
+        for op in ("softmax", "log_softmax"):
+            same[f"{rows}x{cols} {dtype.name} {op}"] = copy_gbps(timer,
+                                                                rows * cols * dtype.itemsize)
     for row in found:
         if "pct_copy" in row:
             row["pct_samecopy"] = round(row["pct_copy"] * copy / same[row["case"]], 1)

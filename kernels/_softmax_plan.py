@@ -259,6 +259,15 @@ MAX_GRID_X = 2**31 - 1
 # nothing from it and keep the widest access that divides them.
 EDGE_MIN_VECTORS = 4
 KINDS = ("rows", "cluster", "ticket", "split")
+# softmax_ticket's TUNE bits (softmax.cu). The one-wave forms of a 16-bit forward launch take
+# ORDER and PRE, and EVEN where the short last chunk of a row would hold under a quarter of a
+# chunk (session 15, H100, % of copy, bf16 softmax, TUNE 0 / 3 / 7 on the full chunks:
+# 64x200003 57.1 / 59.7 / 64.4, 32x200003 45.9 / 47.4 / 48.9, 16x200003 26.2 / 28.6 / 29.8,
+# 8x1000003 52.5 / 54.5 / 52.9, 32x1000003 70.8 / 73.1 / 70.6; the half chunks 0 / 7:
+# 32x200003 48.6 / 51.4, 16x200003 33.5 / 35.0, 8x1000003 56.2 / 54.8; fp16 alike: 64x200003
+# 58.6 / 60.8 / 65.1; notes_softmax.md v23, v24). A last chunk of 5-10% leaves SMs idle in the
+# wave; one of 26-52% does not, and equal chunks lose there.
+TUNE_ORDER, TUNE_PRE, TUNE_EVEN = 1, 2, 4
 _STORAGE_BYTES = (4, 2, 2)
 
 
@@ -454,7 +463,12 @@ class Variant:
             items = self.items // self.ends
             small = dataclasses.replace(plain, items=items,
                                         smem_items=max(0, self.smem_items - self.items + items))
-            return small, plain
+            if not (self.one_pass and self.op < SOFTMAX_BACKWARD):
+                return small, plain
+            # 16-bit forward: each also tuned (TUNE_ORDER | TUNE_PRE, with TUNE_EVEN: for_launch)
+            tuned = TUNE_ORDER | TUNE_PRE
+            return tuple(dataclasses.replace(form, tune=tune) for form in (small, plain)
+                         for tune in (tuned, tuned | TUNE_EVEN))
         if self.persist and self.op >= SOFTMAX_BACKWARD:
             return (dataclasses.replace(self, persist=0, items=2 * self.items,
                                         smem_items=2 * self.smem_items),)
@@ -473,13 +487,23 @@ class Variant:
         one wave of chunks twice as large (bf16 softmax backward, the one-stage chunks
         against the persistent ones: 8x1000003 71.6 / 66.5, 32x200003 64.4 / 61.1,
         16x500009 71.5 / 68.8, 24x200003 55.1 / 53.9; 4x1000003, 124 persistent chunks,
-        one each, 50.4 / 55.5, and 32x1000003, 4 waves, 82.2 / 84.2, keep them)."""
+        one each, 50.4 / 55.5, and 32x1000003, 4 waves, 82.2 / 84.2, keep them). 16-bit
+        forward forms come tuned (TUNE_ORDER)."""
         if self.ends and self.grid(rows, cols) > resident:
             return self
         if self.persist and self.grid(rows, cols) <= resident:
             return self
-        return next((form for form in self.launch_forms()
+        form = next((form for form in self.launch_forms()
                      if form.grid(rows, cols) <= resident), self)
+        return form.evened(cols)
+
+    def evened(self, cols: int) -> Variant:
+        """This tuned variant with TUNE_EVEN where a row of ``cols`` would end in a chunk of
+        under a quarter of the others (see TUNE_EVEN)."""
+        short = cols % self.columns
+        if not self.tune or not 0 < 4 * short < self.columns:
+            return self
+        return dataclasses.replace(self, tune=self.tune | TUNE_EVEN)
 
     def ends_grid(self, rows: int, cols: int, head: int, tail: int) -> int:
         """``ends``: CTAs in the launch with ``head`` and ``tail`` rows in small chunks."""

@@ -201,13 +201,18 @@ def test_chooser_picks_the_measured_routes():
     assert pick(1_000_000, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
     assert (pick(1_000_000, BF16).ends_head, pick(1_000_000, BF16).ends_tail) == (50, 50)
     # launches that one residency holds: the ticket chunks (_plan)
-    # (s14-soft: in chunks of half size where one residency holds those)
+    # (s14-soft: in chunks of half size where one residency holds those; session 15: tuned,
+    # TUNE_ORDER | TUNE_PRE, and TUNE_EVEN where a row's last chunk is under a quarter)
     assert pick(1_000_000, BF16).for_launch(9, 1_000_000, 264).names() == (
-        "softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1>",)
+        "softmax_ticket<2, 0, 8, 16, 512, 2, 12, 0, 1, 3>",)  # last chunk 16960 of 65536
     assert pick(1_000_000, BF16).for_launch(9, 1_000_000, 264) == dataclasses.replace(
-        pick(1_000_000, BF16), ends=0, ends_head=100, ends_tail=100)
+        pick(1_000_000, BF16), ends=0, ends_head=100, ends_tail=100, tune=3)
     assert pick(1_000_000, BF16).for_launch(8, 1_000_000, 264).names() == (
-        "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 0, 1>",)  # 31 chunks a row, 248 in all
+        "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 0, 1, 3>",)  # 31 chunks a row, 248 in all
+    assert pick(200_003, BF16).for_launch(64, 200_003, 264).tune == 7  # last: 3395 of 65536
+    assert pick(200_003, F16, plan.LOG_SOFTMAX).for_launch(32, 200_003, 264).tune == 7
+    assert pick(200_003, BF16).for_launch(300, 200_003, 264).tune == 0  # the ends, kept
+    assert all(form.tune in (3, 7) for form in pick(200_003, BF16).launch_forms())
     assert pick(200_003, BF16).for_launch(37, 200_003, 264).items == 8  # 7 chunks a row
     assert pick(200_003, BF16).for_launch(38, 200_003, 264).items == 16
     assert pick(200_003, BF16).for_launch(66, 200_003, 264).ends == 0  # 4 chunks a row
