@@ -1049,7 +1049,9 @@ FEW_ROWS_LAUNCHES = [
     ((8, 50257), BF16, "log_softmax_backward", "softmax_ticket<2, 3, 8, 2, 512, 2, 0, 1>"),
     ((16, 300_001), F32, "softmax", "softmax_ticket<0, 0, 4, 32, 512, 1, 6, 1>"),
     ((10, 200_003), F32, "softmax_backward", "softmax_ticket<0, 2, 4, 16, 512, 1, 4, 1>"),
-    ((16, 200_003), BF16, "softmax", "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 1, 1>"),
+    ((16, 200_003), BF16, "softmax", "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 1, 1, 7>"),
+    ((64, 200_003), F16, "log_softmax", "softmax_ticket<1, 1, 8, 16, 512, 2, 12, 1, 1, 7>"),
+    ((8, 1_000_003), BF16, "softmax", "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 1, 1, 3>"),
     ((20, 200_003), BF16, "softmax_backward", "softmax_ticket<2, 2, 8, 16, 512, 1, 12, 1>"),
 ]
 
