@@ -56,7 +56,11 @@ TUNE_CASES = [(r, 200_003, dt, op) for r in (8, 16, 24, 32, 48, 64) for dt in (B
     (r, c, BF16, "softmax") for r, c in ((4, 1_000_003), (8, 1_000_003), (8, 1_000_000),
                                          (9, 1_000_000), (8, 500_009))] + [
     (32, 200_003, BF16, "log_softmax"), (64, 200_003, BF16, "log_softmax"),
-    (64, 200_003, F16, "log_softmax")]
+    (64, 200_003, F16, "log_softmax")] + [  # multi-wave: softmax_ends, tuned too
+    (r, 200_003, BF16, "softmax") for r in (100, 132, 300, 1000)] + [
+    (300, 200_003, F16, "softmax"), (300, 200_003, BF16, "log_softmax"),
+    (32, 1_000_003, BF16, "softmax"), (64, 1_000_003, BF16, "softmax"),
+    (64, 1_000_000, BF16, "softmax"), (64, 500_009, BF16, "softmax")]
 
 
 def _tune_set() -> dict:

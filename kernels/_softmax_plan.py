@@ -78,7 +78,8 @@ class LongRows:
     (empty) wherever it takes ticket chunks; ``ticket_ctas``: rows that would take a cluster
     of this many of its CTAs take its ticket chunks instead (few: the small ones);
     ``ends`` (with ``ends_head``, ``ends_tail``): its ticket chunks (not persistent) with the
-    rows at the launch's two ends in smaller chunks (the Variant fields); ``edges_smem``:
+    rows at the launch's two ends in smaller chunks (the Variant fields), ``tune`` their
+    TUNE bits (TUNE_ORDER, TUNE_PRE: Variant.tune); ``edges_smem``:
     (kind, items, smem_items) for rows with edges, whose kernels need other shares of shared
     memory than rows without (ptxas spills the defaults' registers). Rows
     longer than PORTABLE_CLUSTER such CTAs hold take chunks of the first shape of their
@@ -103,6 +104,7 @@ class LongRows:
     ends: int = 0
     ends_head: int = 100
     ends_tail: int = 100
+    tune: int = 0
     edges_smem: tuple[tuple[str, int, int], ...] = ()
 
     def with_edges(self, variant: Variant) -> Variant:
@@ -207,7 +209,7 @@ _WIDE16_BACKWARD_PERSIST = dataclasses.replace(_WIDE16_BACKWARD, persist=1, pers
 # Launches of no more chunks than fit at once keep the ticket chunks (_plan: 64x200003 58.2
 # against 56.1 for the ends, 8x1000003 53.0 / 53.8).
 _PAIRED16 = LongRows(512, 2, 64, 32, 96 * 1024, clusters=False, fills=True, tickets_past=True,
-                     one_pass=True, ends=2, ends_head=50, ends_tail=50)
+                     one_pass=True, ends=2, ends_head=50, ends_tail=50, tune=3)
 # (op, storage bytes) -> the shapes to try, in order; then registers only.
 LONG_ROWS = {
     (SOFTMAX, 4): (_WIDE_SOFTMAX, _RUN4_ALONE_SOFTMAX),
@@ -355,10 +357,10 @@ class Variant:
             raise ValueError(f"ends={self.ends}: 0, or 2, 4 or 8 dividing items for ticket "
                              "variants (not persist)")
         if not 0 <= self.tune <= 7 or (self.tune and (
-                self.kind != "ticket" or self.persist or self.ends
+                self.kind != "ticket" or self.persist or (self.ends and self.tune & TUNE_EVEN)
                 or (self.tune & 2 and self.op >= SOFTMAX_BACKWARD))):
-            raise ValueError(f"tune={self.tune}: 0, or 1-7 for ticket variants (not persist "
-                             "nor ends; 2 forward only)")
+            raise ValueError(f"tune={self.tune}: 0, or 1-7 for ticket variants (not persist; "
+                             "1 and 2 with ends; 2 forward only)")
         if self.ends_head < 0 or self.ends_tail < 0:
             raise ValueError(f"ends_head={self.ends_head}, ends_tail={self.ends_tail}: "
                              "percentages >= 0")
@@ -408,7 +410,8 @@ class Variant:
                     f"{int(self.persist == 2)}>",)
         if self.ends:
             return (f"softmax_ends<{common}, {self.threads}, {self.min_blocks}, "
-                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, {self.ends}>",)
+                    f"{self.smem_items}, {int(self.edges)}, {int(self.one_pass)}, {self.ends}"
+                    + (f", {self.tune}>" if self.tune else ">"),)
         if self.kind == "ticket":
             if self.tune:  # EDGES and ONE_PASS spelled out before it
                 edges = f", {int(self.edges)}, {int(self.one_pass)}, {self.tune}"
@@ -681,7 +684,8 @@ def _ticket(shape: LongRows, code: int, op: int, vec: int, edges: bool,
     return Variant("ticket", code, op, vec, items, shape.threads, shape.threads,
                    min_blocks=shape.blocks, smem_items=0 if items <= held else items - keep,
                    edges=edges, one_pass=shape.one_pass, ends=shape.ends,
-                   ends_head=shape.ends_head, ends_tail=shape.ends_tail)
+                   ends_head=shape.ends_head, ends_tail=shape.ends_tail,
+                   tune=shape.tune if shape.ends else 0)
 
 
 def dtype_code(dtype: Any) -> int:

@@ -46,14 +46,16 @@ __device__ __forceinline__ EndsChunk ends_chunk(unsigned long long t, long long 
 
 // `chunks` full chunks a row, `small` (= ceil(cols / (columns / SPLIT))) at the ends; the
 // host keeps head + tail <= rows. `counters`, `partials`: the workspace, as softmax_ticket's.
+// TUNE: softmax_ticket's TUNE_ORDER and TUNE_PRE bits (not TUNE_EVEN: the ends set the chunks).
 template <int DT, int OP, int VEC, int ITEMS, int THREADS, int MINB, int SMEM, int EDGES,
-          int ONE_PASS, int SPLIT>
+          int ONE_PASS, int SPLIT, int TUNE = 0>
 __global__ void __launch_bounds__(THREADS, MINB)
 softmax_ends(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned int* counters,
              float2* partials, long long rows, int cols, int chunks, int small, long long head,
              long long tail) {
     using namespace gpurt_softmax;
     static_assert(SPLIT >= 2 && ITEMS % SPLIT == 0, "SPLIT must divide ITEMS");
+    static_assert((TUNE & ~(TUNE_ORDER | TUNE_PRE)) == 0, "TUNE_ORDER and TUNE_PRE only");
     __shared__ float2 warp_total[THREADS / 32];
     __shared__ float2 row_total;
     __shared__ unsigned int ticket;
@@ -75,13 +77,13 @@ softmax_ends(const SM_STORAGE* a, const SM_STORAGE* b, SM_STORAGE* out, unsigned
     const int end = (int)min((long long)span.body, (long long)col0 + width);
     float2 own;
     const float2 mine = reduce_warps<OP, THREADS, THREADS>(
-        load_share_upto<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS>(h, edges, in, col0, end,
-                                                                     true, own),
+        load_share_upto<DT, OP, VEC, ITEMS, THREADS, SMEM, ONE_PASS, EDGES, TUNE>(
+            h, edges, in, col0, end, true, own),
         warp_total);
     const float2 total = meet_row<OP>(mine, counters, partials, c.row, c.chunk, c.chunks, small,
                                       &row_total);  // a row's partials `small` apart
-    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM>(h, own, total, out, span.body_base, col0, end,
-                                                 true);
+    store_row<DT, OP, VEC, ITEMS, THREADS, SMEM, TUNE>(h, own, total, out, span.body_base, col0,
+                                                       end, true);
     edges.store(out, total);
 }
 

@@ -147,7 +147,7 @@ def test_chooser_picks_the_measured_routes():
     # 16-bit rows longer than one CTA of the first shape holds: its ticket chunks, forward
     # in one pass (s8-softlong16; without tickets, run 4's shape in clusters as before)
     # (s10-softends: the rows at the launch's ends in chunks of half size, softmax_ends)
-    assert pick(131072, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
+    assert pick(131072, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2, 3>",)
     assert pick(131072, BF16, tickets=False).names() == (
         "softmax_cluster<2, 0, 8, 8, 1024, 2, 1, 6>",)
     # 16-bit softmax backward: the chunks of 8 vectors (6 in shared memory) in a persistent
@@ -198,7 +198,8 @@ def test_chooser_picks_the_measured_routes():
     assert pick(131071, F32, vec=4, edges=False).smem_items == 10
     assert pick(1_000_000, F32, plan.SOFTMAX_BACKWARD, rows=3).items == 16  # 31 chunks a row
     # 16-bit forward: chunks of two 512-thread CTAs per SM (s7-softbf16), in one pass (s8)
-    assert pick(1_000_000, BF16).names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2>",)
+    assert pick(1_000_000, BF16).names() == (  # TUNE_ORDER | TUNE_PRE (session 15)
+        "softmax_ends<2, 0, 8, 16, 512, 2, 12, 0, 1, 2, 3>",)
     assert (pick(1_000_000, BF16).ends_head, pick(1_000_000, BF16).ends_tail) == (50, 50)
     # launches that one residency holds: the ticket chunks (_plan)
     # (s14-soft: in chunks of half size where one residency holds those; session 15: tuned,
@@ -211,7 +212,7 @@ def test_chooser_picks_the_measured_routes():
         "softmax_ticket<2, 0, 8, 8, 512, 2, 4, 0, 1, 3>",)  # 31 chunks a row, 248 in all
     assert pick(200_003, BF16).for_launch(64, 200_003, 264).tune == 7  # last: 3395 of 65536
     assert pick(200_003, F16, plan.LOG_SOFTMAX).for_launch(32, 200_003, 264).tune == 7
-    assert pick(200_003, BF16).for_launch(300, 200_003, 264).tune == 0  # the ends, kept
+    assert pick(200_003, BF16).for_launch(300, 200_003, 264).tune == 3  # the ends, tuned
     assert all(form.tune in (3, 7) for form in pick(200_003, BF16).launch_forms())
     assert pick(200_003, BF16).for_launch(37, 200_003, 264).items == 8  # 7 chunks a row
     assert pick(200_003, BF16).for_launch(38, 200_003, 264).items == 16
@@ -363,7 +364,11 @@ def test_variant_names_grid_and_chunks():
     assert dataclasses.replace(ticket, tune=4).names() == (
         "softmax_ticket<0, 1, 4, 32, 512, 1, 10, 1, 0, 4>",)
     assert dataclasses.replace(one, tune=7).grid(3, 1_000_003) == one.grid(3, 1_000_003)
-    for bad in (dict(tune=8), dict(tune=-1), dict(tune=1, persist=1), dict(tune=1, ends=2),
+    # softmax_ends takes TUNE_ORDER and TUNE_PRE after its SPLIT (session 15)
+    ends = plan.Variant("ticket", 2, 0, 8, 16, 512, 512, min_blocks=2, smem_items=12, edges=True,
+                        one_pass=True, ends=2, tune=3)
+    assert ends.names() == ("softmax_ends<2, 0, 8, 16, 512, 2, 12, 1, 1, 2, 3>",)
+    for bad in (dict(tune=8), dict(tune=-1), dict(tune=1, persist=1), dict(tune=4, ends=2),
                 dict(tune=2, op=2)):
         with pytest.raises(ValueError, match="tune"):
             plan.Variant(**{**dict(kind="ticket", dtype=2, op=0, vec=8, items=4, group=512,

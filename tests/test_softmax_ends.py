@@ -37,7 +37,7 @@ plan = importlib.import_module("gpurt.kernels._softmax_plan")
 def ends_variants(long: bool = False) -> list[plan.Variant]:
     """Small forced softmax_ends variants for every dtype and op (128 threads, 4 vectors a
     thread: registers only, and 2 in shared memory four CTAs per SM; split 2 and 4; 16-bit
-    forward in one pass), or (``long``) the chooser's ticket chunks of forward rows of
+    forward in one pass, the second tuned), or (``long``) the chooser's ticket chunks of forward rows of
     1000003 with splits 2, 4 and 8 (the route set's candidates)."""
     found = []
     for dtype in DTYPES:
@@ -53,7 +53,8 @@ def ends_variants(long: bool = False) -> list[plan.Variant]:
             found += [plan.Variant("ticket", code, op, vec, 4, 128, 128, edges=True,
                                    one_pass=one, ends=2),
                       plan.Variant("ticket", code, op, vec, 4, 128, 128, min_blocks=4,
-                                   smem_items=2, edges=True, one_pass=one, ends=4)]
+                                   smem_items=2, edges=True, one_pass=one, ends=4,
+                                   tune=3 if one else 0)]  # 16-bit forward: tuned, as chosen
     return found
 
 
