@@ -37,8 +37,8 @@ plan = importlib.import_module("gpurt.kernels._softmax_plan")
 def ends_variants(long: bool = False) -> list[plan.Variant]:
     """Small forced softmax_ends variants for every dtype and op (128 threads, 4 vectors a
     thread: registers only, and 2 in shared memory four CTAs per SM; split 2 and 4; 16-bit
-    forward in one pass, the second tuned), or (``long``) the chooser's ticket chunks of forward rows of
-    1000003 with splits 2, 4 and 8 (the route set's candidates)."""
+    forward in one pass, the second tuned), or (``long``) the chooser's ticket chunks of
+    forward rows of 1000003 with splits 2, 4 and 8 (the route set's candidates)."""
     found = []
     for dtype in DTYPES:
         code, vec = plan.dtype_code(dtype), 16 // dtype.itemsize
