@@ -2,12 +2,15 @@
 softmax_ticket forms (session 15), each checked against float64: for compute-sanitizer
 (memcheck, racecheck, synccheck) on the GPU machine.
 
-    compute-sanitizer --tool racecheck python benchmarks/softmax_ends_san.py
+    compute-sanitizer --tool racecheck python benchmarks/softmax_ends_san.py [CASE ...]
+
+CASE: indices into CASES (default: all).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -21,7 +24,7 @@ CASES = [(140, 131_075, ml_dtypes.bfloat16, "softmax"), (140, 131_075, np.float1
 
 def main() -> None:
     rng = np.random.default_rng(15)
-    for rows, cols, dtype, name in CASES:
+    for rows, cols, dtype, name in [CASES[int(i)] for i in sys.argv[1:]] or CASES:
         x = rng.standard_normal((rows, cols)).astype(np.float32)
         y = getattr(sm, name)(gpurt.asarray(x.astype(dtype)))
         got = y.numpy().astype(np.float64) if hasattr(y, "numpy") else np.asarray(y)
