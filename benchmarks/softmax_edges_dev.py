@@ -558,6 +558,20 @@ def routes(timer: Timer, copy: float, torch: Any, sources: dict[str, str],
     return found
 
 
+def report(found: list[dict], copy: float, path: str | None, **extra: Any) -> None:
+    """Print routes()' rows (% of copy; of the same-size copy where a row has it) and write
+    them, with ``extra``, as JSON to ``path``."""
+    print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
+    for r in found:
+        same = f" {r['pct_samecopy']:>6}" if "pct_samecopy" in r else ""
+        print(f"{r['case']:>36} {r['variant']:>56} "
+              + (f"err {r['err']:.1e} {r['pct_copy']:>6}{same}" if "err" in r else r["failed"]))
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": gpurt.get_device_name(), "copy_GBps": copy, **extra,
+                       "routes": found}, f, indent=1)
+
+
 def _compile(variant: Any, arch: str, path: str | None = None) -> None:
     sm = importlib.import_module("gpurt.kernels.softmax")
     with source_of(sm, path):
@@ -650,15 +664,7 @@ def main() -> None:
     timer = Timer(handle, repeat=30)
     copy = copy_gbps(timer)
     if args.routes:
-        found = routes(timer, copy, torch, sources, args.set)
-        print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
-        for r in found:
-            print(f"{r['case']:>36} {r['variant']:>52} "
-                  + (f"err {r['err']:.1e} {r['pct_copy']:>6}" if "err" in r else r["failed"]))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"device": gpurt.get_device_name(), "copy_GBps": copy, "routes": found},
-                          f, indent=1)
+        report(routes(timer, copy, torch, sources, args.set), copy, args.json)
         return
     results = []
     for rows, cols, dtype, name in CASES[:args.cases]:

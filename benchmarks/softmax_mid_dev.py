@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import json
 
 import softmax_edges_dev as dev
 from _common import Timer, copy_gbps, peer
@@ -114,14 +113,7 @@ def main() -> None:
     for row in found:
         if "pct_copy" in row:
             row["pct_samecopy"] = round(row["pct_copy"] * copy / same[row["case"]], 1)
-    print(f"copy {copy:.0f} GB/s on {gpurt.get_device_name()}")
-    for r in found:
-        print(f"{r['case']:>30} {r['variant']:>60} "
-              + (f"{r['pct_copy']:>6} {r['pct_samecopy']:>6}" if "err" in r else r["failed"]))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": gpurt.get_device_name(), "copy_GBps": copy, "samecopy_GBps": same,
-                       "routes": found}, f, indent=1)
+    dev.report(found, copy, args.json, samecopy_GBps=same)
 
 
 if __name__ == "__main__":
