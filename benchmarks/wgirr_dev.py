@@ -89,6 +89,9 @@ VARIANTS = {
     "t64 c2 cs": _v(tune._WGMMA_64_C2, lean=15), "t64 c2 l7": _v(tune._WGMMA_64_C2, lean=7),
     "t64 T c2 cs": _v(tune._WGMMA_64, swap=True, cluster_m=2, lean=15),
     "t64n80 T c2 cs": _v(tune._SWAPPED[3], cluster_m=2, lean=15),
+    # prepared for session 16: the split barrier on the 192-row tiles in clusters
+    "t192 c2 cs": _v(tune._WGMMA_T192_C2, lean=8), "t192 c2 l15": _v(tune._WGMMA_T192_C2, lean=15),
+    "t192x128 c2 cs": _v(tune._WGMMA_T192N128_C2, lean=8),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -281,16 +284,21 @@ _CS = ("t64", "t64 c2 l7", "t64 c2 cs", "t64 T c2", "t64 T c2 cs")
 S15CS = {(1000, 1000, 1000, False): _CS, (1000, 1000, 1000, True): _CS,
          (1024, 1024, 1024, False): _CS, (768, 768, 768, False): _CS + ("t64n80 T c2 cs",),
          (896, 896, 896, False): _CS, (1000, 1000, 4000, False): _CS}
+# Prepared for session 16 (untimed): the split barrier (lean 8) on the heuristic's 192 x 192 c2
+# picks (3000^3, 3000x3000x1000, 6000x6000x2000: bench_gemm 0.92-0.93) and 192 x 128 c2
+_S16 = ("t192 c2", "t192 c2 cs", "t192 c2 l15", "t192x128 c2", "t192x128 c2 cs")
+S16CS = {(3000, 3000, 3000, False): _S16, (3000, 3000, 1000, False): _S16,
+         (6000, 6000, 2000, False): _S16, (3000, 3000, 3000, True): _S16[:3]}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
         "s14split": S14SPLIT, "s14small": S14SMALL, "s14check": S14CHECK,
-        "s15c2": S15C2, "s15cs": S15CS}
+        "s15c2": S15C2, "s15cs": S15CS, "s16cs": S16CS}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
          "s13narrow", "s13ct", "s13swap", "s14split", "s14small", "s14check", "s15c2",
-         "s15cs")
+         "s15cs", "s16cs")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -561,6 +569,12 @@ def sanitize(set_: str) -> None:
         cases += [(136, 264, 200, cs[0], True, True), (136, 264, 200, cs[0], True, False),
                   (1000, 1000, 136, cs[2], True, True), (64 * 141, 300, 136, cs[0], False, True),
                   (64 * 141, 300, 136, cs[1], True, False), (1000, 760, 136, cs[3], False, False)]
+        sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s16cs":  # the split barrier on 192-row tiles: beta; odd tile rows; N-major
+        cs = [VARIANTS[name] for name in ("t192 c2 cs", "t192 c2 l15", "t192x128 c2 cs")]
+        cases = [(232, 520, 136, c, False, False, 0.5) for c in cs]
+        cases += [(400, 456, 200, cs[0], True, True), (600, 300, 136, cs[2], False, True),
+                  (1536, 1000, 136, cs[1], True, False)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "s12lean":  # beta's fallback; early copies; clusters; held stage; many tiles
         lean = [VARIANTS[name] for name in ("t64 lean7", "t64 c2 lean7", "t64 lean2",

@@ -30,6 +30,7 @@ VARIANTS = [
     dataclasses.replace(tune._WGMMA_64_C2, lean=15),  # the cluster barrier split
     dataclasses.replace(tune._WGMMA_64_C2, lean=11),
     dataclasses.replace(tune._WGMMA_64_C2, lean=15, swap=True),  # C^T, split barrier
+    dataclasses.replace(tune._WGMMA_T192_C2, lean=8),  # 192 x 192 c2, split barrier
     dataclasses.replace(tune._WGMMA_T192, lean=7),  # 192 x 192: three consumers
     dataclasses.replace(T64, tma_store=False, lean=7),  # plain stores
     dataclasses.replace(T64, lean=0),  # the plain 64 x 128 tile
