@@ -298,10 +298,10 @@ class Variant:
     ``ends`` (``ticket``, not ``persist``): softmax_ends, the rows at the launch's two ends
     in chunks of 1/``ends`` the columns (2, 4 or 8; it divides ``items``): the first rows
     whose small chunks fill ``ends_head`` % of the CTAs that fit at once, and the last ones
-    that fill ``ends_tail`` % (:meth:`ends_rows`); ``tune`` (``ticket``, not ``persist`` nor
-    ``ends``): softmax_ticket's TUNE bits (softmax.cu: TUNE_ORDER 1, the one-pass
-    reduction's shared-memory vectors first; TUNE_PRE 2, forward, the outputs' 1 / sum once a
-    thread; TUNE_EVEN 4, chunks of equal length), 0 as before.
+    that fill ``ends_tail`` % (:meth:`ends_rows`); ``tune`` (``ticket``, not ``persist``):
+    softmax_ticket's TUNE bits (softmax.cu: TUNE_ORDER 1, the one-pass reduction's
+    shared-memory vectors first; TUNE_PRE 2, forward, the outputs' 1 / sum once a thread;
+    TUNE_EVEN 4, chunks of equal length, not with ``ends``), 0 as before.
     """
 
     kind: str
