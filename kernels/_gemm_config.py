@@ -141,8 +141,8 @@ class Config:
                           or self.split_k != 1 or self.cluster_n != 1 or self.pingpong
                           or (self.lean & 8 and (self.cluster_m != 2 or self.pipe_store))):
             raise ValueError(f"lean (bits 1, 2, 4; 8 with cluster_m=2, without pipe_store) is "
-                             f"for the unsplit "
-                             f"16-bit wgmma kernel without cluster_n or pingpong: {self}")
+                             f"for the unsplit 16-bit wgmma kernel without cluster_n or "
+                             f"pingpong: {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")
         if self.kernel == "simt" and (self.bk not in (8, 16) or self.bm % 32 or

@@ -360,9 +360,10 @@ class Variant:
                 self.kind != "ticket" or self.persist or self.items % self.ends)):
             raise ValueError(f"ends={self.ends}: 0, or 2, 4 or 8 dividing items for ticket "
                              "variants (not persist)")
-        if not 0 <= self.tune <= 7 or (self.tune and (
+        all_bits = TUNE_ORDER | TUNE_PRE | TUNE_EVEN
+        if self.tune & ~all_bits or self.tune < 0 or (self.tune and (
                 self.kind != "ticket" or self.persist or (self.ends and self.tune & TUNE_EVEN)
-                or (self.tune & 2 and self.op >= SOFTMAX_BACKWARD))):
+                or (self.tune & TUNE_PRE and self.op >= SOFTMAX_BACKWARD))):
             raise ValueError(f"tune={self.tune}: 0, or 1-7 for ticket variants (not persist; "
                              "1 and 2 with ends; 2 forward only)")
         if self.ends_head < 0 or self.ends_tail < 0:
@@ -495,7 +496,7 @@ class Variant:
         against the persistent ones: 8x1000003 71.6 / 66.5, 32x200003 64.4 / 61.1,
         16x500009 71.5 / 68.8, 24x200003 55.1 / 53.9; 4x1000003, 124 persistent chunks,
         one each, 50.4 / 55.5, and 32x1000003, 4 waves, 82.2 / 84.2, keep them). 16-bit
-        forward forms come tuned (TUNE_ORDER)."""
+        forward forms come tuned (TUNE_ORDER | TUNE_PRE, and TUNE_EVEN: :meth:`evened`)."""
         if self.ends and self.grid(rows, cols) > resident:
             return self
         if self.persist and self.grid(rows, cols) <= resident:
@@ -508,7 +509,7 @@ class Variant:
         """This tuned variant with TUNE_EVEN where a row of ``cols`` would end in a chunk of
         under a quarter of the others (see TUNE_EVEN)."""
         short = cols % self.columns
-        if not self.tune or not 0 < 4 * short < self.columns:
+        if not self.tune or self.ends or not 0 < 4 * short < self.columns:
             return self
         return dataclasses.replace(self, tune=self.tune | TUNE_EVEN)
 

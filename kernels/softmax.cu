@@ -831,6 +831,7 @@ __device__ __forceinline__ float2 load_share_upto(Held<DT, Policy<OP>::NIN, VEC,
     load_row<DT, OP, VEC, ITEMS, GROUP, SMEM>(h, in, edges.span.body_base, col0, end, live);
     edges.load(in);
     const int n = live_items<VEC, ITEMS, GROUP>(col0, end, live);
+    // (TUNE only for Forward: Backward::local takes no TUNE value)
     if constexpr (TUNE != 0) own = Policy<OP>::template local<ITEMS, VEC, ONE != 0, TUNE>(h, n);
     else own = Policy<OP>::template local<ITEMS, VEC, ONE != 0>(h, n);
     return edges.local(own);
