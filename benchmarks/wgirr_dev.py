@@ -92,6 +92,11 @@ VARIANTS = {
     # prepared for session 16: the split barrier on the 192-row tiles in clusters
     "t192 c2 cs": _v(tune._WGMMA_T192_C2, lean=8), "t192 c2 l15": _v(tune._WGMMA_T192_C2, lean=15),
     "t192x128 c2 cs": _v(tune._WGMMA_T192N128_C2, lean=8),
+    # session 16: the split barrier on 128 x 192 c2 s5 ps (its held stage released first, then
+    # the arrive) and on 128 x 256 c2
+    "w192 c2 ps cs": _v(tune._WGMMA_192_C2, lean=8),
+    "w192 c2 ps l11": _v(tune._WGMMA_192_C2, lean=11),
+    "wide c2 cs": _v(W[6], lean=8), "wide c2 l11": _v(W[6], lean=11),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -288,7 +293,12 @@ S15CS = {(1000, 1000, 1000, False): _CS, (1000, 1000, 1000, True): _CS,
 # picks (3000^3, 3000x3000x1000, 6000x6000x2000: bench_gemm 0.92-0.93) and 192 x 128 c2
 _S16 = ("t192 c2", "t192 c2 cs", "t192 c2 l15", "t192x128 c2", "t192x128 c2 cs")
 S16CS = {(3000, 3000, 3000, False): _S16, (3000, 3000, 1000, False): _S16,
-         (6000, 6000, 2000, False): _S16, (3000, 3000, 3000, True): _S16[:3]}
+         (6000, 6000, 2000, False): _S16[:3], (3000, 3000, 3000, True): _S16[:3]}
+# (session 16: the held-stage 128 x 192 c2 ps picks and 128 x 256 c2's)
+_S16W = ("w192 c2 s5 ps", "w192 c2 ps cs", "w192 c2 ps l11")
+S16CS |= {(2000, 3000, 1000, False): _S16W, (1000, 3000, 5000, False): _S16W,
+          (2000, 3000, 1000, True): _S16W,
+          (2000, 2000, 2000, False): ("wide c2", "wide c2 cs", "wide c2 l11")}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
@@ -571,10 +581,12 @@ def sanitize(set_: str) -> None:
                   (64 * 141, 300, 136, cs[1], True, False), (1000, 760, 136, cs[3], False, False)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "s16cs":  # the split barrier on 192-row tiles: beta; odd tile rows; N-major
-        cs = [VARIANTS[name] for name in ("t192 c2 cs", "t192 c2 l15", "t192x128 c2 cs")]
+        cs = [VARIANTS[name] for name in ("t192 c2 cs", "t192 c2 l15", "t192x128 c2 cs",
+                                          "w192 c2 ps cs", "w192 c2 ps l11", "wide c2 cs")]
         cases = [(232, 520, 136, c, False, False, 0.5) for c in cs]
         cases += [(400, 456, 200, cs[0], True, True), (600, 300, 136, cs[2], False, True),
-                  (1536, 1000, 136, cs[1], True, False)]
+                  (1536, 1000, 136, cs[1], True, False), (4096, 1000, 136, cs[3], True, False),
+                  (136, 584, 200, cs[4], True, True), (4096, 1000, 136, cs[5], False, True)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "s12lean":  # beta's fallback; early copies; clusters; held stage; many tiles
         lean = [VARIANTS[name] for name in ("t64 lean7", "t64 c2 lean7", "t64 lean2",

@@ -64,7 +64,8 @@ constexpr int SMEM_MAX = 227 * 1024;
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
 // an epilogue without the per-element beta test when beta == 0. With 2-CTA clusters:
 // LEAN_CSYNC, the cluster barrier's two ends split (relaxed at the start; at the end each
-// thread arrives once it has no remote operation left, before the epilogue, and waits last).
+// thread arrives once it has no remote operation left, before the epilogue (with a held stage,
+// after the epilogue's release of it), and waits last).
 constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
@@ -863,8 +864,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
             wgmma_wait<0>();
             if (k_end > k_begin && !(HOLD && use_tma_store)) release(prev);
             if constexpr (CSYNC) {  // the CTA's last remote arrive is behind it
-                static_assert(!HOLD && !PP, "LEAN_CSYNC: no held stage, no ping-pong");
-                if (item + step >= items) cluster_arrive();
+                static_assert(!PP, "LEAN_CSYNC: no ping-pong");
+                if (item + step >= items && !(HOLD && use_tma_store)) cluster_arrive();
             }
 
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
@@ -951,6 +952,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     if (t == 0) bulk_wait_read<1>();  // pass 1's store has read the stage
                     named_sync(1 + half, 128);
                     release(prev);
+                    if constexpr (CSYNC) {  // (the held stage's release was the last remote arrive)
+                        if (item + step >= items) cluster_arrive();
+                    }
                 } else {
                     // (two calls, not a generic lambda: NVRTC 13 takes those for host code)
                     constexpr bool NOBETA = (LEAN & LEAN_EPI) != 0;

@@ -27,6 +27,7 @@ VARIANTS = [
     dataclasses.replace(tune._WGMMA_64_C2, lean=7),  # clusters: the barrier whole
     dataclasses.replace(tune._WGMMA[5], pipe_store=True, lean=7),  # 128 x 128 pipelined
     dataclasses.replace(tune._WGMMA_192_C2, lean=7),  # 128 x 192 s5: the held stage
+    dataclasses.replace(tune._WGMMA_192_C2, lean=11),  # held stage, split barrier after it
     dataclasses.replace(tune._WGMMA_64_C2, lean=15),  # the cluster barrier split
     dataclasses.replace(tune._WGMMA_64_C2, lean=11),
     dataclasses.replace(tune._WGMMA_64_C2, lean=15, swap=True),  # C^T, split barrier
@@ -89,7 +90,7 @@ def test_layouts_and_edges(gpu_state, config):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", VARIANTS[:6], ids=_ids)
+@pytest.mark.parametrize("config", VARIANTS[:7], ids=_ids)
 def test_many_tiles_per_cta(gpu_state, config):
     tiles.many_tiles_per_cta(config, 103)
 
