@@ -25,25 +25,38 @@ SOURCE = r"""
 __device__ __forceinline__ unsigned long long now() {
     unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
+// mode: 1 a cluster barrier at the start (relaxed arrive), 2 one at the end, 4 the .aligned
+// forms, 8 the start barrier's arrive only (its wait just before the end)
 extern "C" __global__ void __launch_bounds__(384, 1)
 probe(unsigned long long* out, unsigned spin, int mode) {
-    extern __shared__ unsigned char smem[];
     const unsigned long long t0 = now();
-    if (mode & 1) asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait.acquire;\n"
-                               ::: "memory");
+    if ((mode & 1) && (mode & 4))
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n"
+                     ::: "memory");
+    else if (mode & 1)
+        asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
+    if (mode & 8) asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+    const unsigned long long tb = now();
     if (threadIdx.x == 0) {
-        unsigned long long t = t0;
-        while (t - t0 < spin) t = now();
-        smem[0] = (unsigned char)t;
+        unsigned long long t = tb;
+        while (t - tb < spin) t = now();
     }
     __syncthreads();
-    if (mode & 2) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n"
-                               ::: "memory");
+    if (mode & 8) asm volatile("barrier.cluster.wait;\n" ::: "memory");
+    const unsigned long long tc = now();
+    if ((mode & 2) && (mode & 4))
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+                     ::: "memory");
+    else if (mode & 2)
+        asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n"
+                     ::: "memory");
     if (threadIdx.x == 0) {
         unsigned smid; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        out[3 * blockIdx.x] = t0;
-        out[3 * blockIdx.x + 1] = now();
-        out[3 * blockIdx.x + 2] = smid;
+        out[5 * blockIdx.x] = t0;
+        out[5 * blockIdx.x + 1] = tb;
+        out[5 * blockIdx.x + 2] = tc;
+        out[5 * blockIdx.x + 3] = now();
+        out[5 * blockIdx.x + 4] = smid;
     }
 }
 """
@@ -71,15 +84,16 @@ def graph_us(kernel, config, args, stream) -> float:
 
 
 def starts(kernel, config, grid, spin, mode, stream) -> dict:
-    out = gpurt.empty(3 * grid, dtype="uint64")
+    out = gpurt.empty(5 * grid, dtype="uint64")
     kernel.launch(config, out, spin, mode, stream=stream)
     stream.synchronize()
-    rows = out.numpy().reshape(grid, 3)
-    t0 = rows[:, 0].astype(np.int64)
-    t1 = rows[:, 1].astype(np.int64)
+    rows = out.numpy().reshape(grid, 5).astype(np.int64)
+    t0, tb, tc, t1 = (rows[:, i] for i in range(4))
     first = t0.min()
     return {"start_spread_ns": int(t0.max() - first), "start_p50_ns": int(np.median(t0 - first)),
-            "end_max_ns": int(t1.max() - first), "sms": int(len(set(rows[:, 2].tolist())))}
+            "start_barrier_p50_ns": int(np.median(tb - t0)),
+            "end_barrier_p50_ns": int(np.median(t1 - tc)),
+            "end_max_ns": int(t1.max() - first), "sms": int(len(set(rows[:, 4].tolist())))}
 
 
 def main() -> None:
@@ -89,17 +103,15 @@ def main() -> None:
     gpurt.set_device(0)
     kernel = gpurt.compile(SOURCE)["probe"]
     smem = 200 * 1024
-    scratch = gpurt.empty(3 * 132, dtype="uint64")
+    scratch = gpurt.empty(5 * 132, dtype="uint64")
     stream = gpurt.Stream()
     rows = []
     print(gpurt.get_device_name(), flush=True)
-    for grid in (64, 128, 132):
+    for grid in (128, 132):
         for spin in (0, 5000):
-            for cluster in (1, 2, 4):
-                if grid % cluster:
-                    continue
-                for mode in ((0,) if cluster == 1 else (0, 3)):
-                    for shared in (0, smem):
+            for cluster in (1, 2):
+                for mode in ((0,) if cluster == 1 else (0, 1, 2, 3, 5, 6, 7, 8, 10)):
+                    for shared in (smem,):
                         config = gpurt.LaunchConfig(grid, 384, shared,
                                                     cluster=None if cluster == 1 else cluster)
                         us = graph_us(kernel, config, (scratch, spin, mode), stream)

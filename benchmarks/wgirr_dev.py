@@ -97,6 +97,14 @@ VARIANTS = {
     "w192 c2 ps cs": _v(tune._WGMMA_192_C2, lean=8),
     "w192 c2 ps l11": _v(tune._WGMMA_192_C2, lean=11),
     "wide c2 cs": _v(W[6], lean=8), "wide c2 l11": _v(W[6], lean=11),
+    # session 16: no cluster barrier at the end (lean bit 16: the producer's tail instead)
+    "t64 c2 tail": _v(tune._WGMMA_64_C2, lean=23),
+    "t64 T c2 tail": _v(tune._WGMMA_64, swap=True, cluster_m=2, lean=23),
+    "t64n80 T c2 tail": _v(tune._SWAPPED[3], cluster_m=2, lean=23),
+    "t192 c2 tail": _v(tune._WGMMA_T192_C2, lean=23),
+    "w192 c2 ps tail": _v(tune._WGMMA_192_C2, lean=16),
+    "wide c2 tail": _v(W[6], lean=16),
+    "t64 c2 ps tail": _v(tune._WGMMA_64_C2, pipe_store=True, lean=23),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -299,16 +307,29 @@ _S16W = ("w192 c2 s5 ps", "w192 c2 ps cs", "w192 c2 ps l11")
 S16CS |= {(2000, 3000, 1000, False): _S16W, (1000, 3000, 5000, False): _S16W,
           (2000, 3000, 1000, True): _S16W,
           (2000, 2000, 2000, False): ("wide c2", "wide c2 cs", "wide c2 l11")}
+# Session 16 (lead): the producer's tail in place of the end's cluster barrier (~0.7 us a
+# launch, cluster_cost_dev.py), against each cluster form's split barrier and the unclustered
+# tile, where clusters lost (aligned squares) and where they won (split rows)
+_T64T = ("t64", "t64 c2 cs", "t64 c2 tail", "t64 T c2 tail")
+S16TAIL = {(m, n, k, False): _T64T for m, n, k in (
+    (1000, 1000, 1000), (768, 768, 768), (1024, 1024, 1024), (896, 896, 896),
+    (1000, 1000, 4000), (640, 640, 640))}
+S16TAIL[(1000, 1000, 1000, True)] = _T64T
+S16TAIL[(768, 768, 768, False)] += ("t64n80 T c2 tail", "t64n80 T")
+S16TAIL |= {(3000, 3000, 3000, False): ("t192 c2 l15", "t192 c2 tail"),
+            (3000, 3000, 1000, False): ("t192 c2 l15", "t192 c2 tail"),
+            (2000, 3000, 1000, False): ("w192 c2 ps cs", "w192 c2 ps tail"),
+            (2000, 2000, 2000, False): ("wide c2 cs", "wide c2 tail")}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
         "s14split": S14SPLIT, "s14small": S14SMALL, "s14check": S14CHECK,
-        "s15c2": S15C2, "s15cs": S15CS, "s16cs": S16CS}
+        "s15c2": S15C2, "s15cs": S15CS, "s16cs": S16CS, "s16tail": S16TAIL}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
          "s13narrow", "s13ct", "s13swap", "s14split", "s14small", "s14check", "s15c2",
-         "s15cs", "s16cs")
+         "s15cs", "s16cs", "s16tail")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -587,6 +608,16 @@ def sanitize(set_: str) -> None:
         cases += [(400, 456, 200, cs[0], True, True), (600, 300, 136, cs[2], False, True),
                   (1536, 1000, 136, cs[1], True, False), (4096, 1000, 136, cs[3], True, False),
                   (136, 584, 200, cs[4], True, True), (4096, 1000, 136, cs[5], False, True)]
+        sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s16tail":  # the producer's tail: beta; odd tile rows; N-major; many tiles;
+        # the held stage; C^T; K shorter than the ring
+        cs = [VARIANTS[name] for name in ("t64 c2 tail", "t64 T c2 tail", "t192 c2 tail",
+                                          "w192 c2 ps tail", "wide c2 tail", "t64n80 T c2 tail")]
+        cases = [(232, 520, 136, c, False, False, 0.5) for c in cs]
+        cases += [(136, 264, 200, cs[0], True, True), (64 * 141, 300, 136, cs[0], False, True),
+                  (1000, 1000, 136, cs[1], True, True), (1536, 1000, 136, cs[2], True, False),
+                  (4096, 1000, 136, cs[3], True, False), (4096, 1000, 136, cs[4], False, True),
+                  (1000, 760, 136, cs[5], False, False), (200, 520, 64, cs[0], False, False)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "s12lean":  # beta's fallback; early copies; clusters; held stage; many tiles
         lean = [VARIANTS[name] for name in ("t64 lean7", "t64 c2 lean7", "t64 lean2",

@@ -82,9 +82,17 @@ _WGMMA = (
     Config("wgmma", 128, 256, 64, stages=4, group_m=16),
     Config("wgmma", 128, 256, 64, stages=4, group_m=16, tma_store=True),
     Config("wgmma", 128, 128, 64, stages=6, group_m=8, tma_store=True),
-    Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True),
+    # (lean 16: no cluster barrier at the end, the comment below)
+    Config("wgmma", 128, 256, 64, stages=4, group_m=8, cluster_m=2, tma_store=True, lean=16),
     Config("wgmma", 128, 64, 64, stages=8, group_m=8, tma_store=True),
 )
+# The 2-CTA cluster forms end without a cluster barrier (Config.lean bit 16: each CTA's producer
+# waits until both CTAs' consumers have released every stage; a cluster-scope release-arrive
+# costs ~0.7 us on an H100, benchmarks/cluster_cost_dev.py). H100, kernel-only cold, two rounds
+# (notes_gemm.md, session 16), against the end barrier before: 1000^3 64 x 128 c2 9.2 / 9.2 us
+# against 9.6 / 9.6 (split barrier), 2000x2000x2000 128 x 256 c2 26.4 / 26.4 against 28.0 /
+# 28.1, 2000x3000x1000 128 x 192 c2 ps 26.0 / 26.4 against 27.1 / 27.2, 3000x3000x1000
+# 192 x 192 c2 33.7 / 33.8 against 36.2 / 36.3, 3000^3 82.7 / 82.9 against 85.1 / 85.1.
 # Clusters for rows that are not 128-byte multiples, where each TMA box row spans two L2 lines
 # and the L2's requests are the limit: 2 x 2 CTAs (kernels/gemm_wgmma_x.cu) multicast A along
 # the tile row and B along the tile column, gemm_wgmma's 2 x 1 (_WGMMA[6]) B, so each CTA loads
@@ -115,7 +123,7 @@ _WGMMA_MID_C2X2 = Config("wgmma", 128, 128, 64, stages=6, group_m=8, cluster_m=2
 # box without the held stage came between the two.
 _WGMMA_192_S4 = Config("wgmma", 128, 192, 64, stages=4, group_m=16, tma_store=True)
 _WGMMA_192 = dataclasses.replace(_WGMMA_192_S4, stages=5, pipe_store=True)
-_WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2)
+_WGMMA_192_C2 = dataclasses.replace(_WGMMA_192, cluster_m=2, lean=16)
 _WGMMA_192_C2X2 = dataclasses.replace(_WGMMA_192_S4, cluster_m=2, cluster_n=2)
 # 64-row tiles of one consumer warpgroup (Config.bm = 64, kernels/gemm_wgmma.cu's
 # gemm_wgmma_bm; issue 17, s11-tile64): twice as many tiles as 128-row ones of the same width,
@@ -143,8 +151,10 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # epilogue; s12b-k1000, H100 cold / warm): 1000^3 10.0 / 9.7 us against 10.6 / 10.4,
 # 1000x1000x4000 24.3 / 23.8 against 24.9 / 24.3. With the cluster barrier split (lean 15,
 # session 15, H100 cold, two rounds): 1000^3 9.8 / 9.8 us against 10.2 / 10.2 (B N x K 10.1 /
-# 9.8 against 10.5 / 10.3), 1000x1000x4000 24.9 / 24.8 against 24.9 / 25.2.
-_WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2, lean=15)
+# 9.8 against 10.5 / 10.3), 1000x1000x4000 24.9 / 24.8 against 24.9 / 25.2. Without the end's
+# barrier (lean 23, session 16): 1000^3 9.2 / 9.2 against 9.6 / 9.6 (B N x K 9.4 / 9.4 against
+# 9.8 / 9.8), 1000x1000x4000 23.6 / 23.5 against 23.9 / 23.9.
+_WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2, lean=23)
 # Unclustered with the beta-free epilogue alone (lean 4): within 0.1-0.3 us of lean 5 at the
 # three shapes above, ahead at 768^3 in one round of two; a tuner candidate beside _WGMMA_64,
 # so a table tuned with it holds the faster of the two at each shape.
@@ -158,9 +168,9 @@ _WGMMA_64_LEAN4 = dataclasses.replace(_WGMMA_64, lean=4)
 # 0.937 / warm 1.03 of cuBLAS against 0.825 / 0.91 for 128 x 192 c2 (rate 1.28 below);
 # 1536^3 192 x 128 s5 0.797 against 0.767 with 4 stages.
 _WGMMA_T192 = Config("wgmma", 192, 192, 64, stages=4, group_m=8, tma_store=True)
-_WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2)
+_WGMMA_T192_C2 = dataclasses.replace(_WGMMA_T192, cluster_m=2, lean=23)  # (_WGMMA[6]'s comment)
 _WGMMA_T192N128 = Config("wgmma", 192, 128, 64, stages=5, group_m=8, tma_store=True)
-_WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2)
+_WGMMA_T192N128_C2 = dataclasses.replace(_WGMMA_T192N128, cluster_m=2, lean=16)
 _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
 # 96- and 80-wide tiles (issue 17, s13-narrow; Config.narrow: N-major B and C's staging in
 # 32- / 16-wide boxes with the 64- / 32-byte swizzle): for mid squares whose 128- and 192-wide
@@ -176,7 +186,7 @@ _TALL = (_WGMMA_T192, _WGMMA_T192_C2, _WGMMA_T192N128, _WGMMA_T192N128_C2)
 # tuner times them on one-wave-ish grids (64 x 80 with a K-major B only, whose boxes keep
 # 128-byte rows: untimed).
 _WGMMA_T192N96 = Config("wgmma", 192, 96, 64, stages=5, group_m=8, tma_store=True)
-_WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2)
+_WGMMA_T192N96_C2 = dataclasses.replace(_WGMMA_T192N96, cluster_m=2, lean=16)
 _WGMMA_64N96 = Config("wgmma", 64, 96, 64, stages=10, group_m=8, tma_store=True, lean=5)
 _WGMMA_64N80 = Config("wgmma", 64, 80, 64, stages=11, group_m=8, tma_store=True, lean=5)
 _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)

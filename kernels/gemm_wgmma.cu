@@ -66,7 +66,12 @@ constexpr int SMEM_MAX = 227 * 1024;
 // LEAN_CSYNC, the cluster barrier's two ends split (relaxed at the start; at the end each
 // thread arrives once it has no remote operation left, before the epilogue (with a held stage,
 // after the epilogue's release of it), and waits last).
-constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8;
+// LEAN_TAIL: no cluster barrier at the end at all; each CTA's producer instead waits until
+// every use of its ring's stages is released, by its own consumers and its peer's, so nothing
+// of the peer's can still reach the CTA when it exits (the peer's copies into it completed on
+// its full barriers, which its consumers waited for). A release-arrive at cluster scope costs
+// ~0.7 us on an H100 (benchmarks/cluster_cost_dev.py), the producer's waits nothing measurable.
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8, LEAN_TAIL = 16;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -631,7 +636,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
-    constexpr bool CSYNC = (LEAN & LEAN_CSYNC) != 0 && CS > 1;
+    constexpr bool TAIL = (LEAN & LEAN_TAIL) != 0 && CS > 1;
+    constexpr bool CSYNC = (LEAN & LEAN_CSYNC) != 0 && CS > 1 && !TAIL;
+    static_assert(!TAIL || !PP, "LEAN_TAIL: no ping-pong");
     constexpr int STAGE_READERS =
         (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -742,7 +749,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         }
     }
-    if constexpr (CSYNC) {  // (the barriers' init fence orders them for the peer)
+    if constexpr (CSYNC || TAIL) {  // (the barriers' init fence orders them for the peer)
         cluster_arrive_relaxed();
         cluster_wait();
     } else if (CS > 1) {
@@ -768,6 +775,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     }
                     load_stage(it, kt, tm, tn);
                 }
+            }
+            if constexpr (TAIL) {  // every stage's last use released, here and in the peer
+                for (int j = 0; j < STAGES; ++j, ++it)
+                    mbar_wait(empty_bar + 8 * (it % STAGES), ((it / STAGES) & 1) ^ 1);
             }
         }
         if constexpr (CSYNC) cluster_arrive();  // its copies are issued
@@ -987,7 +998,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
     }
     if constexpr (CSYNC) {
         cluster_wait();  // no CTA leaves while its peer may still write into it or arrive on it
-    } else if (CS > 1) {
+    } else if (CS > 1 && !TAIL) {
         cluster_sync();
     }
 }

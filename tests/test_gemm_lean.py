@@ -28,10 +28,15 @@ VARIANTS = [
     dataclasses.replace(tune._WGMMA[5], pipe_store=True, lean=7),  # 128 x 128 pipelined
     dataclasses.replace(tune._WGMMA_192_C2, lean=7),  # 128 x 192 s5: the held stage
     dataclasses.replace(tune._WGMMA_192_C2, lean=11),  # held stage, split barrier after it
+    dataclasses.replace(tune._WGMMA_192_C2, lean=16),  # held stage, the producer's tail
+    dataclasses.replace(tune._WGMMA_64_C2, lean=23),  # the producer's tail, no end barrier
     dataclasses.replace(tune._WGMMA_64_C2, lean=15),  # the cluster barrier split
     dataclasses.replace(tune._WGMMA_64_C2, lean=11),
     dataclasses.replace(tune._WGMMA_64_C2, lean=15, swap=True),  # C^T, split barrier
     dataclasses.replace(tune._WGMMA_T192_C2, lean=8),  # 192 x 192 c2, split barrier
+    dataclasses.replace(tune._WGMMA_T192_C2, lean=23),  # 192 x 192 c2, the producer's tail
+    dataclasses.replace(tune._WGMMA_64_C2, lean=23, swap=True),  # C^T, the producer's tail
+    dataclasses.replace(tune._WGMMA[6], lean=16),  # 128 x 256 c2, the producer's tail
     dataclasses.replace(tune._WGMMA_T192, lean=7),  # 192 x 192: three consumers
     dataclasses.replace(T64, tma_store=False, lean=7),  # plain stores
     dataclasses.replace(T64, lean=0),  # the plain 64 x 128 tile
@@ -51,7 +56,7 @@ def test_config_fields():
     assert lean.shared_mem(True, False) == T64.shared_mem(True, False)
     assert lean.threads == T64.threads
     assert Config.from_json(lean.to_json()) == lean
-    assert T64.lean == 5 and tune._WGMMA_64_C2.lean == 15  # the defaults (s12c-lean, s15)
+    assert T64.lean == 5 and tune._WGMMA_64_C2.lean == 23  # the defaults (s12c-lean, s16)
     assert "lean" not in VARIANTS[-3].label()
 
 
@@ -62,6 +67,15 @@ def test_config_fields():
 def test_config_rejects(bad):
     with pytest.raises(ValueError, match="lean"):
         dataclasses.replace(VARIANTS[0], **bad)
+
+
+def test_cluster_end_is_one_form():
+    """Bits 8 (the split end barrier) and 16 (none: the producer's tail) exclude each other;
+    the cluster defaults end without the barrier."""
+    with pytest.raises(ValueError, match="lean"):
+        dataclasses.replace(tune._WGMMA_64_C2, lean=24)
+    for config in (tune._WGMMA_64_C2, tune._WGMMA_T192_C2, tune._WGMMA_192_C2, tune._WGMMA[6]):
+        assert config.cluster_m == 2 and config.lean & 16, config
 
 
 def test_tuner_offers_lean4_beside_the_64_row_tile():
@@ -90,7 +104,7 @@ def test_layouts_and_edges(gpu_state, config):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", VARIANTS[:7], ids=_ids)
+@pytest.mark.parametrize("config", VARIANTS[:9], ids=_ids)
 def test_many_tiles_per_cta(gpu_state, config):
     tiles.many_tiles_per_cta(config, 103)
 

@@ -87,9 +87,11 @@ def test_too_deep_for_one_box_is_not_eligible():
 def test_defaults_take_the_winners():
     """Session 12's H100 run (notes_gemm.md): 5 stages with the held stage won for 128 x 192,
     4 stages of 192 x 192 in 2 x 1 clusters at 3000^3, 5 of 192 x 128 at 1536^3; 5 stages
-    through one box alone lost to the held stage and is offered to no one."""
-    picks = {((2000, 3000, 1000), False): C2_S5_PS, ((256, 11008, 4096), True): S5_PS,
-             ((3000, 3000, 3000), False): dataclasses.replace(T192_S4, cluster_m=2),
+    through one box alone lost to the held stage and is offered to no one. (Session 16: the
+    cluster forms end without the cluster barrier, Config.lean 16.)"""
+    picks = {((2000, 3000, 1000), False): dataclasses.replace(C2_S5_PS, lean=16),
+             ((256, 11008, 4096), True): S5_PS,
+             ((3000, 3000, 3000), False): dataclasses.replace(T192_S4, cluster_m=2, lean=23),
              ((1536, 1536, 1536), True): tune._WGMMA_T192N96_T}  # C^T (session 13)
     assert tune._tall_for(_problem(1536, 1536, 1536), tune._WGMMA_192) == T192N128_S5
     for (dims, pitch128), config in picks.items():

@@ -50,7 +50,7 @@ def test_config_fields():
     assert T192.name_expression(2, True, False, True) == \
         "gemm_wgmma_t<2, 192, 96, 5, false, true, 1, true, 0>"
     assert T192_C2.name_expression(1, False, True, True) == \
-        "gemm_wgmma_t<1, 192, 96, 5, true, false, 2, true, 0>"
+        "gemm_wgmma_t<1, 192, 96, 5, true, false, 2, true, 16>"
     assert T64N80.name_expression(2, True, True, True) == \
         "gemm_wgmma_t<2, 64, 80, 11, true, true, 1, true, 5>"
     assert {c.source for c in VARIANTS} == {"gemm_wgmma.cu"}

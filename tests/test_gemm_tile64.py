@@ -52,10 +52,10 @@ def test_config_fields():
     assert VARIANTS[3].shared_mem(True, True) <= 227 * 1024
     assert Config.from_json(T64.to_json()) == T64
     assert T64.tiles(1000, 1000) == 16 * 8 and tune._WGMMA[5].tiles(1000, 1000) == 8 * 8
-    assert T64_C2.label() == "wgmma 64x128x64 s8 c2 tmaC lean15 g8" and T64_C2.cluster == 2
+    assert T64_C2.label() == "wgmma 64x128x64 s8 c2 tmaC lean23 g8" and T64_C2.cluster == 2
     assert T64_C2.threads == 256 and T64_C2.shared_mem(True, False) == T64.shared_mem(True, False)
     assert T64_C2.name_expression(2, True, False, True) == \
-        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true, false, 15>"
+        "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true, false, 23>"
     assert dataclasses.replace(T64_C2, lean=0).name_expression(2, True, False, True) == \
         "gemm_wgmma_bm<2, 64, 128, 8, true, false, 2, true>"
 

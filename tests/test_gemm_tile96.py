@@ -44,7 +44,7 @@ def test_config_fields():
     assert T192.name_expression(2, True, False, True) == \
         "gemm_wgmma_bm<2, 192, 96, 5, true, false, 1, true>"
     assert VARIANTS[1].name_expression(1, False, True, True) == \
-        "gemm_wgmma_bm<1, 192, 96, 5, false, true, 2, true>"
+        "gemm_wgmma_bm<1, 192, 96, 5, false, true, 2, true, false, 16>"
     assert T64.name_expression(2, True, True, True) == \
         "gemm_wgmma_bm<2, 64, 96, 10, true, true, 1, true, false, 5>"
     assert VARIANTS[4].name_expression(2, False, False, True) == \
