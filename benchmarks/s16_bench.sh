@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Session 16's benchmark call (run from the tree's root; OUTDIR gets few files): $BENCHES
-# (default gemm; any of softmax elementwise gemm),
-# bench_elementwise and bench_gemm (autotuner on) through scripts/gpu-check with one shared
-# kernel cache, the tuner's results file after bench_gemm, then tune_defaults.py's shapes in
+# (default gemm; any of softmax elementwise gemm; bench_gemm with the autotuner on) through
+# scripts/gpu-check with one shared kernel cache, the tuner's results file after bench_gemm, then tune_defaults.py's shapes in
 # that cache with the time left (the new GEMM source digest's tuning table).
 set -u
 top=${1:?OUTDIR}
