@@ -27,6 +27,39 @@ __device__ __forceinline__ unsigned long long now() {
 }
 // mode: 1 a cluster barrier at the start (relaxed arrive), 2 one at the end, 4 the .aligned
 // forms, 8 the start barrier's arrive only (its wait just before the end)
+// form: how a 2-CTA cluster's end barrier orders what came before it (each thread has written
+// shared memory; with store, global memory too): 0 release arrive + acquire wait, 1 relaxed
+// arrive + acquire wait, 2 fence.acq_rel.cluster + relaxed arrive, 3 the restricted fences
+// (release of shared::cta, acquire of shared::cluster) around a relaxed arrive + wait
+extern "C" __global__ void __launch_bounds__(384, 1)
+ends(unsigned long long* out, int* sink, int form, int store) {
+    __shared__ int cell[384];
+    const unsigned long long t0 = now();
+    cell[threadIdx.x] = (int)t0;
+    if (store) sink[blockIdx.x * 384 + threadIdx.x] = (int)t0;
+    const unsigned long long tc = now();
+    if (form == 0) {
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+                     ::: "memory");
+    } else if (form == 1) {
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+                     ::: "memory");
+    } else if (form == 2) {
+        asm volatile("fence.acq_rel.cluster;\nbarrier.cluster.arrive.relaxed.aligned;\n"
+                     "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    } else {
+        asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n"
+                     "barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n"
+                     "fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
+    }
+    if (threadIdx.x == 0) {
+        out[5 * blockIdx.x] = t0;
+        out[5 * blockIdx.x + 1] = tc;
+        out[5 * blockIdx.x + 2] = tc;
+        out[5 * blockIdx.x + 3] = now() + (unsigned long long)cell[(threadIdx.x + 1) % 384] * 0;
+        out[5 * blockIdx.x + 4] = 0;
+    }
+}
 extern "C" __global__ void __launch_bounds__(384, 1)
 probe(unsigned long long* out, unsigned spin, int mode) {
     const unsigned long long t0 = now();
@@ -83,9 +116,9 @@ def graph_us(kernel, config, args, stream) -> float:
     return round(statistics.median(times), 3)
 
 
-def starts(kernel, config, grid, spin, mode, stream) -> dict:
+def starts(kernel, config, grid, rest, stream) -> dict:
     out = gpurt.empty(5 * grid, dtype="uint64")
-    kernel.launch(config, out, spin, mode, stream=stream)
+    kernel.launch(config, out, *rest, stream=stream)
     stream.synchronize()
     rows = out.numpy().reshape(grid, 5).astype(np.int64)
     t0, tb, tc, t1 = (rows[:, i] for i in range(4))
@@ -101,13 +134,14 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     gpurt.set_device(0)
-    kernel = gpurt.compile(SOURCE)["probe"]
+    module = gpurt.compile(SOURCE)
+    kernel = module["probe"]
     smem = 200 * 1024
     scratch = gpurt.empty(5 * 132, dtype="uint64")
     stream = gpurt.Stream()
     rows = []
     print(gpurt.get_device_name(), flush=True)
-    for grid in (128, 132):
+    for grid in (128,):
         for spin in (0, 5000):
             for cluster in (1, 2):
                 for mode in ((0,) if cluster == 1 else (0, 1, 2, 3, 5, 6, 7, 8, 10)):
@@ -117,9 +151,20 @@ def main() -> None:
                         us = graph_us(kernel, config, (scratch, spin, mode), stream)
                         row = {"grid": grid, "cluster": cluster, "spin_ns": spin, "mode": mode,
                                "smem_kb": shared // 1024, "graph_us": us}
-                        row |= starts(kernel, config, grid, spin, mode, stream)
+                        row |= starts(kernel, config, grid, (spin, mode), stream)
                         rows.append(row)
                         print(row, flush=True)
+    ends = module["ends"]
+    sink = gpurt.empty(384 * 132, dtype="int32")
+    for store in (0, 1):
+        for form in (0, 1, 2, 3):
+            config = gpurt.LaunchConfig(128, 384, smem, cluster=2)
+            us = graph_us(ends, config, (scratch, sink, form, store), stream)
+            row = {"kernel": "ends", "grid": 128, "cluster": 2, "form": form, "store": store,
+                   "graph_us": us}
+            row |= starts(ends, config, 128, (sink, form, store), stream)
+            rows.append(row)
+            print(row, flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": gpurt.get_device_name(), "rows": rows}, fh, indent=1)

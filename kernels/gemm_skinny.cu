@@ -175,8 +175,7 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[4][MT][4], const Fra
 
 __device__ __forceinline__ void cluster_sync_all() {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-                 ::: "memory");
+    cluster_sync_shared();
 #else
     __syncthreads();
 #endif
