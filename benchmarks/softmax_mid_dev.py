@@ -9,12 +9,15 @@ the chooser's pick, each checked against torch in float64 on a poisoned output
 (softmax_edges_dev.routes), and also times a copy of each case's own bytes.
 
     python benchmarks/softmax_mid_dev.py [--json PATH] [--warm] [--old PATH] [--tune]
+                                         [--cluster-old PATH]
 
 ``--old PATH``: instead, the chooser's pick at EXP_CASES compiled from the shipped source and
 from PATH (a copy of softmax.cu with some exps replaced by a multiplication: wrong results, a
 bound on what the MUFU work costs; the errors are recorded, not checked). ``--tune``: the
 one-wave 16-bit forward launches at TUNE_CASES as softmax() launches them (tuned: the
-chooser's TUNE bits) against the same forms untuned.
+chooser's TUNE bits) against the same forms untuned. ``--cluster-old PATH``: the chooser's
+cluster picks at CLUSTER_CASES from PATH (softmax.cu before session 16's cluster barriers) and
+from the shipped source.
 """
 
 from __future__ import annotations
@@ -84,15 +87,37 @@ def _exp_set() -> dict:
     return chosen
 
 
+# Session 16: float32 rows the chooser holds in clusters (softmax_cluster), whose cluster
+# barriers became relaxed / shared-memory-restricted (~0.3 us where a release-arrive costs
+# ~0.9): the pick compiled from --cluster-old (the source before) and from the shipped one
+CLUSTER_CASES = [(64, 131071, F32, "softmax"), (1024, 131072, F32, "softmax"),
+                 (4096, 65537, F32, "softmax"), (300, 100003, F32, "log_softmax"),
+                 (4096, 50257, F32, "softmax_backward"), (1024, 131072, F32, "softmax_backward"),
+                 (64, 131072, F32, "softmax_backward")]
+
+
+def _cluster_set() -> dict:
+    chosen = {}
+    for rows, cols, dtype, name in CLUSTER_CASES:
+        pick = dev.plan.choose_variant(cols, dtype, dev.OPS[name], rows=rows)
+        assert pick.kind == "cluster", (rows, cols, name, pick)
+        chosen[rows, cols, dtype, name] = [(dev.OLD, pick)]
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--old")
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--cluster-old")
     args = parser.parse_args()
     name, sources = "s15mid", {}
-    if args.tune:
+    if args.cluster_old:
+        dev.SETS["s16cluster"] = _cluster_set()
+        name, sources = "s16cluster", {dev.OLD: args.cluster_old}
+    elif args.tune:
         dev.SETS["s15tune"] = _tune_set()
         name = "s15tune"
     elif args.old:
