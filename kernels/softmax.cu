@@ -583,23 +583,11 @@ __device__ __forceinline__ unsigned int cluster_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-// The cluster barrier's halves. The arrive is relaxed: where a CTA only says it is done
-// reading its peers (their values already used), nothing needs releasing, and a barrier.cluster
-// arrive with release semantics costs ~0.9 us on an H100 where this costs ~0.3
-// (benchmarks/cluster_cost_dev.py); cluster_publish orders shared-memory writes for the peers.
 __device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// A cluster barrier after which the peers may read (ld.shared::cluster) what this CTA's threads
-// wrote to its shared memory before it: release and acquire restricted to shared memory.
-__device__ __forceinline__ void cluster_publish() {
-    asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
-    cluster_arrive();
-    cluster_wait();
-    asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
 }
 // Read a float2 at the same shared-memory offset in CTA `rank` of this cluster.
 __device__ __forceinline__ float2 load_peer(const float2* local, unsigned int rank) {
@@ -617,7 +605,8 @@ __device__ __forceinline__ float2 load_peer(const float2* local, unsigned int ra
 template <int OP, int CLUSTER>
 __device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
     if (threadIdx.x == 0) *slot = total;
-    cluster_publish();
+    cluster_arrive();
+    cluster_wait();
     const unsigned int lane = threadIdx.x % 32;
     total = lane < CLUSTER ? load_peer(slot, lane) : Policy<OP>::identity();
     return shfl_lane0(reduce_lanes<OP, CLUSTER>(total));
