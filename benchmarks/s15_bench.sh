@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Session 15's benchmark call (run from the tree's root; OUTDIR gets few files): bench_softmax,
-# bench_elementwise and bench_gemm (autotuner on) through scripts/gpu-check with one shared
+# bench_elementwise and bench_gemm (autotuner on; BENCHES picks some: session 16 ran gemm alone) through scripts/gpu-check with one shared
 # kernel cache, the tuner's results file after bench_gemm, then tune_defaults.py's shapes in
 # that cache with the time left (the new GEMM source digest's tuning table).
 set -u
 top=${1:?OUTDIR}
 export GPURT_CACHE_DIR=/tmp/kc
 W=$(mktemp -d)
-for b in softmax elementwise gemm; do
+for b in ${BENCHES:-softmax elementwise gemm}; do
     mkdir -p "$W/$b"
     lim=60; [ $b = gemm ] && lim=300
     timeout $((lim + 20)) scripts/gpu-check "$W/$b" --bench $b --bench-timeout $lim \
