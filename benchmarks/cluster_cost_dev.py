@@ -39,11 +39,11 @@ ends(unsigned long long* out, int* sink, int form, int store) {
     if (store) sink[blockIdx.x * 384 + threadIdx.x] = (int)t0;
     const unsigned long long tc = now();
     if (form == 0) {
-        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-                     ::: "memory");
+        asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                     "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
     } else if (form == 1) {
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-                     ::: "memory");
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+                     "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
     } else if (form == 2) {
         asm volatile("fence.acq_rel.cluster;\nbarrier.cluster.arrive.relaxed.aligned;\n"
                      "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -78,8 +78,8 @@ probe(unsigned long long* out, unsigned spin, int mode) {
     if (mode & 8) asm volatile("barrier.cluster.wait;\n" ::: "memory");
     const unsigned long long tc = now();
     if ((mode & 2) && (mode & 4))
-        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-                     ::: "memory");
+        asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                     "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
     else if (mode & 2)
         asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n"
                      ::: "memory");
