@@ -2,7 +2,9 @@
 # Session 16's decode call (run from the tree's root): the split decode and skinny kernels'
 # cluster barriers restricted to shared memory (gemm_common.cu's cluster_sync_shared): their GPU
 # tests, compute-sanitizer memcheck / racecheck / synccheck over decode_dev.py's sanitize and
-# race sweeps, then bench_gemm_decode (autotuner on) into OUTDIR/bench-decode.json.
+# race sweeps, then bench_gemm_decode (autotuner on) into OUTDIR/bench-decode.json. (Ran on
+# 8a91048; that change was reverted, see notes_gemm.md session 16: reapply it with the acquire
+# fence before the last barrier's arrive, then run this and regenerate the tuning table.)
 set -u
 top=${1:?OUTDIR}
 out=$(mktemp -d)/w; total=${TOTAL:-420}; . benchmarks/_device_site.sh

@@ -175,7 +175,8 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[4][MT][4], const Fra
 
 __device__ __forceinline__ void cluster_sync_all() {
 #if __CUDA_ARCH__ >= 900
-    cluster_sync_shared();
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+                 ::: "memory");
 #else
     __syncthreads();
 #endif
