@@ -3,9 +3,11 @@
 Session 15 measured +1 us for the 64 x 128 wgmma tile in 2-CTA clusters on one-tile grids even
 without multicast. This probe separates the launch from the kernel: one CTA per SM (dynamic
 shared memory), 384 threads, a grid of G CTAs in clusters of C, each CTA spinning S ns on
-%globaltimer; optionally a cluster barrier at the start and the end (as the GEMM has).
-Kernel-only: 20 launches captured in a CUDA graph, replayed, device events, median of 30; and
-one eager launch's per-CTA start times (spread of the CTAs' first instruction, by cluster rank).
+%globaltimer; optionally a cluster barrier at the start and the end (as the GEMM has)
+(``probe``); then the end barrier's forms, release against relaxed and the fences restricted to
+shared memory, after every thread wrote shared (and global) memory (``ends``). Kernel-only: 20
+launches captured in a CUDA graph, replayed, device events, median of 30; and one eager
+launch's per-CTA %globaltimer stamps (the CTAs' first instruction, each barrier's time).
 
     python benchmarks/cluster_cost_dev.py [--json PATH]
 """
@@ -25,6 +27,18 @@ SOURCE = r"""
 __device__ __forceinline__ unsigned long long now() {
     unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
+// Thread 0's stamps: its start, the start barrier's end, the end barrier's start, now, its SM.
+__device__ __forceinline__ void stamp(unsigned long long* out, unsigned long long t0,
+                                      unsigned long long tb, unsigned long long tc) {
+    if (threadIdx.x != 0) return;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    out[5 * blockIdx.x] = t0;
+    out[5 * blockIdx.x + 1] = tb;
+    out[5 * blockIdx.x + 2] = tc;
+    out[5 * blockIdx.x + 3] = now();
+    out[5 * blockIdx.x + 4] = smid;
+}
 // mode: 1 a cluster barrier at the start (relaxed arrive), 2 one at the end, 4 the .aligned
 // forms, 8 the start barrier's arrive only (its wait just before the end)
 // form: how a 2-CTA cluster's end barrier orders what came before it (each thread has written
@@ -33,7 +47,7 @@ __device__ __forceinline__ unsigned long long now() {
 // (release of shared::cta, acquire of shared::cluster) around a relaxed arrive + wait
 extern "C" __global__ void __launch_bounds__(384, 1)
 ends(unsigned long long* out, int* sink, int form, int store) {
-    __shared__ int cell[384];
+    volatile __shared__ int cell[384];  // written, never read: what a release must order
     const unsigned long long t0 = now();
     cell[threadIdx.x] = (int)t0;
     if (store) sink[blockIdx.x * 384 + threadIdx.x] = (int)t0;
@@ -52,13 +66,7 @@ ends(unsigned long long* out, int* sink, int form, int store) {
                      "barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n"
                      "fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
     }
-    if (threadIdx.x == 0) {
-        out[5 * blockIdx.x] = t0;
-        out[5 * blockIdx.x + 1] = tc;
-        out[5 * blockIdx.x + 2] = tc;
-        out[5 * blockIdx.x + 3] = now() + (unsigned long long)cell[(threadIdx.x + 1) % 384] * 0;
-        out[5 * blockIdx.x + 4] = 0;
-    }
+    stamp(out, t0, tc, tc);  // (its "start barrier" is the stores' time)
 }
 extern "C" __global__ void __launch_bounds__(384, 1)
 probe(unsigned long long* out, unsigned spin, int mode) {
@@ -83,18 +91,12 @@ probe(unsigned long long* out, unsigned spin, int mode) {
     else if (mode & 2)
         asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n"
                      ::: "memory");
-    if (threadIdx.x == 0) {
-        unsigned smid; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        out[5 * blockIdx.x] = t0;
-        out[5 * blockIdx.x + 1] = tb;
-        out[5 * blockIdx.x + 2] = tc;
-        out[5 * blockIdx.x + 3] = now();
-        out[5 * blockIdx.x + 4] = smid;
-    }
+    stamp(out, t0, tb, tc);
 }
 """
 
 CALLS, REPEATS = 20, 30
+GRID = 128  # 1024^3's 64 x 128 tiles
 
 
 def graph_us(kernel, config, args, stream) -> float:
@@ -135,36 +137,28 @@ def main() -> None:
     args = parser.parse_args()
     gpurt.set_device(0)
     module = gpurt.compile(SOURCE)
-    kernel = module["probe"]
-    smem = 200 * 1024
-    scratch = gpurt.empty(5 * 132, dtype="uint64")
+    smem = 200 * 1024  # one CTA per SM
+    scratch = gpurt.empty(5 * GRID, dtype="uint64")
     stream = gpurt.Stream()
     rows = []
     print(gpurt.get_device_name(), flush=True)
-    for grid in (128,):
-        for spin in (0, 5000):
-            for cluster in (1, 2):
-                for mode in ((0,) if cluster == 1 else (0, 1, 2, 3, 5, 6, 7, 8, 10)):
-                    for shared in (smem,):
-                        config = gpurt.LaunchConfig(grid, 384, shared,
-                                                    cluster=None if cluster == 1 else cluster)
-                        us = graph_us(kernel, config, (scratch, spin, mode), stream)
-                        row = {"grid": grid, "cluster": cluster, "spin_ns": spin, "mode": mode,
-                               "smem_kb": shared // 1024, "graph_us": us}
-                        row |= starts(kernel, config, grid, (spin, mode), stream)
-                        rows.append(row)
-                        print(row, flush=True)
-    ends = module["ends"]
-    sink = gpurt.empty(384 * 132, dtype="int32")
+    def measure(name: str, config: gpurt.LaunchConfig, rest: tuple, **fields) -> None:
+        us = graph_us(module[name], config, (scratch, *rest), stream)
+        row = {"kernel": name, "grid": GRID, "smem_kb": smem // 1024, **fields, "graph_us": us}
+        row |= starts(module[name], config, GRID, rest, stream)
+        rows.append(row)
+        print(row, flush=True)
+
+    for spin in (0, 5000):
+        for cluster in (1, 2):
+            config = gpurt.LaunchConfig(GRID, 384, smem, cluster=None if cluster == 1 else cluster)
+            for mode in (0,) if cluster == 1 else (0, 1, 2, 3, 5, 6, 7, 8, 10):
+                measure("probe", config, (spin, mode), cluster=cluster, spin_ns=spin, mode=mode)
+    sink = gpurt.empty(384 * GRID, dtype="int32")
+    config = gpurt.LaunchConfig(GRID, 384, smem, cluster=2)
     for store in (0, 1):
         for form in (0, 1, 2, 3):
-            config = gpurt.LaunchConfig(128, 384, smem, cluster=2)
-            us = graph_us(ends, config, (scratch, sink, form, store), stream)
-            row = {"kernel": "ends", "grid": 128, "cluster": 2, "form": form, "store": store,
-                   "graph_us": us}
-            row |= starts(ends, config, 128, (sink, form, store), stream)
-            rows.append(row)
-            print(row, flush=True)
+            measure("ends", config, (sink, form, store), cluster=2, form=form, store=store)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": gpurt.get_device_name(), "rows": rows}, fh, indent=1)
