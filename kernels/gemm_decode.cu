@@ -249,7 +249,7 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
         }
     }
     if constexpr (SPLIT == 1) return;
-    cluster_sync();  // every rank's partial tile is written and visible cluster-wide
+    cluster_publish_shared();  // every rank's partial tile is written and visible cluster-wide
     // Rank r finishes rows [r BM / SPLIT, (r + 1) BM / SPLIT), row fastest (C's contiguous
     // side when it is wide), summing the ranks in order. A thread's elements u = threadIdx.x
     // + i THREADS come CHUNK at a time, all their loads issued before the first sum, so the
@@ -277,5 +277,5 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
         }
     }
-    cluster_sync();  // no CTA leaves while others may read its partial tile
+    cluster_done_reading();  // no CTA leaves while others may read its partial tile
 }

@@ -173,10 +173,17 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[4][MT][4], const Fra
     }
 }
 
-__device__ __forceinline__ void cluster_sync_all() {
+// The cluster's two barriers (gemm_common.cu), a CTA barrier before sm_90 (no clusters there).
+__device__ __forceinline__ void partials_written() {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-                 ::: "memory");
+    cluster_publish_shared();
+#else
+    __syncthreads();
+#endif
+}
+__device__ __forceinline__ void partials_read() {
+#if __CUDA_ARCH__ >= 900
+    cluster_done_reading();
 #else
     __syncthreads();
 #endif
@@ -189,7 +196,8 @@ __device__ __forceinline__ float4 load_partial(u32 addr, int rank) {
 #if __CUDA_ARCH__ >= 900
     if constexpr (CS > 1) {
         u32 remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                     : "=r"(remote) : "r"(addr), "r"(rank));
         asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
         return v;
@@ -267,7 +275,7 @@ gemm_skinny(const u16* __restrict__ G, const u16* __restrict__ S, u16* C, const 
                     mine[(8 * mt + 2 * t + e % 2) * RS + 16 * j + g + 8 * (e / 2)] = acc[j][mt][e];
     }
     if (CS > 1) {
-        cluster_sync_all();  // every CTA's partial tiles are written and visible cluster-wide
+        partials_written();  // every CTA's partial tiles are written and visible cluster-wide
     } else {
         __syncthreads();
     }
@@ -300,5 +308,5 @@ gemm_skinny(const u16* __restrict__ G, const u16* __restrict__ S, u16* C, const 
             C[i * c_small + (i64)j * c_big] = from_f32<DT>(v);
         }
     }
-    if (CS > 1) cluster_sync_all();  // no CTA leaves while others may read its partial tiles
+    if (CS > 1) partials_read();  // no CTA leaves while others may read its partial tiles
 }

@@ -110,7 +110,10 @@ gemm_wgmma_x(const __grid_constant__ wg::TmaDesc tma_a, const __grid_constant__ 
              const u16* __restrict__ Cin, int M, int N, int K, i64 ldc, i64 ldcin, float alpha,
              float beta, int group_m, int pair_ok, int tma_store_ok, float* __restrict__ partial,
              int splits) {
-    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, CN, PP, PS>(
+    // clusters end without a cluster barrier (the producer's tail, wg::LEAN_TAIL); ping-pong
+    // consumers keep it
+    constexpr int LEAN = CM * CN > 1 && !PP ? wg::LEAN_TAIL : 0;
+    gemm_wgmma_body<DT, BN, STAGES, A_K, B_K, CM, EPI_TMA, false, CN, PP, PS, wg::BM, LEAN>(
         tma_a, tma_b, tma_c, C, Cin, M, N, K, ldc, ldcin, alpha, beta, group_m, pair_ok,
         tma_store_ok, nullptr, 1, nullptr);
 }

@@ -589,6 +589,16 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// A cluster barrier after which the peers may read (ld.shared::cluster) what this CTA's threads
+// wrote to its shared memory before it: release and acquire restricted to shared memory around
+// a relaxed arrive (~0.3 us on an H100 where a release-arrive costs ~0.9,
+// benchmarks/cluster_cost_dev.py). Not for a barrier that says "done reading the peers": a
+// relaxed arrive does not wait for this thread's loads (notes_softmax.md v26).
+__device__ __forceinline__ void cluster_publish() {
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n"
+                 "barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n"
+                 "fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
+}
 // Read a float2 at the same shared-memory offset in CTA `rank` of this cluster.
 __device__ __forceinline__ float2 load_peer(const float2* local, unsigned int rank) {
     unsigned int addr = (unsigned int)__cvta_generic_to_shared(local);
@@ -605,8 +615,7 @@ __device__ __forceinline__ float2 load_peer(const float2* local, unsigned int ra
 template <int OP, int CLUSTER>
 __device__ __forceinline__ float2 reduce_cluster(float2 total, float2* slot) {
     if (threadIdx.x == 0) *slot = total;
-    cluster_arrive();
-    cluster_wait();
+    cluster_publish();
     const unsigned int lane = threadIdx.x % 32;
     total = lane < CLUSTER ? load_peer(slot, lane) : Policy<OP>::identity();
     return shfl_lane0(reduce_lanes<OP, CLUSTER>(total));
