@@ -84,19 +84,10 @@ VARIANTS = {
     "t64n96 T c2": _v(tune._SWAPPED[2], cluster_m=2, lean=7),
     # session 15: cuBLAS's 1000^3 tiling (its 64 x 128 along C's columns x rows, 2-CTA clusters)
     "t64 T c2": _v(tune._WGMMA_64, swap=True, cluster_m=2, lean=7),
-    # session 15: the cluster barrier split (lean bit 8; session 15's run also timed a bit 16,
-    # no multicast, since removed: it hung with an N x K B, whose map holds half boxes)
-    "t64 c2 cs": _v(tune._WGMMA_64_C2, lean=15), "t64 c2 l7": _v(tune._WGMMA_64_C2, lean=7),
-    "t64 T c2 cs": _v(tune._WGMMA_64, swap=True, cluster_m=2, lean=15),
-    "t64n80 T c2 cs": _v(tune._SWAPPED[3], cluster_m=2, lean=15),
-    # prepared for session 16: the split barrier on the 192-row tiles in clusters
-    "t192 c2 cs": _v(tune._WGMMA_T192_C2, lean=8), "t192 c2 l15": _v(tune._WGMMA_T192_C2, lean=15),
-    "t192x128 c2 cs": _v(tune._WGMMA_T192N128_C2, lean=8),
-    # session 16: the split barrier on 128 x 192 c2 s5 ps (its held stage released first, then
-    # the arrive) and on 128 x 256 c2
-    "w192 c2 ps cs": _v(tune._WGMMA_192_C2, lean=8),
-    "w192 c2 ps l11": _v(tune._WGMMA_192_C2, lean=11),
-    "wide c2 cs": _v(W[6], lean=8), "wide c2 l11": _v(W[6], lean=11),
+    # sessions 15-16 timed a split end barrier (lean bit 8) here, gone since session 17: the
+    # producer's tail beat it everywhere. The end barrier whole, to time the tail against:
+    "t64 c2 l7": _v(tune._WGMMA_64_C2, lean=7), "t192 c2 l7": _v(tune._WGMMA_T192_C2, lean=7),
+    "w192 c2 ps l0": _v(tune._WGMMA_192_C2, lean=0), "wide c2 l0": _v(W[6], lean=0),
     # session 16: no cluster barrier at the end (lean bit 16: the producer's tail instead)
     "t64 c2 tail": _v(tune._WGMMA_64_C2, lean=23),
     "t64 T c2 tail": _v(tune._WGMMA_64, swap=True, cluster_m=2, lean=23),
@@ -291,45 +282,30 @@ S15C2 = {(m, n, k, False): ("t64n80 T", "t64n80 T c2", "t64n96 T c2", "t64 T", "
          for m, n, k in ((640, 640, 640), (768, 768, 768), (896, 896, 896), (1000, 1000, 1000),
                          (1024, 1024, 1024))}
 S15C2[(1000, 1000, 1000, True)] = ("t64 T", "t64 T c2", "t64n80 T c2")
-# Session 15 (lead): what a 2-CTA cluster costs the 64 x 128 tile (s15c2: +1.2-2.2 us on aligned
-# squares, against -1.1 us of multicast at 1000^3's split rows): the barrier split, no multicast
-_CS = ("t64", "t64 c2 l7", "t64 c2 cs", "t64 T c2", "t64 T c2 cs")
-S15CS = {(1000, 1000, 1000, False): _CS, (1000, 1000, 1000, True): _CS,
-         (1024, 1024, 1024, False): _CS, (768, 768, 768, False): _CS + ("t64n80 T c2 cs",),
-         (896, 896, 896, False): _CS, (1000, 1000, 4000, False): _CS}
-# Prepared for session 16 (untimed): the split barrier (lean 8) on the heuristic's 192 x 192 c2
-# picks (3000^3, 3000x3000x1000, 6000x6000x2000: bench_gemm 0.92-0.93) and 192 x 128 c2
-_S16 = ("t192 c2", "t192 c2 cs", "t192 c2 l15", "t192x128 c2", "t192x128 c2 cs")
-S16CS = {(3000, 3000, 3000, False): _S16, (3000, 3000, 1000, False): _S16,
-         (6000, 6000, 2000, False): _S16[:3], (3000, 3000, 3000, True): _S16[:3]}
-# (session 16: the held-stage 128 x 192 c2 ps picks and 128 x 256 c2's)
-_S16W = ("w192 c2 s5 ps", "w192 c2 ps cs", "w192 c2 ps l11")
-S16CS |= {(2000, 3000, 1000, False): _S16W, (1000, 3000, 5000, False): _S16W,
-          (2000, 3000, 1000, True): _S16W,
-          (2000, 2000, 2000, False): ("wide c2", "wide c2 cs", "wide c2 l11")}
 # Session 16 (lead): the producer's tail in place of the end's cluster barrier (~0.7 us a
-# launch, cluster_cost_dev.py), against each cluster form's split barrier and the unclustered
-# tile, where clusters lost (aligned squares) and where they won (split rows)
-_T64T = ("t64", "t64 c2 cs", "t64 c2 tail", "t64 T c2 tail")
+# launch, cluster_cost_dev.py), against each cluster form's end barrier (session 16 timed the
+# split one, lean bit 8, since gone) and the unclustered tile, where clusters lost (aligned
+# squares) and where they won (split rows)
+_T64T = ("t64", "t64 c2 l7", "t64 c2 tail", "t64 T c2 tail")
 S16TAIL = {(m, n, k, False): _T64T for m, n, k in (
     (1000, 1000, 1000), (768, 768, 768), (1024, 1024, 1024), (896, 896, 896),
     (1000, 1000, 4000), (640, 640, 640))}
 S16TAIL[(1000, 1000, 1000, True)] = _T64T
 S16TAIL[(768, 768, 768, False)] += ("t64n80 T c2 tail", "t64n80 T")
-S16TAIL |= {(3000, 3000, 3000, False): ("t192 c2 l15", "t192 c2 tail"),
-            (3000, 3000, 1000, False): ("t192 c2 l15", "t192 c2 tail"),
-            (2000, 3000, 1000, False): ("w192 c2 ps cs", "w192 c2 ps tail"),
-            (2000, 2000, 2000, False): ("wide c2 cs", "wide c2 tail")}
+S16TAIL |= {(3000, 3000, 3000, False): ("t192 c2 l7", "t192 c2 tail"),
+            (3000, 3000, 1000, False): ("t192 c2 l7", "t192 c2 tail"),
+            (2000, 3000, 1000, False): ("w192 c2 ps l0", "w192 c2 ps tail"),
+            (2000, 2000, 2000, False): ("wide c2 l0", "wide c2 tail")}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
         "s14split": S14SPLIT, "s14small": S14SMALL, "s14check": S14CHECK,
-        "s15c2": S15C2, "s15cs": S15CS, "s16cs": S16CS, "s16tail": S16TAIL}
+        "s15c2": S15C2, "s16tail": S16TAIL}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
          "s13narrow", "s13ct", "s13swap", "s14split", "s14small", "s14check", "s15c2",
-         "s15cs", "s16cs", "s16tail")
+         "s16tail")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -591,23 +567,6 @@ def sanitize(set_: str) -> None:
         cases = [(200, 520, 136, c, False, False, 0.5) for c in t64c]
         cases += [(136, 264, 200, t64c[0], True, True), (1000, 1000, 136, t64c[1], True, False),
                   (64 * 141, 300, 136, t64c[0], False, True)]
-        sys.exit(1 if run_checks(cases) else 0)
-    if set_ == "s15cs":  # the split cluster barrier, no multicast: beta; odd tile rows (a
-        # CTA without a tile); N-major operands; many tiles a CTA; C^T
-        cs = [VARIANTS[name] for name in ("t64 c2 cs", "t64 c2 l7", "t64 T c2 cs",
-                                          "t64n80 T c2 cs")]
-        cases = [(200, 520, 136, c, False, False, 0.5) for c in cs]
-        cases += [(136, 264, 200, cs[0], True, True), (136, 264, 200, cs[0], True, False),
-                  (1000, 1000, 136, cs[2], True, True), (64 * 141, 300, 136, cs[0], False, True),
-                  (64 * 141, 300, 136, cs[1], True, False), (1000, 760, 136, cs[3], False, False)]
-        sys.exit(1 if run_checks(cases) else 0)
-    if set_ == "s16cs":  # the split barrier on 192-row tiles: beta; odd tile rows; N-major
-        cs = [VARIANTS[name] for name in ("t192 c2 cs", "t192 c2 l15", "t192x128 c2 cs",
-                                          "w192 c2 ps cs", "w192 c2 ps l11", "wide c2 cs")]
-        cases = [(232, 520, 136, c, False, False, 0.5) for c in cs]
-        cases += [(400, 456, 200, cs[0], True, True), (600, 300, 136, cs[2], False, True),
-                  (1536, 1000, 136, cs[1], True, False), (4096, 1000, 136, cs[3], True, False),
-                  (136, 584, 200, cs[4], True, True), (4096, 1000, 136, cs[5], False, True)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "s16tail":  # the producer's tail: beta; odd tile rows; N-major; many tiles;
         # the held stage; C^T; K shorter than the ring

@@ -48,13 +48,11 @@ class Config:
     gemm_wgmma_bm): bits that cut the fixed cost of a CTA's tile, for grids of about one
     tile per CTA: 1 descriptors by offset (the K loop's address arithmetic), 2 the first
     stages' copies before the CTA barrier (tensor maps prefetched), 4 an epilogue without the
-    per-element beta test when beta == 0 (session 12's bit 8, stores straight from the
-    registers, lost or tied wherever it was timed and is gone); with ``cluster_m`` = 2:
-    8 the cluster barrier split (each thread arrives once its remote operations are done,
-    before the epilogue or, with the held stage of 128 x 192 ps, after the epilogue releases
-    it, and waits before it exits: H100, 64 x 128 c2, 0.4-0.7 us a call), 16 no cluster
-    barrier at the end at all: the producer waits until every stage's last use is released by
-    both CTAs' consumers (a cluster-scope release-arrive costs ~0.7 us on an H100).
+    per-element beta test when beta == 0; with ``cluster_m`` = 2: 16 no cluster barrier at
+    the end at all: the producer waits until every stage's last use is released by both CTAs'
+    consumers (a cluster-scope release-arrive costs ~0.7 us on an H100). Bit 8 is gone twice:
+    session 12's stores straight from the registers and session 15's split end barrier each
+    lost or tied wherever they were timed against what replaced them.
     The 16-bit wgmma kernel also takes 128 x 192 tiles (unsplit; 4 stages and two 64-wide
     staging boxes per consumer fill shared memory, or 5 stages, cuBLAS's depth, and one box),
     which make whole waves where 128 x 256 ones leave a last wave mostly idle, and 64-row
@@ -140,11 +138,10 @@ class Config:
                                 or not self.tma_store or (self.bn % 128 and not deep192)):
             raise ValueError(f"pipe_store is for the unsplit 16-bit wgmma kernel's TMA stores "
                              f"(bn 128 or 256, or 128 x 192 with 5 stages): {self}")
-        if self.lean and (not 0 < self.lean < 32 or self.kernel != "wgmma" or self.bk != 64
-                          or self.split_k != 1 or self.cluster_n != 1 or self.pingpong
-                          or (self.lean & 24 and self.cluster_m != 2)
-                          or self.lean & 24 == 24):
-            raise ValueError(f"lean (bits 1, 2, 4; 8 or 16 with cluster_m=2) is for the "
+        if self.lean and (not 0 < self.lean < 32 or self.lean & 8 or self.kernel != "wgmma"
+                          or self.bk != 64 or self.split_k != 1 or self.cluster_n != 1
+                          or self.pingpong or (self.lean & 16 and self.cluster_m != 2)):
+            raise ValueError(f"lean (bits 1, 2, 4; 16 with cluster_m=2) is for the "
                              f"unsplit 16-bit wgmma kernel without cluster_n or pingpong: {self}")
         if self.tma_store and self.kernel != "wgmma":
             raise ValueError(f"TMA stores are for the wgmma kernel only: {self}")

@@ -62,16 +62,13 @@ constexpr int SMEM_MAX = 227 * 1024;
 // gemm_wgmma_bm's LEAN bits, for grids of about one tile per CTA (kernels/_gemm_config.py's
 // Config.lean): K-loop descriptors as a base plus constant offsets (no per-wgmma descriptor
 // arithmetic); the first stages' copies issued before the CTA barrier, tensor maps prefetched;
-// an epilogue without the per-element beta test when beta == 0. With 2-CTA clusters:
-// LEAN_CSYNC, the cluster barrier's two ends split (relaxed at the start; at the end each
-// thread arrives once it has no remote operation left, before the epilogue (with a held stage,
-// after the epilogue's release of it), and waits last).
+// an epilogue without the per-element beta test when beta == 0. With 2-CTA clusters,
 // LEAN_TAIL: no cluster barrier at the end at all; each CTA's producer instead waits until
 // every use of its ring's stages is released, by its own consumers and its peer's, so nothing
 // of the peer's can still reach the CTA when it exits (the peer's copies into it completed on
 // its full barriers, which its consumers waited for). A release-arrive at cluster scope costs
 // ~0.7 us on an H100 (benchmarks/cluster_cost_dev.py), the producer's waits nothing measurable.
-constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_CSYNC = 8, LEAN_TAIL = 16;
+constexpr int LEAN_DESC = 1, LEAN_EARLY = 2, LEAN_EPI = 4, LEAN_TAIL = 16;
 
 // A CUtensorMap passed by value (__grid_constant__): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TmaDesc {
@@ -188,14 +185,10 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
                  ::: "memory");
 }
-// The same barrier's two halves, each executed once per thread (LEAN_CSYNC): the arrive
-// (relaxed: nothing of this thread's to publish; release: its remote arrives and copies before
-// it) and the wait.
+// The same barrier's two halves (LEAN_TAIL's start): the arrive relaxed (nothing of this
+// thread's to publish: the barriers' init fence orders them for the peer) and the wait.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
@@ -634,11 +627,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
                   "64- and 192-row tiles: unsplit, clusters along M only, no ping-pong");
     constexpr int CONSUMERS = BM / 64;  // consumer warpgroups, one 64 x BN slab of the tile each
     constexpr int CS = CM * CN;  // CTAs per cluster: rank = rm + CM rn
+    constexpr bool TAIL = (LEAN & LEAN_TAIL) != 0 && CS > 1;
+    static_assert(!TAIL || !PP, "LEAN_TAIL: no ping-pong");
     // consumer warps reading one stage, in each CTA that one producer's copies land in (its
     // tile row's CN CTAs share A, its tile column's CM share B)
-    constexpr bool TAIL = (LEAN & LEAN_TAIL) != 0 && CS > 1;
-    constexpr bool CSYNC = (LEAN & LEAN_CSYNC) != 0 && CS > 1 && !TAIL;
-    static_assert(!TAIL || !PP, "LEAN_TAIL: no ping-pong");
     constexpr int STAGE_READERS =
         (PP ? CONSUMER_WARPS / 2 : CONSUMER_WARPS * BM / 128) * (CM + CN - 1);
     constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -749,7 +741,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         }
     }
-    if constexpr (CSYNC || TAIL) {  // (the barriers' init fence orders them for the peer)
+    if constexpr (TAIL) {
         cluster_arrive_relaxed();
         cluster_wait();
     } else if (CS > 1) {
@@ -781,7 +773,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     mbar_wait(empty_bar + 8 * (it % STAGES), ((it / STAGES) & 1) ^ 1);
             }
         }
-        if constexpr (CSYNC) cluster_arrive();  // its copies are issued
     } else {
         // the producer's 40 and the consumers' registers within the 64 Ki of the SM
         constexpr int CONSUMER_REGS = BM == 192 ? 152 : 232;
@@ -874,10 +865,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
             wgmma_wait<0>();
             if (k_end > k_begin && !(HOLD && use_tma_store)) release(prev);
-            if constexpr (CSYNC) {  // the CTA's last remote arrive is behind it
-                static_assert(!PP, "LEAN_CSYNC: no ping-pong");
-                if (item + step >= items && !(HOLD && use_tma_store)) cluster_arrive();
-            }
 
             // d[4j + 2h + e] is element (16 warp + lane/4 + 8h, 8j + 2(lane%4) + e) of the half.
             const int r = tm * BM + half * 64 + warp * 16 + lane / 4;
@@ -963,9 +950,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     if (t == 0) bulk_wait_read<1>();  // pass 1's store has read the stage
                     named_sync(1 + half, 128);
                     release(prev);
-                    if constexpr (CSYNC) {  // (the held stage's release was the last remote arrive)
-                        if (item + step >= items) cluster_arrive();
-                    }
                 } else {
                     // (two calls, not a generic lambda: NVRTC 13 takes those for host code)
                     constexpr bool NOBETA = (LEAN & LEAN_EPI) != 0;
@@ -992,15 +976,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
         }
         if (use_tma_store && t == 0) bulk_wait_all();  // the stores are done before the CTA ends
-        if constexpr (CSYNC) {
-            if (first >= items) cluster_arrive();  // no item: arrived nowhere above
-        }
     }
-    if constexpr (CSYNC) {
-        cluster_wait();  // no CTA leaves while its peer may still write into it or arrive on it
-    } else if (CS > 1 && !TAIL) {
-        cluster_sync();
-    }
+    // no CTA leaves while its peer may still write into it or arrive on it
+    if constexpr (CS > 1 && !TAIL) cluster_sync();
 }
 
 template <int DT, int BN, int STAGES, bool A_K, bool B_K, int CM, bool EPI_TMA>
