@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 15's benchmark call (run from the tree's root; OUTDIR gets few files): bench_softmax,
 # bench_elementwise and bench_gemm (autotuner on; BENCHES picks some: session 16 ran gemm
-# alone) through scripts/gpu-check with one shared kernel cache, the tuner's results file
+# alone; session 17 softmax, gemm_decode and gemm) through scripts/gpu-check with one shared kernel cache, the tuner's results file
 # after bench_gemm, then tune_defaults.py's shapes in that cache with the time left (the new
 # GEMM source digest's tuning table).
 set -u
@@ -10,7 +10,7 @@ export GPURT_CACHE_DIR=/tmp/kc
 W=$(mktemp -d)
 for b in ${BENCHES:-softmax elementwise gemm}; do
     mkdir -p "$W/$b"
-    lim=60; [ $b = gemm ] && lim=300
+    case $b in gemm) lim=300 ;; gemm_decode) lim=150 ;; *) lim=60 ;; esac
     timeout $((lim + 20)) scripts/gpu-check "$W/$b" --bench $b --bench-timeout $lim \
         --deadline $((lim + 10)) > "$W/$b/run.log" 2>&1
     echo "bench $b rc=$?"; cp "$W/$b/bench.json" "$top/bench-$b.json" 2>/dev/null

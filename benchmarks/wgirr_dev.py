@@ -96,6 +96,8 @@ VARIANTS = {
     "w192 c2 ps tail": _v(tune._WGMMA_192_C2, lean=16),
     "wide c2 tail": _v(W[6], lean=16),
     "t64 c2 ps tail": _v(tune._WGMMA_64_C2, pipe_store=True, lean=23),
+    # session 17: gemm_wgmma_x's clusters with the producer's tail (128 x 256 c2 pipelined)
+    "wide c2 ps l0": _v(W[6], pipe_store=True, lean=0),
 }
 # Session 12 (s12b-k1000): the lean bits (Config.lean) on the tiles of one-tile-per-CTA grids
 _LEAN_BASES = {"t64": tune._WGMMA_64, "t64 c2": _v(tune._WGMMA_64_C2, lean=0),
@@ -296,16 +298,21 @@ S16TAIL |= {(3000, 3000, 3000, False): ("t192 c2 l7", "t192 c2 tail"),
             (3000, 3000, 1000, False): ("t192 c2 l7", "t192 c2 tail"),
             (2000, 3000, 1000, False): ("w192 c2 ps l0", "w192 c2 ps tail"),
             (2000, 2000, 2000, False): ("wide c2 l0", "wide c2 tail")}
+# Session 17: gemm_wgmma_x's clusters (2 x 2, 1 x 2, 2 x 1 pipelined) ending with the
+# producer's tail, timed on this tree and on one without it (benchmarks/s17_call1.sh)
+_S17X = ("wide c2x2", "mid c2x2", "wide c1x2", "mid c1x2", "wide c2 ps l0")
+S17X = {(3000, 5000, 2000, False): _S17X, (3000, 5000, 2000, True): _S17X,
+        (4000, 4000, 4000, False): _S17X, (8192, 8192, 512, False): _S17X}
 SETS = {"split": SPLIT_ROWS, "shortk": SHORT_K, "tile192": TILE192, "tile192r": TILE192R,
         "tile64": TILE64, "stages": STAGES5, "s12": S12, "s12t64": S12T64, "s12lean": S12LEAN,
         "s13narrow": S13NARROW, "s13ct": S13CT, "s13swap": S13SWAP,
         "s14split": S14SPLIT, "s14small": S14SMALL, "s14check": S14CHECK,
-        "s15c2": S15C2, "s16tail": S16TAIL}
+        "s15c2": S15C2, "s16tail": S16TAIL, "s17x": S17X}
 # the sets timed once (the others twice), warm too
 _OWN = ("first", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64")
 _WARM = ("shortk", "tile192", "tile192r", "tile64", "stages", "s12", "s12t64", "s12lean",
          "s13narrow", "s13ct", "s13swap", "s14split", "s14small", "s14check", "s15c2",
-         "s16tail")
+         "s16tail", "s17x")
 
 
 # ---- timing --------------------------------------------------------------------------------------
@@ -577,6 +584,15 @@ def sanitize(set_: str) -> None:
                   (1000, 1000, 136, cs[1], True, True), (1536, 1000, 136, cs[2], True, False),
                   (4096, 1000, 136, cs[3], True, False), (4096, 1000, 136, cs[4], False, True),
                   (1000, 760, 136, cs[5], False, False), (200, 520, 64, cs[0], False, False)]
+        sys.exit(1 if run_checks(cases) else 0)
+    if set_ == "s17x":  # the x clusters' tail: beta; odd tile rows and columns; N-major;
+        # many tiles a CTA; K shorter than the ring
+        x = [VARIANTS[name] for name in _S17X]
+        cases = [(520, 1000, 200, c, False, False, 0.5) for c in x]
+        cases += [(2048, 2048, 136, x[0], False, False), (1000, 1100, 136, x[1], False, True),
+                  (1000, 1100, 136, x[2], True, False), (136, 264, 200, x[3], True, True),
+                  (4096, 1000, 136, x[4], True, False), (200, 520, 64, x[0], False, False),
+                  (200, 520, 64, x[3], False, False), (200, 520, 64, x[4], False, False)]
         sys.exit(1 if run_checks(cases) else 0)
     if set_ == "s12lean":  # beta's fallback; early copies; clusters; held stage; many tiles
         lean = [VARIANTS[name] for name in ("t64 lean7", "t64 c2 lean7", "t64 lean2",
