@@ -20,6 +20,7 @@ from cuda.bindings import driver as cu
 
 import gpurt
 from _graph_fakes import FakeGraphs, fake_driver, fake_gpus, fake_graphs  # noqa: F401
+from gpurt._core.captures import CAPTURES
 from gpurt._core.driver import CudaError, check
 from gpurt._graphs import capture as _capture
 from gpurt._graphs.nodes import KernelNode, pack_arg, topological_order
@@ -36,6 +37,33 @@ def driver_error(name: str, call: str) -> CudaError:
 class FakeDeviceArray:
     def __init__(self, ptr: int) -> None:
         self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "version": 3}
+
+
+def test_finalizer_releases_wait_for_the_last_capture(monkeypatch) -> None:
+    """A module's unload and a communicator's destroy, finalized during a capture, are queued
+    and run once no capture is underway (CPU: the driver and NCCL calls recorded)."""
+    from gpurt._launch import module as _module
+    from gpurt.distributed import _nccl
+
+    done: list[object] = []
+    monkeypatch.setattr(_module.cu, "cuLibraryUnload", done.append)
+    fake = types.SimpleNamespace(comm_destroy=done.append, comm_abort=done.append)
+    monkeypatch.setattr(_nccl, "bindings", lambda: fake)
+    before = CAPTURES.deferred()
+    CAPTURES.add(1)
+    try:
+        _module._unload(["library"])
+        _nccl._release("comm", False)
+        _nccl._release("hung comm", True)  # an abort is never held back
+        assert done == ["hung comm"] and CAPTURES.deferred() == before + 2
+        CAPTURES.run_deferred()  # still capturing: nothing runs
+        assert done == ["hung comm"]
+    finally:
+        CAPTURES.add(-1)
+    _capture.drain_deferred()
+    assert done == ["hung comm", "library", "comm"] and CAPTURES.deferred() == 0
+    _module._unload(["now"])  # no capture: at once
+    assert done[-1] == "now"
 
 
 def test_pack_arg_follows_the_parameter_size() -> None:
@@ -1005,6 +1033,25 @@ def test_frees_and_releases_during_capture_are_deferred(k, gpu) -> None:
         assert _capture.pending_releases() == 1  # no synchronize during capture
     assert _capture.pending_releases() == 0
     second.replay()
+    assert np.array_equal(host(out), host(work(k, x, x)))
+
+
+@pytest.mark.gpu
+def test_a_module_collected_during_capture_is_unloaded_after_it(k, gpu) -> None:
+    """A module and its kernels form a reference cycle, so the garbage collector frees them
+    whenever it runs, mid-capture too; cuLibraryUnload then would invalidate the capture."""
+    x = gpurt.asarray(rand())
+    doomed = gpurt.compile(SOURCE)
+    axpb(types.SimpleNamespace(axpb=doomed["axpb"]), gpurt.empty(N), x, 1.0, 0.0)  # loaded
+    gpurt.synchronize()
+    g = gpurt.CUDAGraph()
+    with gpurt.graph(g):
+        out = work(k, x, x)
+        del doomed
+        gc.collect()
+        assert CAPTURES.deferred() >= 1  # the unload waits
+    assert CAPTURES.deferred() == 0
+    g.replay()
     assert np.array_equal(host(out), host(work(k, x, x)))
 
 

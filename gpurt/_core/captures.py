@@ -5,7 +5,9 @@ graph's private pool (``begin_allocate_to_pool`` .. ``end_allocate_to_pool``, wh
 gpurt.graphs brackets around cuStreamBeginCapture/cuStreamEndCapture). While any capture is
 underway nothing in gpurt does what a global-mode capture forbids: the allocators free no
 segments and query, record or synchronize no events, and graph releases wait
-(gpurt/_graphs/capture.py).
+(gpurt/_graphs/capture.py). Finalizers whose driver call would invalidate a capture (unloading
+a collected module: garbage collection may run mid-capture) queue it here instead
+(:meth:`_Captures.defer`), and it runs once the last capture has ended.
 
 It also knows which threads are capturing (gpurt.graphs tells it), so that a host read of
 device data or a copy from host memory on such a thread raises instead of running before
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from .driver import CudaError
 from .fork import renew_after_fork
@@ -38,6 +42,27 @@ class _Captures:
         self.count = 0
         self.threads: collections.Counter[int] = collections.Counter()
         self._lock = threading.Lock()
+        self._later: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+            collections.deque())
+
+    def defer(self, release: Callable[..., Any], *args: Any) -> None:
+        """Queue ``release(*args)``, a finalizer's driver call that a capture forbids (one
+        that waits for the device, such as unloading code), for :meth:`run_deferred`."""
+        self._later.append((release, args))
+
+    def deferred(self) -> int:
+        """How many releases :meth:`defer` queued are still waiting."""
+        return len(self._later)
+
+    def run_deferred(self) -> None:
+        """Run the queued releases while no capture is underway. Callers are at a safe point
+        (not on the driver's host-callback thread); a release must not raise."""
+        while not self.count:
+            try:
+                release, args = self._later.popleft()
+            except IndexError:  # empty, or another thread emptied it
+                return
+            release(*args)
 
     def add(self, n: int) -> None:
         with self._lock:
@@ -68,4 +93,5 @@ class _Captures:
 
 
 CAPTURES = _Captures()
-renew_after_fork(CAPTURES, _lock=threading.Lock)
+# (a forked child drops the parent's queued releases: their handles are the parent's)
+renew_after_fork(CAPTURES, _lock=threading.Lock, _later=collections.deque)

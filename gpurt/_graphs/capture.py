@@ -160,7 +160,10 @@ def release(state: GraphState, warn: bool = False) -> None:
 
 
 def drain_deferred() -> None:
-    """Run the releases queued during captures, once none is underway."""
+    """Run the releases queued during captures (graphs', and the finalizers' that
+    CAPTURES.defer queued), once none is underway."""
+    if not in_host_callback():
+        CAPTURES.run_deferred()
     while not CAPTURES.count and not in_host_callback():
         try:
             state = _deferred.popleft()

@@ -17,16 +17,25 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
+from .._core.captures import CAPTURES
 from .._core.driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 from .._nvrtc.cache import Entry
 from .._nvrtc.images import describe
+from .._streams.handles import in_host_callback
 from .kernel import Kernel, explain_load_error
 
 __all__ = ["Module"]
 
 
 def _unload(libraries: list[Any]) -> None:
-    """Finalizer: unload a module's libraries; never raises (the driver may be gone at exit)."""
+    """Finalizer: unload a module's libraries; never raises (the driver may be gone at exit).
+    While a graph capture is underway, or on the driver's host-callback thread, the unload
+    waits for the next safe point: cuLibraryUnload waits for the device, which invalidates a
+    capture, and a module in a reference cycle with its kernels is collected whenever Python's
+    garbage collector runs, mid-capture too (NVIDIA/warp#401 met the same)."""
+    if CAPTURES.count or in_host_callback():
+        CAPTURES.defer(_unload, libraries)
+        return
     for i, library in enumerate(libraries):
         libraries[i] = None
         if library is not None:
@@ -161,6 +170,7 @@ class Module:
         library = self._libraries[0]
         if library is not None:
             return library
+        CAPTURES.run_deferred()  # (a first launch is a safe point: unloads queued in captures)
         with self._lock:
             while self._libraries[0] is None:
                 try:
