@@ -5,8 +5,9 @@ cycle). Prints the capture's outcome with the unload and without it."""
 
 from __future__ import annotations
 
-import gpurt
 from cuda.bindings import driver as cu
+
+import gpurt
 
 SOURCE = 'extern "C" __global__ void bump(float* x) { x[threadIdx.x] += 1.f; }'
 
