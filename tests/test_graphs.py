@@ -1039,11 +1039,13 @@ def test_frees_and_releases_during_capture_are_deferred(k, gpu) -> None:
 @pytest.mark.gpu
 def test_a_module_collected_during_capture_is_unloaded_after_it(k, gpu) -> None:
     """A module and its kernels form a reference cycle, so the garbage collector frees them
-    whenever it runs, mid-capture too; cuLibraryUnload then would invalidate the capture."""
+    whenever it runs, mid-capture too (once compile's memory cache has let go of them: a
+    suite's tests clear it); cuLibraryUnload then would invalidate the capture."""
     x = gpurt.asarray(rand())
-    doomed = gpurt.compile(SOURCE)
+    doomed = gpurt.compile(SOURCE, program_name="doomed.cu")
     axpb(types.SimpleNamespace(axpb=doomed["axpb"]), gpurt.empty(N), x, 1.0, 0.0)  # loaded
     gpurt.synchronize()
+    gpurt.nvrtc.clear_cache()  # (k's module lives on through its kernels)
     g = gpurt.CUDAGraph()
     with gpurt.graph(g):
         out = work(k, x, x)
