@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 15's benchmark call (run from the tree's root; OUTDIR gets few files): bench_softmax,
 # bench_elementwise and bench_gemm (autotuner on; BENCHES picks some: session 16 ran gemm
-# alone; session 17 softmax, gemm_decode and gemm) through scripts/gpu-check with one shared kernel cache, the tuner's results file
-# after bench_gemm, then tune_defaults.py's shapes in that cache with the time left (the new
-# GEMM source digest's tuning table).
+# alone, session 17 softmax, gemm_decode and gemm) through scripts/gpu-check with one shared
+# kernel cache, the tuner's results file after bench_gemm, then tune_defaults.py's shapes in
+# that cache with the time left (the new GEMM source digest's tuning table).
 set -u
 top=${1:?OUTDIR}
 export GPURT_CACHE_DIR=/tmp/kc

@@ -132,7 +132,7 @@ def main() -> None:
     found = dev.routes(timer, copy, torch, sources, name)
     same = {}
     for rows, cols, dtype, _ in dev.SETS[name]:  # a copy launch of each case's bytes
-        for op in ("softmax", "log_softmax"):
+        for op in ("softmax", "log_softmax", "softmax_backward"):
             same[f"{rows}x{cols} {dtype.name} {op}"] = copy_gbps(timer,
                                                                 rows * cols * dtype.itemsize)
     for row in found:
