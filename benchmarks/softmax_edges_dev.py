@@ -265,7 +265,7 @@ def _small(dt: int, op: int, items: int, threads: int, blocks: int) -> Any:
 # s8-softpersist: ticket chunks in a persistent grid, two stages a CTA (the next chunk's loads
 # issued after (1) or before (2) the current chunk's reduction, in flight during its wait and
 # writes), against the chooser's pick (first); smaller chunks for few rows. The same shapes
-# are tested in tests/test_softmax.py (PERSIST_LONG).
+# are tested in tests/test_softmax_persist.py (PERSIST_LONG).
 _PA, _PB = _persist(2, 0, 16, 256, 2, 12), _persist(2, 0, 16, 512, 1, 12)
 _PC = _persist(2, 0, 8, 512, 2, 6)
 _FEW16 = [_small(2, 0, 4, 256, 4), _small(2, 0, 4, 128, 8)]
@@ -588,7 +588,7 @@ def _bench_program(arch: str) -> None:
 
 def warm(routes_set: str, sources: dict[str, str]) -> int:
     """Compile every variant of the set (and the chooser's picks; (name, variant) entries
-    from ``sources``) and tests/test_softmax.py's ticket variants into the disk kernel cache,
+    from ``sources``) and tests/test_softmax_long.py's ticket variants into the disk kernel cache,
     one process per CPU; returns how many."""
     variants: list = []
     for (rows, cols, dtype, name), chosen in SETS[routes_set].items():
@@ -596,7 +596,8 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
         variants += [v if not isinstance(v, tuple) else (v[1], sources[v[0]])
                      for v in chosen if not isinstance(v, tuple) or v[0] in sources]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    tests = importlib.import_module("test_softmax")
+    tests = importlib.import_module("test_softmax_long")
+    persist = importlib.import_module("test_softmax_persist")
     if routes_set in ("softbf16", "softlong16", "softpersist"):
         variants += tests.forward16_variants()
     if routes_set == "s15w":
@@ -606,7 +607,7 @@ def warm(routes_set: str, sources: dict[str, str]) -> int:
         variants += ends.ends_variants() + ends.ends_variants(long=True)
     elif routes_set in ("softpersist", "softprofile"):  # the picks its tests run (the .sh)
         if routes_set == "softpersist":
-            variants += tests.persist_variants() + tests.persist_variants(long=True)
+            variants += persist.persist_variants() + persist.persist_variants(long=True)
         variants += [plan.choose_variant(1_000_003, dtype, op, rows=rows)
                      for dtype in (F32, BF16) for op in range(4) for rows in (2, 4)]
         variants += [plan.choose_variant(cols, BF16, plan.SOFTMAX)

@@ -31,10 +31,11 @@ def names() -> list[str]:
     """Every name the chooser picks on the grid (sm_90, aligned and odd rows), the split's,
     and the GPU tests' variants."""
     sys.path.insert(0, str(ROOT / "tests"))
-    tests = importlib.import_module("test_softmax")
+    tests = importlib.import_module("test_softmax_long")
+    persist = importlib.import_module("test_softmax_persist")
     ends = importlib.import_module("test_softmax_ends")
-    variants = [*tests.ticket_variants(), *tests.persist_variants(),
-                *tests.persist_variants(long=True), *tests.forward16_variants(),
+    variants = [*tests.ticket_variants(), *persist.persist_variants(),
+                *persist.persist_variants(long=True), *tests.forward16_variants(),
                 *ends.ends_variants(), *ends.ends_variants(long=True)]
     for dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
         for op in range(4):
