@@ -150,10 +150,11 @@ _ROWS64_RATE = {True: 0.62, False: 0.45}
 # descriptors by offset, tensor maps prefetched, no per-element beta test in the staged
 # epilogue; s12b-k1000, H100 cold / warm): 1000^3 10.0 / 9.7 us against 10.6 / 10.4,
 # 1000x1000x4000 24.3 / 23.8 against 24.9 / 24.3. With the cluster barrier split (lean 15,
-# session 15, H100 cold, two rounds): 1000^3 9.8 / 9.8 us against 10.2 / 10.2 (B N x K 10.1 /
-# 9.8 against 10.5 / 10.3), 1000x1000x4000 24.9 / 24.8 against 24.9 / 25.2. Without the end's
-# barrier (lean 23, session 16): 1000^3 9.2 / 9.2 against 9.6 / 9.6 (B N x K 9.4 / 9.4 against
-# 9.8 / 9.8), 1000x1000x4000 23.6 / 23.5 against 23.9 / 23.9.
+# session 15; bit 8 removed in session 17; H100 cold, two rounds): 1000^3 9.8 / 9.8 us against
+# 10.2 / 10.2 (B N x K 10.1 / 9.8 against 10.5 / 10.3), 1000x1000x4000 24.9 / 24.8 against
+# 24.9 / 25.2. Without the end's barrier (lean 23, session 16): 1000^3 9.2 / 9.2 against
+# 9.6 / 9.6 (B N x K 9.4 / 9.4 against 9.8 / 9.8), 1000x1000x4000 23.6 / 23.5 against
+# 23.9 / 23.9.
 _WGMMA_64_C2 = dataclasses.replace(_WGMMA_64, cluster_m=2, lean=23)
 # Unclustered with the beta-free epilogue alone (lean 4): within 0.1-0.3 us of lean 5 at the
 # three shapes above, ahead at 768^3 in one round of two; a tuner candidate beside _WGMMA_64,
