@@ -64,6 +64,13 @@ def test_finalizer_releases_wait_for_the_last_capture(monkeypatch) -> None:
     assert done == ["hung comm", "library", "comm"] and CAPTURES.deferred() == 0
     _module._unload(["now"])  # no capture: at once
     assert done[-1] == "now"
+    monkeypatch.setattr(_module, "in_host_callback", lambda: True)
+    _module._unload(["in a callback"])  # waits, and a drain there does not spin on it
+    CAPTURES.run_deferred()
+    assert done[-1] == "now" and CAPTURES.deferred() == 1
+    monkeypatch.setattr(_module, "in_host_callback", lambda: False)
+    CAPTURES.run_deferred()
+    assert done[-1] == "in a callback" and CAPTURES.deferred() == 0
 
 
 def test_pack_arg_follows_the_parameter_size() -> None:

@@ -55,12 +55,15 @@ class _Captures:
         return len(self._later)
 
     def run_deferred(self) -> None:
-        """Run the queued releases while no capture is underway. Callers are at a safe point
-        (not on the driver's host-callback thread); a release must not raise."""
-        while not self.count:
+        """Run the releases queued now, while no capture is underway. A release must not
+        raise; one that finds it still cannot run (on the driver's host-callback thread)
+        queues itself again, for the next call."""
+        for _ in range(len(self._later)):
+            if self.count:
+                return
             try:
                 release, args = self._later.popleft()
-            except IndexError:  # empty, or another thread emptied it
+            except IndexError:  # another thread emptied it
                 return
             release(*args)
 
