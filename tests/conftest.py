@@ -23,7 +23,21 @@ _GPU = gpurt.is_available()
 _WHY = "no usable NVIDIA GPU/driver here (gpurt.is_available() is False)"
 
 
+# The files whose GPU tests took longest in session 17's suite (H100, 8 workers: 100-400 s
+# each). Where xdist workers take a file each in collection order (scripts/gpu-check:
+# --dist loadfile --no-loadscope-reorder), they start first, so that what is left at the end
+# of a run is short files, not one of these.
+_LONGEST_FIRST = ("test_gemm.py", "test_gemm_wgmma_x.py", "test_softmax_long.py",
+                  "test_gemm_rowload.py", "test_gemm_lean.py", "test_softmax.py",
+                  "test_softmax_persist.py", "test_gemm_swap.py", "test_gemm_stages.py",
+                  "test_softmax_ends.py", "test_gpu_check.py", "test_gemm_skinny.py",
+                  "test_gemm_tile192.py", "test_gemm_simt.py", "test_gemm_tile64.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker's order is the schedule's
+        rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
     if _GPU:
         return
     skip = pytest.mark.skip(reason=_WHY)
