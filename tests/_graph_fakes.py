@@ -286,6 +286,6 @@ def fake_graphs(
     monkeypatch.setattr(_capture, "_memory", pools)
     monkeypatch.setattr(graphs, "synchronize", lambda index=None: driver.calls.append("sync"))
     monkeypatch.setattr(graphs, "_capture_streams", {})
-    monkeypatch.setattr(_capture, "_deferred", collections.deque())
+    monkeypatch.setattr(CAPTURES, "_later", collections.deque())
     monkeypatch.setattr(CAPTURES, "count", 0)
     return FakeGraphs(fake_driver, driver, pools)

@@ -50,9 +50,12 @@ class _Captures:
         that waits for the device, such as unloading code), for :meth:`run_deferred`."""
         self._later.append((release, args))
 
-    def deferred(self) -> int:
-        """How many releases :meth:`defer` queued are still waiting."""
-        return len(self._later)
+    def deferred(self, release: Callable[..., Any] | None = None) -> int:
+        """How many releases :meth:`defer` queued (of ``release`` alone, if given) still
+        wait."""
+        if release is None:
+            return len(self._later)
+        return sum(fn is release for fn, _ in self._later.copy())
 
     def run_deferred(self) -> None:
         """Run the releases queued now, while no capture is underway. A release must not

@@ -11,7 +11,6 @@ run when the last capture ends (likewise for a finalizer run on the driver's cal
 
 from __future__ import annotations
 
-import collections
 import warnings
 from typing import Any
 
@@ -136,9 +135,6 @@ class GraphState:
         self.keepalive: dict[Any, Any] = {}  # objects the graph's kernels now point into
 
 
-_deferred: collections.deque[GraphState] = collections.deque()
-
-
 def captures_active() -> int:
     """Number of gpurt captures underway in this process (any thread, any device)."""
     return CAPTURES.count
@@ -146,7 +142,7 @@ def captures_active() -> int:
 
 def pending_releases() -> int:
     """Number of graph releases waiting for the captures underway to end."""
-    return len(_deferred)
+    return CAPTURES.deferred(release)
 
 
 def release(state: GraphState, warn: bool = False) -> None:
@@ -154,22 +150,16 @@ def release(state: GraphState, warn: bool = False) -> None:
     is underway or on the driver's host-callback thread (where a finalizer may run, and no
     CUDA call is allowed). Called from finalizers: never raises."""
     if CAPTURES.count or in_host_callback():
-        _deferred.append(state)
+        CAPTURES.defer(release, state)
     else:
         _destroy(state, warn)
 
 
 def drain_deferred() -> None:
-    """Run the releases queued during captures (graphs', and the finalizers' that
-    CAPTURES.defer queued), once none is underway."""
+    """Run the releases queued during captures (CAPTURES.defer: graphs' and other
+    finalizers'), once none is underway."""
     if not in_host_callback():
         CAPTURES.run_deferred()
-    while not CAPTURES.count and not in_host_callback():
-        try:
-            state = _deferred.popleft()
-        except IndexError:
-            return
-        _destroy(state, warn=False)
 
 
 def _destroy(state: GraphState, warn: bool) -> None:
