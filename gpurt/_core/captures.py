@@ -4,10 +4,10 @@ An allocator counts a capture while it routes the capturing stream's allocations
 graph's private pool (``begin_allocate_to_pool`` .. ``end_allocate_to_pool``, which
 gpurt.graphs brackets around cuStreamBeginCapture/cuStreamEndCapture). While any capture is
 underway nothing in gpurt does what a global-mode capture forbids: the allocators free no
-segments and query, record or synchronize no events, and graph releases wait
-(gpurt/_graphs/capture.py). Finalizers whose driver call would invalidate a capture (unloading
-a collected module: garbage collection may run mid-capture) queue it here instead
-(:meth:`_Captures.defer`), and it runs once the last capture has ended.
+segments and query, record or synchronize no events. Finalizers whose driver calls would
+invalidate a capture (a graph's release, a collected module's unload, a communicator's
+destroy: garbage collection may run mid-capture) queue them here instead
+(:meth:`_Captures.defer`), and they run once the last capture has ended.
 
 It also knows which threads are capturing (gpurt.graphs tells it), so that a host read of
 device data or a copy from host memory on such a thread raises instead of running before
