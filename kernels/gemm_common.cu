@@ -37,11 +37,12 @@ __device__ __forceinline__ void cluster_publish_shared() {
                  "barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n"
                  "fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
 }
-// The last barrier before a CTA whose shared memory its peers read may exit. Its arrive keeps
-// release semantics: a relaxed one does not wait for this thread's own ld.shared::cluster
-// loads to return (the compiler may place it before their values' uses), and a peer that
-// passed its wait could exit while a load into it is in flight.
-__device__ __forceinline__ void cluster_done_reading() {
+// Every thread of every CTA in the cluster (barrier.cluster with release / acquire). Also the
+// last barrier before a CTA whose shared memory its peers read may exit: its arrive keeps
+// release semantics there, since a relaxed one does not wait for this thread's own
+// ld.shared::cluster loads to return (the compiler may place it before their values' uses),
+// and a peer that passed its wait could exit while a load into it is in flight.
+__device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
                  ::: "memory");
 }

@@ -277,5 +277,5 @@ gemm_decode(const __grid_constant__ wg::TmaDesc tma_x, const __grid_constant__ w
             dc::store_c<DT>(C, Cin, p0 + pr, q0 + q, c_p, c_q, cin_p, cin_q, alpha, beta, sum);
         }
     }
-    cluster_done_reading();  // no CTA leaves while others may read its partial tile
+    cluster_sync();  // no CTA leaves while others may read its partial tile
 }

@@ -183,7 +183,7 @@ __device__ __forceinline__ void partials_written() {
 }
 __device__ __forceinline__ void partials_read() {
 #if __CUDA_ARCH__ >= 900
-    cluster_done_reading();
+    cluster_sync();
 #else
     __syncthreads();
 #endif

@@ -180,13 +180,9 @@ __device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 rank) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
-// Every thread of every CTA in the cluster (barrier.cluster with release/acquire).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
-                 ::: "memory");
-}
-// The same barrier's two halves (LEAN_TAIL's start): the arrive relaxed (nothing of this
-// thread's to publish: the barriers' init fence orders them for the peer) and the wait.
+// The halves of gemm_common.cu's cluster_sync (LEAN_TAIL's start): the arrive relaxed
+// (nothing of this thread's to publish: the barriers' init fence orders them for the peer)
+// and the wait.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
 }
