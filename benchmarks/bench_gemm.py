@@ -10,7 +10,12 @@ and gpurt's relative Frobenius error against a float64 product. Two times per li
   never shows as device time;
 - single call (``*_call_us``, gemm's choice only): events around one eager call on an idle
   GPU, so the host path (argument checks, plan lookup, launch) is included; median of
-  ``--repeat``.
+  ``--repeat``;
+- kernel-only cold (``*_graph_us``, gemm's choice only): 20 calls captured in one CUDA graph
+  (gpurt's for gpurt, torch's for cuBLAS) over input sets that rotate through at least 3x the
+  L2's bytes, replayed (bench_gemm_decode.py's harness): the issue-17 measure, which the
+  back-to-back batches above, on one input set, cannot be for problems the L2 holds (they
+  time the L2; METHOD.md: rotate input sets).
 
     python benchmarks/bench_gemm.py [--dtypes bf16,fp16,fp32,tf32] [--shapes 4096,8192x8192x512]
                                     [--configs] [--json PATH]
@@ -30,6 +35,8 @@ from typing import Any
 
 import numpy as np
 from _common import device_ms, print_rows, write_results
+from bench_gemm_decode import Problem as RotatingProblem
+from bench_gemm_decode import gpurt_graph_us, torch_graph_us
 from cuda.bindings import driver as cu
 
 SQUARE = [1024, 2048, 4096, 8192]
@@ -185,6 +192,8 @@ def main() -> None:
                         rows[-1]["cublas_call_us"] = round(timer.call_us(
                             lambda a=a, b=b, ref_out=ref_out: torch.matmul(a, b, out=ref_out),
                             args.repeat), 2)
+                        rows[-1].update(_graph_times(gpurt, torch, gemm_mod, m, n, k, tdtype,
+                                                     tf32, args.repeat))
                     print(rows[-1], flush=True)
                     if args.json:  # keep what was measured if a time limit cuts the run
                         write_results("gemm", rows, args.json)
@@ -193,6 +202,23 @@ def main() -> None:
         row["autotune"] = os.environ.get("GPURT_GEMM_AUTOTUNE", "1")
     write_results("gemm", rows, args.json)
     print_rows("GEMM: gpurt vs cuBLAS (torch.matmul), TFLOP/s; * = the config gemm chose", rows)
+
+
+def _graph_times(gpurt: Any, torch: Any, gemm_mod: Any, m: int, n: int, k: int, tdtype: Any,
+                 tf32: bool, repeat: int) -> dict[str, float]:
+    """Kernel-only cold times (us) of gemm's choice and of cuBLAS: graph replays over
+    rotating input sets (bench_gemm_decode's Problem: at least 3x the L2 of B, 2 sets at
+    least), both in the same process."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    sets = RotatingProblem(gpurt, torch, m, n, k, tdtype, False, l2)
+
+    def gemm(*args: Any, **kwargs: Any) -> Any:
+        return gemm_mod.gemm(*args, allow_tf32=tf32, **kwargs)
+
+    ours = gpurt_graph_us(gpurt, gemm, sets, None, repeat, torch)
+    cublas = torch_graph_us(torch, sets, repeat)
+    return {"gpurt_graph_us": round(ours, 2), "cublas_graph_us": round(cublas, 2),
+            "graph_ratio": round(cublas / ours, 3)}
 
 
 def _plan_problem(gemm_mod: Any, a: Any, b: Any, out: Any, stream: Any, tf32: bool) -> tuple:
