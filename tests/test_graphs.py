@@ -43,6 +43,7 @@ def test_finalizer_releases_wait_for_the_last_capture(monkeypatch) -> None:
     """A module's unload and a communicator's destroy, finalized during a capture, are queued
     and run once no capture is underway (CPU: the driver and NCCL calls recorded)."""
     from gpurt._launch import module as _module
+    from gpurt._streams import handles as _handles
     from gpurt.distributed import _nccl
 
     done: list[object] = []
@@ -64,11 +65,11 @@ def test_finalizer_releases_wait_for_the_last_capture(monkeypatch) -> None:
     assert done == ["hung comm", "library", "comm"] and CAPTURES.deferred() == 0
     _module._unload(["now"])  # no capture: at once
     assert done[-1] == "now"
-    monkeypatch.setattr(_module, "in_host_callback", lambda: True)
+    monkeypatch.setattr(_handles, "in_host_callback", lambda: True)
     _module._unload(["in a callback"])  # waits, and a drain there does not spin on it
     CAPTURES.run_deferred()
     assert done[-1] == "now" and CAPTURES.deferred() == 1
-    monkeypatch.setattr(_module, "in_host_callback", lambda: False)
+    monkeypatch.setattr(_handles, "in_host_callback", lambda: False)
     CAPTURES.run_deferred()
     assert done[-1] == "in a callback" and CAPTURES.deferred() == 0
 

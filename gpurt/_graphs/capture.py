@@ -19,7 +19,7 @@ from cuda.bindings import driver as cu
 from .. import memory as _memory
 from .._core.captures import CAPTURES, GraphCaptureError
 from .._core.driver import CudaError, check
-from .._streams.handles import in_host_callback
+from .._streams.handles import deferred_while_unsafe, in_host_callback
 from ..device import bind_context
 
 __all__ = ["GraphCaptureError", "GraphUpdateError"]
@@ -149,9 +149,7 @@ def release(state: GraphState, warn: bool = False) -> None:
     """Destroy a graph's handles and release its pools now, or queue that while a capture
     is underway or on the driver's host-callback thread (where a finalizer may run, and no
     CUDA call is allowed). Called from finalizers: never raises."""
-    if CAPTURES.count or in_host_callback():
-        CAPTURES.defer(release, state)
-    else:
+    if not deferred_while_unsafe(release, state):
         _destroy(state, warn)
 
 

@@ -21,7 +21,7 @@ from .._core.captures import CAPTURES
 from .._core.driver import CudaError, CudaUnavailableError, OutOfMemoryError, check
 from .._nvrtc.cache import Entry
 from .._nvrtc.images import describe
-from .._streams.handles import in_host_callback
+from .._streams.handles import deferred_while_unsafe
 from .kernel import Kernel, explain_load_error
 
 __all__ = ["Module"]
@@ -33,8 +33,7 @@ def _unload(libraries: list[Any]) -> None:
     waits for the next safe point: cuLibraryUnload waits for the device, which invalidates a
     capture, and a module in a reference cycle with its kernels is collected whenever Python's
     garbage collector runs, mid-capture too (NVIDIA/warp#401 met the same)."""
-    if CAPTURES.count or in_host_callback():
-        CAPTURES.defer(_unload, libraries)
+    if deferred_while_unsafe(_unload, libraries):
         return
     for i, library in enumerate(libraries):
         libraries[i] = None

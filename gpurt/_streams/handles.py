@@ -31,6 +31,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from .._core import driver as _driver
+from .._core.captures import CAPTURES
 from .._core.driver import CudaError, check
 from ..device import bind_context, current_device
 
@@ -203,6 +204,17 @@ def in_host_callback() -> bool:
     """True on the driver's thread while it runs a host callback, where no CUDA call is
     permitted (also for finalizers that the garbage collector happens to run there)."""
     return getattr(_callback_thread, "running", False)
+
+
+def deferred_while_unsafe(release: Callable[..., Any], *args: Any) -> bool:
+    """For a finalizer whose driver call a capture forbids (it waits for the device): while a
+    graph capture is underway or on the driver's host-callback thread, queue
+    ``release(*args)`` for when the last capture ends (CAPTURES.defer) and return True; else
+    False, and the caller runs it now."""
+    if CAPTURES.count or in_host_callback():
+        CAPTURES.defer(release, *args)
+        return True
+    return False
 
 
 def _run_host_callback(key: int | None) -> None:

@@ -22,9 +22,8 @@ import ml_dtypes
 import numpy as np
 
 from .._array import dtypes as _dtypes
-from .._core.captures import CAPTURES
 from .._core.fork import renew_after_fork
-from .._streams.handles import in_host_callback
+from .._streams.handles import deferred_while_unsafe
 from ..device import bind_context
 from ._store import DistributedError
 
@@ -161,8 +160,7 @@ def _release(handle: Any, abort: bool) -> None:
     """Destroy (or abort) a communicator; never raises. A finalizer's destroy waits while a
     graph capture is underway or on the driver's host-callback thread (ncclCommDestroy frees
     device memory and waits for the device, which invalidates a capture)."""
-    if not abort and (CAPTURES.count or in_host_callback()):
-        CAPTURES.defer(_release, handle, abort)
+    if not abort and deferred_while_unsafe(_release, handle, abort):
         return
     nccl = bindings()
     with contextlib.suppress(Exception):  # a finaliser must not raise; the process may be exiting
