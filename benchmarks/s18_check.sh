@@ -2,11 +2,11 @@
 # Session 18's review call, prepared and not run in full (the device budget ran out; the
 # full sanitizer sweep and a short bench ran instead). Run from the tree's root: the
 # finalizer deferral's GPU tests (graphs, launch, memory), the cluster kernels' GPU tests
-# (one cluster_sync helper now) and compute-sanitizer memcheck / racecheck / synccheck over them (decode_dev sanitize/race,
-# wgirr_dev --set s17x, softmax_cluster_san) side by side; then GEMM at shapes the tuning
-# table does not hold: bench_gemm_decode (M = 1..128 x layer sizes, graph replay and one
-# call) and bench_gemm at prime and odd sizes (torch tensors in; warm, graph, one call),
-# cuBLAS in the same process.
+# (one cluster_sync helper now) and compute-sanitizer memcheck / racecheck / synccheck over
+# them (decode_dev sanitize/race, wgirr_dev --set s17x, softmax_cluster_san) side by side;
+# then GEMM at shapes the tuning table does not hold: bench_gemm_decode (M = 1..128 x layer
+# sizes, graph replay and one call) and bench_gemm at prime and odd sizes (torch tensors in;
+# warm, graph, one call), cuBLAS in the same process.
 set -u
 top=${1:?OUTDIR}
 out=$(mktemp -d)/w; total=${TOTAL:-560}; . benchmarks/_device_site.sh
