@@ -15,3 +15,25 @@ cp -R gpurt "$site/gpurt" && cp -R kernels "$site/gpurt/kernels"
 export PYTHONPATH="$site" GPURT_CACHE_DIR="$site/cache" PYTHONDONTWRITEBYTECODE=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv > "$out/smi.txt" 2>&1
+# san NAME TOOL LIMIT SCRIPT ARGS...: python3 SCRIPT under compute-sanitizer TOOL (its own
+# kernel cache), the log in $out/san-NAME-TOOL.log; prints the PASS / FAIL counts and summary.
+san() {
+    local name=$1 tool=$2 limit=$3; shift 3
+    local log=$out/san-$name-$tool.log
+    GPURT_CACHE_DIR=$site/cache-$name-$tool timeout "$limit" compute-sanitizer \
+        --report-api-errors no --error-exitcode 3 --tool "$tool" python3 -P "$@" > "$log" 2>&1
+    echo "$tool $name rc=$? $(grep -c ^PASS "$log") passed, $(grep -c ^FAIL "$log") failed:" \
+         "$(tail -n 1 "$log")"
+}
+# cluster_sanitizers LIMIT: the cluster kernels' sets (decode_dev sanitize / race, wgirr_dev
+# --set s17x, softmax_cluster_san) under memcheck, racecheck and synccheck, all in the
+# background (the caller waits).
+cluster_sanitizers() {
+    local tool
+    for tool in memcheck racecheck synccheck; do
+        san decode $tool "$1" benchmarks/decode_dev.py sanitize &
+        san race $tool "$1" benchmarks/decode_dev.py race &
+        san x $tool "$1" benchmarks/wgirr_dev.py sanitize --set s17x &
+        san soft $tool "$1" benchmarks/softmax_cluster_san.py &
+    done
+}

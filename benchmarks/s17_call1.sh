@@ -18,19 +18,7 @@ timeout 220 python3 -P -m pytest -p no:cacheprovider -q -n 6 tests/test_gemm_dec
     tests/test_gemm_decode_tf32.py tests/test_gemm_skinny.py tests/test_gemm_wgmma_x.py \
     tests/test_gemm_lean.py tests/test_gemm_swap.py tests/test_softmax.py \
     tests/test_softmax_ends.py -m gpu > "$out/pytest.log" 2>&1 &
-san() {  # NAME TOOL COMMAND...
-    local name=$1 tool=$2; shift 2
-    GPURT_CACHE_DIR=$site/cache-$name-$tool timeout 200 compute-sanitizer --report-api-errors no \
-        --error-exitcode 3 --tool $tool python3 -P "$@" > "$out/san-$name-$tool.log" 2>&1
-    echo "$tool $name rc=$? $(grep -c ^PASS "$out/san-$name-$tool.log") passed," \
-         "$(grep -c ^FAIL "$out/san-$name-$tool.log") failed: $(tail -n 1 "$out/san-$name-$tool.log")"
-}
-for tool in memcheck racecheck synccheck; do
-    san decode $tool benchmarks/decode_dev.py sanitize &
-    san race $tool benchmarks/decode_dev.py race &
-    san x $tool benchmarks/wgirr_dev.py sanitize --set s17x &
-    san soft $tool benchmarks/softmax_cluster_san.py &
-done
+cluster_sanitizers 200
 wait
 echo "pytest: $(tail -n 1 "$out/pytest.log")"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20
 step "x clusters, old and new tree in turn"

@@ -16,19 +16,7 @@ timeout 230 python3 -P -m pytest -p no:cacheprovider -q -n 6 tests/test_graphs.p
     tests/test_launch.py tests/test_memory.py tests/test_gemm_decode.py \
     tests/test_gemm_skinny.py tests/test_gemm_wgmma_x.py tests/test_gemm_lean.py -m gpu \
     > "$out/pytest.log" 2>&1 &
-san() {  # NAME TOOL COMMAND...
-    local name=$1 tool=$2; shift 2
-    GPURT_CACHE_DIR=$site/cache-$name-$tool timeout 220 compute-sanitizer --report-api-errors no \
-        --error-exitcode 3 --tool $tool python3 -P "$@" > "$out/san-$name-$tool.log" 2>&1
-    echo "$tool $name rc=$? $(grep -c ^PASS "$out/san-$name-$tool.log") passed," \
-         "$(grep -c ^FAIL "$out/san-$name-$tool.log") failed: $(tail -n 1 "$out/san-$name-$tool.log")"
-}
-for tool in memcheck racecheck synccheck; do
-    san decode $tool benchmarks/decode_dev.py sanitize &
-    san race $tool benchmarks/decode_dev.py race &
-    san x $tool benchmarks/wgirr_dev.py sanitize --set s17x &
-    san soft $tool benchmarks/softmax_cluster_san.py &
-done
+cluster_sanitizers 220
 wait
 echo "pytest: $(tail -n 1 "$out/pytest.log")"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head
 step "bench_gemm_decode"
