@@ -1,0 +1,75 @@
+"""Session 19 (issue 17): the mma.sync kernel on 16-bit rows that are not 16-byte multiples,
+kernel-only cold (bench_gemm_decode's graph harness: 20 calls in a CUDA graph over input sets
+rotated past the L2), each mma candidate of the problem and gemm's own choice, against
+cuBLAS's graph in the same process. Every timed config's result is checked against float64
+on a poisoned output. Run once per tree (old and new loads) on the same machine.
+
+    python benchmarks/s19_mma.py --tag new --json PATH [--shapes 29x11003x4099,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+
+from bench_gemm_decode import Problem, gpurt_graph_us, torch_graph_us
+
+SHAPES = "29x11003x4099,97x4093x4099,7x4099x11003,16x4099x4099,1x4099x4099,64x4099x4099," \
+         "128x4099x4099,29x11003x4099t,97x4093x4099t"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tag", default="new")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--shapes", default=SHAPES, help="MxNxK, t: B = W.T (W stored N x K)")
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--only-chosen", action="store_true")
+    args = parser.parse_args()
+    import torch
+
+    import gpurt
+    gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+    tune = importlib.import_module("gpurt.kernels._gemm_tune")
+    plans = importlib.import_module("gpurt.kernels._gemm_plan")
+    routes = importlib.import_module("gpurt.kernels._gemm_route")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for text in args.shapes.split(","):
+        nk = text.endswith("t")
+        m, n, k = (int(v) for v in text.rstrip("t").split("x"))
+        p = Problem(gpurt, torch, m, n, k, torch.bfloat16, nk, l2)
+        stream = gpurt.Stream()
+        plan, _, _ = plans.make_plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False, stream)
+        configs: list = [None]
+        if not args.only_chosen:
+            problem = plans.problem_of(plan, False)
+            configs += [c for c in tune.candidates(problem) if c.kernel == "mma"]
+        cublas = torch_graph_us(torch, p, args.repeat)
+        for config in configs:
+            p.out.fill_(math.nan)
+            try:
+                us = gpurt_graph_us(gpurt, gemm_mod.gemm, p, config, args.repeat, torch)
+                p.out.fill_(math.nan)
+                gemm_mod.gemm(p.ga[0], p.gb[0], out=p.gout, stream=stream, config=config)
+                stream.synchronize()
+                err = p.rel_error(torch)
+            except Exception as exc:  # a config that cannot run this problem
+                print(text, config, "failed:", exc)
+                continue
+            label = config.label() if config is not None else \
+                routes.label(routes.plan_call(plan, False, None, stream)) + " *"
+            row = {"tag": args.tag, "shape": text, "config": label, "us": round(us, 2),
+                   "cublas_us": round(cublas, 2), "ratio": round(cublas / us, 3),
+                   "rel_err": float(f"{err:.3g}"), "ok": err < 1e-2}
+            rows.append(row)
+            print(row, flush=True)
+            with open(args.json, "w") as fh:
+                json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, fh,
+                          indent=1)
+
+
+if __name__ == "__main__":
+    main()
