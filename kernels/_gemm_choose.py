@@ -21,7 +21,7 @@ from . import tunable
 from ._gemm_launch import make_call, source_digest
 from ._gemm_tune import Config, Problem
 
-__all__ = ["choose", "rotating_operands", "span_bytes"]
+__all__ = ["choose", "timed_ms", "rotating_operands", "span_bytes"]
 
 def _capturing(stream: Any, index: int) -> bool:
     """Whether ``stream`` is capturing a graph (then nothing may be timed or synchronized)."""
@@ -141,3 +141,13 @@ def choose(plan: plans.Plan, problem: Problem, stream: Any,
     operands, _held = rotating_operands(plan, tuning_stream)  # the copies live until here
     return tuner.choose(key, tune.candidates(problem),
                         _Batches(plan, problem, tuning_stream, operands))
+
+
+def timed_ms(index: int, problem: Problem) -> float | None:
+    """The tuner's time (ms per call) of the config it chose for ``problem`` on device
+    ``index``, where it has one: timed or remembered, the tuner enabled and the problem not
+    below its size; else None (the heuristic's pick has no time)."""
+    if not tunable.is_enabled() or problem.macs < tuning.TUNE_MIN_MACS:
+        return None
+    key = tuning.problem_key(problem, gpurt.get_device_name(index), source_digest())
+    return tunable.tuner().lookup_ms(key)

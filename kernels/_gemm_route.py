@@ -45,8 +45,15 @@ def plan_call(plan: plans.Plan, allow_tf32: bool, config: Config | None,
     route = pack_route(plan, problem, allow_tf32)
     if route is not None:  # rows TMA cannot read: copy them first where that pays
         packed, packed_problem, copies = route
-        if config is None and pack.pays(tune.heuristic(problem), problem,
-                                        tune.heuristic(packed_problem), packed_problem, copies):
+        timed = _timed_route(plan, problem, packed, packed_problem, copies, stream) \
+            if config is None else None
+        if timed is not None:
+            copy, config = timed
+            if copy:
+                return _packed_call(plan, packed, packed_problem, config, copies)
+        elif config is None and pack.pays(tune.heuristic(problem), problem,
+                                          tune.heuristic(packed_problem), packed_problem,
+                                          copies):
             config = choosing.choose(packed, packed_problem, stream,
                              lambda: pack.copied_plan(plan, packed, copies, stream))
             return _packed_call(plan, packed, packed_problem, config, copies)
@@ -60,6 +67,29 @@ def plan_call(plan: plans.Plan, allow_tf32: bool, config: Config | None,
         raise ValueError(f"config {config.label()} cannot run this {plan.m}x{plan.n}x{plan.k} "
                          f"problem: {reason}")
     return _packed_call(plan, plan, problem, config, ())
+
+
+def _timed_route(plan: plans.Plan, problem: Problem, packed: plans.Plan,
+                 packed_problem: Problem, copies: tuple[pack.PackCopy, ...],
+                 stream: Any) -> tuple[bool, Config] | None:
+    """(whether to copy, the config) by the tuner's times where it has them for both routes
+    (timed now or remembered): the packed problem's kernel plus the copies' modelled time
+    against the problem's own best; None where either has no time (the tuner off, a capture
+    underway, a problem below its size), which leaves the choice to the cost model. The model
+    took the copies at 29x11003x4099 bf16, 114 us on an H100, where the mma kernel on the rows
+    as they are ran 86 (benchmarks/notes_gemm.md, session 19)."""
+    packed_config = choosing.choose(packed, packed_problem, stream,
+                                    lambda: pack.copied_plan(plan, packed, copies, stream))
+    packed_ms = choosing.timed_ms(plan.index, packed_problem)
+    if packed_ms is None:
+        return None
+    plain_config = choosing.choose(plan, problem, stream)
+    plain_ms = choosing.timed_ms(plan.index, problem)
+    if plain_ms is None:
+        return None
+    if packed_ms + pack.copy_us(copies, plan.itemsize) / 1e3 < plain_ms:
+        return True, packed_config
+    return False, plain_config
 
 
 def _a_step(plan: plans.Plan, head_rows: int) -> int:

@@ -177,19 +177,28 @@ class Tuner:
             self._results.update(found)
         return found
 
-    def lookup(self, key: str) -> Config | None:
-        """The remembered config for ``key``, or None."""
+    def _entry(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             if not self._loaded:
                 self._results = {**self._read_file(), **self._results}
                 self._loaded = True
-            found = self._results.get(key) or self.defaults.get(key)
+            return self._results.get(key) or self.defaults.get(key)
+
+    def lookup(self, key: str) -> Config | None:
+        """The remembered config for ``key``, or None."""
+        found = self._entry(key)
         if found is None:
             return None
         try:
             return Config.from_json(found["config"])
         except (KeyError, TypeError, ValueError):
             return None
+
+    def lookup_ms(self, key: str) -> float | None:
+        """The remembered config's time for ``key`` (ms per call), or None."""
+        found = self._entry(key)
+        ms = None if found is None else found.get("ms")
+        return float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
 
     def choose(self, key: str, configs: list[Config],
                time_ms: Callable[[Config], float | None]) -> Config:

@@ -497,6 +497,7 @@ def test_tuner_picks_fastest_and_persists(tmp_path):
     # a new process (a new Tuner) reads it back without timing anything
     again = tuning.Tuner(str(folder))
     assert again.choose("k1", configs, lambda c: pytest.fail("timed again")) == configs[-1]
+    assert again.lookup_ms("k1") == 0.5 and again.lookup_ms("nothing") is None
     # a second key is merged with the first on disk
     again.choose("k2", configs, lambda c: 1.0)
     assert set(json.loads(path.read_text())["results"]) == {"k1", "k2"}

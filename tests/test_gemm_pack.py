@@ -152,6 +152,28 @@ def test_a_small_a_alone_is_copied():
         assert pack.pays(tune.heuristic(split), split, tune.heuristic(packed), packed, copies)
 
 
+@pytest.mark.parametrize("packed_ms,plain_ms,expected", [
+    (0.038, 0.086, False),  # 29x11003x4099 bf16 (an H100): 38 + 75 us of copies against 86
+    (0.015, 0.099, True),   # 97x4093x4099's shape of times: the copies pay
+    (None, 0.086, None), (0.038, None, None),  # a route without a time: the cost model's
+])
+def test_the_route_follows_the_tuners_times(monkeypatch, packed_ms, plain_ms, expected):
+    """Where the tuner has times for both routes, the packed kernel plus the copies' modelled
+    time (here 3 + 72 us for B's 4099 x 11003 bf16) is weighed against the problem's own
+    best, whatever the cost model would say."""
+    choosing = importlib.import_module("gpurt.kernels._gemm_choose")
+    split, packed = _problems(29, 11003, 4099)
+    copies = pack.copies_for([(2, 4099, True, 29, 4099), (2, 11003, False, 11003, 4099)], 2)
+    assert 70 < pack.copy_us(copies, 2) < 80
+    configs = {False: tune.heuristic(split), True: tune.heuristic(packed)}
+    times = {False: plain_ms, True: packed_ms}
+    monkeypatch.setattr(choosing, "choose", lambda plan, problem, *args: configs[problem.tma])
+    monkeypatch.setattr(choosing, "timed_ms", lambda index, problem: times[problem.tma])
+    plan = dataclasses.make_dataclass("Plan", ["index", "itemsize"])(0, 2)
+    got = routes._timed_route(plan, split, None, packed, copies, None)
+    assert got == (None if expected is None else (expected, configs[expected]))
+
+
 def test_the_copy_kernel_is_among_the_prebuilt_programs():
     launch = importlib.import_module("gpurt.kernels._gemm_launch")
     found = [p for p in launch.programs("sm_90a") if p[0] == pack.SOURCE]
