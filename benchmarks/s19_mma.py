@@ -1,10 +1,11 @@
-"""Session 19 (issue 17): the mma.sync kernel on 16-bit rows that are not 16-byte multiples,
-kernel-only cold (bench_gemm_decode's graph harness: 20 calls in a CUDA graph over input sets
-rotated past the L2), each mma candidate of the problem and gemm's own choice, against
-cuBLAS's graph in the same process. Every timed config's result is checked against float64
-on a poisoned output. Run once per tree (old and new loads) on the same machine.
+"""Session 19 (issue 17): GEMM candidates on rows that are not 16-byte multiples, kernel-only
+cold (bench_gemm_decode's graph harness: 20 calls in a CUDA graph over input sets rotated past
+the L2): each candidate of the named kernel families and gemm's own choice, against cuBLAS's
+graph in the same process (exact fp32 for float32: TF32 off on both sides). Every timed
+config's result is checked against float64 on a poisoned output.
 
     python benchmarks/s19_mma.py --tag new --json PATH [--shapes 29x11003x4099,...]
+        [--dtype bf16|fp32] [--kernels mma,rowload,simt]
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=SHAPES, help="MxNxK, t: B = W.T (W stored N x K)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--only-chosen", action="store_true")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--kernels", default="mma")
     args = parser.parse_args()
     import torch
 
@@ -36,17 +39,21 @@ def main() -> None:
     plans = importlib.import_module("gpurt.kernels._gemm_plan")
     routes = importlib.import_module("gpurt.kernels._gemm_route")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
+    limit = 1e-5 if args.dtype == "fp32" else 1e-2
+    kernels = set(args.kernels.split(","))
     rows = []
     for text in args.shapes.split(","):
         nk = text.endswith("t")
         m, n, k = (int(v) for v in text.rstrip("t").split("x"))
-        p = Problem(gpurt, torch, m, n, k, torch.bfloat16, nk, l2)
+        p = Problem(gpurt, torch, m, n, k, dtype, nk, l2)
         stream = gpurt.Stream()
         plan, _, _ = plans.make_plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False, stream)
         configs: list = [None]
         if not args.only_chosen:
             problem = plans.problem_of(plan, False)
-            configs += [c for c in tune.candidates(problem) if c.kernel == "mma"]
+            configs += [c for c in tune.candidates(problem) if c.kernel in kernels]
         cublas = torch_graph_us(torch, p, args.repeat)
         for config in configs:
             p.out.fill_(math.nan)
@@ -61,9 +68,10 @@ def main() -> None:
                 continue
             label = config.label() if config is not None else \
                 routes.label(routes.plan_call(plan, False, None, stream)) + " *"
-            row = {"tag": args.tag, "shape": text, "config": label, "us": round(us, 2),
+            row = {"tag": args.tag, "dtype": args.dtype, "shape": text, "config": label,
+                   "us": round(us, 2),
                    "cublas_us": round(cublas, 2), "ratio": round(cublas / us, 3),
-                   "rel_err": float(f"{err:.3g}"), "ok": err < 1e-2}
+                   "rel_err": float(f"{err:.3g}"), "ok": err < limit}
             rows.append(row)
             print(row, flush=True)
             with open(args.json, "w") as fh:

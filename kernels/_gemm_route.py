@@ -131,7 +131,7 @@ def _simt_pack_route(plan: plans.Plan, problem: Problem
     (kernels/_gemm_pack.py's ``simt_pays``); None elsewhere and with
     GPURT_GEMM_DISABLE=pack."""
     if problem.dt != DT_F32 or problem.vec or plan.k == 0 or \
-            "pack" in tune.disabled_kernels():
+            "pack" in tune.disabled_kernels() or tune.heuristic(problem).kernel != "simt":
         return None
     operands = [(op.ptr, op.ld, op.kmajor, n, plan.k)
                 for op, n in ((plan.a, plan.m), (plan.b, plan.n))]

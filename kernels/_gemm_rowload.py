@@ -1,15 +1,17 @@
-"""The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 problems with a few rows
-of A (M <= 4 by the heuristic, 8 for the tuner; 2 with a K-major B) whose B rows need not be
-16-byte aligned (issue 17: 1 x 4099 x 4099, where every other path streams B's 8198-byte rows
-with narrow loads at ~0.9 TB/s or copies them first).
+"""The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 and exact fp32 problems
+with a few rows of A (M <= 4 by the heuristic, 8 for the tuner; 16-bit with a K-major B: 2)
+whose B rows need not be 16-byte aligned (issue 17: 1 x 4099 x 4099, where every other path
+streams B's 8198-byte rows with narrow loads at ~0.9 TB/s or copies them first; fp32
+1 x 5003 x 4099, whose 20012-byte rows the simt kernel reads 4 bytes at a time).
 
 A :class:`Config` of kind ``"rowload"`` means, for an N-major B (stored K x N, rows of B
-streamed): ``bm`` rows of A per CTA (1, 2, 4, 8 or 16: each lane keeps bm x 8 x slots fp32
-sums), ``bn`` = 248 x slots columns of B per CTA (a warp's 32 16-byte loads give 31 lanes' 8
-columns each; slots 1 or 2), ``bk`` = 8 x the rows of B each of the CTA's 8 warps keeps in
-flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (B^T = W stored N x K, the weight of
-``x @ W.T``: dot products along W's rows): ``bm`` 1 or 2, ``bn`` = 64 rows of W per CTA (8 per
-warp, all in flight), ``bk`` = 248 or 496 k per warp step (bm 1 only). ``split_k``: CTAs
+streamed): ``bm`` rows of A per CTA (1, 2, 4, 8 or 16: each lane keeps bm x e x slots fp32
+sums, e = 8 16-bit or 4 fp32 elements a 16-byte load), ``bn`` = 31 e x slots columns of B per
+CTA (a warp's 32 16-byte loads give 31 lanes' e columns each; slots 1 or 2: 248 or 496 16-bit
+columns, 124 or 248 fp32 ones), ``bk`` = 8 x the rows of B each of the CTA's 8 warps keeps in
+flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (16-bit only; B^T = W stored N x K, the
+weight of ``x @ W.T``: dot products along W's rows): ``bm`` 1 or 2, ``bn`` = 64 rows of W per
+CTA (8 per warp, all in flight), ``bk`` = 248 or 496 k per warp step (bm 1 only). ``split_k``: CTAs
 splitting K (the last CTA of each tile adds the fp32 slices in order, like the mma kernels:
 one launch, deterministic, partials in the stream's workspace). The kernels take gemm_mma's
 arguments, so kernels/_gemm_launch.py launches them like an mma config.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._gemm_types import DT_BF16, DT_F16
+from ._gemm_types import DT_BF16, DT_F16, DT_F32
 
 Config = Any  # a kernels._gemm_config.Config of kind "rowload" (that module imports this one)
 Problem = Any  # a kernels._gemm_config.Problem
@@ -34,7 +36,8 @@ __all__ = ["validate", "name_expression", "why_not", "heuristic", "candidates", 
 SMALL_MAX = 4
 TUNE_SMALL_MAX = 8
 NK_MAX = 2  # the largest M for a K-major B (register-bound: 2 x 64 x 248 holds 96)
-COLS = 248  # columns of B per warp load (gemm_rowload.cu: COLS)
+COLS = 248  # 16-bit columns of B per warp load (gemm_rowload.cu: COLS)
+F32_COLS = 124  # fp32 ones (Lanes<DT_F32>::COLS)
 NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: run_nk's NK_ROWS)
 _ROWS = (1, 2, 4, 8, 16)
 
@@ -44,15 +47,22 @@ def _nk(config: Config) -> bool:
     return config.bn == NK_ROWS
 
 
+def _cols(dt: int) -> int:
+    """Columns of B a warp load gives for element type ``dt``."""
+    return F32_COLS if dt == DT_F32 else COLS
+
+
 def validate(config: Config) -> None:
-    """Raise ValueError unless ``config`` is a rowload tiling the kernels have."""
-    kn = config.bm in _ROWS and config.bn in (COLS, 2 * COLS) and config.bk in (16, 32, 64)
+    """Raise ValueError unless ``config`` is a rowload tiling the kernels have (for some element
+    type: :func:`why_not` checks its columns against the problem's)."""
+    kn = config.bm in _ROWS and config.bn in (F32_COLS, COLS, 2 * COLS) and \
+        config.bk in (16, 32, 64)
     nk = (config.bm in (1, 2) and config.bn == NK_ROWS and config.bk in (COLS, 2 * COLS)
           and config.bm * config.bk <= 2 * COLS)
     if not (kn or nk) or config.wm or config.wn or config.cluster_m != 1 or config.tma_store:
-        raise ValueError(f"rowload tiles are (1|2|4|8|16) x (248|496) x (16|32|64) for an "
-                         f"N-major B, 1 x 64 x (248|496) or 2 x 64 x 248 for a K-major B; "
-                         f"not {config}")
+        raise ValueError(f"rowload tiles are (1|2|4|8|16) x (248|496) x (16|32|64) (fp32: "
+                         f"124|248 columns) for an N-major B, 1 x 64 x (248|496) or "
+                         f"2 x 64 x 248 for a K-major B; not {config}")
 
 
 def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
@@ -61,15 +71,22 @@ def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
     a_k = str(a_kmajor).lower()
     if _nk(config):
         return f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // COLS}, {a_k}>"
-    return f"gemm_rowload{split}<{dt}, {config.bm}, {config.bn // COLS}, {config.bk // 8}, {a_k}>"
+    slots = config.bn // _cols(dt)
+    return f"gemm_rowload{split}<{dt}, {config.bm}, {slots}, {config.bk // 8}, {a_k}>"
 
 
 def why_not(problem: Problem, config: Config | None = None) -> str | None:
     """Why the rowload kernels (``config``'s, where given) cannot run ``problem``."""
-    if problem.dt not in (DT_F16, DT_BF16):
-        return "the rowload kernel takes float16/bfloat16"
+    if problem.dt not in (DT_F16, DT_BF16, DT_F32):
+        return "the rowload kernel takes float16/bfloat16 or exact float32"
     if problem.capability < (7, 0):
         return "the rowload kernel needs sm_70 or newer"
+    if problem.dt == DT_F32 and problem.b_kmajor:
+        return "the float32 rowload kernel takes an N-major B only"
+    cols = _cols(problem.dt)
+    if config is not None and not _nk(config) and config.bn not in (cols, 2 * cols):
+        return (f"rowload tiles of this element type have {cols} or {2 * cols} columns (one or "
+                f"two warp loads), not {config.bn}")
     if config is not None and _nk(config) != problem.b_kmajor:
         meant, got = ("K-major", "N-major") if _nk(config) else ("N-major", "K-major")
         return f"rowload tiles {config.bm}x{config.bn}x{config.bk} are for a {meant} B, not {got}"
@@ -95,7 +112,7 @@ def _split(problem: Problem, tiles: int, per_sm: int, unit: int, least: int) -> 
 
 
 def _config(problem: Problem, bm: int, slots: int, bk: int) -> tuple[int, int, int, int]:
-    bn = COLS * slots
+    bn = _cols(problem.dt) * slots
     tiles = -(-problem.m // bm) * -(-problem.n // bn)
     return bm, bn, bk, _split(problem, tiles, 1 if bm >= 16 else 2, 8, 2 * bk)
 
@@ -106,8 +123,9 @@ def _config_nk(problem: Problem, bm: int, bk: int) -> tuple[int, int, int, int]:
 
 
 def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
-    """(bm, bn, bk, split_k) for a 16-bit problem whose operand rows are not all 16-byte
-    multiples (the TMA kernels cannot read them; everything else reads them with narrow loads):
+    """(bm, bn, bk, split_k) for a 16-bit or exact fp32 problem whose operand rows are not all
+    16-byte multiples (the TMA kernels cannot read them; everything else reads them with
+    narrow loads; fp32: B's rows are, the simt kernel then loads it 4 bytes at a time):
     at most SMALL_MAX rows of A and 256 columns or more with B N-major, at most NK_MAX rows of
     A with B K-major; None otherwise. The narrowest tiles (248 columns, 4 rows in flight a
     warp; 248 k a step for a K-major B) were the fastest at every shape timed on an H100: the
@@ -120,7 +138,9 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
         return _config_nk(problem, problem.m, COLS)
     if problem.m > SMALL_MAX or problem.n < 256:
         return None
-    return _config(problem, _rows(problem.m), 1, 32)
+    # fp32: two warp loads a lane (248 columns, the bytes of 16-bit's one): as fast or faster
+    # at every shape timed (an H100, session 19: 3 x 11003 x 4093 68.2 us against 82.8)
+    return _config(problem, _rows(problem.m), 2 if problem.dt == DT_F32 else 1, 32)
 
 
 def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:

@@ -32,7 +32,9 @@ def cut(problem: Problem) -> tuple[int, Config] | None:
     """(rows, head config) where ``problem`` (fp32, on the CUDA cores) runs faster as whole
     waves of ``head`` over its first ``rows`` rows and a second GEMM over the rest; None
     where one grid is as fast, the problem is not fp32 or GPURT_GEMM_DISABLE names rows."""
-    return _search(problem)[0] if problem.dt == tune.DT_F32 else None
+    if problem.dt != tune.DT_F32 or tune.heuristic(problem).kernel != "simt":
+        return None
+    return _search(problem)[0]
 
 
 def modelled(problem: Problem) -> float:

@@ -378,6 +378,7 @@ def candidates(problem: Problem) -> list[Config]:
     (benchmarks/notes_gemm.md); pass one as ``config=`` to use it."""
     if problem.dt == DT_F32:
         pool = _with_split(problem, _SIMT)
+        pool += [_rowload_config(t) for t in _rowload.candidates(problem)]
     elif problem.dt == DT_TF32:
         pool = list(_WGMMA_TF32) + _with_split(problem, (*_TF32, _TF32_SMALL))
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
@@ -519,7 +520,10 @@ def _small(problem: Problem) -> bool:
 def heuristic(problem: Problem) -> Config:
     """The config to use without timing anything."""
     m, n = problem.m, problem.n
-    if problem.dt == DT_F32:
+    rowload = _rowload.heuristic(problem)
+    if problem.dt == DT_F32:  # the rowload kernel for a few rows of A times split rows of B
+        if rowload is not None and eligible(problem, _rowload_config(rowload)):
+            return _rowload_config(rowload)
         return _simt_heuristic(problem)
     if problem.dt == DT_TF32:
         if _small(problem) and eligible(problem, _TF32_SMALL):
@@ -544,7 +548,6 @@ def heuristic(problem: Problem) -> Config:
         return _decode_config(decode)
     # a few rows of A times an N-major B on rows TMA cannot read: streamed with aligned loads
     # (kernels/gemm_rowload.cu; notes_gemm.md, session 9 s9-rowload)
-    rowload = _rowload.heuristic(problem)
     if rowload is not None and eligible(problem, _rowload_config(rowload)):
         return _rowload_config(rowload)
     tiles = _skinny.heuristic(problem)

@@ -25,9 +25,17 @@ namespace rowload {
 
 constexpr int WARPS = 8;             // one per residue of k mod 8
 constexpr int STAGE_FLOATS = 8192;   // A's fp32 values staged at a time (32 KiB)
-constexpr int COLS = 248;            // columns per warp load (31 lanes' outputs)
+constexpr int COLS = 248;            // 16-bit columns per warp load (31 lanes' outputs)
 
-__device__ __forceinline__ void load16(u32 (&w)[4], const u16* p) {
+// A 16-byte load's elements (EPC) and a warp load's columns (31 lanes' outputs) of type DT.
+template <int DT>
+struct Lanes {
+    typedef typename Elem<DT>::T E;
+    static constexpr int EPC = 16 / (int)sizeof(E);
+    static constexpr int COLS = 31 * EPC;
+};
+
+__device__ __forceinline__ void load16(u32 (&w)[4], const void* p) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
 }
@@ -47,11 +55,21 @@ __device__ __forceinline__ void realign(u32 (&o)[4], const u32 (&x)[4], const u3
     }
 }
 
+// fp32: elements S..S+3 of the 8 held in x (0..3) and y (4..7).
+template <int S>
+__device__ __forceinline__ void realign32(u32 (&o)[4], const u32 (&x)[4], const u32 (&y)[4]) {
+    const u32 seq[8] = {x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = seq[S + i];
+}
+
 template <int DT>
-__device__ __forceinline__ void unpack8(float (&v)[8], const u32 (&w)[4]) {
+__device__ __forceinline__ void unpack8(float (&v)[Lanes<DT>::EPC], const u32 (&w)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        if constexpr (DT == DT_BF16) {
+        if constexpr (is_f32(DT)) {
+            v[i] = __uint_as_float(w[i]);
+        } else if constexpr (DT == DT_BF16) {
             v[2 * i] = __uint_as_float(w[i] << 16);
             v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
         } else {
@@ -62,21 +80,23 @@ __device__ __forceinline__ void unpack8(float (&v)[8], const u32 (&w)[4]) {
 }
 
 // One warp's rows k = first, first + 8, ... < end (all with misalignment S) times the staged
-// A (As[(k - staged) * MT + m]), added into acc[m][8 j + e] (column c + COLS j + e).
+// A (As[(k - staged) * MT + m]), added into acc[m][EPC j + e] (column c + COLS j + e).
 template <int DT, int MT, int SLOTS, int R, int S>
-__device__ __forceinline__ void rows(float (&acc)[MT][8 * SLOTS], const u16* __restrict__ B,
-                                     i64 ldb, int N, int c, const float* As, int staged,
-                                     int first, int end, int lane) {
+__device__ __forceinline__ void rows(float (&acc)[MT][Lanes<DT>::EPC * SLOTS],
+                                     const typename Elem<DT>::T* __restrict__ B, i64 ldb, int N,
+                                     int c, const float* As, int staged, int first, int end,
+                                     int lane) {
+    typedef Lanes<DT> L;
     for (int k0 = first; k0 < end; k0 += WARPS * R) {
         u32 x[R][SLOTS][4];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int k = k0 + WARPS * r;
-            const u16* row = B + (i64)k * ldb + c - S;  // 16-byte aligned
+            const auto* row = B + (i64)k * ldb + c - S;  // 16-byte aligned
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j) {
                 x[r][j][0] = x[r][j][1] = x[r][j][2] = x[r][j][3] = 0u;
-                if (k < end && c + COLS * j - S < N) load16(x[r][j], row + COLS * j);
+                if (k < end && c + L::COLS * j - S < N) load16(x[r][j], row + L::COLS * j);
             }
         }
 #pragma unroll
@@ -94,16 +114,20 @@ __device__ __forceinline__ void rows(float (&acc)[MT][8 * SLOTS], const u16* __r
                     u32 y[4];  // lane 31's sums are not used
 #pragma unroll
                     for (int i = 0; i < 4; ++i) y[i] = __shfl_down_sync(0xffffffffu, x[r][j][i], 1);
-                    realign<S>(w, x[r][j], y);
+                    if constexpr (is_f32(DT)) {
+                        realign32<S>(w, x[r][j], y);
+                    } else {
+                        realign<S>(w, x[r][j], y);
+                    }
                 }
-                float v[8];
+                float v[L::EPC];
                 unpack8<DT>(v, w);
                 if (k >= end) continue;  // zero loads; A's value is not staged
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
 #pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        acc[m][8 * j + e] = fmaf(a[m], v[e], acc[m][8 * j + e]);
+                    for (int e = 0; e < L::EPC; ++e)
+                        acc[m][L::EPC * j + e] = fmaf(a[m], v[e], acc[m][L::EPC * j + e]);
                 }
             }
         }
@@ -111,26 +135,37 @@ __device__ __forceinline__ void rows(float (&acc)[MT][8 * SLOTS], const u16* __r
 }
 
 template <int DT, int MT, int SLOTS, int R>
-__device__ __forceinline__ void rows_shifted(int s, float (&acc)[MT][8 * SLOTS],
-                                             const u16* __restrict__ B, i64 ldb, int N, int c,
-                                             const float* As, int staged, int first, int end,
-                                             int lane) {
-    switch (s) {
-        case 0: rows<DT, MT, SLOTS, R, 0>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        case 1: rows<DT, MT, SLOTS, R, 1>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        case 2: rows<DT, MT, SLOTS, R, 2>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        case 3: rows<DT, MT, SLOTS, R, 3>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        case 4: rows<DT, MT, SLOTS, R, 4>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        case 5: rows<DT, MT, SLOTS, R, 5>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        case 6: rows<DT, MT, SLOTS, R, 6>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
-        default: rows<DT, MT, SLOTS, R, 7>(acc, B, ldb, N, c, As, staged, first, end, lane); break;
+__device__ __forceinline__ void rows_shifted(int s, float (&acc)[MT][Lanes<DT>::EPC * SLOTS],
+                                             const typename Elem<DT>::T* __restrict__ B,
+                                             i64 ldb, int N, int c, const float* As, int staged,
+                                             int first, int end, int lane) {
+#define ROWLOAD_ROWS(S) rows<DT, MT, SLOTS, R, S>(acc, B, ldb, N, c, As, staged, first, end, lane)
+    if constexpr (is_f32(DT)) {  // 4 elements a load: 4 shifts
+        switch (s) {
+            case 0: ROWLOAD_ROWS(0); break;
+            case 1: ROWLOAD_ROWS(1); break;
+            case 2: ROWLOAD_ROWS(2); break;
+            default: ROWLOAD_ROWS(3); break;
+        }
+    } else {
+        switch (s) {
+            case 0: ROWLOAD_ROWS(0); break;
+            case 1: ROWLOAD_ROWS(1); break;
+            case 2: ROWLOAD_ROWS(2); break;
+            case 3: ROWLOAD_ROWS(3); break;
+            case 4: ROWLOAD_ROWS(4); break;
+            case 5: ROWLOAD_ROWS(5); break;
+            case 6: ROWLOAD_ROWS(6); break;
+            default: ROWLOAD_ROWS(7); break;
+        }
     }
+#undef ROWLOAD_ROWS
 }
 
 // As[(k - k0) * MT + m] = A(m0 + m, k) for k in [k0, k1), zero for rows past M.
 template <int DT, int MT, bool A_K>
-__device__ __forceinline__ void stage_a(float* As, const u16* __restrict__ A, i64 lda, int M,
-                                        int m0, int k0, int k1) {
+__device__ __forceinline__ void stage_a(float* As, const typename Elem<DT>::T* __restrict__ A,
+                                        i64 lda, int M, int m0, int k0, int k1) {
     const int len = k1 - k0;
     for (int e = threadIdx.x; e < len * MT; e += blockDim.x) {
         // consecutive threads on A's contiguous dimension
@@ -142,13 +177,20 @@ __device__ __forceinline__ void stage_a(float* As, const u16* __restrict__ A, i6
     }
 }
 
+// A, B, C and Cin hold fp32 for DT_F32 (typed u16* so the 16-bit kernels keep their symbols).
 template <int DT, int MT, int SLOTS, int R, bool A_K>
-__device__ __forceinline__ void run(const u16* __restrict__ A, const u16* __restrict__ B,
-                                    u16* __restrict__ C, const u16* __restrict__ Cin,
+__device__ __forceinline__ void run(const u16* __restrict__ A_, const u16* __restrict__ B_,
+                                    u16* __restrict__ C_, const u16* __restrict__ Cin_,
                                     float* __restrict__ partial, int M, int N, int K, i64 lda,
                                     i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta,
                                     int pair_ok, unsigned* __restrict__ counters) {
-    constexpr int BN = COLS * SLOTS;
+    typedef Lanes<DT> L;
+    typedef typename L::E E;
+    const E* __restrict__ A = reinterpret_cast<const E*>(A_);
+    const E* __restrict__ B = reinterpret_cast<const E*>(B_);
+    E* __restrict__ C = reinterpret_cast<E*>(C_);
+    const E* __restrict__ Cin = reinterpret_cast<const E*>(Cin_);
+    constexpr int BN = L::COLS * SLOTS;
     constexpr int STAGE_K = STAGE_FLOATS / MT;  // a multiple of 8
     static_assert(WARPS * BN <= STAGE_FLOATS, "the warps' sums reuse A's staging");
     __shared__ __align__(16) float smem[STAGE_FLOATS];
@@ -158,13 +200,13 @@ __device__ __forceinline__ void run(const u16* __restrict__ A, const u16* __rest
     int k_begin, k_end;
     split_range<8>(K, k_begin, k_end);
 
-    float acc[MT][8 * SLOTS];
+    float acc[MT][L::EPC * SLOTS];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
-        for (int e = 0; e < 8 * SLOTS; ++e) acc[m][e] = 0.f;
+        for (int e = 0; e < L::EPC * SLOTS; ++e) acc[m][e] = 0.f;
     }
-    const int c = n0 + 8 * lane;
+    const int c = n0 + L::EPC * lane;
     for (int k0 = k_begin; k0 < k_end; k0 += STAGE_K) {  // k0 - k_begin: a multiple of 8
         const int k1 = min(k_end, k0 + STAGE_K);
         __syncthreads();  // the last stage's readers are done
@@ -173,7 +215,7 @@ __device__ __forceinline__ void run(const u16* __restrict__ A, const u16* __rest
         // the misalignment (elements) of column n0 in rows k0 + warp + 8 i
         const unsigned long long at =
             reinterpret_cast<unsigned long long>(B + (i64)(k0 + warp) * ldb + n0);
-        const int s = (int)(at % 16) / 2;
+        const int s = (int)(at % 16) / (int)sizeof(E);
         rows_shifted<DT, MT, SLOTS, R>(s, acc, B, ldb, N, c, smem, k0, k0 + warp, k1, lane);
     }
 
@@ -186,10 +228,12 @@ __device__ __forceinline__ void run(const u16* __restrict__ A, const u16* __rest
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
             if (lane == 31) break;
-            float4* to = reinterpret_cast<float4*>(sums + warp * BN + COLS * j + 8 * lane);
-            const float* v = acc[m] + 8 * j;
-            to[0] = make_float4(v[0], v[1], v[2], v[3]);
-            to[1] = make_float4(v[4], v[5], v[6], v[7]);
+            float4* to =
+                reinterpret_cast<float4*>(sums + warp * BN + L::COLS * j + L::EPC * lane);
+            const float* v = acc[m] + L::EPC * j;
+#pragma unroll
+            for (int q = 0; q < L::EPC / 4; ++q)
+                to[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
         }
         __syncthreads();
         for (int p = threadIdx.x; p < BN / 2; p += blockDim.x) {

@@ -20,11 +20,16 @@ rowload = importlib.import_module("gpurt.kernels._gemm_rowload")
 gemm_launch = importlib.import_module("gpurt.kernels._gemm_launch")
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 Config, Problem = tune.Config, tune.Problem
-BF16, F16 = tune.DT_BF16, tune.DT_F16
+BF16, F16, F32 = tune.DT_BF16, tune.DT_F16, tune.DT_F32
 
 
 def rl(bm, slots, rows, split=1):
     return Config("rowload", bm, 248 * slots, 8 * rows, split_k=split)
+
+
+def rl32(bm, slots, rows, split=1):
+    """An fp32 tiling: 124 columns a warp load (4 fp32 a lane)."""
+    return Config("rowload", bm, 124 * slots, 8 * rows, split_k=split)
 
 
 def nk(bm, slots, split=1):
@@ -68,7 +73,12 @@ def test_eligibility():
     assert "N-major B, not K-major" in tune.why_not(k_major, rl(1, 2, 8))
     assert "K-major B, not N-major" in tune.why_not(problem, nk(1, 1))
     assert tune.eligible(k_major, nk(1, 2, 3)) and tune.eligible(k_major, nk(2, 1))
-    assert "float16" in tune.why_not(dataclasses.replace(problem, dt=tune.DT_F32), rl(1, 2, 8))
+    f32 = dataclasses.replace(problem, dt=F32)
+    assert "124 or 248 columns" in tune.why_not(f32, rl(1, 2, 8))
+    assert "248 or 496 columns" in tune.why_not(problem, rl32(1, 1, 8))
+    assert tune.eligible(f32, rl32(1, 2, 8)) and tune.eligible(f32, rl(1, 1, 8))  # 248: 2 loads
+    assert "N-major B only" in tune.why_not(dataclasses.replace(f32, b_kmajor=True), nk(1, 1))
+    assert "float32" in tune.why_not(dataclasses.replace(problem, dt=tune.DT_TF32), rl(1, 2, 8))
     assert "sm_70" in tune.why_not(dataclasses.replace(problem, capability=(6, 1)), rl(1, 2, 8))
 
 
@@ -82,6 +92,25 @@ def test_heuristic_streams_split_rows(m, n, k, bm, split):
     assert config == rl(bm, 1, 4, split)
     assert config.tiles(m, n) * config.split_k <= 264
     assert -(-k // config.split_k) >= 2 * config.bk
+
+
+@pytest.mark.parametrize("m,n,k,bm,split", [(1, 5003, 4099, 1, 12), (4, 4099, 4099, 4, 15),
+                                            (3, 11003, 4093, 4, 5)])
+def test_heuristic_streams_f32_split_rows(m, n, k, bm, split):
+    """Exact fp32 with B's rows not 16-byte multiples (the simt kernel would load them 4 bytes
+    at a time): the rowload kernel's 248-column tiles (two warp loads); aligned rows and a
+    K-major B stay on the simt kernel."""
+    problem = dataclasses.replace(split_rows(m, n, k), dt=F32)
+    config = tune.heuristic(problem)
+    assert config == rl32(bm, 2, 4, split)  # one wave of resident CTAs (2 per SM)
+    assert config.tiles(m, n) * config.split_k <= 264
+    assert config.name_expression(F32, True, False, False) == \
+        f"gemm_rowload_splitk<0, {bm}, 2, 4, true>"
+    assert any(c.kernel == "simt" for c in tune.candidates(problem))
+    assert tune.candidates(problem)[0] == config
+    assert tune.heuristic(dataclasses.replace(problem, vec=True)).kernel == "simt"
+    assert tune.heuristic(dataclasses.replace(problem, b_kmajor=True)).kernel == "simt"
+    assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
 
 
 @pytest.mark.parametrize("m,bm,bk,split", [(1, 1, 248, 4), (2, 2, 248, 4)])
@@ -120,11 +149,15 @@ def _names():
     kn = [rl(bm, slots, rows) for bm in (1, 2, 4) for slots in (1, 2) for rows in (4, 8)
           if (bm, slots, rows) != (4, 2, 8)] + [rl(8, 1, 4), rl(16, 1, 4)]
     names = set()
-    for dt, a_k, splits in ((BF16, True, (1, 2)), (F16, False, (2,))):
+    kn32 = [rl32(bm, slots, rows) for bm in (1, 2, 4) for slots in (1, 2) for rows in (4, 8)
+            if (bm, slots, rows) != (4, 2, 8)] + [rl32(8, 1, 4), rl32(16, 1, 4)]
+    for dt, a_k, splits in ((BF16, True, (1, 2)), (F16, False, (2,)), (F32, True, (1, 2))):
         for split in splits:
-            for config in kn:
+            for config in (kn32 if dt == F32 else kn):
                 config = dataclasses.replace(config, split_k=split)
                 names.add(config.name_expression(dt, a_k, False, False))
+            if dt == F32:
+                continue
             for config in (nk(1, 1, split), nk(1, 2, split), nk(2, 1, split)):
                 names.add(config.name_expression(dt, a_k, True, False))
     return sorted(names)
@@ -180,6 +213,24 @@ def test_k_major_b(gpu_state, config, dtype):
         run(rng, 1, 1000, 999, dtype, config, trans=True, offset=offset)
 
 
+CONFIGS_F32 = [rl32(1, 1, 4), rl32(1, 2, 8, 5), rl32(2, 2, 8, 3), rl32(4, 1, 8, 2),
+               rl32(4, 2, 4, 7), rl32(8, 1, 4, 4), rl32(16, 1, 4, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS_F32, ids=lambda c: c.label().replace(" ", "_"))
+def test_f32_odd_shapes(gpu_state, config):
+    """Exact fp32 (fp32 products and sums: float64's answer to 1e-5), odd sizes, every
+    misalignment of B's rows (a view 1..3 elements in), both A layouts, beta."""
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 2, 1), (1, 5003, 257), (3, 67, 4099), (17, 130, 1000), (5, 3, 33),
+                    (16, 520, 131), (9, 64, 64), (2, 5, 3001), (1, 777, 9)]:
+        run(rng, m, n, k, np.float32, config, tol=1e-5)
+    for offset in (1, 2, 3):
+        run(rng, 3, 1003, 517, np.float32, config, a_t=offset == 2, offset=offset,
+            beta=0.5 if offset == 1 else 0.0, alpha=-1.5, tol=1e-5)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("a_t", [False, True])
 @pytest.mark.parametrize("offset", [0, 1, 3, 6])
@@ -204,6 +255,8 @@ def test_gemms_own_choice_in_every_layout(gpu_state, monkeypatch, a_t, b_t, out_
         run(rng, m, n, k, gpurt.bfloat16, None, a_t=a_t, b_t=b_t, out_t=out_t, offset=1,
             beta=0.5)
         run(rng, m, n, k, np.float16, None, a_t=a_t, b_t=b_t, out_t=out_t, trans=True)
+        run(rng, m, n, k, np.float32, None, a_t=a_t, b_t=b_t, out_t=out_t, offset=3,
+            beta=-0.5, tol=1e-5)
 
 
 @pytest.mark.gpu
@@ -222,6 +275,21 @@ def test_heuristic_takes_rowload_and_is_deterministic(gpu_state, monkeypatch):
     for _ in range(3):  # the slices are added in a fixed order: the same bits every time
         assert np.array_equal(gemm_mod.gemm(da, db).numpy().view(np.uint16),
                               first.numpy().view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_f32_heuristic_takes_rowload(gpu_state, monkeypatch):
+    """fp32 x a 4-byte-misaligned B (rows of 5003 floats): the rowload kernel, to 1e-5."""
+    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
+    gemm_mod.clear_plans()
+    rng = np.random.default_rng()
+    a, b = rand(rng, (1, 4099), np.float32), rand(rng, (4099, 5004), np.float32)
+    da, db = gpurt.asarray(a), gpurt.asarray(b)[:, 1:]
+    got = gemm_mod.gemm(da, db).numpy().astype(np.float64)
+    (call,) = [entry[0] for entry in gemm_mod._calls.values()]
+    assert call.config.kernel == "rowload" and call.config.bn == 248
+    want = a.astype(np.float64) @ b[:, 1:].astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
 
 
 @pytest.mark.gpu
