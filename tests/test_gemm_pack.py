@@ -308,6 +308,43 @@ LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32], ids=["16-bit", "32-bit"])
+def test_the_copy_kernel_moves_rows_of_any_alignment(gpu_state, dtype):
+    """gemm_pack on its own: rows of every width around a 16-byte chunk's edges, starting at
+    every element of a block, pitches odd and even, into 128-byte-pitched rows (16-byte
+    chunks) and back into rows of the source's alignment (16-byte chunks where that is
+    aligned, else element by element): the rows exact, nothing written past them."""
+    itemsize = np.dtype(dtype).itemsize
+    per = 16 // itemsize
+    kernel = pack.copy_kernel(tune.DT_F32 if itemsize == 4 else BF16, 0)
+    rng = np.random.default_rng(5)
+    for width in (1, per - 1, per, per + 1, 3 * per + 1, 61, 64, 257):
+        for shift in range(per):
+            rows, ld = 37, width + shift + 3
+            host = rng.integers(1, 1 << (8 * itemsize - 1), size=(rows + 1) * ld + per,
+                                dtype=dtype)
+            src = gpurt.asarray(host)
+            pitch = -(-width * itemsize // 128) * 128 // itemsize
+            dst = gpurt.asarray(np.zeros(rows * pitch, dtype=dtype))
+            back = gpurt.asarray(np.zeros((rows + 1) * ld + per, dtype=dtype))
+            copy = pack.PackCopy(0, 0, width, rows, ld, pitch)
+            args, _, _ = pack.copy_arguments((copy,), src.ptr + shift * itemsize, 0, dst.ptr)
+            kernel(pack.copy_grid((copy,), 132), 256, args)
+            back_args = pack.copy_back_arguments(
+                pack.PackCopy(2, 0, width, rows, ld, pitch), dst.ptr,
+                back.ptr + shift * itemsize)
+            kernel(pack.copy_grid((copy,), 132), 256, back_args)
+            gpurt.synchronize()
+            want = host[shift:shift + rows * ld].reshape(rows, ld)[:, :width]
+            got = dst.numpy().reshape(rows, pitch)
+            assert np.array_equal(got[:, :width], want), (width, shift)
+            assert not got[:, width:].any(), (width, shift)
+            again = back.numpy()[shift:shift + rows * ld].reshape(rows, ld)
+            assert np.array_equal(again[:, :width], want) and not again[:, width:].any()
+            assert not back.numpy()[:shift].any()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [gpurt.bfloat16, np.float16], ids=["bf16", "fp16"])
 def test_forced_tma_configs_run_on_copies(gpu_state, no_tuning, dtype):
     """A TMA config forced on rows TMA cannot read runs on copies: every layout, odd edges,
