@@ -167,8 +167,12 @@ _TF32_THIN_BW = 1.8e12
 # 1.24-2.36 TB/s of B at M <= 4 (an H100, session 9 s9-rowload: 18.0 us at 1 x 4099^2, 27.1 at
 # 4 x 4099^2, 38.1 at 1 x 11003 x 4093)
 _ROWLOAD_BW = 1.8e12
-# gemm_pack's bytes read + written per second: 2.46-2.55 TB/s measured (an H100, as fast as
-# a device-to-device copy of the same bytes; cuMemcpy2DAsync took twice as long)
+# gemm_pack's bytes read + written per second: 2.46-2.55 TB/s element by element (an H100,
+# as fast as a device-to-device copy of the same bytes; cuMemcpy2DAsync took twice as long).
+# With 16-byte chunks (session 19) about 3.0 (the packed route at 97x4093x4099 bf16 4.6 us
+# faster, 68.7 MB moved), but the model keeps 2.5: at 3.0 it would copy for M = 8..16 x
+# 4099^2, where split-K mma on the rows as they are runs 30 us against ~37 copied (its 0.9 TB/s
+# below overstates that kernel now); with the tuner on, the times decide (_gemm_route.py).
 _COPY_BW = 2.5e12
 _LAUNCH_US = 3.0  # the copy launch's own cost: a launch and a tail wave
 _MARGIN = 0.9  # the packed route must save 10% by the model before it is taken
