@@ -1,16 +1,17 @@
 """Session 19 (issue 17): GEMM candidates on rows that are not 16-byte multiples, kernel-only
 cold (bench_gemm_decode's graph harness: 20 calls in a CUDA graph over input sets rotated past
 the L2): each candidate of the named kernel families and gemm's own choice, against cuBLAS's
-graph in the same process (exact fp32 for float32: TF32 off on both sides). Every timed
+graph in the same process (fp32: TF32 off on both sides; tf32: on on both). Every timed
 config's result is checked against float64 on a poisoned output.
 
     python benchmarks/s19_mma.py --tag new --json PATH [--shapes 29x11003x4099,...]
-        [--dtype bf16|fp32] [--kernels mma,rowload,simt]
+        [--dtype bf16|fp32|tf32] [--kernels mma,rowload,simt]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=SHAPES, help="MxNxK, t: B = W.T (W stored N x K)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--only-chosen", action="store_true")
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32", "tf32"))
     parser.add_argument("--kernels", default="mma")
     args = parser.parse_args()
     import torch
@@ -39,9 +40,11 @@ def main() -> None:
     plans = importlib.import_module("gpurt.kernels._gemm_plan")
     routes = importlib.import_module("gpurt.kernels._gemm_route")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    torch.backends.cuda.matmul.allow_tf32 = False
-    dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
-    limit = 1e-5 if args.dtype == "fp32" else 1e-2
+    tf32 = args.dtype == "tf32"  # TF32 allowed on both sides
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    limit = {"fp32": 1e-5, "tf32": 2e-3}.get(args.dtype, 1e-2)
+    gemm = functools.partial(gemm_mod.gemm, allow_tf32=tf32)
     kernels = set(args.kernels.split(","))
     rows = []
     for text in args.shapes.split(","):
@@ -52,22 +55,22 @@ def main() -> None:
         plan, _, _ = plans.make_plan(p.ga[0], p.gb[0], p.gout, 0.0, None, False, False, stream)
         configs: list = [None]
         if not args.only_chosen:
-            problem = plans.problem_of(plan, False)
+            problem = plans.problem_of(plan, tf32)
             configs += [c for c in tune.candidates(problem) if c.kernel in kernels]
         cublas = torch_graph_us(torch, p, args.repeat)
         for config in configs:
             p.out.fill_(math.nan)
             try:
-                us = gpurt_graph_us(gpurt, gemm_mod.gemm, p, config, args.repeat, torch)
+                us = gpurt_graph_us(gpurt, gemm, p, config, args.repeat, torch)
                 p.out.fill_(math.nan)
-                gemm_mod.gemm(p.ga[0], p.gb[0], out=p.gout, stream=stream, config=config)
+                gemm(p.ga[0], p.gb[0], out=p.gout, stream=stream, config=config)
                 stream.synchronize()
                 err = p.rel_error(torch)
             except Exception as exc:  # a config that cannot run this problem
                 print(text, config, "failed:", exc)
                 continue
             label = config.label() if config is not None else \
-                routes.label(routes.plan_call(plan, False, None, stream)) + " *"
+                routes.label(routes.plan_call(plan, tf32, None, stream)) + " *"
             row = {"tag": args.tag, "dtype": args.dtype, "shape": text, "config": label,
                    "us": round(us, 2),
                    "cublas_us": round(cublas, 2), "ratio": round(cublas / us, 3),

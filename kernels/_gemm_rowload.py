@@ -1,8 +1,9 @@
-"""The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 and exact fp32 problems
-with a few rows of A (M <= 4 by the heuristic, 8 for the tuner; 16-bit with a K-major B: 2)
-whose B rows need not be 16-byte aligned (issue 17: 1 x 4099 x 4099, where every other path
-streams B's 8198-byte rows with narrow loads at ~0.9 TB/s or copies them first; fp32
-1 x 5003 x 4099, whose 20012-byte rows the simt kernel reads 4 bytes at a time).
+"""The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 and fp32 problems (fp32
+products, also under allow_tf32) with a few rows of A (M <= 4 by the heuristic, 8 for the
+tuner; 16-bit with a K-major B: 2) whose B rows need not be 16-byte aligned (issue 17:
+1 x 4099 x 4099, where every other path streams B's 8198-byte rows with narrow loads at
+~0.9 TB/s or copies them first; fp32 1 x 5003 x 4099, whose 20012-byte rows the simt kernel
+reads 4 bytes at a time).
 
 A :class:`Config` of kind ``"rowload"`` means, for an N-major B (stored K x N, rows of B
 streamed): ``bm`` rows of A per CTA (1, 2, 4, 8 or 16: each lane keeps bm x e x slots fp32
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._gemm_types import DT_BF16, DT_F16, DT_F32
+from ._gemm_types import DT_BF16, DT_F16, DT_F32, DT_TF32
 
 Config = Any  # a kernels._gemm_config.Config of kind "rowload" (that module imports this one)
 Problem = Any  # a kernels._gemm_config.Problem
@@ -49,7 +50,7 @@ def _nk(config: Config) -> bool:
 
 def _cols(dt: int) -> int:
     """Columns of B a warp load gives for element type ``dt``."""
-    return F32_COLS if dt == DT_F32 else COLS
+    return F32_COLS if dt in (DT_F32, DT_TF32) else COLS
 
 
 def validate(config: Config) -> None:
@@ -66,8 +67,10 @@ def validate(config: Config) -> None:
 
 
 def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
-    """The instantiation (the split-K kernel where ``config`` splits K)."""
+    """The instantiation (the split-K kernel where ``config`` splits K); TF32 problems take
+    the exact fp32 kernel (its fp32 products are what TF32 permits, not what it requires)."""
     split = "_splitk" if config.split_k > 1 else ""
+    dt = DT_F32 if dt == DT_TF32 else dt
     a_k = str(a_kmajor).lower()
     if _nk(config):
         return f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // COLS}, {a_k}>"
@@ -77,11 +80,11 @@ def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
 
 def why_not(problem: Problem, config: Config | None = None) -> str | None:
     """Why the rowload kernels (``config``'s, where given) cannot run ``problem``."""
-    if problem.dt not in (DT_F16, DT_BF16, DT_F32):
-        return "the rowload kernel takes float16/bfloat16 or exact float32"
+    if problem.dt not in (DT_F16, DT_BF16, DT_F32, DT_TF32):
+        return "the rowload kernel takes float16/bfloat16 or float32"
     if problem.capability < (7, 0):
         return "the rowload kernel needs sm_70 or newer"
-    if problem.dt == DT_F32 and problem.b_kmajor:
+    if problem.dt in (DT_F32, DT_TF32) and problem.b_kmajor:
         return "the float32 rowload kernel takes an N-major B only"
     cols = _cols(problem.dt)
     if config is not None and not _nk(config) and config.bn not in (cols, 2 * cols):
@@ -140,7 +143,7 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
         return None
     # fp32: two warp loads a lane (248 columns, the bytes of 16-bit's one): as fast or faster
     # at every shape timed (an H100, session 19: 3 x 11003 x 4093 68.2 us against 82.8)
-    return _config(problem, _rows(problem.m), 2 if problem.dt == DT_F32 else 1, 32)
+    return _config(problem, _rows(problem.m), 2 if problem.dt in (DT_F32, DT_TF32) else 1, 32)
 
 
 def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:

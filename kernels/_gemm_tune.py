@@ -384,6 +384,7 @@ def candidates(problem: Problem) -> list[Config]:
         pool += [_decode_config(t) for t in _decode.candidates(problem)]
         if problem.m <= 16:
             pool.append(dataclasses.replace(_TF32_THIN, split_k=_thin_split(problem)))
+        pool += [_rowload_config(t) for t in _rowload.candidates(problem)]
     else:
         pool = [c for c in _WGMMA if c.cluster_m == 1] + [*_PIPE_STORE.values(), _PINGPONG]
         pool += [_WGMMA_192, _WGMMA_192_S4, _WGMMA_T192, _WGMMA_T192N128]
@@ -528,6 +529,10 @@ def heuristic(problem: Problem) -> Config:
     if problem.dt == DT_TF32:
         if _small(problem) and eligible(problem, _TF32_SMALL):
             return _TF32_SMALL
+        # exact fp32 rows streamed for a few rows of A times split rows of B: faster than the
+        # TF32 tiles' 4-byte copies of them (an H100, session 19)
+        if rowload is not None and eligible(problem, _rowload_config(rowload)):
+            return _rowload_config(rowload)
         tf32_decode = _tf32_decode(problem)
         if tf32_decode is not None:
             return tf32_decode

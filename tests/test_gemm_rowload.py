@@ -78,7 +78,9 @@ def test_eligibility():
     assert "248 or 496 columns" in tune.why_not(problem, rl32(1, 1, 8))
     assert tune.eligible(f32, rl32(1, 2, 8)) and tune.eligible(f32, rl(1, 1, 8))  # 248: 2 loads
     assert "N-major B only" in tune.why_not(dataclasses.replace(f32, b_kmajor=True), nk(1, 1))
-    assert "float32" in tune.why_not(dataclasses.replace(problem, dt=tune.DT_TF32), rl(1, 2, 8))
+    tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
+    assert "124 or 248 columns" in tune.why_not(tf32, rl(1, 2, 8))
+    assert tune.eligible(tf32, rl32(1, 2, 8))
     assert "sm_70" in tune.why_not(dataclasses.replace(problem, capability=(6, 1)), rl(1, 2, 8))
 
 
@@ -111,6 +113,12 @@ def test_heuristic_streams_f32_split_rows(m, n, k, bm, split):
     assert tune.heuristic(dataclasses.replace(problem, vec=True)).kernel == "simt"
     assert tune.heuristic(dataclasses.replace(problem, b_kmajor=True)).kernel == "simt"
     assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
+    # allow_tf32: the same exact fp32 kernel (fp32 products are what TF32 permits)
+    tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
+    assert tune.heuristic(tf32) == config and config in tune.candidates(tf32)
+    assert config.name_expression(tune.DT_TF32, True, False, False) == \
+        f"gemm_rowload_splitk<0, {bm}, 2, 4, true>"
+    assert tune.heuristic(dataclasses.replace(tf32, m=16)).kernel != "rowload"
 
 
 @pytest.mark.parametrize("m,bm,bk,split", [(1, 1, 248, 4), (2, 2, 248, 4)])
@@ -290,6 +298,9 @@ def test_f32_heuristic_takes_rowload(gpu_state, monkeypatch):
     assert call.config.kernel == "rowload" and call.config.bn == 248
     want = a.astype(np.float64) @ b[:, 1:].astype(np.float64)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    tf32 = gemm_mod.gemm(da, db, allow_tf32=True).numpy().astype(np.float64)
+    assert [entry[0].config for entry in gemm_mod._calls.values()] == [call.config] * 2
+    assert np.linalg.norm(tf32 - want) / np.linalg.norm(want) < 1e-5  # fp32 products
 
 
 @pytest.mark.gpu
