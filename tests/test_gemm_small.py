@@ -99,11 +99,15 @@ def test_small_rule():
     assert tune.heuristic(_problem(127, 257, 509, tune.DT_TF32)) != tune._TF32_SMALL
     assert tune.heuristic(_problem(16, 256, 64, aligned=True)).kernel in ("skinny", "decode")
     assert tune.heuristic(_problem(127, 257, 61, tune.DT_F32)).kernel == "simt"
-    for m, b_k in ((16, False), (16, True), (1, False)):
-        # aligned rows take TF32 decode tiles (session 9 s9-tf32m), the others the thin mma
+    for m, b_k in ((16, False), (16, True), (1, True), (1, False)):
+        # aligned rows take TF32 decode tiles (session 9 s9-tf32m), the others the thin mma;
+        # M <= 4 with an N-major B the fp32 rowload kernel (session 19)
         assert tune.heuristic(_problem(m, 4096, 4096, tune.DT_TF32, aligned=True,
                                        b_k=b_k)).kernel == "decode"
         thin = tune.heuristic(_problem(m, 4096, 4096, tune.DT_TF32, aligned=False, b_k=b_k))
+        if m == 1 and not b_k:
+            assert thin.kernel == "rowload" and thin.bm == 1
+            continue
         assert thin == dataclasses.replace(tune._TF32_THIN, split_k=4)  # 64 tiles x 4: 2 / SM
         assert thin in tune.candidates(_problem(m, 4096, 4096, tune.DT_TF32, False, b_k))
     assert tune.heuristic(_problem(17, 4096, 4096, tune.DT_TF32, aligned=True)).bm == 64
