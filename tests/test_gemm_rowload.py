@@ -267,15 +267,21 @@ def test_gemms_own_choice_in_every_layout(gpu_state, monkeypatch, a_t, b_t, out_
             beta=-0.5, tol=1e-5)
 
 
-@pytest.mark.gpu
-def test_heuristic_takes_rowload_and_is_deterministic(gpu_state, monkeypatch):
+def _first_call(monkeypatch, da, db):
+    """gemm(da, db) from fresh plans with the heuristic's choice: (the result, its Call)."""
     monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
     gemm_mod.clear_plans()
+    out = gemm_mod.gemm(da, db)
+    (call,) = [entry[0] for entry in gemm_mod._calls.values()]
+    return out, call
+
+
+@pytest.mark.gpu
+def test_heuristic_takes_rowload_and_is_deterministic(gpu_state, monkeypatch):
     rng = np.random.default_rng()
     a, b = rand(rng, (2, 4099), gpurt.bfloat16), rand(rng, (4099, 4100), gpurt.bfloat16)
     da, db = gpurt.asarray(a), gpurt.asarray(b)[:, :4099]
-    first = gemm_mod.gemm(da, db)
-    (call,) = [entry[0] for entry in gemm_mod._calls.values()]
+    first, call = _first_call(monkeypatch, da, db)
     assert call.config.kernel == "rowload" and call.config.split_k > 1
     want = a.astype(np.float64) @ b[:, :4099].astype(np.float64)
     got = first.numpy().astype(np.float64)
@@ -288,13 +294,11 @@ def test_heuristic_takes_rowload_and_is_deterministic(gpu_state, monkeypatch):
 @pytest.mark.gpu
 def test_f32_heuristic_takes_rowload(gpu_state, monkeypatch):
     """fp32 x a 4-byte-misaligned B (rows of 5003 floats): the rowload kernel, to 1e-5."""
-    monkeypatch.setenv("GPURT_GEMM_AUTOTUNE", "0")
-    gemm_mod.clear_plans()
     rng = np.random.default_rng()
     a, b = rand(rng, (1, 4099), np.float32), rand(rng, (4099, 5004), np.float32)
     da, db = gpurt.asarray(a), gpurt.asarray(b)[:, 1:]
-    got = gemm_mod.gemm(da, db).numpy().astype(np.float64)
-    (call,) = [entry[0] for entry in gemm_mod._calls.values()]
+    out, call = _first_call(monkeypatch, da, db)
+    got = out.numpy().astype(np.float64)
     assert call.config.kernel == "rowload" and call.config.bn == 248
     want = a.astype(np.float64) @ b[:, 1:].astype(np.float64)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
