@@ -128,8 +128,8 @@ def _simt_pack_route(plan: plans.Plan, problem: Problem
     """fp32 on the CUDA cores whose rows along M or N are not 16-byte multiples (its main loop
     loads them 4 bytes at a time): (the plan on copies of those operands into 128-byte rows,
     its problem, the copies) where the wave model finds the copies pay
-    (kernels/_gemm_pack.py's ``simt_pays``); None elsewhere and with
-    GPURT_GEMM_DISABLE=pack."""
+    (kernels/_gemm_pack.py's ``simt_pays``); None elsewhere (also where the heuristic streams
+    the rows as they are: the rowload kernel) and with GPURT_GEMM_DISABLE=pack."""
     if problem.dt != DT_F32 or problem.vec or plan.k == 0 or \
             "pack" in tune.disabled_kernels() or tune.heuristic(problem).kernel != "simt":
         return None

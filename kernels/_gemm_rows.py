@@ -31,7 +31,8 @@ _PAYS = 0.97  # the cut must model at least 3% faster than one grid
 def cut(problem: Problem) -> tuple[int, Config] | None:
     """(rows, head config) where ``problem`` (fp32, on the CUDA cores) runs faster as whole
     waves of ``head`` over its first ``rows`` rows and a second GEMM over the rest; None
-    where one grid is as fast, the problem is not fp32 or GPURT_GEMM_DISABLE names rows."""
+    where one grid is as fast, the problem is not fp32, its heuristic is not the simt kernel
+    (a few rows on the rowload kernel) or GPURT_GEMM_DISABLE names rows."""
     if problem.dt != tune.DT_F32 or tune.heuristic(problem).kernel != "simt":
         return None
     return _search(problem)[0]
