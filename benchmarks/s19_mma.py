@@ -5,12 +5,15 @@ graph in the same process (fp32: TF32 off on both sides; tf32: on on both). Ever
 config's result is checked against float64 on a poisoned output.
 
     python benchmarks/s19_mma.py --tag new --json PATH [--shapes 29x11003x4099,...]
-        [--dtype bf16|fp32|tf32] [--kernels mma,rowload,simt]
+        [--dtype bf16|fp32|tf32] [--kernels mma,rowload,simt] [--splits 1,2,4,8]
+
+``--splits``: each candidate of the named families also at these K splits (where eligible).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import json
@@ -29,8 +32,9 @@ def main() -> None:
     parser.add_argument("--shapes", default=SHAPES, help="MxNxK, t: B = W.T (W stored N x K)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--only-chosen", action="store_true")
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32", "tf32"))
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "tf32"))
     parser.add_argument("--kernels", default="mma")
+    parser.add_argument("--splits", default="", help="comma list of K splits to add")
     args = parser.parse_args()
     import torch
 
@@ -42,7 +46,7 @@ def main() -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     tf32 = args.dtype == "tf32"  # TF32 allowed on both sides
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype, torch.float32)
     limit = {"fp32": 1e-5, "tf32": 2e-3}.get(args.dtype, 1e-2)
     gemm = functools.partial(gemm_mod.gemm, allow_tf32=tf32)
     kernels = set(args.kernels.split(","))
@@ -57,6 +61,11 @@ def main() -> None:
         if not args.only_chosen:
             problem = plans.problem_of(plan, tf32)
             configs += [c for c in tune.candidates(problem) if c.kernel in kernels]
+            for base in list(configs[1:]):
+                for split in (int(v) for v in args.splits.split(",") if v):
+                    variant = dataclasses.replace(base, split_k=split)
+                    if variant not in configs and tune.eligible(problem, variant):
+                        configs.append(variant)
         cublas = torch_graph_us(torch, p, args.repeat)
         for config in configs:
             p.out.fill_(math.nan)
