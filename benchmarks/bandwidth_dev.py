@@ -62,6 +62,19 @@ REDUCE_VARIANTS = [
     {**_BASE, "s14": True},  # main (the shipped defaults)
     {**_BASE, "s14": True},  # main again: the run's noise
 ]
+# Session 20 (`--set s20`): tall column sums of 16-bit rows of odd width (65536x1023 bfloat16,
+# 82% of copy: the one column sum under 85% of a copy of its own bytes) under the walk's width
+# (8: one-level folds of ~twice the column blocks), one-level folds of every split, and fewer
+# splits; main first and last.
+S20_VARIANTS = [
+    {**_BASE, "s20": True},
+    {**_BASE, "s20": True, "treewidth": 8},
+    {**_BASE, "s20": True, "tree": 0},
+    {**_BASE, "s20": True, "least": 64},
+    {**_BASE, "s20": True, "treewidth": 8, "least": 64},
+    {**_BASE, "s20": True, "treewidth": 8, "tree": 0},
+    {**_BASE, "s20": True},
+]
 _KNOBS = {"width": (reduce_codegen, "COLUMN_WIDTH"),
           "vector": (reduction, "COLUMN_VECTOR_BYTES"),
           "unroll": (reduce_codegen, "COLUMN_UNROLL"),
@@ -101,6 +114,10 @@ S14_SHAPES = [(r, c, 0, dt) for r, c in ((4099, 8191), (2047, 10007)) for dt in
               ("float32", "bfloat16", "float16")] + \
     [(r, c, 0, dt) for r, c in ((8192, 8192), (1024, 65536)) for dt in ("float32", "bfloat16")] + \
     [(4096, 8192, 0, "bfloat16"), (65536, 1023, 0, "bfloat16")]
+S20_SHAPES = [(65536, 1023, 0, "bfloat16"), (65536, 1023, 0, "float16"),
+              (65536, 1023, 0, "float32"), (131072, 1023, 0, "bfloat16"),
+              (32768, 2047, 0, "bfloat16"), (65536, 1024, 0, "bfloat16"),
+              (4099, 8191, 0, "bfloat16")]
 # random.cu variants (macros) timed on randint int64 and int32
 # (run 2 on an H100: GPURT_RNG_SPREAD_STORE, 512 contiguous bytes per store instruction,
 # moved randint int64 from 80% to 102% of copy; now the store)
@@ -177,7 +194,8 @@ def reduce_rows(timer: Timer, copy: float, torch: Any) -> list[dict[str, Any]]:
         kernel = gpurt.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0",
                                        f"dev_sum{index}")
         with gpurt.stream(gpurt.ExternalStream(timer.handle)):
-            shapes = S14_SHAPES if variant.get("s14") else S13_SHAPES if variant.get("s13") \
+            shapes = S20_SHAPES if variant.get("s20") else S14_SHAPES if variant.get("s14") \
+                else S13_SHAPES if variant.get("s13") \
                 else REDUCE_SHAPES + (TWIN_SHAPES if variant.get("twins") else [])
             for shape in shapes:
                 if shape[2] != 0 and not variant.get("rows"):
@@ -293,7 +311,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--areas", default="random,reduce,softmax")
+    parser.add_argument("--set", default="", help="s20: the reduce area's S20_VARIANTS")
     args = parser.parse_args()
+    if args.set == "s20":
+        REDUCE_VARIANTS[:] = S20_VARIANTS
     torch = peer("torch")
     handle = int(torch.cuda.current_stream().cuda_stream)
     timer = Timer(handle, repeat=20)

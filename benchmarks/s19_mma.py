@@ -8,6 +8,7 @@ config's result is checked against float64 on a poisoned output.
         [--dtype bf16|fp32|tf32] [--kernels mma,rowload,simt] [--splits 1,2,4,8]
 
 ``--splits``: each candidate of the named families also at these K splits (where eligible).
+``--match``: only candidates whose label contains one of these ';'-separated texts.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "tf32"))
     parser.add_argument("--kernels", default="mma")
     parser.add_argument("--splits", default="", help="comma list of K splits to add")
+    parser.add_argument("--match", default="", help="';'-separated label texts to keep")
     args = parser.parse_args()
     import torch
 
@@ -60,7 +62,8 @@ def main() -> None:
         configs: list = [None]
         if not args.only_chosen:
             problem = plans.problem_of(plan, tf32)
-            configs += [c for c in tune.candidates(problem) if c.kernel in kernels]
+            configs += [c for c in tune.candidates(problem) if c.kernel in kernels and (
+                not args.match or any(t in c.label() for t in args.match.split(";")))]
             for base in list(configs[1:]):
                 for split in (int(v) for v in args.splits.split(",") if v):
                     variant = dataclasses.replace(base, split_k=split)

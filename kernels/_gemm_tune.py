@@ -205,6 +205,7 @@ _NARROW = (_WGMMA_T192N96, _WGMMA_T192N96_C2, _WGMMA_64N96, _WGMMA_64N80)
 _SWAPPED = tuple(dataclasses.replace(c, swap=True) for c in _NARROW)
 _WGMMA_T192N96_T = dataclasses.replace(_WGMMA_T192N96, swap=True)
 _WGMMA_64N80_T = dataclasses.replace(_WGMMA_64N80, swap=True)
+_WGMMA_64N96_T = dataclasses.replace(_WGMMA_64N96, swap=True)
 # Whether the tuner times them (as the narrow tiles, on one-wave-ish grids): on since their
 # GPU tests and memcheck / racecheck / synccheck passed (H100, session 13).
 SWAPPED_CANDIDATES = True
@@ -760,16 +761,24 @@ def _swapped64_for(problem: Problem, config: Config) -> Config:
     """64 x 80 tiles of C^T (_WGMMA_64N80_T: 80 rows of C by 64 columns) instead of ``config``
     where it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A
     (A^T is the kernel's K-major B) and the swapped grid has at least 5/4 its tiles but fills
-    at most 4/5 of the SMs. H100, kernel-only, two rounds each, against 64 x 128 lean5
-    (notes_gemm.md, session 14 s14small and s14check): 576^3 x0.96-0.97 against x0.86-0.88,
-    640^3 x1.01-1.03 against x0.93-0.94 (K-major B x0.99 against x0.91), 704^3 x1.01-1.02
-    against x0.95 (K-major B x1.00-1.02 against x0.91-0.93), 640x768x1024 x0.91-0.95
-    against x0.85-0.86, 384x384x2048 x0.89 against x0.77, 384x1024x4096 x0.77-0.89 against
-    x0.75-0.79, 256x1024x1024 x0.85 against x0.82. Fuller swapped grids lost or tied (768^3,
-    120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against x0.95-0.96)."""
+    at most 4/5 of the SMs; where 64 x 80's grid is fuller than that, 64 x 96 tiles of C^T
+    (_WGMMA_64N96_T) on the same terms. H100, kernel-only, two rounds each, against 64 x 128
+    lean5 (notes_gemm.md, session 14 s14small and s14check): 576^3 x0.96-0.97 against
+    x0.86-0.88, 640^3 x1.01-1.03 against x0.93-0.94 (K-major B x0.99 against x0.91), 704^3
+    x1.01-1.02 against x0.95 (K-major B x1.00-1.02 against x0.91-0.93), 640x768x1024
+    x0.91-0.95 against x0.85-0.86, 384x384x2048 x0.89 against x0.77, 384x1024x4096
+    x0.77-0.89 against x0.75-0.79, 256x1024x1024 x0.85 against x0.82. Fuller swapped grids
+    lost or tied (768^3, 120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against
+    x0.95-0.96). 64 x 96 (session 20): 768^3 96 tiles 5.28 us against 5.5 (x0.94 of cuBLAS
+    against x0.90; the tuner's own times in session 18 6.46 against 6.76)."""
     sms = problem.sm_count
-    return _swap_where(problem, config, _WGMMA_64, _WGMMA_64N80_T,
-                       lambda before, after: 5 * after <= 4 * sms and 4 * after >= 5 * before)
+
+    def fills(before: int, after: int) -> bool:
+        return 5 * after <= 4 * sms and 4 * after >= 5 * before
+
+    swapped = _swap_where(problem, config, _WGMMA_64, _WGMMA_64N80_T, fills)
+    return swapped if swapped != config else _swap_where(problem, config, _WGMMA_64,
+                                                         _WGMMA_64N96_T, fills)
 
 
 def _swap_where(problem: Problem, config: Config, base: Config, swapped: Config,

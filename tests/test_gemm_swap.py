@@ -98,7 +98,7 @@ def test_tuner_and_sweep_offer_them(monkeypatch):
         rows = tune.Problem(*dims, tune.DT_BF16, False, False, True, True, (9, 0), 132)
         assert T64N80 not in tune.candidates(rows) and T64N96 in tune.candidates(rows), dims
     monkeypatch.setattr(tune, "SWAPPED_CANDIDATES", False)
-    assert not set(tune._SWAPPED) & set(tune.candidates(_problem(768, 768, 768)))
+    assert not set(tune._SWAPPED) & set(tune.candidates(_problem(1280, 1280, 1280)))
     assert not set(tune._SWAPPED) & set(tune.candidates(_problem(4096, 4096, 4096)))
     assert set(tune._SWAPPED) <= set(tune.all_configs(_problem(4096, 4096, 4096)))
     assert not set(tune._SWAPPED) & set(tune.all_configs(_problem(1000, 1000, 1000,
@@ -169,12 +169,28 @@ def test_heuristic_takes_192_by_96_swapped_where_it_fills_the_wave():
                  (3000, 768, 4096)):
         assert tune.heuristic(_problem(*dims)) == T192, dims
         assert tune._tall_for(_problem(*dims), tune._WGMMA_192) == tune._WGMMA_T192N128, dims
-    for dims in ((1280, 1280, 1280), (768, 768, 768), (1000, 1000, 1000), (4096, 4096, 4096),
+    for dims in ((1280, 1280, 1280), (1000, 1000, 1000), (4096, 4096, 4096),
                  (1536, 1536, 1024)):
         assert not tune.heuristic(_problem(*dims)).swap, dims
+    assert tune.heuristic(_problem(768, 768, 768)) == T64N96  # (the 64-row rule)
     assert not tune.heuristic(_problem(1536, 1536, 1536, pitch128=False)).swap
     assert not tune.heuristic(_problem(1536, 1536, 1536, b_k=True)).swap
     column_a = tune.Problem(1536, 1536, 1536, tune.DT_BF16, False, False, True, True, (9, 0), 132)
+    assert not tune.heuristic(column_a).swap
+
+
+def test_heuristic_takes_64_by_96_swapped_where_64_by_80_fills_too_much():
+    """Where 64 x 80 tiles of C^T would fill more than 4/5 of the SMs, 64 x 96 ones on the
+    same terms (H100, session 20: 768^3, 96 tiles, x0.94 of cuBLAS against x0.90 for 64 x 128
+    lean5's 72); neither where both grids are too full (896^3: 168 / 140 tiles)."""
+    assert tune._WGMMA_64N96_T == T64N96
+    for dims in ((768, 768, 768), (768, 768, 4096), (512, 1024, 1024), (896, 640, 2048)):
+        assert tune.heuristic(_problem(*dims)) == T64N96, dims
+        assert tune.heuristic(_problem(*dims, b_k=True)) == T64N96, dims
+    assert tune.heuristic(_problem(896, 896, 896)) == tune._WGMMA_64
+    assert tune.heuristic(_problem(640, 640, 640)) == T64N80  # 64 x 80 first
+    assert not tune.heuristic(_problem(768, 768, 768, pitch128=False)).swap
+    column_a = tune.Problem(768, 768, 768, tune.DT_BF16, False, False, True, True, (9, 0), 132)
     assert not tune.heuristic(column_a).swap
 
 
@@ -190,7 +206,7 @@ def test_heuristic_takes_64_by_80_swapped_on_small_grids():
         assert tune.heuristic(_problem(*dims)) == T64N80, dims
     for dims in ((640, 640, 640), (704, 704, 704)):
         assert tune.heuristic(_problem(*dims, b_k=True)) == T64N80, dims
-    for dims in ((768, 768, 768), (896, 896, 896), (1000, 1000, 1000), (256, 4096, 4096)):
+    for dims in ((896, 896, 896), (1000, 1000, 1000), (256, 4096, 4096)):
         assert tune.heuristic(_problem(*dims)) == tune._WGMMA_64, dims
     assert not tune.heuristic(_problem(600, 600, 600, pitch128=False)).swap
     column_a = tune.Problem(640, 640, 640, tune.DT_BF16, False, False, True, True, (9, 0), 132)
