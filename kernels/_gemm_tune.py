@@ -762,8 +762,9 @@ def _swapped64_for(problem: Problem, config: Config) -> Config:
     where it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A
     (A^T is the kernel's K-major B) and the swapped grid has at least 5/4 its tiles but fills
     at most 4/5 of the SMs; where 64 x 80's grid is fuller than that, 64 x 96 tiles of C^T
-    (_WGMMA_64N96_T) on the same terms and M a multiple of 96. H100, kernel-only, two rounds each, against 64 x 128
-    lean5 (notes_gemm.md, session 14 s14small and s14check): 576^3 x0.96-0.97 against
+    (_WGMMA_64N96_T) on the same terms and M a multiple of 96. H100, kernel-only, two rounds
+    each, against 64 x 128 lean5 (notes_gemm.md, session 14 s14small and s14check): 576^3
+    x0.96-0.97 against
     x0.86-0.88, 640^3 x1.01-1.03 against x0.93-0.94 (K-major B x0.99 against x0.91), 704^3
     x1.01-1.02 against x0.95 (K-major B x1.00-1.02 against x0.91-0.93), 640x768x1024
     x0.91-0.95 against x0.85-0.86, 384x384x2048 x0.89 against x0.77, 384x1024x4096
