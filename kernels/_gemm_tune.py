@@ -758,25 +758,23 @@ def _tall_split_rows(problem: Problem, config: Config) -> Config:
 
 
 def _swapped64_for(problem: Problem, config: Config) -> Config:
-    """64 x 80 tiles of C^T (_WGMMA_64N80_T: 80 rows of C by 64 columns) instead of ``config``
-    where it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A
-    (A^T is the kernel's K-major B) and the swapped grid has at least 5/4 its tiles but fills
-    at most 4/5 of the SMs; where 64 x 80's grid is fuller than that, 64 x 96 tiles of C^T
-    (_WGMMA_64N96_T) on the same terms and M a multiple of 96. H100, kernel-only, two rounds
-    each, against 64 x 128 lean5 (notes_gemm.md, session 14 s14small and s14check): 576^3
-    x0.96-0.97 against
-    x0.86-0.88, 640^3 x1.01-1.03 against x0.93-0.94 (K-major B x0.99 against x0.91), 704^3
-    x1.01-1.02 against x0.95 (K-major B x1.00-1.02 against x0.91-0.93), 640x768x1024
-    x0.91-0.95 against x0.85-0.86, 384x384x2048 x0.89 against x0.77, 384x1024x4096
-    x0.77-0.89 against x0.75-0.79, 256x1024x1024 x0.85 against x0.82. Fuller swapped grids
-    lost or tied (768^3, 120 tiles: x0.85-0.87 against x0.88; 896^3, 168: x0.72 against
-    x0.95-0.96). 64 x 96 only where M is a multiple of 96, the ground where it won (H100,
-    session 20, kernel-only cold against 64 x 128 lean5: 768^3 5.43-5.52 us against 5.64
-    (x0.91-0.93 of cuBLAS against x0.89), B N x K 5.53 against 5.72, 768x768x2048 8.05
-    against 8.68, 576x1024x2048 8.1 against 8.65, 1152x512x1024 5.94 against 6.34); with a
-    partial last tile row it lost (512x1024x1024 6.73 against 6.32, 704x832x4096 17.2
-    against 14.0, 896x640x2048 10.5 against 8.5, 448x1280x4096 15.1 against 13.3) or won
-    little (832x704x1024 6.2 against 6.4)."""
+    """64 x 80 tiles of C^T (_WGMMA_64N80_T: 80 rows of C by 64 columns) instead of ``config`` where
+    it is the 64-row tile (_WGMMA_64) on rows of 128-byte multiples of a row-major A (A^T is the
+    kernel's K-major B) and the swapped grid has at least 5/4 its tiles but fills at most 4/5 of the
+    SMs; where 64 x 80's grid is fuller than that, 64 x 96 tiles of C^T (_WGMMA_64N96_T) on the same
+    terms and M a multiple of 96. H100, kernel-only, two rounds each, against 64 x 128 lean5
+    (notes_gemm.md, session 14 s14small and s14check): 576^3 x0.96-0.97 against x0.86-0.88, 640^3
+    x1.01-1.03 against x0.93-0.94 (K-major B x0.99 against x0.91), 704^3 x1.01-1.02 against x0.95
+    (K-major B x1.00-1.02 against x0.91-0.93), 640x768x1024 x0.91-0.95 against x0.85-0.86,
+    384x384x2048 x0.89 against x0.77, 384x1024x4096 x0.77-0.89 against x0.75-0.79, 256x1024x1024
+    x0.85 against x0.82. Fuller swapped grids lost or tied (768^3, 120 tiles: x0.85-0.87 against
+    x0.88; 896^3, 168: x0.72 against x0.95-0.96). 64 x 96 only where M is a multiple of 96, the
+    ground where it won (H100, session 20, kernel-only cold against 64 x 128 lean5: 768^3 5.43-5.52
+    us against 5.64 (x0.91-0.93 of cuBLAS against x0.89), B N x K 5.53 against 5.72, 768x768x2048
+    8.05 against 8.68, 576x1024x2048 8.1 against 8.65, 1152x512x1024 5.94 against 6.34); with a
+    partial last tile row it lost (512x1024x1024 6.73 against 6.32, 704x832x4096 17.2 against 14.0,
+    896x640x2048 10.5 against 8.5, 448x1280x4096 15.1 against 13.3) or won little (832x704x1024 6.2
+    against 6.4)."""
     sms = problem.sm_count
 
     def fills(before: int, after: int) -> bool:
