@@ -220,8 +220,9 @@ class Call:
             return
         with workspace.LOCK:
             handle = None if stream is None else gpurt.as_stream_handle(stream, self.index)
-            room = workspace.take(self.index, handle, config.split_k * self.m * self.n,
-                                  self.counters)
+            room = workspace.take(
+                self.index, handle, workspace.partials_for(config.split_k, self.m, self.n),
+                self.counters)
             self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, room.partials, room.counters,
                               alpha, beta, stream)
 
@@ -262,8 +263,9 @@ class PlannedGemm:
             self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, extra)
             return
         with workspace.LOCK:  # one launch: the last CTA of each tile sums the slices
-            room = workspace.take(call.index, handle, call.config.split_k * call.m * call.n,
-                                  call.counters)
+            room = workspace.take(
+                call.index, handle,
+                workspace.partials_for(call.config.split_k, call.m, call.n), call.counters)
             self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta,
                        (room.partials, room.counters))
 

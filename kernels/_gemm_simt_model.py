@@ -20,9 +20,12 @@ _RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
                   (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
                   (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6, (32, 128, 8, 0): 0.2,
                   (96, 128, 8, 0): 0.5}
-# ... and when rows are not 16-byte aligned (4-byte copies; 4099^3: the 8 x 8 thread tile of
-# 256 threads lost least).
-_RATE_UNALIGNED = {(128, 128, 16, 0): 1.0}
+# ... and when an M- or N-major operand's rows are not 16-byte aligned (4-byte copies instead
+# of 16-byte ones; K-major operands take 4-byte copies at any alignment): every tile alike
+# (H100, session 21: 97 x 4093 x 4099 on 128 x 256 split 8 at 0.91 of its aligned twin
+# 97 x 4096 x 4096, the tiles in their aligned order, once split-K's partial rows were 16-byte
+# aligned).
+_RATE_UNALIGNED = 0.92
 
 # Fitted to session 8's H100 sweep (notes_gemm.md: 14 shapes, ~400 tile/split variants). Unit:
 # one 16-deep K tile of a 128 x 256 CTA (~2.9 us on an H100). An SM holds 8 warps of 8 x 16-
@@ -67,8 +70,8 @@ def grid_cost(problem: Problem, config: Config, split: int) -> float:
     rate = _RATE.get(tile, 0.8)
     if problem.b_kmajor:
         rate *= _RATE_B_KMAJOR.get(tile, 0.6)
-    if not problem.vec:
-        rate *= _RATE_UNALIGNED.get(tile, 0.92)
+    if not problem.vec and not (problem.a_kmajor and problem.b_kmajor):
+        rate *= _RATE_UNALIGNED
     area = config.bm * config.bn / (128 * 256)
     cta = area * ((per + 1) * config.bk / 16 + (_SPLIT_CTA if split > 1 else 0.0))
     end = 0.0

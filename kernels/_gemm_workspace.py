@@ -44,7 +44,7 @@ from gpurt._streams.handles import capture_id
 from gpurt._streams.kept import PER_THREAD_STREAM, KeptPerStream
 from gpurt.streams import current_stream_handle
 
-__all__ = ["LOCK", "MAX_KEPT", "Workspace", "clear", "kept_bytes", "take"]
+__all__ = ["LOCK", "MAX_KEPT", "Workspace", "clear", "kept_bytes", "partials_for", "take"]
 
 MAX_KEPT = 8
 LOCK = threading.RLock()
@@ -75,6 +75,13 @@ class Workspace:
 _kept: KeptPerStream[Workspace] = KeptPerStream(MAX_KEPT)
 # the workspaces of captures underway, per (device, stream handle): (capture id, workspace)
 _captured: KeptPerStream[tuple[int, Workspace]] = KeptPerStream(MAX_KEPT)
+
+
+def partials_for(split_k: int, m: int, n: int) -> int:
+    """The float32 partial sums of an m x n output in ``split_k`` K slices: rows padded to a
+    multiple of 4 floats, so that the simt kernel's slices keep every row 16-byte aligned
+    (kernels/gemm_simt.cu's ``partial_pitch``); the other kernels use the first m x n."""
+    return split_k * m * (-(-n // 4) * 4)
 
 
 def take(index: int, handle: int | None, partials: int, counters: int = 0,

@@ -120,10 +120,11 @@ struct KMajorCopy {
 };
 
 // One operand's MN x BK slab when MN is contiguous in global memory (row-major B, or A given
-// K x M), copied as it is into a shared [BK][MN + PAD] tile in chunks of 4 floats: one
-// 16-byte copy each (VEC: 16-byte aligned rows) or four 4-byte ones. A warp copies whole rows
-// of the slab; each thread C chunks, R rows of K apart (where R does not divide BK, the last
-// of them past the slab copies nothing).
+// K x M), copied as it is into a shared [BK][MN + PAD] tile, 4 floats a thread per k row: one
+// 16-byte copy of adjacent floats (VEC: 16-byte aligned rows), else four 4-byte copies of
+// floats ML apart, so that each warp-wide copy reads and writes consecutive words. A warp
+// copies whole rows of the slab; each thread C chunks, R rows of K apart (where R does not
+// divide BK, the last of them past the slab copies nothing).
 template <int MN, int BK, int THREADS, bool VEC>
 struct MNMajorCopy {
     static constexpr int ML = MN / 4, R = THREADS / ML, C = (BK + R - 1) / R;
@@ -131,14 +132,14 @@ struct MNMajorCopy {
     const float* next;  // this thread's chunk in the next tile
     i64 ld;
     u32 dst;            // the chunk's byte offset in a shared tile
-    int kr, valid, k;   // the chunk's k row in the tile, its elements inside the matrix
-                        // (0..4); the next tile's first k
+    int kr, valid, k;   // the chunk's k row in the tile; VEC: its elements inside the matrix
+                        // (0..4), else the columns left from its first; the next tile's first k
 
     __device__ __forceinline__ MNMajorCopy(const float* __restrict__ src, i64 ld_, int mn0,
                                            int extent, int k_first, int tid)
         : ld(ld_), kr(tid / ML), k(k_first) {
-        const int col = (tid % ML) * 4;
-        valid = max(0, min(4, extent - mn0 - col));
+        const int col = VEC ? (tid % ML) * 4 : tid % ML;
+        valid = VEC ? max(0, min(4, extent - mn0 - col)) : extent - mn0 - col;
         dst = 4 * (kr * (MN + PAD) + col);
         next = src + (i64)(k_first + kr) * ld + (valid > 0 ? mn0 + col : 0);
     }
@@ -155,8 +156,10 @@ struct MNMajorCopy {
                 copy_async<16>(to, ok ? from : fallback, ok ? 4 * valid : 0);
             } else {
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    copy_async<4>(to + 4 * e, ok ? from + e : fallback, ok && e < valid ? 4 : 0);
+                for (int e = 0; e < 4; ++e) {
+                    const bool in = ok && e * ML < valid;
+                    copy_async<4>(to + 4 * e * ML, in ? from + e * ML : fallback, in ? 4 : 0);
+                }
             }
         }
         next += BK * ld;
@@ -168,24 +171,23 @@ template <int MN, int BK, int THREADS, bool KMAJ, bool VEC>
 using TileCopy = typename pick<KMAJ, KMajorCopy<MN, BK, THREADS>,
                                MNMajorCopy<MN, BK, THREADS, VEC>>::type;
 
-// Loads the 4 columns c..c+3 of row r of one split-K slice past L1 (other CTAs wrote them):
-// one 16-byte load (VEC: N % 4 == 0, so every chunk of every slice is aligned), else four.
-// Chunks past the matrix read its last columns (the caller never stores those sums).
-template <bool VEC>
+// Split-K's partial sums: slice s holds M rows of NP = N rounded up to 4 floats (each row
+// 16-byte aligned at any N, so every access below is one 16-byte access), at s * M * NP.
+__device__ __forceinline__ int partial_pitch(int N) { return (N + 3) & ~3; }
+
+// Loads the 4 columns c..c+3 (c % 4 == 0) of row r of one split-K slice past L1 (other CTAs
+// wrote them). Chunks past the matrix read its last chunk (the caller never stores those sums).
 __device__ __forceinline__ float4 load_slice4(const float* __restrict__ slice, int r, int c,
-                                              int N) {
-    const float* row = slice + (i64)r * N;
-    if (VEC) return __ldcg(reinterpret_cast<const float4*>(row + min(c, N - 4)));
-    return make_float4(__ldcg(row + min(c, N - 1)), __ldcg(row + min(c + 1, N - 1)),
-                       __ldcg(row + min(c + 2, N - 1)), __ldcg(row + min(c + 3, N - 1)));
+                                              int NP) {
+    return __ldcg(reinterpret_cast<const float4*>(slice + (i64)r * NP + min(c, NP - 4)));
 }
 
 // The sums over K slices 0..gridDim.z - 1, in that order, of ROWS x TN outputs (rows `rows`,
 // columns c0 + 32 q + 0..3): each slice's loads of them issued together, so their latencies
 // overlap.
-template <int ROWS, int TN, bool VEC>
+template <int ROWS, int TN>
 __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i64 total,
-                                           const int (&rows)[ROWS], int c0, int N,
+                                           const int (&rows)[ROWS], int c0, int NP,
                                            float4 (&sum)[ROWS][TN / 4]) {
 #pragma unroll
     for (int i = 0; i < ROWS; ++i)
@@ -198,7 +200,7 @@ __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i6
         for (int i = 0; i < ROWS; ++i)
 #pragma unroll
             for (int q = 0; q < TN / 4; ++q)
-                v[i][q] = load_slice4<VEC>(partial + s * total, rows[i], c0 + 32 * q, N);
+                v[i][q] = load_slice4(partial + s * total, rows[i], c0 + 32 * q, NP);
 #pragma unroll
         for (int i = 0; i < ROWS; ++i)
 #pragma unroll
@@ -213,9 +215,9 @@ __device__ __forceinline__ void sum_slices(const float* __restrict__ partial, i6
 
 // The sums over K slices 0..gridDim.z - 1, in that order, of U chunks of 4 outputs (row r[u],
 // columns c[u]..c[u] + 3), each slice's U loads issued together.
-template <int U, bool VEC>
+template <int U>
 __device__ __forceinline__ void sum_chunks(const float* __restrict__ partial, i64 total,
-                                           const int (&r)[U], const int (&c)[U], int N,
+                                           const int (&r)[U], const int (&c)[U], int NP,
                                            float4 (&sum)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -223,7 +225,7 @@ __device__ __forceinline__ void sum_chunks(const float* __restrict__ partial, i6
     for (int s = 0; s < (int)gridDim.z; ++s) {
         float4 v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = load_slice4<VEC>(partial + s * total, r[u], c[u], N);
+        for (int u = 0; u < U; ++u) v[u] = load_slice4(partial + s * total, r[u], c[u], NP);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             sum[u].x += v[u].x;
@@ -272,8 +274,8 @@ __device__ __forceinline__ void splitk_spread(float* __restrict__ C,
     const int r_first = m0 + (int)blockIdx.z * rows;
     const int r_stop = min(min(m0 + BM, M), r_first + rows);
     const int chunks = max(0, r_stop - r_first) * CW;
-    const i64 total = (i64)M * N;
-    const bool vec = N % 4 == 0;
+    const int NP = partial_pitch(N);
+    const i64 total = (i64)M * NP;
     for (int e0 = threadIdx.x; e0 < chunks; e0 += U * THREADS) {
         int r[U], c[U];
 #pragma unroll
@@ -283,11 +285,7 @@ __device__ __forceinline__ void splitk_spread(float* __restrict__ C,
             c[u] = n0 + 4 * (e % CW);
         }
         float4 sum[U];
-        if (vec) {
-            sum_chunks<U, true>(partial, total, r, c, N, sum);
-        } else {
-            sum_chunks<U, false>(partial, total, r, c, N, sum);
-        }
+        sum_chunks<U>(partial, total, r, c, NP, sum);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (e0 + u * THREADS >= chunks) continue;
@@ -303,7 +301,7 @@ __device__ __forceinline__ void splitk_spread(float* __restrict__ C,
 
 // Split-K's end (gemm_simt_splitk): each thread stores the raw sums it holds (acc[i][j]: row
 // r0 + i % 4 + 16 (i / 4), column c0 + j % 4 + 32 (j / 4)) to its K slice's partial[slice]
-// (float4 where N % 4 == 0), takes the tile's ticket, and in the tile's last CTA sums the same
+// (float4: rows of partial_pitch(N)), takes the tile's ticket, and in the tile's last CTA sums the same
 // outputs over the slices and stores C with alpha, beta and Cin. The sums are splitk_finish's
 // (slice order, from 0: the same bits), but where its loop loaded one pair of one slice at a
 // time, each thread here loads ROWS rows x TN columns (the outputs it held) of two slices at
@@ -316,8 +314,8 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
                                            i64 ldc, i64 ldcin, float alpha, float beta, int r0,
                                            int c0, int m0, int n0, bool pair_ok, bool spread) {
     constexpr int ROWS = TN == 16 ? 2 : 1;
-    const i64 total = (i64)M * N;
-    const bool vec = N % 4 == 0;
+    const int NP = partial_pitch(N);
+    const i64 total = (i64)M * NP;
     float* mine = partial + blockIdx.z * total;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -326,16 +324,8 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
         for (int q = 0; q < TN / 4; ++q) {
             const int c = c0 + 32 * q;
             if (r >= M || c >= N) continue;
-            float* p = mine + (i64)r * N + c;
-            if (vec) {
-                *reinterpret_cast<float4*>(p) =
-                    make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2],
-                                acc[i][4 * q + 3]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (c + e < N) p[e] = acc[i][4 * q + e];
-            }
+            *reinterpret_cast<float4*>(mine + (i64)r * NP + c) = make_float4(
+                acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]);
         }
     }
     if (spread) {
@@ -351,11 +341,7 @@ __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __r
         for (int i = 0; i < ROWS; ++i)
             rows[i] = min(r0 + (i0 + i) % 4 + ((i0 + i) / 4) * 16, M - 1);
         float4 sum[ROWS][TN / 4];
-        if (vec) {
-            sum_slices<ROWS, TN, true>(partial, total, rows, c0, N, sum);
-        } else {
-            sum_slices<ROWS, TN, false>(partial, total, rows, c0, N, sum);
-        }
+        sum_slices<ROWS, TN>(partial, total, rows, c0, NP, sum);
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
             const int r = r0 + (i0 + i) % 4 + ((i0 + i) / 4) * 16;

@@ -105,7 +105,8 @@ def test_planned_gemm_launches_what_call_launch_does(driver: FakeDriver, config:
                                                                    else 1)
 
     def taken(index: int, handle: Any, count: int, tickets: int) -> Any:  # the stream's own
-        assert (index, count, tickets) == (0, config.split_k * M * N, counters)
+        assert (index, count, tickets) == (0, workspace_mod.partials_for(config.split_k, M, N),
+                                          counters)
         partials.append(0x9000000 + 0x100000 * (len(partials) % len(POINTERS)))
         return workspace_mod.Workspace((fake_array((1,), ptr=partials[-1]),),
                                        partials[-1] + 0x80000, partials[-1], tickets, count)

@@ -63,6 +63,12 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return state
 
 
+def test_partials_pad_each_row_to_four_floats() -> None:
+    """Split-K's partial rows are 16-byte aligned at any N (the simt kernel's partial_pitch)."""
+    assert [workspace.partials_for(3, 5, n) for n in (1, 4, 7, 8, 4093)] == \
+        [60, 60, 120, 120, 15 * 4096]
+
+
 def test_a_stream_keeps_its_workspace_and_grows_it(fake: dict[str, Any]) -> None:
     first = workspace.take(0, None, 100)  # None: the current stream (7)
     assert first.arrays[0].handle == 7 and workspace.take(0, 7, 100) is first
