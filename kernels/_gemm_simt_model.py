@@ -11,7 +11,9 @@ __all__ = ["resident_ctas", "grid_cost", "split_for"]
 # The multiply-add rate of an SM full of each simt tile's CTAs, relative to cuBLAS's SGEMM
 # (H100/H200, notes_gemm.md: 2048^3-8192^3 for the first ones, session 8's decode shapes for
 # the 64- and 32-row tiles), and its factor when B is K-major (4-byte transposing copies, which
-# narrow tiles of few threads issue badly: H100, 128 / 32 x 11008 x 4096, session 8).
+# narrow tiles of few threads issue badly: H100, 128 / 32 x 11008 x 4096, session 8; the
+# 96 x 128 x 8 tile's, 8 threads reading a row's whole 32-byte K tile, from session 21's
+# 96-1500 x 1000-14336 x 1000-11008 sweep, where it beat every other tile at 96-257 rows).
 # Unlisted tiles: 0.8, 0.6 and 0.92.
 _RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
          (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
@@ -19,7 +21,7 @@ _RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0)
 _RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
                   (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
                   (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6, (32, 128, 8, 0): 0.2,
-                  (96, 128, 8, 0): 0.5}
+                  (96, 128, 8, 0): 0.8}
 # ... and when an M- or N-major operand's rows are not 16-byte aligned (4-byte copies instead
 # of 16-byte ones; K-major operands take 4-byte copies at any alignment): every tile alike
 # (H100, session 21: 97 x 4093 x 4099 on 128 x 256 split 8 at 0.91 of its aligned twin

@@ -356,6 +356,10 @@ def test_simt_wave_model():
     # tile split as on aligned rows, 0.91-0.95 of cuBLAS against 0.83-0.88 for 128 x 128
     assert pick(97, 4093, 4099, vec=False, tma=False) == (128, 256, 128, 8)
     assert pick(127, 8191, 2053, vec=False, tma=False) == (128, 256, 128, 4)
+    # B given N x K (nn.Linear's weight) at 96-257 rows: the 96-row tile (session 21, 0.80-1.00
+    # of cuBLAS against 0.69-0.86 for the 128-row tiles)
+    assert pick(96, 4096, 4096, b_k=True) == (96, 128, 0, 8)
+    assert pick(257, 14336, 4096, b_k=True) == (96, 128, 0, 7)
     assert pick(128, 128, 128)[3] == 1  # a split's host path would cost more than it saves
     assert pick(4096, 4096, 4096) == (128, 256, 128, 1)
     assert pick(3000, 5000, 2000)[3] == 1  # 3.6 waves: its partial sums would outgrow L2
