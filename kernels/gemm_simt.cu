@@ -18,6 +18,10 @@ namespace simt {
 
 constexpr int PAD = 4;  // floats after each row of a shared tile: transposing stores hit 32 banks
 
+__host__ __device__ constexpr int max3(int a, int b, int c) {
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
 template <bool C, class T, class F> struct pick { typedef T type; };
 template <class T, class F> struct pick<false, T, F> { typedef F type; };
 
@@ -63,14 +67,17 @@ __device__ __forceinline__ void load_shared(float* to, u32 addr) {
 
 // One operand's MN x BK slab when K is contiguous in global memory (row-major A, or B given
 // N x K), copied transposed into a shared [BK][MN + PAD] tile element by element. A thread
-// copies KPT elements (KL apart along K) of each of P rows (R apart); KL threads side by side
-// along K make every warp-wide copy read whole 32-byte sectors. Each call copies the next K
-// tile, starting at k_first (the constructor's). Where the slab's elements do not divide
-// that way among the threads (tiles of 3 warp rows: 96 or 192 threads), KL = 8 threads side by
-// side along K and R rows apart, the last pass's rows past the slab copying nothing.
+// copies KPT elements (KL apart along K) of each of P rows (R apart); KL = 8 threads side by
+// side along K where P <= 8 rows a thread allow it make every warp-wide copy read whole
+// 32-byte sectors (fewer read parts of sectors: 4 threads lost 3-40% on B given N x K, H100,
+// session 21). Each call copies the next K tile, starting at k_first (the constructor's).
+// Where the slab's elements do not divide that way among the threads (tiles of 3 warp rows:
+// 96 or 192 threads), KL = 8 threads side by side along K and R rows apart, the last pass's
+// rows past the slab copying nothing.
 template <int MN, int BK, int THREADS>
 struct KMajorShape {
-    static constexpr int E = MN * BK / THREADS, P = E < 4 ? E : 4, KPT = E / P, KL = BK / KPT;
+    static constexpr int E = MN * BK / THREADS, KPT = max3(BK / 8, E / 8, 1), P = E / KPT,
+                         KL = BK / KPT;
     static constexpr bool EXACT = E * THREADS == MN * BK && P * KPT == E && KL * KPT == BK &&
                                   THREADS % KL == 0 && (THREADS / KL) * P == MN;
 };
