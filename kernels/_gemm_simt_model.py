@@ -13,14 +13,17 @@ __all__ = ["resident_ctas", "grid_cost", "split_for"]
 # the 64- and 32-row tiles), and its factor when B is K-major (4-byte transposing copies, which
 # narrow tiles of few threads issue badly: H100, 128 / 32 x 11008 x 4096, session 8; the
 # 96 x 128 x 8 tile's, 8 threads reading a row's whole 32-byte K tile, from session 21's
-# 96-1500 x 1000-14336 x 1000-11008 sweep, where it beat every other tile at 96-257 rows).
+# 96-1500 x 1000-14336 x 1000-11008 sweep, where it beat every other tile at 96-257 rows;
+# 32 x 128 x 8's and 64 x 64 x 8's from its 16-64 x (4096, 11008, 14336) sweep, once K-major
+# copies took 8 threads along K: the rates at the middle of the range that picks the fastest
+# measured config at all nine shapes).
 # Unlisted tiles: 0.8, 0.6 and 0.92.
 _RATE = {(128, 256, 16, 128): 0.96, (128, 128, 16, 128): 0.90, (128, 128, 16, 0): 0.87,
          (64, 128, 8, 0): 0.88, (64, 256, 16, 128): 0.88, (32, 256, 16, 128): 0.85,
          (64, 64, 8, 0): 0.78, (32, 128, 8, 0): 0.86, (96, 128, 8, 0): 0.87}
 _RATE_B_KMAJOR = {(128, 256, 16, 128): 0.85, (128, 128, 16, 128): 0.92,
                   (128, 128, 16, 0): 0.94, (64, 256, 16, 128): 0.72, (64, 128, 8, 0): 0.6,
-                  (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.6, (32, 128, 8, 0): 0.2,
+                  (32, 256, 16, 128): 0.37, (64, 64, 8, 0): 0.8, (32, 128, 8, 0): 0.5,
                   (96, 128, 8, 0): 0.8}
 # ... and when an M- or N-major operand's rows are not 16-byte aligned (4-byte copies instead
 # of 16-byte ones; K-major operands take 4-byte copies at any alignment): every tile alike
