@@ -39,20 +39,6 @@ for tag in $tags; do
     grep -c "'ok': True" "$logs/time-$tag.log" "$logs/time-$tag-2.log"
     grep -E "Error|'ok': False" "$logs/time-$tag.log" "$logs/time-$tag-2.log" | tail -n 5
 done
-python3 -c 'import json, os, sys
-parts = [json.load(open(p)) for p in sys.argv[2:] if os.path.exists(p)]
-json.dump({"device": parts[0]["device"] if parts else None,
-           "rows": [row for part in parts for row in part["rows"]]}, open(sys.argv[1], "w"),
-          indent=1)' "$out/time.json" "$logs"/time-*.json
-python3 -c 'import collections, json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-table = collections.defaultdict(dict)
-for r in rows:
-    table[(r["shape"], r["config"])][r["tag"]] = r["us"]
-    table[(r["shape"], r["config"])]["cublas " + r["tag"]] = r["cublas_us"]
-for (shape, config), t in table.items():
-    print(shape, config.replace("simt ", "")[:44], " ".join(f"{k}={v}" for k, v in t.items()
-                                                            if not k.startswith("cublas")),
-          "cublas", min(v for k, v in t.items() if k.startswith("cublas")))' "$out/time.json"
+python3 s21_rows.py "$out/time.json" "$logs"/time-*.json
 cd ..
 step done

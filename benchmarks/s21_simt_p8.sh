@@ -21,17 +21,6 @@ for tag in new p8; do
         > "$logs/time-$tag.log" 2>&1
     echo "rc=$?"; grep -E "Error|'ok': False" "$logs/time-$tag.log" | tail -n 5
 done
-python3 -c 'import json, os, sys
-parts = [json.load(open(p)) for p in sys.argv[2:] if os.path.exists(p)]
-json.dump({"device": parts[0]["device"] if parts else None,
-           "rows": [row for part in parts for row in part["rows"]]}, open(sys.argv[1], "w"),
-          indent=1)' "$out/time.json" "$logs"/time-*.json
-python3 -c 'import collections, json, sys
-table = collections.defaultdict(dict)
-for r in json.load(open(sys.argv[1]))["rows"]:
-    table[(r["shape"], r["config"])][r["tag"]] = r["us"]
-    table[(r["shape"], r["config"])]["cublas"] = r["cublas_us"]
-for (shape, config), t in table.items():
-    print(shape, config.replace("simt ", "")[:40], t)' "$out/time.json"
+python3 s21_rows.py "$out/time.json" "$logs"/time-*.json
 cd ..
 step done

@@ -26,10 +26,6 @@ for tag in new pf4 pfall; do
     tail -n 40 "$logs/time-$tag.log" "$logs/time-$tag-2.log" | grep "'tag'" \
         | sed -E "s/'(dtype|rel_err|ok)': [^,]*, //g"
 done
-python3 -c 'import json, os, sys
-parts = [json.load(open(p)) for p in sys.argv[2:] if os.path.exists(p)]
-json.dump({"device": parts[0]["device"] if parts else None,
-           "rows": [row for part in parts for row in part["rows"]]}, open(sys.argv[1], "w"),
-          indent=1)' "$out/time.json" "$logs"/time-*.json
+python3 s21_rows.py "$out/time.json" "$logs"/time-*.json
 cd ..
 step done
