@@ -201,6 +201,7 @@ class Call:
     grid: Any  # int (wgmma) or (tiles, 1, split)
     clusters: int  # wgmma with clusters: how many
     counters: int  # split-K: ticket counters (one per tile, wgmma one per half tile), else 0
+    partials: int  # split-K: float32 partial sums (_gemm_workspace.partials_for), else 0
     spread: bool = False  # simt split-K: a cooperative launch whose CTAs share the sums
 
     def launch(self, a_ptr: int, b_ptr: int, out_ptr: int, cin_ptr: int, alpha: float,
@@ -220,9 +221,7 @@ class Call:
             return
         with workspace.LOCK:
             handle = None if stream is None else gpurt.as_stream_handle(stream, self.index)
-            room = workspace.take(
-                self.index, handle, workspace.partials_for(config.split_k, self.m, self.n),
-                self.counters)
+            room = workspace.take(self.index, handle, self.partials, self.counters)
             self._launch_main(a_ptr, b_ptr, out_ptr, cin_ptr, room.partials, room.counters,
                               alpha, beta, stream)
 
@@ -263,9 +262,7 @@ class PlannedGemm:
             self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, extra)
             return
         with workspace.LOCK:  # one launch: the last CTA of each tile sums the slices
-            room = workspace.take(
-                call.index, handle,
-                workspace.partials_for(call.config.split_k, call.m, call.n), call.counters)
+            room = workspace.take(call.index, handle, call.partials, call.counters)
             self._main(handle, a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta,
                        (room.partials, room.counters))
 
@@ -418,15 +415,16 @@ def make_call(plan: Any, problem: Problem, config: Config, out_ptr: int) -> Call
             clusters = min(config.blocks(plan.m, plan.n),
                            max_clusters(kernels[0], config, smem, plan.index))
             grid = config.cluster * clusters
-    counters = 0
+    counters = partials = 0
     if config.split_k > 1:  # one per tile; wgmma: one per consumer's half tile
         counters = 2 * tiles if config.kernel == "wgmma" else tiles
+        partials = workspace.partials_for(config.split_k, m, n)
     spread = (config.kernel == "simt" and config.split_k > 1 and SPREAD_SPLIT_K
               and tiles * config.split_k <= problem.sm_count
               * resident_per_sm(kernels[0], config, smem, plan.index))
     return Call(config, kernels, m, n, plan.k, a.ld, b.ld, plan.ldc, plan.ldcin, a.kmajor,
                 b.kmajor, plan.dt, plan.index, swap, pair_ok, store_ok, smem, grid, clusters,
-                counters, spread)
+                counters, partials, spread)
 
 
 # simt split-K grids that fit the GPU at once end spread over their CTAs (a cooperative

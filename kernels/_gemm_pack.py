@@ -334,7 +334,7 @@ class PackedCall:
         for part in parts:
             config = part.config
             if config.split_k > 1 and config.kernel in ("mma", "simt", "wgmma"):
-                partials = max(partials, workspace.partials_for(config.split_k, part.m, part.n))
+                partials = max(partials, part.partials)
                 counters = max(counters, part.counters)
         return workspace.take(inner.index, handle, partials, counters, self.scratch)
 
