@@ -18,10 +18,6 @@ namespace simt {
 
 constexpr int PAD = 4;  // floats after each row of a shared tile: transposing stores hit 32 banks
 
-__host__ __device__ constexpr int max3(int a, int b, int c) {
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
-}
-
 template <bool C, class T, class F> struct pick { typedef T type; };
 template <class T, class F> struct pick<false, T, F> { typedef F type; };
 
@@ -76,7 +72,7 @@ __device__ __forceinline__ void load_shared(float* to, u32 addr) {
 // rows past the slab copying nothing.
 template <int MN, int BK, int THREADS>
 struct KMajorShape {
-    static constexpr int E = MN * BK / THREADS, KPT = max3(BK / 8, E / 8, 1), P = E / KPT,
+    static constexpr int E = MN * BK / THREADS, KPT = E > BK ? E / 8 : BK / 8, P = E / KPT,
                          KL = BK / KPT;
     static constexpr bool EXACT = E * THREADS == MN * BK && P * KPT == E && KL * KPT == BK &&
                                   THREADS % KL == 0 && (THREADS / KL) * P == MN;
@@ -308,11 +304,12 @@ __device__ __forceinline__ void splitk_spread(float* __restrict__ C,
 
 // Split-K's end (gemm_simt_splitk): each thread stores the raw sums it holds (acc[i][j]: row
 // r0 + i % 4 + 16 (i / 4), column c0 + j % 4 + 32 (j / 4)) to its K slice's partial[slice]
-// (float4: rows of partial_pitch(N)), takes the tile's ticket, and in the tile's last CTA sums the same
-// outputs over the slices and stores C with alpha, beta and Cin. The sums are splitk_finish's
-// (slice order, from 0: the same bits), but where its loop loaded one pair of one slice at a
-// time, each thread here loads ROWS rows x TN columns (the outputs it held) of two slices at
-// once, 16 bytes wide (ROWS = 1 for 8 x 8 thread tiles: they keep to 128 registers).
+// (float4: rows of partial_pitch(N)), takes the tile's ticket, and in the tile's last CTA sums
+// the same outputs over the slices and stores C with alpha, beta and Cin. The sums are
+// splitk_finish's (slice order, from 0: the same bits), but where its loop loaded one pair of
+// one slice at a time, each thread here loads ROWS rows x TN columns (the outputs it held) of
+// two slices at once, 16 bytes wide (ROWS = 1 for 8 x 8 thread tiles: they keep to 128
+// registers).
 template <int BM, int BN, int TN, int THREADS>
 __device__ __forceinline__ void splitk_end(const float (&acc)[8][TN], float* __restrict__ C,
                                            const float* __restrict__ Cin,
