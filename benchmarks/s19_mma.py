@@ -9,6 +9,8 @@ config's result is checked against float64 on a poisoned output.
 
 ``--splits``: each candidate of the named families also at these K splits (where eligible).
 ``--match``: only candidates whose label contains one of these ';'-separated texts.
+``--host``: gemm's pick also timed as one eager call (host path included) taking torch tensors,
+against torch.matmul (bench_gemm_decode's ``host_us``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import importlib
 import json
 import math
 
-from bench_gemm_decode import Problem, gpurt_graph_us, torch_graph_us
+from bench_gemm_decode import Problem, gpurt_graph_us, host_us, torch_graph_us
 
 SHAPES = "29x11003x4099,97x4093x4099,7x4099x11003,16x4099x4099,1x4099x4099,64x4099x4099," \
          "128x4099x4099,29x11003x4099t,97x4093x4099t"
@@ -37,6 +39,9 @@ def main() -> None:
     parser.add_argument("--kernels", default="mma")
     parser.add_argument("--splits", default="", help="comma list of K splits to add")
     parser.add_argument("--match", default="", help="';'-separated label texts to keep")
+    parser.add_argument("--host", action="store_true",
+                        help="gemm's pick also as one eager call with torch tensors in (host "
+                             "path included) against torch.matmul")
     args = parser.parse_args()
     import torch
 
@@ -87,6 +92,13 @@ def main() -> None:
                    "us": round(us, 2),
                    "cublas_us": round(cublas, 2), "ratio": round(cublas / us, 3),
                    "rel_err": float(f"{err:.3g}"), "ok": err < limit}
+            if args.host and config is None:
+                row["host_us"] = round(host_us(
+                    torch, lambda i, x=p.a, y=p.b, z=p.out: gemm(x[i], y[i], out=z), p.sets,
+                    args.repeat), 2)
+                row["torch_host_us"] = round(host_us(
+                    torch, lambda i, x=p.a, y=p.b, z=p.out: torch.matmul(x[i], y[i], out=z),
+                    p.sets, args.repeat), 2)
             rows.append(row)
             print(row, flush=True)
             with open(args.json, "w") as fh:
