@@ -2,8 +2,9 @@
 test_launch_fake_driver.py, on both launch paths: a planned launch must hand the driver exactly
 what the same launch through Kernel.__call__ would, check everything at plan time, and leave
 what it does not take (hooks, values that do not pack, a wrong count) to the Python launch,
-which explains it. The cluster launch's cuLaunchKernelEx structs are checked against
-cuda.bindings' own layout; plan keys (C and Python) are equal exactly when their items are."""
+which explains it. The cuLaunchKernelEx structs of cluster and cooperative launches are checked
+against cuda.bindings' own layout; plan keys (C and Python) are equal exactly when their items
+are."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gpurt._array.ownership import device_object
 from gpurt._launch import kernel as glaunch
 from gpurt._launch import path as _launchpath
 from gpurt._launch import planned as gplanned
+from gpurt._launch.config import launch_attributes
 from test_launch_fake_driver import SOURCE, FakeDriver, axpy_bytes, fake  # noqa: F401
 
 CONFIG = gpurt.LaunchConfig(4, 256)
@@ -123,42 +125,48 @@ LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, cty
                              ctypes.c_void_p)
 
 
-def _bindings_config(stream: int) -> bytes:
+def _bindings_config(stream: int, count: int) -> bytes:
     """cuda.bindings' own CUlaunchConfig for a (6,1,1) x (128,1,1) launch with 2048 bytes of
-    shared memory and a cluster of (2,1,1), its attribute array replaced by 0."""
+    shared memory and ``count`` launch attributes, its attribute array replaced by 0."""
     config = cu.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = 6, 1, 1
     config.blockDimX, config.blockDimY, config.blockDimZ = 128, 1, 1
     config.sharedMemBytes = 2048
     config.hStream = cu.CUstream(stream)
-    config.numAttrs = 1
+    config.numAttrs = count
     raw = bytearray(ctypes.string_at(config.getPtr(), 56))
     raw[40:48] = bytes(8)
     return bytes(raw)
 
 
-def _bindings_attribute() -> bytes:
-    attribute = cu.CUlaunchAttribute()
-    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attribute.value.clusterDim.x, attribute.value.clusterDim.y = 2, 1
-    attribute.value.clusterDim.z = 1
-    return ctypes.string_at(attribute.getPtr(), 72)
+def _bindings_attributes(cluster: bool, cooperative: bool) -> bytes:
+    """The CUlaunchAttribute array a cluster of (2,1,1) and / or a cooperative launch need,
+    as cuda.bindings lays it out (gpurt/_launch/config.py's launch_attributes)."""
+    config = gpurt.LaunchConfig(6, 128, 2048, cluster=(2, 1, 1) if cluster else None,
+                                cooperative=cooperative)
+    return b"".join(ctypes.string_at(a.getPtr(), 72)
+                    for a in launch_attributes(config))
 
 
 @pytest.mark.skipif(_launchpath.claunch is None, reason="the C extension is not built")
-def test_cluster_launches_pass_the_bindings_structs(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("cluster, cooperative", [(True, False), (False, True), (True, True)])
+def test_extended_launches_pass_the_bindings_structs(monkeypatch: pytest.MonkeyPatch,
+                                                     cluster: bool, cooperative: bool) -> None:
+    """Clusters and cooperative launches go through cuLaunchKernelEx from C with the structs
+    cuda.bindings would pass."""
     claunch = _launchpath.claunch
     monkeypatch.setattr(glaunch.THREAD, "index", 0, raising=False)  # device 0 bound here
     monkeypatch.setattr(glaunch.THREAD, "bound", 0, raising=False)
     fallback: list[Any] = []
     seen: list[tuple[bytes, bytes, int, bytes]] = []
+    count = cluster + cooperative
 
     def launch_ex(config: int, function: int, params: int, extra: Any) -> int:
         raw = bytearray(ctypes.string_at(config, 56))
         attributes = int.from_bytes(raw[40:48], "little")
         raw[40:48] = bytes(8)
         pointer = ctypes.c_void_p.from_address(params).value or 0
-        seen.append((bytes(raw), ctypes.string_at(attributes, 72), function,
+        seen.append((bytes(raw), ctypes.string_at(attributes, 72 * count), function,
                      ctypes.string_at(pointer, 8)))
         return 0
 
@@ -166,12 +174,13 @@ def test_cluster_launches_pass_the_bindings_structs(monkeypatch: pytest.MonkeyPa
     address = ctypes.cast(callback, ctypes.c_void_p).value
     launcher = claunch.Launcher(1, 0xF00, glaunch._dims3)
     planned = claunch.PlannedLaunch(
-        launcher, address, (6, 1, 1), (128, 1, 1), 2048, (2, 1, 1), gplanned._CLUSTER,
-        bytes(8), (0,), ((0, "P", 8),), glaunch.THREAD, 0, [], fallback.append, print)
+        launcher, address, (6, 1, 1), (128, 1, 1), 2048, (2, 1, 1) if cluster else (1, 1, 1),
+        gplanned._CLUSTER, bytes(8), (0,), ((0, "P", 8),), glaunch.THREAD, 0, [],
+        fallback.append, print, gplanned._COOPERATIVE if cooperative else 0)
     planned(0x1234, 0xABC)
     assert fallback == []
-    assert seen == [(_bindings_config(0x1234), _bindings_attribute(), 0xF00,
-                     (0xABC).to_bytes(8, "little"))]
+    assert seen == [(_bindings_config(0x1234, count), _bindings_attributes(cluster, cooperative),
+                     0xF00, (0xABC).to_bytes(8, "little"))]
 
 
 @pytest.mark.skipif(_launchpath.claunch is None, reason="the C extension is not built")
@@ -188,6 +197,10 @@ def test_planned_launch_construction_is_checked(slots: Any, message: str) -> Non
     with pytest.raises(ValueError, match="cuLaunchKernelEx"):
         claunch.PlannedLaunch(launcher, 0, (1, 1, 1), (1, 1, 1), 0, (2, 1, 1), 0, bytes(8),
                               (0,), (), glaunch.THREAD, 0, [], print, print)
+    with pytest.raises(ValueError, match="cuLaunchKernelEx"):  # a cooperative launch too
+        claunch.PlannedLaunch(launcher, 0, (1, 1, 1), (1, 1, 1), 0, (1, 1, 1), 0, bytes(8),
+                              (0,), (), glaunch.THREAD, 0, [], print, print,
+                              gplanned._COOPERATIVE)
 
 
 # ---- plan keys --------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 /* PlannedLaunch (gpurt._launch._claunch): a launch planned once and repeated with new values.
  *
  * PlannedLaunch(launcher, launch_ex, grid, block, shared_mem, cluster, attribute, template,
- *               offsets, slots, thread, index, hooks, fallback, refused)
+ *               offsets, slots, thread, index, hooks, fallback, refused[, cooperative])
  *     planned(stream, *values) -> None
  *
  * Everything about the launch but a few values is fixed when gpurt/_launch/planned.py makes
  * it: the loaded kernel (``launcher``, a Launcher bound to the CUfunction on device ``index``),
  * grid, block, dynamic shared memory, an optional thread-block cluster (launched through
- * cuLaunchKernelEx at ``launch_ex`` with the launch attribute id ``attribute``) and the
+ * cuLaunchKernelEx at ``launch_ex`` with the launch attribute id ``attribute``), an optional
+ * cooperative launch (``cooperative``: the id of that launch attribute, 0 for none; also
+ * through cuLaunchKernelEx) and the
  * parameter buffer ``template``, packed and checked by the kernel's own plan, whose parameters
  * start at ``offsets``. A call copies the template onto the C stack, packs each value at its
  * ``slots`` entry (offset, struct code, size: "P" an int or None, a scalar code as
@@ -22,12 +24,13 @@
  */
 #include "_claunch.h"
 
-/* cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (cuda.h, CUDA 12+), as far as a
- * cluster launch uses them. */
+/* cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (cuda.h, CUDA 12+), as far as
+ * cluster and cooperative launches use them. */
 typedef struct {
     unsigned id;
     unsigned pad;
-    unsigned char value[64]; /* CUlaunchAttributeValue: clusterDim is 3 unsigned at 0 */
+    unsigned char value[64]; /* CUlaunchAttributeValue: clusterDim is 3 unsigned at 0, the
+                                cooperative flag an int at 0 */
 } LaunchAttribute;
 
 typedef struct {
@@ -52,8 +55,9 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     Launcher *launcher;
-    launch_ex_fn launch_ex; /* NULL without a cluster */
+    launch_ex_fn launch_ex; /* NULL without a cluster or a cooperative launch */
     unsigned grid[3], block[3], shared_mem, cluster[3], attribute;
+    unsigned cooperative; /* the cooperative launch attribute's id, or 0 */
     long index;
     PyObject *thread;   /* gpurt._core.state.THREAD */
     PyObject *hooks;    /* the list of launch hooks: launches with hooks go to fallback */
@@ -122,25 +126,34 @@ static int pack_values(PlannedLaunch *self, PyObject *const *values, unsigned ch
     return 1;
 }
 
-/* The driver call with the GIL released: cuLaunchKernel, or cuLaunchKernelEx for a cluster. */
+/* The driver call with the GIL released: cuLaunchKernel, or cuLaunchKernelEx for a cluster
+ * or a cooperative launch. */
 static int planned_driver(PlannedLaunch *self, void *stream, void **params)
 {
     if (self->launch_ex == NULL) {
         return call_driver(self->launcher, self->grid, self->block, self->shared_mem, stream,
                            params);
     }
-    LaunchAttribute attribute;
-    memset(&attribute, 0, sizeof attribute);
-    attribute.id = self->attribute;
-    memcpy(attribute.value, self->cluster, sizeof self->cluster);
+    LaunchAttribute attributes[2];
+    unsigned count = 0;
+    memset(attributes, 0, sizeof attributes);
+    if (self->cluster[0] * self->cluster[1] * self->cluster[2] != 1) {
+        attributes[count].id = self->attribute;
+        memcpy(attributes[count++].value, self->cluster, sizeof self->cluster);
+    }
+    if (self->cooperative != 0) {
+        int one = 1;
+        attributes[count].id = self->cooperative;
+        memcpy(attributes[count++].value, &one, sizeof one);
+    }
     LaunchConfigEx config;
     memset(&config, 0, sizeof config);
     memcpy(config.grid, self->grid, sizeof config.grid);
     memcpy(config.block, self->block, sizeof config.block);
     config.shared_mem = self->shared_mem;
     config.stream = stream;
-    config.attributes = &attribute;
-    config.count = 1;
+    config.attributes = attributes;
+    config.count = count;
     void *function = (void *)(uintptr_t)self->launcher->function;
     int result;
     Py_BEGIN_ALLOW_THREADS
@@ -313,17 +326,17 @@ static PyObject *planned_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
 {
     static char *names[] = {"launcher", "launch_ex", "grid", "block", "shared_mem", "cluster",
                             "attribute", "template", "offsets", "slots", "thread", "index",
-                            "hooks", "fallback", "refused", NULL};
+                            "hooks", "fallback", "refused", "cooperative", NULL};
     PyObject *launcher, *grid, *block, *cluster, *template, *offsets, *slots, *thread, *hooks,
         *fallback, *refused;
     unsigned long long launch_ex;
-    unsigned shared_mem, attribute;
+    unsigned shared_mem, attribute, cooperative = 0;
     long index;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!KOOIOIO!O!O!OlO!OO:PlannedLaunch", names, &LauncherType, &launcher,
+            args, kwargs, "O!KOOIOIO!O!O!OlO!OO|I:PlannedLaunch", names, &LauncherType, &launcher,
             &launch_ex, &grid, &block, &shared_mem, &cluster, &attribute, &PyBytes_Type,
             &template, &PyTuple_Type, &offsets, &PyTuple_Type, &slots, &thread, &index,
-            &PyList_Type, &hooks, &fallback, &refused)) {
+            &PyList_Type, &hooks, &fallback, &refused, &cooperative)) {
         return NULL;
     }
     unsigned grid3[3], block3[3], cluster3[3];
@@ -342,9 +355,9 @@ static PyObject *planned_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     }
     int clustered = cluster3[0] * cluster3[1] * cluster3[2] != 1;
-    if (clustered && launch_ex == 0) {
-        PyErr_SetString(PyExc_ValueError, "a cluster launch needs the address of "
-                                          "cuLaunchKernelEx");
+    if ((clustered || cooperative != 0) && launch_ex == 0) {
+        PyErr_SetString(PyExc_ValueError, "a cluster or cooperative launch needs the address "
+                                          "of cuLaunchKernelEx");
         return NULL;
     }
     unsigned char *bytes = PyMem_Malloc(size ? size : 1);
@@ -360,12 +373,14 @@ static PyObject *planned_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     memcpy(bytes, PyBytes_AS_STRING(template), (size_t)size);
     self->vectorcall = planned_call;
     self->launcher = (Launcher *)Py_NewRef(launcher);
-    self->launch_ex = clustered ? (launch_ex_fn)(uintptr_t)launch_ex : NULL;
+    int extended = clustered || cooperative != 0; /* launched through cuLaunchKernelEx */
+    self->launch_ex = extended ? (launch_ex_fn)(uintptr_t)launch_ex : NULL;
     memcpy(self->grid, grid3, sizeof grid3);
     memcpy(self->block, block3, sizeof block3);
     memcpy(self->cluster, cluster3, sizeof cluster3);
     self->shared_mem = shared_mem;
     self->attribute = attribute;
+    self->cooperative = cooperative;
     self->index = index;
     self->thread = Py_NewRef(thread);
     self->hooks = Py_NewRef(hooks);
@@ -433,7 +448,8 @@ static PyTypeObject PlannedLaunchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "gpurt._launch._claunch.PlannedLaunch",
     .tp_doc = "PlannedLaunch(launcher, launch_ex, grid, block, shared_mem, cluster, attribute, "
-              "template, offsets, slots, thread, index, hooks, fallback, refused):\n"
+              "template, offsets, slots, thread, index, hooks, fallback, refused"
+              "[, cooperative]):\n"
               "planned(stream, *values) packs ``values`` into a copy of ``template`` at "
               "``slots`` and launches; every other call goes to ``fallback``.",
     .tp_basicsize = sizeof(PlannedLaunch),

@@ -45,6 +45,7 @@ __all__ = ["add_dispatch", "check_varying", "dispatch", "plan_key", "planned_lau
            "python_launch"]
 
 _CLUSTER = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+_COOPERATIVE = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
 
 
 class Launching(Protocol):
@@ -101,12 +102,12 @@ def planned_launch(kernel: Launching, config: LaunchConfig, args: tuple[Any, ...
     fallback = python_launch(kernel, config, args, varying, index)
     address, _ = _launchpath.route()
     slots = _slots(plan, varying)
-    if not address or slots is None or config.cooperative or _launchpath.claunch is None:
+    if not address or slots is None or _launchpath.claunch is None:
         return fallback
     grid, block = dims3(config.grid, "grid"), dims3(config.block, "block")
     cluster = (1, 1, 1) if config.cluster is None else dims3(config.cluster, "cluster")
     launch_ex = 0
-    if cluster != (1, 1, 1):
+    if cluster != (1, 1, 1) or config.cooperative:
         launch_ex, _ = _launchpath.find_launch_kernel_ex()
         if not launch_ex:
             return fallback
@@ -114,7 +115,7 @@ def planned_launch(kernel: Launching, config: LaunchConfig, args: tuple[Any, ...
     launcher = claunch.Launcher(address, int(function), dims3)
     return claunch.PlannedLaunch(launcher, launch_ex, grid, block, config.shared_mem, cluster,
                                  _CLUSTER, template, plan.offsets, slots, THREAD, index, hooks,
-                                 fallback, refused)
+                                 fallback, refused, _COOPERATIVE if config.cooperative else 0)
 
 
 def check_varying(varying: Sequence[int], count: int) -> tuple[int, ...]:
