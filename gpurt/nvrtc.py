@@ -33,6 +33,7 @@ from ._launch.planned import (  # noqa: F401 (repeated calls from C)
     add_dispatch,
     dispatch,
     plan_key,  # noqa: F401 (gpurt.nvrtc.plan_key: keys of planned calls)
+    plan_key_addresses,  # noqa: F401 (the same keys, and the items' addresses)
 )
 from ._nvrtc import cache as _kcache
 from ._nvrtc import fatbin as _fatbin

@@ -77,66 +77,102 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     autocast dtype first, as torch's matmul/addmm (kernels/_autocast.py)."""
     if amp.ANY_ENABLED and out is None:  # the one autocast check: a module flag outside it
         a, b, c = _autocast.gemm_inputs(a, b, c, beta, stream)
+    c_apart = c is not None and c is not out
+    keyed = None
+    if config is None and not sanitizer.ENABLED:  # the hot path: key and addresses in C
+        keyed = _plan_key_addresses(a, b, out, c if c_apart else -1 if c is not None else None,
+                                    beta != 0.0, trans_a, trans_b, allow_tf32)
+        if keyed is not None:
+            found = _calls.get(keyed[0])
+            if found is not None:
+                done = _repeat(found, keyed[1], out, alpha, beta, c_apart, stream)
+                if done is not None:
+                    return done
+    return _gemm_arrays(a, b, out, alpha, beta, c, trans_a, trans_b, stream, allow_tf32, config,
+                        None if keyed is None else keyed[0])
+
+
+def _gemm_arrays(a: Any, b: Any, out: Any, alpha: float, beta: float, c: Any, trans_a: bool,
+                 trans_b: bool, stream: Any, allow_tf32: bool, config: Config | None,
+                 key: Any) -> Any:
+    """:func:`gemm` on its operands as gpurt Arrays: a call the hot path did not take (a new
+    signature, a forced config, the sanitizer on, an operand it does not read), or ``key``'s
+    plan when C may not overlap out."""
+    given, c_given = out, c
     a = a if type(a) is gpurt.Array else plans.as_array(a, "a")
     b = b if type(b) is gpurt.Array else plans.as_array(b, "b")
-    given = out
     if out is not None and type(out) is not gpurt.Array:
         out = plans.matching(out, "out", *_result_shape(a, b, trans_a, trans_b), a)
     if c is not None and type(c) is not gpurt.Array:
-        c = plans.as_array(c, "c")
+        c = out if c_given is given else plans.as_array(c, "c")
     if stream is not None:
         stream = gpurt.as_stream(stream, a.device.index)
     if sanitizer.ENABLED:  # a and b may hide in TMA descriptors, which the launch hook can't read
         sanitizer.record("gemm", (a, b, c if beta else None), (out,), stream)
-    key = None
-    if config is None:  # built in C: the hot path's main cost
-        key = _plan_key(a, b, out, -1 if c is not None and c is out else c, beta != 0.0,
-                        trans_a, trans_b, allow_tf32)
+    c_apart = c is not None and c is not out
+    if key is None and config is None:
+        keyed = _plan_key_addresses(a, b, out, c if c_apart else -1 if c is not None else None,
+                                    beta != 0.0, trans_a, trans_b, allow_tf32)
+        key = None if keyed is None else keyed[0]
     if key is None:
         key = (_signature(a), _signature(b), None if out is None else _signature(out),
                None if c is None else ("out" if c is out else _signature(c)), beta != 0.0,
                trans_a, trans_b, allow_tf32, config)
-    alpha, beta = float(alpha), float(beta)
     found = _calls.get(key)
-    if found is None:
-        result = _gemm_first(key, a, b, out, alpha, beta, c, trans_a, trans_b, stream,
-                             allow_tf32, config)
-        return result if given is None else given
-    call, swapped, extents, planned = found
+    if found is not None:
+        addresses = (a.ptr, b.ptr, 0 if out is None else out.ptr, c.ptr if c_apart else 0)
+        done = _repeat(found, addresses, out, alpha, beta, c_apart, stream)
+        if done is not None:
+            return done if given is None else given
+        key = None  # c partly overlaps out: the plan copies it first
+    result = _gemm_first(key, a, b, out, float(alpha), float(beta), c, trans_a, trans_b, stream,
+                         allow_tf32, config)
+    return result if given is None else given
+
+
+def _repeat(found: tuple[Any, ...], addresses: tuple[int, ...], out: Any, alpha: float,
+            beta: float, c_apart: bool, stream: Any) -> Any:
+    """A call of a planned signature (``found``, from :data:`_calls`) on the operands at
+    ``addresses`` (a, b, out, c; 0 where absent): ``out``, or the Array made for it; None,
+    with nothing done, where c lies apart from out but overlaps it."""
+    call, swapped, extents, planned, dtype = found
+    a_ptr, b_ptr, out_ptr, c_ptr = addresses[:4]
     index = call.index
+    if stream is not None:
+        stream = gpurt.as_stream(stream, index)
     if out is None:  # C is (m x n) unless the kernel turned the product around (TF32 wgmma)
         m, n = (call.n, call.m) if call.swap else (call.m, call.n)
-        out = gpurt.empty((n, m) if swapped else (m, n), dtype=a.dtype, device=index,
+        out = gpurt.empty((n, m) if swapped else (m, n), dtype=dtype, device=index,
                           stream=stream)
-    elif _overlap_at(out.ptr, extents[2], a.ptr, extents[0]) or \
-            _overlap_at(out.ptr, extents[2], b.ptr, extents[1]):
+        out_ptr = out.ptr
+    elif _overlap_at(out_ptr, extents[2], a_ptr, extents[0]) or \
+            _overlap_at(out_ptr, extents[2], b_ptr, extents[1]):
         raise ValueError("out overlaps a or b; gemm cannot write over its inputs")
+    alpha, beta = float(alpha), float(beta)
     cin_ptr = 0
     if beta != 0.0:
-        cin = out if c is None or c is out else c
-        if cin is not out and _overlap_at(cin.ptr, extents[3], out.ptr, extents[2]):
-            _gemm_first(None, a, b, out, alpha, beta, c, trans_a, trans_b, stream, allow_tf32,
-                        config)  # c partly overlaps out: the plan copies it first
-            return given
-        cin_ptr = cin.ptr
-    a_ptr, b_ptr = (b.ptr, a.ptr) if swapped else (a.ptr, b.ptr)
+        if c_apart and _overlap_at(c_ptr, extents[3], out_ptr, extents[2]):
+            return None
+        cin_ptr = c_ptr if c_apart else out_ptr
+    if swapped:
+        a_ptr, b_ptr = b_ptr, a_ptr
     if planned is not None:  # checks the device itself (another one: Kernel.launch's way)
-        planned(None if stream is None else stream.cuda_stream, a_ptr, b_ptr, out.ptr, cin_ptr,
+        planned(None if stream is None else stream.cuda_stream, a_ptr, b_ptr, out_ptr, cin_ptr,
                 alpha, beta)
     elif index != gpurt.current_device():
         with gpurt.device(index):
-            call.launch(a_ptr, b_ptr, out.ptr, cin_ptr, alpha, beta, stream)
+            call.launch(a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
     else:
-        call.launch(a_ptr, b_ptr, out.ptr, cin_ptr, alpha, beta, stream)
-    return out if given is None else given
+        call.launch(a_ptr, b_ptr, out_ptr, cin_ptr, alpha, beta, stream)
+    return out
 
 
 # Planned calls by signature (gpurt.nvrtc.plan_key of the operands and options, or a tuple
 # with a forced config): (Call, swapped, extents of a, b, out and c relative to their
-# pointers, the planned launch or None). Plans hold no arrays, only the choices made for a
-# signature.
-_calls: dict[Any, tuple[routes.AnyCall, bool, tuple[Any, ...], Any]] = {}
-_plan_key = gpurt.nvrtc.plan_key
+# pointers, the planned launch or None, the dtype of the result). Plans hold no arrays, only
+# the choices made for a signature.
+_calls: dict[Any, tuple[routes.AnyCall, bool, tuple[Any, ...], Any, Any]] = {}
+_plan_key_addresses = gpurt.nvrtc.plan_key_addresses
 _MAX_CALLS = 4096
 
 
@@ -194,7 +230,7 @@ def _gemm_first(key: Any, a: Any, b: Any, out: Any, alpha: float,
     if key is not None and direct and len(_calls) < _MAX_CALLS:
         extents = tuple(None if x is None else _relative_extent(x)
                         for x in (a, b, plan.out, plan.cin))
-        _calls[key] = (call, swapped, extents, routes.planned(call, plan))
+        _calls[key] = (call, swapped, extents, routes.planned(call, plan), a.dtype)
     cin_ptr = 0 if plan.cin is None else plan.cin.ptr
     if index != gpurt.current_device():
         with gpurt.device(index):

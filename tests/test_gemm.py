@@ -1159,6 +1159,55 @@ def test_torch_inputs(gpu_state, no_tuning, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype, m, n, k", [("float32", 97, 4093, 515), ("float32", 67, 61, 33),
+                                            ("bfloat16", 16, 1000, 257)])
+def test_torch_tensors_repeat_from_c(gpu_state, no_tuning, monkeypatch, dtype, m, n, k):
+    """Repeated calls on plain torch tensors skip the Python intake (their key and addresses
+    are read in C): fresh tensors each call, out given or made, c apart from out or out
+    itself, an out that overlaps a refused, all against float64."""
+    torch = pytest.importorskip("torch")
+    tdtype = getattr(torch, dtype)
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    general = []
+    real = gemm_mod._gemm_arrays
+    monkeypatch.setattr(gemm_mod, "_gemm_arrays", lambda *a: general.append(1) or real(*a))
+
+    def check(got, want):
+        torch.cuda.synchronize()
+        err = float(torch.linalg.norm(got.double() - want) / torch.linalg.norm(want))
+        assert err < tol
+
+    def fresh(*shape):
+        return torch.randn(*shape, device="cuda", dtype=tdtype)
+
+    for call in range(3):  # the first of each signature plans; the others come from C
+        a, b = fresh(m, k), fresh(n, k).T
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=tdtype)
+        assert gemm(a, b, out=out) is out
+        check(out, a.double() @ b.double())
+        made = gemm(a, b)
+        assert isinstance(made, gpurt.Array) and made.shape == (m, n)
+        check(torch.tensor(made.numpy().astype(np.float64), device="cuda"),
+              a.double() @ b.double())
+        c = fresh(m, n)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=tdtype)
+        gemm(a, b, out=out, c=c, alpha=0.5, beta=-2.0)
+        check(out, 0.5 * (a.double() @ b.double()) - 2.0 * c.double())
+        old = fresh(m, n)
+        out = old.clone()
+        gemm(a, b, out=out, c=out, alpha=1.5, beta=0.25)  # c is out itself
+        check(out, 1.5 * (a.double() @ b.double()) + 0.25 * old.double())
+        assert len(general) == (4 if call == 0 else 0), general
+        general.clear()
+    rows = fresh(3 * 64, 64)  # out may be any view that does not overlap a
+    a, b = rows[64:128], fresh(64, 64)
+    gemm(a, b, out=rows[128:])
+    check(rows[128:], a.double() @ b.double())
+    with pytest.raises(ValueError, match="overlaps"):  # the same signature: the repeat refuses
+        gemm(a, b, out=rows[72:136])
+
+
+@pytest.mark.gpu
 def test_cupy_inputs(gpu_state, no_tuning):
     cp = pytest.importorskip("cupy")
     a = cp.random.standard_normal((120, 70), dtype=cp.float32)

@@ -41,8 +41,8 @@ from . import path as _launchpath
 from .args import Plan, c_code
 from .config import LaunchConfig, dims3
 
-__all__ = ["add_dispatch", "check_varying", "dispatch", "plan_key", "planned_launch",
-           "python_launch"]
+__all__ = ["add_dispatch", "check_varying", "dispatch", "plan_key", "plan_key_addresses",
+           "planned_launch", "python_launch"]
 
 _CLUSTER = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
 _COOPERATIVE = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
@@ -152,6 +152,14 @@ if _launchpath.claunch is not None:
     plan_key = functools.partial(_launchpath.claunch.signature, Array)
 
 
+def _python_plan_key_addresses(*items: Any) -> tuple[Hashable, tuple[int, ...]] | None:
+    """:data:`plan_key_addresses` without the extension: gpurt Arrays only."""
+    key = _python_plan_key(*items)
+    if key is None:
+        return None
+    return key, tuple(item.ptr if type(item) is Array else 0 for item in items)
+
+
 def _no_dispatch(table: dict[Any, Any], *items: Any) -> tuple[Any, ...] | None:
     """:data:`dispatch` without the extension: every call goes the general way."""
     return None
@@ -167,6 +175,14 @@ _dispatcher: Any = None
 if _launchpath.claunch is not None:
     _dispatcher = dispatch = _launchpath.claunch.Dispatcher(Array, THREAD, empty, FINALIZERS)
     _interop.use_reader(_dispatcher)  # gpurt.asarray's torch tensors, read in C
+
+# plan_key_addresses(*items): (plan_key of the items, each item's address, 0 for ints and None),
+# or None where an item cannot be keyed; unlike plan_key it also takes plain CUDA torch tensors
+# on torch's current stream, which must be gpurt's (keyed as gpurt.asarray's view of them, so
+# the key is the same either way), reading them in C without making Arrays: the hot path of
+# gemm's repeated calls.
+plan_key_addresses: Callable[..., tuple[Hashable, tuple[int, ...]] | None] = \
+    _python_plan_key_addresses if _dispatcher is None else _dispatcher.key
 MAX_DISPATCH = 4096  # entries per table; past that, calls go the general way
 
 
