@@ -1160,7 +1160,7 @@ def test_torch_inputs(gpu_state, no_tuning, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, m, n, k", [("float32", 97, 4093, 515), ("float32", 67, 61, 33),
-                                            ("bfloat16", 16, 1000, 257)])
+                                            ("bfloat16", 16, 1000, 264)])
 def test_torch_tensors_repeat_from_c(gpu_state, no_tuning, monkeypatch, dtype, m, n, k):
     """Repeated calls on plain torch tensors skip the Python intake (their key and addresses
     are read in C): fresh tensors each call, out given or made, c apart from out or out
