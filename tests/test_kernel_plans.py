@@ -80,10 +80,10 @@ def test_clear_plans_rereads_the_settings(gpu_state, monkeypatch):
     a = gpurt.asarray(rng.standard_normal((256, 256)).astype(np.float16))
     b = gpurt.asarray(rng.standard_normal((256, 256)).astype(np.float16))
     gemm_mod.gemm(a, b)
-    (call, _, _, _), = gemm_mod._calls.values()
+    (call, *_), = gemm_mod._calls.values()
     monkeypatch.setenv("GPURT_GEMM_DISABLE", call.config.kernel)
     gemm_mod.gemm(a, b)
-    (same, _, _, _), = gemm_mod._calls.values()
+    (same, *_), = gemm_mod._calls.values()
     assert same.config == call.config  # settings are read when a plan is made
     gemm_mod.clear_plans()
     gemm_mod.gemm(a, b)
@@ -107,7 +107,7 @@ def test_repeated_skinny_gemm_launches_its_planned_launch_with_new_data(gpu_stat
         run_gemm(GemmCase(m, n, k, "bfloat16", out_layout=(False, 0, 0), alpha=alpha,
                           beta=beta, c_is_out=True), None, rng)
     assert len(gemm_mod._calls) == 2
-    for call, _, _, planned in gemm_mod._calls.values():
+    for call, _, _, planned, _ in gemm_mod._calls.values():
         assert call.config.kernel == "skinny" and planned is not None
 
 
