@@ -72,7 +72,7 @@ def kernels_seen(torch: Any, call: Callable[[int], Any], sets: int) -> list[str]
         gap = "" if last_end is None else f" gap {e.time_range.start - last_end:.1f}"
         lines.append(f"  {e.name[:70]} {e.time_range.elapsed_us():.1f} us{gap}")
         last_end = e.time_range.end
-    api = sorted(((e.name, e.cpu_time_total) for e in prof.key_averages()
+    api = sorted(((e.key, e.cpu_time_total) for e in prof.key_averages()
                   if e.device_type.name == "CPU"), key=lambda t: -t[1])[:8]
     lines += [f"  cpu {name[:60]} {us:.1f} us" for name, us in api]
     return lines
