@@ -10,9 +10,11 @@ streamed): ``bm`` rows of A per CTA (1, 2, 4, 8 or 16: each lane keeps bm x e x 
 sums, e = 8 16-bit or 4 fp32 elements a 16-byte load), ``bn`` = 31 e x slots columns of B per
 CTA (a warp's 32 16-byte loads give 31 lanes' e columns each; slots 1 or 2: 248 or 496 16-bit
 columns, 124 or 248 fp32 ones), ``bk`` = 8 x the rows of B each of the CTA's 8 warps keeps in
-flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (16-bit only; B^T = W stored N x K, the
-weight of ``x @ W.T``: dot products along W's rows): ``bm`` 1 or 2, ``bn`` = 64 rows of W per
-CTA (8 per warp, all in flight), ``bk`` = 248 or 496 k per warp step (bm 1 only). ``split_k``: CTAs
+flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (B^T = W stored N x K, the weight of
+``x @ W.T``: dot products along W's rows): ``bn`` = 64 rows of W per CTA (8 per warp, all in
+flight); 16-bit: ``bm`` 1 or 2, ``bk`` = 248 or 496 k per warp step (bm 1 only); fp32: ``bm``
+1 to 4, ``bk`` = 124 or 248 (bm 1 or 2), exact fp32 at any alignment, faster than the simt
+tiles at M <= 4 (issue 17: 1 x 4096 x 4096 with B given N x K). ``split_k``: CTAs
 splitting K (the last CTA of each tile adds the fp32 slices in order, like the mma kernels:
 one launch, deterministic, partials in the stream's workspace). The kernels take gemm_mma's
 arguments, so kernels/_gemm_launch.py launches them like an mma config.
@@ -36,7 +38,8 @@ __all__ = ["validate", "name_expression", "why_not", "heuristic", "candidates", 
 # 36.0-36.6 (cuBLAS 16.6, 32.0, 32.2), but M = 8 and 16 in 54 and 157 (mma 37.9, 41.5).
 SMALL_MAX = 4
 TUNE_SMALL_MAX = 8
-NK_MAX = 2  # the largest M for a K-major B (register-bound: 2 x 64 x 248 holds 96)
+NK_MAX = 2  # the largest M for a 16-bit K-major B (register-bound: 2 x 64 x 248 holds 96)
+F32_NK_MAX = 4  # fp32's (a 16-byte load holds 4 k: 4 x 64 x 124)
 COLS = 248  # 16-bit columns of B per warp load (gemm_rowload.cu: COLS)
 F32_COLS = 124  # fp32 ones (Lanes<DT_F32>::COLS)
 NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: run_nk's NK_ROWS)
@@ -58,12 +61,13 @@ def validate(config: Config) -> None:
     type: :func:`why_not` checks its columns against the problem's)."""
     kn = config.bm in _ROWS and config.bn in (F32_COLS, COLS, 2 * COLS) and \
         config.bk in (16, 32, 64)
-    nk = (config.bm in (1, 2) and config.bn == NK_ROWS and config.bk in (COLS, 2 * COLS)
-          and config.bm * config.bk <= 2 * COLS)
+    nk = (config.bm in (1, 2, 3, 4) and config.bn == NK_ROWS
+          and config.bk in (F32_COLS, COLS, 2 * COLS) and config.bm * config.bk <= 2 * COLS)
     if not (kn or nk) or config.wm or config.wn or config.cluster_m != 1 or config.tma_store:
         raise ValueError(f"rowload tiles are (1|2|4|8|16) x (248|496) x (16|32|64) (fp32: "
                          f"124|248 columns) for an N-major B, 1 x 64 x (248|496) or "
-                         f"2 x 64 x 248 for a K-major B; not {config}")
+                         f"2 x 64 x 248 for a K-major B (fp32: (1|2) x 64 x (124|248), "
+                         f"(3|4) x 64 x 124); not {config}")
 
 
 def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
@@ -73,7 +77,7 @@ def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
     dt = DT_F32 if dt == DT_TF32 else dt
     a_k = str(a_kmajor).lower()
     if _nk(config):
-        return f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // COLS}, {a_k}>"
+        return f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // _cols(dt)}, {a_k}>"
     slots = config.bn // _cols(dt)
     return f"gemm_rowload{split}<{dt}, {config.bm}, {slots}, {config.bk // 8}, {a_k}>"
 
@@ -84,16 +88,28 @@ def why_not(problem: Problem, config: Config | None = None) -> str | None:
         return "the rowload kernel takes float16/bfloat16 or float32"
     if problem.capability < (7, 0):
         return "the rowload kernel needs sm_70 or newer"
-    if problem.dt in (DT_F32, DT_TF32) and problem.b_kmajor:
-        return "the float32 rowload kernel takes an N-major B only"
+    if problem.dt == DT_TF32 and problem.b_kmajor:
+        return "the rowload kernel takes TF32 problems with an N-major B only"
     cols = _cols(problem.dt)
     if config is not None and not _nk(config) and config.bn not in (cols, 2 * cols):
         return (f"rowload tiles of this element type have {cols} or {2 * cols} columns (one or "
                 f"two warp loads), not {config.bn}")
+    if config is not None and _nk(config) and (
+            config.bk not in (cols, 2 * cols) or config.bm > _nk_max(problem.dt)
+            or config.bm * config.bk > 2 * COLS):
+        most = _nk_max(problem.dt)
+        return (f"rowload tiles for a K-major B of this element type are (1..{most}) x 64 x "
+                f"({cols}|{2 * cols}), at most {2 * COLS} k-rows in all, not "
+                f"{config.bm}x{config.bn}x{config.bk}")
     if config is not None and _nk(config) != problem.b_kmajor:
         meant, got = ("K-major", "N-major") if _nk(config) else ("N-major", "K-major")
         return f"rowload tiles {config.bm}x{config.bn}x{config.bk} are for a {meant} B, not {got}"
     return None
+
+
+def _nk_max(dt: int) -> int:
+    """The most rows of A a K-major B's kernel takes for element type ``dt``."""
+    return F32_NK_MAX if dt == DT_F32 else NK_MAX
 
 
 def _rows(m: int) -> int:
@@ -130,16 +146,21 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
     16-byte multiples (the TMA kernels cannot read them; everything else reads them with
     narrow loads; fp32: B's rows are, the simt kernel then loads it 4 bytes at a time):
     at most SMALL_MAX rows of A and 256 columns or more with B N-major, at most NK_MAX rows of
-    A with B K-major; None otherwise. The narrowest tiles (248 columns, 4 rows in flight a
-    warp; 248 k a step for a K-major B) were the fastest at every shape timed on an H100: the
-    kernel's 8 shift instantiations share the instruction cache, so smaller loops win."""
-    if why_not(problem) is not None or problem.vec or problem.m < 1 or problem.k < 64:
+    A with B K-major; also exact fp32 with B K-major and at most F32_NK_MAX rows of A at any
+    alignment (GEMV-like: one pass over W at its bandwidth, where the simt tiles ran at 0.62 of
+    cuBLAS for 1 x 4096 x 4096); None otherwise. The narrowest tiles (248 columns, 4 rows in
+    flight a warp; 248 k a step for a K-major B, fp32 124) were the fastest at every shape
+    timed on an H100: the kernel's 8 shift instantiations share the instruction cache, so
+    smaller loops win."""
+    if why_not(problem) is not None or problem.m < 1 or problem.k < 64:
         return None
     if problem.b_kmajor:
-        if problem.m > NK_MAX or problem.n < NK_ROWS or problem.k < COLS:
+        cols = _cols(problem.dt)
+        if problem.m > _nk_max(problem.dt) or problem.n < NK_ROWS or problem.k < cols or (
+                problem.vec and problem.dt != DT_F32):
             return None
-        return _config_nk(problem, problem.m, COLS)
-    if problem.m > SMALL_MAX or problem.n < 256:
+        return _config_nk(problem, problem.m, cols)
+    if problem.vec or problem.m > SMALL_MAX or problem.n < 256:
         return None
     # fp32: two warp loads a lane (248 columns, the bytes of 16-bit's one): as fast or faster
     # at every shape timed (an H100, session 19: 3 x 11003 x 4093 68.2 us against 82.8)
@@ -147,14 +168,17 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
 
 
 def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
-    """Rowload tilings worth timing (none past TUNE_SMALL_MAX rows of A, NK_MAX with B K-major)."""
+    """Rowload tilings worth timing (none past TUNE_SMALL_MAX rows of A, NK_MAX with B K-major,
+    F32_NK_MAX for fp32)."""
     if why_not(problem) is not None or problem.m < 1:
         return []
     if problem.b_kmajor:
-        if problem.m > NK_MAX:
+        if problem.m > _nk_max(problem.dt):
             return []
-        narrow = [_config_nk(problem, problem.m, COLS)]
-        return narrow + [_config_nk(problem, 1, 2 * COLS)] if problem.m == 1 else narrow
+        cols = _cols(problem.dt)
+        narrow = [_config_nk(problem, problem.m, cols)]
+        wide = 2 * cols * problem.m <= 2 * COLS  # at most 496 k-rows of A a step
+        return narrow + [_config_nk(problem, problem.m, 2 * cols)] if wide else narrow
     if problem.m > TUNE_SMALL_MAX:
         return []
     bm = _rows(problem.m)

@@ -1,5 +1,5 @@
-// fp16/bf16 GEMM for a few rows of A times a B whose rows need not be 16-byte aligned
-// (issue 17: 1 x 4099 x 4099, B = K x N with 8198-byte rows).
+// fp16/bf16 and fp32 GEMM for a few rows of A times a B streamed once, whose rows need not be
+// 16-byte aligned (issue 17: 1 x 4099 x 4099, B = K x N with 8198-byte rows).
 //
 // C[M,N] = alpha * A[M,K] @ B[K,N] + beta * Cin, B N-major (B[k][n] at B + k*ldb + n), any
 // pitch and any 2-byte-aligned base; A in either layout (it is small: staged in shared memory
@@ -25,7 +25,6 @@ namespace rowload {
 
 constexpr int WARPS = 8;             // one per residue of k mod 8
 constexpr int STAGE_FLOATS = 8192;   // A's fp32 values staged at a time (32 KiB)
-constexpr int COLS = 248;            // 16-bit columns per warp load (31 lanes' outputs)
 
 // A 16-byte load's elements (EPC) and a warp load's columns (31 lanes' outputs) of type DT.
 template <int DT>
@@ -257,40 +256,45 @@ __device__ __forceinline__ void run(const u16* __restrict__ A_, const u16* __res
 //
 // A CTA takes MT (<= 4) rows of A, 64 rows of W and a K slice; warp w takes rows
 // n0 + w + 8 i (i < 8: all of them in flight), whose misalignment is one value, and steps
-// along K by KW = 248 * SLOTS: lane l holds W(n, k..k+7) for k = kc + 8 l + 248 j (realigned
-// as above; lane 31 only feeds lane 30) and the matching A(m, k..k+7) from shared memory, and
-// keeps one fp32 sum per (m, row). At the end each warp adds its lanes' sums (a fixed
-// shuffle tree), so no sum crosses warps.
+// along K by KW = 248 * SLOTS (fp32: 124 * SLOTS): lane l holds W(n, k..k+7) for
+// k = kc + 8 l + 248 j (fp32: k..k+3, kc + 4 l + 124 j; realigned as above, lane 31 only
+// feeding lane 30) and the matching A(m, k..) from shared memory, and keeps one fp32 sum per
+// (m, row). At the end each warp adds its lanes' sums (a fixed shuffle tree), so no sum
+// crosses warps.
 
 template <int DT, int MT, int SLOTS, int S>
-__device__ __forceinline__ void dots(float (&acc)[MT][8], const u16* __restrict__ W, i64 ldw,
-                                     int N, int K, int n_first, const float* As, int stride,
-                                     int staged, int k0, int k1, int lane) {
-    constexpr int KW = COLS * SLOTS;
+__device__ __forceinline__ void dots(float (&acc)[MT][8], const typename Elem<DT>::T* __restrict__ W,
+                                     i64 ldw, int N, int K, int n_first, const float* As,
+                                     int stride, int staged, int k0, int k1, int lane) {
+    typedef Lanes<DT> L;
+    constexpr int EPC = L::EPC, KW = L::COLS * SLOTS;
     for (int kc = k0; kc < k1; kc += KW) {
         u32 x[8][SLOTS][4];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int n = n_first + 8 * i;
-            const u16* row = W + (i64)n * ldw + kc + 8 * lane - S;  // 16-byte aligned
+            const auto* row = W + (i64)n * ldw + kc + EPC * lane - S;  // 16-byte aligned
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j) {
                 x[i][j][0] = x[i][j][1] = x[i][j][2] = x[i][j][3] = 0u;
-                if (n < N && kc + 8 * lane + COLS * j - S < K) load16(x[i][j], row + COLS * j);
+                if (n < N && kc + EPC * lane + L::COLS * j - S < K)
+                    load16(x[i][j], row + L::COLS * j);
             }
         }
-        // A(m, k..k+7) of this lane (zero past k1: staged as zeros up to a multiple of 8)
-        float a[MT][SLOTS][8];
+        // A(m, k..k+EPC-1) of this lane (zero past k1: staged as zeros up to a multiple of 8)
+        float a[MT][SLOTS][EPC];
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            const int k = kc + 8 * lane + COLS * j;
+            const int k = kc + EPC * lane + L::COLS * j;
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 const float4* from = reinterpret_cast<const float4*>(As + m * stride + k - staged);
-                const float4 lo = k < k1 ? from[0] : make_float4(0.f, 0.f, 0.f, 0.f);
-                const float4 hi = k < k1 ? from[1] : make_float4(0.f, 0.f, 0.f, 0.f);
-                a[m][j][0] = lo.x; a[m][j][1] = lo.y; a[m][j][2] = lo.z; a[m][j][3] = lo.w;
-                a[m][j][4] = hi.x; a[m][j][5] = hi.y; a[m][j][6] = hi.z; a[m][j][7] = hi.w;
+#pragma unroll
+                for (int q = 0; q < EPC / 4; ++q) {
+                    const float4 f = k < k1 ? from[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+                    a[m][j][4 * q] = f.x; a[m][j][4 * q + 1] = f.y;
+                    a[m][j][4 * q + 2] = f.z; a[m][j][4 * q + 3] = f.w;
+                }
             }
         }
         const bool tail = kc + KW > k1;  // the same in every lane
@@ -305,19 +309,23 @@ __device__ __forceinline__ void dots(float (&acc)[MT][8], const u16* __restrict_
                     u32 y[4];
 #pragma unroll
                     for (int q = 0; q < 4; ++q) y[q] = __shfl_down_sync(0xffffffffu, x[i][j][q], 1);
-                    realign<S>(w, x[i][j], y);
+                    if constexpr (is_f32(DT)) {
+                        realign32<S>(w, x[i][j], y);
+                    } else {
+                        realign<S>(w, x[i][j], y);
+                    }
                 }
-                float v[8];
+                float v[EPC];
                 unpack8<DT>(v, w);
                 if (tail) {  // W's elements past the slice (or the row) may be anything
-                    const int k = kc + 8 * lane + COLS * j;
+                    const int k = kc + EPC * lane + L::COLS * j;
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
+                    for (int e = 0; e < EPC; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
                 }
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) acc[m][i] = fmaf(a[m][j][e], v[e], acc[m][i]);
+                    for (int e = 0; e < EPC; ++e) acc[m][i] = fmaf(a[m][j][e], v[e], acc[m][i]);
                 }
             }
         }
@@ -326,25 +334,34 @@ __device__ __forceinline__ void dots(float (&acc)[MT][8], const u16* __restrict_
 
 template <int DT, int MT, int SLOTS>
 __device__ __forceinline__ void dots_shifted(int s, float (&acc)[MT][8],
-                                             const u16* __restrict__ W, i64 ldw, int N, int K,
-                                             int n_first, const float* As, int stride,
-                                             int staged, int k0, int k1, int lane) {
-    switch (s) {
+                                             const typename Elem<DT>::T* __restrict__ W,
+                                             i64 ldw, int N, int K, int n_first, const float* As,
+                                             int stride, int staged, int k0, int k1, int lane) {
 #define ROWLOAD_DOTS(S) \
         case S: dots<DT, MT, SLOTS, S>(acc, W, ldw, N, K, n_first, As, stride, staged, k0, k1, \
                                        lane); break;
-        ROWLOAD_DOTS(0) ROWLOAD_DOTS(1) ROWLOAD_DOTS(2) ROWLOAD_DOTS(3)
-        ROWLOAD_DOTS(4) ROWLOAD_DOTS(5) ROWLOAD_DOTS(6)
-        default: dots<DT, MT, SLOTS, 7>(acc, W, ldw, N, K, n_first, As, stride, staged, k0, k1,
-                                        lane); break;
-#undef ROWLOAD_DOTS
+    if constexpr (is_f32(DT)) {  // 4 misalignments of 4-byte elements
+        switch (s) {
+            ROWLOAD_DOTS(0) ROWLOAD_DOTS(1) ROWLOAD_DOTS(2)
+            default: dots<DT, MT, SLOTS, 3>(acc, W, ldw, N, K, n_first, As, stride, staged, k0,
+                                            k1, lane); break;
+        }
+    } else {
+        switch (s) {
+            ROWLOAD_DOTS(0) ROWLOAD_DOTS(1) ROWLOAD_DOTS(2) ROWLOAD_DOTS(3)
+            ROWLOAD_DOTS(4) ROWLOAD_DOTS(5) ROWLOAD_DOTS(6)
+            default: dots<DT, MT, SLOTS, 7>(acc, W, ldw, N, K, n_first, As, stride, staged, k0,
+                                            k1, lane); break;
+        }
     }
+#undef ROWLOAD_DOTS
 }
 
 // As[m * stride + (k - k0)] = A(m0 + m, k) for k in [k0, k1), zero up to k0 + stride and for
 // rows past M.
 template <int DT, int MT, bool A_K>
-__device__ __forceinline__ void stage_a_rows(float* As, int stride, const u16* __restrict__ A,
+__device__ __forceinline__ void stage_a_rows(float* As, int stride,
+                                             const typename Elem<DT>::T* __restrict__ A,
                                              i64 lda, int M, int m0, int k0, int k1) {
     for (int e = threadIdx.x; e < stride * MT; e += blockDim.x) {
         const int m = A_K ? e / stride : e % MT, kk = A_K ? e % stride : e / MT;
@@ -357,13 +374,18 @@ __device__ __forceinline__ void stage_a_rows(float* As, int stride, const u16* _
 }
 
 template <int DT, int MT, int SLOTS, bool A_K>
-__device__ __forceinline__ void run_nk(const u16* __restrict__ A, const u16* __restrict__ W,
-                                       u16* __restrict__ C, const u16* __restrict__ Cin,
+__device__ __forceinline__ void run_nk(const u16* __restrict__ A_, const u16* __restrict__ W_,
+                                       u16* __restrict__ C_, const u16* __restrict__ Cin_,
                                        float* __restrict__ partial, int M, int N, int K,
                                        i64 lda, i64 ldw, i64 ldc, i64 ldcin, float alpha,
                                        float beta, int pair_ok, unsigned* __restrict__ counters) {
+    typedef typename Elem<DT>::T E;
+    const E* __restrict__ A = reinterpret_cast<const E*>(A_);
+    const E* __restrict__ W = reinterpret_cast<const E*>(W_);
+    E* __restrict__ C = reinterpret_cast<E*>(C_);
+    const E* __restrict__ Cin = reinterpret_cast<const E*>(Cin_);
     constexpr int NK_ROWS = 8 * WARPS;  // rows of W per CTA: 8 per warp
-    constexpr int KW = COLS * SLOTS;
+    constexpr int KW = Lanes<DT>::COLS * SLOTS;
     constexpr int STRIDE = (STAGE_FLOATS / MT - 8) / KW * KW + 8;  // k staged per row, padded
     constexpr int STAGE_K = STRIDE - 8;
     static_assert(STAGE_K >= KW && MT * STRIDE <= STAGE_FLOATS, "A's staging");
@@ -383,7 +405,7 @@ __device__ __forceinline__ void run_nk(const u16* __restrict__ A, const u16* __r
     // rows n0 + warp + 8 i all start at the same misalignment (8 rows: 16 * ldw bytes)
     const unsigned long long at =
         reinterpret_cast<unsigned long long>(W + (i64)(n0 + warp) * ldw + k_begin);
-    const int s = (int)(at % 16) / 2;
+    const int s = (int)(at % 16) / (int)sizeof(E);
     for (int k0 = k_begin; k0 < k_end; k0 += STAGE_K) {
         const int k1 = min(k_end, k0 + STAGE_K);
         __syncthreads();
@@ -441,7 +463,8 @@ gemm_rowload_splitk(const u16* __restrict__ A, const u16* __restrict__ B, u16* _
                                         alpha, beta, pair_ok, counters);
 }
 
-// MT (<= 4) rows of A x 64 rows of a K-major B (W = B^T) per CTA, 248 * SLOTS k per warp step.
+// MT (<= 4) rows of A x 64 rows of a K-major B (W = B^T) per CTA, 248 * SLOTS k per warp step
+// (fp32: 124 * SLOTS).
 template <int DT, int MT, int SLOTS, bool A_K>
 __global__ void __launch_bounds__(256, 2)
 gemm_rowload_nk(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__ C,

@@ -37,6 +37,11 @@ def nk(bm, slots, split=1):
     return Config("rowload", bm, 64, 248 * slots, split_k=split)
 
 
+def nk32(bm, slots, split=1):
+    """fp32 tiles for a K-major B: 64 rows of W, 124 k a warp load."""
+    return Config("rowload", bm, 64, 124 * slots, split_k=split)
+
+
 def split_rows(m, n, k, **kw):
     """An H100 problem whose rows are not 16-byte multiples, B N-major."""
     return Problem(m, n, k, BF16, True, False, False, False, (9, 0), 132, pitch128=False, **kw)
@@ -77,8 +82,12 @@ def test_eligibility():
     assert "124 or 248 columns" in tune.why_not(f32, rl(1, 2, 8))
     assert "248 or 496 columns" in tune.why_not(problem, rl32(1, 1, 8))
     assert tune.eligible(f32, rl32(1, 2, 8)) and tune.eligible(f32, rl(1, 1, 8))  # 248: 2 loads
-    assert "N-major B only" in tune.why_not(dataclasses.replace(f32, b_kmajor=True), nk(1, 1))
+    f32_nk = dataclasses.replace(f32, b_kmajor=True)
+    assert tune.eligible(f32_nk, nk32(4, 1)) and tune.eligible(f32_nk, nk(1, 1))  # 248: 2 loads
+    assert "(1..4) x 64 x (124|248)" in tune.why_not(f32_nk, nk(1, 2))
+    assert "(1..2) x 64 x (248|496)" in tune.why_not(k_major, nk32(1, 1))
     tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
+    assert "N-major B only" in tune.why_not(dataclasses.replace(tf32, b_kmajor=True), nk(1, 1))
     assert "124 or 248 columns" in tune.why_not(tf32, rl(1, 2, 8))
     assert tune.eligible(tf32, rl32(1, 2, 8))
     assert "sm_70" in tune.why_not(dataclasses.replace(problem, capability=(6, 1)), rl(1, 2, 8))
@@ -111,7 +120,6 @@ def test_heuristic_streams_f32_split_rows(m, n, k, bm, split):
     assert any(c.kernel == "simt" for c in tune.candidates(problem))
     assert tune.candidates(problem)[0] == config
     assert tune.heuristic(dataclasses.replace(problem, vec=True)).kernel == "simt"
-    assert tune.heuristic(dataclasses.replace(problem, b_kmajor=True)).kernel == "simt"
     assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
     # allow_tf32: the same exact fp32 kernel (fp32 products are what TF32 permits)
     tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
@@ -126,6 +134,22 @@ def test_heuristic_dots_a_k_major_b(m, bm, bk, split):
     """x @ W.T with W's rows 8198 bytes: 64 rows of W per CTA, slices of whole K steps."""
     config = tune.heuristic(dataclasses.replace(split_rows(m, 4099, 4099), b_kmajor=True))
     assert config == nk(bm, bk // 248, split)
+
+
+@pytest.mark.parametrize("m,n,k,vec,split", [
+    (1, 4096, 4096, True, 4), (4, 11008, 4096, True, 1), (3, 4099, 4099, False, 4),
+    (2, 14336, 4096, True, 1), (1, 4096, 11008, True, 4)])
+def test_heuristic_dots_f32_with_a_k_major_b(m, n, k, vec, split):
+    """Exact fp32 x @ W.T for M <= 4, aligned rows or not: the dot-product kernel (one pass over
+    W), bm = M, 124 k a warp load, one wave of resident CTAs (2 per SM)."""
+    problem = dataclasses.replace(split_rows(m, n, k), dt=F32, b_kmajor=True, vec=vec)
+    config = tune.heuristic(problem)
+    assert config == nk32(m, 1, split)
+    assert config.name_expression(F32, True, True, vec) == \
+        f"gemm_rowload_nk{'_splitk' if split > 1 else ''}<0, {m}, 1, true>"
+    assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
+    assert config in tune.candidates(problem)
+    assert tune.heuristic(dataclasses.replace(problem, dt=tune.DT_TF32)).kernel != "rowload"
 
 
 @pytest.mark.parametrize("problem", [
@@ -219,6 +243,27 @@ def test_k_major_b(gpu_state, config, dtype):
         run(rng, 2, 301, 1001, dtype, config, a_t=offset == 3, b_t=True, offset=offset,
             beta=0.5 if offset == 1 else 0.0, alpha=-1.5)
         run(rng, 1, 1000, 999, dtype, config, trans=True, offset=offset)
+
+
+CONFIGS_NK32 = [nk32(1, 1), nk32(1, 2, 3), nk32(2, 2, 2), nk32(3, 1, 5), nk32(4, 1),
+                nk32(4, 1, 4)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", CONFIGS_NK32, ids=lambda c: c.label().replace(" ", "_"))
+def test_f32_k_major_b(gpu_state, config):
+    """Exact fp32 (float64's answer to 1e-5) with B stored N x K: odd sizes, every
+    misalignment of W's rows (views 1..3 floats in), both A layouts, beta, fewer rows of A
+    than the tile."""
+    rng = np.random.default_rng()
+    for m, n, k in [(1, 2, 3), (config.bm, 4099, 257), (2, 67, 4099), (1, 130, 1000),
+                    (config.bm, 3, 33), (3, 520, 497), (4, 64, 64), (1, 5, 3001),
+                    (config.bm, 4096, 4096)]:
+        run(rng, min(m, config.bm), n, k, np.float32, config, b_t=True, tol=1e-5)
+    for offset in (1, 2, 3):
+        run(rng, config.bm, 301, 1001, np.float32, config, a_t=offset == 2, b_t=True,
+            offset=offset, beta=0.5 if offset == 1 else 0.0, alpha=-1.5, tol=1e-5)
+        run(rng, 1, 1000, 999, np.float32, config, trans=True, offset=offset, tol=1e-5)
 
 
 CONFIGS_F32 = [rl32(1, 1, 4), rl32(1, 2, 8, 5), rl32(2, 2, 8, 3), rl32(4, 1, 8, 2),

@@ -1,0 +1,54 @@
+"""Exact fp32 gemm through the rowload kernel's tiles for a K-major B (kernels/gemm_rowload.cu's
+run_nk at fp32: W = B^T stored N x K, 4-float loads realigned by shuffles) on small odd
+shapes: every misalignment of W's rows (views 0..3 floats in), A given M x K or K x M, split
+and unsplit, beta with C in; each against float64 on a poisoned output (PASS / FAIL): for
+compute-sanitizer (memcheck, racecheck, synccheck) on the GPU machine.
+
+    compute-sanitizer --tool memcheck python benchmarks/s22_nk_san.py
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+import gpurt
+
+gemm_mod = importlib.import_module("gpurt.kernels.gemm")
+Config = importlib.import_module("gpurt.kernels._gemm_tune").Config
+
+# (bm, k a warp load, K split)
+TILES = [(1, 124, 1), (1, 248, 3), (2, 248, 2), (3, 124, 1), (4, 124, 4)]
+# (M, N, K, A given K x M)
+SHAPES = [(1, 67, 131, False), (2, 130, 517, True), (3, 5, 1001, False), (4, 257, 250, True)]
+
+
+def main() -> None:
+    rng = np.random.default_rng(22)
+    for bm, bk, split in TILES:
+        config = Config("rowload", bm, 64, bk, split_k=split)
+        for m, n, k, trans_a in SHAPES:
+            m = min(m, bm)
+            for offset in (0, 1, 2, 3):
+                ldw = k + 4 + offset % 2
+                a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+                w_full = rng.standard_normal((n, ldw)).astype(np.float32)
+                c = rng.standard_normal((m, n)).astype(np.float32)
+                out = gpurt.empty((m, n), dtype=np.float32)
+                out.fill_(np.nan)
+                gemm_mod.gemm(gpurt.asarray(a), gpurt.asarray(w_full)[:, offset:offset + k],
+                              out=out, trans_a=trans_a, trans_b=True, alpha=0.5, beta=2.0,
+                              c=gpurt.asarray(c), config=config)
+                w = w_full[:, offset:offset + k].astype(np.float64)
+                want = 0.5 * ((a.T if trans_a else a).astype(np.float64) @ w.T) + 2.0 * c
+                got = out.numpy().astype(np.float64)
+                err = np.linalg.norm(got - want) / np.linalg.norm(want) \
+                    if np.isfinite(got).all() else np.inf
+                ok = err < 1e-5
+                print(("PASS " if ok else "FAIL ") + f"{config.label()} {m}x{n}x{k} ldw {ldw} "
+                      f"+{offset} trans_a={trans_a}: {err:.2e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
