@@ -255,3 +255,45 @@ def test_the_c_key_refuses_what_it_cannot_describe(fake_gpus: Any) -> None:
     many = _array(shape=(1,) * 200, strides=(4,) * 200)
     assert gplanned.plan_key(many) is None  # more words than it builds: keyed by the caller
     assert gplanned.plan_key(2**70) is None
+
+
+# ---- the capture query of split-K's workspaces, from C --------------------------------------
+
+IS_CAPTURING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+
+
+@pytest.mark.skipif(_launchpath.claunch is None, reason="the C extension is not built")
+def test_capture_status_calls_the_driver_function_it_is_given() -> None:
+    seen: list[int] = []
+
+    def is_capturing(stream: int, status: Any) -> int:
+        seen.append(stream or 0)
+        status[0] = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+        return 0
+
+    callback = IS_CAPTURING(is_capturing)
+    address = ctypes.cast(callback, ctypes.c_void_p).value
+    assert _launchpath.claunch.capture_status(address, 0x5000) == (0, 1)
+    assert seen == [0x5000]
+    with pytest.raises(ValueError, match="cuStreamIsCapturing"):
+        _launchpath.claunch.capture_status(0, 0x5000)
+
+
+@pytest.mark.parametrize("answer, capturing", [
+    ((0, 0), False), ((0, 1), True), ((0, 2), True),
+    ((int(cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), 0), True),
+    ((int(cu.CUresult.CUDA_ERROR_INVALID_HANDLE), 0), None)])
+def test_stream_is_capturing_reads_the_c_query(monkeypatch: pytest.MonkeyPatch, answer: Any,
+                                               capturing: bool | None) -> None:
+    """An int handle is asked through the registered C query: its status, the legacy stream's
+    implicit capture counted as capturing, any other error raised as the bindings' would be."""
+    from gpurt._core.driver import CudaError
+    from gpurt._streams import handles
+
+    monkeypatch.setattr(handles, "bind_context", lambda index: None)
+    monkeypatch.setattr(handles, "_capture_status", lambda handle: answer)
+    if capturing is None:
+        with pytest.raises(CudaError, match="INVALID_HANDLE"):
+            handles.stream_is_capturing(0, 0x5000)
+    else:
+        assert handles.stream_is_capturing(0, 0x5000) is capturing

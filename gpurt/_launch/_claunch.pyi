@@ -54,6 +54,9 @@ class PlannedLaunch:
                  refused: Callable[[Any], None], cooperative: int = 0) -> None: ...
     def __call__(self, stream: Any, *values: Any) -> None: ...
 
+def capture_status(address: int, handle: int) -> tuple[int, int]:
+    """cuStreamIsCapturing at ``address`` for stream ``handle``: (CUresult, status) as ints."""
+
 def signature(array_type: type, *items: Any) -> bytes | None:
     """The key of a planned call of ints, None and arrays of exactly ``array_type``."""
 

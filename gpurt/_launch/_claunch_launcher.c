@@ -135,9 +135,40 @@ PyTypeObject LauncherType = {
     .tp_call = PyVectorcall_Call,
 };
 
+/* CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus *) */
+typedef int (*is_capturing_fn)(void *, int *);
+
+/* capture_status(address, handle) -> (CUresult, CUstreamCaptureStatus) as ints: the driver's
+ * cuStreamIsCapturing at ``address`` asked about stream ``handle`` (an int), without the
+ * bindings' enum objects (a split-K call asks on every call). */
+static PyObject *capture_status(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long address, handle;
+    if (nargs != 2 || !address_converter(args[0], &address) ||
+        !address_converter(args[1], &handle)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "capture_status(address, handle) takes two ints");
+        }
+        return NULL;
+    }
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "capture_status: no cuStreamIsCapturing address");
+        return NULL;
+    }
+    int status = 0;
+    int result = ((is_capturing_fn)(uintptr_t)address)((void *)(uintptr_t)handle, &status);
+    return Py_BuildValue("(ii)", result, status);
+}
+
+static PyMethodDef launcher_functions[] = {
+    {"capture_status", (PyCFunction)(void (*)(void))capture_status, METH_FASTCALL,
+     "capture_status(address, handle) -> (result, status): cuStreamIsCapturing at address"},
+    {NULL},
+};
+
 int claunch_add_launcher(PyObject *module)
 {
-    if (PyType_Ready(&LauncherType) < 0) {
+    if (PyType_Ready(&LauncherType) < 0 || PyModule_AddFunctions(module, launcher_functions) < 0) {
         return -1;
     }
     return PyModule_AddObjectRef(module, "Launcher", (PyObject *)&LauncherType);

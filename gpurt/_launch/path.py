@@ -18,8 +18,8 @@ from cuda.bindings import driver as cu
 
 from .._core.driver import CudaError, CudaUnavailableError, check, init
 
-__all__ = ["PURE_PYTHON_ENV", "claunch", "find_launch_kernel", "find_launch_kernel_ex",
-           "launch_path", "pure_python", "result_code", "route"]
+__all__ = ["PURE_PYTHON_ENV", "capture_status", "claunch", "find_launch_kernel",
+           "find_launch_kernel_ex", "launch_path", "pure_python", "result_code", "route"]
 
 PURE_PYTHON_ENV = "GPURT_PURE_PYTHON_LAUNCH"
 pure_python = os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
@@ -75,6 +75,21 @@ def find_launch_kernel_ex() -> tuple[int, str]:
     if _found_ex is None:
         _found_ex = _lookup("cuLaunchKernelEx", (12000, 12000))
     return _found_ex
+
+
+_capturing: int | None = None  # the address of the driver's cuStreamIsCapturing, or 0
+
+
+def capture_status(handle: int) -> tuple[int, int]:
+    """cuStreamIsCapturing for stream ``handle`` called from C: (CUresult, status) as ints
+    (gpurt/_streams/handles.py's stream_is_capturing asks here). The driver's address is
+    looked up on the first call; without it, the CUresult of a missing function."""
+    global _capturing
+    if _capturing is None:
+        _capturing = _lookup("cuStreamIsCapturing", (10000, 10000))[0]
+    if not _capturing:
+        return (int(cu.CUresult.CUDA_ERROR_NOT_FOUND), 0)
+    return claunch.capture_status(_capturing, handle)
 
 
 def route() -> tuple[int, str]:

@@ -35,6 +35,7 @@ from .._array import layout as _layout
 from .._array.dtypes import as_dtype
 from .._array.ownership import FINALIZERS
 from .._core.state import THREAD
+from .._streams import handles as _handles
 from ..array import Array, empty
 from ..device import current_device, device
 from . import path as _launchpath
@@ -175,6 +176,7 @@ _dispatcher: Any = None
 if _launchpath.claunch is not None:
     _dispatcher = dispatch = _launchpath.claunch.Dispatcher(Array, THREAD, empty, FINALIZERS)
     _interop.use_reader(_dispatcher)  # gpurt.asarray's torch tensors, read in C
+    _handles.use_capture_status(_launchpath.capture_status)  # split-K's capture check, in C
 
 # plan_key_addresses(*items): (plan_key of the items, each item's address, 0 for ints and None),
 # or None where an item cannot be keyed; unlike plan_key it also takes plain CUDA torch tensors

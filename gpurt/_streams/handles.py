@@ -38,6 +38,7 @@ from ..device import bind_context, current_device
 __all__: list[str] = []
 
 _NOT_CAPTURING = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+_NOT_CAPTURING_CODE = int(_NOT_CAPTURING)
 _NOT_READY = int(cu.CUresult.CUDA_ERROR_NOT_READY)
 _IMPLICIT = int(cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
 
@@ -78,11 +79,30 @@ def not_ready(result: tuple) -> bool:
     return int(result[0]) == _NOT_READY
 
 
+# capture_status(handle) -> (CUresult, status) as ints: cuStreamIsCapturing called from C,
+# registered by the launch layer where its extension is built (gpurt/_launch/planned.py), or None
+_capture_status: Callable[[int], tuple[int, int]] | None = None
+
+
+def use_capture_status(query: Callable[[int], tuple[int, int]]) -> None:
+    """Let :func:`stream_is_capturing` ask ``query(handle)`` for int handles (the split-K
+    kernels ask on every call: the bindings' call and its enum objects cost ~2 us)."""
+    global _capture_status
+    _capture_status = query
+
+
 def stream_is_capturing(index: int, handle: Any) -> bool:
     """Whether the stream ``handle`` of device ``index`` is capturing a CUDA graph (wraps
     cuStreamIsCapturing; the legacy stream while another stream captures counts as
     capturing)."""
     bind_context(index)
+    if type(handle) is int and _capture_status is not None:
+        result, status = _capture_status(handle)
+        if result == 0:
+            return status != _NOT_CAPTURING_CODE
+        if result == _IMPLICIT:
+            return True
+        check((cu.CUresult(result),), "cuStreamIsCapturing")  # raises for any other error
     try:
         status = check(cu.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
     except CudaError as exc:
