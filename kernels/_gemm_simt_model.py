@@ -48,10 +48,17 @@ _SPLIT_END = 3.0
 _SPLIT_SLICE = 0.25
 _SPREAD_END = 0.5
 _RATE_8_WARPS = 0.9
+# Problems under _LATENCY_MACS multiply-adds are grids of a few CTAs, each waiting on memory
+# rather than on the FMA units: a CTA's K loop takes at least _K_TILE_LATENCY units a K tile,
+# and slices of _SLICE_MIN_SMALL K tiles pay (H100, session 22: one 64 x 64 x 8 CTA an SM,
+# ~0.4 us a K tile at 127x257x61, 255x129x63, 64x127x255 and 100x300x100, where 4 K slices of
+# 2-8 tiles ran 1.2-2.2x faster than the unsplit pick). Larger problems keep the fitted model.
+_LATENCY_MACS = 1 << 24
+_K_TILE_LATENCY = 0.14
 _SLICE_MIN = 8  # K tiles a slice takes at least
-# Below this many multiply-adds a split's host path (its workspace, a cooperative launch) costs
-# more than the few microseconds it could save: 128^3 stays one launch of 4 CTAs, unsplit.
-_SPLIT_MIN_MACS = 1 << 24
+_SLICE_MIN_SMALL = 2
+# Below this many multiply-adds nothing is worth a second kernel's worth of host path
+_SPLIT_MIN_MACS = 1 << 18
 
 
 def resident_ctas(problem: Problem, config: Config) -> int:
@@ -84,10 +91,13 @@ def grid_cost(problem: Problem, config: Config, split: int) -> float:
         end = _SPREAD_END
     elif split > 1:
         end = _SPLIT_END + _SPLIT_SLICE * split * area
+    # small problems: a wave's CTAs wait on memory at least this long
+    floor = (per + 1) * _K_TILE_LATENCY if problem.macs < _LATENCY_MACS else 0.0
     full, rest = divmod(on_sm, resident)  # waves of `resident` CTAs, then one of `rest`
-    waves = full * resident * cta / (rate * _occupancy(config, resident * warps, False))
+    waves = full * max(resident * cta / (rate * _occupancy(config, resident * warps, False)),
+                       floor)
     if rest:
-        waves += rest * cta / (rate * _occupancy(config, rest * warps, full > 0))
+        waves += max(rest * cta / (rate * _occupancy(config, rest * warps, full > 0)), floor)
     return waves + end
 
 
@@ -108,7 +118,8 @@ def split_for(problem: Problem, config: Config) -> int:
     slots = problem.sm_count * resident_ctas(problem, config)
     if config.tiles(problem.m, problem.n) >= 2 * slots or problem.macs < _SPLIT_MIN_MACS:
         return 1
-    for split in range(2, min(32, k_tiles // _SLICE_MIN) + 1):
+    least = _SLICE_MIN_SMALL if problem.macs < _LATENCY_MACS else _SLICE_MIN
+    for split in range(2, min(32, k_tiles // least) + 1):
         if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
             continue
         cost = grid_cost(problem, config, split)
