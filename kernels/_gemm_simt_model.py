@@ -49,14 +49,16 @@ _SPLIT_SLICE = 0.25
 _SPREAD_END = 0.5
 _RATE_8_WARPS = 0.9
 # Problems under _LATENCY_MACS multiply-adds are grids of a few CTAs, each waiting on memory
-# rather than on the FMA units: a CTA's K loop takes at least _K_TILE_LATENCY units a K tile,
-# and slices of _SLICE_MIN_SMALL K tiles pay (H100, session 22: one 64 x 64 x 8 CTA an SM,
-# ~0.4 us a K tile at 127x257x61, 255x129x63, 64x127x255 and 100x300x100, where 4 K slices of
-# 2-8 tiles ran 1.2-2.2x faster than the unsplit pick). Larger problems keep the fitted model.
+# as much as on the FMA units: a CTA's K loop takes _K_TILE_LATENCY units a K tile more,
+# slices down to one K tile pay, each slice adds _SLICE_SMALL to the spread ending, and the
+# splits are powers of two (H100, session 22, 64 x 64 x 8 and 32 x 128 x 8 at splits 1-16 on
+# 64^3-200^3, 127x257x61, 100x300x100, 64x127x255, 33x65x4097: the unsplit picks ran 1.2-2.9x
+# slower than the best split, splits 5 and 7 15-25% slower than 8). Larger problems keep the
+# fitted model.
 _LATENCY_MACS = 1 << 24
-_K_TILE_LATENCY = 0.14
+_K_TILE_LATENCY = 0.2
+_SLICE_SMALL = 0.05
 _SLICE_MIN = 8  # K tiles a slice takes at least
-_SLICE_MIN_SMALL = 2
 # Below this many multiply-adds nothing is worth a second kernel's worth of host path
 _SPLIT_MIN_MACS = 1 << 18
 
@@ -88,16 +90,16 @@ def grid_cost(problem: Problem, config: Config, split: int) -> float:
     cta = area * ((per + 1) * config.bk / 16 + (_SPLIT_CTA if split > 1 else 0.0))
     end = 0.0
     if split > 1 and config.tiles(problem.m, problem.n) * split <= problem.sm_count * resident:
-        end = _SPREAD_END
+        end = _SPREAD_END + (_SLICE_SMALL * split if problem.macs < _LATENCY_MACS else 0.0)
     elif split > 1:
         end = _SPLIT_END + _SPLIT_SLICE * split * area
-    # small problems: a wave's CTAs wait on memory at least this long
-    floor = (per + 1) * _K_TILE_LATENCY if problem.macs < _LATENCY_MACS else 0.0
+    # small problems: a wave's CTAs also wait on memory this long
+    latency = (per + 1) * _K_TILE_LATENCY if problem.macs < _LATENCY_MACS else 0.0
     full, rest = divmod(on_sm, resident)  # waves of `resident` CTAs, then one of `rest`
-    waves = full * max(resident * cta / (rate * _occupancy(config, resident * warps, False)),
-                       floor)
+    waves = full * (resident * cta / (rate * _occupancy(config, resident * warps, False))
+                    + latency)
     if rest:
-        waves += max(rest * cta / (rate * _occupancy(config, rest * warps, full > 0)), floor)
+        waves += rest * cta / (rate * _occupancy(config, rest * warps, full > 0)) + latency
     return waves + end
 
 
@@ -118,9 +120,11 @@ def split_for(problem: Problem, config: Config) -> int:
     slots = problem.sm_count * resident_ctas(problem, config)
     if config.tiles(problem.m, problem.n) >= 2 * slots or problem.macs < _SPLIT_MIN_MACS:
         return 1
-    least = _SLICE_MIN_SMALL if problem.macs < _LATENCY_MACS else _SLICE_MIN
-    for split in range(2, min(32, k_tiles // least) + 1):
-        if -(-k_tiles // -(-k_tiles // split)) != split:  # would leave a slice empty
+    small = problem.macs < _LATENCY_MACS
+    for split in range(2, min(32, k_tiles // (1 if small else _SLICE_MIN)) + 1):
+        if small and split & (split - 1):
+            continue
+        if not small and -(-k_tiles // -(-k_tiles // split)) != split:  # an empty slice
             continue
         cost = grid_cost(problem, config, split)
         if cost < best_cost * 0.99:

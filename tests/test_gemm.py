@@ -363,7 +363,18 @@ def test_simt_wave_model():
     # ... and at 16-64 rows the narrow tiles (session 21: 1.0-1.3x cuBLAS at 16-32 rows)
     assert pick(32, 11008, 4096, b_k=True) == (32, 128, 0, 6)
     assert pick(64, 4096, 4096, b_k=True) == (64, 64, 0, 8)
-    assert pick(128, 128, 128)[3] == 1  # a split's host path would cost more than it saves
+    # under 2^24 multiply-adds a few latency-bound CTAs: K split in powers of two down to a
+    # K tile or two a slice (session 22: 1.2-2.9x faster than unsplit on an H100)
+    assert pick(128, 128, 128) == (64, 64, 0, 8)
+    assert pick(127, 257, 61) == (64, 64, 0, 8)
+    assert pick(64, 127, 255) == (64, 64, 0, 16)
+    assert pick(33, 65, 4097) == (64, 64, 0, 32)
+    assert pick(32, 32, 32)[3] == 1  # under 2^18: nothing is worth a second kernel
+    for dims in ((64, 64, 64), (100, 300, 100), (200, 200, 200), (1, 256, 256)):
+        p = problem(*dims, dt=tune.DT_F32)
+        for config in tune._SIMT:
+            split = simt_model.split_for(p, config)
+            assert split & (split - 1) == 0 and split <= -(-p.k // config.bk)
     assert pick(4096, 4096, 4096) == (128, 256, 128, 1)
     assert pick(3000, 5000, 2000)[3] == 1  # 3.6 waves: its partial sums would outgrow L2
     for dims in ((1, 4096, 4096), (64, 4096, 4096), (8, 64, 65536), (300, 700, 5000)):
