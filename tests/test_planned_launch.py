@@ -249,6 +249,22 @@ def test_plan_keys_refuse_other_items(plan_key: Any, fake_gpus: Any) -> None:
         assert plan_key(1, item) is None
 
 
+@pytest.mark.parametrize("keyed", [gplanned.plan_key_addresses,
+                                   gplanned._python_plan_key_addresses])
+def test_plan_key_addresses_match_plan_key(keyed: Any, fake_gpus: Any) -> None:
+    """gemm's hot-path key: the plan key of the same items (C or Python alike) and each item's
+    address, 0 for ints and None; None where an item is not keyable."""
+    items = (_array(0x3008), _array(0x4000, (8, 4), (4, 32)), None, -1, True, 7)
+    found = keyed(*items)
+    assert found is not None
+    key, addresses = found
+    plain = gplanned.plan_key if keyed is gplanned.plan_key_addresses else \
+        gplanned._python_plan_key
+    assert key == plain(*items)
+    assert addresses == (0x3008, 0x4000, 0, 0, 0, 0)
+    assert keyed(_array(), 1.0) is None
+
+
 def test_the_c_key_refuses_what_it_cannot_describe(fake_gpus: Any) -> None:
     if _launchpath.claunch is None:
         pytest.skip("the C extension is not built")
