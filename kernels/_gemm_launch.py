@@ -463,8 +463,11 @@ def max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
 
 # M x N of the problems whose configs precompile() builds: big ones, and decode shapes with
 # the small side on either side of C (the skinny family's instantiations depend on which).
-_PRECOMPILE_SHAPES = ((4096, 4096), (8, 4096), (16, 4096), (32, 4096), (64, 4096), (4096, 8),
-                      (4096, 16), (4096, 32), (4096, 64))
+# M x N of the problems (K 4096) whose configs are precompiled and prebuilt: M = 1-4 for the
+# rowload tiles (bm is M there), which no other shape reaches
+_PRECOMPILE_SHAPES = ((4096, 4096), (1, 4096), (2, 4096), (3, 4096), (4, 4096), (8, 4096),
+                      (16, 4096), (32, 4096), (64, 4096), (4096, 8), (4096, 16), (4096, 32),
+                      (4096, 64))
 
 
 def programs(arch: str) -> list[tuple[str, tuple[str, ...], str]]:

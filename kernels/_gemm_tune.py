@@ -445,7 +445,11 @@ def all_configs(problem: Problem) -> list[Config]:
     found: list[Config] = []
     skinny = [_skinny_config(t) for t in _skinny.candidates(problem)]
     decode = [_decode_config(t) for t in _decode.candidates(problem)]
-    rowload = [_rowload_config(t) for t in _rowload.candidates(problem)[:1]]
+    rowload_tiles = _rowload.candidates(problem)[:1]
+    chosen = _rowload.heuristic(problem)  # fp32's two warp loads are not the first candidate
+    if chosen is not None and chosen not in rowload_tiles:
+        rowload_tiles.append(chosen)
+    rowload = [_rowload_config(t) for t in rowload_tiles]
     for config in (*_SIMT, *_MMA, _MMA_SMALL, *_TF32, _TF32_SMALL, _TF32_THIN, *_WGMMA,
                    _WGMMA_192, _WGMMA_192_S4, _WGMMA_192_C2X2, _WGMMA_64, _WGMMA_64_C2,
                    _WGMMA_64_LEAN4, *_TALL, *_NARROW, *_SWAPPED,

@@ -383,3 +383,26 @@ def test_graph_replay_with_c_in(gpu_state, monkeypatch):
         assert np.isfinite(got).all()
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
     graph.reset()
+
+
+@pytest.mark.parametrize("dt", [F32, BF16, tune.DT_F16, tune.DT_TF32])
+def test_the_rowload_picks_are_prebuilt(dt):
+    """Every rowload config the heuristic picks at M = 1-4 (B either layout, rows aligned or
+    not) is among the programs precompiled and built into the kernel archive: the first
+    decode call on a new machine compiles nothing."""
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    built = {name for _, names, _ in launch.programs("sm_90a") for name in names}
+    seen = 0
+    for m in (1, 2, 3, 4):
+        for n, k in ((4096, 4096), (4099, 4099), (11008, 4096), (1000, 3001)):
+            for b_k in (False, True):
+                for a_k in (True, False):
+                    vec = n % 8 == 0 and k % 8 == 0
+                    problem = Problem(m, n, k, dt, a_k, b_k, vec, vec, (9, 0), 132,
+                                      pitch128=vec)
+                    config = tune.heuristic(problem)
+                    if config.kernel == "rowload":
+                        seen += 1
+                        names = launch.kernel_names(config, problem)
+                        assert set(names) <= built, (m, n, k, b_k, a_k, config.label())
+    assert seen
