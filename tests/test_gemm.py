@@ -1219,6 +1219,37 @@ def test_torch_tensors_repeat_from_c(gpu_state, no_tuning, monkeypatch, dtype, m
 
 
 @pytest.mark.gpu
+def test_torch_tensors_mixed_and_on_a_side_stream(gpu_state, no_tuning):
+    """Torch tensors beside gpurt Arrays in one call (repeated: the C key reads both), and
+    torch tensors made on a torch stream that is not gpurt's current one (the C key refuses
+    them; the general intake orders the work), each against float64."""
+    torch = pytest.importorskip("torch")
+    m, n, k = 33, 130, 70
+    for _ in range(2):
+        a = torch.randn(m, k, device="cuda")
+        b = gpurt.asarray(torch.randn(k, n, device="cuda"))
+        c = torch.randn(m, n, device="cuda")
+        out = gpurt.empty((m, n), dtype=np.float32)
+        out.fill_(np.nan)
+        gemm(a, b, out=out, c=c, alpha=2.0, beta=-0.5)
+        torch.cuda.synchronize()
+        want = 2.0 * (a.double() @ torch.as_tensor(b.numpy(), device="cuda").double()) \
+            - 0.5 * c.double()
+        got = torch.as_tensor(out.numpy(), device="cuda").double()
+        assert float(torch.linalg.norm(got - want) / torch.linalg.norm(want)) < 1e-5
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        a = torch.randn(m, k, device="cuda")
+        b = torch.randn(k, n, device="cuda")
+        result = gemm(a, b)
+    gpurt.synchronize()
+    torch.cuda.synchronize()
+    want = a.double() @ b.double()
+    got = torch.as_tensor(result.numpy(), device="cuda").double()
+    assert float(torch.linalg.norm(got - want) / torch.linalg.norm(want)) < 1e-5
+
+
+@pytest.mark.gpu
 def test_cupy_inputs(gpu_state, no_tuning):
     cp = pytest.importorskip("cupy")
     a = cp.random.standard_normal((120, 70), dtype=cp.float32)
