@@ -95,9 +95,9 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
 def _gemm_arrays(a: Any, b: Any, out: Any, alpha: float, beta: float, c: Any, trans_a: bool,
                  trans_b: bool, stream: Any, allow_tf32: bool, config: Config | None,
                  key: Any) -> Any:
-    """:func:`gemm` on its operands as gpurt Arrays: a call the hot path did not take (a new
-    signature, a forced config, the sanitizer on, an operand it does not read), or ``key``'s
-    plan when C may not overlap out."""
+    """:func:`gemm` with its operands taken in as gpurt Arrays: the calls the hot path does
+    not take (a new signature, a forced config, the sanitizer on, an operand the C key does
+    not read, c partly overlapping out); ``key`` is the plan key when the hot path made it."""
     given, c_given = out, c
     a = a if type(a) is gpurt.Array else plans.as_array(a, "a")
     b = b if type(b) is gpurt.Array else plans.as_array(b, "b")
