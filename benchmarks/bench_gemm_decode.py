@@ -14,7 +14,8 @@ two numbers per library:
 ``copy_graph_us`` is the floor: bytes(B) over the copy bandwidth measured in this run (a 1 GiB
 device-to-device copy, bytes read + written over time). ``rel_err`` is gpurt's relative
 Frobenius error against float64. ``tf32`` rows are float32 inputs with ``allow_tf32=True``
-against cuBLAS's TF32 (``torch.backends.cuda.matmul.allow_tf32``), at the ``--tf32-m`` batches.
+against cuBLAS's TF32 (``torch.backends.cuda.matmul.allow_tf32``), at the ``--tf32-m`` batches;
+``fp32`` rows exact float32 on both sides (TF32 off), at the ``--fp32-m`` batches.
 
     python benchmarks/bench_gemm_decode.py [--dtypes bf16,fp16,tf32] [--m 1,2,4,8,16,32,64,128]
                                            [--nk 4096x4096,11008x4096] [--json PATH]
@@ -65,9 +66,10 @@ class Problem:
     """Rotating input sets of one shape, as torch tensors and gpurt arrays."""
 
     def __init__(self, gpurt: Any, torch: Any, m: int, n: int, k: int, dtype: Any,
-                 weights_nk: bool, l2_bytes: int) -> None:
+                 weights_nk: bool, l2_bytes: int, tf32: bool | None = None) -> None:
         self.m, self.n, self.k, self.dtype = m, n, k, dtype
-        self.tf32 = dtype == torch.float32  # float32 rows are TF32 on both sides
+        # float32 rows are TF32 on both sides unless told (exact fp32: TF32 off on both)
+        self.tf32 = dtype == torch.float32 if tf32 is None else tf32
         self.itemsize = 4 if self.tf32 else 2
         sets = max(2, min(24, -(-L2_MULTIPLE * l2_bytes // (n * k * self.itemsize))))
         self.a = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(sets)]
@@ -186,6 +188,7 @@ def main() -> None:
     parser.add_argument("--nk", default=None, help="comma list of NxK")
     parser.add_argument("--fp16-m", default="1,16", help="M values for fp16 (fewer rows)")
     parser.add_argument("--tf32-m", default="1,16,64", help="M values for tf32")
+    parser.add_argument("--fp32-m", default="1,4,16", help="M values for exact fp32")
     parser.add_argument("--weights", choices=("kn", "nk"), default="kn")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", default=None)
@@ -200,14 +203,16 @@ def main() -> None:
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     copy_bps = copy_bandwidth(torch)
     print(f"copy bandwidth {copy_bps / 1e9:.0f} GB/s, L2 {l2_bytes >> 20} MiB", flush=True)
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
-    torch.backends.cuda.matmul.allow_tf32 = True  # only the tf32 rows multiply float32
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+              "fp32": torch.float32}
     rows: list[dict[str, Any]] = []
     for name in args.dtypes.split(","):
-        ms = {"bf16": args.m, "fp16": args.fp16_m, "tf32": args.tf32_m}[name]
+        ms = {"bf16": args.m, "fp16": args.fp16_m, "tf32": args.tf32_m, "fp32": args.fp32_m}[name]
+        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"  # cuBLAS as gpurt multiplies
         for n, k in parse_nk(args.nk):
             for m in (int(v) for v in ms.split(",")):
-                p = Problem(gpurt, torch, m, n, k, dtypes[name], args.weights == "nk", l2_bytes)
+                p = Problem(gpurt, torch, m, n, k, dtypes[name], args.weights == "nk", l2_bytes,
+                            tf32=name == "tf32")
                 try:
                     row = measure(gpurt, torch, gemm_mod, p, None, copy_bps, args.repeat)
                 except Exception as exc:  # keep the other rows
