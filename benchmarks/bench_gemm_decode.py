@@ -70,7 +70,7 @@ class Problem:
         self.m, self.n, self.k, self.dtype = m, n, k, dtype
         # float32 rows are TF32 on both sides unless told (exact fp32: TF32 off on both)
         self.tf32 = dtype == torch.float32 if tf32 is None else tf32
-        self.itemsize = 4 if self.tf32 else 2
+        self.itemsize = 4 if dtype == torch.float32 else 2
         sets = max(2, min(24, -(-L2_MULTIPLE * l2_bytes // (n * k * self.itemsize))))
         self.a = [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(sets)]
         if weights_nk:
