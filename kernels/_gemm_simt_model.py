@@ -59,7 +59,7 @@ _LATENCY_MACS = 1 << 24
 _K_TILE_LATENCY = 0.2
 _SLICE_SMALL = 0.05
 _SLICE_MIN = 8  # K tiles a slice takes at least
-# Below this many multiply-adds nothing is worth a second kernel's worth of host path
+# Below this many multiply-adds a split's host path (its workspace) outweighs what it saves
 _SPLIT_MIN_MACS = 1 << 18
 
 
@@ -114,7 +114,9 @@ def _occupancy(config: Config, running: int, tail: bool) -> float:
 def split_for(problem: Problem, config: Config) -> int:
     """The K split (1 = none) that the wave model finds fastest for simt ``config``: for grids
     under two waves of CTAs, slices of at least 8 K tiles, every slice non-empty (split_range
-    gives each ceil(tiles / split)), at most 32; the smaller split on a tie."""
+    gives each ceil(tiles / split)), at most 32; the smaller split on a tie. Problems under
+    _LATENCY_MACS take powers of two, down to one K tile a slice (an empty last slice is
+    allowed there: its CTAs add zeros)."""
     k_tiles = -(-problem.k // config.bk)
     best, best_cost = 1, grid_cost(problem, config, 1)
     slots = problem.sm_count * resident_ctas(problem, config)
