@@ -56,8 +56,9 @@ typedef struct {
     vectorcallfunc vectorcall;
     Launcher *launcher;
     launch_ex_fn launch_ex; /* NULL without a cluster or a cooperative launch */
-    unsigned grid[3], block[3], shared_mem, cluster[3], attribute;
-    unsigned cooperative; /* the cooperative launch attribute's id, or 0 */
+    unsigned grid[3], block[3], shared_mem;
+    LaunchAttribute attributes[2]; /* cuLaunchKernelEx's: a cluster's, a cooperative launch's */
+    unsigned nattributes;
     long index;
     PyObject *thread;   /* gpurt._core.state.THREAD */
     PyObject *hooks;    /* the list of launch hooks: launches with hooks go to fallback */
@@ -134,26 +135,14 @@ static int planned_driver(PlannedLaunch *self, void *stream, void **params)
         return call_driver(self->launcher, self->grid, self->block, self->shared_mem, stream,
                            params);
     }
-    LaunchAttribute attributes[2];
-    unsigned count = 0;
-    memset(attributes, 0, sizeof attributes);
-    if (self->cluster[0] * self->cluster[1] * self->cluster[2] != 1) {
-        attributes[count].id = self->attribute;
-        memcpy(attributes[count++].value, self->cluster, sizeof self->cluster);
-    }
-    if (self->cooperative != 0) {
-        int one = 1;
-        attributes[count].id = self->cooperative;
-        memcpy(attributes[count++].value, &one, sizeof one);
-    }
     LaunchConfigEx config;
     memset(&config, 0, sizeof config);
     memcpy(config.grid, self->grid, sizeof config.grid);
     memcpy(config.block, self->block, sizeof config.block);
     config.shared_mem = self->shared_mem;
     config.stream = stream;
-    config.attributes = attributes;
-    config.count = count;
+    config.attributes = self->attributes;
+    config.count = self->nattributes;
     void *function = (void *)(uintptr_t)self->launcher->function;
     int result;
     Py_BEGIN_ALLOW_THREADS
@@ -373,14 +362,21 @@ static PyObject *planned_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     memcpy(bytes, PyBytes_AS_STRING(template), (size_t)size);
     self->vectorcall = planned_call;
     self->launcher = (Launcher *)Py_NewRef(launcher);
-    int extended = clustered || cooperative != 0; /* launched through cuLaunchKernelEx */
-    self->launch_ex = extended ? (launch_ex_fn)(uintptr_t)launch_ex : NULL;
+    memset(self->attributes, 0, sizeof self->attributes);
+    self->nattributes = 0;
+    if (clustered) {
+        self->attributes[self->nattributes].id = attribute;
+        memcpy(self->attributes[self->nattributes++].value, cluster3, sizeof cluster3);
+    }
+    if (cooperative != 0) {
+        int one = 1;
+        self->attributes[self->nattributes].id = cooperative;
+        memcpy(self->attributes[self->nattributes++].value, &one, sizeof one);
+    }
+    self->launch_ex = self->nattributes ? (launch_ex_fn)(uintptr_t)launch_ex : NULL;
     memcpy(self->grid, grid3, sizeof grid3);
     memcpy(self->block, block3, sizeof block3);
-    memcpy(self->cluster, cluster3, sizeof cluster3);
     self->shared_mem = shared_mem;
-    self->attribute = attribute;
-    self->cooperative = cooperative;
     self->index = index;
     self->thread = Py_NewRef(thread);
     self->hooks = Py_NewRef(hooks);
