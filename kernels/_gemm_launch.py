@@ -461,10 +461,9 @@ def max_clusters(kernel: Any, config: Config, smem: int, index: int) -> int:
     return found
 
 
-# M x N of the problems whose configs precompile() builds: big ones, and decode shapes with
-# the small side on either side of C (the skinny family's instantiations depend on which).
-# M x N of the problems (K 4096) whose configs are precompiled and prebuilt: M = 1-4 for the
-# rowload tiles (bm is M there), which no other shape reaches
+# M x N of the problems (K 4096) whose configs precompile() and the kernel archive build: big
+# ones, decode shapes with the small side on either side of C (the skinny family's
+# instantiations depend on which), and M = 1-4 for the rowload tiles (bm is M there).
 _PRECOMPILE_SHAPES = ((4096, 4096), (1, 4096), (2, 4096), (3, 4096), (4, 4096), (8, 4096),
                       (16, 4096), (32, 4096), (64, 4096), (4096, 8), (4096, 16), (4096, 32),
                       (4096, 64))

@@ -94,13 +94,11 @@ def why_not(problem: Problem, config: Config | None = None) -> str | None:
     if config is not None and not _nk(config) and config.bn not in (cols, 2 * cols):
         return (f"rowload tiles of this element type have {cols} or {2 * cols} columns (one or "
                 f"two warp loads), not {config.bn}")
-    if config is not None and _nk(config) and (
-            config.bk not in (cols, 2 * cols) or config.bm > _nk_max(problem.dt)
-            or config.bm * config.bk > 2 * COLS):
-        most = _nk_max(problem.dt)
+    most = _nk_max(problem.dt)
+    if config is not None and _nk(config) and (config.bk not in (cols, 2 * cols)
+                                               or config.bm > most):
         return (f"rowload tiles for a K-major B of this element type are (1..{most}) x 64 x "
-                f"({cols}|{2 * cols}), at most {2 * COLS} k-rows in all, not "
-                f"{config.bm}x{config.bn}x{config.bk}")
+                f"({cols}|{2 * cols}), not {config.bm}x{config.bn}x{config.bk}")
     if config is not None and _nk(config) != problem.b_kmajor:
         meant, got = ("K-major", "N-major") if _nk(config) else ("N-major", "K-major")
         return f"rowload tiles {config.bm}x{config.bn}x{config.bk} are for a {meant} B, not {got}"

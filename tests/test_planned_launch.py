@@ -295,6 +295,26 @@ def test_capture_status_calls_the_driver_function_it_is_given() -> None:
         _launchpath.claunch.capture_status(0, 0x5000)
 
 
+def test_stream_is_capturing_asks_the_bindings_without_the_c_query(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver without cuStreamIsCapturing's address for C (the query answers None): the
+    bindings' call answers instead."""
+    from gpurt._streams import handles
+
+    asked: list[int] = []
+
+    def bindings(handle: int) -> tuple[Any, Any]:
+        asked.append(handle)
+        return (cu.CUresult.CUDA_SUCCESS,
+                cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE)
+
+    monkeypatch.setattr(handles, "bind_context", lambda index: None)
+    monkeypatch.setattr(handles, "_capture_status", lambda handle: None)
+    monkeypatch.setattr(handles.cu, "cuStreamIsCapturing", bindings)
+    assert handles.stream_is_capturing(0, 0x5000) is True
+    assert asked == [0x5000]
+
+
 @pytest.mark.parametrize("answer, capturing", [
     ((0, 0), False), ((0, 1), True), ((0, 2), True),
     ((int(cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), 0), True),

@@ -80,16 +80,15 @@ def find_launch_kernel_ex() -> tuple[int, str]:
 _capturing: int | None = None  # the address of the driver's cuStreamIsCapturing, or 0
 
 
-def capture_status(handle: int) -> tuple[int, int]:
+def capture_status(handle: int) -> tuple[int, int] | None:
     """cuStreamIsCapturing for stream ``handle`` called from C: (CUresult, status) as ints
-    (gpurt/_streams/handles.py's stream_is_capturing asks here). The driver's address is
-    looked up on the first call; without it, the CUresult of a missing function."""
+    (gpurt/_streams/handles.py's stream_is_capturing asks here), or None where the driver
+    has no such function to call (the caller asks through cuda.bindings). The driver's
+    address is looked up on the first call."""
     global _capturing
     if _capturing is None:
         _capturing = _lookup("cuStreamIsCapturing", (10000, 10000))[0]
-    if not _capturing:
-        return (int(cu.CUresult.CUDA_ERROR_NOT_FOUND), 0)
-    return claunch.capture_status(_capturing, handle)
+    return claunch.capture_status(_capturing, handle) if _capturing else None
 
 
 def route() -> tuple[int, str]:

@@ -79,12 +79,13 @@ def not_ready(result: tuple) -> bool:
     return int(result[0]) == _NOT_READY
 
 
-# capture_status(handle) -> (CUresult, status) as ints: cuStreamIsCapturing called from C,
-# registered by the launch layer where its extension is built (gpurt/_launch/planned.py), or None
-_capture_status: Callable[[int], tuple[int, int]] | None = None
+# capture_status(handle) -> (CUresult, status) as ints, or None: cuStreamIsCapturing called
+# from C, registered by the launch layer where its extension is built
+# (gpurt/_launch/planned.py), or None
+_capture_status: Callable[[int], tuple[int, int] | None] | None = None
 
 
-def use_capture_status(query: Callable[[int], tuple[int, int]]) -> None:
+def use_capture_status(query: Callable[[int], tuple[int, int] | None]) -> None:
     """Let :func:`stream_is_capturing` ask ``query(handle)`` for int handles (the split-K
     kernels ask on every call: the bindings' call and its enum objects cost ~2 us)."""
     global _capture_status
@@ -96,8 +97,9 @@ def stream_is_capturing(index: int, handle: Any) -> bool:
     cuStreamIsCapturing; the legacy stream while another stream captures counts as
     capturing)."""
     bind_context(index)
-    if type(handle) is int and _capture_status is not None:
-        result, status = _capture_status(handle)
+    found = _capture_status(handle) if type(handle) is int and _capture_status else None
+    if found is not None:
+        result, status = found
         if result == 0:
             return status != _NOT_CAPTURING_CODE
         if result == _IMPLICIT:
