@@ -80,8 +80,8 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     c_apart = c is not None and c is not out
     keyed = None
     if config is None and not sanitizer.ENABLED:  # the hot path: key and addresses in C
-        keyed = _plan_key_addresses(a, b, out, c if c_apart else -1 if c is not None else None,
-                                    beta != 0.0, trans_a, trans_b, allow_tf32)
+        keyed = _plan_key_addresses(a, b, out, _c_item(c, c_apart), beta != 0.0, trans_a,
+                                    trans_b, allow_tf32)
         if keyed is not None:
             found = _calls.get(keyed[0])
             if found is not None:
@@ -111,8 +111,8 @@ def _gemm_arrays(a: Any, b: Any, out: Any, alpha: float, beta: float, c: Any, tr
         sanitizer.record("gemm", (a, b, c if beta else None), (out,), stream)
     c_apart = c is not None and c is not out
     if key is None and config is None:
-        keyed = _plan_key_addresses(a, b, out, c if c_apart else -1 if c is not None else None,
-                                    beta != 0.0, trans_a, trans_b, allow_tf32)
+        keyed = _plan_key_addresses(a, b, out, _c_item(c, c_apart), beta != 0.0, trans_a,
+                                    trans_b, allow_tf32)
         key = None if keyed is None else keyed[0]
     if key is None:
         key = (_signature(a), _signature(b), None if out is None else _signature(out),
@@ -128,6 +128,11 @@ def _gemm_arrays(a: Any, b: Any, out: Any, alpha: float, beta: float, c: Any, tr
     result = _gemm_first(key, a, b, out, float(alpha), float(beta), c, trans_a, trans_b, stream,
                          allow_tf32, config)
     return result if given is None else given
+
+
+def _c_item(c: Any, c_apart: bool) -> Any:
+    """c as an item of the plan key: itself where it lies apart from out, -1 where it is out."""
+    return c if c_apart else -1 if c is not None else None
 
 
 def _repeat(found: tuple[Any, ...], addresses: tuple[int, ...], out: Any, alpha: float,
