@@ -1,6 +1,7 @@
 """Exact fp32 gemm through the rowload kernel's tiles for a K-major B (kernels/gemm_rowload.cu's
 run_nk at fp32: W = B^T stored N x K, 4-float loads realigned by shuffles) on small odd
-shapes: every misalignment of W's rows (views 0..3 floats in), A given M x K or K x M, split
+shapes: every misalignment of W's rows (views 0..3 floats in) and 16-byte aligned rows, 16-64
+rows of W a CTA, A given M x K or K x M, split
 and unsplit, beta with C in; each against float64 on a poisoned output (PASS / FAIL): for
 compute-sanitizer (memcheck, racecheck, synccheck) on the GPU machine.
 
@@ -18,20 +19,21 @@ import gpurt
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 Config = importlib.import_module("gpurt.kernels._gemm_tune").Config
 
-# (bm, k a warp load, K split)
-TILES = [(1, 124, 1), (1, 248, 3), (2, 248, 2), (3, 124, 1), (4, 124, 4)]
+# (bm, rows of W a CTA, k a warp load, K split)
+TILES = [(1, 64, 124, 1), (1, 64, 248, 3), (2, 64, 248, 2), (3, 64, 124, 1), (4, 64, 124, 4),
+         (1, 16, 496, 1), (1, 16, 496, 3), (2, 32, 248, 2), (4, 32, 124, 3)]
 # (M, N, K, A given K x M)
 SHAPES = [(1, 67, 131, False), (2, 130, 517, True), (3, 5, 1001, False), (4, 257, 250, True)]
 
 
 def main() -> None:
     rng = np.random.default_rng(22)
-    for bm, bk, split in TILES:
-        config = Config("rowload", bm, 64, bk, split_k=split)
+    for bm, bn, bk, split in TILES:
+        config = Config("rowload", bm, bn, bk, split_k=split)
         for m, n, k, trans_a in SHAPES:
             m = min(m, bm)
-            for offset in (0, 1, 2, 3):
-                ldw = k + 4 + offset % 2
+            for offset in (0, 1, 2, 3, 4):  # 4: 16-byte aligned rows (every lane's own load)
+                ldw = k + 4 + offset % 2 if offset < 4 else -(-k // 4) * 4 + 8
                 a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
                 w_full = rng.standard_normal((n, ldw)).astype(np.float32)
                 c = rng.standard_normal((m, n)).astype(np.float32)

@@ -11,9 +11,11 @@ sums, e = 8 16-bit or 4 fp32 elements a 16-byte load), ``bn`` = 31 e x slots col
 CTA (a warp's 32 16-byte loads give 31 lanes' e columns each; slots 1 or 2: 248 or 496 16-bit
 columns, 124 or 248 fp32 ones), ``bk`` = 8 x the rows of B each of the CTA's 8 warps keeps in
 flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (B^T = W stored N x K, the weight of
-``x @ W.T``: dot products along W's rows): ``bn`` = 64 rows of W per CTA (8 per warp, all in
-flight); 16-bit: ``bm`` 1 or 2, ``bk`` = 248 or 496 k per warp step (bm 1 only); fp32: ``bm``
-1 to 4, ``bk`` = 124 or 248 (bm 1 or 2), exact fp32 at any alignment, faster than the simt
+``x @ W.T``: dot products along W's rows): ``bn`` = 16, 32 or 64 rows of W per CTA (2, 4 or
+8 per warp, all in flight); ``bk`` = the k a warp takes of each row per step, 1, 2 or 4 warp
+loads of 248 (fp32 124; on 16-byte aligned rows the kernel reads 256 / 128 a load, lane 31's
+load its own), at most 8 loads a lane in flight; 16-bit: ``bm`` 1 or 2 (bm x bk <= 496);
+fp32: ``bm`` 1 to 4 (bm x bk <= 496), exact fp32 at any alignment, faster than the simt
 tiles at M <= 4 (issue 17: 1 x 4096 x 4096 with B given N x K). ``split_k``: CTAs
 splitting K (the last CTA of each tile adds the fp32 slices in order, like the mma kernels:
 one launch, deterministic, partials in the stream's workspace). The kernels take gemm_mma's
@@ -42,13 +44,21 @@ NK_MAX = 2  # the largest M for a 16-bit K-major B (register-bound: 2 x 64 x 248
 F32_NK_MAX = 4  # fp32's (a 16-byte load holds 4 k: 4 x 64 x 124)
 COLS = 248  # 16-bit columns of B per warp load (gemm_rowload.cu: COLS)
 F32_COLS = 124  # fp32 ones (Lanes<DT_F32>::COLS)
-NK_ROWS = 64  # rows of a K-major B's W per CTA (gemm_rowload.cu: run_nk's NK_ROWS)
+NK_ROWS = (16, 32, 64)  # rows of a K-major B's W per CTA (gemm_rowload.cu: 8 RW)
 _ROWS = (1, 2, 4, 8, 16)
 
 
 def _nk(config: Config) -> bool:
-    """Whether ``config`` is a tiling for a K-major B (64 rows of W per CTA)."""
-    return config.bn == NK_ROWS
+    """Whether ``config`` is a tiling for a K-major B (16-64 rows of W per CTA)."""
+    return config.bn in NK_ROWS
+
+
+def _nk_shape_ok(bm: int, bn: int, bk: int) -> bool:
+    """Whether (bm, bn, bk) is a K-major B's tiling the kernels have, for some element type:
+    at most 16 of a lane's 16-byte loads in flight, at most 496 k of A's rows a step."""
+    slots = bk // COLS if bk % COLS == 0 else bk // F32_COLS
+    return (bm in (1, 2, 3, 4) and bn in NK_ROWS and bk in (F32_COLS, COLS, 2 * COLS)
+            and bm * bk <= 2 * COLS and bn // 8 * slots <= 16)
 
 
 def _cols(dt: int) -> int:
@@ -61,13 +71,12 @@ def validate(config: Config) -> None:
     type: :func:`why_not` checks its columns against the problem's)."""
     kn = config.bm in _ROWS and config.bn in (F32_COLS, COLS, 2 * COLS) and \
         config.bk in (16, 32, 64)
-    nk = (config.bm in (1, 2, 3, 4) and config.bn == NK_ROWS
-          and config.bk in (F32_COLS, COLS, 2 * COLS) and config.bm * config.bk <= 2 * COLS)
+    nk = _nk_shape_ok(config.bm, config.bn, config.bk)
     if not (kn or nk) or config.wm or config.wn or config.cluster_m != 1 or config.tma_store:
         raise ValueError(f"rowload tiles are (1|2|4|8|16) x (248|496) x (16|32|64) (fp32: "
-                         f"124|248 columns) for an N-major B, 1 x 64 x (248|496) or "
-                         f"2 x 64 x 248 for a K-major B (fp32: (1|2) x 64 x (124|248), "
-                         f"(3|4) x 64 x 124); not {config}")
+                         f"124|248 columns) for an N-major B, (1..4) x (16|32|64) x "
+                         f"(124|248|496) with bm x bk <= 496 and bn / 8 x bk / 124 (16-bit: "
+                         f"bk / 248) <= 8 for a K-major B; not {config}")
 
 
 def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
@@ -77,7 +86,8 @@ def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
     dt = DT_F32 if dt == DT_TF32 else dt
     a_k = str(a_kmajor).lower()
     if _nk(config):
-        return f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // _cols(dt)}, {a_k}>"
+        return (f"gemm_rowload_nk{split}<{dt}, {config.bm}, {config.bk // _cols(dt)}, "
+                f"{config.bn // 8}, {a_k}>")
     slots = config.bn // _cols(dt)
     return f"gemm_rowload{split}<{dt}, {config.bm}, {slots}, {config.bk // 8}, {a_k}>"
 
@@ -95,10 +105,12 @@ def why_not(problem: Problem, config: Config | None = None) -> str | None:
         return (f"rowload tiles of this element type have {cols} or {2 * cols} columns (one or "
                 f"two warp loads), not {config.bn}")
     most = _nk_max(problem.dt)
-    if config is not None and _nk(config) and (config.bk not in (cols, 2 * cols)
-                                               or config.bm > most):
-        return (f"rowload tiles for a K-major B of this element type are (1..{most}) x 64 x "
-                f"({cols}|{2 * cols}), not {config.bm}x{config.bn}x{config.bk}")
+    if config is not None and _nk(config) and (config.bk not in (cols, 2 * cols, 4 * cols)
+                                               or config.bm > most
+                                               or config.bn // 8 * config.bk // cols > 16):
+        return (f"rowload tiles for a K-major B of this element type are (1..{most}) x "
+                f"(16|32|64) x ({cols}|{2 * cols}|{4 * cols}) with bn / 8 x bk / {cols} <= 16, "
+                f"not {config.bm}x{config.bn}x{config.bk}")
     if config is not None and _nk(config) != problem.b_kmajor:
         meant, got = ("K-major", "N-major") if _nk(config) else ("N-major", "K-major")
         return f"rowload tiles {config.bm}x{config.bn}x{config.bk} are for a {meant} B, not {got}"
@@ -134,9 +146,9 @@ def _config(problem: Problem, bm: int, slots: int, bk: int) -> tuple[int, int, i
     return bm, bn, bk, _split(problem, tiles, 1 if bm >= 16 else 2, 8, 2 * bk)
 
 
-def _config_nk(problem: Problem, bm: int, bk: int) -> tuple[int, int, int, int]:
-    tiles = -(-problem.m // bm) * -(-problem.n // NK_ROWS)
-    return bm, NK_ROWS, bk, _split(problem, tiles, 2, bk, bk)
+def _config_nk(problem: Problem, bm: int, bk: int, bn: int = 64) -> tuple[int, int, int, int]:
+    tiles = -(-problem.m // bm) * -(-problem.n // bn)
+    return bm, bn, bk, _split(problem, tiles, 2, bk, bk)
 
 
 def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
@@ -154,7 +166,7 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
         return None
     if problem.b_kmajor:
         cols = _cols(problem.dt)
-        if problem.m > _nk_max(problem.dt) or problem.n < NK_ROWS or problem.k < cols or (
+        if problem.m > _nk_max(problem.dt) or problem.n < 64 or problem.k < cols or (
                 problem.vec and problem.dt != DT_F32):
             return None
         return _config_nk(problem, problem.m, cols)
@@ -174,9 +186,13 @@ def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
         if problem.m > _nk_max(problem.dt):
             return []
         cols = _cols(problem.dt)
-        narrow = [_config_nk(problem, problem.m, cols)]
-        wide = 2 * cols * problem.m <= 2 * COLS  # at most 496 k-rows of A a step
-        return narrow + [_config_nk(problem, problem.m, 2 * cols)] if wide else narrow
+        found = []
+        # 8 rows a warp x 1 or 2 loads in flight, 4 x 1 (M >= 2: 4x11008x4096, 2x4096x4096 on
+        # an H100, session 23), 2 x 4 (M = 1: 1x4096x4096); 4 x 2 never won, 4 x 4 spills
+        for bn, slots in ((64, 1), (64, 2), (32, 1), (16, 4)):
+            if _nk_shape_ok(problem.m, bn, slots * cols):
+                found.append(_config_nk(problem, problem.m, slots * cols, bn))
+        return found
     if problem.m > TUNE_SMALL_MAX:
         return []
     bm = _rows(problem.m)

@@ -254,38 +254,45 @@ __device__ __forceinline__ void run(const u16* __restrict__ A_, const u16* __res
 
 // ---- a K-major B (B^T = W, N x K: the weight of x @ W.T): dot products along W's rows ----------
 //
-// A CTA takes MT (<= 4) rows of A, 64 rows of W and a K slice; warp w takes rows
-// n0 + w + 8 i (i < 8: all of them in flight), whose misalignment is one value, and steps
-// along K by KW = 248 * SLOTS (fp32: 124 * SLOTS): lane l holds W(n, k..k+7) for
-// k = kc + 8 l + 248 j (fp32: k..k+3, kc + 4 l + 124 j; realigned as above, lane 31 only
-// feeding lane 30) and the matching A(m, k..) from shared memory, and keeps one fp32 sum per
-// (m, row). At the end each warp adds its lanes' sums (a fixed shuffle tree), so no sum
-// crosses warps.
+// A CTA takes MT (<= 4) rows of A, 8 RW rows of W and a K slice; warp w takes rows
+// n0 + w + 8 i (i < RW: all of them in flight), whose misalignment is one value, and steps
+// along K by SLOTS warp loads a row: lane l holds W(n, k..k+7) for k = kc + 8 l + COLS j
+// (fp32: k..k+3, kc + 4 l + COLS j) and the matching A(m, k..) from shared memory, and keeps
+// one fp32 sum per (m, row). On rows that need realigning (as above) lane 31 only feeds lane
+// 30 (COLS = 31 elements a lane); on 16-byte aligned rows every lane's load is its own (COLS =
+// 32 a lane: no byte is read twice, and the slices split K in whole 512-byte steps). At the
+// end each warp adds its lanes' sums (a fixed shuffle tree), so no sum crosses warps.
 
-template <int DT, int MT, int SLOTS, int S>
-__device__ __forceinline__ void dots(float (&acc)[MT][8], const typename Elem<DT>::T* __restrict__ W,
-                                     i64 ldw, int N, int K, int n_first, const float* As,
-                                     int stride, int staged, int k0, int k1, int lane) {
-    typedef Lanes<DT> L;
-    constexpr int EPC = L::EPC, KW = L::COLS * SLOTS;
+// The columns one warp load covers: 32 lanes' elements on aligned rows, else 31.
+template <int DT, bool FULL>
+__host__ __device__ constexpr int nk_cols() {
+    return (FULL ? 32 : 31) * Lanes<DT>::EPC;
+}
+
+template <int DT, int MT, int SLOTS, int RW, int S, bool FULL>
+__device__ __forceinline__ void dots(float (&acc)[MT][RW],
+                                     const typename Elem<DT>::T* __restrict__ W, i64 ldw, int N,
+                                     int K, int n_first, const float* As, int stride,
+                                     int staged, int k0, int k1, int lane) {
+    constexpr int EPC = Lanes<DT>::EPC, COLS = nk_cols<DT, FULL>(), KW = COLS * SLOTS;
     for (int kc = k0; kc < k1; kc += KW) {
-        u32 x[8][SLOTS][4];
+        u32 x[RW][SLOTS][4];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < RW; ++i) {
             const int n = n_first + 8 * i;
             const auto* row = W + (i64)n * ldw + kc + EPC * lane - S;  // 16-byte aligned
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j) {
                 x[i][j][0] = x[i][j][1] = x[i][j][2] = x[i][j][3] = 0u;
-                if (n < N && kc + EPC * lane + L::COLS * j - S < K)
-                    load16(x[i][j], row + L::COLS * j);
+                if (n < N && kc + EPC * lane + COLS * j - S < K)
+                    load16(x[i][j], row + COLS * j);
             }
         }
         // A(m, k..k+EPC-1) of this lane (zero past k1: staged as zeros up to a multiple of 8)
         float a[MT][SLOTS][EPC];
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            const int k = kc + EPC * lane + L::COLS * j;
+            const int k = kc + EPC * lane + COLS * j;
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 const float4* from = reinterpret_cast<const float4*>(As + m * stride + k - staged);
@@ -299,7 +306,7 @@ __device__ __forceinline__ void dots(float (&acc)[MT][8], const typename Elem<DT
         }
         const bool tail = kc + KW > k1;  // the same in every lane
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < RW; ++i) {
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j) {
                 u32 w[4];
@@ -318,7 +325,7 @@ __device__ __forceinline__ void dots(float (&acc)[MT][8], const typename Elem<DT
                 float v[EPC];
                 unpack8<DT>(v, w);
                 if (tail) {  // W's elements past the slice (or the row) may be anything
-                    const int k = kc + EPC * lane + L::COLS * j;
+                    const int k = kc + EPC * lane + COLS * j;
 #pragma unroll
                     for (int e = 0; e < EPC; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
                 }
@@ -332,26 +339,29 @@ __device__ __forceinline__ void dots(float (&acc)[MT][8], const typename Elem<DT
     }
 }
 
-template <int DT, int MT, int SLOTS>
-__device__ __forceinline__ void dots_shifted(int s, float (&acc)[MT][8],
+template <int DT, int MT, int SLOTS, int RW, bool FULL>
+__device__ __forceinline__ void dots_shifted(int s, float (&acc)[MT][RW],
                                              const typename Elem<DT>::T* __restrict__ W,
                                              i64 ldw, int N, int K, int n_first, const float* As,
                                              int stride, int staged, int k0, int k1, int lane) {
 #define ROWLOAD_DOTS(S) \
-        case S: dots<DT, MT, SLOTS, S>(acc, W, ldw, N, K, n_first, As, stride, staged, k0, k1, \
-                                       lane); break;
-    if constexpr (is_f32(DT)) {  // 4 misalignments of 4-byte elements
+        case S: dots<DT, MT, SLOTS, RW, S, false>(acc, W, ldw, N, K, n_first, As, stride, \
+                                                  staged, k0, k1, lane); break;
+    if constexpr (FULL) {  // every row starts 16-byte aligned
+        dots<DT, MT, SLOTS, RW, 0, true>(acc, W, ldw, N, K, n_first, As, stride, staged, k0, k1,
+                                         lane);
+    } else if constexpr (is_f32(DT)) {  // 4 misalignments of 4-byte elements
         switch (s) {
             ROWLOAD_DOTS(0) ROWLOAD_DOTS(1) ROWLOAD_DOTS(2)
-            default: dots<DT, MT, SLOTS, 3>(acc, W, ldw, N, K, n_first, As, stride, staged, k0,
-                                            k1, lane); break;
+            default: dots<DT, MT, SLOTS, RW, 3, false>(acc, W, ldw, N, K, n_first, As, stride,
+                                                       staged, k0, k1, lane); break;
         }
     } else {
         switch (s) {
             ROWLOAD_DOTS(0) ROWLOAD_DOTS(1) ROWLOAD_DOTS(2) ROWLOAD_DOTS(3)
             ROWLOAD_DOTS(4) ROWLOAD_DOTS(5) ROWLOAD_DOTS(6)
-            default: dots<DT, MT, SLOTS, 7>(acc, W, ldw, N, K, n_first, As, stride, staged, k0,
-                                            k1, lane); break;
+            default: dots<DT, MT, SLOTS, RW, 7, false>(acc, W, ldw, N, K, n_first, As, stride,
+                                                       staged, k0, k1, lane); break;
         }
     }
 #undef ROWLOAD_DOTS
@@ -373,8 +383,11 @@ __device__ __forceinline__ void stage_a_rows(float* As, int stride,
     }
 }
 
-template <int DT, int MT, int SLOTS, bool A_K>
-__device__ __forceinline__ void run_nk(const u16* __restrict__ A_, const u16* __restrict__ W_,
+// FULL: W's base and row pitch are 16-byte multiples (each path keeps its sizes constant).
+// smem: STAGE_FLOATS floats.
+template <int DT, int MT, int SLOTS, int RW, bool A_K, bool FULL>
+__device__ __forceinline__ void run_nk(float* smem, const u16* __restrict__ A_,
+                                       const u16* __restrict__ W_,
                                        u16* __restrict__ C_, const u16* __restrict__ Cin_,
                                        float* __restrict__ partial, int M, int N, int K,
                                        i64 lda, i64 ldw, i64 ldc, i64 ldcin, float alpha,
@@ -384,23 +397,22 @@ __device__ __forceinline__ void run_nk(const u16* __restrict__ A_, const u16* __
     const E* __restrict__ W = reinterpret_cast<const E*>(W_);
     E* __restrict__ C = reinterpret_cast<E*>(C_);
     const E* __restrict__ Cin = reinterpret_cast<const E*>(Cin_);
-    constexpr int NK_ROWS = 8 * WARPS;  // rows of W per CTA: 8 per warp
-    constexpr int KW = Lanes<DT>::COLS * SLOTS;
+    constexpr int NK_ROWS = 8 * RW;  // rows of W per CTA: RW per warp
+    constexpr int KW = nk_cols<DT, FULL>() * SLOTS;
     constexpr int STRIDE = (STAGE_FLOATS / MT - 8) / KW * KW + 8;  // k staged per row, padded
     constexpr int STAGE_K = STRIDE - 8;
     static_assert(STAGE_K >= KW && MT * STRIDE <= STAGE_FLOATS, "A's staging");
-    __shared__ __align__(16) float smem[STAGE_FLOATS];
     const int tiles_n = (N + NK_ROWS - 1) / NK_ROWS;
     const int m0 = (blockIdx.x / tiles_n) * MT, n0 = (blockIdx.x % tiles_n) * NK_ROWS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int k_begin, k_end;
     split_range<KW>(K, k_begin, k_end);  // whole steps of KW
 
-    float acc[MT][8];
+    float acc[MT][RW];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[m][i] = 0.f;
+        for (int i = 0; i < RW; ++i) acc[m][i] = 0.f;
     }
     // rows n0 + warp + 8 i all start at the same misalignment (8 rows: 16 * ldw bytes)
     const unsigned long long at =
@@ -411,17 +423,18 @@ __device__ __forceinline__ void run_nk(const u16* __restrict__ A_, const u16* __
         __syncthreads();
         stage_a_rows<DT, MT, A_K>(smem, STRIDE, A, lda, M, m0, k0, k1);
         __syncthreads();
-        dots_shifted<DT, MT, SLOTS>(s, acc, W, ldw, N, K, n0 + warp, smem, STRIDE, k0, k0, k1,
-                                    lane);
+        dots_shifted<DT, MT, SLOTS, RW, FULL>(s, acc, W, ldw, N, K, n0 + warp, smem, STRIDE, k0,
+                                              k0, k1, lane);
     }
-    // each warp's lanes 0..30, added in a fixed tree; C's tile [MT][64] in shared memory
+    // each warp's lanes (0..30 where rows are realigned), added in a fixed tree; C's tile
+    // [MT][NK_ROWS] in shared memory
     __syncthreads();
     float* tile = smem;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float v = lane == 31 ? 0.f : acc[m][i];
+        for (int i = 0; i < RW; ++i) {
+            float v = lane == 31 && !FULL ? 0.f : acc[m][i];
 #pragma unroll
             for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
             if (lane == 0) tile[m * NK_ROWS + warp + 8 * i] = v;
@@ -437,6 +450,26 @@ __device__ __forceinline__ void run_nk(const u16* __restrict__ A_, const u16* __
     if (counters != nullptr)
         splitk_finish<DT, MT, NK_ROWS>(C, Cin, partial, counters, M, N, ldc, ldcin, alpha, beta,
                                        m0, n0, pair_ok != 0);
+}
+
+// run_nk on 16-byte aligned rows of W (every lane's load its own, K split in whole steps of
+// 32 lanes' loads) or on any others.
+template <int DT, int MT, int SLOTS, int RW, bool A_K>
+__device__ __forceinline__ void run_nk_any(const u16* __restrict__ A, const u16* __restrict__ W,
+                                           u16* __restrict__ C, const u16* __restrict__ Cin,
+                                           float* __restrict__ partial, int M, int N, int K,
+                                           i64 lda, i64 ldw, i64 ldc, i64 ldcin, float alpha,
+                                           float beta, int pair_ok,
+                                           unsigned* __restrict__ counters) {
+    constexpr int EPC = Lanes<DT>::EPC;
+    __shared__ __align__(16) float smem[STAGE_FLOATS];
+    if (reinterpret_cast<unsigned long long>(W) % 16 == 0 && ldw % EPC == 0) {
+        run_nk<DT, MT, SLOTS, RW, A_K, true>(smem, A, W, C, Cin, partial, M, N, K, lda, ldw,
+                                             ldc, ldcin, alpha, beta, pair_ok, counters);
+    } else {
+        run_nk<DT, MT, SLOTS, RW, A_K, false>(smem, A, W, C, Cin, partial, M, N, K, lda, ldw,
+                                              ldc, ldcin, alpha, beta, pair_ok, counters);
+    }
 }
 
 }  // namespace rowload
@@ -463,25 +496,25 @@ gemm_rowload_splitk(const u16* __restrict__ A, const u16* __restrict__ B, u16* _
                                         alpha, beta, pair_ok, counters);
 }
 
-// MT (<= 4) rows of A x 64 rows of a K-major B (W = B^T) per CTA, 248 * SLOTS k per warp step
-// (fp32: 124 * SLOTS).
-template <int DT, int MT, int SLOTS, bool A_K>
+// MT (<= 4) rows of A x 8 RW rows of a K-major B (W = B^T) per CTA, SLOTS warp loads of
+// 248 k a row a step (fp32: 124; 256 and 128 on 16-byte aligned rows).
+template <int DT, int MT, int SLOTS, int RW, bool A_K>
 __global__ void __launch_bounds__(256, 2)
 gemm_rowload_nk(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__ C,
                 const u16* __restrict__ Cin, float* __restrict__ partial, int M, int N, int K,
                 i64 lda, i64 ldb, i64 ldc, i64 ldcin, float alpha, float beta, int group_m,
                 int pair_ok) {
-    rowload::run_nk<DT, MT, SLOTS, A_K>(A, B, C, Cin, nullptr, M, N, K, lda, ldb, ldc, ldcin,
-                                        alpha, beta, pair_ok, nullptr);
+    rowload::run_nk_any<DT, MT, SLOTS, RW, A_K>(A, B, C, Cin, nullptr, M, N, K, lda, ldb, ldc,
+                                                ldcin, alpha, beta, pair_ok, nullptr);
 }
 
-template <int DT, int MT, int SLOTS, bool A_K>
+template <int DT, int MT, int SLOTS, int RW, bool A_K>
 __global__ void __launch_bounds__(256, 2)
 gemm_rowload_nk_splitk(const u16* __restrict__ A, const u16* __restrict__ B,
                        u16* __restrict__ C, const u16* __restrict__ Cin,
                        float* __restrict__ partial, int M, int N, int K, i64 lda, i64 ldb,
                        i64 ldc, i64 ldcin, float alpha, float beta, int group_m, int pair_ok,
                        unsigned* __restrict__ counters) {
-    rowload::run_nk<DT, MT, SLOTS, A_K>(A, B, C, Cin, partial, M, N, K, lda, ldb, ldc, ldcin,
-                                        alpha, beta, pair_ok, counters);
+    rowload::run_nk_any<DT, MT, SLOTS, RW, A_K>(A, B, C, Cin, partial, M, N, K, lda, ldb, ldc,
+                                                ldcin, alpha, beta, pair_ok, counters);
 }

@@ -32,14 +32,14 @@ def rl32(bm, slots, rows, split=1):
     return Config("rowload", bm, 124 * slots, 8 * rows, split_k=split)
 
 
-def nk(bm, slots, split=1):
-    """A tiling for a K-major B: 64 rows of W per CTA, 248 x slots k per warp step."""
-    return Config("rowload", bm, 64, 248 * slots, split_k=split)
+def nk(bm, slots, split=1, rows=8):
+    """A tiling for a K-major B: 8 x rows rows of W per CTA, 248 x slots k per warp step."""
+    return Config("rowload", bm, 8 * rows, 248 * slots, split_k=split)
 
 
-def nk32(bm, slots, split=1):
-    """fp32 tiles for a K-major B: 64 rows of W, 124 k a warp load."""
-    return Config("rowload", bm, 64, 124 * slots, split_k=split)
+def nk32(bm, slots, split=1, rows=8):
+    """fp32 tiles for a K-major B: 8 x rows rows of W, 124 k a warp load."""
+    return Config("rowload", bm, 8 * rows, 124 * slots, split_k=split)
 
 
 def split_rows(m, n, k, **kw):
@@ -67,7 +67,7 @@ def test_config_geometry():
     assert rl(1, 2, 8).name_expression(F16, False, False, True) == \
         "gemm_rowload<1, 1, 2, 8, false>"
     assert nk(1, 2, 3).name_expression(BF16, True, True, False) == \
-        "gemm_rowload_nk_splitk<2, 1, 2, true>"
+        "gemm_rowload_nk_splitk<2, 1, 2, 8, true>"
     assert nk(2, 1).tiles(2, 4099) == 65
 
 
@@ -84,8 +84,9 @@ def test_eligibility():
     assert tune.eligible(f32, rl32(1, 2, 8)) and tune.eligible(f32, rl(1, 1, 8))  # 248: 2 loads
     f32_nk = dataclasses.replace(f32, b_kmajor=True)
     assert tune.eligible(f32_nk, nk32(4, 1)) and tune.eligible(f32_nk, nk(1, 1))  # 248: 2 loads
-    assert "(1..4) x 64 x (124|248)" in tune.why_not(f32_nk, nk(1, 2))
-    assert "(1..2) x 64 x (248|496)" in tune.why_not(k_major, nk32(1, 1))
+    assert "(1..4) x (16|32|64) x (124|248|496)" in tune.why_not(f32_nk, nk(1, 2))
+    assert tune.eligible(f32_nk, nk32(1, 4, rows=2)) and tune.eligible(f32_nk, nk32(2, 2, rows=4))
+    assert "(1..2) x (16|32|64) x (248|496|992)" in tune.why_not(k_major, nk32(1, 1))
     tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
     assert "N-major B only" in tune.why_not(dataclasses.replace(tf32, b_kmajor=True), nk(1, 1))
     assert "124 or 248 columns" in tune.why_not(tf32, rl(1, 2, 8))
@@ -146,7 +147,7 @@ def test_heuristic_dots_f32_with_a_k_major_b(m, n, k, vec, split):
     config = tune.heuristic(problem)
     assert config == nk32(m, 1, split)
     assert config.name_expression(F32, True, True, vec) == \
-        f"gemm_rowload_nk{'_splitk' if split > 1 else ''}<0, {m}, 1, true>"
+        f"gemm_rowload_nk{'_splitk' if split > 1 else ''}<0, {m}, 1, 8, true>"
     assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
     assert config in tune.candidates(problem)
     assert tune.heuristic(dataclasses.replace(problem, dt=tune.DT_TF32)).kernel != "rowload"
@@ -172,7 +173,10 @@ def test_candidates_and_all_configs():
     assert any(c.kernel == "rowload" for c in tune.candidates(split_rows(1, 4099, 4099)))
     k_major = dataclasses.replace(split_rows(1, 4099, 4099), b_kmajor=True)
     assert [c for c in tune.candidates(k_major) if c.kernel == "rowload"] == \
-        [nk(1, 1, 4), nk(1, 2, 3)]
+        [nk(1, 1, 4), nk(1, 2, 3), nk(1, 1, 2, rows=4)]
+    f32 = dataclasses.replace(k_major, dt=F32)
+    assert [c for c in tune.candidates(f32) if c.kernel == "rowload"] == \
+        [nk32(1, 1, 4), nk32(1, 2, 4), nk32(1, 1, 2, rows=4), nk32(1, 4, 1, rows=2)]
 
 
 def _names():
@@ -188,9 +192,10 @@ def _names():
             for config in (kn32 if dt == F32 else kn):
                 config = dataclasses.replace(config, split_k=split)
                 names.add(config.name_expression(dt, a_k, False, False))
-            if dt == F32:
-                continue
-            for config in (nk(1, 1, split), nk(1, 2, split), nk(2, 1, split)):
+            nks = (nk32(1, 1, split), nk32(1, 4, split, rows=2), nk32(2, 2, split, rows=4),
+                   nk32(4, 1, split)) if dt == F32 else (
+                nk(1, 1, split), nk(1, 2, split), nk(2, 1, split), nk(1, 2, split, rows=4))
+            for config in nks:
                 names.add(config.name_expression(dt, a_k, True, False))
     return sorted(names)
 
@@ -226,7 +231,8 @@ def test_odd_shapes(gpu_state, config, dtype):
         run(rng, m, n, k, dtype, config)
 
 
-CONFIGS_NK = [nk(1, 2), nk(1, 2, 3), nk(1, 1, 5), nk(2, 1, 2)]
+CONFIGS_NK = [nk(1, 2), nk(1, 2, 3), nk(1, 1, 5), nk(2, 1, 2), nk(1, 2, 2, rows=4),
+              nk(2, 1, 3, rows=2)]
 
 
 @pytest.mark.gpu
@@ -246,7 +252,8 @@ def test_k_major_b(gpu_state, config, dtype):
 
 
 CONFIGS_NK32 = [nk32(1, 1), nk32(1, 2, 3), nk32(2, 2, 2), nk32(3, 1, 5), nk32(4, 1),
-                nk32(4, 1, 4)]
+                nk32(4, 1, 4), nk32(1, 4, 1, rows=2), nk32(1, 4, 3, rows=2),
+                nk32(2, 2, 2, rows=4), nk32(4, 1, 3, rows=4)]
 
 
 @pytest.mark.gpu
