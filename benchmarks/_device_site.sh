@@ -37,3 +37,15 @@ cluster_sanitizers() {
         san soft $tool "$1" benchmarks/softmax_cluster_san.py &
     done
 }
+# rowload_checks LIMIT: the rowload GPU tests beside compute-sanitizer's memcheck and racecheck
+# over s22_nk_san.py (x @ W.T through every kind of dot-product tile); waits for all three.
+rowload_checks() {
+    local tool
+    for tool in memcheck racecheck; do san nk $tool "$1" benchmarks/s22_nk_san.py & done
+    step tests
+    timeout "$1" python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_gemm_rowload.py \
+        > "$out/pytest.log" 2>&1
+    echo "pytest rc=$?"; tail -n 1 "$out/pytest.log"
+    grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head
+    wait
+}

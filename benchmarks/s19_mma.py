@@ -104,6 +104,19 @@ def main() -> None:
             with open(args.json, "w") as fh:
                 json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, fh,
                           indent=1)
+    summary(rows)
+
+
+def summary(rows: list[dict]) -> None:
+    """Per shape: cuBLAS, gemm's pick and the fastest config whose result was right."""
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        mine = [r for r in rows if r["shape"] == shape]
+        pick = next((r for r in mine if r["config"].endswith("*")), mine[0])
+        right = [r for r in mine if r["ok"]]
+        best = min(right, key=lambda r: r["us"]) if right else pick
+        print(f"{shape} cublas {pick['cublas_us']} | pick {pick['config'][:34]} {pick['us']} "
+              f"{pick['ratio']} | best {best['config'][:34]} {best['us']} {best['ratio']} | "
+              f"wrong {len(mine) - len(right)}")
 
 
 if __name__ == "__main__":

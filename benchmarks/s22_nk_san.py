@@ -21,9 +21,11 @@ Config = importlib.import_module("gpurt.kernels._gemm_tune").Config
 
 # (bm, rows of W a CTA, k a warp load, K split)
 TILES = [(1, 64, 124, 1), (1, 64, 248, 3), (2, 64, 248, 2), (3, 64, 124, 1), (4, 64, 124, 4),
-         (1, 16, 496, 1), (1, 16, 496, 3), (2, 32, 248, 2), (4, 32, 124, 3)]
+         (1, 16, 496, 1), (1, 16, 496, 3), (2, 32, 248, 2), (4, 32, 124, 3), (8, 64, 124, 1),
+         (8, 32, 124, 2), (8, 16, 124, 3)]
 # (M, N, K, A given K x M)
-SHAPES = [(1, 67, 131, False), (2, 130, 517, True), (3, 5, 1001, False), (4, 257, 250, True)]
+SHAPES = [(1, 67, 131, False), (2, 130, 517, True), (3, 5, 1001, False), (4, 257, 250, True),
+          (13, 70, 301, False)]
 
 
 def main() -> None:

@@ -4,12 +4,7 @@
 # one process.
 out=$OUT total=${TOTAL:-560}
 source benchmarks/_device_site.sh
-for tool in memcheck racecheck; do san nk $tool 200 benchmarks/s22_nk_san.py & done
-step tests
-timeout 200 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_gemm_rowload.py \
-    > "$out/pytest.log" 2>&1
-echo "pytest rc=$?"; tail -n 1 "$out/pytest.log"; grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head
-wait
+rowload_checks 200
 step ab
 cd benchmarks
 GPURT_GEMM_AUTOTUNE=0 timeout $(( $(left) - 15 )) python3 s23_ab.py --json "$out/ab.json" \

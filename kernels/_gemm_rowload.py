@@ -1,9 +1,9 @@
 """The row-streaming GEMM family (kernels/gemm_rowload.cu): fp16/bf16 and fp32 problems (fp32
 products, also under allow_tf32) with a few rows of A (M <= 4 by the heuristic, 8 for the
-tuner; 16-bit with a K-major B: 2) whose B rows need not be 16-byte aligned (issue 17:
-1 x 4099 x 4099, where every other path streams B's 8198-byte rows with narrow loads at
-~0.9 TB/s or copies them first; fp32 1 x 5003 x 4099, whose 20012-byte rows the simt kernel
-reads 4 bytes at a time).
+tuner; 16-bit with a K-major B: 2; exact fp32 with a K-major B: 8) whose B rows need not be
+16-byte aligned (issue 17: 1 x 4099 x 4099, where every other path streams B's 8198-byte rows
+with narrow loads at ~0.9 TB/s or copies them first; fp32 1 x 5003 x 4099, whose 20012-byte
+rows the simt kernel reads 4 bytes at a time).
 
 A :class:`Config` of kind ``"rowload"`` means, for an N-major B (stored K x N, rows of B
 streamed): ``bm`` rows of A per CTA (1, 2, 4, 8 or 16: each lane keeps bm x e x slots fp32
@@ -14,9 +14,10 @@ flight (2, 4 or 8: bk 16, 32, 64). For a K-major B (B^T = W stored N x K, the we
 ``x @ W.T``: dot products along W's rows): ``bn`` = 16, 32 or 64 rows of W per CTA (2, 4 or
 8 per warp, all in flight); ``bk`` = the k a warp takes of each row per step, 1, 2 or 4 warp
 loads of 248 (fp32 124; on 16-byte aligned rows the kernel reads 256 / 128 a load, lane 31's
-load its own), at most 8 loads a lane in flight; 16-bit: ``bm`` 1 or 2 (bm x bk <= 496);
-fp32: ``bm`` 1 to 4 (bm x bk <= 496), exact fp32 at any alignment, faster than the simt
-tiles at M <= 4 (issue 17: 1 x 4096 x 4096 with B given N x K). ``split_k``: CTAs
+load its own), at most 16 loads a lane in flight; 16-bit: ``bm`` 1 or 2 (bm x bk <= 496);
+fp32: ``bm`` 1 to 4 (bm x bk <= 496) or 8 (124 k a step), exact fp32 at any alignment,
+faster than the simt tiles at M <= 8 (issue 17: 1 x 4096 x 4096 with B given N x K).
+``split_k``: CTAs
 splitting K (the last CTA of each tile adds the fp32 slices in order, like the mma kernels:
 one launch, deterministic, partials in the stream's workspace). The kernels take gemm_mma's
 arguments, so kernels/_gemm_launch.py launches them like an mma config.
@@ -41,7 +42,10 @@ __all__ = ["validate", "name_expression", "why_not", "heuristic", "candidates", 
 SMALL_MAX = 4
 TUNE_SMALL_MAX = 8
 NK_MAX = 2  # the largest M for a 16-bit K-major B (register-bound: 2 x 64 x 248 holds 96)
-F32_NK_MAX = 4  # fp32's (a 16-byte load holds 4 k: 4 x 64 x 124)
+# fp32's (a 16-byte load holds 4 k: 4 x 64 x 124; past 4 rows of A the 8-row tile, 124 k a
+# step: on an H100, session 23, 5-8 x 4096 x 4096 and 8 x 11008 x 4096 ran 1.15-1.25x faster
+# than the simt tiles; a 16-row tile ran 0.5-0.8x of them at M = 12-16)
+F32_NK_MAX = 8
 COLS = 248  # 16-bit columns of B per warp load (gemm_rowload.cu: COLS)
 F32_COLS = 124  # fp32 ones (Lanes<DT_F32>::COLS)
 NK_ROWS = (16, 32, 64)  # rows of a K-major B's W per CTA (gemm_rowload.cu: 8 RW)
@@ -56,6 +60,8 @@ def _nk(config: Config) -> bool:
 def _nk_shape_ok(bm: int, bn: int, bk: int) -> bool:
     """Whether (bm, bn, bk) is a K-major B's tiling the kernels have, for some element type:
     at most 16 of a lane's 16-byte loads in flight, at most 496 k of A's rows a step."""
+    if bm > 4:  # fp32 only: one warp load a row
+        return bm == 8 and bn in NK_ROWS and bk == F32_COLS
     slots = bk // COLS if bk % COLS == 0 else bk // F32_COLS
     return (bm in (1, 2, 3, 4) and bn in NK_ROWS and bk in (F32_COLS, COLS, 2 * COLS)
             and bm * bk <= 2 * COLS and bn // 8 * slots <= 16)
@@ -76,7 +82,8 @@ def validate(config: Config) -> None:
         raise ValueError(f"rowload tiles are (1|2|4|8|16) x (248|496) x (16|32|64) (fp32: "
                          f"124|248 columns) for an N-major B, (1..4) x (16|32|64) x "
                          f"(124|248|496) with bm x bk <= 496 and bn / 8 x bk / 124 (16-bit: "
-                         f"bk / 248) <= 8 for a K-major B; not {config}")
+                         f"bk / 248) <= 16 for a K-major B (fp32 also 8 x (16|32|64) x 124); "
+                         f"not {config}")
 
 
 def name_expression(config: Config, dt: int, a_kmajor: bool) -> str:
@@ -108,9 +115,10 @@ def why_not(problem: Problem, config: Config | None = None) -> str | None:
     if config is not None and _nk(config) and (config.bk not in (cols, 2 * cols, 4 * cols)
                                                or config.bm > most
                                                or config.bn // 8 * config.bk // cols > 16):
-        return (f"rowload tiles for a K-major B of this element type are (1..{most}) x "
-                f"(16|32|64) x ({cols}|{2 * cols}|{4 * cols}) with bn / 8 x bk / {cols} <= 16, "
-                f"not {config.bm}x{config.bn}x{config.bk}")
+        past4 = " (8 x (16|32|64) x 124 past 4 rows)" if most > 4 else ""
+        return (f"rowload tiles for a K-major B of this element type are (1..{min(most, 4)}) x "
+                f"(16|32|64) x ({cols}|{2 * cols}|{4 * cols}) with bn / 8 x bk / {cols} <= 16"
+                f"{past4}, not {config.bm}x{config.bn}x{config.bk}")
     if config is not None and _nk(config) != problem.b_kmajor:
         meant, got = ("K-major", "N-major") if _nk(config) else ("N-major", "K-major")
         return f"rowload tiles {config.bm}x{config.bn}x{config.bk} are for a {meant} B, not {got}"
@@ -158,10 +166,10 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
     at most SMALL_MAX rows of A and 256 columns or more with B N-major, at most NK_MAX rows of
     A with B K-major; also exact fp32 with B K-major and at most F32_NK_MAX rows of A at any
     alignment (GEMV-like: one pass over W at its bandwidth, where the simt tiles ran at 0.62 of
-    cuBLAS for 1 x 4096 x 4096); None otherwise. The narrowest tiles (248 columns, 4 rows in
-    flight a warp; 248 k a step for a K-major B, fp32 124) were the fastest at every shape
-    timed on an H100: the kernel's 8 shift instantiations share the instruction cache, so
-    smaller loops win."""
+    cuBLAS for 1 x 4096 x 4096; M = 5-8 on the 8-row tile); None otherwise. The narrowest
+    tiles (248 columns, 4 rows in flight a warp; 248 k a step for a K-major B, fp32 124) were
+    the fastest at every shape timed on an H100: the kernel's 8 shift instantiations share the
+    instruction cache, so smaller loops win."""
     if why_not(problem) is not None or problem.m < 1 or problem.k < 64:
         return None
     if problem.b_kmajor:
@@ -169,7 +177,7 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
         if problem.m > _nk_max(problem.dt) or problem.n < 64 or problem.k < cols or (
                 problem.vec and problem.dt != DT_F32):
             return None
-        return _config_nk(problem, problem.m, cols)
+        return _config_nk(problem, problem.m if problem.m <= 4 else 8, cols)
     if problem.vec or problem.m > SMALL_MAX or problem.n < 256:
         return None
     # fp32: two warp loads a lane (248 columns, the bytes of 16-bit's one): as fast or faster
@@ -186,13 +194,12 @@ def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
         if problem.m > _nk_max(problem.dt):
             return []
         cols = _cols(problem.dt)
-        found = []
+        bm = problem.m if problem.m <= 4 else 8  # fp32
         # 8 rows a warp x 1 or 2 loads in flight, 4 x 1 (M >= 2: 4x11008x4096, 2x4096x4096 on
         # an H100, session 23), 2 x 4 (M = 1: 1x4096x4096); 4 x 2 never won, 4 x 4 spills
-        for bn, slots in ((64, 1), (64, 2), (32, 1), (16, 4)):
-            if _nk_shape_ok(problem.m, bn, slots * cols):
-                found.append(_config_nk(problem, problem.m, slots * cols, bn))
-        return found
+        return [_config_nk(problem, bm, slots * cols, bn)
+                for bn, slots in ((64, 1), (64, 2), (32, 1), (16, 4))
+                if _nk_shape_ok(bm, bn, slots * cols)]
     if problem.m > TUNE_SMALL_MAX:
         return []
     bm = _rows(problem.m)

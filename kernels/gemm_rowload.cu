@@ -269,6 +269,43 @@ __host__ __device__ constexpr int nk_cols() {
     return (FULL ? 32 : 31) * Lanes<DT>::EPC;
 }
 
+// A(m, k..k+EPC-1) of this lane from the staged row at `from` (zero where `in` is false: k
+// past the slice; A is staged as zeros up to a multiple of 8 past it).
+template <int EPC>
+__device__ __forceinline__ void a_lane(float (&a)[EPC], const float* from, bool in) {
+    const float4* f4 = reinterpret_cast<const float4*>(from);
+#pragma unroll
+    for (int q = 0; q < EPC / 4; ++q) {
+        const float4 f = in ? f4[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+        a[4 * q] = f.x; a[4 * q + 1] = f.y; a[4 * q + 2] = f.z; a[4 * q + 3] = f.w;
+    }
+}
+
+// W(n, k..k+EPC-1) of this lane from its loaded 16 bytes (misalignment S: the next lane's
+// bytes by shuffle), zero past k1 where the step is the slice's last (`tail`).
+template <int DT, int S>
+__device__ __forceinline__ void w_lane(float (&v)[Lanes<DT>::EPC], const u32 (&x)[4], bool tail,
+                                       int k, int k1) {
+    u32 w[4];
+    if constexpr (S == 0) {
+        realign<0>(w, x, x);
+    } else {
+        u32 y[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) y[q] = __shfl_down_sync(0xffffffffu, x[q], 1);
+        if constexpr (is_f32(DT)) {
+            realign32<S>(w, x, y);
+        } else {
+            realign<S>(w, x, y);
+        }
+    }
+    unpack8<DT>(v, w);
+    if (tail) {  // W's elements past the slice (or the row) may be anything
+#pragma unroll
+        for (int e = 0; e < Lanes<DT>::EPC; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
+    }
+}
+
 template <int DT, int MT, int SLOTS, int RW, int S, bool FULL>
 __device__ __forceinline__ void dots(float (&acc)[MT][RW],
                                      const typename Elem<DT>::T* __restrict__ W, i64 ldw, int N,
@@ -288,51 +325,51 @@ __device__ __forceinline__ void dots(float (&acc)[MT][RW],
                     load16(x[i][j], row + COLS * j);
             }
         }
-        // A(m, k..k+EPC-1) of this lane (zero past k1: staged as zeros up to a multiple of 8)
-        float a[MT][SLOTS][EPC];
-#pragma unroll
-        for (int j = 0; j < SLOTS; ++j) {
-            const int k = kc + EPC * lane + COLS * j;
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-                const float4* from = reinterpret_cast<const float4*>(As + m * stride + k - staged);
-#pragma unroll
-                for (int q = 0; q < EPC / 4; ++q) {
-                    const float4 f = k < k1 ? from[q] : make_float4(0.f, 0.f, 0.f, 0.f);
-                    a[m][j][4 * q] = f.x; a[m][j][4 * q + 1] = f.y;
-                    a[m][j][4 * q + 2] = f.z; a[m][j][4 * q + 3] = f.w;
-                }
-            }
-        }
-        const bool tail = kc + KW > k1;  // the same in every lane
-#pragma unroll
-        for (int i = 0; i < RW; ++i) {
+        if constexpr (MT <= 4) {
+            float a[MT][SLOTS][EPC];  // every row of A's values first
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j) {
-                u32 w[4];
-                if constexpr (S == 0) {
-                    realign<0>(w, x[i][j], x[i][j]);
-                } else {
-                    u32 y[4];
+                const int k = kc + EPC * lane + COLS * j;
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) y[q] = __shfl_down_sync(0xffffffffu, x[i][j][q], 1);
-                    if constexpr (is_f32(DT)) {
-                        realign32<S>(w, x[i][j], y);
-                    } else {
-                        realign<S>(w, x[i][j], y);
+                for (int m = 0; m < MT; ++m)
+                    a_lane<EPC>(a[m][j], As + m * stride + k - staged, k < k1);
+            }
+            const bool tail = kc + KW > k1;  // the same in every lane
+#pragma unroll
+            for (int i = 0; i < RW; ++i) {
+#pragma unroll
+                for (int j = 0; j < SLOTS; ++j) {
+                    float v[EPC];
+                    w_lane<DT, S>(v, x[i][j], tail, kc + EPC * lane + COLS * j, k1);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+                        for (int e = 0; e < EPC; ++e) acc[m][i] = fmaf(a[m][j][e], v[e], acc[m][i]);
                     }
                 }
-                float v[EPC];
-                unpack8<DT>(v, w);
-                if (tail) {  // W's elements past the slice (or the row) may be anything
-                    const int k = kc + EPC * lane + COLS * j;
+            }
+        } else {  // 8 or 16 rows of A: every row of W's values first, then A one row at a time
+            const bool tail = kc + KW > k1;
+            float v[RW][SLOTS][EPC];
 #pragma unroll
-                    for (int e = 0; e < EPC; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
-                }
+            for (int i = 0; i < RW; ++i) {
+#pragma unroll
+                for (int j = 0; j < SLOTS; ++j)
+                    w_lane<DT, S>(v[i][j], x[i][j], tail, kc + EPC * lane + COLS * j, k1);
+            }
+#pragma unroll
+            for (int j = 0; j < SLOTS; ++j) {
+                const int k = kc + EPC * lane + COLS * j;
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
+                    float a[EPC];
+                    a_lane<EPC>(a, As + m * stride + k - staged, k < k1);
 #pragma unroll
-                    for (int e = 0; e < EPC; ++e) acc[m][i] = fmaf(a[m][j][e], v[e], acc[m][i]);
+                    for (int i = 0; i < RW; ++i) {
+#pragma unroll
+                        for (int e = 0; e < EPC; ++e)
+                            acc[m][i] = fmaf(a[e], v[i][j][e], acc[m][i]);
+                    }
                 }
             }
         }

@@ -84,8 +84,14 @@ def test_eligibility():
     assert tune.eligible(f32, rl32(1, 2, 8)) and tune.eligible(f32, rl(1, 1, 8))  # 248: 2 loads
     f32_nk = dataclasses.replace(f32, b_kmajor=True)
     assert tune.eligible(f32_nk, nk32(4, 1)) and tune.eligible(f32_nk, nk(1, 1))  # 248: 2 loads
-    assert "(1..4) x (16|32|64) x (124|248|496)" in tune.why_not(f32_nk, nk(1, 2))
+    assert "(1..4) x (16|32|64) x (124|248|496) with bn / 8 x bk / 124 <= 16 (8 x (16|32|64) " \
+        "x 124" in tune.why_not(f32_nk, nk(1, 2))
     assert tune.eligible(f32_nk, nk32(1, 4, rows=2)) and tune.eligible(f32_nk, nk32(2, 2, rows=4))
+    assert tune.eligible(f32_nk, nk32(8, 1, rows=4)) and tune.eligible(f32_nk, nk32(8, 1))
+    for past in ((16, 1, 1, 4), (8, 2)):  # 4 rows a tile at most, then 8 at one load a row
+        with pytest.raises(ValueError):
+            nk32(*past)
+    assert "(1..2) x" in tune.why_not(k_major, nk32(8, 1))
     assert "(1..2) x (16|32|64) x (248|496|992)" in tune.why_not(k_major, nk32(1, 1))
     tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
     assert "N-major B only" in tune.why_not(dataclasses.replace(tf32, b_kmajor=True), nk(1, 1))
@@ -121,7 +127,7 @@ def test_heuristic_streams_f32_split_rows(m, n, k, bm, split):
     assert any(c.kernel == "simt" for c in tune.candidates(problem))
     assert tune.candidates(problem)[0] == config
     assert tune.heuristic(dataclasses.replace(problem, vec=True)).kernel == "simt"
-    assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
+    assert tune.heuristic(dataclasses.replace(problem, m=9)).kernel == "simt"
     # allow_tf32: the same exact fp32 kernel (fp32 products are what TF32 permits)
     tf32 = dataclasses.replace(problem, dt=tune.DT_TF32)
     assert tune.heuristic(tf32) == config and config in tune.candidates(tf32)
@@ -138,6 +144,16 @@ def test_heuristic_dots_a_k_major_b(m, bm, bk, split):
 
 
 @pytest.mark.parametrize("m,n,k,vec,split", [
+    (5, 4096, 4096, True, 4), (8, 11008, 4096, True, 1), (6, 5003, 3001, False, 3),
+    (7, 4099, 4099, False, 4)])
+def test_heuristic_dots_f32_past_four_rows(m, n, k, vec, split):
+    """Exact fp32 x @ W.T for M = 5-8: the 8-row dot-product tile, 124 k a warp load (faster
+    than the simt tiles on an H100, session 23)."""
+    problem = dataclasses.replace(split_rows(m, n, k), dt=F32, b_kmajor=True, vec=vec)
+    assert tune.heuristic(problem) == nk32(8, 1, split)
+
+
+@pytest.mark.parametrize("m,n,k,vec,split", [
     (1, 4096, 4096, True, 4), (4, 11008, 4096, True, 1), (3, 4099, 4099, False, 4),
     (2, 14336, 4096, True, 1), (1, 4096, 11008, True, 4)])
 def test_heuristic_dots_f32_with_a_k_major_b(m, n, k, vec, split):
@@ -148,7 +164,7 @@ def test_heuristic_dots_f32_with_a_k_major_b(m, n, k, vec, split):
     assert config == nk32(m, 1, split)
     assert config.name_expression(F32, True, True, vec) == \
         f"gemm_rowload_nk{'_splitk' if split > 1 else ''}<0, {m}, 1, 8, true>"
-    assert tune.heuristic(dataclasses.replace(problem, m=5)).kernel == "simt"
+    assert tune.heuristic(dataclasses.replace(problem, m=9)).kernel == "simt"
     assert config in tune.candidates(problem)
     assert tune.heuristic(dataclasses.replace(problem, dt=tune.DT_TF32)).kernel != "rowload"
 
@@ -193,7 +209,8 @@ def _names():
                 config = dataclasses.replace(config, split_k=split)
                 names.add(config.name_expression(dt, a_k, False, False))
             nks = (nk32(1, 1, split), nk32(1, 4, split, rows=2), nk32(2, 2, split, rows=4),
-                   nk32(4, 1, split)) if dt == F32 else (
+                   nk32(4, 1, split), nk32(8, 1, split), nk32(8, 1, split, rows=4)) \
+                if dt == F32 else (
                 nk(1, 1, split), nk(1, 2, split), nk(2, 1, split), nk(1, 2, split, rows=4))
             for config in nks:
                 names.add(config.name_expression(dt, a_k, True, False))
@@ -253,19 +270,20 @@ def test_k_major_b(gpu_state, config, dtype):
 
 CONFIGS_NK32 = [nk32(1, 1), nk32(1, 2, 3), nk32(2, 2, 2), nk32(3, 1, 5), nk32(4, 1),
                 nk32(4, 1, 4), nk32(1, 4, 1, rows=2), nk32(1, 4, 3, rows=2),
-                nk32(2, 2, 2, rows=4), nk32(4, 1, 3, rows=4)]
+                nk32(2, 2, 2, rows=4), nk32(4, 1, 3, rows=4), nk32(8, 1), nk32(8, 1, 3, rows=4),
+                nk32(8, 1, 2, rows=2)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", CONFIGS_NK32, ids=lambda c: c.label().replace(" ", "_"))
 def test_f32_k_major_b(gpu_state, config):
     """Exact fp32 (float64's answer to 1e-5) with B stored N x K: odd sizes, every
-    misalignment of W's rows (views 1..3 floats in), both A layouts, beta, fewer rows of A
-    than the tile."""
+    misalignment of W's rows (views 1..3 floats in) and aligned ones, both A layouts, beta,
+    fewer rows of A than the tile (up to 16 rows of A a tile)."""
     rng = np.random.default_rng()
     for m, n, k in [(1, 2, 3), (config.bm, 4099, 257), (2, 67, 4099), (1, 130, 1000),
                     (config.bm, 3, 33), (3, 520, 497), (4, 64, 64), (1, 5, 3001),
-                    (config.bm, 4096, 4096)]:
+                    (config.bm, 4096, 4096), (max(1, config.bm - 3), 301, 1003)]:
         run(rng, min(m, config.bm), n, k, np.float32, config, b_t=True, tol=1e-5)
     for offset in (1, 2, 3):
         run(rng, config.bm, 301, 1001, np.float32, config, a_t=offset == 2, b_t=True,
@@ -394,13 +412,13 @@ def test_graph_replay_with_c_in(gpu_state, monkeypatch):
 
 @pytest.mark.parametrize("dt", [F32, BF16, tune.DT_F16, tune.DT_TF32])
 def test_the_rowload_picks_are_prebuilt(dt):
-    """Every rowload config the heuristic picks at M = 1-4 (B either layout, rows aligned or
+    """Every rowload config the heuristic picks at M = 1-8 (B either layout, rows aligned or
     not) is among the programs precompiled and built into the kernel archive: the first
     decode call on a new machine compiles nothing."""
     launch = importlib.import_module("gpurt.kernels._gemm_launch")
     built = {name for _, names, _ in launch.programs("sm_90a") for name in names}
     seen = 0
-    for m in (1, 2, 3, 4):
+    for m in range(1, 9):
         for n, k in ((4096, 4096), (4099, 4099), (11008, 4096), (1000, 3001)):
             for b_k in (False, True):
                 for a_k in (True, False):
