@@ -328,6 +328,18 @@ def _date(env: dict[str, Any]) -> str:
     return str(env.get("date") or "unknown date")[:10]
 
 
+def older_note(group: list[SuiteTable], tables: list[SuiteTable]) -> str | None:
+    """A device's note where its newest result is a day or more older than the newest of any
+    device: gpurt has changed since those were measured, so they do not describe it now."""
+    newest_here = max(_date(t.env) for t in group)
+    newest = max(_date(t.env) for t in tables)
+    if newest_here >= newest:
+        return None
+    return (f"Older results: this device last ran on {newest_here}, before the newest "
+            f"results here ({newest}); the kernels and host paths have changed since, so its "
+            f"rows describe that earlier gpurt.")
+
+
 def markdown_table(table: SuiteTable) -> list[str]:
     """The suite's lines as a markdown table: values per implementation, ratios vs peers."""
     impls, peers = table.impls, table.peers
@@ -423,6 +435,8 @@ def results_markdown(tables: list[SuiteTable], charts: dict[str, str]) -> str:
         out += ["No results yet: run `gpurt bench --publish` on a GPU machine.", ""]
     for device, group in by_device(tables).items():
         out += [f"## {device}", ""]
+        older = older_note(group, tables)
+        out += [older, ""] if older else []
         if device in charts:
             out += [f"![gpurt vs peers on {device}]({charts[device]})", ""]
         for table in group:
@@ -518,6 +532,8 @@ def readme_section(tables: list[SuiteTable], results_rel: str, charts: dict[str,
         dates = sorted({_date(t.env) for t in group})
         when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
         out += [f"**{device}**, {when}; {versions_text(group[0].env)}.", ""]
+        older = older_note(group, tables)
+        out += [older, ""] if older else []
         if device in charts:
             out += [f"![gpurt vs peers on {device}]({results_rel}/{charts[device]})", ""]
         out += ["| suite | what | unit | gpurt | peers | gpurt vs peers |",

@@ -241,6 +241,10 @@ def test_publish_is_idempotent_and_keeps_other_devices(
     assert "## NVIDIA H100 80GB HBM3" in text and "## NVIDIA H200" in text
     second = readme.read_text()
     assert "**NVIDIA H100 80GB HBM3**, 2026-11-22" in second
+    # the H200's results (2026-11-21) predate the H100's: said once per device, in both files
+    older = "Older results: this device last ran on 2026-11-21, before the newest results here"
+    assert second.count(older) == 1 and text.count(older) == 1
+    assert second.index(older) > second.index("**NVIDIA H200**")
     publish.publish(bench, results, readme)
     assert readme.read_text() == second != first
 
