@@ -254,14 +254,16 @@ __device__ __forceinline__ void run(const u16* __restrict__ A_, const u16* __res
 
 // ---- a K-major B (B^T = W, N x K: the weight of x @ W.T): dot products along W's rows ----------
 //
-// A CTA takes MT (<= 4) rows of A, 8 RW rows of W and a K slice; warp w takes rows
+// A CTA takes MT (<= 4, or 8 for fp32) rows of A, 8 RW rows of W and a K slice; warp w takes rows
 // n0 + w + 8 i (i < RW: all of them in flight), whose misalignment is one value, and steps
 // along K by SLOTS warp loads a row: lane l holds W(n, k..k+7) for k = kc + 8 l + COLS j
 // (fp32: k..k+3, kc + 4 l + COLS j) and the matching A(m, k..) from shared memory, and keeps
 // one fp32 sum per (m, row). On rows that need realigning (as above) lane 31 only feeds lane
 // 30 (COLS = 31 elements a lane); on 16-byte aligned rows every lane's load is its own (COLS =
 // 32 a lane: no byte is read twice, and the slices split K in whole 512-byte steps). At the
-// end each warp adds its lanes' sums (a fixed shuffle tree), so no sum crosses warps.
+// end each warp adds its lanes' sums (a fixed shuffle tree), so no sum crosses warps. Past 4
+// rows of A a lane takes its W values of every row first and then A's a row at a time (4
+// registers of A, not MT x 4).
 
 // The columns one warp load covers: 32 lanes' elements on aligned rows, else 31.
 template <int DT, bool FULL>

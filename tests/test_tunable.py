@@ -211,3 +211,19 @@ def test_shapes_of_one_bucket_are_tuned_apart(gpu_state):
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
     shapes = sorted(key.rsplit("|", 1)[1] for key in tunable.get_results())
     assert shapes == ["1024x1024x1024", "768x768x768"]
+
+
+def test_the_shipped_tuning_table_is_keyed_to_the_current_kernels():
+    """kernels/tuning/*.json (built into the kernel archive) holds results keyed by the GEMM
+    sources' digest: after a kernel source change, the table is re-keyed (where the timed
+    kernels' PTX is unchanged: benchmarks/ptx_identity.py) or re-tuned, never left stale —
+    stale keys are ignored silently and every tuned shape falls back to the heuristic."""
+    launch = importlib.import_module("gpurt.kernels._gemm_launch")
+    prebuilt = importlib.import_module("gpurt.kernels._prebuilt")
+    files = prebuilt._default_tuning()
+    assert files
+    digest = launch.source_digest()
+    for path in files:
+        keys = json.loads(open(path).read())["results"]
+        stale = {key.split("|")[1] for key in keys} - {digest}
+        assert keys and not stale, (path, stale, digest)
