@@ -130,6 +130,11 @@ def _nk_max(dt: int) -> int:
     return F32_NK_MAX if dt == DT_F32 else NK_MAX
 
 
+def _nk_rows(m: int) -> int:
+    """The row tile of A for ``m`` rows with a K-major B: M itself up to 4, then 8 (fp32)."""
+    return m if m <= 4 else 8
+
+
 def _rows(m: int) -> int:
     """The row tile for ``m`` rows of A (the smallest that holds them, at most 16)."""
     return next(r for r in _ROWS if r >= min(m, 16))
@@ -177,7 +182,7 @@ def heuristic(problem: Problem) -> tuple[int, int, int, int] | None:
         if problem.m > _nk_max(problem.dt) or problem.n < 64 or problem.k < cols or (
                 problem.vec and problem.dt != DT_F32):
             return None
-        return _config_nk(problem, problem.m if problem.m <= 4 else 8, cols)
+        return _config_nk(problem, _nk_rows(problem.m), cols)
     if problem.vec or problem.m > SMALL_MAX or problem.n < 256:
         return None
     # fp32: two warp loads a lane (248 columns, the bytes of 16-bit's one): as fast or faster
@@ -193,8 +198,7 @@ def candidates(problem: Problem) -> list[tuple[int, int, int, int]]:
     if problem.b_kmajor:
         if problem.m > _nk_max(problem.dt):
             return []
-        cols = _cols(problem.dt)
-        bm = problem.m if problem.m <= 4 else 8  # fp32
+        cols, bm = _cols(problem.dt), _nk_rows(problem.m)
         # 8 rows a warp x 1 or 2 loads in flight, 4 x 1 (M >= 2: 4x11008x4096, 2x4096x4096 on
         # an H100, session 23), 2 x 4 (M = 1: 1x4096x4096); 4 x 2 never won, 4 x 4 spills
         return [_config_nk(problem, bm, slots * cols, bn)

@@ -78,6 +78,32 @@ __device__ __forceinline__ void unpack8(float (&v)[Lanes<DT>::EPC], const u32 (&
     }
 }
 
+// The EPC elements of this lane from its loaded 16 bytes x (misalignment S: the next lane's
+// bytes by shuffle; lane 31's are not used), zero from k1 on where `tail` (the elements are k,
+// k + 1, ...).
+template <int DT, int S>
+__device__ __forceinline__ void w_lane(float (&v)[Lanes<DT>::EPC], const u32 (&x)[4], bool tail,
+                                       int k, int k1) {
+    u32 w[4];
+    if constexpr (S == 0) {
+        realign<0>(w, x, x);
+    } else {
+        u32 y[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) y[q] = __shfl_down_sync(0xffffffffu, x[q], 1);
+        if constexpr (is_f32(DT)) {
+            realign32<S>(w, x, y);
+        } else {
+            realign<S>(w, x, y);
+        }
+    }
+    unpack8<DT>(v, w);
+    if (tail) {  // W's elements past the slice (or the row) may be anything
+#pragma unroll
+        for (int e = 0; e < Lanes<DT>::EPC; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
+    }
+}
+
 // One warp's rows k = first, first + 8, ... < end (all with misalignment S) times the staged
 // A (As[(k - staged) * MT + m]), added into acc[m][EPC j + e] (column c + COLS j + e).
 template <int DT, int MT, int SLOTS, int R, int S>
@@ -106,21 +132,8 @@ __device__ __forceinline__ void rows(float (&acc)[MT][Lanes<DT>::EPC * SLOTS],
             for (int m = 0; m < MT; ++m) a[m] = k < end ? As[(k - staged) * MT + m] : 0.f;
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j) {
-                u32 w[4];
-                if constexpr (S == 0) {
-                    realign<0>(w, x[r][j], x[r][j]);
-                } else {
-                    u32 y[4];  // lane 31's sums are not used
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) y[i] = __shfl_down_sync(0xffffffffu, x[r][j][i], 1);
-                    if constexpr (is_f32(DT)) {
-                        realign32<S>(w, x[r][j], y);
-                    } else {
-                        realign<S>(w, x[r][j], y);
-                    }
-                }
                 float v[L::EPC];
-                unpack8<DT>(v, w);
+                w_lane<DT, S>(v, x[r][j], false, 0, 0);
                 if (k >= end) continue;  // zero loads; A's value is not staged
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
@@ -283,31 +296,6 @@ __device__ __forceinline__ void a_lane(float (&a)[EPC], const float* from, bool 
     }
 }
 
-// W(n, k..k+EPC-1) of this lane from its loaded 16 bytes (misalignment S: the next lane's
-// bytes by shuffle), zero past k1 where the step is the slice's last (`tail`).
-template <int DT, int S>
-__device__ __forceinline__ void w_lane(float (&v)[Lanes<DT>::EPC], const u32 (&x)[4], bool tail,
-                                       int k, int k1) {
-    u32 w[4];
-    if constexpr (S == 0) {
-        realign<0>(w, x, x);
-    } else {
-        u32 y[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) y[q] = __shfl_down_sync(0xffffffffu, x[q], 1);
-        if constexpr (is_f32(DT)) {
-            realign32<S>(w, x, y);
-        } else {
-            realign<S>(w, x, y);
-        }
-    }
-    unpack8<DT>(v, w);
-    if (tail) {  // W's elements past the slice (or the row) may be anything
-#pragma unroll
-        for (int e = 0; e < Lanes<DT>::EPC; ++e) v[e] = k + e < k1 ? v[e] : 0.f;
-    }
-}
-
 template <int DT, int MT, int SLOTS, int RW, int S, bool FULL>
 __device__ __forceinline__ void dots(float (&acc)[MT][RW],
                                      const typename Elem<DT>::T* __restrict__ W, i64 ldw, int N,
@@ -350,7 +338,7 @@ __device__ __forceinline__ void dots(float (&acc)[MT][RW],
                     }
                 }
             }
-        } else {  // 8 or 16 rows of A: every row of W's values first, then A one row at a time
+        } else {  // 8 rows of A (fp32): every row of W's values first, then A a row at a time
             const bool tail = kc + KW > k1;
             float v[RW][SLOTS][EPC];
 #pragma unroll
@@ -535,8 +523,8 @@ gemm_rowload_splitk(const u16* __restrict__ A, const u16* __restrict__ B, u16* _
                                         alpha, beta, pair_ok, counters);
 }
 
-// MT (<= 4) rows of A x 8 RW rows of a K-major B (W = B^T) per CTA, SLOTS warp loads of
-// 248 k a row a step (fp32: 124; 256 and 128 on 16-byte aligned rows).
+// MT (<= 4; fp32 also 8) rows of A x 8 RW rows of a K-major B (W = B^T) per CTA, SLOTS warp
+// loads of 248 k a row a step (fp32: 124; 256 and 128 on 16-byte aligned rows).
 template <int DT, int MT, int SLOTS, int RW, bool A_K>
 __global__ void __launch_bounds__(256, 2)
 gemm_rowload_nk(const u16* __restrict__ A, const u16* __restrict__ B, u16* __restrict__ C,
