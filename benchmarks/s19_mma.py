@@ -114,9 +114,11 @@ def summary(rows: list[dict]) -> None:
         pick = next((r for r in mine if r["config"].endswith("*")), mine[0])
         right = [r for r in mine if r["ok"]]
         best = min(right, key=lambda r: r["us"]) if right else pick
+        call = f" | call {pick['host_us']} torch {pick.get('torch_host_us')}" \
+            if "host_us" in pick else ""
         print(f"{shape} cublas {pick['cublas_us']} | pick {pick['config'][:34]} {pick['us']} "
               f"{pick['ratio']} | best {best['config'][:34]} {best['us']} {best['ratio']} | "
-              f"wrong {len(mine) - len(right)}")
+              f"wrong {len(mine) - len(right)}{call}")
 
 
 if __name__ == "__main__":

@@ -47,12 +47,16 @@ def main() -> None:
                 b = b_full[:, offset:offset + cols].astype(np.float64)
                 want = 0.5 * ((a.T if trans_a else a).astype(np.float64)
                               @ (b.T if trans_b else b)) + 2.0 * c
-                got = out.numpy().astype(np.float64)
-                err = np.linalg.norm(got - want) / np.linalg.norm(want) \
-                    if np.isfinite(got).all() else np.inf
-                ok = err < 1e-5
-                print(("PASS " if ok else "FAIL ") + f"{run.label()} {m}x{n}x{k} ldb {ldb} "
-                      f"+{offset} trans_a={trans_a} trans_b={trans_b}: {err:.2e}", flush=True)
+                verdict(f"{run.label()} {m}x{n}x{k} ldb {ldb} +{offset} trans_a={trans_a} "
+                        f"trans_b={trans_b}", out, want)
+
+
+def verdict(text: str, out: gpurt.Array, want: np.ndarray, tol: float = 1e-5) -> None:
+    """Print PASS or FAIL, ``text`` and ``out``'s error relative to float64 ``want`` (inf
+    where any value is not finite)."""
+    got = out.numpy().astype(np.float64)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want) if np.isfinite(got).all() else np.inf
+    print(("PASS " if err < tol else "FAIL ") + f"{text}: {err:.2e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,15 @@ compute-sanitizer (memcheck, racecheck, synccheck) on the GPU machine.
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import gpurt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run with python -P)
+from s21_simt_san import verdict  # noqa: E402
 
 gemm_mod = importlib.import_module("gpurt.kernels.gemm")
 Config = importlib.import_module("gpurt.kernels._gemm_tune").Config
@@ -46,12 +51,8 @@ def main() -> None:
                               c=gpurt.asarray(c), config=config)
                 w = w_full[:, offset:offset + k].astype(np.float64)
                 want = 0.5 * ((a.T if trans_a else a).astype(np.float64) @ w.T) + 2.0 * c
-                got = out.numpy().astype(np.float64)
-                err = np.linalg.norm(got - want) / np.linalg.norm(want) \
-                    if np.isfinite(got).all() else np.inf
-                ok = err < 1e-5
-                print(("PASS " if ok else "FAIL ") + f"{config.label()} {m}x{n}x{k} ldw {ldw} "
-                      f"+{offset} trans_a={trans_a}: {err:.2e}", flush=True)
+                verdict(f"{config.label()} {m}x{n}x{k} ldw {ldw} +{offset} trans_a={trans_a}",
+                        out, want)
 
 
 if __name__ == "__main__":

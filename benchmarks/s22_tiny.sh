@@ -9,14 +9,7 @@ GPURT_GEMM_AUTOTUNE=0 timeout $(( $(left) - 80 )) python3 s19_mma.py --tag tiny 
     --kernels simt --splits 1,2,4 --repeat 20 --json "$out/tiny.json" \
     --shapes ${SHAPES:-127x257x61,127x257x61t,255x129x63,64x127x255,100x300x100} > "$out/tiny.log" 2>&1
 echo "rc=$?"
-python3 -c 'import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-for shape in dict.fromkeys(r["shape"] for r in rows):
-    these = [r for r in rows if r["shape"] == shape]
-    pick = [r for r in these if r["config"].endswith("*")][0]
-    best = sorted(these, key=lambda r: r["us"])[:3]
-    print(shape, "pick", pick["config"][:36], pick["us"], "cublas", pick["cublas_us"], pick["ratio"])
-    for r in best: print("   best", r["config"][:36], r["us"], r["ratio"], r["ok"])' "$out/tiny.json"
+grep -E "cublas .* \| pick" "$out/tiny.log"  # s19_mma.py's per-shape summary
 step ab
 for s in 97x4093x4099:fp32 1x4093x4099:fp32 16x4096x4096t:bf16; do
     GPURT_GEMM_AUTOTUNE=0 timeout 50 python3 s22_ab.py --shapes $s > "$out/ab1.log" 2>&1

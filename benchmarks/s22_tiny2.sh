@@ -10,12 +10,4 @@ GPURT_GEMM_AUTOTUNE=0 timeout $(( $(left) - 20 )) python3 s19_mma.py --tag tiny2
 ${SHAPES:-64x64x64,128x128x128,200x200x200,127x257x61,100x300x100,64x127x255,33x65x4097,127x257x61t} \
     > "$out/tiny2.log" 2>&1
 echo "rc=$?"
-python3 -c 'import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-for shape in dict.fromkeys(r["shape"] for r in rows):
-    these = [r for r in rows if r["shape"] == shape]
-    pick = [r for r in these if r["config"].endswith("*")][0]
-    print(shape, "pick", pick["config"][:36], pick["us"], "cublas", pick["cublas_us"], pick["ratio"],
-          "| call", pick.get("host_us"), "torch", pick.get("torch_host_us"))
-    for r in sorted(these, key=lambda r: r["us"])[:4]:
-        print("     ", r["config"][:36], r["us"], r["ratio"], r["ok"])' "$out/tiny2.json"
+grep -E "cublas .* \| pick" "$out/tiny2.log"  # s19_mma.py's per-shape summary
